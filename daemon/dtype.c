@@ -1,0 +1,122 @@
+/* dtype.c - see dtype.h. */
+#include "dtype.h"
+
+#include "error.h"
+
+#include <string.h>
+#include <strings.h>
+
+size_t mlpd_dtype_size(mlpd_dtype_t t) { return t == MLPD_DTYPE_F32 ? 4 : 2; }
+
+const char *mlpd_dtype_name(mlpd_dtype_t t) {
+  switch (t) {
+  case MLPD_DTYPE_F32:
+    return "F32";
+  case MLPD_DTYPE_F16:
+    return "F16";
+  case MLPD_DTYPE_BF16:
+    return "BF16";
+  }
+  return "?";
+}
+
+int mlpd_dtype_parse(const char *s, mlpd_dtype_t *out) {
+  if (!strcasecmp(s, "F32") || !strcasecmp(s, "fp32") ||
+      !strcasecmp(s, "float32") || !strcasecmp(s, "tf32")) {
+    *out = MLPD_DTYPE_F32;
+  } else if (!strcasecmp(s, "F16") || !strcasecmp(s, "fp16") ||
+             !strcasecmp(s, "float16") || !strcasecmp(s, "half")) {
+    *out = MLPD_DTYPE_F16;
+  } else if (!strcasecmp(s, "BF16") || !strcasecmp(s, "bfloat16")) {
+    *out = MLPD_DTYPE_BF16;
+  } else {
+    return MLPD_EDTYPE;
+  }
+  return 0;
+}
+
+static uint32_t f32_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof(u));
+  return u;
+}
+
+static float bits_f32(uint32_t u) {
+  float f;
+  memcpy(&f, &u, sizeof(f));
+  return f;
+}
+
+float mlpd_bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
+
+uint16_t mlpd_f32_to_bf16(float f) {
+  uint32_t u = f32_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep it quiet and a NaN */
+    return (uint16_t)((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even */
+  return (uint16_t)(u >> 16);
+}
+
+float mlpd_f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t man = h & 0x3ffu;
+  if (exp == 0x1f) /* inf or NaN */
+    return bits_f32(sign | 0x7f800000u | (man << 13));
+  if (exp == 0) {
+    if (man == 0)
+      return bits_f32(sign);
+    /* subnormal: value = man * 2^-24 exactly representable in f32 */
+    float v = (float)man * 5.9604644775390625e-8f;
+    return sign ? -v : v;
+  }
+  return bits_f32(sign | ((exp + 112u) << 23) | (man << 13));
+}
+
+uint16_t mlpd_f32_to_f16(float f) {
+  uint32_t u = f32_bits(f);
+  uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+  uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) /* NaN */
+    return (uint16_t)(sign | 0x7e00u);
+  if (a >= 0x477ff000u) /* rounds to >= 65520: infinity */
+    return (uint16_t)(sign | 0x7c00u);
+  if (a < 0x38800000u) { /* below the smallest normal half: subnormal or 0 */
+    /* Adding 0.5 (2^-1) aligns the half-subnormal quantum 2^-24 with the
+     * last mantissa bit of the sum, so the FPU rounds to nearest even. */
+    float v = bits_f32(a) + 0.5f;
+    return (uint16_t)(sign | (uint16_t)(f32_bits(v) - 0x3f000000u));
+  }
+  uint32_t mant_odd = (a >> 13) & 1u;
+  a += ((uint32_t)(15 - 127) << 23) + 0xfffu + mant_odd;
+  return (uint16_t)(sign | (uint16_t)(a >> 13));
+}
+
+void mlpd_dtype_convert(void *dst, mlpd_dtype_t dt, const void *src,
+                        mlpd_dtype_t st, size_t n) {
+  if (dt == st) {
+    memcpy(dst, src, n * mlpd_dtype_size(dt));
+    return;
+  }
+  /* Element loads go through memcpy so that unaligned sources (safetensors
+   * data, protobuf frames) are fine; compilers turn these into plain loads. */
+  const unsigned char *s = src;
+  unsigned char *d = dst;
+  for (size_t i = 0; i < n; i++) {
+    float v;
+    if (st == MLPD_DTYPE_F32) {
+      memcpy(&v, s + 4 * i, 4);
+    } else {
+      uint16_t h;
+      memcpy(&h, s + 2 * i, 2);
+      v = st == MLPD_DTYPE_BF16 ? mlpd_bf16_to_f32(h) : mlpd_f16_to_f32(h);
+    }
+    if (dt == MLPD_DTYPE_F32) {
+      memcpy(d + 4 * i, &v, 4);
+    } else {
+      uint16_t h = dt == MLPD_DTYPE_BF16 ? mlpd_f32_to_bf16(v)
+                                         : mlpd_f32_to_f16(v);
+      memcpy(d + 2 * i, &h, 2);
+    }
+  }
+}

@@ -1,0 +1,193 @@
+/* infer.c - see infer.h. */
+#include "infer.h"
+
+#include "engine.h"
+#include "log.h"
+#include "model.h"
+#include "rowsfile.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: mlpd infer --model FILE --input FILE [options]\n"
+          "  --model FILE         safetensors MLP\n"
+          "  --input FILE         rows: .safetensors ('inputs', optional "
+          "'labels') or text\n"
+          "  --device SPEC        auto (default), cpu, cuda:N\n"
+          "  --batch N            rows per engine run (default 64)\n"
+          "  --dtype T            GPU dtype: bf16 (default), fp16, fp32\n"
+          "  --activations LIST   override per-layer activations\n"
+          "  --repeat N           passes over the input for timing (default "
+          "1)\n"
+          "  --print              print each row's outputs\n");
+}
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+static void on_progress(void *ud, const char *status) {
+  (void)ud;
+  MLPD_LOGI("%s", status);
+}
+
+int mlpd_infer_main(int argc, char **argv) {
+  const char *model_path = NULL, *input_path = NULL, *device = "auto";
+  const char *acts = NULL;
+  int batch = 64, repeat = 1, print = 0;
+  mlpd_engine_opts_t opts;
+  mlpd_engine_opts_init(&opts);
+
+  static const struct option longopts[] = {
+      {"model", required_argument, 0, 'm'},
+      {"input", required_argument, 0, 'i'},
+      {"device", required_argument, 0, 'd'},
+      {"batch", required_argument, 0, 'b'},
+      {"dtype", required_argument, 0, 't'},
+      {"activations", required_argument, 0, 'a'},
+      {"repeat", required_argument, 0, 'r'},
+      {"print", no_argument, 0, 'p'},
+      {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
+  int c;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "m:i:d:b:t:a:r:ph", longopts, NULL)) !=
+         -1) {
+    switch (c) {
+    case 'm': model_path = optarg; break;
+    case 'i': input_path = optarg; break;
+    case 'd': device = optarg; break;
+    case 'b': batch = atoi(optarg); break;
+    case 'a': acts = optarg; break;
+    case 'r': repeat = atoi(optarg); break;
+    case 'p': print = 1; break;
+    case 't':
+      if (mlpd_dtype_parse(optarg, &opts.dtype) != 0) {
+        fprintf(stderr, "mlpd infer: --dtype %s is not bf16, fp16 or fp32\n",
+                optarg);
+        return 2;
+      }
+      break;
+    case 'h': usage(stdout); return 0;
+    default: usage(stderr); return 2;
+    }
+  }
+  if (model_path == NULL || input_path == NULL || batch < 1 || repeat < 1) {
+    usage(stderr);
+    return 2;
+  }
+
+  int status = 1, rc;
+  mlpd_err_t err = {0};
+  mlpd_model_t *model = NULL;
+  mlpd_engine_t *engine = NULL;
+  mlpd_rows_t rows = {0};
+  float *outputs = NULL;
+  uint64_t *lat = NULL;
+
+  uint64_t t0 = mlpd_now_ns();
+  if ((rc = mlpd_model_load(&model, model_path, acts, &err)) != 0)
+    goto fail;
+  uint64_t t1 = mlpd_now_ns();
+  opts.max_batch = batch;
+  opts.nslots = 1;
+  opts.progress = on_progress;
+  if ((rc = mlpd_engine_open(&engine, device, model, &opts, &err)) != 0)
+    goto fail;
+  uint64_t t2 = mlpd_now_ns();
+  if ((rc = mlpd_rows_read(&rows, input_path, &err)) != 0)
+    goto fail;
+  if (rows.cols != model->in_features) {
+    rc = mlpd_errf(&err, MLPD_ESHAPE,
+                   "%s: rows have %d columns, the model takes %d", input_path,
+                   rows.cols, model->in_features);
+    goto fail;
+  }
+
+  int nbatches = (rows.rows + batch - 1) / batch;
+  outputs = malloc((size_t)rows.rows * (size_t)model->out_features *
+                   sizeof(float));
+  lat = malloc((size_t)nbatches * (size_t)repeat * sizeof(uint64_t));
+  if (outputs == NULL || lat == NULL) {
+    rc = mlpd_errf(&err, -12, "out of memory");
+    goto fail;
+  }
+  /* One untimed pass warms caches, pages and (for CUDA) the graphs. */
+  if ((rc = mlpd_engine_forward(engine, 0, rows.data, MLPD_DTYPE_F32,
+                                outputs, MLPD_DTYPE_F32, rows.rows, &err)) != 0)
+    goto fail;
+  int nlat = 0;
+  uint64_t ts = mlpd_now_ns();
+  for (int rep = 0; rep < repeat; rep++) {
+    for (int b = 0; b < nbatches; b++) {
+      int start = b * batch;
+      int n = rows.rows - start < batch ? rows.rows - start : batch;
+      uint64_t s = mlpd_now_ns();
+      rc = mlpd_engine_forward(
+          engine, 0, rows.data + (size_t)start * (size_t)rows.cols,
+          MLPD_DTYPE_F32,
+          outputs + (size_t)start * (size_t)model->out_features,
+          MLPD_DTYPE_F32, n, &err);
+      if (rc != 0)
+        goto fail;
+      lat[nlat++] = mlpd_now_ns() - s;
+    }
+  }
+  uint64_t total = mlpd_now_ns() - ts;
+  qsort(lat, (size_t)nlat, sizeof(*lat), cmp_u64);
+
+  int correct = 0;
+  for (int r = 0; r < rows.rows; r++) {
+    const float *o = outputs + (size_t)r * (size_t)model->out_features;
+    int best = 0;
+    for (int j = 1; j < model->out_features; j++) {
+      if (o[j] > o[best])
+        best = j;
+    }
+    if (rows.labels != NULL && rows.labels[r] == best)
+      correct++;
+    if (print) {
+      printf("%d:", r);
+      for (int j = 0; j < model->out_features; j++)
+        printf(" %.6g", o[j]);
+      printf("  argmax=%d\n", best);
+    }
+  }
+
+  char actbuf[256];
+  mlpd_model_act_string(model, actbuf, sizeof(actbuf));
+  printf("model      %s: %d layers, %d -> %d, %s, activations %s\n",
+         model_path, model->nlayers, model->in_features, model->out_features,
+         mlpd_dtype_name(model->file_dtype), actbuf);
+  printf("engine     %s, compute %s, max batch %d\n", engine->info.device,
+         mlpd_dtype_name(engine->info.compute_dtype), batch);
+  printf("startup    load %.1f ms, plan %.1f ms\n", (t1 - t0) / 1e6,
+         (t2 - t1) / 1e6);
+  if (rows.labels != NULL)
+    printf("accuracy   %.4f (%d/%d)\n", (double)correct / rows.rows, correct,
+           rows.rows);
+  printf("timing     %d rows x %d passes in %.3f ms: %.0f rows/s; per batch of "
+         "%d: p50 %.1f us, p99 %.1f us, max %.1f us\n",
+         rows.rows, repeat, total / 1e6,
+         (double)rows.rows * repeat / (total / 1e9), batch,
+         lat[nlat / 2] / 1e3, lat[(size_t)(nlat - 1) * 99 / 100] / 1e3,
+         lat[nlat - 1] / 1e3);
+  status = 0;
+  goto done;
+
+fail:
+  fprintf(stderr, "mlpd infer: %s (%s)\n", mlpd_err_msg(&err, rc),
+          mlpd_err_name(rc));
+done:
+  free(lat);
+  free(outputs);
+  mlpd_rows_free(&rows);
+  mlpd_engine_close(engine);
+  mlpd_model_free(model);
+  return status;
+}

@@ -1,0 +1,35 @@
+/* main.c - the mlpd executable: dispatches subcommands. The only place that
+ * turns errors into an exit status. */
+#include "infer.h"
+#include "mlpd.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static void usage(FILE *f) {
+  fprintf(f, "usage: mlpd <command> [options]\n"
+             "  infer     run a model over a file of rows in-process\n"
+             "  version   print the version\n"
+             "'mlpd <command> --help' describes each command.\n");
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  const char *cmd = argv[1];
+  if (strcmp(cmd, "infer") == 0)
+    return mlpd_infer_main(argc - 1, argv + 1);
+  if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
+    printf("mlpd %s\n", MLPD_VERSION);
+    return 0;
+  }
+  if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0) {
+    usage(stdout);
+    return 0;
+  }
+  fprintf(stderr, "mlpd: unknown command '%s'\n", cmd);
+  usage(stderr);
+  return 2;
+}

@@ -1,0 +1,45 @@
+/* mlpd.h - definitions every mlpd module shares: version, attributes, limits.
+ *
+ * Deliberately tiny: no types with behaviour live here, only what each
+ * module would otherwise redefine. */
+#ifndef MLPD_H
+#define MLPD_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#define MLPD_VERSION "0.1.0"
+
+/* Every function that returns an error code is marked, so an ignored error
+ * is a compile error under -Werror (as nanopb's `checkreturn`). */
+#if defined(__GNUC__)
+#define MLPD_MUST_CHECK __attribute__((warn_unused_result))
+#define MLPD_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define MLPD_MUST_CHECK
+#define MLPD_PRINTF(f, a)
+#endif
+
+/* Models deeper than this are almost certainly a naming mistake, and a fixed
+ * bound keeps per-layer arrays in engines static. */
+#define MLPD_MAX_LAYERS 64
+
+/* Widths beyond this cannot be a real MLP layer and would overflow int
+ * arithmetic in BLAS calls. */
+#define MLPD_MAX_WIDTH (1 << 20)
+
+/* Staging sets an engine may be asked for; the batcher fills one while the
+ * engine runs another, more only deepen the queue. */
+#define MLPD_MAX_SLOTS 16
+
+#define MLPD_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Monotonic nanoseconds, for durations only. */
+static inline uint64_t mlpd_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+#endif
