@@ -2,12 +2,14 @@
  * turns errors into an exit status. */
 #include "infer.h"
 #include "mlpd.h"
+#include "serve.h"
 
 #include <stdio.h>
 #include <string.h>
 
 static void usage(FILE *f) {
   fprintf(f, "usage: mlpd <command> [options]\n"
+             "  serve     run the daemon (see 'mlpd serve --help')\n"
              "  infer     run a model over a file of rows in-process\n"
              "  version   print the version\n"
              "'mlpd <command> --help' describes each command.\n");
@@ -19,6 +21,8 @@ int main(int argc, char **argv) {
     return 2;
   }
   const char *cmd = argv[1];
+  if (strcmp(cmd, "serve") == 0)
+    return mlpd_serve_main(argc - 1, argv + 1);
   if (strcmp(cmd, "infer") == 0)
     return mlpd_infer_main(argc - 1, argv + 1);
   if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {

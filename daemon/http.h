@@ -1,0 +1,55 @@
+/* http.h - the optional HTTP listener for probes and scraping:
+ *   GET /healthz  200 "ok\n" while the process is live, else 503
+ *   GET /readyz   200 "ready\n" when ready, else 503 with the state
+ *                 ("loading\n", "draining\n")
+ *   GET /metrics  200, Content-Type: text/plain; version=0.0.4
+ * Anything else: 404 (unknown path) or 405 (method other than GET/HEAD),
+ * 400 for requests http_parser rejects. HEAD answers like GET without a
+ * body. Keep-alive and pipelined requests are served in order.
+ *
+ * Listens on a loopback TCP address ("127.0.0.1:9090", "[::1]:9090",
+ * "localhost:9090") or a Unix socket path ("/run/mlpd/metrics.sock" or
+ * "unix:/path"); a non-loopback TCP address is refused, since the endpoint
+ * has no authentication. HTTP is parsed by Debian's libhttp-parser.
+ *
+ * Runs on the daemon's loop thread; the callbacks run there too. */
+#ifndef MLPD_HTTP_H
+#define MLPD_HTTP_H
+
+#include "error.h"
+#include "mlpd.h"
+
+#include <uv.h>
+
+typedef struct mlpd_http_handlers_s {
+  /* Current state: *live and *ready 0/1, *state a static string such as
+   * "loading", "ready", "draining". */
+  void (*health)(void *ud, int *live, int *ready, const char **state);
+  /* Prometheus text into buf, with snprintf's return convention (see
+   * mlpd_metrics_render). */
+  size_t (*metrics)(void *ud, char *buf, size_t cap);
+  void *ud;
+} mlpd_http_handlers_t;
+
+typedef struct mlpd_http_s mlpd_http_t;
+
+/* Binds and listens. On failure returns a negative code with a message
+ * naming the address and the reason, and *out is NULL. */
+int mlpd_http_start(mlpd_http_t **out, uv_loop_t *loop, const char *listen,
+                    const mlpd_http_handlers_t *handlers,
+                    mlpd_err_t *err) MLPD_MUST_CHECK;
+
+/* Stops listening, closes every connection, and frees everything once the
+ * handles are closed, then calls done(ud) (may be NULL) from the loop. */
+void mlpd_http_stop(mlpd_http_t *h, void (*done)(void *ud), void *ud);
+
+/* Added with http.c: the TCP port actually bound (useful with port 0), or
+ * 0 for a Unix socket. */
+int mlpd_http_port(const mlpd_http_t *h);
+
+/* Added with http.c: how long a connection may go without completing a
+ * request or a write before it is closed (default 30000 ms); applies to
+ * timers started afterwards. */
+void mlpd_http_set_idle_timeout(mlpd_http_t *h, uint64_t ms);
+
+#endif

@@ -1,0 +1,120 @@
+/* metrics.h - the daemon's counters, gauges and histograms, and their
+ * rendering in the Prometheus text exposition format (version 0.0.4).
+ *
+ * Threading: every update and the rendering happen on the loop thread (the
+ * worker reports compute times through its completions), so nothing here
+ * locks. Updates never allocate; rendering writes into a caller's buffer.
+ *
+ * Metric names (all prefixed mlpd_):
+ *   requests_total{status}            counter, one per answered request of any
+ *                                     kind; status is the lower-case gRPC name
+ *                                     ("ok", "invalid_argument",
+ *                                     "deadline_exceeded", "resource_exhausted",
+ *                                     "unavailable", "internal", "cancelled",
+ *                                     "unimplemented")
+ *   request_duration_seconds          histogram, infer requests, arrival (frame
+ *                                     complete) to response queued for write
+ *   queue_duration_seconds            histogram, infer requests, arrival to the
+ *                                     start of the batch that computes them
+ *   compute_duration_seconds          histogram, per batch, engine run time
+ *   batch_rows                        histogram, rows per executed batch
+ *   batches_total                     counter
+ *   rows_total                        counter, rows computed
+ *   queue_rows                        gauge, rows accepted and not yet computing
+ *   connections                       gauge, open client connections
+ *   inflight_requests                 gauge, infer requests accepted and not
+ *                                     yet answered
+ *   ready                             gauge 0/1
+ *   gpu_memory_bytes                  gauge, device memory the engine holds
+ *                                     (0 on the CPU engine)
+ *   model_info{path,engine,device,dtype,layers,in_features,out_features,
+ *              max_batch} gauge = 1
+ *   model_generation                  gauge, 1 + successful reloads
+ *   reloads_total{result="ok"|"failed"} counter
+ *   client_disconnects_dropped_rows_total counter, rows dropped unrun because
+ *                                     their client went away
+ *   build_info{version}               gauge = 1
+ *   process_start_time_seconds        gauge, Unix time
+ */
+#ifndef MLPD_METRICS_H
+#define MLPD_METRICS_H
+
+#include "mlpd.h"
+
+/* gRPC status codes the daemon answers with (same numbers as mlpd.proto). */
+typedef enum {
+  MLPD_STATUS_OK = 0,
+  MLPD_STATUS_CANCELLED = 1,
+  MLPD_STATUS_INVALID_ARGUMENT = 3,
+  MLPD_STATUS_DEADLINE_EXCEEDED = 4,
+  MLPD_STATUS_RESOURCE_EXHAUSTED = 8,
+  MLPD_STATUS_UNIMPLEMENTED = 12,
+  MLPD_STATUS_INTERNAL = 13,
+  MLPD_STATUS_UNAVAILABLE = 14,
+} mlpd_status_t;
+
+/* "ok", "invalid_argument", ...; "unknown" for other values. */
+const char *mlpd_status_name(mlpd_status_t s);
+
+/* Fixed-bucket histogram: cumulative counts are computed when rendering. */
+#define MLPD_HIST_MAX_BUCKETS 32
+typedef struct mlpd_hist_s {
+  int nbuckets;                        /* upper bounds, excluding +Inf */
+  double bounds[MLPD_HIST_MAX_BUCKETS];
+  uint64_t counts[MLPD_HIST_MAX_BUCKETS + 1]; /* per bucket, last = +Inf */
+  uint64_t count;
+  double sum;
+} mlpd_hist_t;
+
+void mlpd_hist_init(mlpd_hist_t *h, const double *bounds, int nbounds);
+void mlpd_hist_observe(mlpd_hist_t *h, double v);
+
+#define MLPD_STATUS_SLOTS 17 /* indexable by every mlpd_status_t value */
+
+typedef struct mlpd_metrics_s {
+  uint64_t requests[MLPD_STATUS_SLOTS]; /* by mlpd_status_t */
+  mlpd_hist_t request_duration;         /* seconds */
+  mlpd_hist_t queue_duration;           /* seconds */
+  mlpd_hist_t compute_duration;         /* seconds */
+  mlpd_hist_t batch_rows;               /* rows */
+  uint64_t batches;
+  uint64_t rows;
+  uint64_t queue_rows;
+  uint64_t connections;
+  uint64_t inflight_requests;
+  int ready;
+  uint64_t gpu_memory_bytes;
+  uint64_t model_generation;
+  uint64_t reloads_ok;
+  uint64_t reloads_failed;
+  uint64_t dropped_rows;
+  double start_time;                    /* Unix seconds */
+  /* model_info labels, set by mlpd_metrics_set_model */
+  char model_path[256];
+  char engine[8];
+  char device[160];
+  char dtype[8];
+  char layers[256];                     /* e.g. "64-128-128-10" */
+  int in_features;
+  int out_features;
+  int max_batch;
+} mlpd_metrics_t;
+
+/* Zeroes everything, sets the histogram buckets and the start time. */
+void mlpd_metrics_init(mlpd_metrics_t *m);
+
+/* Counts one answered request of any kind. */
+void mlpd_metrics_count(mlpd_metrics_t *m, mlpd_status_t status);
+
+/* Sets the model_info labels (escaped when rendered). */
+void mlpd_metrics_set_model(mlpd_metrics_t *m, const char *path,
+                            const char *engine, const char *device,
+                            const char *dtype, const char *layers,
+                            int in_features, int out_features, int max_batch);
+
+/* Renders everything into buf. Returns the length written (without a NUL,
+ * though one is written when room allows), or the length needed when cap is
+ * too small, like snprintf: call again with a larger buffer. */
+size_t mlpd_metrics_render(const mlpd_metrics_t *m, char *buf, size_t cap);
+
+#endif
