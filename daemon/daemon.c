@@ -515,12 +515,18 @@ int mlpd_daemon_run(const mlpd_config_t *cfg) {
   uv_signal_start(&d->sig_term, on_signal, SIGTERM);
   uv_signal_start(&d->sig_int, on_signal, SIGINT);
   uv_signal_start(&d->sig_hup, on_signal, SIGHUP);
+  /* The tick pings the watchdog at least twice per interval, as sd_notify(3)
+   * asks, and otherwise runs once a second. */
+  d->watchdog_usec = mlpd_notify_watchdog_usec();
+  uint64_t tick_ms = 1000;
+  if (d->watchdog_usec != 0) {
+    if (d->watchdog_usec / 4000 < tick_ms)
+      tick_ms = d->watchdog_usec / 4000 > 0 ? d->watchdog_usec / 4000 : 1;
+    MLPD_LOGI("systemd watchdog every %.1f s", d->watchdog_usec / 1e6);
+  }
   uv_timer_init(&d->loop, &d->tick);
   d->tick.data = d;
-  uv_timer_start(&d->tick, on_tick, 1000, 1000);
-  d->watchdog_usec = mlpd_notify_watchdog_usec();
-  if (d->watchdog_usec != 0)
-    MLPD_LOGI("systemd watchdog every %.1f s", d->watchdog_usec / 1e6);
+  uv_timer_start(&d->tick, on_tick, tick_ms, tick_ms);
 
   MLPD_LOGI("mlpd %s: listening on %s, loading %s", MLPD_VERSION,
             cfg->socket_path, cfg->model_path);

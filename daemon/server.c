@@ -333,6 +333,31 @@ void mlpd_server_stop_listening(mlpd_server_t *s) {
   uv_close((uv_handle_t *)&s->listener, listener_closed);
 }
 
+/* Reads, without blocking, what the client sent before we decided to close,
+ * and hands those frames to the owner, so that a request already in the
+ * socket buffer is answered (the owner refuses it while stopping) instead of
+ * vanishing with the connection. Bounded: at most one max-size frame more. */
+static void read_buffered(mlpd_conn_t *c) {
+  uv_os_fd_t fd;
+  if (c->closing || c->close_after_write ||
+      uv_fileno((uv_handle_t *)&c->pipe, &fd) != 0)
+    return;
+  size_t budget = c->srv->cfg.max_frame + MLPD_FRAME_HEADER_MAX;
+  while (budget > 0 && !c->closing && !c->close_after_write) {
+    uv_buf_t b;
+    on_alloc((uv_handle_t *)c, 0, &b);
+    if (b.len == 0)
+      return;
+    ssize_t n = recv(fd, b.base, b.len < budget ? b.len : budget,
+                     MSG_DONTWAIT);
+    if (n <= 0)
+      return;
+    budget -= (size_t)n;
+    c->rlen += (size_t)n;
+    process(c);
+  }
+}
+
 void mlpd_server_close(mlpd_server_t *s, int after_write,
                        void (*done)(void *ud), void *ud) {
   s->closing = 1;
@@ -340,8 +365,11 @@ void mlpd_server_close(mlpd_server_t *s, int after_write,
   s->on_closed_ud = ud;
   int was_listening = s->listening;
   mlpd_server_stop_listening(s);
-  for (mlpd_conn_t *c = s->conns; c != NULL; c = c->next)
+  for (mlpd_conn_t *c = s->conns; c != NULL; c = c->next) {
+    if (after_write)
+      read_buffered(c);
     mlpd_server_close_conn(c, after_write);
+  }
   if (!was_listening && s->nconns == 0 && s->on_closed) {
     s->on_closed = NULL;
     done(ud);

@@ -1,0 +1,9 @@
+# The daemon's own suites: batching policy (unit, fake clock) and the real
+# daemon in a child process (framing, bad input, concurrency, lifecycle).
+add_library(mlpd_daemonutil STATIC daemonutil.c)
+target_link_libraries(mlpd_daemonutil PUBLIC mlpd_testutil mlpd_proto)
+target_compile_definitions(mlpd_daemonutil PRIVATE
+  MLPD_BINARY_DIR="${PROJECT_BINARY_DIR}")
+mlpd_test(test_batcher)
+mlpd_test(test_daemon LIBS mlpd_daemonutil TIMEOUT 600)
+add_dependencies(test_daemon mlpd)
