@@ -6,6 +6,11 @@
  * Anything else: 404 (unknown path) or 405 (method other than GET/HEAD),
  * 400 for requests http_parser rejects. HEAD answers like GET without a
  * body. Keep-alive and pipelined requests are served in order.
+ * Bounds (added with http.c): 431 past 8 KiB of request line and headers,
+ * 414 past a 1 KiB target, 413 past an 8 KiB body; an error response
+ * closes the connection. At most 256 connections; one that completes no
+ * request or write for the idle timeout (30 s) is closed; a client that
+ * does not read its responses stops being read past 256 KiB unsent.
  *
  * Listens on a loopback TCP address ("127.0.0.1:9090", "[::1]:9090",
  * "localhost:9090") or a Unix socket path ("/run/mlpd/metrics.sock" or

@@ -35,11 +35,15 @@
 
 #define MLPD_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
-/* Monotonic nanoseconds, for durations only. */
+/* Monotonic nanoseconds, for durations only. Hidden from strict ISO C
+ * users of the installed client headers, where POSIX clocks are not
+ * declared. */
+#ifdef CLOCK_MONOTONIC
 static inline uint64_t mlpd_now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
+#endif
 
 #endif

@@ -172,10 +172,11 @@ static void build(const mlpd_rpc_response_t *r, mlpd_v1_Response *msg,
   msg->id = r->id;
   msg->status = (mlpd_v1_Status)r->status;
   set_string(msg->message, sizeof(msg->message), r->message);
+  /* A refused request gets the envelope only: status and message. */
+  if (r->status != MLPD_STATUS_OK)
+    return;
   switch (r->kind) {
   case MLPD_RPC_INFER:
-    if (r->status != MLPD_STATUS_OK)
-      break;
     msg->which_kind = mlpd_v1_Response_infer_tag;
     mlpd_v1_InferResponse *ir = &msg->kind.infer;
     ir->has_output = true;

@@ -85,7 +85,7 @@ int mlpd_serve_main(int argc, char **argv) {
   mlpd_config_t cfg;
   mlpd_config_init(&cfg);
   int c;
-  uint64_t v;
+  uint64_t v = 0;
   optind = 1;
   while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
     const char *bad = NULL;

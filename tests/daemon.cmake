@@ -7,3 +7,5 @@ target_compile_definitions(mlpd_daemonutil PRIVATE
 mlpd_test(test_batcher)
 mlpd_test(test_daemon LIBS mlpd_daemonutil TIMEOUT 600)
 add_dependencies(test_daemon mlpd)
+mlpd_test(test_lifecycle LIBS mlpd_daemonutil TIMEOUT 600)
+add_dependencies(test_lifecycle mlpd)

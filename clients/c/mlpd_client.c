@@ -1,0 +1,985 @@
+/* mlpd_client.c - see mlpd_client.h.
+ *
+ * Wire path: a request is encoded with nanopb into the client's send buffer
+ * behind its varint length (daemon/frame.h) and written with send(); bytes
+ * from the daemon are read into a receive buffer until it holds a whole
+ * frame, which is decoded in place (pb_istream_from_buffer). The tensor bytes
+ * of a response go from the frame into the result in one copy, plus one
+ * conversion when the caller asked for fp32.
+ *
+ * Ids. The daemon only echoes them. Pipelined requests carry the caller's
+ * ids; blocking calls use ids with the top bit set, so that the late answer
+ * to a blocking call that timed out can be recognised and dropped instead of
+ * being handed to the next caller as its own.
+ *
+ * Not here: event loops, reconnecting, retries, locking. */
+#include "mlpd_client.h"
+
+#include "frame.h"
+#include "mlpd.pb.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pb_decode.h>
+#include <pb_encode.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+/* The public enum repeats the protocol's numbers so that the installed
+ * header does not need nanopb's; keep them equal. */
+#define SAME_STATUS(x)                                                         \
+  _Static_assert((int)MLPD_STATUS_##x == (int)mlpd_v1_Status_##x, #x)
+SAME_STATUS(OK);
+SAME_STATUS(CANCELLED);
+SAME_STATUS(INVALID_ARGUMENT);
+SAME_STATUS(DEADLINE_EXCEEDED);
+SAME_STATUS(RESOURCE_EXHAUSTED);
+SAME_STATUS(UNIMPLEMENTED);
+SAME_STATUS(INTERNAL);
+SAME_STATUS(UNAVAILABLE);
+#undef SAME_STATUS
+_Static_assert(sizeof(((mlpd_client_result_t *)0)->message) ==
+                   sizeof(((mlpd_v1_Response *)0)->message), "message");
+_Static_assert(MLPD_CLIENT_MAX_LAYERS ==
+                   MLPD_ARRAY_SIZE(((mlpd_v1_ModelInfoResponse *)0)->layers),
+               "layers");
+
+#define BLOCKING_ID_BIT ((uint64_t)1 << 63)
+#define RBUF_INITIAL ((size_t)64 << 10)
+
+struct mlpd_client_s {
+  int fd;               /* owned: the connected socket */
+  int timeout_ms;       /* patience of one call, 0 = forever */
+  size_t max_send;      /* largest request body we send */
+  size_t max_recv;      /* largest response body we accept */
+  size_t inflight;      /* requests sent whose response was not taken */
+  size_t abandoned;     /* of those, blocking calls that timed out */
+  uint64_t next_id;     /* for blocking calls, without BLOCKING_ID_BIT */
+  mlpd_err_t broken;    /* code != 0: the stream is unusable, and why */
+  void *rmem;           /* owned: received bytes, [rpos, rlen) unconsumed */
+  size_t rpos, rlen, rcap;
+  void *smem;           /* owned: the frame being sent */
+  size_t scap;
+  char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+};
+
+#define RBUF(c) ((uint8_t *)(c)->rmem)
+#define SBUF(c) ((uint8_t *)(c)->smem)
+
+const char *mlpd_client_status_name(int status) {
+  switch (status) {
+  case MLPD_STATUS_OK: return "OK";
+  case MLPD_STATUS_CANCELLED: return "CANCELLED";
+  case MLPD_STATUS_INVALID_ARGUMENT: return "INVALID_ARGUMENT";
+  case MLPD_STATUS_DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
+  case MLPD_STATUS_RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
+  case MLPD_STATUS_UNIMPLEMENTED: return "UNIMPLEMENTED";
+  case MLPD_STATUS_INTERNAL: return "INTERNAL";
+  case MLPD_STATUS_UNAVAILABLE: return "UNAVAILABLE";
+  default: return "UNKNOWN";
+  }
+}
+
+/* The protocol's DType (0 = unspecified) and mlpd_dtype_t differ by one. */
+static int dtype_from_wire(int w) {
+  switch (w) {
+  case mlpd_v1_DType_DTYPE_F32: return MLPD_DTYPE_F32;
+  case mlpd_v1_DType_DTYPE_F16: return MLPD_DTYPE_F16;
+  case mlpd_v1_DType_DTYPE_BF16: return MLPD_DTYPE_BF16;
+  default: return -1;
+  }
+}
+
+static mlpd_v1_DType dtype_to_wire(int t) {
+  switch (t) {
+  case MLPD_DTYPE_F32: return mlpd_v1_DType_DTYPE_F32;
+  case MLPD_DTYPE_F16: return mlpd_v1_DType_DTYPE_F16;
+  case MLPD_DTYPE_BF16: return mlpd_v1_DType_DTYPE_BF16;
+  default: return mlpd_v1_DType_DTYPE_UNSPECIFIED;
+  }
+}
+
+/* ---- connection state ---- */
+
+/* Records why the stream became unusable; every later call repeats it. */
+static int breakf(mlpd_client_t *c, mlpd_err_t *err, int code,
+                  const char *fmt, ...) MLPD_PRINTF(4, 5);
+static int breakf(mlpd_client_t *c, mlpd_err_t *err, int code,
+                  const char *fmt, ...) {
+  if (c->broken.code == 0) {
+    c->broken.code = code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->broken.msg, sizeof(c->broken.msg), fmt, ap);
+    va_end(ap);
+  }
+  return mlpd_errf(err, code, "%s", c->broken.msg);
+}
+
+static int check_usable(const mlpd_client_t *c, mlpd_err_t *err) {
+  if (c->broken.code == 0)
+    return 0;
+  return mlpd_errf(err, c->broken.code,
+                   "connection to %s is unusable since an earlier error "
+                   "(close it and connect again): %s",
+                   c->path, c->broken.msg);
+}
+
+/* A call's deadline in monotonic ns, 0 = none. */
+static uint64_t deadline_for(int timeout_ms) {
+  return timeout_ms > 0 ? mlpd_now_ns() + (uint64_t)timeout_ms * 1000000u : 0;
+}
+
+/* poll() timeout until `deadline`: -1 = forever, 0 = already passed. */
+static int poll_ms(uint64_t deadline) {
+  if (deadline == 0)
+    return -1;
+  uint64_t now = mlpd_now_ns();
+  if (now >= deadline)
+    return 0;
+  uint64_t ms = (deadline - now + 999999u) / 1000000u;
+  return ms > 60u * 60u * 1000u ? 60 * 60 * 1000 : (int)ms;
+}
+
+/* Makes *buf hold at least `need` bytes (doubling); 0 or -ENOMEM, when
+ * *buf is unchanged. */
+static int grow(void **buf, size_t *cap, size_t need) {
+  if (need <= *cap)
+    return 0;
+  size_t n = *cap ? *cap : 4096;
+  while (n < need)
+    n = n > SIZE_MAX / 2 ? need : n * 2;
+  void *p = realloc(*buf, n);
+  if (p == NULL)
+    return -ENOMEM;
+  *buf = p;
+  *cap = n;
+  return 0;
+}
+
+int mlpd_client_connect(const char *socket_path, mlpd_client_t **out,
+                        mlpd_err_t *err) {
+  *out = NULL;
+  if (socket_path == NULL || socket_path[0] == '\0')
+    return mlpd_errf(err, MLPD_EINVAL, "no socket path given");
+  struct sockaddr_un sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sun_family = AF_UNIX;
+  size_t len = strlen(socket_path);
+  if (len >= sizeof(sa.sun_path))
+    return mlpd_errf(err, -ENAMETOOLONG,
+                     "socket path %s is %zu bytes, longer than the %zu a "
+                     "Unix socket address holds",
+                     socket_path, len, sizeof(sa.sun_path) - 1);
+  memcpy(sa.sun_path, socket_path, len + 1);
+
+  int rc;
+  mlpd_client_t *c = calloc(1, sizeof(*c));
+  if (c == NULL)
+    return mlpd_errf(err, -ENOMEM, "out of memory");
+  c->fd = -1;
+  c->max_send = MLPD_CLIENT_DEFAULT_MAX_FRAME;
+  c->max_recv = MLPD_CLIENT_DEFAULT_MAX_FRAME;
+  c->next_id = 1;
+  memcpy(c->path, socket_path, len + 1);
+  c->rcap = RBUF_INITIAL;
+  c->rmem = malloc(c->rcap);
+  if (c->rmem == NULL) {
+    rc = mlpd_errf(err, -ENOMEM, "out of memory");
+    goto err_free;
+  }
+  c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (c->fd < 0) {
+    rc = mlpd_errf(err, -errno, "socket(AF_UNIX): %s", strerror(errno));
+    goto err_free;
+  }
+  if (connect(c->fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+    int e = errno;
+    const char *hint = "";
+    if (e == ENOENT)
+      hint = " (is mlpd running, and is this its --socket path?)";
+    else if (e == ECONNREFUSED)
+      hint = " (the socket file exists but no daemon listens on it)";
+    else if (e == EACCES)
+      hint = " (the socket is mode 0660: join the daemon's group)";
+    rc = mlpd_errf(err, -e, "connect to %s: %s%s", socket_path, strerror(e),
+                   hint);
+    goto err_free;
+  }
+  *out = c;
+  return 0;
+
+err_free:
+  mlpd_client_close(c);
+  return rc;
+}
+
+void mlpd_client_close(mlpd_client_t *c) {
+  if (c == NULL)
+    return;
+  if (c->fd >= 0)
+    close(c->fd);
+  free(c->rmem);
+  free(c->smem);
+  free(c);
+}
+
+int mlpd_client_fd(const mlpd_client_t *c) { return c->fd; }
+
+void mlpd_client_set_timeout(mlpd_client_t *c, int timeout_ms) {
+  c->timeout_ms = timeout_ms > 0 ? timeout_ms : 0;
+}
+
+void mlpd_client_set_max_frame(mlpd_client_t *c, size_t max_send,
+                               size_t max_recv) {
+  if (max_send != 0)
+    c->max_send = max_send;
+  if (max_recv != 0)
+    c->max_recv = max_recv;
+}
+
+size_t mlpd_client_inflight(const mlpd_client_t *c) {
+  return c->inflight - c->abandoned;
+}
+
+/* ---- receiving ---- */
+
+/* Makes room for at least `need` more bytes after rlen, moving unconsumed
+ * bytes to the front first. Never grows past `limit` in total. Returns 0, or
+ * 1 when there is no room within the limit, or -ENOMEM. */
+static int rbuf_room(mlpd_client_t *c, size_t need, size_t limit) {
+  if (c->rpos > 0 && c->rcap - c->rlen < need) {
+    memmove(RBUF(c), RBUF(c) + c->rpos, c->rlen - c->rpos);
+    c->rlen -= c->rpos;
+    c->rpos = 0;
+  }
+  if (c->rcap - c->rlen >= need)
+    return 0;
+  if (c->rlen + need > limit)
+    return 1;
+  return grow(&c->rmem, &c->rcap, c->rlen + need);
+}
+
+/* Is a whole frame buffered? 1 yes (*hlen, *blen set), 0 not yet, < 0 the
+ * stream is broken. */
+static int frame_ready(mlpd_client_t *c, size_t *hlen, uint64_t *blen,
+                       mlpd_err_t *err) {
+  int r = mlpd_frame_parse_header(RBUF(c) + c->rpos, c->rlen - c->rpos,
+                                  c->max_recv, hlen, blen);
+  if (r == MLPD_EFRAME2BIG)
+    return breakf(c, err, MLPD_EFRAME2BIG,
+                  "response frame of %llu bytes exceeds the client's limit "
+                  "of %zu bytes (raise it with mlpd_client_set_max_frame)",
+                  (unsigned long long)*blen, c->max_recv);
+  if (r < 0)
+    return breakf(c, err, MLPD_EPROTO,
+                  "response frame length prefix is not a valid varint");
+  if (r == 0)
+    return 0;
+  return c->rlen - c->rpos - *hlen >= *blen ? 1 : 0;
+}
+
+static int on_eof(mlpd_client_t *c, mlpd_err_t *err) {
+  size_t have = c->rlen - c->rpos;
+  if (have > 0) {
+    size_t hlen;
+    uint64_t blen;
+    if (mlpd_frame_parse_header(RBUF(c) + c->rpos, have, SIZE_MAX, &hlen,
+                                &blen) == 1)
+      return breakf(c, err, -ECONNRESET,
+                    "daemon at %s closed the connection in the middle of a "
+                    "response (%zu of %llu bytes received)",
+                    c->path, have - hlen, (unsigned long long)blen);
+    return breakf(c, err, -ECONNRESET,
+                  "daemon at %s closed the connection in the middle of a "
+                  "response's length prefix", c->path);
+  }
+  return breakf(c, err, -ECONNRESET,
+                "daemon at %s closed the connection with %zu request(s) "
+                "unanswered", c->path, c->inflight - c->abandoned);
+}
+
+/* Reads what the socket has into rbuf. `wait_ms` as poll(): -1 forever,
+ * 0 not at all. Returns 1 when bytes arrived, 0 when none did in time,
+ * or < 0 (the stream is then broken, except for -ENOMEM). With `eof` not
+ * NULL, the end of the stream sets *eof and returns 0 instead, for a caller
+ * that reports it in its own words. */
+static int read_some(mlpd_client_t *c, int wait_ms, int *eof,
+                     mlpd_err_t *err) {
+  for (;;) {
+    /* Waiting forever is a plain blocking recv: one system call. */
+    if (wait_ms >= 0) {
+      struct pollfd p = {.fd = c->fd, .events = POLLIN};
+      int n = poll(&p, 1, wait_ms);
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n < 0)
+        return breakf(c, err, -errno, "poll: %s", strerror(errno));
+      if (n == 0)
+        return 0;
+    }
+    ssize_t n = recv(c->fd, RBUF(c) + c->rlen, c->rcap - c->rlen,
+                     wait_ms >= 0 ? MSG_DONTWAIT : 0);
+    if (n > 0) {
+      c->rlen += (size_t)n;
+      return 1;
+    }
+    if (n == 0 || (n < 0 && errno == ECONNRESET)) {
+      if (eof != NULL) {
+        *eof = 1;
+        return 0;
+      }
+      return on_eof(c, err);
+    }
+    if (errno == EINTR)
+      continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      if (wait_ms == 0)
+        return 0;
+      continue; /* spurious readiness: poll again */
+    }
+    return breakf(c, err, -errno, "read from %s: %s", c->path,
+                  strerror(errno));
+  }
+}
+
+/* Reads until a whole frame is buffered or `deadline` passes. Returns 1
+ * (frame ready, *hlen and *blen set), 0 (timed out) or < 0. */
+static int wait_frame(mlpd_client_t *c, uint64_t deadline, size_t *hlen,
+                      uint64_t *blen, mlpd_err_t *err) {
+  for (;;) {
+    int r = frame_ready(c, hlen, blen, err);
+    if (r != 0)
+      return r;
+    /* Room for the rest of this frame when its length is known, else for
+     * a header and whatever follows. */
+    size_t have = c->rlen - c->rpos;
+    size_t want = RBUF_INITIAL;
+    size_t h;
+    uint64_t b;
+    if (mlpd_frame_parse_header(RBUF(c) + c->rpos, have, c->max_recv, &h,
+                                &b) == 1 &&
+        h + b - have > want)
+      want = (size_t)(h + b - have);
+    if (c->rcap - c->rlen < want) {
+      r = rbuf_room(c, want, SIZE_MAX);
+      if (r < 0)
+        return mlpd_errf(err, r, "out of memory for a %zu-byte response",
+                         want);
+    }
+    r = read_some(c, poll_ms(deadline), NULL, err);
+    if (r < 0)
+      return r;
+    if (r == 0 && deadline != 0 && mlpd_now_ns() >= deadline)
+      return 0;
+  }
+}
+
+typedef struct {
+  mlpd_client_result_t *res; /* where tensor bytes go, or NULL to skip */
+  size_t data_len;           /* bytes of tensor data read */
+  int have_data;
+  char **text;               /* where metrics text goes, or NULL to skip */
+  size_t text_len;
+  int oom;
+} dec_t;
+
+static bool on_tensor_data(pb_istream_t *s, const pb_field_t *f,
+                           void **arg) {
+  (void)f;
+  dec_t *d = *arg;
+  size_t n = s->bytes_left;
+  if (grow(&d->res->buf_[0], &d->res->cap_[0], n ? n : 1) != 0) {
+    d->oom = 1;
+    return false;
+  }
+  if (!pb_read(s, d->res->buf_[0], n))
+    return false;
+  d->data_len = n;
+  d->have_data = 1;
+  return true;
+}
+
+static bool on_metrics_text(pb_istream_t *s, const pb_field_t *f,
+                            void **arg) {
+  (void)f;
+  dec_t *d = *arg;
+  size_t n = s->bytes_left;
+  char *t = malloc(n + 1);
+  if (t == NULL) {
+    d->oom = 1;
+    return false;
+  }
+  if (!pb_read(s, (pb_byte_t *)t, n)) {
+    free(t);
+    return false;
+  }
+  t[n] = '\0';
+  free(*d->text); /* a repeated field: the last one wins */
+  *d->text = t;
+  d->text_len = n;
+  return true;
+}
+
+/* Called once nanopb knows which oneof member arrived, after it cleared the
+ * member: the only moment the callbacks inside it can be set. */
+static bool on_kind(pb_istream_t *s, const pb_field_t *f, void **arg) {
+  (void)s;
+  dec_t *d = *arg;
+  if (f->tag == mlpd_v1_Response_infer_tag && d->res != NULL) {
+    mlpd_v1_InferResponse *ir = f->pData;
+    ir->output.data.funcs.decode = on_tensor_data;
+    ir->output.data.arg = d;
+  } else if (f->tag == mlpd_v1_Response_metrics_tag && d->text != NULL) {
+    mlpd_v1_MetricsResponse *mr = f->pData;
+    mr->text.funcs.decode = on_metrics_text;
+    mr->text.arg = d;
+  }
+  return true;
+}
+
+/* Takes the next response off the stream: waits for its frame, decodes it
+ * into *r and consumes it. Late answers to abandoned blocking calls are
+ * dropped on the way; `expect` is the id of the blocking call waiting, or 0
+ * for pipelined receives. Returns 0, -ETIMEDOUT (nothing lost), or another
+ * negative code. A frame that does not decode is consumed and reported as
+ * MLPD_EPROTO; the framing is intact, so the stream stays usable. */
+static int next_response(mlpd_client_t *c, uint64_t deadline,
+                         uint64_t expect, mlpd_v1_Response *r, dec_t *d,
+                         mlpd_err_t *err) {
+  for (;;) {
+    size_t hlen;
+    uint64_t blen;
+    int rc = wait_frame(c, deadline, &hlen, &blen, err);
+    if (rc < 0)
+      return rc;
+    if (rc == 0)
+      return mlpd_errf(err, -ETIMEDOUT,
+                       "no response from %s within %d ms", c->path,
+                       c->timeout_ms);
+    const uint8_t *body = RBUF(c) + c->rpos + hlen;
+    memset(r, 0, sizeof(*r));
+    r->cb_kind.funcs.decode = on_kind;
+    r->cb_kind.arg = d;
+    d->have_data = 0;
+    d->data_len = 0;
+    pb_istream_t is = pb_istream_from_buffer(body, (size_t)blen);
+    bool ok = pb_decode(&is, mlpd_v1_Response_fields, r);
+    c->rpos += hlen + (size_t)blen;
+    if (c->rpos == c->rlen)
+      c->rpos = c->rlen = 0;
+    if (c->inflight > 0)
+      c->inflight--;
+    if (!ok) {
+      if (d->oom)
+        return mlpd_errf(err, -ENOMEM, "out of memory decoding a response");
+      return mlpd_errf(err, MLPD_EPROTO,
+                       "response of %llu bytes does not decode: %s",
+                       (unsigned long long)blen, PB_GET_ERROR(&is));
+    }
+    if ((r->id & BLOCKING_ID_BIT) && c->abandoned > 0 && r->id != expect) {
+      c->abandoned--;
+      continue;
+    }
+    return 0;
+  }
+}
+
+/* ---- sending ---- */
+
+static bool encode_bytes(pb_ostream_t *s, const pb_field_t *f,
+                         void *const *arg) {
+  const mlpd_client_infer_t *req = *arg;
+  size_t n = (size_t)req->rows * (size_t)req->cols *
+             mlpd_dtype_size(req->dtype);
+  return pb_encode_tag_for_field(s, f) &&
+         pb_encode_string(s, (const pb_byte_t *)req->data, n);
+}
+
+/* Encodes *msg behind its length prefix into sbuf; *len = frame bytes. */
+static int encode_frame(mlpd_client_t *c, const mlpd_v1_Request *msg,
+                        size_t *len, mlpd_err_t *err) {
+  size_t body;
+  if (!pb_get_encoded_size(&body, mlpd_v1_Request_fields, msg))
+    return mlpd_errf(err, MLPD_EINTERNAL, "cannot size the request");
+  if (body > c->max_send)
+    return mlpd_errf(err, MLPD_EFRAME2BIG,
+                     "request of %zu bytes exceeds the frame limit of %zu "
+                     "bytes; send fewer rows per request (or raise the "
+                     "limit on both sides: --max-frame, "
+                     "mlpd_client_set_max_frame)",
+                     body, c->max_send);
+  if (grow(&c->smem, &c->scap, body + MLPD_FRAME_HEADER_MAX) != 0)
+    return mlpd_errf(err, -ENOMEM, "out of memory for a %zu-byte request",
+                     body);
+  size_t h = mlpd_frame_encode_header(SBUF(c), body);
+  pb_ostream_t os = pb_ostream_from_buffer(SBUF(c) + h, body);
+  if (!pb_encode(&os, mlpd_v1_Request_fields, msg) || os.bytes_written != body)
+    return mlpd_errf(err, MLPD_EINTERNAL, "cannot encode the request: %s",
+                     PB_GET_ERROR(&os));
+  *len = h + body;
+  return 0;
+}
+
+/* After the daemon hung up on a request being sent: its reason, when it
+ * sent one first (RESOURCE_EXHAUSTED for a frame over its --max-frame),
+ * formatted into buf; "" otherwise. Reads what is left on the socket. */
+static void last_word(mlpd_client_t *c, char *buf, size_t cap) {
+  buf[0] = '\0';
+  for (;;) {
+    if (rbuf_room(c, 4096, c->max_recv + MLPD_FRAME_HEADER_MAX +
+                               RBUF_INITIAL) != 0)
+      break;
+    ssize_t n = recv(c->fd, RBUF(c) + c->rlen, c->rcap - c->rlen,
+                     MSG_DONTWAIT);
+    if (n <= 0)
+      break;
+    c->rlen += (size_t)n;
+  }
+  size_t pos = c->rpos;
+  while (pos < c->rlen) {
+    size_t hlen;
+    uint64_t blen;
+    if (mlpd_frame_parse_header(RBUF(c) + pos, c->rlen - pos, c->max_recv,
+                                &hlen, &blen) != 1 ||
+        c->rlen - pos - hlen < blen)
+      break;
+    mlpd_v1_Response r;
+    memset(&r, 0, sizeof(r));
+    pb_istream_t is = pb_istream_from_buffer(RBUF(c) + pos + hlen,
+                                             (size_t)blen);
+    if (pb_decode(&is, mlpd_v1_Response_fields, &r) &&
+        r.status != mlpd_v1_Status_OK)
+      snprintf(buf, cap, "; it answered %s: %s",
+               mlpd_client_status_name((int)r.status), r.message);
+    pos += hlen + (size_t)blen;
+  }
+}
+
+static int closed_while_sending(mlpd_client_t *c, int code, size_t off,
+                                size_t len, mlpd_err_t *err) {
+  char why[320];
+  last_word(c, why, sizeof(why));
+  return breakf(c, err, code,
+                "daemon at %s closed the connection while a request was "
+                "being sent (%zu of %zu bytes sent)%s",
+                c->path, off, len, why);
+}
+
+/* Writes sbuf[0..len). While the socket is full it reads what the daemon
+ * sends, so neither side waits for the other forever. */
+static int send_frame(mlpd_client_t *c, size_t len, uint64_t deadline,
+                      mlpd_err_t *err) {
+  size_t off = 0;
+  while (off < len) {
+    ssize_t n = send(c->fd, SBUF(c) + off, len - off,
+                     MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      off += (size_t)n;
+      continue;
+    }
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+      int e = errno;
+      if (e == EPIPE || e == ECONNRESET)
+        return closed_while_sending(c, -e, off, len, err);
+      return breakf(c, err, -e, "write to %s: %s", c->path, strerror(e));
+    }
+    /* Full: wait for room, taking in responses meanwhile (up to one
+     * maximum frame's worth beyond what is buffered). */
+    int rr = rbuf_room(c, 4096, c->max_recv + MLPD_FRAME_HEADER_MAX +
+                                    RBUF_INITIAL);
+    if (rr < 0)
+      return mlpd_errf(err, rr, "out of memory");
+    struct pollfd p = {.fd = c->fd,
+                       .events = (short)(POLLOUT | (rr == 0 ? POLLIN : 0))};
+    int pn = poll(&p, 1, poll_ms(deadline));
+    if (pn < 0 && errno == EINTR)
+      continue;
+    if (pn < 0)
+      return breakf(c, err, -errno, "poll: %s", strerror(errno));
+    if (pn == 0) {
+      if (off == 0)
+        return mlpd_errf(err, -ETIMEDOUT,
+                         "could not send to %s within %d ms (the daemon "
+                         "is not reading)", c->path, c->timeout_ms);
+      return breakf(c, err, -ETIMEDOUT,
+                    "timed out after %d ms in the middle of sending a "
+                    "request to %s (%zu of %zu bytes sent)",
+                    c->timeout_ms, c->path, off, len);
+    }
+    if ((p.revents & POLLIN) && rr == 0) {
+      int eof = 0;
+      int r = read_some(c, 0, &eof, err);
+      if (r < 0)
+        return r;
+      if (eof)
+        return closed_while_sending(c, -EPIPE, off, len, err);
+    }
+  }
+  return 0;
+}
+
+static int check_infer(const mlpd_client_infer_t *req, mlpd_err_t *err) {
+  if (req->dtype != MLPD_DTYPE_F32 && req->dtype != MLPD_DTYPE_F16 &&
+      req->dtype != MLPD_DTYPE_BF16)
+    return mlpd_errf(err, MLPD_EDTYPE, "input dtype %d is not F32, F16 or "
+                     "BF16", (int)req->dtype);
+  if (req->out_dtype != MLPD_CLIENT_DTYPE_SAME &&
+      req->out_dtype != MLPD_DTYPE_F32 && req->out_dtype != MLPD_DTYPE_F16 &&
+      req->out_dtype != MLPD_DTYPE_BF16)
+    return mlpd_errf(err, MLPD_EDTYPE, "output dtype %d is not F32, F16, "
+                     "BF16 or MLPD_CLIENT_DTYPE_SAME", req->out_dtype);
+  if (req->rows < 0 || req->cols < 0)
+    return mlpd_errf(err, MLPD_EINVAL, "negative shape [%lld, %lld]",
+                     (long long)req->rows, (long long)req->cols);
+  if (req->cols != 0 &&
+      (uint64_t)req->rows > SIZE_MAX / 4 / (uint64_t)req->cols)
+    return mlpd_errf(err, MLPD_EFRAME2BIG, "shape [%lld, %lld] is too large",
+                     (long long)req->rows, (long long)req->cols);
+  if (req->data == NULL && req->rows * req->cols != 0)
+    return mlpd_errf(err, MLPD_EINVAL, "input data is NULL");
+  return 0;
+}
+
+static int send_infer(mlpd_client_t *c, uint64_t id,
+                      const mlpd_client_infer_t *req, uint64_t deadline,
+                      mlpd_err_t *err) {
+  int rc = check_infer(req, err);
+  if (rc != 0)
+    return rc;
+  mlpd_v1_Request msg = mlpd_v1_Request_init_zero;
+  msg.id = id;
+  msg.which_kind = mlpd_v1_Request_infer_tag;
+  mlpd_v1_InferRequest *ir = &msg.kind.infer;
+  ir->has_input = true;
+  ir->input.dtype = dtype_to_wire(req->dtype);
+  ir->input.shape_count = 2;
+  ir->input.shape[0] = req->rows;
+  ir->input.shape[1] = req->cols;
+  ir->input.data.funcs.encode = encode_bytes;
+  ir->input.data.arg = (void *)req;
+  ir->timeout_ms = req->timeout_ms;
+  ir->output_dtype = dtype_to_wire(req->out_dtype);
+  size_t len;
+  if ((rc = encode_frame(c, &msg, &len, err)) != 0)
+    return rc;
+  if ((rc = send_frame(c, len, deadline, err)) != 0)
+    return rc;
+  c->inflight++;
+  return 0;
+}
+
+/* ---- inference ---- */
+
+void mlpd_client_infer_init(mlpd_client_infer_t *req) {
+  memset(req, 0, sizeof(*req));
+  req->out_dtype = MLPD_CLIENT_DTYPE_SAME;
+}
+
+void mlpd_client_result_init(mlpd_client_result_t *r) {
+  memset(r, 0, sizeof(*r));
+}
+
+void mlpd_client_result_free(mlpd_client_result_t *r) {
+  if (r == NULL)
+    return;
+  free(r->buf_[0]);
+  free(r->buf_[1]);
+  memset(r, 0, sizeof(*r));
+}
+
+/* Fills *res from a decoded response whose tensor bytes (if any) are in
+ * res->buf_[0]. */
+static int fill_result(mlpd_client_t *c, const mlpd_v1_Response *r,
+                       const dec_t *d, mlpd_client_result_t *res,
+                       mlpd_err_t *err) {
+  (void)c;
+  res->id = r->id;
+  res->status = (int)r->status;
+  memcpy(res->message, r->message, sizeof(res->message));
+  res->message[sizeof(res->message) - 1] = '\0';
+  res->rows = res->cols = 0;
+  res->data = NULL;
+  res->nbytes = 0;
+  res->queue_us = res->compute_us = 0;
+  res->batch_rows = 0;
+  res->dtype = res->wire_dtype = MLPD_DTYPE_F32;
+  if (r->which_kind == mlpd_v1_Response_infer_tag) {
+    res->queue_us = r->kind.infer.queue_us;
+    res->compute_us = r->kind.infer.compute_us;
+    res->batch_rows = r->kind.infer.batch_rows;
+  }
+  if (r->status != mlpd_v1_Status_OK)
+    return 0;
+  if (r->which_kind != mlpd_v1_Response_infer_tag ||
+      !r->kind.infer.has_output)
+    return mlpd_errf(err, MLPD_EPROTO,
+                     "response %llu is OK but carries no inference output",
+                     (unsigned long long)r->id);
+  const mlpd_v1_Tensor *t = &r->kind.infer.output;
+  int dt = dtype_from_wire(t->dtype);
+  if (dt < 0 || t->shape_count != 2 || t->shape[0] < 0 || t->shape[1] < 0)
+    return mlpd_errf(err, MLPD_EPROTO,
+                     "response %llu: output is not a 2-D F32/F16/BF16 "
+                     "tensor (dtype %d, %u dims)",
+                     (unsigned long long)r->id, (int)t->dtype,
+                     (unsigned)t->shape_count);
+  uint64_t rows = (uint64_t)t->shape[0], cols = (uint64_t)t->shape[1];
+  size_t esz = mlpd_dtype_size((mlpd_dtype_t)dt);
+  size_t have = d->have_data ? d->data_len : 0;
+  if ((cols != 0 && rows > SIZE_MAX / esz / cols) ||
+      rows * cols * esz != have)
+    return mlpd_errf(err, MLPD_EPROTO,
+                     "response %llu: output [%llu, %llu] %s needs %llu "
+                     "bytes but carries %zu",
+                     (unsigned long long)r->id, (unsigned long long)rows,
+                     (unsigned long long)cols,
+                     mlpd_dtype_name((mlpd_dtype_t)dt),
+                     (unsigned long long)(rows * cols * esz), have);
+  res->rows = (int64_t)rows;
+  res->cols = (int64_t)cols;
+  res->wire_dtype = (mlpd_dtype_t)dt;
+  res->dtype = (mlpd_dtype_t)dt;
+  res->data = res->buf_[0];
+  res->nbytes = have;
+  if (res->as_f32 && dt != MLPD_DTYPE_F32) {
+    size_t n = (size_t)(rows * cols);
+    if (grow(&res->buf_[1], &res->cap_[1],
+             n > 0 ? n * sizeof(float) : 1) != 0)
+      return mlpd_errf(err, -ENOMEM, "out of memory converting the output");
+    mlpd_dtype_convert(res->buf_[1], MLPD_DTYPE_F32, res->buf_[0],
+                       (mlpd_dtype_t)dt, n);
+    res->data = res->buf_[1];
+    res->dtype = MLPD_DTYPE_F32;
+    res->nbytes = n * sizeof(float);
+  }
+  return 0;
+}
+
+static int no_pipelined(const mlpd_client_t *c, const char *what,
+                        mlpd_err_t *err) {
+  if (c->inflight - c->abandoned == 0)
+    return 0;
+  return mlpd_errf(err, MLPD_EINVAL,
+                   "%s: %zu pipelined request(s) still in flight; receive "
+                   "them with mlpd_client_recv first",
+                   what, c->inflight - c->abandoned);
+}
+
+/* Sends a blocking call's request and takes its response into *r. */
+static int roundtrip(mlpd_client_t *c, mlpd_v1_Request *msg,
+                     const mlpd_client_infer_t *infer, mlpd_v1_Response *r,
+                     dec_t *d, mlpd_err_t *err) {
+  uint64_t deadline = deadline_for(c->timeout_ms);
+  uint64_t id = c->next_id++ | BLOCKING_ID_BIT;
+  int rc;
+  if (infer != NULL) {
+    rc = send_infer(c, id, infer, deadline, err);
+  } else {
+    size_t len;
+    msg->id = id;
+    rc = encode_frame(c, msg, &len, err);
+    if (rc == 0)
+      rc = send_frame(c, len, deadline, err);
+    if (rc == 0)
+      c->inflight++;
+  }
+  if (rc != 0)
+    return rc;
+  rc = next_response(c, deadline, id, r, d, err);
+  if (rc == -ETIMEDOUT) {
+    /* Its answer may still come; next_response drops it then. */
+    c->abandoned++;
+    return rc;
+  }
+  if (rc != 0)
+    return rc;
+  if (r->id != id)
+    return breakf(c, err, MLPD_EPROTO,
+                  "daemon answered id %llu to request id %llu",
+                  (unsigned long long)r->id, (unsigned long long)id);
+  return 0;
+}
+
+int mlpd_client_infer(mlpd_client_t *c, const mlpd_client_infer_t *req,
+                      mlpd_client_result_t *res, mlpd_err_t *err) {
+  int rc;
+  if ((rc = check_usable(c, err)) != 0 ||
+      (rc = no_pipelined(c, "infer", err)) != 0)
+    return rc;
+  mlpd_v1_Response r;
+  dec_t d = {.res = res};
+  if ((rc = roundtrip(c, NULL, req, &r, &d, err)) != 0)
+    return rc;
+  return fill_result(c, &r, &d, res, err);
+}
+
+int mlpd_client_send_infer(mlpd_client_t *c, uint64_t id,
+                           const mlpd_client_infer_t *req, mlpd_err_t *err) {
+  int rc;
+  if ((rc = check_usable(c, err)) != 0)
+    return rc;
+  if (id & BLOCKING_ID_BIT)
+    return mlpd_errf(err, MLPD_EINVAL,
+                     "id %llu: ids of 2^63 and above are reserved for the "
+                     "client's blocking calls",
+                     (unsigned long long)id);
+  return send_infer(c, id, req, deadline_for(c->timeout_ms), err);
+}
+
+int mlpd_client_recv(mlpd_client_t *c, mlpd_client_result_t *res,
+                     mlpd_err_t *err) {
+  int rc;
+  if ((rc = check_usable(c, err)) != 0)
+    return rc;
+  if (c->inflight - c->abandoned == 0)
+    return mlpd_errf(err, MLPD_EINVAL,
+                     "recv: no request in flight (send one with "
+                     "mlpd_client_send_infer)");
+  mlpd_v1_Response r;
+  dec_t d = {.res = res};
+  if ((rc = next_response(c, deadline_for(c->timeout_ms), 0, &r, &d, err)) != 0)
+    return rc;
+  return fill_result(c, &r, &d, res, err);
+}
+
+int mlpd_client_wait(mlpd_client_t *c, int timeout_ms, mlpd_err_t *err) {
+  int rc;
+  if ((rc = check_usable(c, err)) != 0)
+    return rc;
+  uint64_t deadline =
+      timeout_ms < 0 ? 0
+                     : mlpd_now_ns() + (uint64_t)timeout_ms * 1000000u;
+  size_t hlen;
+  uint64_t blen;
+  if (timeout_ms == 0) {
+    /* Look at what is buffered and what the socket holds, no waiting. */
+    rc = frame_ready(c, &hlen, &blen, err);
+    if (rc != 0)
+      return rc;
+    if (rbuf_room(c, 4096, SIZE_MAX) < 0)
+      return mlpd_errf(err, -ENOMEM, "out of memory");
+    if ((rc = read_some(c, 0, NULL, err)) < 0)
+      return rc;
+    return frame_ready(c, &hlen, &blen, err);
+  }
+  return wait_frame(c, deadline, &hlen, &blen, err);
+}
+
+/* ---- health, metrics, model info ---- */
+
+/* A non-OK answer to a call that has nothing else to say. */
+static int status_error(const mlpd_v1_Response *r, const char *what,
+                        mlpd_err_t *err) {
+  int code;
+  switch (r->status) {
+  case mlpd_v1_Status_INVALID_ARGUMENT: code = MLPD_EINVAL; break;
+  case mlpd_v1_Status_DEADLINE_EXCEEDED: code = MLPD_ETIMEDOUT; break;
+  case mlpd_v1_Status_RESOURCE_EXHAUSTED: code = MLPD_EFRAME2BIG; break;
+  case mlpd_v1_Status_UNIMPLEMENTED: code = MLPD_ENOTBUILT; break;
+  case mlpd_v1_Status_UNAVAILABLE: code = MLPD_EBUSY; break;
+  case mlpd_v1_Status_INTERNAL: code = MLPD_EINTERNAL; break;
+  default: code = MLPD_EPROTO; break;
+  }
+  return mlpd_errf(err, code, "%s: daemon answered %s: %s", what,
+                   mlpd_client_status_name((int)r->status),
+                   r->message[0] ? r->message : "(no message)");
+}
+
+static int simple_call(mlpd_client_t *c, pb_size_t kind, const char *what,
+                       mlpd_v1_Response *r, dec_t *d, mlpd_err_t *err) {
+  int rc;
+  if ((rc = check_usable(c, err)) != 0 ||
+      (rc = no_pipelined(c, what, err)) != 0)
+    return rc;
+  mlpd_v1_Request msg = mlpd_v1_Request_init_zero;
+  msg.which_kind = kind;
+  if ((rc = roundtrip(c, &msg, NULL, r, d, err)) != 0)
+    return rc;
+  if (r->status != mlpd_v1_Status_OK)
+    return status_error(r, what, err);
+  pb_size_t want = kind == mlpd_v1_Request_health_tag
+                       ? mlpd_v1_Response_health_tag
+                   : kind == mlpd_v1_Request_metrics_tag
+                       ? mlpd_v1_Response_metrics_tag
+                       : mlpd_v1_Response_model_info_tag;
+  if (r->which_kind != want)
+    return mlpd_errf(err, MLPD_EPROTO,
+                     "%s: the daemon's answer is of another kind (%u)", what,
+                     (unsigned)r->which_kind);
+  return 0;
+}
+
+int mlpd_client_health(mlpd_client_t *c, mlpd_client_health_t *h,
+                       mlpd_err_t *err) {
+  mlpd_v1_Response r;
+  dec_t d = {0};
+  int rc = simple_call(c, mlpd_v1_Request_health_tag, "health", &r, &d, err);
+  if (rc != 0)
+    return rc;
+  h->live = r.kind.health.live;
+  h->ready = r.kind.health.ready;
+  memcpy(h->state, r.kind.health.state, sizeof(h->state));
+  h->state[sizeof(h->state) - 1] = '\0';
+  return 0;
+}
+
+int mlpd_client_metrics(mlpd_client_t *c, char **text, size_t *len,
+                        mlpd_err_t *err) {
+  *text = NULL;
+  if (len != NULL)
+    *len = 0;
+  mlpd_v1_Response r;
+  char *t = NULL;
+  dec_t d = {.text = &t};
+  int rc =
+      simple_call(c, mlpd_v1_Request_metrics_tag, "metrics", &r, &d, err);
+  if (rc != 0) {
+    free(t);
+    return rc;
+  }
+  if (t == NULL && (t = calloc(1, 1)) == NULL) /* proto3 omits "" */
+    return mlpd_errf(err, -ENOMEM, "out of memory");
+  *text = t;
+  if (len != NULL)
+    *len = d.text_len;
+  return 0;
+}
+
+int mlpd_client_model_info(mlpd_client_t *c, mlpd_client_model_info_t *info,
+                           mlpd_err_t *err) {
+  mlpd_v1_Response r;
+  dec_t d = {0};
+  int rc = simple_call(c, mlpd_v1_Request_model_info_tag, "model_info", &r,
+                       &d, err);
+  if (rc != 0)
+    return rc;
+  const mlpd_v1_ModelInfoResponse *m = &r.kind.model_info;
+  memset(info, 0, sizeof(*info));
+  snprintf(info->path, sizeof(info->path), "%s", m->path);
+  info->nlayers = (int)m->layers_count;
+  for (pb_size_t i = 0; i < m->layers_count; i++) {
+    info->layers[i].in_features = m->layers[i].in_features;
+    info->layers[i].out_features = m->layers[i].out_features;
+    snprintf(info->layers[i].activation, sizeof(info->layers[i].activation),
+             "%s", m->layers[i].activation);
+  }
+  info->in_features = m->in_features;
+  info->out_features = m->out_features;
+  info->file_dtype = dtype_from_wire(m->file_dtype);
+  info->compute_dtype = dtype_from_wire(m->compute_dtype);
+  snprintf(info->engine, sizeof(info->engine), "%s", m->engine);
+  snprintf(info->device, sizeof(info->device), "%s", m->device);
+  info->max_batch = m->max_batch;
+  info->device_memory_bytes = m->device_memory_bytes;
+  info->host_memory_bytes = m->host_memory_bytes;
+  info->generation = m->generation;
+  return 0;
+}

@@ -1,0 +1,564 @@
+/* mlpd-bench.c - load generator for a running mlpd, in the spirit of
+ * Triton's perf_analyzer: N connections, each with D requests pipelined in
+ * flight (closed loop), or requests sent on a fixed schedule (open loop,
+ * --rate), for a duration or a number of requests after a warm-up.
+ *
+ * Reports client-side throughput and latency percentiles, and the server's
+ * own split of each request's time into queue and compute as the responses
+ * carry it, plus failures by status. Inputs are random normal rows of the
+ * model's in_features (never zeros, which would make every batch compute the
+ * same easy numbers).
+ *
+ * Latency is measured from the moment a request was due to the moment its
+ * response was read: in closed loop that is its send; in open loop it is its
+ * scheduled time, so a daemon that falls behind is charged for the wait
+ * (no coordinated omission). One thread and one client per connection; it
+ * does not drive other servers and does not check outputs (mlpctl and the
+ * tests do that). */
+#include "latency.h"
+#include "mlpd_client.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NINPUTS 8 /* distinct random requests each connection cycles through */
+#define SLOT_BITS 20
+
+typedef struct {
+  const char *socket;
+  int connections;
+  int depth;
+  int rows;
+  double duration_s;
+  long long requests; /* > 0: stop after this many measured requests */
+  double warmup_s;
+  double rate;        /* total requests/s, 0 = closed loop */
+  int in_dtype;
+  int out_dtype;
+  unsigned timeout_ms;
+  int json;
+  uint64_t seed;
+  int cols;           /* the model's in_features */
+} cfg_t;
+
+typedef struct {
+  int idx;
+  const cfg_t *cfg;
+  uint64_t t_measure;  /* ns: requests due from here on are measured */
+  uint64_t t_stop;     /* ns: no request is sent after this (duration) */
+  atomic_llong *budget; /* measured requests left (--requests) */
+  void *inputs[NINPUTS];
+  /* results, measured requests only */
+  double *lat;         /* us */
+  size_t nlat, cap;
+  uint64_t ok, rows_ok;
+  uint64_t by_status[16];
+  double queue_sum, compute_sum, batch_sum;
+  uint64_t last_done;  /* ns */
+  int failed;          /* transport error: rc != 0 */
+  mlpd_err_t err;
+  pthread_t th;
+} worker_t;
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: mlpd-bench [options]\n"
+          "  --socket PATH       daemon socket (default $MLPD_SOCKET, else "
+          MLPD_CLIENT_DEFAULT_SOCKET ")\n"
+          "  --connections N     connections, one thread each (default 1)\n"
+          "  --depth D           requests in flight per connection "
+          "(default 1)\n"
+          "  --rows R            rows per request (default 1)\n"
+          "  --duration S        measure for S seconds (default 10)\n"
+          "  --requests N        measure N requests instead of a duration\n"
+          "  --warmup S          unmeasured warm-up first (default 1)\n"
+          "  --rate R            open loop: R requests/s in total on a fixed\n"
+          "                      schedule (default: closed loop)\n"
+          "  --input-dtype T     f32 (default), f16, bf16\n"
+          "  --output-dtype T    f32, f16, bf16 (default: as input)\n"
+          "  --timeout-ms N      server-side deadline per request\n"
+          "  --seed N            random inputs' seed (default 1)\n"
+          "  --json              machine-readable report\n"
+          "exit status: 0 when every connection ran to the end (requests the\n"
+          "daemon refused are counted by status, not fatal), 1 on a "
+          "transport\nerror, 2 on a usage error\n");
+}
+
+/* xorshift64* and Box-Muller: deterministic per connection. */
+static uint64_t rng_next(uint64_t *s) {
+  *s ^= *s >> 12;
+  *s ^= *s << 25;
+  *s ^= *s >> 27;
+  return *s * 2685821657736338717ull;
+}
+
+static double rng_normal(uint64_t *s) {
+  double u1 = ((double)(rng_next(s) >> 11) + 1.0) / 9007199254740993.0;
+  double u2 = (double)(rng_next(s) >> 11) / 9007199254740992.0;
+  return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+static int push_lat(worker_t *w, double us) {
+  if (w->nlat == w->cap) {
+    size_t n = w->cap ? w->cap * 2 : 65536;
+    double *p = realloc(w->lat, n * sizeof(*p));
+    if (p == NULL)
+      return mlpd_errf(&w->err, -ENOMEM, "out of memory for latencies");
+    w->lat = p;
+    w->cap = n;
+  }
+  w->lat[w->nlat++] = us;
+  return 0;
+}
+
+/* May one more request go out, due at `due`? Sends stop at t_stop or when
+ * the measured budget is spent; warm-up requests do not spend it. */
+static int may_send(worker_t *w, uint64_t due) {
+  if (w->cfg->requests > 0) {
+    if (due < w->t_measure)
+      return 1;
+    return atomic_fetch_sub(w->budget, 1) > 0;
+  }
+  return due < w->t_stop;
+}
+
+static void *run(void *arg) {
+  worker_t *w = arg;
+  const cfg_t *cfg = w->cfg;
+  int rc = 0, depth = cfg->depth;
+  mlpd_client_t *c = NULL;
+  mlpd_client_result_t res;
+  mlpd_client_result_init(&res);
+  uint64_t *due = calloc((size_t)depth, sizeof(*due));
+  int *freeslots = calloc((size_t)depth, sizeof(*freeslots));
+  if (due == NULL || freeslots == NULL) {
+    rc = mlpd_errf(&w->err, -ENOMEM, "out of memory");
+    goto done;
+  }
+  int nfree = depth;
+  for (int i = 0; i < depth; i++)
+    freeslots[i] = depth - 1 - i;
+  if ((rc = mlpd_client_connect(cfg->socket, &c, &w->err)) != 0)
+    goto done;
+  mlpd_client_set_timeout(c, 60000);
+
+  /* Open loop: this connection's share of the rate, its schedule offset so
+   * that connections do not send in lockstep. */
+  double interval_ns = cfg->rate > 0 ? 1e9 * cfg->connections / cfg->rate : 0;
+  uint64_t start = mlpd_now_ns();
+  double next_due = (double)start + interval_ns * w->idx / cfg->connections;
+  uint64_t seq = 0;
+  int stopped = 0;
+  for (;;) {
+    uint64_t now = mlpd_now_ns();
+    /* Send what is due. */
+    while (!stopped && nfree > 0) {
+      uint64_t d = interval_ns > 0 ? (uint64_t)next_due : now;
+      if (d > now)
+        break;
+      if (!may_send(w, d)) {
+        stopped = 1;
+        break;
+      }
+      int slot = freeslots[--nfree];
+      due[slot] = d;
+      mlpd_client_infer_t req;
+      mlpd_client_infer_init(&req);
+      req.data = w->inputs[seq % NINPUTS];
+      req.dtype = (mlpd_dtype_t)cfg->in_dtype;
+      req.rows = cfg->rows;
+      req.cols = cfg->cols;
+      req.out_dtype = cfg->out_dtype;
+      req.timeout_ms = cfg->timeout_ms;
+      uint64_t id = (seq++ << SLOT_BITS) | (uint64_t)slot;
+      if ((rc = mlpd_client_send_infer(c, id, &req, &w->err)) != 0)
+        goto done;
+      if (interval_ns > 0)
+        next_due += interval_ns;
+      now = mlpd_now_ns();
+    }
+    size_t inflight = mlpd_client_inflight(c);
+    if (stopped && inflight == 0)
+      break;
+    if (inflight == 0) {
+      /* Open loop, idle until the next request is due. */
+      uint64_t d = (uint64_t)next_due;
+      if (d > now) {
+        struct timespec ts = {.tv_sec = (time_t)((d - now) / 1000000000u),
+                              .tv_nsec = (long)((d - now) % 1000000000u)};
+        nanosleep(&ts, NULL);
+      }
+      continue;
+    }
+    if (interval_ns > 0 && !stopped && nfree > 0) {
+      /* Wait for a response only until the next request is due. */
+      uint64_t d = (uint64_t)next_due;
+      int ms = d > now ? (int)((d - now + 999999) / 1000000) : 0;
+      rc = mlpd_client_wait(c, ms, &w->err);
+      if (rc < 0)
+        goto done;
+      if (rc == 0)
+        continue;
+    }
+    if ((rc = mlpd_client_recv(c, &res, &w->err)) != 0)
+      goto done;
+    now = mlpd_now_ns();
+    int slot = (int)(res.id & ((1u << SLOT_BITS) - 1));
+    if (slot >= depth) {
+      rc = mlpd_errf(&w->err, MLPD_EPROTO, "unknown response id %llu",
+                     (unsigned long long)res.id);
+      goto done;
+    }
+    freeslots[nfree++] = slot;
+    if (due[slot] < w->t_measure)
+      continue;
+    if ((rc = push_lat(w, (double)(now - due[slot]) / 1e3)) != 0)
+      goto done;
+    w->last_done = now;
+    if (res.status == MLPD_STATUS_OK) {
+      w->ok++;
+      w->rows_ok += (uint64_t)res.rows;
+      w->queue_sum += (double)res.queue_us;
+      w->compute_sum += (double)res.compute_us;
+      w->batch_sum += res.batch_rows;
+    } else {
+      w->by_status[res.status >= 0 && res.status < 16 ? res.status : 2]++;
+    }
+  }
+  rc = 0;
+
+done:
+  if (rc != 0)
+    w->failed = rc;
+  mlpd_client_result_free(&res);
+  mlpd_client_close(c);
+  free(freeslots);
+  free(due);
+  return NULL;
+}
+
+/* s as a JSON string, quotes included, into out (truncated to fit). */
+static const char *json_str(char *out, size_t cap, const char *s) {
+  size_t n = 0;
+  out[n++] = '"';
+  for (; *s && n + 8 < cap; s++) {
+    unsigned char ch = (unsigned char)*s;
+    if (ch == '"' || ch == '\\') {
+      out[n++] = '\\';
+      out[n++] = (char)ch;
+    } else if (ch < 0x20) {
+      n += (size_t)snprintf(out + n, cap - n, "\\u%04x", ch);
+    } else {
+      out[n++] = (char)ch;
+    }
+  }
+  out[n++] = '"';
+  out[n] = '\0';
+  return out;
+}
+
+static int parse_num(const char *s, const char *what, double min,
+                     double *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno != 0 || end == s || *end != '\0' || !(v >= min)) {
+    fprintf(stderr, "mlpd-bench: %s must be a number >= %g, not '%s'\n",
+            what, min, s);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+static int parse_dtype(const char *s, const char *what, int *out) {
+  mlpd_dtype_t t;
+  if (mlpd_dtype_parse(s, &t) != 0) {
+    fprintf(stderr, "mlpd-bench: %s must be f32, f16 or bf16, not '%s'\n",
+            what, s);
+    return -1;
+  }
+  *out = (int)t;
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  cfg_t cfg = {
+      .socket = getenv("MLPD_SOCKET"),
+      .connections = 1,
+      .depth = 1,
+      .rows = 1,
+      .duration_s = 10,
+      .warmup_s = 1,
+      .in_dtype = MLPD_DTYPE_F32,
+      .out_dtype = MLPD_CLIENT_DTYPE_SAME,
+      .seed = 1,
+  };
+  if (cfg.socket == NULL || cfg.socket[0] == '\0')
+    cfg.socket = MLPD_CLIENT_DEFAULT_SOCKET;
+  static const struct option longopts[] = {
+      {"socket", required_argument, 0, 's'},
+      {"connections", required_argument, 0, 'c'},
+      {"depth", required_argument, 0, 'd'},
+      {"rows", required_argument, 0, 'r'},
+      {"duration", required_argument, 0, 'D'},
+      {"requests", required_argument, 0, 'n'},
+      {"warmup", required_argument, 0, 'w'},
+      {"rate", required_argument, 0, 'R'},
+      {"input-dtype", required_argument, 0, 'I'},
+      {"output-dtype", required_argument, 0, 'O'},
+      {"timeout-ms", required_argument, 0, 't'},
+      {"seed", required_argument, 0, 'S'},
+      {"json", no_argument, 0, 'j'},
+      {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
+  int ch;
+  double v;
+  while ((ch = getopt_long(argc, argv, "s:c:d:r:D:n:w:R:t:S:jh", longopts,
+                           NULL)) != -1) {
+    switch (ch) {
+    case 's': cfg.socket = optarg; break;
+    case 'j': cfg.json = 1; break;
+    case 'c':
+      if (parse_num(optarg, "--connections", 1, &v) != 0 || v > 4096)
+        return 2;
+      cfg.connections = (int)v;
+      break;
+    case 'd':
+      if (parse_num(optarg, "--depth", 1, &v) != 0 || v > (1 << SLOT_BITS))
+        return 2;
+      cfg.depth = (int)v;
+      break;
+    case 'r':
+      if (parse_num(optarg, "--rows", 1, &v) != 0 || v > (1 << 24))
+        return 2;
+      cfg.rows = (int)v;
+      break;
+    case 'D':
+      if (parse_num(optarg, "--duration", 0.001, &cfg.duration_s) != 0)
+        return 2;
+      break;
+    case 'n':
+      if (parse_num(optarg, "--requests", 1, &v) != 0)
+        return 2;
+      cfg.requests = (long long)v;
+      break;
+    case 'w':
+      if (parse_num(optarg, "--warmup", 0, &cfg.warmup_s) != 0)
+        return 2;
+      break;
+    case 'R':
+      if (parse_num(optarg, "--rate", 0.001, &cfg.rate) != 0)
+        return 2;
+      break;
+    case 't':
+      if (parse_num(optarg, "--timeout-ms", 0, &v) != 0)
+        return 2;
+      cfg.timeout_ms = (unsigned)v;
+      break;
+    case 'S':
+      if (parse_num(optarg, "--seed", 0, &v) != 0)
+        return 2;
+      cfg.seed = (uint64_t)v;
+      break;
+    case 'I':
+      if (parse_dtype(optarg, "--input-dtype", &cfg.in_dtype) != 0)
+        return 2;
+      break;
+    case 'O':
+      if (parse_dtype(optarg, "--output-dtype", &cfg.out_dtype) != 0)
+        return 2;
+      break;
+    case 'h': usage(stdout); return 0;
+    default: usage(stderr); return 2;
+    }
+  }
+  if (optind != argc) {
+    usage(stderr);
+    return 2;
+  }
+
+  /* The model's width, from the daemon itself. */
+  mlpd_err_t err = {0};
+  mlpd_client_t *c = NULL;
+  mlpd_client_model_info_t info;
+  int rc = mlpd_client_connect(cfg.socket, &c, &err);
+  if (rc == 0) {
+    mlpd_client_set_timeout(c, 60000);
+    rc = mlpd_client_model_info(c, &info, &err);
+  }
+  mlpd_client_close(c);
+  if (rc != 0) {
+    fprintf(stderr, "mlpd-bench: %s (%s)\n", mlpd_err_msg(&err, rc),
+            mlpd_err_name(rc));
+    return 1;
+  }
+  cfg.cols = (int)info.in_features;
+
+  int status = 1;
+  worker_t *w = calloc((size_t)cfg.connections, sizeof(*w));
+  double *all = NULL;
+  if (w == NULL) {
+    fprintf(stderr, "mlpd-bench: out of memory\n");
+    return 1;
+  }
+  size_t nin = (size_t)cfg.rows * (size_t)cfg.cols;
+  size_t esz = mlpd_dtype_size((mlpd_dtype_t)cfg.in_dtype);
+  float *tmp = malloc(nin * sizeof(float));
+  if (tmp == NULL) {
+    fprintf(stderr, "mlpd-bench: out of memory\n");
+    goto out;
+  }
+  for (int i = 0; i < cfg.connections; i++) {
+    uint64_t s = cfg.seed * 0x9E3779B97F4A7C15ull + (uint64_t)i + 1;
+    for (int k = 0; k < NINPUTS; k++) {
+      w[i].inputs[k] = malloc(nin * esz);
+      if (w[i].inputs[k] == NULL) {
+        fprintf(stderr, "mlpd-bench: out of memory for inputs\n");
+        goto out;
+      }
+      for (size_t j = 0; j < nin; j++)
+        tmp[j] = (float)rng_normal(&s);
+      mlpd_dtype_convert(w[i].inputs[k], (mlpd_dtype_t)cfg.in_dtype, tmp,
+                         MLPD_DTYPE_F32, nin);
+    }
+  }
+
+  atomic_llong budget = cfg.requests;
+  uint64_t t_start = mlpd_now_ns();
+  uint64_t t_measure = t_start + (uint64_t)(cfg.warmup_s * 1e9);
+  uint64_t t_stop = t_measure + (uint64_t)(cfg.duration_s * 1e9);
+  int started = 0;
+  for (int i = 0; i < cfg.connections; i++) {
+    w[i].idx = i;
+    w[i].cfg = &cfg;
+    w[i].t_measure = t_measure;
+    w[i].t_stop = t_stop;
+    w[i].budget = &budget;
+    if (pthread_create(&w[i].th, NULL, run, &w[i]) != 0) {
+      fprintf(stderr, "mlpd-bench: cannot start thread %d\n", i);
+      break;
+    }
+    started++;
+  }
+  size_t total = 0;
+  uint64_t ok = 0, rows_ok = 0, by_status[16] = {0}, last = t_measure;
+  double qsum = 0, csum = 0, bsum = 0;
+  int failed = 0;
+  for (int i = 0; i < started; i++) {
+    pthread_join(w[i].th, NULL);
+    total += w[i].nlat;
+    ok += w[i].ok;
+    rows_ok += w[i].rows_ok;
+    qsum += w[i].queue_sum;
+    csum += w[i].compute_sum;
+    bsum += w[i].batch_sum;
+    for (int s = 0; s < 16; s++)
+      by_status[s] += w[i].by_status[s];
+    if (w[i].last_done > last)
+      last = w[i].last_done;
+    if (w[i].failed) {
+      failed++;
+      fprintf(stderr, "mlpd-bench: connection %d: %s (%s)\n", i,
+              mlpd_err_msg(&w[i].err, w[i].failed),
+              mlpd_err_name(w[i].failed));
+    }
+  }
+  if (started < cfg.connections)
+    failed++;
+  all = malloc((total ? total : 1) * sizeof(*all));
+  if (all == NULL) {
+    fprintf(stderr, "mlpd-bench: out of memory\n");
+    goto out;
+  }
+  size_t pos = 0;
+  for (int i = 0; i < started; i++) {
+    memcpy(all + pos, w[i].lat, w[i].nlat * sizeof(*all));
+    pos += w[i].nlat;
+  }
+  lat_sort(all, total);
+  double secs = (double)(last - t_measure) / 1e9;
+  if (secs <= 0)
+    secs = 1e-9;
+  uint64_t nerr = total - ok;
+  double p50 = lat_pct(all, total, 50), p90 = lat_pct(all, total, 90),
+         p99 = lat_pct(all, total, 99), p999 = lat_pct(all, total, 99.9),
+         mx = total ? all[total - 1] : 0, mean = lat_mean(all, total);
+  double okd = ok ? (double)ok : 1;
+  if (cfg.json) {
+    char js[3][400];
+    printf("{\"socket\": %s, \"connections\": %d, \"depth\": %d, "
+           "\"rows_per_request\": %d, \"mode\": \"%s\", \"rate\": %g, "
+           "\"input_dtype\": \"%s\", \"in_features\": %d, "
+           "\"engine\": %s, \"device\": %s, "
+           "\"requests\": %zu, \"ok\": %llu, \"errors\": %llu, "
+           "\"transport_failures\": %d, \"seconds\": %.6f, "
+           "\"requests_per_s\": %.3f, \"rows_per_s\": %.3f, "
+           "\"latency_ms\": {\"mean\": %.4f, \"p50\": %.4f, \"p90\": %.4f, "
+           "\"p99\": %.4f, \"p99_9\": %.4f, \"max\": %.4f}, "
+           "\"server_ms\": {\"queue_mean\": %.4f, \"compute_mean\": %.4f}, "
+           "\"batch_rows_mean\": %.2f, \"errors_by_status\": {",
+           json_str(js[0], sizeof(js[0]), cfg.socket), cfg.connections,
+           cfg.depth, cfg.rows,
+           cfg.rate > 0 ? "open" : "closed", cfg.rate,
+           mlpd_dtype_name((mlpd_dtype_t)cfg.in_dtype), cfg.cols,
+           json_str(js[1], sizeof(js[1]), info.engine),
+           json_str(js[2], sizeof(js[2]), info.device), total,
+           (unsigned long long)ok,
+           (unsigned long long)nerr, failed, secs, ok / secs, rows_ok / secs,
+           mean / 1e3, p50 / 1e3, p90 / 1e3, p99 / 1e3, p999 / 1e3, mx / 1e3,
+           qsum / okd / 1e3, csum / okd / 1e3, bsum / okd);
+    int first = 1;
+    for (int s = 0; s < 16; s++) {
+      if (by_status[s] == 0)
+        continue;
+      printf("%s\"%s\": %llu", first ? "" : ", ", mlpd_client_status_name(s),
+             (unsigned long long)by_status[s]);
+      first = 0;
+    }
+    printf("}}\n");
+  } else {
+    printf("target      %s: %s on %s, %d -> %u\n", cfg.socket, info.engine,
+           info.device, cfg.cols, info.out_features);
+    printf("load        %d connection(s) x depth %d, %d row(s)/request, "
+           "%s, ",
+           cfg.connections, cfg.depth, cfg.rows,
+           mlpd_dtype_name((mlpd_dtype_t)cfg.in_dtype));
+    if (cfg.rate > 0)
+      printf("open loop at %g requests/s\n", cfg.rate);
+    else
+      printf("closed loop\n");
+    printf("requests    %zu measured: %llu ok, %llu failed, in %.3f s\n",
+           total, (unsigned long long)ok, (unsigned long long)nerr, secs);
+    printf("throughput  %.1f requests/s, %.1f rows/s\n", ok / secs,
+           rows_ok / secs);
+    printf("latency     p50 %.3f ms  p90 %.3f ms  p99 %.3f ms  p99.9 %.3f ms"
+           "  max %.3f ms  (mean %.3f ms)\n",
+           p50 / 1e3, p90 / 1e3, p99 / 1e3, p999 / 1e3, mx / 1e3, mean / 1e3);
+    printf("server      mean queue %.3f ms, compute %.3f ms, batch %.1f "
+           "rows\n",
+           qsum / okd / 1e3, csum / okd / 1e3, bsum / okd);
+    for (int s = 0; s < 16; s++)
+      if (by_status[s])
+        printf("errors      %s: %llu\n", mlpd_client_status_name(s),
+               (unsigned long long)by_status[s]);
+  }
+  status = failed ? 1 : 0;
+
+out:
+  for (int i = 0; i < cfg.connections; i++) {
+    for (int k = 0; k < NINPUTS; k++)
+      free(w[i].inputs[k]);
+    free(w[i].lat);
+  }
+  free(w);
+  free(all);
+  free(tmp);
+  return status;
+}

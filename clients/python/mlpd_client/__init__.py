@@ -1,0 +1,30 @@
+"""Python client for mlpd, the MLP inference daemon.
+
+    from mlpd_client import Client
+    with Client("/run/mlpd/mlpd.sock") as c:
+        print(c.health())
+        r = c.infer(rows)              # rows: numpy [n, in_features] or lists
+        print(r.output, r.queue_us, r.compute_us)
+
+Pure Python over the daemon's Unix socket with protobuf (proto/mlpd.proto,
+generated as mlpd_pb2); numpy is optional. See client.py for the error
+model: TransportError when no answer came, a StatusError subclass per
+non-OK status from blocking calls, statuses as result fields from recv().
+"""
+from .client import (BF16, DEFAULT_MAX_FRAME, DEFAULT_SOCKET, F16, F32,
+                     Cancelled, Client, DeadlineExceeded, FrameTooLarge,
+                     Health, InferResult, Internal, InvalidArgument,
+                     LayerInfo, MlpdError, ModelInfo, ResourceExhausted,
+                     StatusError, TransportError, Unavailable, Unimplemented,
+                     status_name)
+from . import mlpd_pb2
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BF16", "DEFAULT_MAX_FRAME", "DEFAULT_SOCKET", "F16", "F32", "Cancelled",
+    "Client", "DeadlineExceeded", "FrameTooLarge", "Health", "InferResult",
+    "Internal", "InvalidArgument", "LayerInfo", "MlpdError", "ModelInfo",
+    "ResourceExhausted", "StatusError", "TransportError", "Unavailable",
+    "Unimplemented", "mlpd_pb2", "status_name",
+]

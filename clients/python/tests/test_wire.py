@@ -1,0 +1,154 @@
+"""mlpd_client against a scripted fake daemon (a thread on a temporary
+socket): the error handling a well-behaved daemon never exercises. No
+daemon binary is needed."""
+import socket
+import threading
+import time
+
+import pytest
+
+import mlpd_client
+from mlpd_client import Client, mlpd_pb2 as pb
+from mlpd_client.client import _varint
+
+
+class Fake:
+    """Accepts one connection and runs script(conn, fake) on it."""
+
+    def __init__(self, tmp_path, script):
+        self.path = str(tmp_path / "fake.sock")
+        self.srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.srv.bind(self.path)
+        self.srv.listen(1)
+        self.buf = b""
+        self.script = script
+        self.t = threading.Thread(target=self._run, daemon=True)
+        self.t.start()
+
+    def _run(self):
+        conn, _ = self.srv.accept()
+        with conn:
+            self.script(conn, self)
+
+    def next(self, conn):
+        """The next Request, or None at EOF."""
+        while True:
+            n = shift = 0
+            for i, b in enumerate(self.buf[:10]):
+                n |= (b & 0x7F) << shift
+                shift += 7
+                if not b & 0x80:
+                    if len(self.buf) >= i + 1 + n:
+                        r = pb.Request()
+                        r.ParseFromString(self.buf[i + 1:i + 1 + n])
+                        self.buf = self.buf[i + 1 + n:]
+                        return r
+                    break
+            data = conn.recv(65536)
+            if not data:
+                return None
+            self.buf += data
+
+    def join(self):
+        self.t.join(10)
+        self.srv.close()
+
+
+def frame(resp):
+    body = resp.SerializeToString()
+    return _varint(len(body)) + body
+
+
+def health(id, state="ready"):
+    r = pb.Response(id=id)
+    r.health.live = True
+    r.health.ready = True
+    r.health.state = state
+    return r
+
+
+def test_late_answer_is_dropped(tmp_path):
+    def script(conn, f):
+        first = f.next(conn)           # never answered in time
+        second = f.next(conn)
+        conn.sendall(frame(health(first.id, "late")) +
+                     frame(health(second.id, "on time")))
+        while f.next(conn):
+            pass
+    fake = Fake(tmp_path, script)
+    with Client(fake.path, timeout=0.15) as c:
+        t0 = time.monotonic()
+        with pytest.raises(mlpd_client.TransportError) as e:
+            c.health()
+        assert e.value.timed_out and time.monotonic() - t0 >= 0.14
+        c.timeout = 10
+        assert c.health().state == "on time"
+    fake.join()
+
+
+def test_pipelined_out_of_order_and_status(tmp_path):
+    def script(conn, f):
+        reqs = [f.next(conn) for _ in range(3)]
+        out = b""
+        for q in reversed(reqs):
+            r = pb.Response(id=q.id)
+            if q.infer.input.shape[1] != 2:
+                r.status = pb.INVALID_ARGUMENT
+                r.message = "input has %d columns" % q.infer.input.shape[1]
+            else:
+                r.infer.output.CopyFrom(q.infer.input)
+                r.infer.queue_us = 5
+            out += frame(r)
+        conn.sendall(out)
+        while f.next(conn):
+            pass
+    fake = Fake(tmp_path, script)
+    with Client(fake.path, timeout=10) as c:
+        c.send([[1.0, 2.0]], id=10)
+        c.send([[1.0, 2.0, 3.0]], id=11)
+        c.send([[3.0, 4.0], [5.0, 6.0]], id=12, dtype="bf16")
+        got = [c.recv() for _ in range(3)]
+        assert [r.id for r in got] == [12, 11, 10]
+        assert got[0].dtype == "bf16" and got[0].shape == (2, 2)
+        assert [list(map(float, row)) for row in got[0].output] == \
+            [[3.0, 4.0], [5.0, 6.0]]
+        assert not got[1].ok and got[1].message == "input has 3 columns"
+        with pytest.raises(mlpd_client.InvalidArgument):
+            got[1].raise_for_status()
+        assert got[2].ok and got[2].queue_us == 5
+    fake.join()
+
+
+@pytest.mark.parametrize("how", ["hangup_mid", "hangup", "huge", "short"])
+def test_misbehaving_daemon(tmp_path, how):
+    def script(conn, f):
+        q = f.next(conn)
+        if how == "hangup_mid":
+            conn.sendall(frame(health(q.id))[:-2])
+        elif how == "huge":
+            conn.sendall(_varint(1 << 40))
+        elif how == "short":
+            r = pb.Response(id=q.id)
+            r.infer.output.dtype = pb.DTYPE_F32
+            r.infer.output.shape.extend([1, 2])
+            r.infer.output.data = b"\0\0\0\0"
+            conn.sendall(frame(r))
+            while f.next(conn):
+                pass
+    fake = Fake(tmp_path, script)
+    with Client(fake.path, timeout=10, max_frame=1 << 20) as c:
+        with pytest.raises(mlpd_client.TransportError) as e:
+            if how == "short":
+                c.infer([[1.0, 2.0]])
+            else:
+                c.health()
+        msg = str(e.value)
+        assert {"hangup_mid": "in the middle of a response",
+                "hangup": "1 request(s) unanswered",
+                "huge": "exceeds the client's limit",
+                "short": "needs 8 bytes but carries 4"}[how] in msg, msg
+        if how != "short":  # the stream is desynchronised for good
+            with pytest.raises(mlpd_client.TransportError) as e2:
+                c.health()
+            assert "unusable" in str(e2.value)
+    fake.join()

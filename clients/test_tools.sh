@@ -1,0 +1,77 @@
+#!/bin/sh
+# End-to-end check of mlpctl and mlpd-bench against a real daemon on a
+# temporary socket (ctest: test_client_tools): the README's main command
+# (classify the held-out digits over the socket, print accuracy and latency
+# percentiles), the probes, info, metrics, a refused input file, a short
+# closed-loop and open-loop benchmark, and a clean stop.
+# usage: test_tools.sh MLPD MLPCTL MLPD_BENCH SOURCE_ROOT SCRATCH_DIR
+set -eu
+mlpd=$1 mlpctl=$2 bench=$3 src=$4 out=$5
+rm -rf "$out" && mkdir -p "$out"
+sock=$out/mlpd.sock
+export MLPD_SOCKET=$sock
+fail() { echo "FAIL: $*"; [ -f "$out/mlpd.log" ] && tail -20 "$out/mlpd.log"; exit 1; }
+
+# Nothing listens yet: the probe says so, with the path.
+if "$mlpctl" ready 2>"$out/err"; then fail "ready without a daemon"; fi
+grep -q "$sock" "$out/err" || fail "no socket path in: $(cat "$out/err")"
+
+"$mlpd" serve --model "$src/models/digits.safetensors" --socket "$sock" \
+  --device cpu --max-delay-us 200 >"$out/mlpd.log" 2>&1 &
+pid=$!
+trap 'kill $pid 2>/dev/null || true' EXIT
+i=0
+until "$mlpctl" ready >/dev/null 2>&1; do
+  i=$((i + 1))
+  [ $i -lt 600 ] || fail "daemon not ready within 60 s"
+  kill -0 $pid 2>/dev/null || fail "daemon exited during startup"
+  sleep 0.1
+done
+
+"$mlpctl" health | tee "$out/health"
+grep -q '^ready  yes' "$out/health" || fail "health"
+"$mlpctl" info | grep -q '64 -> 128 gelu_tanh -> 128 gelu_tanh -> 10 none' ||
+  fail "info"
+"$mlpctl" info --json | grep -q '"in_features": 64, "out_features": 10' ||
+  fail "info --json"
+
+# The README's main command.
+"$mlpctl" infer "$src/models/digits-heldout.safetensors" | tee "$out/infer"
+awk '/^accuracy/ { ok = ($2 >= 0.95) } END { exit !ok }' "$out/infer" ||
+  fail "accuracy below 0.95"
+grep -Eq '^latency +p50 [0-9.]+ ms +p90 [0-9.]+ ms +p99 [0-9.]+ ms +max' \
+  "$out/infer" || fail "latency percentiles"
+grep -q '^throughput' "$out/infer" || fail "throughput"
+grep -q '^server *mean queue' "$out/infer" || fail "server times"
+
+# Bigger requests, narrow dtypes on the wire, outputs printed.
+"$mlpctl" infer --batch 64 --concurrency 4 --input-dtype bf16 \
+  --output-dtype f16 --print "$src/models/digits-heldout.safetensors" \
+  >"$out/infer2"
+awk '/^accuracy/ { ok = ($2 >= 0.95) } END { exit !ok }' "$out/infer2" ||
+  fail "bf16/f16 accuracy"
+[ "$(grep -c 'argmax=' "$out/infer2")" -eq 540 ] || fail "--print rows"
+
+# A file whose rows do not fit the model: refused, exit 1, reason given.
+printf '1 2 3\n4 5 6\n' >"$out/narrow.txt"
+if "$mlpctl" infer "$out/narrow.txt" 2>"$out/err"; then
+  fail "a 3-column file was accepted"
+fi
+grep -q "3 columns" "$out/err" || fail "no reason: $(cat "$out/err")"
+
+"$mlpctl" metrics | grep -q '^mlpd_requests_total{status="ok"}' ||
+  fail "metrics"
+
+"$bench" --connections 2 --depth 4 --rows 3 --requests 300 --warmup 0 \
+  --json >"$out/bench.json"
+cat "$out/bench.json"
+grep -q '"ok": 300, "errors": 0, "transport_failures": 0' \
+  "$out/bench.json" || fail "mlpd-bench closed loop"
+"$bench" --rate 400 --duration 1 --warmup 0.2 --depth 8 | tee "$out/bench"
+grep -q '0 failed' "$out/bench" || fail "mlpd-bench open loop"
+
+kill -TERM $pid
+wait $pid || fail "daemon exited with $? after SIGTERM"
+trap - EXIT
+if "$mlpctl" ready 2>/dev/null; then fail "ready after stop"; fi
+echo "mlpctl and mlpd-bench OK"

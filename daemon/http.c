@@ -1,0 +1,940 @@
+/* http.c - the optional HTTP/1.1 listener for /healthz, /readyz and
+ * /metrics (see http.h), on the daemon's libuv loop.
+ *
+ * Requests are parsed by Debian's libhttp-parser, never by hand. Every
+ * response is computed on the spot (the handlers are synchronous), so
+ * pipelined requests are answered in order simply by queueing each response
+ * on the stream as its request completes.
+ *
+ * What bounds a client: 8 KiB of request line and headers (431 or 414), an
+ * 8 KiB body (413), 256 connections, a per-connection deadline that any
+ * completed request or write pushes forward (an idle or stalled connection
+ * is closed), and a cap on unsent response bytes beyond which the
+ * connection's input is no longer parsed until the client reads (so a
+ * client that pipelines without reading cannot make us buffer without end).
+ * After a final response (error or Connection: close) the write side is
+ * shut down and input is drained for a moment before closing, so that the
+ * client reads the response instead of a TCP reset.
+ *
+ * Deliberately not here: TLS, authentication (hence loopback or a Unix
+ * socket only), request bodies, chunked responses, HTTP/2, and any route
+ * beyond the three probes. */
+#include "http.h"
+
+#include "log.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <http_parser.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#define HDR_MAX (8 * 1024)      /* request line + header bytes */
+#define URL_MAX 1024            /* request target */
+#define BODY_MAX (8 * 1024)     /* we need none; tolerate a small one */
+#define RBUF_SIZE (16 * 1024)   /* per connection */
+#define WRITE_HIGH (256 * 1024) /* unsent bytes that pause parsing */
+#define WRITE_LOW (64 * 1024)   /* ... and that resume it */
+#define MAX_CONNS 256
+#define IDLE_MS_DEFAULT 30000
+#define LINGER_MS 2000
+#define METRICS_BUF_INIT (16 * 1024)
+#define BACKLOG 128
+
+typedef union {
+  uv_handle_t handle;
+  uv_stream_t stream;
+  uv_tcp_t tcp;
+  uv_pipe_t pipe;
+} stream_u;
+
+typedef struct conn_s conn_t;
+
+struct mlpd_http_s {
+  stream_u listener;       /* first; data = this */
+  uv_loop_t *loop;         /* borrowed */
+  mlpd_http_handlers_t hd; /* copied at start */
+  conn_t *conns;           /* open and closing connections */
+  int nconns;
+  int is_unix;
+  char path[sizeof(((struct sockaddr_un *)0)->sun_path)]; /* Unix only */
+  dev_t dev;  /* the socket file we created, so that stop */
+  ino_t ino;  /* unlinks only ours */
+  int port;   /* TCP only, as bound */
+  char *mbuf; /* /metrics scratch, grown as needed */
+  size_t mcap;
+  uint64_t idle_ms;
+  int stopping;
+  int listener_closed;
+  int full_logged; /* the connection limit was logged; reset below it */
+  void (*done)(void *ud);
+  void *done_ud;
+};
+
+struct conn_s {
+  stream_u io;      /* first; data = this */
+  uv_timer_t timer; /* idle deadline, then the linger deadline */
+  uv_shutdown_t shut;
+  mlpd_http_t *srv;    /* owner */
+  conn_t *prev, *next; /* in srv->conns */
+  http_parser parser;
+  int open_handles;       /* io + timer until both close callbacks */
+  int nwrites;            /* uv_write requests in flight */
+  unsigned reading : 1;   /* uv_read_start is in effect */
+  unsigned paused : 1;    /* parser paused by unsent output */
+  unsigned final : 1;     /* last response queued; no more parsing */
+  unsigned lingering : 1; /* write side shut, draining input */
+  unsigned eof : 1;       /* the client shut its write side */
+  unsigned closing : 1;   /* uv_close called */
+  int err_status;         /* 413/414/431 chosen by a callback */
+  size_t hdr_bytes;
+  size_t body_bytes;
+  size_t url_len;
+  char url[URL_MAX];
+  size_t rlen; /* unparsed bytes at rbuf[0] while paused */
+  char rbuf[RBUF_SIZE];
+};
+
+typedef struct {
+  uv_write_t req; /* data = conn */
+  uv_buf_t buf;
+  char bytes[];
+} wreq_t;
+
+static const http_parser_settings *settings(void);
+static void conn_parse(conn_t *c);
+
+/* ---- lifecycle ---------------------------------------------------------- */
+
+static void try_finish(mlpd_http_t *h) {
+  if (!h->stopping || !h->listener_closed || h->conns != NULL)
+    return;
+  if (h->is_unix) {
+    struct stat st;
+    if (lstat(h->path, &st) == 0 && S_ISSOCK(st.st_mode) &&
+        st.st_dev == h->dev && st.st_ino == h->ino)
+      unlink(h->path);
+  }
+  void (*done)(void *) = h->done;
+  void *ud = h->done_ud;
+  free(h->mbuf);
+  free(h);
+  if (done != NULL)
+    done(ud);
+}
+
+static void on_conn_closed(uv_handle_t *handle) {
+  conn_t *c = handle->data;
+  if (--c->open_handles > 0)
+    return;
+  mlpd_http_t *h = c->srv;
+  if (c->prev != NULL)
+    c->prev->next = c->next;
+  else
+    h->conns = c->next;
+  if (c->next != NULL)
+    c->next->prev = c->prev;
+  h->nconns--;
+  if (h->nconns < MAX_CONNS)
+    h->full_logged = 0;
+  free(c);
+  try_finish(h);
+}
+
+static void conn_close(conn_t *c) {
+  if (c->closing)
+    return;
+  c->closing = 1;
+  uv_close(&c->io.handle, on_conn_closed);
+  uv_close((uv_handle_t *)&c->timer, on_conn_closed);
+}
+
+static void on_timer(uv_timer_t *t) {
+  conn_t *c = t->data;
+  if (!c->lingering)
+    MLPD_LOGD("http: closing a connection idle for %llu ms",
+              (unsigned long long)c->srv->idle_ms);
+  conn_close(c);
+}
+
+static void touch(conn_t *c) {
+  if (!c->lingering)
+    uv_timer_start(&c->timer, on_timer, c->srv->idle_ms, 0);
+}
+
+static void read_stop(conn_t *c) {
+  if (c->reading) {
+    uv_read_stop(&c->io.stream);
+    c->reading = 0;
+  }
+}
+
+static void on_alloc(uv_handle_t *handle, size_t hint, uv_buf_t *buf) {
+  (void)hint;
+  conn_t *c = handle->data;
+  /* rlen is 0 whenever reading is on: leftovers exist only while paused. */
+  buf->base = c->rbuf + c->rlen;
+  buf->len = sizeof(c->rbuf) - c->rlen;
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+
+static void read_start(conn_t *c) {
+  if (c->reading || c->closing)
+    return;
+  if (uv_read_start(&c->io.stream, on_alloc, on_read) != 0) {
+    conn_close(c);
+    return;
+  }
+  c->reading = 1;
+}
+
+static void on_shutdown(uv_shutdown_t *req, int status) {
+  conn_t *c = req->data;
+  if (status < 0 && !c->closing)
+    conn_close(c);
+}
+
+/* The last response is out: send FIN, then read and discard until the
+ * client closes or LINGER_MS passes. Closing with unread input would send a
+ * reset, which can destroy the response before the client reads it. */
+static void start_linger(conn_t *c) {
+  if (c->lingering || c->closing)
+    return;
+  c->lingering = 1;
+  if (c->eof) {
+    conn_close(c);
+    return;
+  }
+  c->shut.data = c;
+  if (uv_shutdown(&c->shut, &c->io.stream, on_shutdown) != 0) {
+    conn_close(c);
+    return;
+  }
+  uv_timer_start(&c->timer, on_timer, LINGER_MS, 0);
+  c->rlen = 0;
+  read_start(c);
+}
+
+static void maybe_finish(conn_t *c) {
+  if (c->final && c->nwrites == 0)
+    start_linger(c);
+}
+
+static void resume(conn_t *c) {
+  c->paused = 0;
+  http_parser_pause(&c->parser, 0);
+  if (c->rlen > 0)
+    conn_parse(c);
+  if (!c->paused && !c->final && !c->closing)
+    read_start(c);
+}
+
+static void on_write(uv_write_t *req, int status) {
+  wreq_t *w = (wreq_t *)req;
+  conn_t *c = req->data;
+  free(w);
+  c->nwrites--;
+  if (c->closing)
+    return;
+  if (status < 0) {
+    MLPD_LOGD("http: write failed: %s", uv_strerror(status));
+    conn_close(c);
+    return;
+  }
+  touch(c);
+  if (c->final) {
+    maybe_finish(c);
+  } else if (c->paused &&
+             uv_stream_get_write_queue_size(&c->io.stream) <= WRITE_LOW) {
+    resume(c);
+  }
+}
+
+/* ---- responses ---------------------------------------------------------- */
+
+static const char *reason(int status) {
+  switch (status) {
+  case 200:
+    return "OK";
+  case 400:
+    return "Bad Request";
+  case 404:
+    return "Not Found";
+  case 405:
+    return "Method Not Allowed";
+  case 413:
+    return "Content Too Large";
+  case 414:
+    return "URI Too Long";
+  case 431:
+    return "Request Header Fields Too Large";
+  case 500:
+    return "Internal Server Error";
+  case 503:
+    return "Service Unavailable";
+  default:
+    return "Unknown";
+  }
+}
+
+/* Queues one response. HEAD gets the headers GET would get, body omitted.
+ * Returns 0, or -1 after closing the connection. */
+static int respond(conn_t *c, int status, const char *ctype, const char *extra,
+                   const char *body, size_t blen, int head, int close) {
+  char date[64];
+  time_t now = time(NULL);
+  struct tm tm;
+  gmtime_r(&now, &tm);
+  strftime(date, sizeof(date), "%a, %d %b %Y %H:%M:%S GMT", &tm);
+
+  /* HTTP/1.0 clients assume close unless told otherwise. */
+  const char *conn_hdr = "";
+  if (close)
+    conn_hdr = "Connection: close\r\n";
+  else if (c->parser.http_major == 1 && c->parser.http_minor == 0)
+    conn_hdr = "Connection: keep-alive\r\n";
+  char hdr[512];
+  int hlen = snprintf(hdr, sizeof(hdr),
+                      "HTTP/1.1 %d %s\r\n"
+                      "Date: %s\r\n"
+                      "Content-Type: %s\r\n"
+                      "Content-Length: %zu\r\n"
+                      "Cache-Control: no-store\r\n"
+                      "%s%s\r\n",
+                      status, reason(status), date, ctype, blen,
+                      extra ? extra : "", conn_hdr);
+  if (hlen < 0 || (size_t)hlen >= sizeof(hdr)) {
+    conn_close(c);
+    return -1;
+  }
+  size_t n = (size_t)hlen + (head ? 0 : blen);
+  wreq_t *w = malloc(sizeof(*w) + n);
+  if (w == NULL) {
+    MLPD_LOGW("http: out of memory for a %zu-byte response", n);
+    conn_close(c);
+    return -1;
+  }
+  memcpy(w->bytes, hdr, (size_t)hlen);
+  if (!head && blen > 0)
+    memcpy(w->bytes + hlen, body, blen);
+  w->buf = uv_buf_init(w->bytes, (unsigned)n);
+  w->req.data = c;
+  int rc = uv_write(&w->req, &c->io.stream, &w->buf, 1, on_write);
+  if (rc != 0) {
+    free(w);
+    conn_close(c);
+    return -1;
+  }
+  c->nwrites++;
+  return 0;
+}
+
+static void respond_text(conn_t *c, int status, const char *text, int head,
+                         int close) {
+  (void)respond(c, status, "text/plain; charset=utf-8", NULL, text,
+                strlen(text), head, close);
+}
+
+/* An unparseable or oversized request: answer, then close. */
+static void respond_error(conn_t *c, int status) {
+  char msg[96];
+  snprintf(msg, sizeof(msg), "%d %s\n", status, reason(status));
+  c->final = 1;
+  read_stop(c);
+  if (respond(c, status, "text/plain; charset=utf-8", NULL, msg, strlen(msg), 0,
+              1) == 0)
+    maybe_finish(c);
+}
+
+static void serve_metrics(conn_t *c, int head, int close) {
+  mlpd_http_t *h = c->srv;
+  size_t need = 0;
+  /* The text can only grow between calls if the handler changes state,
+   * which it cannot do on this thread; a few rounds is plenty. */
+  for (int round = 0; round < 4; round++) {
+    need = h->hd.metrics(h->hd.ud, h->mbuf, h->mcap);
+    if (need < h->mcap)
+      break;
+    size_t cap = need + need / 4 + 1024;
+    char *p = realloc(h->mbuf, cap);
+    if (p == NULL) {
+      MLPD_LOGW("http: out of memory rendering %zu bytes of metrics", need);
+      respond_text(c, 500, "out of memory\n", head, close);
+      return;
+    }
+    h->mbuf = p;
+    h->mcap = cap;
+  }
+  if (need >= h->mcap) {
+    respond_text(c, 500, "metrics kept growing\n", head, close);
+    return;
+  }
+  (void)respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", NULL,
+                h->mbuf, need, head, close);
+}
+
+static void route(conn_t *c, int method, int close) {
+  mlpd_http_t *h = c->srv;
+  struct http_parser_url u;
+  http_parser_url_init(&u);
+  if (http_parser_parse_url(c->url, c->url_len, method == HTTP_CONNECT, &u) !=
+      0) {
+    respond_text(c, 400, "bad request target\n", 0, close);
+    return;
+  }
+  const char *path = "";
+  size_t plen = 0;
+  if (u.field_set & (1u << UF_PATH)) {
+    path = c->url + u.field_data[UF_PATH].off;
+    plen = u.field_data[UF_PATH].len;
+  }
+  enum { HEALTHZ, READYZ, METRICS, NONE } which = NONE;
+  if (plen == 8 && memcmp(path, "/healthz", 8) == 0)
+    which = HEALTHZ;
+  else if (plen == 7 && memcmp(path, "/readyz", 7) == 0)
+    which = READYZ;
+  else if (plen == 8 && memcmp(path, "/metrics", 8) == 0 &&
+           h->hd.metrics != NULL)
+    which = METRICS;
+  if (which == NONE) {
+    respond_text(c, 404, "not found\n", method == HTTP_HEAD, close);
+    return;
+  }
+  if (method != HTTP_GET && method != HTTP_HEAD) {
+    const char *msg = "method not allowed\n";
+    (void)respond(c, 405, "text/plain; charset=utf-8", "Allow: GET, HEAD\r\n",
+                  msg, strlen(msg), 0, close);
+    return;
+  }
+  int head = method == HTTP_HEAD;
+  if (which == METRICS) {
+    serve_metrics(c, head, close);
+    return;
+  }
+  /* Without a health handler the process is live but never ready. */
+  int live = 1, ready = 0;
+  const char *state = NULL;
+  if (h->hd.health != NULL)
+    h->hd.health(h->hd.ud, &live, &ready, &state);
+  char body[96];
+  if (which == HEALTHZ) {
+    if (live)
+      respond_text(c, 200, "ok\n", head, close);
+    else {
+      snprintf(body, sizeof(body), "%s\n", state ? state : "not live");
+      respond_text(c, 503, body, head, close);
+    }
+  } else {
+    if (ready)
+      respond_text(c, 200, "ready\n", head, close);
+    else {
+      snprintf(body, sizeof(body), "%s\n", state ? state : "not ready");
+      respond_text(c, 503, body, head, close);
+    }
+  }
+}
+
+/* ---- parsing ------------------------------------------------------------ */
+
+static int on_message_begin(http_parser *p) {
+  conn_t *c = p->data;
+  c->err_status = 0;
+  c->hdr_bytes = 0;
+  c->body_bytes = 0;
+  c->url_len = 0;
+  return 0;
+}
+
+static int count_header(conn_t *c, size_t len) {
+  c->hdr_bytes += len;
+  if (c->hdr_bytes > HDR_MAX) {
+    c->err_status = 431;
+    return -1;
+  }
+  return 0;
+}
+
+static int on_url(http_parser *p, const char *at, size_t len) {
+  conn_t *c = p->data;
+  if (c->url_len + len >= sizeof(c->url)) {
+    c->err_status = 414;
+    return -1;
+  }
+  memcpy(c->url + c->url_len, at, len);
+  c->url_len += len;
+  return count_header(c, len);
+}
+
+static int on_header_data(http_parser *p, const char *at, size_t len) {
+  (void)at;
+  return count_header(p->data, len);
+}
+
+static int on_headers_complete(http_parser *p) {
+  conn_t *c = p->data;
+  if ((p->flags & F_CONTENTLENGTH) && p->content_length > BODY_MAX) {
+    c->err_status = 413;
+    return -1;
+  }
+  return 0;
+}
+
+static int on_body(http_parser *p, const char *at, size_t len) {
+  (void)at;
+  conn_t *c = p->data;
+  c->body_bytes += len;
+  if (c->body_bytes > BODY_MAX) {
+    c->err_status = 413;
+    return -1;
+  }
+  return 0;
+}
+
+static int on_message_complete(http_parser *p) {
+  conn_t *c = p->data;
+  if (c->closing)
+    return -1;
+  /* An upgrade request leaves the rest of the stream in another protocol,
+   * which we do not speak: answer it and close. */
+  int close = !http_should_keep_alive(p) || p->upgrade || c->srv->stopping;
+  route(c, p->method, close);
+  if (c->closing)
+    return -1;
+  touch(c);
+  if (close) {
+    c->final = 1;
+    http_parser_pause(p, 1);
+  } else if (uv_stream_get_write_queue_size(&c->io.stream) > WRITE_HIGH) {
+    c->paused = 1;
+    http_parser_pause(p, 1);
+  }
+  return 0;
+}
+
+static const http_parser_settings *settings(void) {
+  static const http_parser_settings s = {
+      .on_message_begin = on_message_begin,
+      .on_url = on_url,
+      .on_header_field = on_header_data,
+      .on_header_value = on_header_data,
+      .on_headers_complete = on_headers_complete,
+      .on_body = on_body,
+      .on_message_complete = on_message_complete,
+  };
+  return &s;
+}
+
+/* Feeds rbuf[0..rlen) to the parser. A pause (ours: final response or too
+ * much unsent output) keeps the unparsed rest for resume(). */
+static void conn_parse(conn_t *c) {
+  size_t n = http_parser_execute(&c->parser, settings(), c->rbuf, c->rlen);
+  if (c->closing)
+    return;
+  enum http_errno e = HTTP_PARSER_ERRNO(&c->parser);
+  if (e == HPE_PAUSED) {
+    read_stop(c);
+    if (c->final) {
+      c->rlen = 0;
+      maybe_finish(c);
+      return;
+    }
+    size_t rest = c->rlen - n;
+    memmove(c->rbuf, c->rbuf + n, rest);
+    c->rlen = rest;
+    c->paused = 1;
+    return;
+  }
+  c->rlen = 0;
+  if (e != HPE_OK) {
+    MLPD_LOGD("http: rejecting a request: %s", http_errno_name(e));
+    respond_error(c, c->err_status ? c->err_status : 400);
+    return;
+  }
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
+  (void)buf;
+  conn_t *c = s->data;
+  if (c->closing || nread == 0)
+    return;
+  if (nread < 0) {
+    if (nread != UV_EOF || c->lingering) {
+      conn_close(c);
+      return;
+    }
+    /* The client is done sending (it may still read): answer what it
+     * sent, then close. */
+    c->eof = 1;
+    read_stop(c);
+    c->final = 1;
+    maybe_finish(c);
+    return;
+  }
+  if (c->lingering || c->final)
+    return; /* discarded */
+  c->rlen += (size_t)nread;
+  conn_parse(c);
+}
+
+static void on_connection(uv_stream_t *server, int status) {
+  mlpd_http_t *h = server->data;
+  if (status < 0) {
+    MLPD_LOGW("http: accept: %s", uv_strerror(status));
+    return;
+  }
+  conn_t *c = calloc(1, sizeof(*c));
+  if (c == NULL) {
+    /* libuv stops watching the listener until the next accept; there is
+     * nothing better to do without memory. */
+    MLPD_LOGE("http: out of memory accepting a connection");
+    return;
+  }
+  c->srv = h;
+  if (h->is_unix)
+    uv_pipe_init(h->loop, &c->io.pipe, 0);
+  else
+    uv_tcp_init(h->loop, &c->io.tcp);
+  uv_timer_init(h->loop, &c->timer);
+  c->io.handle.data = c;
+  c->timer.data = c;
+  c->open_handles = 2;
+  c->next = h->conns;
+  if (h->conns != NULL)
+    h->conns->prev = c;
+  h->conns = c;
+  h->nconns++;
+
+  int rc = uv_accept(server, &c->io.stream);
+  if (rc != 0 || h->stopping) {
+    conn_close(c);
+    return;
+  }
+  if (h->nconns > MAX_CONNS) {
+    /* Once per episode: a flood must not become a flood of log lines. */
+    if (!h->full_logged)
+      MLPD_LOGW("http: %d connections open, refusing more", MAX_CONNS);
+    h->full_logged = 1;
+    conn_close(c);
+    return;
+  }
+  if (!h->is_unix)
+    uv_tcp_nodelay(&c->io.tcp, 1);
+  http_parser_init(&c->parser, HTTP_REQUEST);
+  c->parser.data = c;
+  touch(c);
+  read_start(c);
+}
+
+/* ---- listening ---------------------------------------------------------- */
+
+static void on_listener_closed(uv_handle_t *handle) {
+  mlpd_http_t *h = handle->data;
+  h->listener_closed = 1;
+  try_finish(h);
+}
+
+static int parse_port(const char *s, int *port) {
+  if (*s == '\0' || strlen(s) > 5)
+    return -1;
+  int v = 0;
+  for (; *s != '\0'; s++) {
+    if (*s < '0' || *s > '9')
+      return -1;
+    v = v * 10 + (*s - '0');
+  }
+  if (v > 65535)
+    return -1;
+  *port = v;
+  return 0;
+}
+
+static int not_loopback(const char *spec, const char *host, mlpd_err_t *err) {
+  return mlpd_errf(err, MLPD_EINVAL,
+                   "HTTP listener \"%s\": %s is not a loopback address; the"
+                   " endpoint has no authentication, so it listens only on"
+                   " 127.0.0.0/8, [::1], localhost or a Unix socket path",
+                   spec, host);
+}
+
+/* Loopback TCP only: 127.0.0.0/8, [::1] or the name localhost (taken as
+ * 127.0.0.1 without a resolver, so /etc/hosts cannot widen it). */
+static int parse_tcp(const char *spec, struct sockaddr_storage *ss,
+                     socklen_t *sslen, mlpd_err_t *err) {
+  char host[64];
+  const char *port_s;
+  size_t n;
+  if (spec[0] == '[') {
+    const char *end = strchr(spec, ']');
+    if (end == NULL || end[1] != ':')
+      return mlpd_errf(err, MLPD_EINVAL,
+                       "HTTP listener \"%s\": expected [IPv6]:PORT", spec);
+    n = (size_t)(end - spec - 1);
+    if (n >= sizeof(host))
+      return not_loopback(spec, "the host", err);
+    memcpy(host, spec + 1, n);
+    port_s = end + 2;
+  } else {
+    const char *colon = strrchr(spec, ':');
+    if (colon == NULL)
+      return mlpd_errf(err, MLPD_EINVAL,
+                       "HTTP listener \"%s\": expected HOST:PORT or a Unix"
+                       " socket path",
+                       spec);
+    n = (size_t)(colon - spec);
+    if (memchr(spec, ':', n) != NULL)
+      return mlpd_errf(err, MLPD_EINVAL,
+                       "HTTP listener \"%s\": write IPv6 as [::1]:PORT", spec);
+    if (n >= sizeof(host))
+      return not_loopback(spec, "the host", err);
+    memcpy(host, spec, n);
+    port_s = colon + 1;
+  }
+  host[n] = '\0';
+  int port;
+  if (parse_port(port_s, &port) != 0)
+    return mlpd_errf(err, MLPD_EINVAL, "HTTP listener \"%s\": bad port \"%s\"",
+                     spec, port_s);
+
+  memset(ss, 0, sizeof(*ss));
+  struct sockaddr_in *in4 = (struct sockaddr_in *)ss;
+  struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ss;
+  if (strcmp(host, "localhost") == 0) {
+    in4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  } else if (inet_pton(AF_INET, host, &in4->sin_addr) == 1) {
+    if ((ntohl(in4->sin_addr.s_addr) >> 24) != 127)
+      return not_loopback(spec, host, err);
+  } else if (inet_pton(AF_INET6, host, &in6->sin6_addr) == 1) {
+    if (!IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr))
+      return not_loopback(spec, host, err);
+    in6->sin6_family = AF_INET6;
+    in6->sin6_port = htons((uint16_t)port);
+    *sslen = sizeof(*in6);
+    return 0;
+  } else {
+    /* Host names are not resolved: "" means every interface to most tools,
+     * and any other name could resolve to one. */
+    return not_loopback(spec, host[0] ? host : "an empty host", err);
+  }
+  in4->sin_family = AF_INET;
+  in4->sin_port = htons((uint16_t)port);
+  *sslen = sizeof(*in4);
+  return 0;
+}
+
+static int open_tcp(mlpd_http_t *h, const char *spec, int *fdp,
+                    mlpd_err_t *err) {
+  struct sockaddr_storage ss;
+  socklen_t sslen = 0;
+  int rc = parse_tcp(spec, &ss, &sslen, err);
+  if (rc != 0)
+    return rc;
+  int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0)
+    return mlpd_errf(err, -errno, "HTTP listener \"%s\": socket: %s", spec,
+                     strerror(errno));
+  int one = 1;
+  /* A restart must not wait for the last run's TIME_WAIT connections. */
+  (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (ss.ss_family == AF_INET6)
+    (void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+  if (bind(fd, (struct sockaddr *)&ss, sslen) != 0) {
+    rc = mlpd_errf(err, -errno, "HTTP listener \"%s\": bind: %s", spec,
+                   strerror(errno));
+    goto err_fd;
+  }
+  if (listen(fd, BACKLOG) != 0) {
+    rc = mlpd_errf(err, -errno, "HTTP listener \"%s\": listen: %s", spec,
+                   strerror(errno));
+    goto err_fd;
+  }
+  struct sockaddr_storage bound;
+  socklen_t blen = sizeof(bound);
+  if (getsockname(fd, (struct sockaddr *)&bound, &blen) == 0)
+    h->port = ntohs(bound.ss_family == AF_INET6
+                        ? ((struct sockaddr_in6 *)&bound)->sin6_port
+                        : ((struct sockaddr_in *)&bound)->sin_port);
+  *fdp = fd;
+  return 0;
+err_fd:
+  close(fd);
+  return rc;
+}
+
+/* A socket file is replaced only when nobody answers on it (a daemon that
+ * died without unlinking); a live listener or a non-socket file is an
+ * error, never deleted. */
+static int clear_stale(const char *spec, const struct sockaddr_un *sa,
+                       mlpd_err_t *err) {
+  struct stat st;
+  if (lstat(sa->sun_path, &st) != 0)
+    return errno == ENOENT ? 0
+                           : mlpd_errf(err, -errno, "HTTP listener \"%s\": %s",
+                                       spec, strerror(errno));
+  if (!S_ISSOCK(st.st_mode))
+    return mlpd_errf(err, -EEXIST,
+                     "HTTP listener \"%s\": the path exists and is not a"
+                     " socket; not replacing it",
+                     spec);
+  int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (probe < 0)
+    return mlpd_errf(err, -errno, "HTTP listener \"%s\": socket: %s", spec,
+                     strerror(errno));
+  int r = connect(probe, (const struct sockaddr *)sa, sizeof(*sa));
+  int e = errno;
+  close(probe);
+  if (r == 0 || e == EAGAIN)
+    return mlpd_errf(err, -EADDRINUSE,
+                     "HTTP listener \"%s\": another process is listening on"
+                     " this socket",
+                     spec);
+  if (e != ECONNREFUSED && e != ENOENT)
+    return mlpd_errf(err, -e,
+                     "HTTP listener \"%s\": probing the old socket:"
+                     " %s",
+                     spec, strerror(e));
+  if (unlink(sa->sun_path) != 0 && errno != ENOENT)
+    return mlpd_errf(err, -errno,
+                     "HTTP listener \"%s\": removing the stale socket: %s",
+                     spec, strerror(errno));
+  MLPD_LOGI("http: replaced the stale socket %s", sa->sun_path);
+  return 0;
+}
+
+static int open_unix(mlpd_http_t *h, const char *spec, const char *path,
+                     int *fdp, mlpd_err_t *err) {
+  struct sockaddr_un sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sun_family = AF_UNIX;
+  size_t n = strlen(path);
+  if (n == 0)
+    return mlpd_errf(err, MLPD_EINVAL, "HTTP listener \"%s\": empty path",
+                     spec);
+  if (n >= sizeof(sa.sun_path))
+    return mlpd_errf(err, -ENAMETOOLONG,
+                     "HTTP listener \"%s\": a Unix socket path has at most"
+                     " %zu bytes",
+                     spec, sizeof(sa.sun_path) - 1);
+  memcpy(sa.sun_path, path, n + 1);
+  int rc = clear_stale(spec, &sa, err);
+  if (rc != 0)
+    return rc;
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0)
+    return mlpd_errf(err, -errno, "HTTP listener \"%s\": socket: %s", spec,
+                     strerror(errno));
+  if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+    rc = mlpd_errf(err, -errno, "HTTP listener \"%s\": bind: %s", spec,
+                   strerror(errno));
+    goto err_fd;
+  }
+  /* bind() created the file under the umask (0077 in the unit, so nobody
+   * else could connect meanwhile); widen it to the group only now. */
+  if (chmod(path, 0660) != 0) {
+    rc = mlpd_errf(err, -errno, "HTTP listener \"%s\": chmod 0660: %s", spec,
+                   strerror(errno));
+    goto err_unlink;
+  }
+  struct stat st;
+  if (stat(path, &st) != 0) {
+    rc = mlpd_errf(err, -errno, "HTTP listener \"%s\": %s", spec,
+                   strerror(errno));
+    goto err_unlink;
+  }
+  if (listen(fd, BACKLOG) != 0) {
+    rc = mlpd_errf(err, -errno, "HTTP listener \"%s\": listen: %s", spec,
+                   strerror(errno));
+    goto err_unlink;
+  }
+  memcpy(h->path, path, n + 1);
+  h->dev = st.st_dev;
+  h->ino = st.st_ino;
+  h->is_unix = 1;
+  *fdp = fd;
+  return 0;
+err_unlink:
+  unlink(path);
+err_fd:
+  close(fd);
+  return rc;
+}
+
+int mlpd_http_start(mlpd_http_t **out, uv_loop_t *loop, const char *listen,
+                    const mlpd_http_handlers_t *handlers, mlpd_err_t *err) {
+  *out = NULL;
+  if (listen == NULL || listen[0] == '\0')
+    return mlpd_errf(err, MLPD_EINVAL, "HTTP listener: empty address");
+  mlpd_http_t *h = calloc(1, sizeof(*h));
+  if (h == NULL)
+    return mlpd_errf(err, -ENOMEM, "HTTP listener: out of memory");
+  h->loop = loop;
+  if (handlers != NULL)
+    h->hd = *handlers;
+  h->idle_ms = IDLE_MS_DEFAULT;
+
+  const char *path = NULL;
+  if (strncmp(listen, "unix:", 5) == 0)
+    path = listen + 5;
+  else if (listen[0] == '/' || listen[0] == '.')
+    path = listen;
+  int fd = -1;
+  int rc = path ? open_unix(h, listen, path, &fd, err)
+                : open_tcp(h, listen, &fd, err);
+  if (rc != 0)
+    goto err_free;
+
+  /* The socket is bound and listening; from here only libuv can fail, and
+   * once a handle exists it must be closed through the loop. */
+  if (h->is_unix) {
+    uv_pipe_init(loop, &h->listener.pipe, 0);
+    rc = uv_pipe_open(&h->listener.pipe, fd);
+  } else {
+    uv_tcp_init(loop, &h->listener.tcp);
+    rc = uv_tcp_open(&h->listener.tcp, fd);
+  }
+  h->listener.handle.data = h;
+  if (rc != 0) {
+    close(fd);
+  } else {
+    rc = uv_listen(&h->listener.stream, BACKLOG, on_connection);
+  }
+  if (rc != 0) {
+    mlpd_errf(err, rc, "HTTP listener \"%s\": %s", listen, uv_strerror(rc));
+    h->stopping = 1; /* try_finish frees h and unlinks the socket file */
+    uv_close(&h->listener.handle, on_listener_closed);
+    return rc;
+  }
+  if (h->is_unix)
+    MLPD_LOGI("http: listening on unix:%s", h->path);
+  else
+    MLPD_LOGI("http: listening on %s (port %d)", listen, h->port);
+  *out = h;
+  return 0;
+err_free:
+  free(h);
+  return rc;
+}
+
+void mlpd_http_stop(mlpd_http_t *h, void (*done)(void *ud), void *ud) {
+  if (h == NULL || h->stopping)
+    return;
+  h->stopping = 1;
+  h->done = done;
+  h->done_ud = ud;
+  uv_close(&h->listener.handle, on_listener_closed);
+  for (conn_t *c = h->conns; c != NULL; c = c->next)
+    conn_close(c);
+}
+
+int mlpd_http_port(const mlpd_http_t *h) { return h->is_unix ? 0 : h->port; }
+
+void mlpd_http_set_idle_timeout(mlpd_http_t *h, uint64_t ms) {
+  h->idle_ms = ms > 0 ? ms : 1;
+}

@@ -1,0 +1,450 @@
+/* metrics.c - counters, gauges and fixed-bucket histograms, rendered in the
+ * Prometheus text exposition format 0.0.4 (see metrics.h for the names).
+ *
+ * Deliberately not here: locking (everything runs on the loop thread),
+ * allocation (updates touch fixed arrays; rendering writes into the caller's
+ * buffer), OpenMetrics or protobuf exposition, summaries/quantiles (they
+ * cannot be aggregated across instances; histograms can), and any I/O. */
+#include "metrics.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Durations: GPU batches of small MLPs take tens of microseconds, so the
+ * buckets are fine below a millisecond (where queueing delay and compute
+ * live) and roughly x2-x2.5 above it, up to the 10 s a request may wait in
+ * a loaded daemon. Shared by request, queue and compute durations so that
+ * they can be compared bucket by bucket. */
+static const double duration_bounds[] = {
+    25e-6,  50e-6,  75e-6,  100e-6, 150e-6, 200e-6, 300e-6, 400e-6, 500e-6,
+    750e-6, 1e-3,   1.5e-3, 2e-3,   3e-3,   5e-3,   7.5e-3, 10e-3,  25e-3,
+    50e-3,  100e-3, 250e-3, 500e-3, 1.0,    2.5,    5.0,    10.0,
+};
+
+/* Batch sizes: powers of two, 1..65536 (cuBLASLt heuristics and --max-batch
+ * values are powers of two in practice, so a bucket is one plan size). */
+static const double batch_bounds[] = {
+    1,   2,    4,    8,    16,   32,    64,    128,   256,
+    512, 1024, 2048, 4096, 8192, 16384, 32768, 65536,
+};
+
+_Static_assert(MLPD_ARRAY_SIZE(duration_bounds) <= MLPD_HIST_MAX_BUCKETS,
+               "duration buckets do not fit mlpd_hist_t");
+_Static_assert(MLPD_ARRAY_SIZE(batch_bounds) <= MLPD_HIST_MAX_BUCKETS,
+               "batch buckets do not fit mlpd_hist_t");
+
+/* Names in mlpd_status_t order of value, as rendered in the status label. */
+static const struct {
+  mlpd_status_t status;
+  const char *name;
+} status_names[] = {
+    {MLPD_STATUS_OK, "ok"},
+    {MLPD_STATUS_CANCELLED, "cancelled"},
+    {MLPD_STATUS_INVALID_ARGUMENT, "invalid_argument"},
+    {MLPD_STATUS_DEADLINE_EXCEEDED, "deadline_exceeded"},
+    {MLPD_STATUS_RESOURCE_EXHAUSTED, "resource_exhausted"},
+    {MLPD_STATUS_UNIMPLEMENTED, "unimplemented"},
+    {MLPD_STATUS_INTERNAL, "internal"},
+    {MLPD_STATUS_UNAVAILABLE, "unavailable"},
+};
+
+/* Slot for values that are not a known status (never a gRPC code we send),
+ * so a caller's mistake shows up as status="unknown" instead of vanishing. */
+#define UNKNOWN_SLOT (MLPD_STATUS_SLOTS - 1)
+
+const char *mlpd_status_name(mlpd_status_t s) {
+  for (size_t i = 0; i < MLPD_ARRAY_SIZE(status_names); i++) {
+    if (status_names[i].status == s)
+      return status_names[i].name;
+  }
+  return "unknown";
+}
+
+static int status_known(int s) {
+  for (size_t i = 0; i < MLPD_ARRAY_SIZE(status_names); i++) {
+    if ((int)status_names[i].status == s)
+      return 1;
+  }
+  return 0;
+}
+
+void mlpd_hist_init(mlpd_hist_t *h, const double *bounds, int nbounds) {
+  memset(h, 0, sizeof(*h));
+  if (nbounds > MLPD_HIST_MAX_BUCKETS)
+    nbounds = MLPD_HIST_MAX_BUCKETS;
+  /* Keep only strictly increasing finite bounds: anything else would render
+   * buckets that are not cumulative, which Prometheus rejects. */
+  for (int i = 0; i < nbounds; i++) {
+    double b = bounds[i];
+    if (!isfinite(b))
+      continue;
+    if (h->nbuckets > 0 && b <= h->bounds[h->nbuckets - 1])
+      continue;
+    h->bounds[h->nbuckets++] = b;
+  }
+}
+
+void mlpd_hist_observe(mlpd_hist_t *h, double v) {
+  /* A NaN would poison _sum forever; it can only come from a bug upstream. */
+  if (isnan(v))
+    return;
+  /* Binary search for the first bound >= v (le is inclusive). */
+  int lo = 0, hi = h->nbuckets;
+  while (lo < hi) {
+    int mid = (lo + hi) / 2;
+    if (v <= h->bounds[mid])
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  h->counts[lo]++; /* lo == nbuckets is the +Inf bucket */
+  h->count++;
+  h->sum += v;
+}
+
+void mlpd_metrics_init(mlpd_metrics_t *m) {
+  memset(m, 0, sizeof(*m));
+  mlpd_hist_init(&m->request_duration, duration_bounds,
+                 (int)MLPD_ARRAY_SIZE(duration_bounds));
+  mlpd_hist_init(&m->queue_duration, duration_bounds,
+                 (int)MLPD_ARRAY_SIZE(duration_bounds));
+  mlpd_hist_init(&m->compute_duration, duration_bounds,
+                 (int)MLPD_ARRAY_SIZE(duration_bounds));
+  mlpd_hist_init(&m->batch_rows, batch_bounds,
+                 (int)MLPD_ARRAY_SIZE(batch_bounds));
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  m->start_time = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void mlpd_metrics_count(mlpd_metrics_t *m, mlpd_status_t status) {
+  int s = (int)status;
+  if (s < 0 || s >= MLPD_STATUS_SLOTS || !status_known(s))
+    s = UNKNOWN_SLOT;
+  m->requests[s]++;
+}
+
+/* Length of the valid UTF-8 sequence at s (1..4), or 0 if the bytes there
+ * are not one (overlong forms, surrogates and > U+10FFFF included). */
+static size_t utf8_seq(const unsigned char *s) {
+  unsigned c = s[0];
+  if (c < 0x80)
+    return 1;
+  size_t n;
+  unsigned min;
+  unsigned cp;
+  if ((c & 0xe0) == 0xc0) {
+    n = 2, min = 0x80, cp = c & 0x1f;
+  } else if ((c & 0xf0) == 0xe0) {
+    n = 3, min = 0x800, cp = c & 0x0f;
+  } else if ((c & 0xf8) == 0xf0) {
+    n = 4, min = 0x10000, cp = c & 0x07;
+  } else {
+    return 0;
+  }
+  for (size_t i = 1; i < n; i++) {
+    if ((s[i] & 0xc0) != 0x80) /* also stops at the NUL */
+      return 0;
+    cp = (cp << 6) | (s[i] & 0x3f);
+  }
+  if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+    return 0;
+  return n;
+}
+
+/* Copies a label value, truncated at a character boundary to fit cap, with
+ * invalid UTF-8 bytes replaced by '?': a model path is raw bytes on Linux,
+ * and one invalid byte in a label makes Prometheus reject the whole scrape. */
+static void copy_label(char *dst, size_t cap, const char *src) {
+  size_t o = 0;
+  const unsigned char *s = (const unsigned char *)(src ? src : "");
+  while (*s != '\0') {
+    size_t n = utf8_seq(s);
+    if (n == 0) {
+      if (o + 1 >= cap)
+        break;
+      dst[o++] = '?';
+      s++;
+      continue;
+    }
+    if (o + n >= cap)
+      break;
+    memcpy(dst + o, s, n);
+    o += n;
+    s += n;
+  }
+  dst[o] = '\0';
+}
+
+void mlpd_metrics_set_model(mlpd_metrics_t *m, const char *path,
+                            const char *engine, const char *device,
+                            const char *dtype, const char *layers,
+                            int in_features, int out_features, int max_batch) {
+  copy_label(m->model_path, sizeof(m->model_path), path);
+  copy_label(m->engine, sizeof(m->engine), engine);
+  copy_label(m->device, sizeof(m->device), device);
+  copy_label(m->dtype, sizeof(m->dtype), dtype);
+  copy_label(m->layers, sizeof(m->layers), layers);
+  m->in_features = in_features;
+  m->out_features = out_features;
+  m->max_batch = max_batch;
+}
+
+/* ---- rendering ----------------------------------------------------------
+ * A writer that keeps counting past the end of the buffer, so one pass gives
+ * both the text (when it fits) and the size needed (when it does not). */
+
+typedef struct {
+  char *buf;
+  size_t cap;
+  size_t len; /* bytes produced so far, possibly > cap */
+} writer_t;
+
+static void put(writer_t *w, const char *s, size_t n) {
+  if (w->len < w->cap) {
+    size_t room = w->cap - w->len;
+    memcpy(w->buf + w->len, s, n < room ? n : room);
+  }
+  w->len += n;
+}
+
+static void puts_(writer_t *w, const char *s) { put(w, s, strlen(s)); }
+
+static void MLPD_PRINTF(2, 3) putf(writer_t *w, const char *fmt, ...) {
+  char tmp[64]; /* numbers only: the longest is a %.17g double */
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
+  va_end(ap);
+  if (n > 0)
+    put(w, tmp, (size_t)n < sizeof(tmp) ? (size_t)n : sizeof(tmp) - 1);
+}
+
+/* Shortest text that reads back as the same double, laid out as Go's
+ * strconv 'g' with precision -1 (what the Go and Python clients print):
+ * le="0.00015" and le="10", not le="0.00014999999999999999" or "1e+01";
+ * exponent form only below 1e-4 or from 1e6 on. */
+static void put_double(writer_t *w, double v) {
+  if (isnan(v)) {
+    puts_(w, "NaN");
+    return;
+  }
+  if (isinf(v)) {
+    puts_(w, v > 0 ? "+Inf" : "-Inf");
+    return;
+  }
+  char tmp[48];
+  int digits = 1;
+  for (; digits <= 17; digits++) {
+    snprintf(tmp, sizeof(tmp), "%.*e", digits - 1, v);
+    if (strtod(tmp, NULL) == v)
+      break;
+  }
+  const char *e = strchr(tmp, 'e');
+  int exp = e ? atoi(e + 1) : 0;
+  if (exp >= -4 && exp < 6) {
+    int decimals = digits - 1 - exp;
+    snprintf(tmp, sizeof(tmp), "%.*f", decimals > 0 ? decimals : 0, v);
+  }
+  puts_(w, tmp);
+}
+
+static void put_u64(writer_t *w, uint64_t v) { putf(w, "%" PRIu64, v); }
+
+/* Label values escape backslash, double quote and newline (0.0.4). */
+static void put_label_value(writer_t *w, const char *s) {
+  for (; *s != '\0'; s++) {
+    switch (*s) {
+    case '\\':
+      put(w, "\\\\", 2);
+      break;
+    case '"':
+      put(w, "\\\"", 2);
+      break;
+    case '\n':
+      put(w, "\\n", 2);
+      break;
+    default:
+      put(w, s, 1);
+    }
+  }
+}
+
+/* HELP text escapes backslash and newline only. Ours are constants, but the
+ * rule is cheap to keep. */
+static void put_help_text(writer_t *w, const char *s) {
+  for (; *s != '\0'; s++) {
+    if (*s == '\\')
+      put(w, "\\\\", 2);
+    else if (*s == '\n')
+      put(w, "\\n", 2);
+    else
+      put(w, s, 1);
+  }
+}
+
+static void family(writer_t *w, const char *name, const char *type,
+                   const char *help) {
+  puts_(w, "# HELP ");
+  puts_(w, name);
+  puts_(w, " ");
+  put_help_text(w, help);
+  puts_(w, "\n# TYPE ");
+  puts_(w, name);
+  puts_(w, " ");
+  puts_(w, type);
+  puts_(w, "\n");
+}
+
+static void sample_u64(writer_t *w, const char *name, uint64_t v) {
+  puts_(w, name);
+  puts_(w, " ");
+  put_u64(w, v);
+  puts_(w, "\n");
+}
+
+static void scalar_u64(writer_t *w, const char *name, const char *type,
+                       const char *help, uint64_t v) {
+  family(w, name, type, help);
+  sample_u64(w, name, v);
+}
+
+static void histogram(writer_t *w, const char *name, const char *help,
+                      const mlpd_hist_t *h) {
+  family(w, name, "histogram", help);
+  uint64_t cum = 0;
+  for (int i = 0; i <= h->nbuckets; i++) {
+    cum += h->counts[i];
+    puts_(w, name);
+    puts_(w, "_bucket{le=\"");
+    if (i < h->nbuckets)
+      put_double(w, h->bounds[i]);
+    else
+      puts_(w, "+Inf");
+    puts_(w, "\"} ");
+    put_u64(w, cum);
+    puts_(w, "\n");
+  }
+  puts_(w, name);
+  puts_(w, "_sum ");
+  put_double(w, h->sum);
+  puts_(w, "\n");
+  puts_(w, name);
+  puts_(w, "_count ");
+  put_u64(w, h->count);
+  puts_(w, "\n");
+}
+
+static void label(writer_t *w, const char *key, const char *value, int first) {
+  if (!first)
+    puts_(w, ",");
+  puts_(w, key);
+  puts_(w, "=\"");
+  put_label_value(w, value);
+  puts_(w, "\"");
+}
+
+size_t mlpd_metrics_render(const mlpd_metrics_t *m, char *buf, size_t cap) {
+  writer_t w = {.buf = buf, .cap = buf ? cap : 0, .len = 0};
+
+  family(&w, "mlpd_requests_total", "counter",
+         "Requests answered, by gRPC status (every message kind).");
+  uint64_t unknown = 0;
+  for (int s = 0; s < MLPD_STATUS_SLOTS; s++) {
+    if (!status_known(s))
+      unknown += m->requests[s];
+  }
+  for (size_t i = 0; i < MLPD_ARRAY_SIZE(status_names); i++) {
+    puts_(&w, "mlpd_requests_total{status=\"");
+    puts_(&w, status_names[i].name);
+    puts_(&w, "\"} ");
+    put_u64(&w, m->requests[status_names[i].status]);
+    puts_(&w, "\n");
+  }
+  if (unknown > 0) {
+    puts_(&w, "mlpd_requests_total{status=\"unknown\"} ");
+    put_u64(&w, unknown);
+    puts_(&w, "\n");
+  }
+
+  histogram(&w, "mlpd_request_duration_seconds",
+            "Infer requests, frame received to response queued.",
+            &m->request_duration);
+  histogram(&w, "mlpd_queue_duration_seconds",
+            "Infer requests, frame received to start of their batch.",
+            &m->queue_duration);
+  histogram(&w, "mlpd_compute_duration_seconds", "Engine run time per batch.",
+            &m->compute_duration);
+  histogram(&w, "mlpd_batch_rows", "Rows per executed batch.", &m->batch_rows);
+
+  scalar_u64(&w, "mlpd_batches_total", "counter", "Batches executed.",
+             m->batches);
+  scalar_u64(&w, "mlpd_rows_total", "counter", "Rows computed.", m->rows);
+  scalar_u64(&w, "mlpd_queue_rows", "gauge",
+             "Rows accepted and waiting for a batch.", m->queue_rows);
+  scalar_u64(&w, "mlpd_connections", "gauge", "Open client connections.",
+             m->connections);
+  scalar_u64(&w, "mlpd_inflight_requests", "gauge",
+             "Infer requests accepted and not yet answered.",
+             m->inflight_requests);
+  scalar_u64(&w, "mlpd_ready", "gauge",
+             "1 when the daemon accepts inference requests.", m->ready ? 1 : 0);
+  scalar_u64(&w, "mlpd_gpu_memory_bytes", "gauge",
+             "Device memory held by the engine (0 on the CPU).",
+             m->gpu_memory_bytes);
+
+  family(&w, "mlpd_model_info", "gauge",
+         "The model being served; the value is always 1.");
+  /* Only once a model is known: empty labels would describe no model. */
+  if (m->model_path[0] != '\0' || m->engine[0] != '\0') {
+    puts_(&w, "mlpd_model_info{");
+    label(&w, "path", m->model_path, 1);
+    label(&w, "engine", m->engine, 0);
+    label(&w, "device", m->device, 0);
+    label(&w, "dtype", m->dtype, 0);
+    label(&w, "layers", m->layers, 0);
+    puts_(&w, ",in_features=\"");
+    putf(&w, "%d", m->in_features);
+    puts_(&w, "\",out_features=\"");
+    putf(&w, "%d", m->out_features);
+    puts_(&w, "\",max_batch=\"");
+    putf(&w, "%d", m->max_batch);
+    puts_(&w, "\"} 1\n");
+  }
+
+  scalar_u64(&w, "mlpd_model_generation", "gauge",
+             "1 for the model loaded at start, +1 per successful reload.",
+             m->model_generation);
+  family(&w, "mlpd_reloads_total", "counter", "Model reloads (SIGHUP).");
+  puts_(&w, "mlpd_reloads_total{result=\"ok\"} ");
+  put_u64(&w, m->reloads_ok);
+  puts_(&w, "\nmlpd_reloads_total{result=\"failed\"} ");
+  put_u64(&w, m->reloads_failed);
+  puts_(&w, "\n");
+  scalar_u64(&w, "mlpd_client_disconnects_dropped_rows_total", "counter",
+             "Rows dropped before computing because their client left.",
+             m->dropped_rows);
+
+  family(&w, "mlpd_build_info", "gauge", "mlpd build; the value is always 1.");
+  puts_(&w, "mlpd_build_info{version=\"");
+  put_label_value(&w, MLPD_VERSION);
+  puts_(&w, "\"} 1\n");
+
+  family(&w, "mlpd_process_start_time_seconds", "gauge",
+         "Start time of the process since the Unix epoch.");
+  puts_(&w, "mlpd_process_start_time_seconds ");
+  put_double(&w, m->start_time);
+  puts_(&w, "\n");
+
+  /* snprintf's contract, except that text that fills cap exactly is
+   * complete and left unterminated rather than cut by one byte. */
+  if (w.len < w.cap)
+    w.buf[w.len] = '\0';
+  else if (w.len > w.cap && w.cap > 0)
+    w.buf[w.cap - 1] = '\0';
+  return w.len;
+}

@@ -1,0 +1,6 @@
+# Metrics (Prometheus text) and the optional HTTP listener for probes and
+# scraping. Included by daemon/CMakeLists.txt.
+target_sources(mlpd_core PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/metrics.c
+  ${CMAKE_CURRENT_LIST_DIR}/http.c)
+target_link_libraries(mlpd_core PUBLIC PkgConfig::UV mlpd_http_parser)

@@ -1,0 +1,6 @@
+# Metrics rendering and the HTTP probe/scrape listener.
+mlpd_test(test_metrics TIMEOUT 60)
+# Count allocations made by mlpd's own code (see test_no_allocation).
+target_link_options(test_metrics PRIVATE
+  -Wl,--wrap=malloc -Wl,--wrap=calloc -Wl,--wrap=realloc)
+mlpd_test(test_http TIMEOUT 120)

@@ -1,0 +1,823 @@
+/* test_client_wire.c - libmlpd-client against a scripted fake daemon.
+ *
+ * Each test starts a thread that listens on a temporary Unix socket and
+ * plays one part of the protocol byte for byte (nanopb on its side too):
+ * answers in reverse order, one byte at a time, with a length over the
+ * client's limit, with garbage, or by hanging up halfway. This checks the
+ * client's own framing, decoding and error handling in isolation, including
+ * misbehaviour the real daemon never shows; test_client.c runs it against
+ * the real daemon. */
+#include "mlpd_client.h"
+
+#include "frame.h"
+#include "mlpd.pb.h"
+#include "testutil.h"
+
+#include <errno.h>
+#include <pb_decode.h>
+#include <pb_encode.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+/* ---- the fake daemon ----
+ *
+ * It runs on its own thread, where cmocka's assertions (a longjmp into the
+ * test's frame) cannot be used: a broken fake aborts with a message. */
+
+#define SRV_CHECK(cond)                                                        \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
+      fprintf(stderr, "fake daemon: %s:%d: %s\n", __FILE__, __LINE__, #cond); \
+      abort();                                                                 \
+    }                                                                          \
+  } while (0)
+
+typedef struct srv_s srv_t;
+typedef void (*script_fn)(srv_t *s);
+
+struct srv_s {
+  char dir[256];
+  char path[320];
+  int lfd;
+  int fd; /* the accepted connection */
+  pthread_t th;
+  script_fn script;
+  uint8_t *rbuf; /* bytes received, [0, rlen) */
+  size_t rlen, rcap;
+  uint8_t *data; /* tensor bytes of the last request */
+  size_t data_len;
+  int nreq;      /* requests decoded */
+  int arg;       /* per-test parameter */
+};
+
+static void write_all(int fd, const void *p, size_t n) {
+  const uint8_t *b = p;
+  while (n > 0) {
+    ssize_t w = send(fd, b, n, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w <= 0)
+      return; /* the client went away; the test notices on its side */
+    b += w;
+    n -= (size_t)w;
+  }
+}
+
+static bool srv_data_cb(pb_istream_t *st, const pb_field_t *f, void **arg) {
+  (void)f;
+  srv_t *s = *arg;
+  free(s->data);
+  s->data_len = st->bytes_left;
+  s->data = malloc(s->data_len ? s->data_len : 1);
+  return s->data != NULL && pb_read(st, s->data, s->data_len);
+}
+
+static bool srv_kind_cb(pb_istream_t *st, const pb_field_t *f, void **arg) {
+  (void)st;
+  if (f->tag == mlpd_v1_Request_infer_tag) {
+    mlpd_v1_InferRequest *ir = f->pData;
+    ir->input.data.funcs.decode = srv_data_cb;
+    ir->input.data.arg = *arg;
+  }
+  return true;
+}
+
+/* Reads the next request; 0 on EOF. */
+static int srv_next(srv_t *s, mlpd_v1_Request *req) {
+  for (;;) {
+    size_t hl;
+    uint64_t bl;
+    int r = mlpd_frame_parse_header(s->rbuf, s->rlen, 1u << 30, &hl, &bl);
+    if (r == 1 && s->rlen >= hl + bl) {
+      memset(req, 0, sizeof(*req));
+      req->cb_kind.funcs.decode = srv_kind_cb;
+      req->cb_kind.arg = s;
+      pb_istream_t is = pb_istream_from_buffer(s->rbuf + hl, (size_t)bl);
+      SRV_CHECK(pb_decode(&is, mlpd_v1_Request_fields, req));
+      memmove(s->rbuf, s->rbuf + hl + bl, s->rlen - hl - bl);
+      s->rlen -= hl + (size_t)bl;
+      s->nreq++;
+      return 1;
+    }
+    if (s->rcap - s->rlen < 65536) {
+      s->rcap = s->rcap * 2 + 65536;
+      s->rbuf = realloc(s->rbuf, s->rcap);
+      SRV_CHECK(s->rbuf != NULL);
+    }
+    ssize_t n = recv(s->fd, s->rbuf + s->rlen, s->rcap - s->rlen, 0);
+    if (n <= 0)
+      return 0;
+    s->rlen += (size_t)n;
+  }
+}
+
+typedef struct {
+  const void *p;
+  size_t n;
+} bytes_t;
+
+static bool srv_bytes_enc(pb_ostream_t *st, const pb_field_t *f,
+                          void *const *arg) {
+  const bytes_t *b = *arg;
+  return pb_encode_tag_for_field(st, f) && pb_encode_string(st, b->p, b->n);
+}
+
+/* Encodes a response frame into a malloc'ed buffer. */
+static uint8_t *srv_encode(const mlpd_v1_Response *r, size_t *len) {
+  size_t body;
+  SRV_CHECK(pb_get_encoded_size(&body, mlpd_v1_Response_fields, r));
+  uint8_t *buf = malloc(body + MLPD_FRAME_HEADER_MAX);
+  SRV_CHECK(buf != NULL);
+  size_t h = mlpd_frame_encode_header(buf, body);
+  pb_ostream_t os = pb_ostream_from_buffer(buf + h, body);
+  SRV_CHECK(pb_encode(&os, mlpd_v1_Response_fields, r));
+  *len = h + body;
+  return buf;
+}
+
+static void srv_send(srv_t *s, const mlpd_v1_Response *r) {
+  size_t len;
+  uint8_t *buf = srv_encode(r, &len);
+  write_all(s->fd, buf, len);
+  free(buf);
+}
+
+/* An infer answer echoing `data` back as output [rows, cols]. */
+static void srv_send_infer(srv_t *s, uint64_t id, mlpd_v1_DType dt,
+                           int64_t rows, int64_t cols, const void *data,
+                           size_t n) {
+  mlpd_v1_Response r = mlpd_v1_Response_init_zero;
+  bytes_t b = {data, n};
+  r.id = id;
+  r.which_kind = mlpd_v1_Response_infer_tag;
+  r.kind.infer.has_output = true;
+  r.kind.infer.output.dtype = dt;
+  r.kind.infer.output.shape_count = 2;
+  r.kind.infer.output.shape[0] = rows;
+  r.kind.infer.output.shape[1] = cols;
+  r.kind.infer.output.data.funcs.encode = srv_bytes_enc;
+  r.kind.infer.output.data.arg = &b;
+  r.kind.infer.queue_us = 7;
+  r.kind.infer.compute_us = 11;
+  r.kind.infer.batch_rows = (uint32_t)rows;
+  srv_send(s, &r);
+}
+
+static void *srv_main(void *arg) {
+  srv_t *s = arg;
+  s->fd = accept(s->lfd, NULL, NULL);
+  if (s->fd >= 0) {
+    s->script(s);
+    close(s->fd);
+  }
+  return NULL;
+}
+
+static void set_sun_path(struct sockaddr_un *sa, const char *path) {
+  size_t n = strlen(path);
+  assert_true(n < sizeof(sa->sun_path));
+  memcpy(sa->sun_path, path, n + 1);
+}
+
+static void srv_start(srv_t *s, script_fn fn, int arg) {
+  memset(s, 0, sizeof(*s));
+  tu_mkdtemp(s->dir, sizeof(s->dir));
+  snprintf(s->path, sizeof(s->path), "%s/fake.sock", s->dir);
+  s->lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+  assert_true(s->lfd >= 0);
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  set_sun_path(&sa, s->path);
+  assert_int_equal(bind(s->lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+  assert_int_equal(listen(s->lfd, 4), 0);
+  s->script = fn;
+  s->arg = arg;
+  assert_int_equal(pthread_create(&s->th, NULL, srv_main, s), 0);
+}
+
+static void srv_join(srv_t *s) {
+  pthread_join(s->th, NULL);
+  close(s->lfd);
+  free(s->rbuf);
+  free(s->data);
+  tu_rmtree(s->dir);
+}
+
+static mlpd_client_t *connect_ok(srv_t *s) {
+  mlpd_client_t *c = NULL;
+  mlpd_err_t err = {0};
+  int rc = mlpd_client_connect(s->path, &c, &err);
+  if (rc != 0)
+    fail_msg("connect: %s", mlpd_err_msg(&err, rc));
+  mlpd_client_set_timeout(c, 20000);
+  return c;
+}
+
+/* ---- scripts ---- */
+
+/* Answers each request in kind: health, metrics, model info, infer echo. */
+static void script_echo(srv_t *s) {
+  mlpd_v1_Request req;
+  while (srv_next(s, &req)) {
+    mlpd_v1_Response r = mlpd_v1_Response_init_zero;
+    r.id = req.id;
+    switch (req.which_kind) {
+    case mlpd_v1_Request_health_tag:
+      r.which_kind = mlpd_v1_Response_health_tag;
+      r.kind.health.live = true;
+      r.kind.health.ready = true;
+      strcpy(r.kind.health.state, "ready");
+      srv_send(s, &r);
+      break;
+    case mlpd_v1_Request_metrics_tag: {
+      static const char text[] = "# TYPE mlpd_connections gauge\n"
+                                 "mlpd_connections 1\n";
+      bytes_t b = {text, sizeof(text) - 1};
+      r.which_kind = mlpd_v1_Response_metrics_tag;
+      r.kind.metrics.text.funcs.encode = srv_bytes_enc;
+      r.kind.metrics.text.arg = &b;
+      srv_send(s, &r);
+      break;
+    }
+    case mlpd_v1_Request_model_info_tag: {
+      mlpd_v1_ModelInfoResponse *m = &r.kind.model_info;
+      r.which_kind = mlpd_v1_Response_model_info_tag;
+      strcpy(m->path, "/models/x.safetensors");
+      m->layers_count = 2;
+      m->layers[0].in_features = 4;
+      m->layers[0].out_features = 8;
+      strcpy(m->layers[0].activation, "gelu_tanh");
+      m->layers[1].in_features = 8;
+      m->layers[1].out_features = 3;
+      strcpy(m->layers[1].activation, "none");
+      m->in_features = 4;
+      m->out_features = 3;
+      m->file_dtype = mlpd_v1_DType_DTYPE_BF16;
+      m->compute_dtype = mlpd_v1_DType_DTYPE_F32;
+      strcpy(m->engine, "cpu");
+      strcpy(m->device, "fake");
+      m->max_batch = 256;
+      m->host_memory_bytes = 12345;
+      m->generation = 3;
+      srv_send(s, &r);
+      break;
+    }
+    case mlpd_v1_Request_infer_tag: {
+      const mlpd_v1_Tensor *t = &req.kind.infer.input;
+      if (t->shape[1] != 4) {
+        r.status = mlpd_v1_Status_INVALID_ARGUMENT;
+        snprintf(r.message, sizeof(r.message),
+                 "input has %lld columns, the model takes 4",
+                 (long long)t->shape[1]);
+        srv_send(s, &r);
+        break;
+      }
+      srv_send_infer(s, req.id, t->dtype, t->shape[0], t->shape[1], s->data,
+                     s->data_len);
+      break;
+    }
+    default:
+      SRV_CHECK(!"a request of a known kind");
+    }
+  }
+}
+
+static void test_calls(void **state) {
+  (void)state;
+  srv_t s;
+  srv_start(&s, script_echo, 0);
+  mlpd_client_t *c = connect_ok(&s);
+  mlpd_err_t err = {0};
+
+  mlpd_client_health_t h;
+  assert_int_equal(mlpd_client_health(c, &h, &err), 0);
+  assert_true(h.live && h.ready);
+  assert_string_equal(h.state, "ready");
+
+  char *text = NULL;
+  size_t len = 0;
+  assert_int_equal(mlpd_client_metrics(c, &text, &len, &err), 0);
+  assert_string_equal(text,
+                      "# TYPE mlpd_connections gauge\nmlpd_connections 1\n");
+  assert_int_equal(len, strlen(text));
+  free(text);
+
+  mlpd_client_model_info_t m;
+  assert_int_equal(mlpd_client_model_info(c, &m, &err), 0);
+  assert_string_equal(m.path, "/models/x.safetensors");
+  assert_int_equal(m.nlayers, 2);
+  assert_int_equal(m.layers[0].out_features, 8);
+  assert_string_equal(m.layers[0].activation, "gelu_tanh");
+  assert_string_equal(m.layers[1].activation, "none");
+  assert_int_equal(m.in_features, 4);
+  assert_int_equal(m.out_features, 3);
+  assert_int_equal(m.file_dtype, MLPD_DTYPE_BF16);
+  assert_int_equal(m.compute_dtype, MLPD_DTYPE_F32);
+  assert_string_equal(m.engine, "cpu");
+  assert_int_equal(m.max_batch, 256);
+  assert_int_equal(m.host_memory_bytes, 12345);
+  assert_int_equal(m.generation, 3);
+
+  /* Infer: the echo returns the input bytes; check them in all dtypes and
+   * the fp32 conversion on receipt. */
+  float x[3][4];
+  for (int i = 0; i < 3; i++)
+    for (int j = 0; j < 4; j++)
+      x[i][j] = (float)(i * 4 + j) * 0.37f - 1.5f;
+  mlpd_client_result_t res;
+  mlpd_client_result_init(&res);
+  for (int dt = 0; dt < MLPD_DTYPE_COUNT; dt++) {
+    uint8_t wire[sizeof(x)];
+    mlpd_dtype_convert(wire, (mlpd_dtype_t)dt, x, MLPD_DTYPE_F32, 12);
+    mlpd_client_infer_t req;
+    mlpd_client_infer_init(&req);
+    req.data = wire;
+    req.dtype = (mlpd_dtype_t)dt;
+    req.rows = 3;
+    req.cols = 4;
+    for (int as_f32 = 0; as_f32 < 2; as_f32++) {
+      res.as_f32 = as_f32;
+      assert_int_equal(mlpd_client_infer(c, &req, &res, &err), 0);
+      assert_int_equal(res.status, MLPD_STATUS_OK);
+      assert_string_equal(res.message, "");
+      assert_int_equal(res.rows, 3);
+      assert_int_equal(res.cols, 4);
+      assert_int_equal(res.wire_dtype, dt);
+      assert_int_equal(res.queue_us, 7);
+      assert_int_equal(res.compute_us, 11);
+      assert_int_equal(res.batch_rows, 3);
+      if (as_f32) {
+        assert_int_equal(res.dtype, MLPD_DTYPE_F32);
+        float back[12];
+        mlpd_dtype_convert(back, MLPD_DTYPE_F32, wire, (mlpd_dtype_t)dt, 12);
+        assert_int_equal(res.nbytes, sizeof(back));
+        assert_memory_equal(res.data, back, sizeof(back));
+      } else {
+        assert_int_equal(res.dtype, dt);
+        assert_int_equal(res.nbytes, 12 * mlpd_dtype_size((mlpd_dtype_t)dt));
+        assert_memory_equal(res.data, wire, res.nbytes);
+      }
+    }
+  }
+
+  /* A refusal is a status, not an error, and the connection goes on. */
+  mlpd_client_infer_t bad;
+  mlpd_client_infer_init(&bad);
+  bad.data = x;
+  bad.rows = 2;
+  bad.cols = 6;
+  assert_int_equal(mlpd_client_infer(c, &bad, &res, &err), 0);
+  assert_int_equal(err.code, 0);
+  assert_int_equal(res.status, MLPD_STATUS_INVALID_ARGUMENT);
+  assert_non_null(strstr(res.message, "6 columns"));
+  assert_null(res.data);
+  assert_int_equal(res.rows, 0);
+  assert_int_equal(mlpd_client_health(c, &h, &err), 0);
+
+  /* recv with nothing in flight is refused rather than hanging. */
+  int rc = mlpd_client_recv(c, &res, &err);
+  assert_int_equal(rc, MLPD_EINVAL);
+  assert_non_null(strstr(err.msg, "no request in flight"));
+  mlpd_err_clear(&err);
+  /* So are ids in the blocking calls' range. */
+  rc = mlpd_client_send_infer(c, (uint64_t)1 << 63, &bad, &err);
+  assert_int_equal(rc, MLPD_EINVAL);
+  mlpd_err_clear(&err);
+
+  mlpd_client_result_free(&res);
+  mlpd_client_close(c);
+  srv_join(&s);
+  assert_int_equal(s.nreq, 11);
+}
+
+/* Reads arg requests, then answers them in reverse order. */
+static void script_reverse(srv_t *s) {
+  int n = s->arg;
+  uint64_t *ids = calloc((size_t)n, sizeof(*ids));
+  int64_t *rows = calloc((size_t)n, sizeof(*rows));
+  uint8_t **data = calloc((size_t)n, sizeof(*data));
+  size_t *len = calloc((size_t)n, sizeof(*len));
+  mlpd_v1_Request req;
+  for (int i = 0; i < n; i++) {
+    SRV_CHECK(srv_next(s, &req));
+    ids[i] = req.id;
+    rows[i] = req.kind.infer.input.shape[0];
+    data[i] = s->data;
+    len[i] = s->data_len;
+    s->data = NULL;
+  }
+  for (int i = n - 1; i >= 0; i--) {
+    srv_send_infer(s, ids[i], mlpd_v1_DType_DTYPE_F32, rows[i], 4, data[i],
+                   len[i]);
+    free(data[i]);
+  }
+  free(ids);
+  free(rows);
+  free(data);
+  free(len);
+  while (srv_next(s, &req)) {
+  }
+}
+
+static void test_pipelined_out_of_order(void **state) {
+  (void)state;
+  enum { N = 50 };
+  srv_t s;
+  srv_start(&s, script_reverse, N);
+  mlpd_client_t *c = connect_ok(&s);
+  mlpd_err_t err = {0};
+  float x[N][4];
+  for (int i = 0; i < N; i++)
+    for (int j = 0; j < 4; j++)
+      x[i][j] = (float)(i * 10 + j);
+  for (int i = 0; i < N; i++) {
+    mlpd_client_infer_t req;
+    mlpd_client_infer_init(&req);
+    req.data = x[i];
+    req.rows = 1;
+    req.cols = 4;
+    assert_int_equal(mlpd_client_send_infer(c, 1000 + (uint64_t)i, &req, &err),
+                     0);
+  }
+  assert_int_equal(mlpd_client_inflight(c), N);
+  /* Blocking calls refuse while pipelined requests are out. */
+  mlpd_client_health_t h;
+  assert_int_equal(mlpd_client_health(c, &h, &err), MLPD_EINVAL);
+  mlpd_err_clear(&err);
+  mlpd_client_result_t res;
+  mlpd_client_result_init(&res);
+  for (int i = N - 1; i >= 0; i--) {
+    assert_int_equal(mlpd_client_recv(c, &res, &err), 0);
+    assert_int_equal(res.id, 1000 + (uint64_t)i);
+    assert_int_equal(res.status, MLPD_STATUS_OK);
+    assert_memory_equal(res.data, x[i], sizeof(x[i]));
+  }
+  assert_int_equal(mlpd_client_inflight(c), 0);
+  mlpd_client_result_free(&res);
+  mlpd_client_close(c);
+  srv_join(&s);
+}
+
+/* Answers one request one byte at a time. */
+static void script_trickle(srv_t *s) {
+  mlpd_v1_Request req;
+  while (srv_next(s, &req)) {
+    mlpd_v1_Response r = mlpd_v1_Response_init_zero;
+    r.id = req.id;
+    r.which_kind = mlpd_v1_Response_health_tag;
+    r.kind.health.live = true;
+    strcpy(r.kind.health.state, "loading");
+    size_t len;
+    uint8_t *buf = srv_encode(&r, &len);
+    for (size_t i = 0; i < len; i++) {
+      write_all(s->fd, buf + i, 1);
+      usleep(2000);
+    }
+    free(buf);
+  }
+}
+
+static void test_split_frames(void **state) {
+  (void)state;
+  srv_t s;
+  srv_start(&s, script_trickle, 0);
+  mlpd_client_t *c = connect_ok(&s);
+  mlpd_err_t err = {0};
+  mlpd_client_health_t h;
+  for (int i = 0; i < 3; i++) {
+    assert_int_equal(mlpd_client_health(c, &h, &err), 0);
+    assert_true(h.live);
+    assert_false(h.ready);
+    assert_string_equal(h.state, "loading");
+  }
+  mlpd_client_close(c);
+  srv_join(&s);
+}
+
+/* Misbehaviours, one per arg value, after reading one request. */
+enum { BAD_HUGE, BAD_HANGUP_MID, BAD_HANGUP, BAD_GARBAGE, BAD_SHORT_DATA,
+       BAD_WRONG_ID };
+
+static void serve_health(srv_t *s) {
+  mlpd_v1_Request req;
+  while (srv_next(s, &req)) {
+    mlpd_v1_Response r = mlpd_v1_Response_init_zero;
+    r.id = req.id;
+    r.which_kind = mlpd_v1_Response_health_tag;
+    r.kind.health.live = true;
+    srv_send(s, &r);
+  }
+}
+
+static void script_bad(srv_t *s) {
+  mlpd_v1_Request req;
+  if (!srv_next(s, &req))
+    return;
+  switch (s->arg) {
+  case BAD_HUGE: {
+    uint8_t h[MLPD_FRAME_HEADER_MAX];
+    size_t n = mlpd_frame_encode_header(h, (uint64_t)1 << 40);
+    write_all(s->fd, h, n);
+    break;
+  }
+  case BAD_HANGUP_MID: {
+    mlpd_v1_Response r = mlpd_v1_Response_init_zero;
+    r.id = req.id;
+    r.which_kind = mlpd_v1_Response_health_tag;
+    strcpy(r.kind.health.state, "ready");
+    size_t len;
+    uint8_t *buf = srv_encode(&r, &len);
+    write_all(s->fd, buf, len - 3);
+    free(buf);
+    break;
+  }
+  case BAD_HANGUP:
+    break;
+  case BAD_GARBAGE: {
+    /* A well-framed body that is not a Response (field 2 with wire type
+     * 7), then a proper answer. */
+    static const uint8_t junk[] = {4, 0x17, 0xff, 0xff, 0xff};
+    write_all(s->fd, junk, sizeof(junk));
+    serve_health(s);
+    break;
+  }
+  case BAD_SHORT_DATA: {
+    float v[3] = {1, 2, 3};
+    srv_send_infer(s, req.id, mlpd_v1_DType_DTYPE_F32, 1, 4, v, sizeof(v));
+    serve_health(s);
+    break;
+  }
+  case BAD_WRONG_ID: {
+    mlpd_v1_Response r = mlpd_v1_Response_init_zero;
+    r.id = req.id + 1;
+    r.which_kind = mlpd_v1_Response_health_tag;
+    srv_send(s, &r);
+    break;
+  }
+  }
+}
+
+static void test_misbehaving_daemon(void **state) {
+  (void)state;
+  static const struct {
+    int what;
+    int code;
+    const char *msg;
+  } cases[] = {
+      {BAD_HUGE, MLPD_EFRAME2BIG, "exceeds the client's limit"},
+      {BAD_HANGUP_MID, -ECONNRESET, "in the middle of a response"},
+      {BAD_HANGUP, -ECONNRESET, "1 request(s) unanswered"},
+      {BAD_GARBAGE, MLPD_EPROTO, "does not decode"},
+      {BAD_SHORT_DATA, MLPD_EPROTO, "needs 16 bytes but carries 12"},
+      {BAD_WRONG_ID, MLPD_EPROTO, "answered id"},
+  };
+  for (size_t i = 0; i < MLPD_ARRAY_SIZE(cases); i++) {
+    srv_t s;
+    srv_start(&s, script_bad, cases[i].what);
+    mlpd_client_t *c = connect_ok(&s);
+    mlpd_err_t err = {0};
+    int rc;
+    if (cases[i].what == BAD_SHORT_DATA) {
+      float x[4] = {0};
+      mlpd_client_infer_t req;
+      mlpd_client_infer_init(&req);
+      req.data = x;
+      req.rows = 1;
+      req.cols = 4;
+      mlpd_client_result_t res;
+      mlpd_client_result_init(&res);
+      rc = mlpd_client_infer(c, &req, &res, &err);
+      mlpd_client_result_free(&res);
+    } else {
+      mlpd_client_health_t h;
+      rc = mlpd_client_health(c, &h, &err);
+    }
+    if (rc != cases[i].code || strstr(err.msg, cases[i].msg) == NULL)
+      fail_msg("case %zu: rc %d (%s) \"%s\", expected %d with \"%s\"", i, rc,
+               mlpd_err_name(rc), err.msg, cases[i].code, cases[i].msg);
+    /* Garbage and a short tensor leave the framing intact: the connection
+     * goes on. The others desynchronise it for good. */
+    mlpd_err_clear(&err);
+    mlpd_client_health_t h;
+    rc = mlpd_client_health(c, &h, &err);
+    if (cases[i].what == BAD_GARBAGE || cases[i].what == BAD_SHORT_DATA) {
+      assert_int_equal(rc, 0);
+      assert_true(h.live);
+    } else {
+      assert_int_equal(rc, cases[i].code);
+      assert_non_null(strstr(err.msg, "unusable"));
+    }
+    mlpd_client_close(c);
+    srv_join(&s);
+  }
+}
+
+/* Reads requests and answers nothing until the client hangs up, except that
+ * with arg != 0 it answers every request late, after the next arrives. */
+static void script_slow(srv_t *s) {
+  mlpd_v1_Request req;
+  uint64_t pending = 0;
+  int have = 0;
+  while (srv_next(s, &req)) {
+    if (s->arg && have) {
+      mlpd_v1_Response r = mlpd_v1_Response_init_zero;
+      r.id = pending;
+      r.which_kind = mlpd_v1_Response_health_tag;
+      strcpy(r.kind.health.state, "late");
+      srv_send(s, &r);
+      r.id = req.id;
+      strcpy(r.kind.health.state, "on time");
+      r.kind.health.live = true;
+      srv_send(s, &r);
+      have = 0;
+      continue;
+    }
+    pending = req.id;
+    have = 1;
+  }
+}
+
+static void test_timeouts(void **state) {
+  (void)state;
+  srv_t s;
+  srv_start(&s, script_slow, 1);
+  mlpd_client_t *c = connect_ok(&s);
+  mlpd_client_set_timeout(c, 150);
+  mlpd_err_t err = {0};
+  mlpd_client_health_t h;
+  uint64_t t0 = mlpd_now_ns();
+  int rc = mlpd_client_health(c, &h, &err);
+  uint64_t dt = mlpd_now_ns() - t0;
+  assert_int_equal(rc, -ETIMEDOUT);
+  assert_non_null(strstr(err.msg, "within 150 ms"));
+  assert_true(dt >= 140000000u && dt < 5000000000u);
+  /* The late answer to the abandoned call arrives first and is dropped; the
+   * next call gets its own. */
+  mlpd_err_clear(&err);
+  mlpd_client_set_timeout(c, 20000);
+  assert_int_equal(mlpd_client_health(c, &h, &err), 0);
+  assert_string_equal(h.state, "on time");
+  mlpd_client_close(c);
+  srv_join(&s);
+
+  /* A pipelined recv that times out loses nothing: wait says not yet. */
+  srv_start(&s, script_slow, 0);
+  c = connect_ok(&s);
+  float x[4] = {1, 2, 3, 4};
+  mlpd_client_infer_t req;
+  mlpd_client_infer_init(&req);
+  req.data = x;
+  req.rows = 1;
+  req.cols = 4;
+  assert_int_equal(mlpd_client_send_infer(c, 5, &req, &err), 0);
+  assert_int_equal(mlpd_client_wait(c, 0, &err), 0);
+  assert_int_equal(mlpd_client_wait(c, 50, &err), 0);
+  mlpd_client_set_timeout(c, 50);
+  mlpd_client_result_t res;
+  mlpd_client_result_init(&res);
+  assert_int_equal(mlpd_client_recv(c, &res, &err), -ETIMEDOUT);
+  assert_int_equal(mlpd_client_inflight(c), 1);
+  mlpd_client_result_free(&res);
+  mlpd_client_close(c);
+  srv_join(&s);
+}
+
+/* Answers every request as soon as it is read, writing with blocking
+ * writes: a client that only sends would deadlock against it once both
+ * socket buffers are full. */
+static void script_eager(srv_t *s) {
+  mlpd_v1_Request req;
+  while (srv_next(s, &req))
+    srv_send_infer(s, req.id, req.kind.infer.input.dtype,
+                   req.kind.infer.input.shape[0],
+                   req.kind.infer.input.shape[1], s->data, s->data_len);
+}
+
+static void test_no_send_deadlock(void **state) {
+  (void)state;
+  enum { N = 96, ROWS = 256, COLS = 128 }; /* 128 KiB per request */
+  srv_t s;
+  srv_start(&s, script_eager, 0);
+  mlpd_client_t *c = connect_ok(&s);
+  mlpd_err_t err = {0};
+  float *x = malloc(sizeof(float) * ROWS * COLS);
+  assert_non_null(x);
+  for (int i = 0; i < ROWS * COLS; i++)
+    x[i] = (float)i;
+  mlpd_client_infer_t req;
+  mlpd_client_infer_init(&req);
+  req.data = x;
+  req.rows = ROWS;
+  req.cols = COLS;
+  for (int i = 0; i < N; i++) {
+    int rc = mlpd_client_send_infer(c, (uint64_t)i, &req, &err);
+    if (rc != 0)
+      fail_msg("send %d: %s", i, mlpd_err_msg(&err, rc));
+  }
+  mlpd_client_result_t res;
+  mlpd_client_result_init(&res);
+  for (int i = 0; i < N; i++) {
+    assert_int_equal(mlpd_client_recv(c, &res, &err), 0);
+    assert_int_equal(res.id, (uint64_t)i);
+    assert_int_equal(res.nbytes, sizeof(float) * ROWS * COLS);
+    assert_memory_equal(res.data, x, res.nbytes);
+  }
+  mlpd_client_result_free(&res);
+  free(x);
+  mlpd_client_close(c);
+  srv_join(&s);
+}
+
+static void test_frame_limits(void **state) {
+  (void)state;
+  srv_t s;
+  srv_start(&s, serve_health, 0);
+  mlpd_client_t *c = connect_ok(&s);
+  mlpd_err_t err = {0};
+  mlpd_client_set_max_frame(c, 1000, 0);
+  float x[64][4];
+  memset(x, 0, sizeof(x));
+  mlpd_client_infer_t req;
+  mlpd_client_infer_init(&req);
+  req.data = x;
+  req.rows = 64;
+  req.cols = 4;
+  mlpd_client_result_t res;
+  mlpd_client_result_init(&res);
+  int rc = mlpd_client_infer(c, &req, &res, &err);
+  assert_int_equal(rc, MLPD_EFRAME2BIG);
+  assert_non_null(strstr(err.msg, "exceeds the frame limit of 1000 bytes"));
+  /* Nothing went out; the connection is fine. */
+  mlpd_err_clear(&err);
+  mlpd_client_health_t h;
+  assert_int_equal(mlpd_client_health(c, &h, &err), 0);
+  assert_true(h.live);
+  /* Bad arguments are caught before encoding. */
+  req.dtype = (mlpd_dtype_t)7;
+  assert_int_equal(mlpd_client_infer(c, &req, &res, &err), MLPD_EDTYPE);
+  mlpd_err_clear(&err);
+  req.dtype = MLPD_DTYPE_F32;
+  req.data = NULL;
+  assert_int_equal(mlpd_client_infer(c, &req, &res, &err), MLPD_EINVAL);
+  mlpd_client_result_free(&res);
+  mlpd_client_close(c);
+  srv_join(&s);
+  assert_int_equal(s.nreq, 1);
+}
+
+static void test_connect_errors(void **state) {
+  (void)state;
+  char dir[256], path[320];
+  tu_mkdtemp(dir, sizeof(dir));
+  snprintf(path, sizeof(path), "%s/missing.sock", dir);
+  mlpd_client_t *c = (mlpd_client_t *)1;
+  mlpd_err_t err = {0};
+  int rc = mlpd_client_connect(path, &c, &err);
+  assert_int_equal(rc, -ENOENT);
+  assert_null(c);
+  assert_non_null(strstr(err.msg, path));
+
+  /* A socket file nobody listens on (a dead daemon's). */
+  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  snprintf(path, sizeof(path), "%s/stale.sock", dir);
+  set_sun_path(&sa, path);
+  assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+  close(fd);
+  mlpd_err_clear(&err);
+  rc = mlpd_client_connect(path, &c, &err);
+  assert_int_equal(rc, -ECONNREFUSED);
+  assert_non_null(strstr(err.msg, path));
+  assert_non_null(strstr(err.msg, "no daemon listens"));
+
+  char longpath[200];
+  memset(longpath, 'x', sizeof(longpath) - 1);
+  longpath[0] = '/';
+  longpath[sizeof(longpath) - 1] = '\0';
+  mlpd_err_clear(&err);
+  assert_int_equal(mlpd_client_connect(longpath, &c, &err), -ENAMETOOLONG);
+  tu_rmtree(dir);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_calls),
+      cmocka_unit_test(test_pipelined_out_of_order),
+      cmocka_unit_test(test_split_frames),
+      cmocka_unit_test(test_misbehaving_daemon),
+      cmocka_unit_test(test_timeouts),
+      cmocka_unit_test(test_no_send_deadlock),
+      cmocka_unit_test(test_frame_limits),
+      cmocka_unit_test(test_connect_errors),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
