@@ -308,7 +308,7 @@ static int cmd_infer(const opts_t *o, const char *path) {
     lat[received++] = (double)(now - sent_ns[id]) / 1e3;
     if (res.status != MLPD_STATUS_OK) {
       fprintf(stderr, "mlpctl: request %d (rows %d..%d) failed: %s: %s\n",
-              id, start, start + n - 1, mlpd_client_status_name(res.status),
+              id, start, start + n - 1, mlpd_status_name(res.status),
               res.message[0] ? res.message : "(no message)");
       failed++;
       continue;

@@ -518,7 +518,7 @@ int main(int argc, char **argv) {
     for (int s = 0; s < 16; s++) {
       if (by_status[s] == 0)
         continue;
-      printf("%s\"%s\": %llu", first ? "" : ", ", mlpd_client_status_name(s),
+      printf("%s\"%s\": %llu", first ? "" : ", ", mlpd_status_name(s),
              (unsigned long long)by_status[s]);
       first = 0;
     }
@@ -546,7 +546,7 @@ int main(int argc, char **argv) {
            qsum / okd / 1e3, csum / okd / 1e3, bsum / okd);
     for (int s = 0; s < 16; s++)
       if (by_status[s])
-        printf("errors      %s: %llu\n", mlpd_client_status_name(s),
+        printf("errors      %s: %llu\n", mlpd_status_name(s),
                (unsigned long long)by_status[s]);
   }
   status = failed ? 1 : 0;

@@ -25,7 +25,7 @@
 #include "dtype.h"
 #include "engine.h"
 #include "error.h"
-#include "metrics.h"
+#include "status.h"
 #include "mlpd.h"
 
 typedef struct mlpd_req_s mlpd_req_t;

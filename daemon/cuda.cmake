@@ -1,11 +1,16 @@
-# The CUDA engine (engine_cuda.c: cuBLASLt plans, graphs) and mlpd's own
-# kernels (cuda_kernels.cu), added to mlpd_core when the top level found a
-# CUDA toolkit with nvcc. The C code talks to the runtime and cuBLASLt only;
-# the driver API is reached through cudaGetDriverEntryPointByVersion, so the
-# binaries start (and fall back to the CPU) where no driver is installed.
+# The CUDA engine (engine_cuda.c: open/run/close; cuda_graph.c: layers and
+# graph capture; cuda_tune.c: choosing plans; cuda_plancache.c: the plan
+# cache) and mlpd's own kernels (cuda_kernels.cu), added to mlpd_core when
+# the top level found a CUDA toolkit with nvcc. The C code talks to the
+# runtime and cuBLASLt only; the driver API is reached through
+# cudaGetDriverEntryPointByVersion, so the binaries start (and fall back to
+# the CPU) where no driver is installed.
 if(MLPD_HAVE_CUDA)
   target_sources(mlpd_core PRIVATE
     ${CMAKE_CURRENT_LIST_DIR}/engine_cuda.c
+    ${CMAKE_CURRENT_LIST_DIR}/cuda_graph.c
+    ${CMAKE_CURRENT_LIST_DIR}/cuda_tune.c
+    ${CMAKE_CURRENT_LIST_DIR}/cuda_plancache.c
     ${CMAKE_CURRENT_LIST_DIR}/cuda_kernels.cu)
   target_compile_definitions(mlpd_core PUBLIC MLPD_HAVE_CUDA)
   # One shared cudart for the library and every executable that links it:

@@ -174,15 +174,16 @@ static void close_done(uv_work_t *w, int status) {
  * memory can take long enough to delay responses. */
 static void retire(mlpd_daemon_t *d, mlpd_model_t *m, mlpd_engine_t *e) {
   mlpd_load_t *l = calloc(1, sizeof(*l));
-  if (l == NULL ||
-      uv_queue_work(&d->loop, &l->work, close_work, close_done) != 0) {
+  if (l != NULL) {
+    /* Filled before queueing: the pool may run the work at once. */
+    l->model = m;
+    l->engine = e;
+    if (uv_queue_work(&d->loop, &l->work, close_work, close_done) == 0)
+      return;
     free(l);
-    mlpd_engine_close(e);
-    mlpd_model_free(m);
-    return;
   }
-  l->model = m;
-  l->engine = e;
+  mlpd_engine_close(e);
+  mlpd_model_free(m);
 }
 
 static void become_ready(mlpd_daemon_t *d) {

@@ -56,7 +56,7 @@ static const struct {
  * so a caller's mistake shows up as status="unknown" instead of vanishing. */
 #define UNKNOWN_SLOT (MLPD_STATUS_SLOTS - 1)
 
-const char *mlpd_status_name(mlpd_status_t s) {
+const char *mlpd_metrics_status_label(mlpd_status_t s) {
   for (size_t i = 0; i < MLPD_ARRAY_SIZE(status_names); i++) {
     if (status_names[i].status == s)
       return status_names[i].name;

@@ -40,21 +40,11 @@
 #define MLPD_METRICS_H
 
 #include "mlpd.h"
+#include "status.h"
 
-/* gRPC status codes the daemon answers with (same numbers as mlpd.proto). */
-typedef enum {
-  MLPD_STATUS_OK = 0,
-  MLPD_STATUS_CANCELLED = 1,
-  MLPD_STATUS_INVALID_ARGUMENT = 3,
-  MLPD_STATUS_DEADLINE_EXCEEDED = 4,
-  MLPD_STATUS_RESOURCE_EXHAUSTED = 8,
-  MLPD_STATUS_UNIMPLEMENTED = 12,
-  MLPD_STATUS_INTERNAL = 13,
-  MLPD_STATUS_UNAVAILABLE = 14,
-} mlpd_status_t;
-
-/* "ok", "invalid_argument", ...; "unknown" for other values. */
-const char *mlpd_status_name(mlpd_status_t s);
+/* The status label's spelling: gRPC's name in lower case ("ok",
+ * "invalid_argument", ...); "unknown" for other values. */
+const char *mlpd_metrics_status_label(mlpd_status_t s);
 
 /* Fixed-bucket histogram: cumulative counts are computed when rendering. */
 #define MLPD_HIST_MAX_BUCKETS 32

@@ -14,7 +14,7 @@
 #include "dtype.h"
 #include "engine.h"
 #include "error.h"
-#include "metrics.h"
+#include "status.h"
 #include "mlpd.h"
 #include "model.h"
 #include "mlpd.pb.h"

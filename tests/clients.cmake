@@ -8,7 +8,7 @@ mlpd_test(test_client_wire LIBS mlpd_client mlpd_proto Threads::Threads
 
 # Starts build/daemon/mlpd on a temporary socket; compares with the
 # in-process CPU engine (mlpd_core, through mlpd_testutil).
-mlpd_test(test_client LIBS mlpd_client TIMEOUT 300)
+mlpd_test(test_client LIBS mlpd_client mlpd_daemonutil TIMEOUT 300)
 add_dependencies(test_client mlpd)
 
 # pytest under Debian's python3 (skipped, 77, without pytest or protobuf).

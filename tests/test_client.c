@@ -34,6 +34,8 @@
 
 #include <cmocka.h>
 
+#include "daemonutil.h"
+
 #define MODEL MLPD_MODELS_DIR "/digits.safetensors"
 #define HELDOUT MLPD_MODELS_DIR "/digits-heldout.safetensors"
 #define MLPD_BIN MLPD_BINARY_DIR "/daemon/mlpd"
@@ -41,8 +43,8 @@
 #define OUT 10
 
 typedef struct {
-  pid_t pid;
-  char path[320];
+  td_daemon_t td; /* the child process (tests/daemonutil.h) */
+  char path[320]; /* its socket */
 } daemon_t;
 
 static struct {
@@ -53,67 +55,29 @@ static struct {
   mlpd_rows_t rows;       /* the held-out digits */
 } g;
 
-/* Starts `mlpd serve` on dir/name with the given extra flags (NULL-ended)
- * and waits until it answers ready. */
-static void daemon_start(daemon_t *d, const char *name, ...) {
-  snprintf(d->path, sizeof(d->path), "%s/%s", g.dir, name);
-  const char *argv[32] = {MLPD_BIN,       "serve",         "--model",
-                          MODEL,          "--socket",      d->path,
-                          "--device",     "cpu",           "--max-delay-us",
-                          "200",          "--log-level",   "warn"};
-  int n = 12;
+/* Starts `mlpd serve` (CPU engine) with the given extra flags (NULL-ended)
+ * on a socket of its own and waits until it answers ready. */
+static void daemon_start(daemon_t *d, ...) {
+  const char *args[32] = {"--max-delay-us", "200", "--log-level", "warn"};
+  int n = 4;
   va_list ap;
-  va_start(ap, name);
+  va_start(ap, d);
   const char *a;
   while ((a = va_arg(ap, const char *)) != NULL && n < 31)
-    argv[n++] = a;
+    args[n++] = a;
   va_end(ap);
-  argv[n] = NULL;
-  d->pid = fork();
-  assert_true(d->pid >= 0);
-  if (d->pid == 0) {
-    execv(MLPD_BIN, (char *const *)argv);
-    perror("execv " MLPD_BIN);
-    _exit(127);
-  }
-  /* Under ASan the daemon takes a while to start; give it a minute. */
-  for (int i = 0; i < 3000; i++) {
-    int st;
-    if (waitpid(d->pid, &st, WNOHANG) == d->pid)
-      fail_msg("mlpd serve exited during startup (status 0x%x)", st);
-    mlpd_client_t *c = NULL;
-    if (mlpd_client_connect(d->path, &c, NULL) == 0) {
-      mlpd_client_health_t h;
-      mlpd_client_set_timeout(c, 5000);
-      int rc = mlpd_client_health(c, &h, NULL);
-      mlpd_client_close(c);
-      if (rc == 0 && h.ready)
-        return;
-    }
-    usleep(20000);
-  }
-  fail_msg("mlpd serve did not become ready on %s within 60 s", d->path);
+  args[n] = NULL;
+  td_spawn(&d->td, MODEL, 0, 0, args);
+  snprintf(d->path, sizeof(d->path), "%s", d->td.sock);
+  td_wait_ready(&d->td, 60000); /* ASan makes startup slow */
 }
 
 /* SIGTERM, and the daemon must exit 0 (it drains first). */
 static void daemon_stop(daemon_t *d) {
-  if (d->pid <= 0)
+  if (d->td.pid <= 0)
     return;
-  kill(d->pid, SIGTERM);
-  int st = 0;
-  for (int i = 0; i < 3000; i++) {
-    if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
-      d->pid = 0;
-      assert_true(WIFEXITED(st));
-      assert_int_equal(WEXITSTATUS(st), 0);
-      return;
-    }
-    usleep(20000);
-  }
-  kill(d->pid, SIGKILL);
-  waitpid(d->pid, &st, 0);
-  d->pid = 0;
-  fail_msg("mlpd serve did not exit within 60 s of SIGTERM");
+  assert_int_equal(td_stop(&d->td, SIGTERM, 60000), 0);
+  td_cleanup(&d->td, 0);
 }
 
 static int setup(void **state) {
@@ -134,7 +98,7 @@ static int setup(void **state) {
     fprintf(stderr, "setup: %s\n", mlpd_err_msg(&err, rc));
     return -1;
   }
-  daemon_start(&g.d, "mlpd.sock", "--max-frame", "1048576", NULL);
+  daemon_start(&g.d, "--max-frame", "1048576", NULL);
   return 0;
 }
 
@@ -281,7 +245,7 @@ static void test_pipelined(void **state) {
     assert_int_equal(seen[i], 0);
     seen[i] = 1;
     if (res.status != MLPD_STATUS_OK)
-      fail_msg("request %d: %s: %s", i, mlpd_client_status_name(res.status),
+      fail_msg("request %d: %s: %s", i, mlpd_status_name(res.status),
                res.message);
     assert_int_equal(res.rows, rows[i]);
     assert_int_equal(res.cols, OUT);
@@ -430,12 +394,12 @@ static void expect_status(const mlpd_v1_Response *r, uint64_t id, int status,
     fail_msg("response id %llu status %s \"%s\"; expected id %llu %s with "
              "\"%s\"",
              (unsigned long long)r->id,
-             mlpd_client_status_name((int)r->status), r->message,
-             (unsigned long long)id, mlpd_client_status_name(status),
+             mlpd_status_name((int)r->status), r->message,
+             (unsigned long long)id, mlpd_status_name(status),
              needle ? needle : "");
   if (status != MLPD_STATUS_OK)
     assert_true(r->message[0] != '\0');
-  printf("bad input: %-16s \"%s\"\n", mlpd_client_status_name(status),
+  printf("bad input: %-16s \"%s\"\n", mlpd_status_name(status),
          r->message);
 }
 
@@ -472,7 +436,7 @@ static void test_bad_input(void **state) {
   assert_non_null(strstr(res.message, "63"));
   assert_non_null(strstr(res.message, "64"));
   assert_null(res.data);
-  printf("bad input: %-16s \"%s\"\n", mlpd_client_status_name(res.status),
+  printf("bad input: %-16s \"%s\"\n", mlpd_status_name(res.status),
          res.message);
   req.cols = 64;
   assert_int_equal(mlpd_client_infer(c, &req, &res, &err), 0);
@@ -533,7 +497,7 @@ static void test_bad_input(void **state) {
   assert_int_equal(r.id, 15);
   assert_int_not_equal(r.status, mlpd_v1_Status_OK);
   assert_true(r.message[0] != '\0');
-  printf("bad input: %-16s \"%s\"\n", mlpd_client_status_name((int)r.status),
+  printf("bad input: %-16s \"%s\"\n", mlpd_status_name((int)r.status),
          r.message);
 
   static const uint8_t junk[] = {4, 0x08, 0x10, 0x17, 0xff};
@@ -541,7 +505,7 @@ static void test_bad_input(void **state) {
   raw_response(fd, &r);
   assert_int_equal(r.status, mlpd_v1_Status_INVALID_ARGUMENT);
   assert_true(r.message[0] != '\0');
-  printf("bad input: %-16s \"%s\"\n", mlpd_client_status_name((int)r.status),
+  printf("bad input: %-16s \"%s\"\n", mlpd_status_name((int)r.status),
          r.message);
   raw_health_ok(fd, 16);
   close(fd);
@@ -561,7 +525,7 @@ static void test_bad_input(void **state) {
   if (rc == 0) {
     assert_int_equal(res.status, MLPD_STATUS_RESOURCE_EXHAUSTED);
     printf("oversize frame: status %s \"%s\"\n",
-           mlpd_client_status_name(res.status), res.message);
+           mlpd_status_name(res.status), res.message);
   } else {
     if (!(rc == -EPIPE || rc == -ECONNRESET) ||
         strstr(err.msg, "RESOURCE_EXHAUSTED") == NULL)
@@ -673,7 +637,7 @@ static void test_overload(void **state) {
   (void)state;
   enum { N = 64, ROWS = 200 };
   daemon_t d;
-  daemon_start(&d, "small.sock", "--max-queue", "400", "--max-batch", "64",
+  daemon_start(&d, "--max-queue", "400", "--max-batch", "64",
                NULL);
   mlpd_client_t *c = connect_ok(d.path);
   mlpd_err_t err = {0};
@@ -712,7 +676,7 @@ static void test_overload(void **state) {
       assert_true(res.id % 2 == 1); /* only those had a deadline */
     } else if (res.status != MLPD_STATUS_UNAVAILABLE) {
       fail_msg("request %llu: %s: %s", (unsigned long long)res.id,
-               mlpd_client_status_name(res.status), res.message);
+               mlpd_status_name(res.status), res.message);
     }
   }
   printf("overload: %d OK, %d UNAVAILABLE, %d DEADLINE_EXCEEDED of %d\n",
@@ -739,7 +703,7 @@ static void test_missing_daemon(void **state) {
 
   /* A daemon that is gone leaves its socket file behind. */
   daemon_t d;
-  daemon_start(&d, "gone.sock", NULL);
+  daemon_start(&d, NULL);
   c = connect_ok(d.path);
   daemon_stop(&d);
   mlpd_client_health_t h;

@@ -347,21 +347,21 @@ static char *render_all(const mlpd_metrics_t *m, size_t *len) {
 
 static void test_status_names(void **state) {
   (void)state;
-  assert_string_equal(mlpd_status_name(MLPD_STATUS_OK), "ok");
-  assert_string_equal(mlpd_status_name(MLPD_STATUS_CANCELLED), "cancelled");
-  assert_string_equal(mlpd_status_name(MLPD_STATUS_INVALID_ARGUMENT),
+  assert_string_equal(mlpd_metrics_status_label(MLPD_STATUS_OK), "ok");
+  assert_string_equal(mlpd_metrics_status_label(MLPD_STATUS_CANCELLED), "cancelled");
+  assert_string_equal(mlpd_metrics_status_label(MLPD_STATUS_INVALID_ARGUMENT),
                       "invalid_argument");
-  assert_string_equal(mlpd_status_name(MLPD_STATUS_DEADLINE_EXCEEDED),
+  assert_string_equal(mlpd_metrics_status_label(MLPD_STATUS_DEADLINE_EXCEEDED),
                       "deadline_exceeded");
-  assert_string_equal(mlpd_status_name(MLPD_STATUS_RESOURCE_EXHAUSTED),
+  assert_string_equal(mlpd_metrics_status_label(MLPD_STATUS_RESOURCE_EXHAUSTED),
                       "resource_exhausted");
-  assert_string_equal(mlpd_status_name(MLPD_STATUS_UNIMPLEMENTED),
+  assert_string_equal(mlpd_metrics_status_label(MLPD_STATUS_UNIMPLEMENTED),
                       "unimplemented");
-  assert_string_equal(mlpd_status_name(MLPD_STATUS_INTERNAL), "internal");
-  assert_string_equal(mlpd_status_name(MLPD_STATUS_UNAVAILABLE), "unavailable");
-  assert_string_equal(mlpd_status_name((mlpd_status_t)2), "unknown");
-  assert_string_equal(mlpd_status_name((mlpd_status_t)99), "unknown");
-  assert_string_equal(mlpd_status_name((mlpd_status_t)-1), "unknown");
+  assert_string_equal(mlpd_metrics_status_label(MLPD_STATUS_INTERNAL), "internal");
+  assert_string_equal(mlpd_metrics_status_label(MLPD_STATUS_UNAVAILABLE), "unavailable");
+  assert_string_equal(mlpd_metrics_status_label((mlpd_status_t)2), "unknown");
+  assert_string_equal(mlpd_metrics_status_label((mlpd_status_t)99), "unknown");
+  assert_string_equal(mlpd_metrics_status_label((mlpd_status_t)-1), "unknown");
 }
 
 /* Every metric metrics.h promises, with its type; counters end in _total. */

@@ -16,7 +16,7 @@ pc=$(find "$out/prefix" -name mlpd-client.pc)
 test -n "$pc" || { echo "mlpd-client.pc was not installed"; exit 1; }
 export PKG_CONFIG_PATH="$(dirname "$pc")"
 libdir=$(pkg-config --variable=libdir mlpd-client)
-for f in mlpd_client.h error.h dtype.h mlpd.h; do
+for f in mlpd_client.h error.h dtype.h mlpd.h status.h; do
   test -f "$(pkg-config --variable=includedir mlpd-client)/mlpd/$f" ||
     { echo "include/mlpd/$f was not installed"; exit 1; }
 done
@@ -45,7 +45,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "connect: %d %s\n", rc, mlpd_err_msg(&err, rc));
     return 1;
   }
-  if (strcmp(mlpd_client_status_name(MLPD_STATUS_UNAVAILABLE),
+  if (strcmp(mlpd_status_name(MLPD_STATUS_UNAVAILABLE),
              "UNAVAILABLE") != 0 ||
       strcmp(mlpd_err_name(MLPD_EFRAME2BIG), "EFRAME2BIG") != 0 ||
       mlpd_bf16_to_f32(mlpd_f32_to_bf16(1.5f)) != 1.5f)

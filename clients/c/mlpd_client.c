@@ -71,20 +71,6 @@ struct mlpd_client_s {
 #define RBUF(c) ((uint8_t *)(c)->rmem)
 #define SBUF(c) ((uint8_t *)(c)->smem)
 
-const char *mlpd_client_status_name(int status) {
-  switch (status) {
-  case MLPD_STATUS_OK: return "OK";
-  case MLPD_STATUS_CANCELLED: return "CANCELLED";
-  case MLPD_STATUS_INVALID_ARGUMENT: return "INVALID_ARGUMENT";
-  case MLPD_STATUS_DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
-  case MLPD_STATUS_RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
-  case MLPD_STATUS_UNIMPLEMENTED: return "UNIMPLEMENTED";
-  case MLPD_STATUS_INTERNAL: return "INTERNAL";
-  case MLPD_STATUS_UNAVAILABLE: return "UNAVAILABLE";
-  default: return "UNKNOWN";
-  }
-}
-
 /* The protocol's DType (0 = unspecified) and mlpd_dtype_t differ by one. */
 static int dtype_from_wire(int w) {
   switch (w) {
@@ -556,7 +542,7 @@ static void last_word(mlpd_client_t *c, char *buf, size_t cap) {
     if (pb_decode(&is, mlpd_v1_Response_fields, &r) &&
         r.status != mlpd_v1_Status_OK)
       snprintf(buf, cap, "; it answered %s: %s",
-               mlpd_client_status_name((int)r.status), r.message);
+               mlpd_status_name((int)r.status), r.message);
     pos += hlen + (size_t)blen;
   }
 }
@@ -889,7 +875,7 @@ static int status_error(const mlpd_v1_Response *r, const char *what,
   default: code = MLPD_EPROTO; break;
   }
   return mlpd_errf(err, code, "%s: daemon answered %s: %s", what,
-                   mlpd_client_status_name((int)r->status),
+                   mlpd_status_name((int)r->status),
                    r->message[0] ? r->message : "(no message)");
 }
 

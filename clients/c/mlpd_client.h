@@ -33,8 +33,9 @@
  * results own their output buffers and reuse them from call to call, so a
  * loop of infer calls stops allocating once the buffers are large enough.
  *
- * Installed as <mlpd/mlpd_client.h> together with the three headers it
- * includes (error.h, dtype.h, mlpd.h); pkg-config name mlpd-client. */
+ * Installed as <mlpd/mlpd_client.h> together with the four headers it
+ * includes (error.h, dtype.h, mlpd.h, status.h); pkg-config name
+ * mlpd-client. */
 #ifndef MLPD_CLIENT_H
 #define MLPD_CLIENT_H
 
@@ -49,6 +50,7 @@ extern "C" {
 #include "dtype.h"
 #include "error.h"
 #include "mlpd.h"
+#include "status.h"
 
 #define MLPD_CLIENT_DEFAULT_SOCKET "/run/mlpd/mlpd.sock"
 
@@ -56,20 +58,8 @@ extern "C" {
  * daemon's default --max-frame. */
 #define MLPD_CLIENT_DEFAULT_MAX_FRAME ((size_t)64 << 20)
 
-/* The daemon's status codes: gRPC's numbers, as in proto/mlpd.proto. */
-typedef enum {
-  MLPD_STATUS_OK = 0,
-  MLPD_STATUS_CANCELLED = 1,
-  MLPD_STATUS_INVALID_ARGUMENT = 3,
-  MLPD_STATUS_DEADLINE_EXCEEDED = 4,
-  MLPD_STATUS_RESOURCE_EXHAUSTED = 8,
-  MLPD_STATUS_UNIMPLEMENTED = 12,
-  MLPD_STATUS_INTERNAL = 13,
-  MLPD_STATUS_UNAVAILABLE = 14, /* retryable: queue full, draining, loading */
-} mlpd_client_status_t;
-
-/* "OK", "INVALID_ARGUMENT", ...; "UNKNOWN" for other numbers. Never NULL. */
-const char *mlpd_client_status_name(int status);
+/* The daemon's status codes (status.h): mlpd_status_t, MLPD_STATUS_OK, ...,
+ * named by mlpd_status_name(). */
 
 typedef struct mlpd_client_s mlpd_client_t;
 
@@ -140,7 +130,7 @@ typedef struct mlpd_client_result_s {
 
   /* Filled by mlpd_client_infer() / mlpd_client_recv(). */
   uint64_t id;           /* the request's id */
-  int status;            /* mlpd_client_status_t; check it */
+  int status;            /* mlpd_status_t; check it */
   char message[256];     /* the daemon's reason when status != OK, else "" */
   mlpd_dtype_t dtype;    /* element type of data */
   mlpd_dtype_t wire_dtype; /* element type the daemon sent */

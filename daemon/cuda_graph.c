@@ -1,0 +1,173 @@
+/* cuda_graph.c - see cuda_graph.h. Every enqueue of a layer and every
+ * graph capture of the CUDA engine happens here, so that what tuning times
+ * and verifies is exactly what serving replays.
+ *
+ * What it deliberately does not do: decide anything. Plans come in as
+ * choice_t; timing and the checks on kernel names are cuda_tune.c's. */
+#include "cuda_graph.h"
+
+#include "cuda_kernels.h"
+
+#include <cuda.h>
+#include <stdio.h>
+#include <string.h>
+
+/* ---- enqueueing a layer and capturing graphs ---------------------------- */
+
+int mlpd_cuda_graph_enqueue_layer(cuda_engine_t *e, const bucket_t *bk,
+                                  int l, const choice_t *c, const void *x,
+                                  void *y, int pdl, mlpd_err_t *err) {
+  const layer_t *L = &e->L[l];
+  if (c->small) {
+    int ce = mlpd_cuda_small_gemm(c->variant, e->dt == MLPD_DTYPE_F16,
+                                  bk->rows, L->out_p, L->in_p, x, L->w, L->b,
+                                  y, L->gelu, pdl && e->cc_major >= 9, e->st);
+    if (ce != 0)
+      return mlpd__cuda_fail(err, (cudaError_t)ce, __FILE__, __LINE__,
+                             "small-batch kernel, layer %d at %d rows", l + 1,
+                             bk->rows);
+    return 0;
+  }
+  static const float one = 1.0f, zero = 0.0f;
+  cublasStatus_t s = cublasLtMatmul(e->lt, L->desc, &one, L->w, L->lw, x,
+                                    bk->lx[l], &zero, y, bk->ly[l], y,
+                                    bk->ly[l], &c->algo, e->ws, WS_BYTES,
+                                    e->st);
+  if (s != CUBLAS_STATUS_SUCCESS)
+    return mlpd__lt_fail(err, s, __FILE__, __LINE__,
+                         "cublasLtMatmul, layer %d at %d rows", l + 1,
+                         bk->rows);
+  return 0;
+}
+
+int mlpd_cuda_graph_capture(cuda_engine_t *e, const bucket_t *bk,
+                            const choice_t *ch, int l0, int l1, int slot,
+                            cudaGraph_t *out, mlpd_err_t *err) {
+  int rc = 0;
+  cudaGraph_t g = NULL;
+  const layer_t *first = &e->L[0], *last = &e->L[e->nlayers - 1];
+  *out = NULL;
+  CU(cudaStreamBeginCapture(e->st, cudaStreamCaptureModeThreadLocal),
+     "begin graph capture (%d rows)", bk->rows);
+  if (slot >= 0) {
+    cudaError_t ce = cudaMemcpyAsync(
+        e->dx, e->base.in[slot],
+        (size_t)bk->rows * (size_t)first->in_p * e->esz,
+        cudaMemcpyHostToDevice, e->st);
+    if (ce != cudaSuccess)
+      rc = mlpd__cuda_fail(err, ce, __FILE__, __LINE__,
+                           "capture input copy (%d rows)", bk->rows);
+  }
+  for (int l = l0; l < l1 && rc == 0; l++)
+    rc = mlpd_cuda_graph_enqueue_layer(e, bk, l, &ch[l], layer_in(e, l),
+                                       layer_out(e, l),
+                                       l > l0 && ch[l - 1].small, err);
+  if (slot >= 0 && rc == 0) {
+    cudaError_t ce = cudaMemcpyAsync(
+        e->base.out[slot], layer_out(e, e->nlayers - 1),
+        (size_t)bk->rows * (size_t)last->out_p * e->esz,
+        cudaMemcpyDeviceToHost, e->st);
+    if (ce != cudaSuccess)
+      rc = mlpd__cuda_fail(err, ce, __FILE__, __LINE__,
+                           "capture output copy (%d rows)", bk->rows);
+  }
+  {
+    cudaError_t ce = cudaStreamEndCapture(e->st, &g);
+    if (rc == 0 && ce != cudaSuccess)
+      rc = mlpd__cuda_fail(err, ce, __FILE__, __LINE__,
+                           "end graph capture (%d rows)", bk->rows);
+  }
+  if (rc != 0) {
+    if (g != NULL)
+      cudaGraphDestroy(g);
+    (void)cudaGetLastError(); /* a failed capture is not sticky */
+    return rc;
+  }
+  *out = g;
+  return 0;
+fail:
+  return rc;
+}
+
+int mlpd_cuda_graph_instantiate(cuda_engine_t *e, cudaGraph_t g,
+                                cudaGraphExec_t *x, int rows,
+                                mlpd_err_t *err) {
+  int rc = 0;
+  (void)e;
+  *x = NULL;
+  CU(cudaGraphInstantiate(x, g, 0), "instantiate graph (%d rows)", rows);
+  return 0;
+fail:
+  *x = NULL;
+  return rc;
+}
+
+/* ---- kernel names of a captured graph ----------------------------------- */
+
+/* Driver entry points, looked up through the runtime so that the binary
+ * does not link libcuda (it must start, and fail cleanly, where no driver
+ * is installed). */
+typedef CUresult (*pfn_node_params_t)(CUgraphNode,
+                                      CUDA_KERNEL_NODE_PARAMS_v2 *);
+typedef CUresult (*pfn_func_name_t)(const char **, CUfunction);
+typedef CUresult (*pfn_kernel_name_t)(const char **, CUkernel);
+static pfn_node_params_t drv_node_params;
+static pfn_func_name_t drv_func_name;
+static pfn_kernel_name_t drv_kernel_name;
+
+static int load_driver_entries(void) {
+  enum cudaDriverEntryPointQueryResult q;
+  void *p = NULL;
+  if (drv_node_params != NULL)
+    return 0;
+  if (cudaGetDriverEntryPointByVersion("cuGraphKernelNodeGetParams", &p,
+                                       12000, cudaEnableDefault,
+                                       &q) != cudaSuccess ||
+      q != cudaDriverEntryPointSuccess || p == NULL)
+    return -1;
+  drv_node_params = (pfn_node_params_t)p;
+  p = NULL;
+  if (cudaGetDriverEntryPointByVersion("cuFuncGetName", &p, 12030,
+                                       cudaEnableDefault, &q) == cudaSuccess &&
+      q == cudaDriverEntryPointSuccess)
+    drv_func_name = (pfn_func_name_t)p;
+  p = NULL;
+  if (cudaGetDriverEntryPointByVersion("cuKernelGetName", &p, 12030,
+                                       cudaEnableDefault, &q) == cudaSuccess &&
+      q == cudaDriverEntryPointSuccess)
+    drv_kernel_name = (pfn_kernel_name_t)p;
+  (void)cudaGetLastError();
+  return drv_func_name != NULL ? 0 : -1;
+}
+
+int mlpd_cuda_graph_kernel_names(cudaGraph_t g, char *buf, size_t len) {
+  cudaGraphNode_t nodes[32];
+  size_t n = MLPD_ARRAY_SIZE(nodes);
+  int nk = 0;
+  buf[0] = '\0';
+  if (load_driver_entries() != 0 || cudaGraphGetNodes(g, nodes, &n) !=
+                                        cudaSuccess)
+    return -1;
+  for (size_t i = 0; i < n; i++) {
+    enum cudaGraphNodeType t;
+    CUDA_KERNEL_NODE_PARAMS_v2 p;
+    const char *name = NULL;
+    if (cudaGraphNodeGetType(nodes[i], &t) != cudaSuccess)
+      return -1;
+    if (t != cudaGraphNodeTypeKernel)
+      continue;
+    memset(&p, 0, sizeof(p));
+    if (drv_node_params((CUgraphNode)nodes[i], &p) != CUDA_SUCCESS)
+      return -1;
+    if (p.func != NULL)
+      (void)drv_func_name(&name, p.func);
+    if (name == NULL && p.kern != NULL && drv_kernel_name != NULL)
+      (void)drv_kernel_name(&name, p.kern);
+    if (name == NULL)
+      return -1;
+    size_t used = strlen(buf);
+    snprintf(buf + used, len - used, "%s%s", nk ? " + " : "", name);
+    nk++;
+  }
+  return nk;
+}
