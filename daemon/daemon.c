@@ -339,8 +339,10 @@ static void on_signal(uv_signal_t *h, int signum) {
   begin_drain(d);
 }
 
+void mlpd_daemon_stop(mlpd_daemon_t *d) { begin_drain(d); }
+
 static void begin_drain(mlpd_daemon_t *d) {
-  if (d->state == MLPD_STATE_STOPPED)
+  if (d->state == MLPD_STATE_STOPPED || d->state == MLPD_STATE_DRAINING)
     return;
   mlpd_notify_stopping();
   d->metrics.ready = 0;

@@ -95,6 +95,7 @@ typedef struct mlpd_daemon_s {
   uint64_t last_ping_ns;
   _Atomic uint64_t progress_ns; /* last load progress, any thread */
   uint64_t drain_deadline_ns;
+  int engine_failures;          /* consecutive failed batches */
 } mlpd_daemon_t;
 
 /* For dispatch.c: */
@@ -104,6 +105,8 @@ void mlpd_daemon_reload(mlpd_daemon_t *d);
 /* While a reload waits for the batcher's slots to drain: switch once they
  * have. */
 void mlpd_daemon_try_switch(mlpd_daemon_t *d);
+/* Starts a drain as SIGTERM does (the exit status is d->exit_code). */
+void mlpd_daemon_stop(mlpd_daemon_t *d);
 /* While draining: stop once every accepted request is answered. */
 void mlpd_daemon_maybe_done(mlpd_daemon_t *d);
 /* Health and metrics, for the protocol and the HTTP listener. */

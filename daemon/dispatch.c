@@ -147,6 +147,15 @@ static void handle_infer(mlpd_daemon_t *d, mlpd_conn_t *c,
   }
   size_t out_bytes = (size_t)q->rows * (size_t)e->out_features *
                      mlpd_dtype_size(q->out_dtype);
+  /* The answer must fit a frame the client accepts; refusing here also keeps
+   * a narrow-in, wide-out model from allocating without bound. */
+  if (out_bytes > d->cfg.max_frame) {
+    send_error(d, c, q->id, MLPD_RPC_INFER, MLPD_STATUS_RESOURCE_EXHAUSTED,
+               "output of %d rows is %zu bytes, over the maximum frame size "
+               "of %zu bytes (--max-frame); send fewer rows per request",
+               q->rows, out_bytes, d->cfg.max_frame);
+    return;
+  }
   mlpd_req_t *r = malloc(sizeof(*r) + out_bytes);
   if (r == NULL) {
     send_error(d, c, q->id, MLPD_RPC_INFER, MLPD_STATUS_RESOURCE_EXHAUSTED,
@@ -307,10 +316,25 @@ void mlpd_dispatch_on_timer(mlpd_hrtimer_t *t) {
   mlpd_dispatch_schedule(t->data);
 }
 
+/* A device that fails batch after batch (a lost GPU, a sticky CUDA error)
+ * will not recover in this process: after this many in a row the daemon
+ * drains and exits 1, so the service manager restarts it. */
+#define MAX_ENGINE_FAILURES 3
+
 void mlpd_dispatch_job_done(mlpd_daemon_t *d, const mlpd_job_t *job) {
-  if (job->rc != 0)
+  if (job->rc != 0) {
     MLPD_LOGE("engine failed on a batch of %d rows: %s (%s)", job->rows,
               job->msg, mlpd_err_name(job->rc));
+    if (++d->engine_failures == MAX_ENGINE_FAILURES) {
+      MLPD_LOGE("engine failed %d batches in a row; stopping so that mlpd "
+                "is restarted",
+                MAX_ENGINE_FAILURES);
+      d->exit_code = 1;
+      mlpd_daemon_stop(d);
+    }
+  } else {
+    d->engine_failures = 0;
+  }
   d->metrics.batches++;
   d->metrics.rows += (uint64_t)job->rows;
   mlpd_hist_observe(&d->metrics.compute_duration,

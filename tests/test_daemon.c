@@ -186,6 +186,39 @@ static void test_bad_frames_and_requests(void **state) {
   td_cleanup(&d, 0);
 }
 
+static void test_output_over_the_frame_limit(void **state) {
+  (void)state;
+  char dir[256], path[512];
+  tu_mkdtemp(dir, sizeof(dir));
+  snprintf(path, sizeof(path), "%s/wide.safetensors", dir);
+  /* 16 bytes of input a row, 2 KiB of output a row. */
+  const int widths[] = {4, 512};
+  tu_mlp_t ref;
+  tu_make_mlp(&ref, path, 1, widths, MLPD_DTYPE_F32, 8, 0, NULL);
+  const char *args[] = {"--max-frame", "4096", NULL};
+  td_daemon_t d;
+  td_spawn(&d, path, 0, 0, args);
+  td_wait_ready(&d, TIMEOUT);
+  int fd = td_connect(d.sock);
+  float x[3 * 4] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  size_t len;
+  uint8_t *f = td_infer_frame(1, x, MLPD_DTYPE_F32, 1, 4, 0, 0, &len);
+  td_write_all(fd, f, len);
+  free(f);
+  expect(fd, mlpd_v1_Status_OK, NULL, 1);
+  /* 3 rows ask for a 6 KiB answer: refused, the connection lives. */
+  f = td_infer_frame(2, x, MLPD_DTYPE_F32, 3, 4, 0, 0, &len);
+  td_write_all(fd, f, len);
+  free(f);
+  expect(fd, mlpd_v1_Status_RESOURCE_EXHAUSTED, "fewer rows", 2);
+  expect_alive(fd);
+  close(fd);
+  assert_int_equal(td_stop(&d, SIGTERM, TIMEOUT), 0);
+  td_cleanup(&d, 0);
+  tu_free_mlp(&ref);
+  tu_rmtree(dir);
+}
+
 /* ---- many connections ----------------------------------------------------- */
 
 #define NCONN 70
@@ -440,6 +473,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_every_split_point),
       cmocka_unit_test(test_bad_frames_and_requests),
+      cmocka_unit_test(test_output_over_the_frame_limit),
       cmocka_unit_test(test_many_pipelined_connections),
       cmocka_unit_test(test_batching_policy),
       cmocka_unit_test(test_queue_full_and_deadline),
