@@ -131,7 +131,8 @@ static void stage(mlpd_batcher_t *b) {
 
 int mlpd_batcher_admit(mlpd_batcher_t *b, mlpd_req_t *req, uint64_t now) {
   (void)now;
-  if (req->cols != b->engine->info.in_features)
+  if (req->cols != b->engine->info.in_features ||
+      req->out_cols != b->engine->info.out_features)
     return MLPD_ESHAPE;
   if (req->rows < 1)
     return MLPD_ESHAPE;
@@ -328,11 +329,14 @@ void mlpd_batcher_complete(mlpd_batcher_t *b, int slot, int rc,
       r->start_ns = start_ns;
     r->compute_ns += end_ns - start_ns;
     r->batch_rows = sl->rows;
-    if (rc != 0)
+    /* admit and set_engine keep out_cols equal to the engine's width; a
+     * mismatch would be a bug, and writing rows of another width into out
+     * would overflow it, so it fails the request instead. */
+    if (rc != 0 || r->out_cols != in->out_features)
       r->failed = 1;
-    if (rc == 0 && !r->cancelled) {
+    if (!r->failed && !r->cancelled) {
       size_t dsz = mlpd_dtype_size(r->out_dtype);
-      int oc = in->out_features;
+      int oc = r->out_cols;
       const uint8_t *src = (const uint8_t *)b->engine->out[slot] +
                            (size_t)seg->slot_row * (size_t)in->out_stride * osz;
       uint8_t *dst = r->out + (size_t)seg->req_row * (size_t)oc * dsz;
@@ -408,12 +412,19 @@ int mlpd_batcher_idle(const mlpd_batcher_t *b) {
 void mlpd_batcher_set_engine(mlpd_batcher_t *b, mlpd_engine_t *engine) {
   b->engine = engine;
   b->nslots = engine->info.nslots;
+  /* Requests still pending were admitted for the old model; their output
+   * buffers have its width. Only requests not yet started can be here (a
+   * partly run one finished on the old engine before the switch). */
   for (mlpd_req_t *r = b->pend_head, *next; r != NULL; r = next) {
     next = r->pnext;
     if (r->cols != engine->info.in_features) {
       withdraw(b, r);
       b->done(b->ud, r, MLPD_STATUS_INVALID_ARGUMENT,
               "the model was reloaded with a different input width");
+    } else if (r->out_cols != engine->info.out_features) {
+      withdraw(b, r);
+      b->done(b->ud, r, MLPD_STATUS_UNAVAILABLE,
+              "the model was reloaded with a different output width; retry");
     }
   }
   b->hold = 0;

@@ -38,6 +38,8 @@ struct mlpd_req_s {
   void *owner;               /* (caller) e.g. the connection; opaque here */
   int rows;                  /* (caller) >= 1 */
   int cols;                  /* (caller) must equal the engine's in_features */
+  int out_cols;              /* (caller) the engine's out_features when the
+                                request was admitted: out's row width */
   mlpd_dtype_t in_dtype;     /* (caller) dtype of src */
   mlpd_dtype_t out_dtype;    /* (caller) dtype wanted in out */
   const uint8_t *src;        /* (caller) [rows][cols] input, any alignment;
@@ -67,8 +69,10 @@ struct mlpd_req_s {
 
 /* Called when a request leaves the batcher: status OK (outputs in req->out),
  * DEADLINE_EXCEEDED, INTERNAL (engine failure; msg says why), CANCELLED
- * (owner gone: free it, do not answer), or INVALID_ARGUMENT (the model was
- * replaced by one of another input width). */
+ * (owner gone: free it, do not answer), INVALID_ARGUMENT (the model was
+ * replaced by one of another input width) or UNAVAILABLE (replaced by one
+ * of another output width: the request itself is fine, a retry gets the
+ * new model's answer). */
 typedef void (*mlpd_batcher_done_cb)(void *ud, mlpd_req_t *req,
                                      mlpd_status_t status, const char *msg);
 
@@ -173,8 +177,9 @@ int mlpd_batcher_slots_idle(const mlpd_batcher_t *b);
 /* Nothing admitted remains: no pending rows, no slot in use. */
 int mlpd_batcher_idle(const mlpd_batcher_t *b);
 
-/* Replaces the engine (all slots must be idle). Pending requests whose width
- * no longer matches are answered INVALID_ARGUMENT. Clears hold. */
+/* Replaces the engine (all slots must be idle). Pending requests whose
+ * widths no longer match are answered (see mlpd_batcher_done_cb). Clears
+ * hold. */
 void mlpd_batcher_set_engine(mlpd_batcher_t *b, mlpd_engine_t *engine);
 
 #endif

@@ -89,6 +89,12 @@ typedef struct {
   const mlpd_engine_opts_t *opts; /* valid during open only */
   char gpu[256];
   int cc_major, cc_minor, sms;
+  /* From mlpd_cuda_small_probe at open: small_ok = the small-batch kernel
+   * has an image here; pdl_ok = that image waits for the kernel before it
+   * (PTX >= 90), so chained small-kernel layers may start early. */
+  int small_ok, pdl_ok;
+  int forced_small; /* mlpd_engine_cuda_force_small's variant, read once at
+                       open; -1: none */
   /* Written during open by the module that finds each number: cuda_tune.c
    * (candidates_timed, small_rejected, plans_fused/unfused/unverified),
    * cuda_plancache.c (cache_state, cache_why), engine_cuda.c the rest. */

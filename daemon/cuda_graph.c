@@ -9,6 +9,7 @@
 #include "cuda_kernels.h"
 
 #include <cuda.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -21,7 +22,7 @@ int mlpd_cuda_graph_enqueue_layer(cuda_engine_t *e, const bucket_t *bk,
   if (c->small) {
     int ce = mlpd_cuda_small_gemm(c->variant, e->dt == MLPD_DTYPE_F16,
                                   bk->rows, L->out_p, L->in_p, x, L->w, L->b,
-                                  y, L->gelu, pdl && e->cc_major >= 9, e->st);
+                                  y, L->gelu, pdl && e->pdl_ok, e->st);
     if (ce != 0)
       return mlpd__cuda_fail(err, (cudaError_t)ce, __FILE__, __LINE__,
                              "small-batch kernel, layer %d at %d rows", l + 1,
@@ -106,7 +107,9 @@ fail:
 
 /* Driver entry points, looked up through the runtime so that the binary
  * does not link libcuda (it must start, and fail cleanly, where no driver
- * is installed). */
+ * is installed). Looked up once per process: engines open on different
+ * threads (a reload runs on a pool thread while the old engine serves), so
+ * the pointers are written under pthread_once and only read afterwards. */
 typedef CUresult (*pfn_node_params_t)(CUgraphNode,
                                       CUDA_KERNEL_NODE_PARAMS_v2 *);
 typedef CUresult (*pfn_func_name_t)(const char **, CUfunction);
@@ -114,18 +117,16 @@ typedef CUresult (*pfn_kernel_name_t)(const char **, CUkernel);
 static pfn_node_params_t drv_node_params;
 static pfn_func_name_t drv_func_name;
 static pfn_kernel_name_t drv_kernel_name;
+static pthread_once_t drv_once = PTHREAD_ONCE_INIT;
 
-static int load_driver_entries(void) {
+static void lookup_driver_entries(void) {
   enum cudaDriverEntryPointQueryResult q;
   void *p = NULL;
-  if (drv_node_params != NULL)
-    return 0;
   if (cudaGetDriverEntryPointByVersion("cuGraphKernelNodeGetParams", &p,
                                        12000, cudaEnableDefault,
-                                       &q) != cudaSuccess ||
-      q != cudaDriverEntryPointSuccess || p == NULL)
-    return -1;
-  drv_node_params = (pfn_node_params_t)p;
+                                       &q) == cudaSuccess &&
+      q == cudaDriverEntryPointSuccess && p != NULL)
+    drv_node_params = (pfn_node_params_t)p;
   p = NULL;
   if (cudaGetDriverEntryPointByVersion("cuFuncGetName", &p, 12030,
                                        cudaEnableDefault, &q) == cudaSuccess &&
@@ -137,7 +138,12 @@ static int load_driver_entries(void) {
       q == cudaDriverEntryPointSuccess)
     drv_kernel_name = (pfn_kernel_name_t)p;
   (void)cudaGetLastError();
-  return drv_func_name != NULL ? 0 : -1;
+}
+
+static int load_driver_entries(void) {
+  if (pthread_once(&drv_once, lookup_driver_entries) != 0)
+    return -1;
+  return drv_node_params != NULL && drv_func_name != NULL ? 0 : -1;
 }
 
 int mlpd_cuda_graph_kernel_names(cudaGraph_t g, char *buf, size_t len) {

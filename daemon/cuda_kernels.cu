@@ -46,15 +46,22 @@ __device__ __forceinline__ uint4 ld_weights(const uint4 *p, bool pred) {
   return r;
 }
 
+/* Inputs are the previous layer's output. Under programmatic dependent
+ * launch that kernel may still be running when this one starts, so these
+ * loads must stay after griddepcontrol.wait: volatile + "memory" keeps the
+ * compiler from hoisting them above it (a plain asm with register operands
+ * only counts as a pure function and may move). Weights and the bias are
+ * written once at upload, so their loads may move freely. */
 __device__ __forceinline__ uint4 ld_inputs(const uint4 *p, bool pred) {
   uint4 r;
-  asm("{\n\t.reg .pred p;\n\t"
-      "setp.ne.b32 p, %5, 0;\n\t"
-      "mov.b32 %0, 0;\n\tmov.b32 %1, 0;\n\t"
-      "mov.b32 %2, 0;\n\tmov.b32 %3, 0;\n\t"
-      "@p ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];\n\t}"
-      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-      : "l"(p), "r"((int)pred));
+  asm volatile("{\n\t.reg .pred p;\n\t"
+               "setp.ne.b32 p, %5, 0;\n\t"
+               "mov.b32 %0, 0;\n\tmov.b32 %1, 0;\n\t"
+               "mov.b32 %2, 0;\n\tmov.b32 %3, 0;\n\t"
+               "@p ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];\n\t}"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(p), "r"((int)pred)
+               : "memory");
   return r;
 }
 
@@ -300,6 +307,26 @@ extern "C" const char *mlpd_cuda_small_name(int rows, int variant) {
   if (mlpd_cuda_small_variants(rows) == 0 || variant < 0 || variant >= NV)
     return "none";
   return names[tiles_index(rows)][variant];
+}
+
+extern "C" int mlpd_cuda_small_probe(int *ptx_version, int *binary_version) {
+  int ptx = 1 << 30, bin = 1 << 30;
+  for (int f = 0; f < 2; f++)
+    for (int t = 0; t < 3; t++)
+      for (int v = 0; v < NV; v++) {
+        cudaFuncAttributes a;
+        cudaError_t ce =
+            cudaFuncGetAttributes(&a, (const void *)kernels[f][t][v]);
+        if (ce != cudaSuccess) {
+          (void)cudaGetLastError();
+          return (int)ce;
+        }
+        ptx = a.ptxVersion < ptx ? a.ptxVersion : ptx;
+        bin = a.binaryVersion < bin ? a.binaryVersion : bin;
+      }
+  *ptx_version = ptx;
+  *binary_version = bin;
+  return 0;
 }
 
 extern "C" int mlpd_cuda_small_gemm(int variant, int f16, int rows, int n,

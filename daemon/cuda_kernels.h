@@ -37,6 +37,17 @@ int mlpd_cuda_small_variants(int rows);
 /* "mma16x8 rows<=8 splitk=8"-style description of a variant, static. */
 const char *mlpd_cuda_small_name(int rows, int variant);
 
+/* Asks the runtime for every small-batch kernel's image on the current
+ * device (cudaFuncGetAttributes). Returns 0 and the lowest PTX (virtual
+ * architecture) and binary versions among them (major * 10 + minor), or the
+ * cudaError_t when one has no image for this device (a build for other
+ * architectures); the error is cleared. The caller must use the kernel only
+ * after this returned 0, and programmatic dependent launch (pdl below) only
+ * when *ptx_version >= 90: the kernel waits for the kernel before it only
+ * in code compiled for sm_90 or newer, so an image JIT-compiled from older
+ * PTX (e.g. compute_80 on a newer GPU) would read its inputs too early. */
+int mlpd_cuda_small_probe(int *ptx_version, int *binary_version);
+
 /* Enqueues y[rows][n] = act(x[rows][k] . w[n][k]^T + b[n]) on `stream`:
  * 16-bit inputs (f16 != 0: fp16, else bf16), fp32 accumulation, the tanh
  * GELU when gelu != 0, rounded to nearest once at the end. n and k are
@@ -44,7 +55,8 @@ const char *mlpd_cuda_small_name(int rows, int variant);
  * and n (y). pdl != 0 launches it as a programmatic dependent of the
  * kernel before it on the stream, which must be this same kernel (it
  * signals its dependents early and its dependents wait for it; see the
- * .cu); use it only for a layer that follows a small-batch layer. Returns
+ * .cu); use it only for a layer that follows a small-batch layer, and only
+ * where mlpd_cuda_small_probe allowed it. Returns
  * the launch's cudaError_t (cudaSuccess = 0). */
 int mlpd_cuda_small_gemm(int variant, int f16, int rows, int n, int k,
                          const void *x, const void *w, const void *b,

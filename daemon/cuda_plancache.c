@@ -13,10 +13,13 @@
 #include "log.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define CACHE_MAGIC "MLPDPLN1"
@@ -116,13 +119,26 @@ int mlpd_plancache_load(cuda_engine_t *e, const char *key, mlpd_err_t *err) {
     }
     return 0;
   }
-  buf = malloc(CACHE_MAX_BYTES);
+  /* The file's own size, not a fixed 64 MiB buffer: a real cache is a few
+   * KiB, and open runs on every start and reload. */
+  struct stat sb;
+  if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    cache_reject(e, "not a regular file");
+    goto out;
+  }
+  if ((uintmax_t)sb.st_size > CACHE_MAX_BYTES) {
+    cache_reject(e, "%jd bytes: too large for a plan cache",
+                 (intmax_t)sb.st_size);
+    goto out;
+  }
+  size_t fsize = (size_t)sb.st_size;
+  buf = malloc(fsize > 0 ? fsize : 1);
   ch = calloc(nrec, sizeof(*ch));
   if (buf == NULL || ch == NULL) {
     rc = mlpd_errf(err, -ENOMEM, "cuda engine: out of host memory");
     goto out;
   }
-  n = fread(buf, 1, CACHE_MAX_BYTES, f);
+  n = fread(buf, 1, fsize, f);
   size_t want = 8 + 4 + klen + 4 + nrec * sizeof(cache_rec_t) + 8;
   uint32_t fk = 0, fn = 0;
   uint64_t sum = 0;
@@ -163,6 +179,12 @@ int mlpd_plancache_load(cuda_engine_t *e, const char *key, mlpd_err_t *err) {
       c->variant = r.variant;
       memcpy(c->algo.data, r.algo, sizeof(r.algo));
       if (c->small) {
+        if (!e->small_ok) {
+          cache_reject(e, "layer %d at %d rows uses mlpd's small-batch "
+                          "kernel, which has no image for this GPU",
+                       l + 1, bk->rows);
+          goto out;
+        }
         if (e->dt == MLPD_DTYPE_F32 || r.variant < 0 ||
             r.variant >= mlpd_cuda_small_variants(bk->rows)) {
           cache_reject(e, "layer %d at %d rows: unknown kernel variant %d",

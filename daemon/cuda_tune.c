@@ -15,6 +15,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,6 +39,17 @@ static float to_f32(const cuda_engine_t *e, const void *p, size_t i) {
 }
 
 /* ---- timing ------------------------------------------------------------- */
+
+/* Replays per sample for a graph of `us` µs: enough (>= 300 µs a sample)
+ * that event resolution and the start of the queue do not matter, at most
+ * 50. Also for a time of 0 or a few ns (a failed or empty measurement),
+ * where 300 / us would overflow an int. */
+static int iters_for(double us) {
+  if (!(us >= 300.0 / 50))
+    return 50;
+  int n = (int)(300.0 / us) + 1;
+  return n < 50 ? n : 50;
+}
 
 /* One sample: `iters` replays of `x` back to back between two events;
  * *us = GPU time per replay. */
@@ -66,11 +78,7 @@ static int time_exec(cuda_engine_t *e, cudaGraphExec_t x, int reps,
     reps = 16;
   CU(cudaGraphLaunch(x, e->st), "launch graph");
   TRY(sample_exec(e, x, 1, &one, err));
-  /* Enough replays per sample (>= 300 µs) that event resolution and the
-   * start of the queue do not matter. */
-  int iters = one > 0 ? (int)(300.0 / one) + 1 : 50;
-  if (iters > 50)
-    iters = 50;
+  int iters = iters_for(one);
   for (int r = 0; r < reps; r++)
     TRY(sample_exec(e, x, iters, &t[r], err));
   *us = median(t, reps);
@@ -134,7 +142,9 @@ fail:
 
 /* Runs layer l at bucket bk once with cuBLASLt's choice `ref` and once with
  * the small-kernel variant v on the layer's current input, and compares.
- * Returns 1 when they agree, 0 when not (logged), < 0 on CUDA errors. */
+ * Returns 1 when they agree, 0 when not or when the variant fails to
+ * launch (logged, counted in small_rejected; the launch error is cleared,
+ * it is not sticky), < 0 on other CUDA errors. */
 static int small_agrees(cuda_engine_t *e, const bucket_t *bk, int l, int v,
                         const choice_t *ref, mlpd_err_t *err) {
   int rc = 0;
@@ -142,6 +152,7 @@ static int small_agrees(cuda_engine_t *e, const bucket_t *bk, int l, int v,
   size_t n = (size_t)bk->rows * (size_t)L->out_p;
   void *h = NULL;
   choice_t c = {.small = 1, .variant = v};
+  mlpd_err_t lerr = {0};
   if (n * e->esz > e->vbuf_bytes)
     return 0;
   h = malloc(2 * n * e->esz);
@@ -149,8 +160,16 @@ static int small_agrees(cuda_engine_t *e, const bucket_t *bk, int l, int v,
     return mlpd_errf(err, -ENOMEM, "cuda engine: out of host memory");
   TRY(mlpd_cuda_graph_enqueue_layer(e, bk, l, ref, layer_in(e, l),
                                     e->vbuf[0], 0, err));
-  TRY(mlpd_cuda_graph_enqueue_layer(e, bk, l, &c, layer_in(e, l),
-                                    e->vbuf[1], 0, err));
+  if (mlpd_cuda_graph_enqueue_layer(e, bk, l, &c, layer_in(e, l),
+                                    e->vbuf[1], 0, &lerr) != 0) {
+    (void)cudaGetLastError();
+    e->stats.small_rejected++;
+    MLPD_LOGW("cuda engine: %s does not launch at layer %d, %d rows (%s); "
+              "not used",
+              mlpd_cuda_small_name(bk->rows, v), l + 1, bk->rows, lerr.msg);
+    rc = 0;
+    goto fail;
+  }
   CU(cudaMemcpyAsync(h, e->vbuf[0], n * e->esz, cudaMemcpyDeviceToHost,
                      e->st),
      "copy validation output");
@@ -181,6 +200,19 @@ fail:
   return rc;
 }
 
+/* ---- forcing a small-kernel variant (engine_cuda.h, tests only) --------- */
+
+static _Atomic int forced_variant = -1;
+
+int mlpd_engine_cuda_force_small(int variant) {
+  if (variant < -1 || variant >= mlpd_cuda_small_variants(1))
+    return MLPD_EINVAL;
+  atomic_store(&forced_variant, variant);
+  return 0;
+}
+
+int mlpd_cuda_tune_forced_small(void) { return atomic_load(&forced_variant); }
+
 /* Chooses every layer's plan for bucket bk: the heuristic's first choice,
  * or with autotuning the fastest of its candidates and (<= 32 rows, 16-bit
  * types) mlpd's small kernel, timed in the whole forward pass, one layer at
@@ -207,15 +239,28 @@ int mlpd_cuda_tune_bucket(cuda_engine_t *e, bucket_t *bk, int bi,
                            .algo = res[(size_t)l * MAX_CAND].algo};
     bk->ncand[l] = 0;
   }
+  int nv = e->small_ok && e->dt != MLPD_DTYPE_F32
+               ? mlpd_cuda_small_variants(bk->rows)
+               : 0;
+  if (nv > MLPD_SMALL_MAX_VARIANTS)
+    nv = MLPD_SMALL_MAX_VARIANTS;
+  if (nv > 0 && e->forced_small >= 0 && e->forced_small < nv) {
+    for (int l = 0; l < e->nlayers; l++)
+      bk->ch[l] = (choice_t){.small = 1, .variant = e->forced_small};
+    goto done;
+  }
   if (!e->opts->autotune)
     goto done;
 
+  /* Whether each variant matched cuBLASLt on each layer, found once in the
+   * first pass: the weights decide it, not the neighbours' plans. */
+  signed char agree[MLPD_MAX_LAYERS][MLPD_SMALL_MAX_VARIANTS];
+  memset(agree, 0, sizeof(agree));
   /* Where mlpd's kernel competes, a second pass lets each layer see its
    * neighbours' final choices (a small kernel after a small kernel starts
-   * early, see cuda_kernels.h). */
-  int small_ok = e->dt != MLPD_DTYPE_F32 &&
-                 mlpd_cuda_small_variants(bk->rows) > 0;
-  for (int pass = 0, l = 0; pass < (small_ok ? 2 : 1);
+   * early, see cuda_kernels.h). It re-times the same candidates, so only
+   * the first pass counts them. */
+  for (int pass = 0, l = 0; pass < (nv > 0 ? 2 : 1);
        l = (l + 1) % e->nlayers, pass += l == 0) {
     int nc = 0;
     mlpd__cuda_progress(e, "autotuning layer %d/%d bucket %d (%d/%d)", l + 1,
@@ -225,18 +270,18 @@ int mlpd_cuda_tune_bucket(cuda_engine_t *e, bucket_t *bk, int bi,
           .c = {.small = 0, .variant = i,
                 .algo = res[(size_t)l * MAX_CAND + i].algo},
           .us = INFINITY};
-    if (small_ok) {
-      int nv = mlpd_cuda_small_variants(bk->rows);
-      for (int v = 0; v < nv && v < MLPD_SMALL_MAX_VARIANTS; v++) {
+    for (int v = 0; v < nv; v++) {
+      if (pass == 0) {
         int ok = small_agrees(e, bk, l, v, &cand[0].c, err);
         if (ok < 0) {
           rc = ok;
           goto fail;
         }
-        if (ok)
-          cand[nc++] = (cand_t){.c = {.small = 1, .variant = v},
-                                .us = INFINITY};
+        agree[l][v] = (signed char)ok;
       }
+      if (agree[l][v])
+        cand[nc++] = (cand_t){.c = {.small = 1, .variant = v},
+                              .us = INFINITY};
     }
     /* Round one: one sample each. Round two: the three best and the
      * heuristic's first choice, five samples each. A candidate that fails
@@ -250,7 +295,8 @@ int mlpd_cuda_tune_bucket(cuda_engine_t *e, bucket_t *bk, int bi,
                   i, l + 1, bk->rows, cerr.msg);
         cand[i].us = INFINITY;
       }
-      e->stats.candidates_timed++;
+      if (pass == 0)
+        e->stats.candidates_timed++;
     }
     bk->us_lt[l] = bk->us_small[l] = INFINITY;
     for (int i = 0; i < nc; i++) {
@@ -279,9 +325,7 @@ int mlpd_cuda_tune_bucket(cuda_engine_t *e, bucket_t *bk, int bi,
       if (i < 0 || !isfinite(cand[i].us))
         continue;
       bk->ch[l] = cand[i].c;
-      iters[k] = (int)(300.0 / cand[i].us) + 1;
-      if (iters[k] > 50)
-        iters[k] = 50;
+      iters[k] = iters_for(cand[i].us);
       if (mlpd_cuda_graph_capture(e, bk, bk->ch, 0, e->nlayers, -1, &g,
                                   &cerr) == 0 &&
           mlpd_cuda_graph_instantiate(e, g, &tx[k], bk->rows, &cerr) == 0 &&
@@ -313,7 +357,6 @@ int mlpd_cuda_tune_bucket(cuda_engine_t *e, bucket_t *bk, int bi,
       }
       cudaGraphExecDestroy(tx[k]);
       cand[i].us = median(samp[k], 5);
-      e->stats.candidates_timed++;
       if (i == 0)
         first_us = cand[i].us;
       if (best < 0 || cand[i].us < cand[best].us)

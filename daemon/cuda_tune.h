@@ -18,11 +18,16 @@
 
 /* Chooses every layer's plan for bucket bk (index bi, for progress): the
  * heuristic's first choice, or with opts->autotune the fastest of its
- * candidates and (<= MLPD_SMALL_MAX_ROWS rows, 16-bit types) mlpd's small
- * kernel after it agreed with cuBLASLt, timed in the whole forward pass.
- * Needs e->vbuf for the agreement check. */
+ * candidates and (<= MLPD_SMALL_MAX_ROWS rows, 16-bit types, e->small_ok)
+ * mlpd's small kernel after it agreed with cuBLASLt, timed in the whole
+ * forward pass; or, with e->forced_small >= 0 at such a bucket, that
+ * variant everywhere, untimed. Needs e->vbuf for the agreement check. */
 int mlpd_cuda_tune_bucket(cuda_engine_t *e, bucket_t *bk, int bi,
                           mlpd_err_t *err) MLPD_MUST_CHECK;
+
+/* The variant mlpd_engine_cuda_force_small set (-1: none). open reads it
+ * once into e->forced_small; tune_bucket follows e->forced_small. */
+int mlpd_cuda_tune_forced_small(void);
 
 /* Captures every plan alone and reads its kernel names into
  * bk->kernels / bk->fused; logs the first unfused plan and a summary.

@@ -27,6 +27,7 @@ void mlpd_config_init(mlpd_config_t *c) {
   c->max_queue = 4096;
   c->max_frame = 64u << 20;
   c->max_unsent = 16u << 20;
+  c->max_connections = 1024;
   c->drain_timeout_s = 30;
 }
 
@@ -102,6 +103,7 @@ static void model_labels(mlpd_daemon_t *d) {
 
 static void begin_drain(mlpd_daemon_t *d);
 static void finish(mlpd_daemon_t *d);
+static void retire(mlpd_daemon_t *d, mlpd_model_t *m, mlpd_engine_t *e);
 
 static void load_done(uv_work_t *w, int status) {
   mlpd_load_t *l = (mlpd_load_t *)w;
@@ -131,8 +133,7 @@ static void load_done(uv_work_t *w, int status) {
   }
   if (d->state == MLPD_STATE_DRAINING || d->state == MLPD_STATE_STOPPED) {
     /* Stopped while loading: nothing to serve with it. */
-    mlpd_engine_close(l->engine);
-    mlpd_model_free(l->model);
+    retire(d, l->model, l->engine);
     if (d->engine == NULL)
       finish(d);
     else
@@ -262,8 +263,7 @@ static void on_job_done(mlpd_worker_t *w, const mlpd_job_t *job) {
     if (job->rc != 0) {
       MLPD_LOGE("warm-up batch failed: %s (%s)", job->msg,
                 mlpd_err_name(job->rc));
-      mlpd_engine_close(d->next_engine);
-      mlpd_model_free(d->next_model);
+      retire(d, d->next_model, d->next_engine);
       d->next_engine = NULL;
       d->next_model = NULL;
       if (d->engine == NULL) {
@@ -278,8 +278,7 @@ static void on_job_done(mlpd_worker_t *w, const mlpd_job_t *job) {
     MLPD_LOGI("warm-up batch ran in %.1f us",
               (double)(job->end_ns - job->start_ns) / 1e3);
     if (d->state == MLPD_STATE_DRAINING || d->state == MLPD_STATE_STOPPED) {
-      mlpd_engine_close(d->next_engine);
-      mlpd_model_free(d->next_model);
+      retire(d, d->next_model, d->next_engine);
       d->next_engine = NULL;
       d->next_model = NULL;
       if (d->engine == NULL)
@@ -375,6 +374,18 @@ void mlpd_daemon_maybe_done(mlpd_daemon_t *d) {
   finish(d);
 }
 
+static void server_closed(void *ud) {
+  mlpd_daemon_t *d = ud;
+  if (!uv_is_closing((uv_handle_t *)&d->stop_timer))
+    uv_close((uv_handle_t *)&d->stop_timer, NULL);
+}
+
+static void on_stop_timer(uv_timer_t *t) {
+  mlpd_daemon_t *d = t->data;
+  MLPD_LOGW("closing connections whose clients do not read their responses");
+  mlpd_server_abort(&d->server);
+}
+
 static void finish(mlpd_daemon_t *d) {
   if (d->state == MLPD_STATE_STOPPED)
     return;
@@ -385,8 +396,16 @@ static void finish(mlpd_daemon_t *d) {
   d->state = MLPD_STATE_STOPPED;
   d->metrics.ready = 0;
   mlpd_worker_stop(&d->worker, NULL);
-  /* Connections close once their responses are written. */
-  mlpd_server_close(&d->server, 1, NULL, NULL);
+  /* Connections close once their responses are written, but a client that
+   * does not read cannot hold the exit hostage: what is left of the drain
+   * time (at least a second) bounds the write-out. */
+  mlpd_server_close(&d->server, 1, server_closed, d);
+  uint64_t now = mlpd_now_ns();
+  uint64_t left_ms = d->drain_deadline_ns > now
+                         ? (d->drain_deadline_ns - now) / 1000000u
+                         : 0;
+  uv_timer_start(&d->stop_timer, on_stop_timer, left_ms < 1000 ? 1000 : left_ms,
+                 0);
   if (d->http != NULL) {
     mlpd_http_stop(d->http, NULL, NULL);
     d->http = NULL;
@@ -483,6 +502,7 @@ int mlpd_daemon_run(const mlpd_config_t *cfg) {
       .mode = cfg->socket_mode,
       .max_frame = cfg->max_frame,
       .max_unsent = cfg->max_unsent,
+      .max_connections = cfg->max_connections,
   };
   mlpd_server_callbacks_t cb = {
       .on_frame = mlpd_dispatch_frame,
@@ -529,6 +549,8 @@ int mlpd_daemon_run(const mlpd_config_t *cfg) {
   }
   uv_timer_init(&d->loop, &d->tick);
   d->tick.data = d;
+  uv_timer_init(&d->loop, &d->stop_timer);
+  d->stop_timer.data = d;
   uv_timer_start(&d->tick, on_tick, tick_ms, tick_ms);
 
   MLPD_LOGI("mlpd %s: listening on %s, loading %s", MLPD_VERSION,

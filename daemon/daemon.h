@@ -35,6 +35,7 @@ typedef struct mlpd_config_s {
   int max_queue;               /* --max-queue rows */
   size_t max_frame;            /* --max-frame bytes */
   size_t max_unsent;           /* per-connection backpressure bound */
+  size_t max_connections;      /* --max-connections */
   const char *metrics_listen;  /* --metrics-listen, NULL = off */
   double drain_timeout_s;      /* --drain-timeout */
 } mlpd_config_t;
@@ -91,6 +92,7 @@ typedef struct mlpd_daemon_s {
 
   uv_signal_t sig_term, sig_int, sig_hup;
   uv_timer_t tick;              /* 1 s: watchdog, EXTEND_TIMEOUT, drain */
+  uv_timer_t stop_timer;        /* bounds the final write-out at exit */
   uint64_t watchdog_usec;       /* from systemd, 0 = off */
   uint64_t last_ping_ns;
   _Atomic uint64_t progress_ns; /* last load progress, any thread */

@@ -9,6 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Bytes an infer response adds to its output tensor: ids, status, message,
+ * shape, times, tags and lengths. */
+#define RESPONSE_ENVELOPE_MAX 512
+
 /* ---- responses ------------------------------------------------------------ */
 
 static void send_response(mlpd_daemon_t *d, mlpd_conn_t *c,
@@ -106,7 +110,7 @@ void mlpd_dispatch_done(void *ud, mlpd_req_t *req, mlpd_status_t status,
       .kind = MLPD_RPC_INFER,
       .out_dtype = req->out_dtype,
       .rows = req->rows,
-      .cols = d->engine->info.out_features,
+      .cols = req->out_cols,
       .out = req->out,
       .queue_us =
           req->start_ns ? (req->start_ns - req->arrival_ns) / 1000u : 0,
@@ -147,9 +151,10 @@ static void handle_infer(mlpd_daemon_t *d, mlpd_conn_t *c,
   }
   size_t out_bytes = (size_t)q->rows * (size_t)e->out_features *
                      mlpd_dtype_size(q->out_dtype);
-  /* The answer must fit a frame the client accepts; refusing here also keeps
-   * a narrow-in, wide-out model from allocating without bound. */
-  if (out_bytes > d->cfg.max_frame) {
+  /* The answer, with its envelope, must fit a frame the client accepts;
+   * refusing here also keeps a narrow-in, wide-out model from allocating
+   * without bound. */
+  if (out_bytes + RESPONSE_ENVELOPE_MAX > d->cfg.max_frame) {
     send_error(d, c, q->id, MLPD_RPC_INFER, MLPD_STATUS_RESOURCE_EXHAUSTED,
                "output of %d rows is %zu bytes, over the maximum frame size "
                "of %zu bytes (--max-frame); send fewer rows per request",
@@ -167,6 +172,7 @@ static void handle_infer(mlpd_daemon_t *d, mlpd_conn_t *c,
   r->owner = c;
   r->rows = q->rows;
   r->cols = q->cols;
+  r->out_cols = e->out_features;
   r->in_dtype = q->in_dtype;
   r->out_dtype = q->out_dtype;
   r->src = q->data;

@@ -9,6 +9,7 @@
 #include <cblas.h>
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,10 @@ typedef struct {
 /* OpenBLAS's thread control is not in cblas.h's portable part. */
 extern void openblas_set_num_threads(int num_threads);
 extern int openblas_get_num_threads(void);
+
+static pthread_once_t blas_threads_once = PTHREAD_ONCE_INIT;
+static int blas_threads;
+static void set_blas_threads(void) { openblas_set_num_threads(blas_threads); }
 
 static float gelu_tanh(float x) {
   const float k = 0.7978845608028654f; /* sqrt(2/pi) */
@@ -58,8 +63,13 @@ static int cpu_open(mlpd_engine_t **out, const mlpd_model_t *m,
   mlpd_engine_t *b = &e->base;
   b->ops = &mlpd_engine_cpu_ops;
   e->model = m;
-  if (o->cpu_threads > 0)
-    openblas_set_num_threads(o->cpu_threads);
+  if (o->cpu_threads > 0) {
+    /* Once per process: OpenBLAS resizes one global thread pool, which is
+     * not safe while another engine (the old one, during a reload) is
+     * inside sgemm on the worker thread. */
+    blas_threads = o->cpu_threads;
+    pthread_once(&blas_threads_once, set_blas_threads);
+  }
 
   size_t rows = (size_t)o->max_batch;
   for (int s = 0; s < o->nslots; s++) {

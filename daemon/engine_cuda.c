@@ -294,6 +294,33 @@ fail:
   return rc;
 }
 
+/* Whether mlpd's small-batch kernel can run here, and with chained
+ * launches: a build for other architectures has no image for this GPU
+ * (then cuBLASLt alone serves, which works on any GPU), and an image
+ * JIT-compiled from PTX older than compute_90 lacks the wait that
+ * programmatic dependent launch needs (cuda_kernels.h). */
+static void probe_small_kernel(cuda_engine_t *e) {
+  int ptx = 0, bin = 0;
+  int ce = mlpd_cuda_small_probe(&ptx, &bin);
+  e->forced_small = -1;
+  if (ce != 0) {
+    if (e->dt != MLPD_DTYPE_F32)
+      MLPD_LOGW("cuda engine: mlpd's small-batch kernel has no image for %s "
+                "(sm_%d%d; %s): cuBLASLt serves every batch size",
+                e->gpu, e->cc_major, e->cc_minor,
+                cudaGetErrorString((cudaError_t)ce));
+    return;
+  }
+  e->small_ok = 1;
+  e->pdl_ok = ptx >= 90 && e->cc_major >= 9;
+  e->stats.small_kernel_ptx = ptx;
+  if (e->dt != MLPD_DTYPE_F32)
+    e->forced_small = mlpd_cuda_tune_forced_small();
+  MLPD_LOGD("cuda engine: small-batch kernel from PTX %d, binary sm_%d; "
+            "chained launches %s",
+            ptx, bin, e->pdl_ok ? "on" : "off");
+}
+
 static int check_device(int ordinal, mlpd_err_t *err) {
   int n = 0;
   cudaError_t ce = cudaGetDeviceCount(&n);
@@ -368,6 +395,7 @@ static int cuda_open(mlpd_engine_t **out, const mlpd_model_t *m,
                    e->gpu, ordinal, prop.major, prop.minor);
     goto fail;
   }
+  probe_small_kernel(e);
 
   /* Buckets: powers of two up to max_batch, plus max_batch. */
   e->bk = calloc(MAX_BUCKETS, sizeof(bucket_t));
@@ -440,7 +468,11 @@ static int cuda_open(mlpd_engine_t **out, const mlpd_model_t *m,
   }
   if (mlpd_plancache_key(e, key, MLPD_PLANCACHE_KEY_MAX) != 0)
     key[0] = '\0';
-  if (o->plan_cache != NULL && key[0] != '\0') {
+  /* A forced small-kernel variant (tests) neither reads nor writes the
+   * cache: its plans are not tuned ones. */
+  int use_cache = o->plan_cache != NULL && key[0] != '\0' &&
+                  e->forced_small < 0;
+  if (use_cache) {
     mlpd__cuda_progress(e, "loading plan cache %s", o->plan_cache);
     loaded = mlpd_plancache_load(e, key, err);
     if (loaded < 0) {
@@ -451,7 +483,7 @@ static int cuda_open(mlpd_engine_t **out, const mlpd_model_t *m,
   if (!loaded) {
     for (int b = 0; b < e->nbuckets; b++)
       TRY(mlpd_cuda_tune_bucket(e, &e->bk[b], b, err));
-    if (o->autotune && o->plan_cache != NULL && key[0] != '\0')
+    if (o->autotune && use_cache)
       mlpd_plancache_save(e, key);
   }
   e->stats.tune_ms = ms_since(tt);
@@ -500,6 +532,9 @@ static int cuda_open(mlpd_engine_t **out, const mlpd_model_t *m,
   for (int b = 0; b < e->nbuckets; b++)
     e->stats.buckets[b] = e->bk[b].rows;
   e->stats.nlayers = e->nlayers;
+  e->stats.small_kernel = e->small_ok;
+  e->stats.pdl = e->pdl_ok;
+  e->stats.forced_small = e->forced_small;
   e->stats.open_ms = ms_since(t0);
   MLPD_LOGI("cuda engine: %s, %s, %d layers, %d buckets (1..%d rows), "
             "%s plans in %.0f ms (%d use mlpd's small-batch kernel), "

@@ -30,10 +30,14 @@ typedef struct mlpd_engine_cuda_stats_s {
   int nbuckets;
   int buckets[32];            /* rows of each bucket, ascending */
   int nlayers;
-  int candidates_timed;       /* forward passes timed by the autotuner */
+  int candidates_timed;       /* candidate plans the autotuner timed, each
+                                 (bucket, layer, candidate) counted once
+                                 however often it was re-timed */
   int plans_small_kernel;     /* plans that use mlpd's own kernel */
   int small_rejected;         /* small-kernel variants that disagreed with
-                                 cuBLASLt on a layer and were not used */
+                                 cuBLASLt on a layer, or failed to launch,
+                                 and were not used; each (bucket, layer,
+                                 variant) counted once */
   int plans_fused;            /* plans verified to run one fused kernel
                                  (or split-K + its reduction) per layer */
   int plans_unfused;          /* plans where cuBLASLt added a separate
@@ -43,12 +47,35 @@ typedef struct mlpd_engine_cuda_stats_s {
   char cache_why[160];        /* why a cache was rejected, else "" */
   double open_ms;             /* wall time of open */
   double tune_ms;             /* of which autotuning */
+  int small_kernel;           /* 1: mlpd's small-batch kernel has an image
+                                 for this GPU and may compete; 0: it has
+                                 none (a build for other architectures) and
+                                 every plan is cuBLASLt's */
+  int small_kernel_ptx;       /* PTX version its image came from (90 for
+                                 sm_90 code); 0 when unavailable */
+  int pdl;                    /* 1: chained small-kernel layers start early
+                                 (programmatic dependent launch); needs an
+                                 image from PTX >= 90 */
+  int forced_small;           /* variant forced for this open by
+                                 mlpd_engine_cuda_force_small, else -1 */
 } mlpd_engine_cuda_stats_t;
 
 /* Fills *st. e must be a CUDA engine (info.kind "cuda"); returns MLPD_EINVAL
  * otherwise. */
 int mlpd_engine_cuda_stats(const mlpd_engine_t *e,
                            mlpd_engine_cuda_stats_t *st) MLPD_MUST_CHECK;
+
+/* FOR TESTS ONLY; the daemon never calls it. From the next open on (in
+ * this process, until called again), every layer at every bucket of at
+ * most MLPD_SMALL_MAX_ROWS rows uses variant `variant` of mlpd's small-batch
+ * kernel, with 16-bit dtypes and where the kernel is available (see
+ * stats.small_kernel): no timing, no agreement check against cuBLASLt, and
+ * no plan cache (neither read nor written) in such an open. Larger buckets
+ * are planned as usual. -1 restores normal planning. This lets the tests
+ * check every variant, in the serving graphs with their chained launches,
+ * against the CPU engine; autotuning alone picks only the fastest.
+ * Returns 0, or MLPD_EINVAL for a variant that does not exist. */
+int mlpd_engine_cuda_force_small(int variant) MLPD_MUST_CHECK;
 
 /* One plan: bucket index b (0..nbuckets-1), layer l. */
 typedef struct mlpd_engine_cuda_plan_s {

@@ -30,6 +30,7 @@ static void usage(FILE *f) {
       "  --max-frame BYTES     largest request frame (default 67108864)\n"
       "  --max-unsent BYTES    stop reading a client whose unread responses "
       "exceed this (default 16777216)\n"
+      "  --max-connections N   client connections at once (default 1024)\n"
       "  --metrics-listen ADDR HTTP /healthz /readyz /metrics on a loopback "
       "HOST:PORT or a Unix socket path (default off)\n"
       "  --plan-cache FILE     CUDA autotuning cache (default none)\n"
@@ -59,6 +60,7 @@ enum {
   OPT_ACTIVATIONS, OPT_MAX_BATCH, OPT_MAX_DELAY, OPT_MAX_QUEUE,
   OPT_MAX_FRAME, OPT_MAX_UNSENT, OPT_METRICS, OPT_PLAN_CACHE,
   OPT_NO_AUTOTUNE, OPT_CPU_THREADS, OPT_DRAIN, OPT_LOG_LEVEL, OPT_HELP,
+  OPT_MAX_CONNECTIONS,
 };
 
 int mlpd_serve_main(int argc, char **argv) {
@@ -74,6 +76,7 @@ int mlpd_serve_main(int argc, char **argv) {
       {"max-queue", required_argument, 0, OPT_MAX_QUEUE},
       {"max-frame", required_argument, 0, OPT_MAX_FRAME},
       {"max-unsent", required_argument, 0, OPT_MAX_UNSENT},
+      {"max-connections", required_argument, 0, OPT_MAX_CONNECTIONS},
       {"metrics-listen", required_argument, 0, OPT_METRICS},
       {"plan-cache", required_argument, 0, OPT_PLAN_CACHE},
       {"no-autotune", no_argument, 0, OPT_NO_AUTOTUNE},
@@ -128,14 +131,20 @@ int mlpd_serve_main(int argc, char **argv) {
       cfg.max_queue = (int)v;
       break;
     case OPT_MAX_FRAME:
-      if (parse_u64(optarg, 64, (uint64_t)1 << 34, &v) != 0)
-        bad = "--max-frame takes 64..2^34 bytes";
+      /* Below 2 GiB: a response of up to that size is one uv_write. */
+      if (parse_u64(optarg, 64, (uint64_t)1 << 31, &v) != 0)
+        bad = "--max-frame takes 64..2^31 bytes";
       cfg.max_frame = (size_t)v;
       break;
     case OPT_MAX_UNSENT:
       if (parse_u64(optarg, 4096, (uint64_t)1 << 34, &v) != 0)
         bad = "--max-unsent takes 4096..2^34 bytes";
       cfg.max_unsent = (size_t)v;
+      break;
+    case OPT_MAX_CONNECTIONS:
+      if (parse_u64(optarg, 1, 1u << 20, &v) != 0)
+        bad = "--max-connections takes 1..1048576";
+      cfg.max_connections = (size_t)v;
       break;
     case OPT_METRICS: cfg.metrics_listen = optarg; break;
     case OPT_PLAN_CACHE: cfg.engine.plan_cache = optarg; break;

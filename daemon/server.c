@@ -43,6 +43,12 @@ static void start_reading(mlpd_conn_t *c);
 static void conn_closed(uv_handle_t *h) {
   mlpd_conn_t *c = (mlpd_conn_t *)h;
   mlpd_server_t *s = c->srv;
+  /* The owner hears of the close here, in libuv's close phase, never from
+   * inside whatever decided to close: closing can happen in the middle of
+   * the owner's own callbacks (a response that cannot be written), and
+   * cancelling that connection's requests there would free them under the
+   * owner's feet. */
+  s->cb.on_close(s->cb.ud, c);
   if (c->prev)
     c->prev->next = c->next;
   else
@@ -70,14 +76,13 @@ void mlpd_server_close_conn(mlpd_conn_t *c, int after_write) {
     return;
   }
   c->closing = 1;
-  c->srv->cb.on_close(c->srv->cb.ud, c);
   uv_close((uv_handle_t *)&c->pipe, conn_closed);
 }
 
 static void on_write(uv_write_t *req, int status) {
   write_req_t *w = (write_req_t *)req;
   mlpd_conn_t *c = req->data;
-  c->unsent -= w->len;
+  c->unsent -= sizeof(*w) + w->len;
   free(w);
   if (c->closing)
     return;
@@ -112,7 +117,9 @@ int mlpd_server_write(mlpd_conn_t *c, uint8_t *buf, size_t len) {
     mlpd_server_close_conn(c, 0);
     return rc;
   }
-  c->unsent += len;
+  /* Counted with the request's own overhead, so a client pipelining tiny
+   * requests without reading cannot hold many times the bound. */
+  c->unsent += sizeof(*w) + len;
   if (c->unsent > c->srv->cfg.max_unsent && c->reading) {
     /* Backpressure: a client that does not read its responses stops being
      * read from, so it cannot pile up work and memory here. */
@@ -230,10 +237,20 @@ static void on_connection(uv_stream_t *listener, int status) {
   }
   c->srv = s;
   uv_pipe_init(s->loop, &c->pipe, 0);
-  if (uv_accept(listener, (uv_stream_t *)&c->pipe) != 0) {
+  if (uv_accept(listener, (uv_stream_t *)&c->pipe) != 0 ||
+      s->nconns >= s->cfg.max_connections) {
+    /* Over the cap the client sees its connection closed at once: each
+     * connection may hold up to a frame and max_unsent bytes, so the cap is
+     * what bounds the daemon's memory. */
+    if (s->nconns >= s->cfg.max_connections && !s->warned_full) {
+      MLPD_LOGW("connection limit %zu reached; refusing new connections",
+                s->cfg.max_connections);
+      s->warned_full = 1;
+    }
     uv_close((uv_handle_t *)&c->pipe, free_unaccepted);
     return;
   }
+  s->warned_full = 0;
   c->serial = ++s->serial;
   c->next = s->conns;
   if (s->conns)
@@ -374,4 +391,9 @@ void mlpd_server_close(mlpd_server_t *s, int after_write,
     s->on_closed = NULL;
     done(ud);
   }
+}
+
+void mlpd_server_abort(mlpd_server_t *s) {
+  for (mlpd_conn_t *c = s->conns; c != NULL; c = c->next)
+    mlpd_server_close_conn(c, 0);
 }

@@ -34,7 +34,9 @@ typedef struct mlpd_server_callbacks_s {
    * answer (RESOURCE_EXHAUSTED, INVALID_ARGUMENT) and the server closes the
    * connection once that is written. */
   void (*on_stream_error)(void *ud, mlpd_conn_t *c, int rc, uint64_t len);
-  /* The connection is going away (EOF, error, or closed by us). */
+  /* The connection is going away (EOF, error, or closed by us). Called from
+   * libuv's close phase, never from inside another callback of the owner;
+   * writes to the connection are dropped from the moment it closes. */
   void (*on_close)(void *ud, mlpd_conn_t *c);
   void *ud;
 } mlpd_server_callbacks_t;
@@ -44,6 +46,7 @@ typedef struct mlpd_server_config_s {
   int mode;           /* file mode, e.g. 0660 */
   size_t max_frame;   /* largest frame body accepted */
   size_t max_unsent;  /* backpressure bound per connection */
+  size_t max_connections; /* accepted beyond this are closed at once */
 } mlpd_server_config_t;
 
 struct mlpd_conn_s {
@@ -76,6 +79,7 @@ struct mlpd_server_s {
   void (*on_closed)(void *ud);   /* see mlpd_server_close */
   void *on_closed_ud;
   int closing;
+  int warned_full;               /* logged the connection cap once */
 };
 
 /* Binds and listens. A stale socket file (nobody accepting) is replaced; a
@@ -105,5 +109,9 @@ void mlpd_server_close_conn(mlpd_conn_t *c, int after_write);
  * closed. */
 void mlpd_server_close(mlpd_server_t *s, int after_write,
                        void (*done)(void *ud), void *ud);
+
+/* After mlpd_server_close(after_write): closes the connections still
+ * waiting for their writes (a client that stopped reading) right away. */
+void mlpd_server_abort(mlpd_server_t *s);
 
 #endif

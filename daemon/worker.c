@@ -96,19 +96,30 @@ uint64_t mlpd_worker_busy_ns(mlpd_worker_t *w, uint64_t now) {
   return t;
 }
 
+/* The mutex outlives the thread until the async handle is closed: stop may
+ * run inside on_async (a completion that ends the daemon), which goes on
+ * taking the mutex after stop returns. */
+static void async_closed(uv_handle_t *h) {
+  mlpd_worker_t *w = h->data;
+  pthread_mutex_destroy(&w->mu);
+  pthread_cond_destroy(&w->cv);
+  if (w->closed != NULL)
+    w->closed(h);
+}
+
 void mlpd_worker_stop(mlpd_worker_t *w, uv_close_cb closed) {
   if (w->started) {
+    w->started = 0;
     pthread_mutex_lock(&w->mu);
     w->stop = 1;
     pthread_cond_signal(&w->cv);
     pthread_mutex_unlock(&w->mu);
     pthread_join(w->thread, NULL);
-    w->started = 0;
     /* Deliver what finished while we joined, so slots are released. */
     on_async(&w->async);
-    pthread_mutex_destroy(&w->mu);
-    pthread_cond_destroy(&w->cv);
   }
-  if (!uv_is_closing((uv_handle_t *)&w->async))
-    uv_close((uv_handle_t *)&w->async, closed);
+  if (!uv_is_closing((uv_handle_t *)&w->async)) {
+    w->closed = closed;
+    uv_close((uv_handle_t *)&w->async, async_closed);
+  }
 }

@@ -48,6 +48,7 @@ struct mlpd_worker_s {
   uint64_t run_start_ns;     /* guarded by mu: start of that job */
   int started;               /* thread exists */
   mlpd_worker_done_cb on_done; /* called on the loop thread */
+  uv_close_cb closed;        /* the owner's, after the async handle closes */
   void *data;                /* for the owner */
 };
 

@@ -85,6 +85,7 @@ static mlpd_req_t *req_new(uint64_t id, int rows, uint64_t arrival,
   r->id = id;
   r->rows = rows;
   r->cols = IN;
+  r->out_cols = OUT;
   r->in_dtype = MLPD_DTYPE_F32;
   r->out_dtype = MLPD_DTYPE_F32;
   r->src = (const uint8_t *)x;

@@ -219,6 +219,72 @@ static void test_output_over_the_frame_limit(void **state) {
   tu_rmtree(dir);
 }
 
+static void test_connection_cap(void **state) {
+  (void)state;
+  const char *args[] = {"--max-connections", "4", NULL};
+  td_daemon_t d;
+  td_spawn(&d, DIGITS, 0, 0, args);
+  td_wait_ready(&d, TIMEOUT);
+  int fds[4];
+  for (int i = 0; i < 4; i++) {
+    fds[i] = td_connect(d.sock);
+    assert_true(fds[i] >= 0);
+    expect_alive(fds[i]);
+  }
+  /* The fifth is accepted by the kernel and closed by the daemon. */
+  int extra = td_connect(d.sock);
+  assert_true(extra >= 0);
+  expect_closed(extra);
+  close(extra);
+  /* A freed place is usable again. */
+  close(fds[0]);
+  int again = -1;
+  for (int i = 0; i < 100 && again < 0; i++) {
+    usleep(20000);
+    int fd = td_connect(d.sock);
+    size_t len;
+    uint8_t *f = td_simple_frame(99, 1, &len);
+    td_write_all(fd, f, len);
+    free(f);
+    td_response_t r;
+    if (td_recv(fd, &r, TIMEOUT) == 1) {
+      td_response_free(&r);
+      again = fd;
+    } else {
+      close(fd);
+    }
+  }
+  assert_true(again >= 0);
+  close(again);
+  for (int i = 1; i < 4; i++)
+    close(fds[i]);
+  assert_int_equal(td_stop(&d, SIGTERM, TIMEOUT), 0);
+  td_cleanup(&d, 0);
+}
+
+static void test_stop_with_a_client_that_does_not_read(void **state) {
+  (void)state;
+  const char *args[] = {"--drain-timeout", "2", "--max-unsent", "65536",
+                        NULL};
+  td_daemon_t d;
+  td_spawn(&d, DIGITS, 0, 0, args);
+  td_wait_ready(&d, TIMEOUT);
+  int fd = td_connect(d.sock);
+  float *x = random_rows(9, 256, 64);
+  size_t len;
+  /* Far more answers than the socket buffers and --max-unsent hold. */
+  uint8_t *f = td_infer_frame(1, x, MLPD_DTYPE_F32, 256, 64, 0, 0, &len);
+  for (int i = 0; i < 200; i++)
+    td_write_all(fd, f, len);
+  free(f);
+  usleep(300000);
+  /* It stops within the drain time plus the final write-out bound. */
+  assert_int_equal(td_stop(&d, SIGTERM, 10000), 0);
+  close(fd);
+  free(x);
+  td_cleanup(&d, 0);
+}
+
 /* ---- many connections ----------------------------------------------------- */
 
 #define NCONN 70
@@ -474,6 +540,8 @@ int main(void) {
       cmocka_unit_test(test_every_split_point),
       cmocka_unit_test(test_bad_frames_and_requests),
       cmocka_unit_test(test_output_over_the_frame_limit),
+      cmocka_unit_test(test_connection_cap),
+      cmocka_unit_test(test_stop_with_a_client_that_does_not_read),
       cmocka_unit_test(test_many_pipelined_connections),
       cmocka_unit_test(test_batching_policy),
       cmocka_unit_test(test_queue_full_and_deadline),

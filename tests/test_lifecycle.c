@@ -280,6 +280,7 @@ typedef struct {
   int nrefs;
   /* results */
   int sent, ok, unavailable, other, wrong, unanswered_before_kill;
+  int width_changed;
 } load_t;
 
 static void *load_thread(void *arg) {
@@ -321,16 +322,25 @@ static void *load_thread(void *arg) {
       tu_rng_seed(&rr, (uint64_t)l->index * MAXREQ + r.id);
       for (int i = 0; i < ROWS * 64; i++)
         x[i] = (float)tu_rng_uniform(&rr);
-      double want[3 * 10];
-      float got[3 * 10];
-      td_output_f32(&r, got);
-      int match = 0;
-      for (int m = 0; m < l->nrefs && !match; m++) {
-        tu_ref_forward(l->refs[m], x, ROWS, want);
-        match = tu_rel_frobenius(got, want, ROWS * 10) < 1e-5;
+      /* The answer must be one model's, of that model's width. */
+      double want[3 * 64];
+      float got[3 * 64];
+      int width = (int)r.shape[1], match = 0;
+      if (r.shape[0] == ROWS && width >= 1 && width <= 64 &&
+          r.data_len == (size_t)ROWS * (size_t)width * 4) {
+        td_output_f32(&r, got);
+        for (int m = 0; m < l->nrefs && !match; m++) {
+          if (l->refs[m]->widths[l->refs[m]->nlayers] != width)
+            continue;
+          tu_ref_forward(l->refs[m], x, ROWS, want);
+          match = tu_rel_frobenius(got, want, (size_t)ROWS * width) < 1e-5;
+        }
       }
       l->ok++;
       l->wrong += !match;
+    } else if (r.status == mlpd_v1_Status_UNAVAILABLE &&
+               strstr(r.message, "different output width") != NULL) {
+      l->width_changed++; /* retryable: the next request gets the new model */
     } else if (r.status == mlpd_v1_Status_UNAVAILABLE) {
       l->unavailable++;
       atomic_store(l->stop, 1); /* as a client would: back off */
@@ -505,6 +515,59 @@ static void test_sighup_under_load_fails_nothing(void **state) {
   tu_rmtree(dir);
 }
 
+/* A reload to a model of another output width, under load: every answer is
+ * one model's, of its width; requests caught waiting for the switch are told
+ * to retry; nothing crashes or is lost. */
+static void test_sighup_to_another_output_width(void **state) {
+  (void)state;
+  char dir[256], path[512], b_path[512];
+  tu_mkdtemp(dir, sizeof(dir));
+  snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+  snprintf(b_path, sizeof(b_path), "%s/b.safetensors", dir);
+  const int wa[] = {64, 256, 256, 10}, wb[] = {64, 256, 256, 40};
+  tu_mlp_t a, b;
+  tu_make_mlp(&a, path, 3, wa, MLPD_DTYPE_F32, 31, 0, NULL);
+  tu_make_mlp(&b, b_path, 3, wb, MLPD_DTYPE_F32, 32, 0, NULL);
+  const char *args[] = {"--max-delay-us", "2000", NULL};
+  td_daemon_t d;
+  td_spawn(&d, path, 1, 0, args);
+  td_wait_ready(&d, TIMEOUT);
+  _Atomic int stop = 0;
+  _Atomic uint64_t kill_ms = 0;
+  load_t jobs[NCLIENT];
+  pthread_t th[NCLIENT];
+  run_load(jobs, th, d.sock, &stop, &kill_ms, &a, &b);
+  usleep(200000);
+  copy_file(b_path, path);
+  kill(d.pid, SIGHUP);
+  assert_true(wait_notify(&d, "READY=1", TIMEOUT, NULL, 0));
+  usleep(200000);
+  atomic_store(&stop, 1);
+  int sent = 0, ok = 0, retry = 0, bad = 0, wrong = 0, lost = 0;
+  for (int i = 0; i < NCLIENT; i++) {
+    pthread_join(th[i], NULL);
+    sent += jobs[i].sent;
+    ok += jobs[i].ok;
+    retry += jobs[i].width_changed;
+    bad += jobs[i].unavailable + jobs[i].other;
+    wrong += jobs[i].wrong;
+    lost += jobs[i].unanswered_before_kill;
+  }
+  print_message("SIGHUP to a wider output under load: %d sent, %d ok, %d told "
+                "to retry, %d failed, %d wrong, %d unanswered\n",
+                sent, ok, retry, bad, wrong, lost);
+  assert_true(ok > 100);
+  assert_int_equal(ok + retry, sent);
+  assert_int_equal(bad, 0);
+  assert_int_equal(wrong, 0);
+  assert_int_equal(lost, 0);
+  assert_int_equal(td_stop(&d, SIGTERM, TIMEOUT), 0);
+  td_cleanup(&d, 0);
+  tu_free_mlp(&a);
+  tu_free_mlp(&b);
+  tu_rmtree(dir);
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
@@ -513,6 +576,7 @@ int main(void) {
       cmocka_unit_test(test_not_ready_while_draining),
       cmocka_unit_test(test_sigterm_under_load_loses_nothing),
       cmocka_unit_test(test_sighup_under_load_fails_nothing),
+      cmocka_unit_test(test_sighup_to_another_output_width),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
