@@ -161,11 +161,13 @@ int main(int argc, char **argv) {
          "\"open_tuned_ms\":%.1f,\"tune_ms\":%.1f,\"timed\":%d,"
          "\"open_cached_ms\":%.1f,\"cache_state\":%d,\"small_plans\":%d,"
          "\"fused\":%d,\"unfused\":%d,\"unverified\":%d,"
+         "\"small_kernel_ptx\":%d,\"pdl\":%d,"
          "\"weight_bytes\":%llu,\"device_bytes\":%llu}\n",
          label, e->info.device, drv, rt, cublasLtGetVersion(), load_ms,
          st1.open_ms, st1.tune_ms, st1.candidates_timed, st2.open_ms,
          (int)st2.cache_state, st1.plans_small_kernel, st1.plans_fused,
          st1.plans_unfused, st1.plans_unverified,
+         st1.small_kernel ? st1.small_kernel_ptx : 0, st1.pdl,
          (unsigned long long)e->info.weight_bytes,
          (unsigned long long)e->info.device_bytes);
 

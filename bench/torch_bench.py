@@ -13,11 +13,17 @@ RESULTS.md (between the markers; text outside them is kept).
   torch_bench.py --torch-json torch.json --mlpd-json a.jsonl [--mlpd-json
                  b.jsonl] --results RESULTS.md
 
-Variants:
+Variants (activations per layer from the file's mlpd.activations metadata,
+as mlpd reads them; default: tanh GELU on hidden layers, none on the last):
   eager    per layer torch._addmm_activation(b, x, W.t(), use_gelu=True)
-           (torch.addmm for the last layer), launched from Python
+           (torch.addmm for a layer without GELU), launched from Python
   graph    the same calls captured in one torch.cuda.CUDAGraph
-  compile  torch.compile(mode="reduce-overhead"): Inductor + CUDA graphs
+  compile  torch.compile(mode="reduce-overhead") of an nn.Module of
+           nn.Linear layers (bf16 parameters) with F.gelu(approximate=
+           "tanh"): Inductor + CUDA graphs. Parameters are static inputs of
+           the CUDA graph trees; plain weight tensors closed over by a
+           compiled function are not, and would be copied into the graph's
+           input buffers on every replay (~120 µs on mlp-4k).
   max-autotune (only with --max-autotune: minutes of compile time)
 """
 import argparse
@@ -68,15 +74,44 @@ def time_replays(fn, reps=REPS, warmup=20):
     return statistics.median(t)
 
 
+ACTS_GELU = ("gelu_tanh", "gelu")
+ACTS_NONE = ("none", "identity", "linear")
+
+
+def read_activations(path, n):
+    """Per layer True for the tanh GELU, False for none: the file's
+    mlpd.activations metadata, read as mlpd's loader reads it."""
+    from safetensors import safe_open
+    with safe_open(path, framework="pt") as f:
+        meta = f.metadata() or {}
+    spec = meta.get("mlpd.activations")
+    if spec is None:
+        return [i + 1 < n for i in range(n)]
+    acts = [a.strip() for a in spec.split(",")]
+    if len(acts) != n or any(a not in ACTS_GELU + ACTS_NONE for a in acts):
+        raise ValueError(f"{path}: mlpd.activations {spec!r} does not name "
+                         f"one of {ACTS_GELU + ACTS_NONE} for each of the "
+                         f"{n} layers")
+    return [a in ACTS_GELU for a in acts]
+
+
 def load_layers(path):
+    """[(W [out, in], b [out], gelu)] in bf16 on the GPU, in layer order;
+    tensors named 'N.weight' (nn.Sequential) or 'layers.N.weight'."""
     from safetensors.torch import load_file
     sd = load_file(path)
-    idx = sorted({int(k.split(".")[0]) for k in sd if k.endswith(".weight")})
+
+    def index(key):
+        return int(key[len("layers."):] if key.startswith("layers.")
+                   else key)
+    names = sorted({k.rsplit(".", 1)[0] for k in sd if k.endswith(".weight")},
+                   key=index)
+    gelu = read_activations(path, len(names))
     layers = []
-    for n, i in enumerate(idx):
-        w = sd[f"{i}.weight"].to("cuda", torch.bfloat16).contiguous()
-        b = sd[f"{i}.bias"].to("cuda", torch.bfloat16).contiguous()
-        layers.append((w, b, n + 1 < len(idx)))  # GELU on hidden layers
+    for n, name in enumerate(names):
+        w = sd[f"{name}.weight"].to("cuda", torch.bfloat16).contiguous()
+        b = sd[f"{name}.bias"].to("cuda", torch.bfloat16).contiguous()
+        layers.append((w, b, gelu[n]))
     return layers
 
 
@@ -89,16 +124,35 @@ def forward_addmm(layers, x):
     return x
 
 
-def forward_modules(layers, x):
-    for w, b, gelu in layers:
-        x = F.linear(x, w, b)
-        if gelu:
-            x = F.gelu(x, approximate="tanh")
-    return x
+if torch is not None:
+    class MLP(torch.nn.Module):
+        """What a PyTorch user writes: nn.Linear layers holding the file's
+        weights as bf16 parameters (no grad), the tanh GELU where the
+        file's activations say."""
+
+        def __init__(self, layers):
+            super().__init__()
+            self.lins = torch.nn.ModuleList()
+            self.gelu = []
+            for w, b, gelu in layers:
+                lin = torch.nn.Linear(w.shape[1], w.shape[0], device="meta",
+                                      dtype=torch.bfloat16)
+                lin.weight = torch.nn.Parameter(w, requires_grad=False)
+                lin.bias = torch.nn.Parameter(b, requires_grad=False)
+                self.lins.append(lin)
+                self.gelu.append(gelu)
+
+        def forward(self, x):
+            for lin, gelu in zip(self.lins, self.gelu):
+                x = lin(x)
+                if gelu:
+                    x = F.gelu(x, approximate="tanh")
+            return x
 
 
 def bench_model(name, path, batches, max_autotune):
     layers = load_layers(path)
+    model = None  # made at the first compile: a failure there costs only it
     k = layers[0][0].shape[1]
     res = {}
     kernels = {}
@@ -145,8 +199,10 @@ def bench_model(name, path, batches, max_autotune):
             key = "compile" if mode == "reduce-overhead" else "max_autotune"
             try:
                 torch._dynamo.reset()
-                f = torch.compile(lambda t: forward_modules(layers, t),
-                                  mode=mode, fullgraph=True, dynamic=False)
+                if model is None:
+                    model = MLP(layers).eval()
+                f = torch.compile(model, mode=mode, fullgraph=True,
+                                  dynamic=False)
 
                 def call():
                     torch.compiler.cudagraph_mark_step_begin()
@@ -198,8 +254,9 @@ def measure(args, batches):
     widths = {}
     for spec in args.model:
         name, path = spec.split("=", 1)
-        res[name], kern[name] = bench_model(name, path, batches,
-                                            args.max_autotune)
+        with torch.no_grad():
+            res[name], kern[name] = bench_model(name, path, batches,
+                                                args.max_autotune)
         ls = load_layers(path)
         widths[name] = [ls[0][0].shape[1]] + [w.shape[0] for w, _, _ in ls]
         del ls
@@ -218,6 +275,7 @@ def measure(args, batches):
                widths=widths, bw=bw, rate=rate, gpu=props.name,
                sms=props.multi_processor_count,
                mem_gib=props.total_memory / 2**30, driver=drv,
+               l2_bytes=getattr(props, "L2_cache_size", 0),
                torch_version=str(torch.__version__),
                torch_cuda=str(torch.version.cuda),
                date=f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}")
@@ -255,6 +313,14 @@ def report(args, batches):
         v = [d[key] for d in ds if d.get(key) is not None]
         return sum(v) / len(v) if v else None
 
+    # Models whose weights fit in L2 stay there between back-to-back
+    # replays: their floor (HBM bandwidth) is not a bound they could reach.
+    l2 = tj.get("l2_bytes", 0)
+
+    def weight_bytes(name):
+        w = tj["widths"][name]
+        return sum(2 * (k * n + n) for k, n in zip(w[:-1], w[1:]))
+    l2_resident = {n for n in tj["torch"] if l2 and weight_bytes(n) <= l2}
     rows = []
     for name, per_b in tj["torch"].items():
         for B in batches:
@@ -300,6 +366,8 @@ def report(args, batches):
         if r["roofline_target"] is not None:
             tgt += f", >= {100 * r['roofline_target']:.0f}% roofline"
         rf = "-" if r["roofline"] is None else f"{100 * r['roofline']:.0f}%"
+        if r["model"] in l2_resident and r["roofline"] is not None:
+            rf += " (L2)"
         lines.append(
             f"| {r['model']} | {r['batch']} | {f1(r['mlpd_dev'])} | "
             f"{f1(r['mlpd_e2e'])} | {f1(r['mlpd_run'])} | {f1(r['eager'])} | "
@@ -334,6 +402,18 @@ def report(args, batches):
                "one wait). mlpd was timed before and after PyTorch (cached "
                "plans) and the table shows the mean of the two, to cancel the "
                "drift of the GPU's clocks under its power limit.")
+    for name in sorted(l2_resident):
+        gen.append(f"- {name}: its {weight_bytes(name) / 2**20:.0f} MiB of "
+                   f"bf16 weights fit in the GPU's {l2 / 2**20:.0f} MiB L2, "
+                   "and replays back to back (here, and in autotuning) find "
+                   "them there. Its floor assumes every byte from HBM, so "
+                   "'% roofline (L2)' is floor / time, not a fraction of a "
+                   "bound these rows could reach: an L2-resident floor would "
+                   "be lower. Served one batch at a time with other work "
+                   "between, its weights may be colder than timed here.")
+    gen.append("- A batch runs as its bucket (the next power of two, or "
+               "max_batch): 129 rows cost what 256 rows cost. The batches "
+               "here are bucket sizes.")
     gen.append("")
     gen.append(table)
     gen.append("")
@@ -344,12 +424,19 @@ def report(args, batches):
                    for r in rows))
     gen.append("")
     for name, d in opens.items():
+        if "small_kernel_ptx" not in d:
+            kern = ""
+        elif d["small_kernel_ptx"]:
+            kern = (f" (its image from PTX {d['small_kernel_ptx']}, chained "
+                    f"launches {'on' if d.get('pdl') else 'off'})")
+        else:
+            kern = " (it has no image for this GPU)"
         gen.append(f"- {name} startup: load {d['load_ms']:.0f} ms; open with "
                    f"autotuning {d['open_tuned_ms']:.0f} ms ({d['timed']} "
-                   f"timed forwards); open from the plan cache "
-                   f"{d['open_cached_ms']:.0f} ms; {d['small_plans']} plans use "
-                   f"mlpd's small-batch kernel; fused {d['fused']}, unfused "
-                   f"{d['unfused']}, unverified {d['unverified']}.")
+                   f"candidate plans timed); open from the plan cache "
+                   f"{d['open_cached_ms']:.0f} ms; {d['small_plans']} plans "
+                   f"use mlpd's small-batch kernel{kern}; fused {d['fused']}, "
+                   f"unfused {d['unfused']}, unverified {d['unverified']}.")
     gen.append("")
     gen.append("Plans autotune picked (per layer at the benchmark batches; "
                "tuned forward time with this plan vs the heuristic's first "

@@ -2,8 +2,10 @@
  * heuristic candidates for every layer at every bucket, timed in a captured
  * forward graph with the other layers around them (so weights are as cold
  * or hot as they will be), plus mlpd's small-batch kernel at buckets <= 32
- * rows after it matched cuBLASLt on the same input; then the check that
- * each chosen plan runs one fused kernel per layer.
+ * rows after it matched cuBLASLt on the same input (a variant that does not
+ * launch is dropped, not fatal); then the check that each chosen plan runs
+ * one fused kernel per layer. Also the tests' switch that forces one
+ * small-kernel variant (mlpd_engine_cuda_force_small).
  *
  * What it deliberately does not do: keep anything past open (every graph it
  * captures is destroyed before it returns), or touch the plan cache. */

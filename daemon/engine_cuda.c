@@ -18,12 +18,15 @@
  * 256-byte offsets: misaligned shapes make cuBLASLt fall back, silently, to
  * old unfused kernels.
  *
- * open: weights -> device in the compute dtype; one 32 MiB workspace; for
- * every bucket (powers of two up to max_batch, plus max_batch) and layer the
- * plans from the plan cache when it matches, else from cuda_tune.c (and
- * then written to the cache); then cuda_tune.c checks from the kernel names
- * of every plan that the epilogue was fused, and the serving graphs are
- * captured: H2D of in[slot], the layers, D2H into out[slot].
+ * open: a probe of mlpd's small-batch kernel (no image for this GPU in
+ * this build: cuBLASLt alone; an image from PTX older than sm_90: no
+ * chained launches); weights -> device in the compute dtype; one 32 MiB
+ * workspace; for every bucket (powers of two up to max_batch, plus
+ * max_batch) and layer the plans from the plan cache when it matches, else
+ * from cuda_tune.c (and then written to the cache); then cuda_tune.c checks
+ * from the kernel names of every plan that the epilogue was fused, and the
+ * serving graphs are captured: H2D of in[slot], the layers, D2H into
+ * out[slot].
  *
  * run: one cudaGraphLaunch and one stream synchronize. Nothing else.
  *
