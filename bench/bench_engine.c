@@ -181,13 +181,9 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < nin; i++)
     f32[i] = (float)rnd_normal();
   for (int s = 0; s < in->nslots; s++)
-    for (int r = 0; r < max_batch; r++)
-      mlpd_dtype_convert(
-          (char *)e->in[s] +
-              (size_t)r * in->in_stride * mlpd_dtype_size(in->in_dtype),
-          in->in_dtype,
-          f32 + (size_t)r * in->in_features, MLPD_DTYPE_F32,
-          (size_t)in->in_features);
+    mlpd_dtype_convert_rows(e->in[s], in->in_dtype, (size_t)in->in_stride, f32,
+                            MLPD_DTYPE_F32, (size_t)in->in_features,
+                            (size_t)max_batch, (size_t)in->in_features);
 
   for (int bi = 0; bi < nb; bi++) {
     int B = batches[bi];

@@ -89,15 +89,9 @@ static void copy_rows(mlpd_batcher_t *b, int s, mlpd_req_t *req, int req_row,
   uint8_t *dst = (uint8_t *)b->engine->in[s] +
                  (size_t)sl->rows * (size_t)in->in_stride * isz;
   const uint8_t *src = req->src + (size_t)req_row * (size_t)req->cols * ssz;
-  if (in->in_stride == req->cols) {
-    mlpd_dtype_convert(dst, in->in_dtype, src, req->in_dtype,
-                       (size_t)n * (size_t)req->cols);
-  } else {
-    for (int r = 0; r < n; r++)
-      mlpd_dtype_convert(dst + (size_t)r * (size_t)in->in_stride * isz,
-                         in->in_dtype, src + (size_t)r * (size_t)req->cols * ssz,
-                         req->in_dtype, (size_t)req->cols);
-  }
+  mlpd_dtype_convert_rows(dst, in->in_dtype, (size_t)in->in_stride, src,
+                          req->in_dtype, (size_t)req->cols, (size_t)n,
+                          (size_t)req->cols);
   mlpd_seg_t *seg = &sl->segs[sl->nsegs++];
   seg->req = req;
   seg->req_row = req_row;
@@ -340,15 +334,9 @@ void mlpd_batcher_complete(mlpd_batcher_t *b, int slot, int rc,
       const uint8_t *src = (const uint8_t *)b->engine->out[slot] +
                            (size_t)seg->slot_row * (size_t)in->out_stride * osz;
       uint8_t *dst = r->out + (size_t)seg->req_row * (size_t)oc * dsz;
-      if (in->out_stride == oc) {
-        mlpd_dtype_convert(dst, r->out_dtype, src, in->out_dtype,
-                           (size_t)seg->rows * (size_t)oc);
-      } else {
-        for (int i = 0; i < seg->rows; i++)
-          mlpd_dtype_convert(dst + (size_t)i * (size_t)oc * dsz, r->out_dtype,
-                             src + (size_t)i * (size_t)in->out_stride * osz,
-                             in->out_dtype, (size_t)oc);
-      }
+      mlpd_dtype_convert_rows(dst, r->out_dtype, (size_t)oc, src,
+                              in->out_dtype, (size_t)in->out_stride,
+                              (size_t)seg->rows, (size_t)oc);
     }
   }
   /* A request can hold two segments of one slot (rows staged again after a

@@ -239,19 +239,13 @@ void mlpd_dispatch_frame(void *ud, mlpd_conn_t *c, const uint8_t *body,
     return;
   }
   case MLPD_RPC_METRICS: {
-    /* Render twice at most: the first pass tells the size. Not a hot path. */
-    size_t need = mlpd_daemon_render_metrics(d, d->metrics_buf,
-                                             d->metrics_cap);
-    if (need >= d->metrics_cap) {
-      char *nb = realloc(d->metrics_buf, need + 4096);
-      if (nb == NULL) {
-        send_error(d, c, q.id, MLPD_RPC_METRICS, MLPD_STATUS_INTERNAL,
-                   "out of memory rendering metrics");
-        return;
-      }
-      d->metrics_buf = nb;
-      d->metrics_cap = need + 4096;
-      need = mlpd_daemon_render_metrics(d, d->metrics_buf, d->metrics_cap);
+    size_t need = 0;
+    rc = mlpd_metrics_render_into(mlpd_daemon_render_metrics, d,
+                                  &d->metrics_buf, &d->metrics_cap, &need);
+    if (rc != 0) {
+      send_error(d, c, q.id, MLPD_RPC_METRICS, MLPD_STATUS_INTERNAL,
+                 "cannot render metrics: %s", mlpd_strerror(rc));
+      return;
     }
     mlpd_rpc_response_t r = {.id = q.id, .kind = MLPD_RPC_METRICS,
                              .text = d->metrics_buf, .text_len = need};
@@ -309,7 +303,6 @@ void mlpd_dispatch_schedule(mlpd_daemon_t *d) {
                             "worker queue full", now, now);
     }
   }
-  d->metrics.queue_rows = (uint64_t)d->batcher.queue_rows;
   mlpd_daemon_try_switch(d);
   uint64_t due = mlpd_batcher_next_wakeup(&d->batcher);
   if (due == UINT64_MAX)

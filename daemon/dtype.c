@@ -148,3 +148,17 @@ void mlpd_dtype_convert(void *dst, mlpd_dtype_t dt, const void *src,
     }
   }
 }
+
+void mlpd_dtype_convert_rows(void *dst, mlpd_dtype_t dt, size_t dst_stride,
+                             const void *src, mlpd_dtype_t st,
+                             size_t src_stride, size_t rows, size_t cols) {
+  if (dst_stride == cols && src_stride == cols) {
+    mlpd_dtype_convert(dst, dt, src, st, rows * cols);
+    return;
+  }
+  size_t db = dst_stride * mlpd_dtype_size(dt);
+  size_t sb = src_stride * mlpd_dtype_size(st);
+  for (size_t r = 0; r < rows; r++)
+    mlpd_dtype_convert((unsigned char *)dst + r * db, dt,
+                       (const unsigned char *)src + r * sb, st, cols);
+}

@@ -38,4 +38,12 @@ uint16_t mlpd_f32_to_f16(float f);
 void mlpd_dtype_convert(void *dst, mlpd_dtype_t dt, const void *src,
                         mlpd_dtype_t st, size_t n);
 
+/* Converts `rows` rows of `cols` elements between buffers whose rows are
+ * dst_stride and src_stride elements apart (padded staging, padded weights);
+ * one call when both are dense. Elements past `cols` in a dst row are left
+ * alone. */
+void mlpd_dtype_convert_rows(void *dst, mlpd_dtype_t dt, size_t dst_stride,
+                             const void *src, mlpd_dtype_t st,
+                             size_t src_stride, size_t rows, size_t cols);
+
 #endif

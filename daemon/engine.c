@@ -87,25 +87,20 @@ int mlpd_engine_forward(mlpd_engine_t *e, int slot, const void *src,
                         mlpd_err_t *err) {
   const mlpd_engine_info_t *in = &e->info;
   size_t ssz = mlpd_dtype_size(st), dsz = mlpd_dtype_size(dt);
-  size_t isz = mlpd_dtype_size(in->in_dtype);
-  size_t osz = mlpd_dtype_size(in->out_dtype);
   for (int done = 0; done < rows;) {
     int n = rows - done < in->max_batch ? rows - done : in->max_batch;
-    for (int r = 0; r < n; r++) {
-      mlpd_dtype_convert(
-          (char *)e->in[slot] + (size_t)r * in->in_stride * isz, in->in_dtype,
-          (const char *)src + (size_t)(done + r) * in->in_features * ssz, st,
-          (size_t)in->in_features);
-    }
+    mlpd_dtype_convert_rows(e->in[slot], in->in_dtype, (size_t)in->in_stride,
+                            (const char *)src +
+                                (size_t)done * in->in_features * ssz,
+                            st, (size_t)in->in_features, (size_t)n,
+                            (size_t)in->in_features);
     int rc = mlpd_engine_run(e, slot, n, err);
     if (rc != 0)
       return rc;
-    for (int r = 0; r < n; r++) {
-      mlpd_dtype_convert(
-          (char *)dst + (size_t)(done + r) * in->out_features * dsz, dt,
-          (const char *)e->out[slot] + (size_t)r * in->out_stride * osz,
-          in->out_dtype, (size_t)in->out_features);
-    }
+    mlpd_dtype_convert_rows((char *)dst + (size_t)done * in->out_features * dsz,
+                            dt, (size_t)in->out_features, e->out[slot],
+                            in->out_dtype, (size_t)in->out_stride, (size_t)n,
+                            (size_t)in->out_features);
     done += n;
   }
   return 0;

@@ -65,30 +65,34 @@ static const char *file_name(const char *file) {
   return slash != NULL ? slash + 1 : file;
 }
 
+/* Logs file:line at debug level and records "cuda engine: <what>: <why>". */
+static int vfail(mlpd_err_t *err, int code, const char *file, int line,
+                 const char *why, const char *fmt, va_list ap) {
+  char what[256];
+  vsnprintf(what, sizeof(what), fmt, ap);
+  MLPD_LOGD("%s:%d: %s: %s", file_name(file), line, what, why);
+  return mlpd_errf(err, code, "cuda engine: %s: %s", what, why);
+}
+
 int mlpd__cuda_fail(mlpd_err_t *err, cudaError_t ce, const char *file,
                     int line, const char *fmt, ...) {
-  char what[256];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(what, sizeof(what), fmt, ap);
+  int rc = vfail(err, MLPD_ECUDA, file, line, cudaGetErrorString(ce), fmt, ap);
   va_end(ap);
-  MLPD_LOGD("%s:%d: %s: %s", file_name(file), line, what,
-            cudaGetErrorString(ce));
-  return mlpd_errf(err, MLPD_ECUDA, "cuda engine: %s: %s", what,
-                   cudaGetErrorString(ce));
+  return rc;
 }
 
 int mlpd__lt_fail(mlpd_err_t *err, cublasStatus_t s, const char *file,
                   int line, const char *fmt, ...) {
-  char what[256];
+  char why[160];
+  snprintf(why, sizeof(why), "%s (%s)", cublasLtGetStatusName(s),
+           cublasLtGetStatusString(s));
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(what, sizeof(what), fmt, ap);
+  int rc = vfail(err, MLPD_ECUBLAS, file, line, why, fmt, ap);
   va_end(ap);
-  MLPD_LOGD("%s:%d: %s: %s", file_name(file), line, what,
-            cublasLtGetStatusName(s));
-  return mlpd_errf(err, MLPD_ECUBLAS, "cuda engine: %s: %s (%s)", what,
-                   cublasLtGetStatusName(s), cublasLtGetStatusString(s));
+  return rc;
 }
 
 void mlpd__cuda_progress(cuda_engine_t *e, const char *fmt, ...) {
@@ -235,10 +239,8 @@ static int upload_weights(cuda_engine_t *e, mlpd_err_t *err) {
     mlpd__cuda_progress(e, "uploading layer %d/%d (%d -> %d)", l + 1,
                         e->nlayers, L->in, L->out);
     memset(h, 0, maxw);
-    for (int r = 0; r < L->out; r++)
-      mlpd_dtype_convert(hw + (size_t)r * L->in_p * e->esz, e->dt,
-                         M->w + (size_t)r * L->in, MLPD_DTYPE_F32,
-                         (size_t)L->in);
+    mlpd_dtype_convert_rows(hw, e->dt, (size_t)L->in_p, M->w, MLPD_DTYPE_F32,
+                            (size_t)L->in, (size_t)L->out, (size_t)L->in);
     mlpd_dtype_convert(hb, e->dt, M->b, MLPD_DTYPE_F32, (size_t)L->out);
     CU(cudaMemcpy(L->w, hw, wb, cudaMemcpyHostToDevice), "upload layer %d",
        l + 1);

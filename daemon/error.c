@@ -80,26 +80,6 @@ int mlpd_errf(mlpd_err_t *err, int code, const char *fmt, ...) {
   return code;
 }
 
-void mlpd_err_prefix(mlpd_err_t *err, const char *fmt, ...) {
-  if (err == NULL || err->code == 0)
-    return;
-  char old[MLPD_ERRMSG_MAX];
-  memcpy(old, err->msg, sizeof(old));
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
-  va_end(ap);
-  if (n < 0 || (size_t)n >= sizeof(err->msg) - 2)
-    return;
-  size_t pos = (size_t)n;
-  err->msg[pos++] = ':';
-  err->msg[pos++] = ' ';
-  size_t room = sizeof(err->msg) - pos - 1;
-  size_t len = strlen(old);
-  memcpy(err->msg + pos, old, len < room ? len : room);
-  err->msg[pos + (len < room ? len : room)] = '\0';
-}
-
 void mlpd_err_clear(mlpd_err_t *err) {
   if (err == NULL)
     return;

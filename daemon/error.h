@@ -47,8 +47,7 @@ const char *mlpd_strerror(int code);
 const char *mlpd_err_name(int code);
 
 /* Detail for one failure. The first error recorded wins: deep code knows best
- * what went wrong, and callers above only add nothing or add context with
- * mlpd_err_prefix(). */
+ * what went wrong (and names the file, tensor or address itself). */
 #define MLPD_ERRMSG_MAX 512
 typedef struct mlpd_err_s {
   int code;                  /* 0 until an error is recorded */
@@ -60,9 +59,6 @@ typedef struct mlpd_err_s {
  * `return mlpd_errf(err, MLPD_EBADMODEL, "...")`. */
 int mlpd_errf(mlpd_err_t *err, int code, const char *fmt, ...)
     MLPD_PRINTF(3, 4);
-
-/* Prepends "prefix: " to a recorded message (for context such as a path). */
-void mlpd_err_prefix(mlpd_err_t *err, const char *fmt, ...) MLPD_PRINTF(2, 3);
 
 void mlpd_err_clear(mlpd_err_t *err);
 

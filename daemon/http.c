@@ -22,6 +22,7 @@
 #include "http.h"
 
 #include "log.h"
+#include "metrics.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -357,24 +358,11 @@ static void respond_error(conn_t *c, int status) {
 static void serve_metrics(conn_t *c, int head, int close) {
   mlpd_http_t *h = c->srv;
   size_t need = 0;
-  /* The text can only grow between calls if the handler changes state,
-   * which it cannot do on this thread; a few rounds is plenty. */
-  for (int round = 0; round < 4; round++) {
-    need = h->hd.metrics(h->hd.ud, h->mbuf, h->mcap);
-    if (need < h->mcap)
-      break;
-    size_t cap = need + need / 4 + 1024;
-    char *p = realloc(h->mbuf, cap);
-    if (p == NULL) {
-      MLPD_LOGW("http: out of memory rendering %zu bytes of metrics", need);
-      respond_text(c, 500, "out of memory\n", head, close);
-      return;
-    }
-    h->mbuf = p;
-    h->mcap = cap;
-  }
-  if (need >= h->mcap) {
-    respond_text(c, 500, "metrics kept growing\n", head, close);
+  int rc = mlpd_metrics_render_into(h->hd.metrics, h->hd.ud, &h->mbuf,
+                                    &h->mcap, &need);
+  if (rc != 0) {
+    MLPD_LOGW("http: cannot render metrics: %s", mlpd_strerror(rc));
+    respond_text(c, 500, "cannot render metrics\n", head, close);
     return;
   }
   (void)respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", NULL,

@@ -31,7 +31,7 @@ typedef struct mlpd_http_handlers_s {
    * "loading", "ready", "draining". */
   void (*health)(void *ud, int *live, int *ready, const char **state);
   /* Prometheus text into buf, with snprintf's return convention (see
-   * mlpd_metrics_render). */
+   * mlpd_metrics_render and mlpd_metrics_render_into). */
   size_t (*metrics)(void *ud, char *buf, size_t cap);
   void *ud;
 } mlpd_http_handlers_t;

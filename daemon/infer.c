@@ -2,6 +2,7 @@
 #include "infer.h"
 
 #include "engine.h"
+#include "latency.h"
 #include "log.h"
 #include "model.h"
 #include "rowsfile.h"
@@ -24,11 +25,6 @@ static void usage(FILE *f) {
           "  --repeat N           passes over the input for timing (default "
           "1)\n"
           "  --print              print each row's outputs\n");
-}
-
-static int cmp_u64(const void *a, const void *b) {
-  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-  return x < y ? -1 : x > y;
 }
 
 static void on_progress(void *ud, const char *status) {
@@ -88,7 +84,7 @@ int mlpd_infer_main(int argc, char **argv) {
   mlpd_engine_t *engine = NULL;
   mlpd_rows_t rows = {0};
   float *outputs = NULL;
-  uint64_t *lat = NULL;
+  double *lat = NULL; /* per batch, µs */
 
   uint64_t t0 = mlpd_now_ns();
   if ((rc = mlpd_model_load(&model, model_path, acts, &err)) != 0)
@@ -112,7 +108,7 @@ int mlpd_infer_main(int argc, char **argv) {
   int nbatches = (rows.rows + batch - 1) / batch;
   outputs = malloc((size_t)rows.rows * (size_t)model->out_features *
                    sizeof(float));
-  lat = malloc((size_t)nbatches * (size_t)repeat * sizeof(uint64_t));
+  lat = malloc((size_t)nbatches * (size_t)repeat * sizeof(double));
   if (outputs == NULL || lat == NULL) {
     rc = mlpd_errf(&err, -12, "out of memory");
     goto fail;
@@ -135,11 +131,11 @@ int mlpd_infer_main(int argc, char **argv) {
           MLPD_DTYPE_F32, n, &err);
       if (rc != 0)
         goto fail;
-      lat[nlat++] = mlpd_now_ns() - s;
+      lat[nlat++] = (double)(mlpd_now_ns() - s) / 1e3;
     }
   }
   uint64_t total = mlpd_now_ns() - ts;
-  qsort(lat, (size_t)nlat, sizeof(*lat), cmp_u64);
+  lat_sort(lat, (size_t)nlat);
 
   int correct = 0;
   for (int r = 0; r < rows.rows; r++) {
@@ -175,8 +171,8 @@ int mlpd_infer_main(int argc, char **argv) {
          "%d: p50 %.1f us, p99 %.1f us, max %.1f us\n",
          rows.rows, repeat, total / 1e6,
          (double)rows.rows * repeat / (total / 1e9), batch,
-         lat[nlat / 2] / 1e3, lat[(size_t)(nlat - 1) * 99 / 100] / 1e3,
-         lat[nlat - 1] / 1e3);
+         lat_pct(lat, (size_t)nlat, 50), lat_pct(lat, (size_t)nlat, 99),
+         lat[nlat - 1]);
   status = 0;
   goto done;
 

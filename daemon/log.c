@@ -18,9 +18,6 @@ static _Atomic int log_to_journal = -1;
 
 void mlpd_log_set_level(mlpd_log_level_t level) { log_level = (int)level; }
 
-mlpd_log_level_t mlpd_log_get_level(void) {
-  return (mlpd_log_level_t)log_level;
-}
 
 int mlpd_log_parse_level(const char *s, mlpd_log_level_t *out) {
   static const struct {

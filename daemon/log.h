@@ -19,7 +19,6 @@ typedef enum {
 
 /* Events above `level` are dropped. Default MLPD_LOG_INFO. */
 void mlpd_log_set_level(mlpd_log_level_t level);
-mlpd_log_level_t mlpd_log_get_level(void);
 
 /* Parses "error", "warn", "info", "debug". Returns 0 or MLPD_EINVAL. */
 int mlpd_log_parse_level(const char *s, mlpd_log_level_t *out) MLPD_MUST_CHECK;

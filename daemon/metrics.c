@@ -3,10 +3,13 @@
  *
  * Deliberately not here: locking (everything runs on the loop thread),
  * allocation (updates touch fixed arrays; rendering writes into the caller's
- * buffer), OpenMetrics or protobuf exposition, summaries/quantiles (they
+ * buffer; only mlpd_metrics_render_into grows one), OpenMetrics or protobuf exposition, summaries/quantiles (they
  * cannot be aggregated across instances; histograms can), and any I/O. */
 #include "metrics.h"
 
+#include "error.h"
+
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
@@ -447,4 +450,24 @@ size_t mlpd_metrics_render(const mlpd_metrics_t *m, char *buf, size_t cap) {
   else if (w.len > w.cap && w.cap > 0)
     w.buf[w.cap - 1] = '\0';
   return w.len;
+}
+
+int mlpd_metrics_render_into(size_t (*render)(void *ud, char *buf, size_t cap),
+                             void *ud, char **buf, size_t *cap, size_t *len) {
+  /* The text only grows between rounds if the state changes, which it
+   * cannot on the one thread that renders; a few rounds are plenty. */
+  for (int round = 0; round < 4; round++) {
+    size_t need = render(ud, *buf, *cap);
+    if (need < *cap) {
+      *len = need;
+      return 0;
+    }
+    size_t grown = need + need / 4 + 1024;
+    char *p = realloc(*buf, grown);
+    if (p == NULL)
+      return -ENOMEM;
+    *buf = p;
+    *cap = grown;
+  }
+  return MLPD_EINTERNAL;
 }

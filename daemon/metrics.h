@@ -107,4 +107,13 @@ void mlpd_metrics_set_model(mlpd_metrics_t *m, const char *path,
  * too small, like snprintf: call again with a larger buffer. */
 size_t mlpd_metrics_render(const mlpd_metrics_t *m, char *buf, size_t cap);
 
+/* Calls `render` (mlpd_metrics_render's return convention) into *buf,
+ * growing the buffer (*buf, *cap) with realloc until the text fits.
+ * Returns 0 with the length in *len, or -ENOMEM (or MLPD_EINTERNAL if the text keeps growing).
+ * Shared by the two readers of the text, HTTP /metrics and the Metrics
+ * message; it allocates, so it is for them and not for the hot path. */
+int mlpd_metrics_render_into(size_t (*render)(void *ud, char *buf, size_t cap),
+                             void *ud, char **buf, size_t *cap,
+                             size_t *len) MLPD_MUST_CHECK;
+
 #endif

@@ -16,24 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-static char dir[256];
-
-static int setup(void **state) {
-  (void)state;
-  tu_mkdtemp(dir, sizeof(dir));
-  return 0;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  tu_rmtree(dir);
-  return 0;
-}
-
 static void check_model(const int *widths, int nlayers, mlpd_dtype_t dtype,
                         const char *acts, uint64_t seed) {
   char path[512];
-  snprintf(path, sizeof(path), "%s/m%llu.safetensors", dir,
+  snprintf(path, sizeof(path), "%s/m%llu.safetensors", tu_dir,
            (unsigned long long)seed);
   tu_mlp_t ref;
   tu_make_mlp(&ref, path, nlayers, widths, dtype, seed, 0, acts);
@@ -99,7 +85,7 @@ static void test_matches_reference_odd_widths(void **state) {
 static void test_slots_are_independent(void **state) {
   (void)state;
   char path[512];
-  snprintf(path, sizeof(path), "%s/slots.safetensors", dir);
+  snprintf(path, sizeof(path), "%s/slots.safetensors", tu_dir);
   const int widths[] = {9, 11, 3};
   tu_mlp_t ref;
   tu_make_mlp(&ref, path, 2, widths, MLPD_DTYPE_F32, 9, 0, NULL);
@@ -154,7 +140,7 @@ static void test_device_selection(void **state) {
   assert_int_equal(mlpd_engine_parse_device("gpu", &kind, &ord), MLPD_EINVAL);
 
   char path[512];
-  snprintf(path, sizeof(path), "%s/sel.safetensors", dir);
+  snprintf(path, sizeof(path), "%s/sel.safetensors", tu_dir);
   const int widths[] = {4, 2};
   tu_mlp_t ref;
   tu_make_mlp(&ref, path, 1, widths, MLPD_DTYPE_F32, 5, 0, NULL);
@@ -185,5 +171,5 @@ int main(void) {
       cmocka_unit_test(test_slots_are_independent),
       cmocka_unit_test(test_device_selection),
   };
-  return cmocka_run_group_tests(tests, setup, teardown);
+  return cmocka_run_group_tests(tests, tu_group_setup, tu_group_teardown);
 }

@@ -32,20 +32,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static char dir[256];
-
-static int setup(void **state) {
-  (void)state;
-  tu_mkdtemp(dir, sizeof(dir));
-  return 0;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  tu_rmtree(dir);
-  return 0;
-}
-
 typedef struct {
   char path[512];
   tu_mlp_t ref;
@@ -54,7 +40,7 @@ typedef struct {
 
 static void model_make(model_t *mm, const int *widths, int nlayers,
                        const char *acts, uint64_t seed) {
-  snprintf(mm->path, sizeof(mm->path), "%s/m%llu.safetensors", dir,
+  snprintf(mm->path, sizeof(mm->path), "%s/m%llu.safetensors", tu_dir,
            (unsigned long long)seed);
   tu_make_mlp(&mm->ref, mm->path, nlayers, widths, MLPD_DTYPE_F32, seed, 0,
               acts);
@@ -422,7 +408,7 @@ static void test_plan_cache(void **state) {
   const int w2[] = {90, 208, 12};
   model_make(&other, w2, 2, NULL, 32);
   char cache[600];
-  snprintf(cache, sizeof(cache), "%s/plans.cache", dir);
+  snprintf(cache, sizeof(cache), "%s/plans.cache", tu_dir);
   float *x = random_rows(64, 90, 33);
   float *ref = cpu_forward(mm.m, x, 64);
   float *first[MLPD_ARRAY_SIZE(probe)];
@@ -656,7 +642,7 @@ static void check_forced_small(mlpd_dtype_t dt, const char *acts,
   model_t mm;
   model_make(&mm, w, nl, acts, seed);
   char cache[600];
-  snprintf(cache, sizeof(cache), "%s/forced.cache", dir);
+  snprintf(cache, sizeof(cache), "%s/forced.cache", tu_dir);
   float *x = random_rows(maxb, w[0], seed + 1000);
   float *ref = cpu_forward(mm.m, x, maxb);
   float *y = malloc((size_t)maxb * w[nl] * sizeof(float));
@@ -817,7 +803,7 @@ int main(void) {
     const struct CMUnitTest nogpu[] = {
         cmocka_unit_test(test_no_gpu_fails_cleanly),
     };
-    int rc = cmocka_run_group_tests(nogpu, setup, teardown);
+    int rc = cmocka_run_group_tests(nogpu, tu_group_setup, tu_group_teardown);
     if (rc != 0)
       return rc;
     printf("SKIP: no CUDA device (%s); checked only that cuda:0 fails "
@@ -836,5 +822,5 @@ int main(void) {
       cmocka_unit_test(test_determinism),
       cmocka_unit_test_teardown(test_forced_small_kernel, forced_teardown),
   };
-  return cmocka_run_group_tests(tests, setup, teardown);
+  return cmocka_run_group_tests(tests, tu_group_setup, tu_group_teardown);
 }

@@ -370,6 +370,22 @@ static void run_load(load_t *jobs, pthread_t *th, const char *sock,
   }
 }
 
+/* Joins the load threads and sums what they saw. */
+static load_t join_load(load_t *jobs, pthread_t *th) {
+  load_t t = {0};
+  for (int i = 0; i < NCLIENT; i++) {
+    pthread_join(th[i], NULL);
+    t.sent += jobs[i].sent;
+    t.ok += jobs[i].ok;
+    t.unavailable += jobs[i].unavailable;
+    t.other += jobs[i].other;
+    t.wrong += jobs[i].wrong;
+    t.unanswered_before_kill += jobs[i].unanswered_before_kill;
+    t.width_changed += jobs[i].width_changed;
+  }
+  return t;
+}
+
 static void load_model_ref(tu_mlp_t *ref, const char *path) {
   /* The digits model as the reference sees it: read back through the
    * loader so the numbers are exactly what the daemon serves. */
@@ -409,16 +425,9 @@ static void test_sigterm_under_load_loses_nothing(void **state) {
   usleep(400000);
   atomic_store(&kill_ms, now_ms());
   kill(d.pid, SIGTERM);
-  int sent = 0, ok = 0, unav = 0, other = 0, wrong = 0, lost = 0;
-  for (int i = 0; i < NCLIENT; i++) {
-    pthread_join(th[i], NULL);
-    sent += jobs[i].sent;
-    ok += jobs[i].ok;
-    unav += jobs[i].unavailable;
-    other += jobs[i].other;
-    wrong += jobs[i].wrong;
-    lost += jobs[i].unanswered_before_kill;
-  }
+  load_t t = join_load(jobs, th);
+  int sent = t.sent, ok = t.ok, unav = t.unavailable, other = t.other,
+      wrong = t.wrong, lost = t.unanswered_before_kill;
   int code = td_stop(&d, 0, TIMEOUT);
   print_message("SIGTERM under load: %d sent, %d ok, %d refused while "
                 "stopping, %d other, %d wrong, %d sent before the signal "
@@ -485,15 +494,9 @@ static void test_sighup_under_load_fails_nothing(void **state) {
   }
   usleep(150000);
   atomic_store(&stop, 1);
-  int sent = 0, ok = 0, bad = 0, wrong = 0, lost = 0;
-  for (int i = 0; i < NCLIENT; i++) {
-    pthread_join(th[i], NULL);
-    sent += jobs[i].sent;
-    ok += jobs[i].ok;
-    bad += jobs[i].unavailable + jobs[i].other;
-    wrong += jobs[i].wrong;
-    lost += jobs[i].unanswered_before_kill;
-  }
+  load_t t = join_load(jobs, th);
+  int sent = t.sent, ok = t.ok, bad = t.unavailable + t.other,
+      wrong = t.wrong, lost = t.unanswered_before_kill;
   int fd = td_connect(d.sock);
   td_response_t r;
   assert_int_equal(simple(fd, 1, 3, &r), 1);
@@ -543,16 +546,10 @@ static void test_sighup_to_another_output_width(void **state) {
   assert_true(wait_notify(&d, "READY=1", TIMEOUT, NULL, 0));
   usleep(200000);
   atomic_store(&stop, 1);
-  int sent = 0, ok = 0, retry = 0, bad = 0, wrong = 0, lost = 0;
-  for (int i = 0; i < NCLIENT; i++) {
-    pthread_join(th[i], NULL);
-    sent += jobs[i].sent;
-    ok += jobs[i].ok;
-    retry += jobs[i].width_changed;
-    bad += jobs[i].unavailable + jobs[i].other;
-    wrong += jobs[i].wrong;
-    lost += jobs[i].unanswered_before_kill;
-  }
+  load_t t = join_load(jobs, th);
+  int sent = t.sent, ok = t.ok, retry = t.width_changed,
+      bad = t.unavailable + t.other, wrong = t.wrong,
+      lost = t.unanswered_before_kill;
   print_message("SIGHUP to a wider output under load: %d sent, %d ok, %d told "
                 "to retry, %d failed, %d wrong, %d unanswered\n",
                 sent, ok, retry, bad, wrong, lost);

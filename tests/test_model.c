@@ -17,23 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static char dir[256];
-
-static int setup(void **state) {
-  (void)state;
-  tu_mkdtemp(dir, sizeof(dir));
-  return 0;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  tu_rmtree(dir);
-  return 0;
-}
-
 static const char *path_for(const char *name) {
   static char p[512];
-  snprintf(p, sizeof(p), "%s/%s", dir, name);
+  snprintf(p, sizeof(p), "%s/%s", tu_dir, name);
   return p;
 }
 
@@ -337,5 +323,5 @@ int main(void) {
       cmocka_unit_test(test_missing_file),
       cmocka_unit_test(test_random_corruption_never_crashes),
   };
-  return cmocka_run_group_tests(tests, setup, teardown);
+  return cmocka_run_group_tests(tests, tu_group_setup, tu_group_teardown);
 }

@@ -32,6 +32,20 @@ void tu_rmtree(const char *dir) {
   nftw(dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
 }
 
+char tu_dir[256];
+
+int tu_group_setup(void **state) {
+  (void)state;
+  tu_mkdtemp(tu_dir, sizeof(tu_dir));
+  return 0;
+}
+
+int tu_group_teardown(void **state) {
+  (void)state;
+  tu_rmtree(tu_dir);
+  return 0;
+}
+
 void tu_write_file(const char *path, const void *data, size_t len) {
   FILE *f = fopen(path, "wb");
   if (f == NULL)

@@ -19,6 +19,12 @@
 void tu_mkdtemp(char *buf, size_t len);
 void tu_rmtree(const char *dir);
 
+/* A scratch directory for a whole cmocka group: pass tu_group_setup and
+ * tu_group_teardown to cmocka_run_group_tests; tu_dir holds its path. */
+extern char tu_dir[256];
+int tu_group_setup(void **state);
+int tu_group_teardown(void **state);
+
 /* Writes raw bytes to path; aborts on failure. */
 void tu_write_file(const char *path, const void *data, size_t len);
 

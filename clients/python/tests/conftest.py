@@ -5,10 +5,8 @@ The daemon binary is $MLPD_BIN (ctest passes the one it built), else
 build/daemon/mlpd under the repository root; the tests are skipped when
 neither exists.
 """
-import json
 import os
 import signal
-import struct
 import subprocess
 import sys
 import time
@@ -34,25 +32,12 @@ def daemon_binary():
 
 
 def read_safetensors(path):
-    """{name: float32 ndarray}, metadata. F32/F16/BF16 only."""
-    np = pytest.importorskip("numpy")
-    raw = Path(path).read_bytes()
-    (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + n])
-    meta = header.pop("__metadata__", {})
-    data = raw[8 + n:]
-    out = {}
-    for name, info in header.items():
-        b, e = info["data_offsets"]
-        buf = data[b:e]
-        if info["dtype"] == "BF16":
-            a = (np.frombuffer(buf, dtype="<u2").astype(np.uint32)
-                 << 16).view(np.float32)
-        else:
-            a = np.frombuffer(buf, dtype={"F32": "<f4", "F16": "<f2"}[
-                info["dtype"]]).astype(np.float32)
-        out[name] = a.reshape(info["shape"])
-    return out, meta
+    """{name: float32 ndarray}, metadata: the project's own reader
+    (models/stio.py), which needs numpy."""
+    pytest.importorskip("numpy")
+    sys.path.insert(0, str(ROOT / "models"))
+    import stio  # noqa: E402
+    return stio.read(path)
 
 
 class Reference:

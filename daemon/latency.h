@@ -1,6 +1,7 @@
-/* latency.h - the latency summary mlpctl and mlpd-bench print: nearest-rank
- * percentiles over a sorted array of microseconds. Header-only, tools only;
- * not part of the client library. */
+/* latency.h - the latency summary the tools print (mlpd infer, mlpctl,
+ * mlpd-bench): nearest-rank percentiles over a sorted array of microseconds.
+ * Header-only, tools only; neither the daemon nor the client library uses
+ * it. */
 #ifndef MLPD_CLIENTS_LATENCY_H
 #define MLPD_CLIENTS_LATENCY_H
 
@@ -8,7 +9,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 
-static int lat_cmp(const void *a, const void *b) {
+static inline int lat_cmp(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;
 }
