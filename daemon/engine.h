@@ -1,24 +1,36 @@
-/* engine.h - the contract every compute engine implements (CPU now, CUDA in
- * engine_cuda.c), and the one entry point that picks an engine by name.
+/* engine.h - the contract every compute engine implements (the CPU engine
+ * in engine_cpu.c, the CUDA engine in engine_cuda.c), and the entry points
+ * that pick one by device name.
  *
- * Life cycle: open plans everything for one model and a maximum batch (all
- * allocation, weight upload, algorithm choice, graph capture happen here, at
- * startup); run executes one batch and allocates nothing; close frees it all.
+ * Life cycle: open plans everything for one model on one device (all
+ * allocation, weight upload, algorithm choice, graph capture happen there,
+ * at startup); submit enqueues one batch and returns without waiting for
+ * it; wait retires the oldest submitted batch; close frees it all. Nothing
+ * on the submit/wait path allocates.
  *
- * Staging. An engine owns `nslots` staging sets, each an input buffer of
- * [max_batch][in_stride] elements of info.in_dtype and an output buffer of
- * [max_batch][out_stride] elements of info.out_dtype. The batcher writes a
- * request's rows straight from its frame into in[slot] (converting dtype on
- * the way), calls run(slot, rows), and reads out[slot]. While one slot runs
- * the loop thread may fill another: a slot's buffers belong to the engine
- * only between run's call and return. Columns past in_features in a row are
- * padding the engine zeroed at open; writers must leave them alone. For the
- * CUDA engine the buffers are pinned host memory.
+ * Batches. A batch is `rows` rows (1..info.max_batch) read from host memory
+ * `in`, [rows][info.in_stride] elements of in_dtype, and written to host
+ * memory `out`, [rows][info.out_stride] elements of out_dtype. Columns past
+ * in_features of each input row are padding and must hold zeros (the
+ * caller writes them; engines compute on them); output padding columns are
+ * undefined. in_dtype must be one of info.in_dtypes and out_dtype one of
+ * info.out_dtypes (bit 1 << dtype): an engine converts to and from its
+ * compute dtype itself (the CUDA engine on the GPU), so the caller ships
+ * rows in the dtype its clients sent. `in` and `out` must come from this
+ * engine's host_alloc (pinned memory for CUDA, which its copy engines
+ * reach at full speed) and belong to the engine from submit until wait
+ * retires the batch.
  *
- * Threads: open, run and close of one engine may be called from different
- * threads, but never concurrently. The engine keeps pointers into the model
- * (the CPU engine computes from its fp32 weights), so the model must outlive
- * the engine. */
+ * Pipelining. Up to info.depth batches may be submitted and not yet
+ * retired; they complete in submission order. The CUDA engine (depth 3)
+ * copies batch N+1 in and batch N-1 out while batch N's layers run; the
+ * CPU engine (depth 1) computes inside submit.
+ *
+ * Threads: open on any thread; submit and wait from one thread at a time
+ * (the engine's worker, worker.h); host_alloc and host_free from any
+ * thread between open and close; close when nothing is outstanding. The
+ * engine keeps pointers into the model (the CPU engine computes from its
+ * fp32 weights), so the model must outlive the engine. */
 #ifndef MLPD_ENGINE_H
 #define MLPD_ENGINE_H
 
@@ -29,9 +41,11 @@
 
 typedef struct mlpd_engine_s mlpd_engine_t;
 
+/* Deepest pipeline an engine may offer. */
+#define MLPD_ENGINE_MAX_DEPTH 4
+
 typedef struct mlpd_engine_opts_s {
-  int max_batch;          /* rows one run may hold, >= 1 */
-  int nslots;             /* staging sets, 1..MLPD_MAX_SLOTS */
+  int max_batch;          /* rows one batch may hold, >= 1 */
   mlpd_dtype_t dtype;     /* GPU weights/activations: BF16 (default), F16,
                              or F32 (computed as TF32); the CPU engine always
                              computes in fp32 */
@@ -39,6 +53,12 @@ typedef struct mlpd_engine_opts_s {
   const char *plan_cache; /* CUDA autotune cache file, NULL = none */
   int autotune;           /* CUDA: 1 = time candidates, 0 = heuristic's
                              first choice */
+  int fp8;                /* CUDA: weights in FP8 E4M3 with one scale per
+                             output channel, activations in dtype (bf16);
+                             refused where the GPU has no FP8 */
+  int fail_after;         /* FOR TESTS (MLPD_TEST_ENGINE_FAIL): the CPU
+                             engine fails every batch after this many; 0 =
+                             never */
   /* Startup progress, one short line at a time ("autotuning layer 2/4"),
    * for logs and sd_notify STATUS=. May be NULL. Called on the thread that
    * calls open. */
@@ -46,38 +66,67 @@ typedef struct mlpd_engine_opts_s {
   void *progress_ud;
 } mlpd_engine_opts_t;
 
-/* Defaults: max_batch 256, nslots 2, dtype BF16, autotune 1. */
+/* Defaults: max_batch 256, dtype BF16, autotune 1. */
 void mlpd_engine_opts_init(mlpd_engine_opts_t *o);
+
+#define MLPD_DTYPE_BIT(t) (1u << (unsigned)(t))
 
 typedef struct mlpd_engine_info_s {
   char kind[8];               /* "cpu" or "cuda" */
+  char name[16];              /* the device as named on the command line:
+                                 "cuda:1", "cpu:0"; the metrics label */
   char device[160];           /* e.g. "NVIDIA H200 (cuda:0)",
                                  "cpu (OpenBLAS, 2 threads)" */
-  mlpd_dtype_t compute_dtype; /* what weights and activations are held in */
-  mlpd_dtype_t in_dtype;      /* element type of in[slot] */
-  mlpd_dtype_t out_dtype;     /* element type of out[slot] */
+  mlpd_dtype_t compute_dtype; /* what activations are held in */
+  char weights[16];           /* what weights are held in: "f32", "bf16",
+                                 "f16", "fp8-e4m3" */
+  uint32_t in_dtypes;         /* MLPD_DTYPE_BIT()s a batch's input may be */
+  uint32_t out_dtypes;        /* ... and its output */
   int in_features;
   int out_features;
   int in_stride;              /* elements from one input row to the next */
   int out_stride;             /* elements from one output row to the next */
   int max_batch;
-  int nslots;
+  int depth;                  /* batches in flight at most, 1..
+                                 MLPD_ENGINE_MAX_DEPTH */
   uint64_t weight_bytes;      /* device memory for weights and biases */
   uint64_t workspace_bytes;   /* device memory for library workspace */
-  uint64_t activation_bytes;  /* device memory for intermediate activations */
-  uint64_t staging_bytes;     /* host memory for in/out staging (pinned for
-                                 cuda) */
+  uint64_t activation_bytes;  /* device memory for activations and the
+                                 device side of the pipeline's copies */
   uint64_t device_bytes;      /* all device memory this engine holds */
 } mlpd_engine_info_t;
 
+/* One batch (see the top of this file). */
+typedef struct mlpd_engine_batch_s {
+  const void *in;
+  mlpd_dtype_t in_dtype;
+  void *out;
+  mlpd_dtype_t out_dtype;
+  int rows;
+} mlpd_engine_batch_t;
+
 typedef struct mlpd_engine_ops_s {
   const char *name;
+  /* How many devices of this kind the machine has (0 when none works);
+   * the CPU engine says 1. */
+  int (*device_count)(void);
   int (*open)(mlpd_engine_t **out, const mlpd_model_t *model,
               const mlpd_engine_opts_t *opts, int device_ordinal,
               mlpd_err_t *err);
-  /* Computes rows 0..rows-1 of in[slot] into out[slot]; 1 <= rows <=
-   * max_batch. Blocks until the outputs are in out[slot]. */
-  int (*run)(mlpd_engine_t *e, int slot, int rows, mlpd_err_t *err);
+  /* Enqueues a batch. Fails (MLPD_EINVAL, MLPD_ECUDA, ...) without
+   * enqueueing anything; with info.depth batches outstanding it is
+   * MLPD_EBUSY. */
+  int (*submit)(mlpd_engine_t *e, const mlpd_engine_batch_t *b,
+                mlpd_err_t *err);
+  /* Retires the oldest outstanding batch: 1 when it completed (outputs
+   * are in its out), a negative code when it failed (err says why; it is
+   * retired all the same), or, with block == 0, 0 when it has not finished
+   * yet (nothing retired). MLPD_EINVAL when nothing is outstanding. */
+  int (*wait)(mlpd_engine_t *e, int block, mlpd_err_t *err);
+  /* Zeroed host memory for batches of this engine (NULL when out of
+   * memory), and its release. */
+  void *(*host_alloc)(mlpd_engine_t *e, size_t bytes);
+  void (*host_free)(mlpd_engine_t *e, void *p);
   void (*close)(mlpd_engine_t *e);
 } mlpd_engine_ops_t;
 
@@ -85,44 +134,91 @@ typedef struct mlpd_engine_ops_s {
 struct mlpd_engine_s {
   const mlpd_engine_ops_t *ops;
   mlpd_engine_info_t info;
-  void *in[MLPD_MAX_SLOTS];  /* engine-owned staging, see above */
-  void *out[MLPD_MAX_SLOTS]; /* engine-owned staging, see above */
+  void *fwd_in, *fwd_out; /* mlpd_engine_forward's staging, made at its
+                             first call, freed by mlpd_engine_close */
 };
 
 extern const mlpd_engine_ops_t mlpd_engine_cpu_ops;
-#ifdef MLPD_HAVE_CUDA
-extern const mlpd_engine_ops_t mlpd_engine_cuda_ops;
-#endif
 
-/* Parses "auto", "cpu", "cuda" (= cuda:0) or "cuda:N". *kind is 0 auto,
- * 1 cpu, 2 cuda. Returns 0 or MLPD_EINVAL. */
-int mlpd_engine_parse_device(const char *spec, int *kind,
-                             int *ordinal) MLPD_MUST_CHECK;
+/* The engine ops for a kind: "cpu" always; "cuda" when the CUDA engine is
+ * available (built in, or its plugin loaded); NULL with a reason in err
+ * otherwise. */
+const mlpd_engine_ops_t *mlpd_engine_ops_for(const char *kind,
+                                              mlpd_err_t *err);
 
-/* Opens the engine `device` names for `model`. "auto" tries the GPU first and
- * falls back to the CPU engine, logging one line saying why; "cuda:N" fails
- * (MLPD_ENOTBUILT, MLPD_ENODEV, MLPD_ECUDA, ...) with a one-line message
- * rather than falling back. */
+/* One device named on the command line. */
+typedef struct mlpd_device_s {
+  int kind;    /* MLPD_DEVICE_AUTO, _CPU or _CUDA */
+  int ordinal; /* cuda:N, cpu:N (CPU instances are interchangeable; the
+                  number only names them) */
+} mlpd_device_t;
+
+enum { MLPD_DEVICE_AUTO = 0, MLPD_DEVICE_CPU = 1, MLPD_DEVICE_CUDA = 2 };
+
+#define MLPD_MAX_DEVICES 16
+
+/* Parses a device list: "auto", "cpu", "cpu:N", "cuda" (= cuda:0),
+ * "cuda:N", "cuda:all", or a comma-separated list of cpu/cuda entries of
+ * one kind ("cuda:0,cuda:1", "cpu:0,cpu:1"). "cuda:all" expands to every
+ * CUDA device the machine has (cuda_count, from the CUDA ops'
+ * device_count). Returns 0 and the devices in dev[0..*n), or MLPD_EINVAL
+ * with a message naming the entry. */
+int mlpd_engine_parse_devices(const char *spec, int cuda_count,
+                              mlpd_device_t *dev, int *n,
+                              mlpd_err_t *err) MLPD_MUST_CHECK;
+
+/* Opens the engine for one device. MLPD_DEVICE_AUTO tries the GPU
+ * (ordinal 0) first and falls back to the CPU engine, logging one line
+ * saying why; a CUDA device fails (MLPD_ENOTBUILT, MLPD_ENODEV,
+ * MLPD_ECUDA, ...) with a one-line message rather than falling back. */
+int mlpd_engine_open_device(mlpd_engine_t **out, const mlpd_device_t *dev,
+                            const mlpd_model_t *model,
+                            const mlpd_engine_opts_t *opts,
+                            mlpd_err_t *err) MLPD_MUST_CHECK;
+
+/* The same for one device named as on the command line ("auto", "cpu",
+ * "cuda:1"; not a list), for tools and tests. */
 int mlpd_engine_open(mlpd_engine_t **out, const char *device,
                      const mlpd_model_t *model, const mlpd_engine_opts_t *opts,
                      mlpd_err_t *err) MLPD_MUST_CHECK;
 
-static inline int mlpd_engine_run(mlpd_engine_t *e, int slot, int rows,
-                                  mlpd_err_t *err) MLPD_MUST_CHECK;
-static inline int mlpd_engine_run(mlpd_engine_t *e, int slot, int rows,
-                                  mlpd_err_t *err) {
-  return e->ops->run(e, slot, rows, err);
+static inline int mlpd_engine_submit(mlpd_engine_t *e,
+                                     const mlpd_engine_batch_t *b,
+                                     mlpd_err_t *err) MLPD_MUST_CHECK;
+static inline int mlpd_engine_submit(mlpd_engine_t *e,
+                                     const mlpd_engine_batch_t *b,
+                                     mlpd_err_t *err) {
+  return e->ops->submit(e, b, err);
 }
+
+static inline int mlpd_engine_wait(mlpd_engine_t *e, int block,
+                                   mlpd_err_t *err) MLPD_MUST_CHECK;
+static inline int mlpd_engine_wait(mlpd_engine_t *e, int block,
+                                   mlpd_err_t *err) {
+  return e->ops->wait(e, block, err);
+}
+
+/* submit, then wait for it: 0 or the batch's error. Nothing else may be
+ * outstanding. For tools and tests. */
+int mlpd_engine_run(mlpd_engine_t *e, const mlpd_engine_batch_t *b,
+                    mlpd_err_t *err) MLPD_MUST_CHECK;
+
+/* Bytes a batch buffer of `rows` rows of `stride` elements needs for any
+ * dtype the engine takes (sized for 4-byte elements). */
+size_t mlpd_engine_batch_bytes(int rows, int stride);
 
 /* Safe on NULL. */
 void mlpd_engine_close(mlpd_engine_t *e);
 
-/* Convenience for tools and tests: converts `rows` rows of `src` (dtype `st`,
- * densely packed [rows][in_features]) into in[slot], runs, and converts the
- * result into `dst` (dtype `dt`, [rows][out_features]). rows may exceed
- * max_batch; it is split. */
-int mlpd_engine_forward(mlpd_engine_t *e, int slot, const void *src,
-                        mlpd_dtype_t st, void *dst, mlpd_dtype_t dt, int rows,
+/* Convenience for tools and tests: runs `rows` rows of `src` (dtype `st`,
+ * densely packed [rows][in_features]) and writes the result into `dst`
+ * (dtype `dt`, [rows][out_features]). rows may exceed max_batch; it is
+ * split. Batches are shipped in st when the engine takes it (else in its
+ * compute dtype) and come back in dt likewise, so the engine's own
+ * conversions are what gets tested. Its staging is allocated (host_alloc)
+ * at the first call and kept until mlpd_engine_close. */
+int mlpd_engine_forward(mlpd_engine_t *e, const void *src, mlpd_dtype_t st,
+                        void *dst, mlpd_dtype_t dt, int rows,
                         mlpd_err_t *err) MLPD_MUST_CHECK;
 
 #endif

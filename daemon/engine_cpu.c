@@ -3,7 +3,12 @@
  *
  * It is the fallback on machines without a GPU and the numerical reference
  * in every test, so it computes in fp32 from fp32 weights and stays simple:
- * no blocking or fusion of its own beyond what OpenBLAS does. */
+ * no blocking or fusion of its own beyond what OpenBLAS does. It takes
+ * batches in f32, f16 or bf16 and converts 16-bit rows itself (on the
+ * worker thread, not the loop thread that staged them).
+ *
+ * The contract's pipeline has depth 1 here: submit computes the batch
+ * before it returns (the CPU is the device), and wait retires it. */
 #include "engine.h"
 
 #include <cblas.h>
@@ -18,6 +23,13 @@ typedef struct {
   mlpd_engine_t base;        /* first, so the engine pointer is ours */
   const mlpd_model_t *model; /* borrowed; outlives the engine */
   float *act[2];             /* owned: [max_batch][max_width] ping-pong */
+  float *xin;                /* owned: [max_batch][in] converted input */
+  float *yout;               /* owned: [max_batch][out] before conversion */
+  int outstanding;           /* a submitted batch not yet retired */
+  int result;                /* its result: 0 or the error code */
+  char msg[MLPD_ERRMSG_MAX]; /* its error message */
+  uint64_t batches;          /* submitted so far (fail_after) */
+  int fail_after;            /* opts->fail_after */
 } cpu_engine_t;
 
 /* OpenBLAS's thread control is not in cblas.h's portable part. */
@@ -41,28 +53,42 @@ static void *alloc_floats(size_t n) {
   return p;
 }
 
+static int cpu_device_count(void) { return 1; }
+
+static void *cpu_host_alloc(mlpd_engine_t *e, size_t bytes) {
+  (void)e;
+  void *p = NULL;
+  if (posix_memalign(&p, 64, bytes ? bytes : 1) != 0)
+    return NULL;
+  memset(p, 0, bytes ? bytes : 1);
+  return p;
+}
+
+static void cpu_host_free(mlpd_engine_t *e, void *p) {
+  (void)e;
+  free(p);
+}
+
 static void cpu_close(mlpd_engine_t *base) {
   cpu_engine_t *e = (cpu_engine_t *)base;
   if (e == NULL)
     return;
-  for (int s = 0; s < MLPD_MAX_SLOTS; s++) {
-    free(base->in[s]);
-    free(base->out[s]);
-  }
   free(e->act[0]);
   free(e->act[1]);
+  free(e->xin);
+  free(e->yout);
   free(e);
 }
 
 static int cpu_open(mlpd_engine_t **out, const mlpd_model_t *m,
                     const mlpd_engine_opts_t *o, int ordinal, mlpd_err_t *err) {
-  (void)ordinal;
   cpu_engine_t *e = calloc(1, sizeof(*e));
   if (e == NULL)
     return mlpd_errf(err, -ENOMEM, "cpu engine: out of memory");
   mlpd_engine_t *b = &e->base;
   b->ops = &mlpd_engine_cpu_ops;
   e->model = m;
+  e->fail_after = o->fail_after;
   if (o->cpu_threads > 0) {
     /* Once per process: OpenBLAS resizes one global thread pool, which is
      * not safe while another engine (the old one, during a reload) is
@@ -72,30 +98,30 @@ static int cpu_open(mlpd_engine_t **out, const mlpd_model_t *m,
   }
 
   size_t rows = (size_t)o->max_batch;
-  for (int s = 0; s < o->nslots; s++) {
-    b->in[s] = alloc_floats(rows * (size_t)m->in_features);
-    b->out[s] = alloc_floats(rows * (size_t)m->out_features);
-    if (b->in[s] == NULL || b->out[s] == NULL)
-      goto oom;
-  }
   for (int i = 0; i < 2; i++) {
     e->act[i] = alloc_floats(rows * (size_t)m->max_width);
     if (e->act[i] == NULL)
       goto oom;
   }
+  e->xin = alloc_floats(rows * (size_t)m->in_features);
+  e->yout = alloc_floats(rows * (size_t)m->out_features);
+  if (e->xin == NULL || e->yout == NULL)
+    goto oom;
 
   mlpd_engine_info_t *in = &b->info;
   snprintf(in->kind, sizeof(in->kind), "cpu");
+  snprintf(in->name, sizeof(in->name), "cpu:%d", ordinal);
   snprintf(in->device, sizeof(in->device), "cpu (OpenBLAS, %d threads)",
            openblas_get_num_threads());
-  in->compute_dtype = in->in_dtype = in->out_dtype = MLPD_DTYPE_F32;
+  snprintf(in->weights, sizeof(in->weights), "f32");
+  in->compute_dtype = MLPD_DTYPE_F32;
+  in->in_dtypes = in->out_dtypes = MLPD_DTYPE_BIT(MLPD_DTYPE_F32) |
+                                   MLPD_DTYPE_BIT(MLPD_DTYPE_F16) |
+                                   MLPD_DTYPE_BIT(MLPD_DTYPE_BF16);
   in->in_features = in->in_stride = m->in_features;
   in->out_features = in->out_stride = m->out_features;
   in->max_batch = o->max_batch;
-  in->nslots = o->nslots;
-  in->staging_bytes = (uint64_t)o->nslots * rows *
-                          (uint64_t)(m->in_features + m->out_features) * 4 +
-                      2 * rows * (uint64_t)m->max_width * 4;
+  in->depth = 1;
   *out = b;
   return 0;
 
@@ -105,20 +131,11 @@ oom:
                    "cpu engine: out of memory for %d-row buffers", o->max_batch);
 }
 
-static int cpu_run(mlpd_engine_t *base, int slot, int rows, mlpd_err_t *err) {
-  cpu_engine_t *e = (cpu_engine_t *)base;
+static void forward(cpu_engine_t *e, const float *x, float *out, int rows) {
   const mlpd_model_t *m = e->model;
-  if (slot < 0 || slot >= base->info.nslots || rows < 1 ||
-      rows > base->info.max_batch)
-    return mlpd_errf(err, MLPD_EINVAL,
-                     "cpu engine: run(slot %d, rows %d) outside %d slots of "
-                     "%d rows",
-                     slot, rows, base->info.nslots, base->info.max_batch);
-
-  const float *x = base->in[slot];
   for (int l = 0; l < m->nlayers; l++) {
     const mlpd_layer_t *L = &m->layers[l];
-    float *y = l + 1 == m->nlayers ? (float *)base->out[slot] : e->act[l & 1];
+    float *y = l + 1 == m->nlayers ? out : e->act[l & 1];
     /* Y[rows, out] = X[rows, in] . W[out, in]^T */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, L->out, L->in,
                 1.0f, x, L->in, L->w, L->in, 0.0f, y, L->out);
@@ -134,12 +151,67 @@ static int cpu_run(mlpd_engine_t *base, int slot, int rows, mlpd_err_t *err) {
     }
     x = y;
   }
+}
+
+static int cpu_submit(mlpd_engine_t *base, const mlpd_engine_batch_t *b,
+                      mlpd_err_t *err) {
+  cpu_engine_t *e = (cpu_engine_t *)base;
+  const mlpd_engine_info_t *in = &base->info;
+  if (e->outstanding)
+    return mlpd_errf(err, MLPD_EBUSY, "cpu engine: a batch is outstanding");
+  if (b->rows < 1 || b->rows > in->max_batch ||
+      !(in->in_dtypes & MLPD_DTYPE_BIT(b->in_dtype)) ||
+      !(in->out_dtypes & MLPD_DTYPE_BIT(b->out_dtype)))
+    return mlpd_errf(err, MLPD_EINVAL,
+                     "cpu engine: batch of %d rows (%s -> %s) outside %d "
+                     "rows",
+                     b->rows, mlpd_dtype_name(b->in_dtype),
+                     mlpd_dtype_name(b->out_dtype), in->max_batch);
+  e->outstanding = 1;
+  e->result = 0;
+  e->msg[0] = '\0';
+  if (e->fail_after > 0 && ++e->batches > (uint64_t)e->fail_after) {
+    e->result = MLPD_EINTERNAL;
+    snprintf(e->msg, sizeof(e->msg),
+             "cpu engine %s: injected failure (MLPD_TEST_ENGINE_FAIL)",
+             in->name);
+    return 0;
+  }
+  size_t n = (size_t)b->rows;
+  const float *x = b->in;
+  if (b->in_dtype != MLPD_DTYPE_F32) {
+    mlpd_dtype_convert(e->xin, MLPD_DTYPE_F32, b->in, b->in_dtype,
+                       n * (size_t)in->in_features);
+    x = e->xin;
+  }
+  if (b->out_dtype == MLPD_DTYPE_F32) {
+    forward(e, x, b->out, b->rows);
+  } else {
+    forward(e, x, e->yout, b->rows);
+    mlpd_dtype_convert(b->out, b->out_dtype, e->yout, MLPD_DTYPE_F32,
+                       n * (size_t)in->out_features);
+  }
   return 0;
+}
+
+static int cpu_wait(mlpd_engine_t *base, int block, mlpd_err_t *err) {
+  cpu_engine_t *e = (cpu_engine_t *)base;
+  (void)block;
+  if (!e->outstanding)
+    return mlpd_errf(err, MLPD_EINVAL, "cpu engine: nothing outstanding");
+  e->outstanding = 0;
+  if (e->result != 0)
+    return mlpd_errf(err, e->result, "%s", e->msg);
+  return 1;
 }
 
 const mlpd_engine_ops_t mlpd_engine_cpu_ops = {
     .name = "cpu",
+    .device_count = cpu_device_count,
     .open = cpu_open,
-    .run = cpu_run,
+    .submit = cpu_submit,
+    .wait = cpu_wait,
+    .host_alloc = cpu_host_alloc,
+    .host_free = cpu_host_free,
     .close = cpu_close,
 };

@@ -91,7 +91,6 @@ int mlpd_infer_main(int argc, char **argv) {
     goto fail;
   uint64_t t1 = mlpd_now_ns();
   opts.max_batch = batch;
-  opts.nslots = 1;
   opts.progress = on_progress;
   if ((rc = mlpd_engine_open(&engine, device, model, &opts, &err)) != 0)
     goto fail;
@@ -114,7 +113,7 @@ int mlpd_infer_main(int argc, char **argv) {
     goto fail;
   }
   /* One untimed pass warms caches, pages and (for CUDA) the graphs. */
-  if ((rc = mlpd_engine_forward(engine, 0, rows.data, MLPD_DTYPE_F32,
+  if ((rc = mlpd_engine_forward(engine, rows.data, MLPD_DTYPE_F32,
                                 outputs, MLPD_DTYPE_F32, rows.rows, &err)) != 0)
     goto fail;
   int nlat = 0;
@@ -125,7 +124,7 @@ int mlpd_infer_main(int argc, char **argv) {
       int n = rows.rows - start < batch ? rows.rows - start : batch;
       uint64_t s = mlpd_now_ns();
       rc = mlpd_engine_forward(
-          engine, 0, rows.data + (size_t)start * (size_t)rows.cols,
+          engine, rows.data + (size_t)start * (size_t)rows.cols,
           MLPD_DTYPE_F32,
           outputs + (size_t)start * (size_t)model->out_features,
           MLPD_DTYPE_F32, n, &err);

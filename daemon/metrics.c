@@ -49,6 +49,7 @@ static const struct {
     {MLPD_STATUS_CANCELLED, "cancelled"},
     {MLPD_STATUS_INVALID_ARGUMENT, "invalid_argument"},
     {MLPD_STATUS_DEADLINE_EXCEEDED, "deadline_exceeded"},
+    {MLPD_STATUS_PERMISSION_DENIED, "permission_denied"},
     {MLPD_STATUS_RESOURCE_EXHAUSTED, "resource_exhausted"},
     {MLPD_STATUS_UNIMPLEMENTED, "unimplemented"},
     {MLPD_STATUS_INTERNAL, "internal"},

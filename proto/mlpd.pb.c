@@ -6,13 +6,28 @@
 #error Regenerate this file with the current version of nanopb generator.
 #endif
 
+PB_BIND(mlpd_v1_RegionRef, mlpd_v1_RegionRef, AUTO)
+
+
 PB_BIND(mlpd_v1_Tensor, mlpd_v1_Tensor, AUTO)
 
 
-PB_BIND(mlpd_v1_InferRequest, mlpd_v1_InferRequest, AUTO)
+PB_BIND(mlpd_v1_InferRequest, mlpd_v1_InferRequest, 2)
 
 
-PB_BIND(mlpd_v1_InferResponse, mlpd_v1_InferResponse, AUTO)
+PB_BIND(mlpd_v1_InferResponse, mlpd_v1_InferResponse, 2)
+
+
+PB_BIND(mlpd_v1_RegisterRegionRequest, mlpd_v1_RegisterRegionRequest, AUTO)
+
+
+PB_BIND(mlpd_v1_RegisterRegionResponse, mlpd_v1_RegisterRegionResponse, AUTO)
+
+
+PB_BIND(mlpd_v1_UnregisterRegionRequest, mlpd_v1_UnregisterRegionRequest, AUTO)
+
+
+PB_BIND(mlpd_v1_UnregisterRegionResponse, mlpd_v1_UnregisterRegionResponse, AUTO)
 
 
 PB_BIND(mlpd_v1_HealthRequest, mlpd_v1_HealthRequest, AUTO)
@@ -33,13 +48,16 @@ PB_BIND(mlpd_v1_ModelInfoRequest, mlpd_v1_ModelInfoRequest, AUTO)
 PB_BIND(mlpd_v1_LayerInfo, mlpd_v1_LayerInfo, AUTO)
 
 
+PB_BIND(mlpd_v1_DeviceInfo, mlpd_v1_DeviceInfo, AUTO)
+
+
 PB_BIND(mlpd_v1_ModelInfoResponse, mlpd_v1_ModelInfoResponse, 2)
 
 
-PB_BIND(mlpd_v1_Request, mlpd_v1_Request, AUTO)
+PB_BIND(mlpd_v1_Request, mlpd_v1_Request, 2)
 
 
-PB_BIND(mlpd_v1_Response, mlpd_v1_Response, 2)
+PB_BIND(mlpd_v1_Response, mlpd_v1_Response, 4)
 
 
 

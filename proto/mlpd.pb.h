@@ -16,6 +16,7 @@ typedef enum _mlpd_v1_Status {
     mlpd_v1_Status_CANCELLED = 1,
     mlpd_v1_Status_INVALID_ARGUMENT = 3,
     mlpd_v1_Status_DEADLINE_EXCEEDED = 4,
+    mlpd_v1_Status_PERMISSION_DENIED = 7, /* the peer's uid/gid is not allowed to connect */
     mlpd_v1_Status_RESOURCE_EXHAUSTED = 8,
     mlpd_v1_Status_UNIMPLEMENTED = 12,
     mlpd_v1_Status_INTERNAL = 13,
@@ -30,13 +31,25 @@ typedef enum _mlpd_v1_DType {
 } mlpd_v1_DType;
 
 /* Struct definitions */
-/* A dense row-major tensor: data holds prod(shape) elements of dtype,
- little-endian, with no padding. */
+/* A window of a registered shared-memory region: `length` bytes from
+ `offset`. It must lie inside the region (else INVALID_ARGUMENT). */
+typedef struct _mlpd_v1_RegionRef {
+    char region[64]; /* the name given to RegisterRegion on this connection */
+    uint64_t offset;
+    uint64_t length;
+} mlpd_v1_RegionRef;
+
+/* A dense row-major tensor: prod(shape) elements of dtype, little-endian,
+ with no padding, either inline in `data` or in a registered region
+ (`region`, whose length must be exactly the tensor's byte size). A request
+ sets one of the two, not both. */
 typedef struct _mlpd_v1_Tensor {
     mlpd_v1_DType dtype;
     pb_size_t shape_count;
     int64_t shape[8];
     pb_callback_t data;
+    bool has_region;
+    mlpd_v1_RegionRef region;
 } mlpd_v1_Tensor;
 
 /* Run the model on input [rows, in_features]. Rows of concurrent requests are
@@ -44,11 +57,18 @@ typedef struct _mlpd_v1_Tensor {
 typedef struct _mlpd_v1_InferRequest {
     bool has_input;
     mlpd_v1_Tensor input;
-    /* 0 = no deadline. A request still queued when it passes is answered
- DEADLINE_EXCEEDED without being computed; once computing starts it runs
- to completion. */
+    /* 0 = no deadline. A request whose deadline passes before its batch is
+ handed to a device is answered DEADLINE_EXCEEDED without being
+ computed; once handed over it runs to completion. (A device runs a
+ batch's input copy while the batch before it computes, so a handed-over
+ batch waits at most for the one batch ahead of it.) */
     uint32_t timeout_ms;
     mlpd_v1_DType output_dtype;
+    /* Write the output [rows, out_features] of output_dtype here instead of
+ returning it inline; length must be exactly its byte size. The response
+ then carries the output's dtype and shape and no data. */
+    bool has_output_region;
+    mlpd_v1_RegionRef output_region;
 } mlpd_v1_InferRequest;
 
 typedef struct _mlpd_v1_InferResponse {
@@ -57,7 +77,33 @@ typedef struct _mlpd_v1_InferResponse {
     uint64_t queue_us; /* server-side: arrival to the start of its batch */
     uint64_t compute_us; /* server-side: its batch's engine time */
     uint32_t batch_rows; /* rows in the batch that computed it (the last */
+    /* batch, for a request split over several) */
+    char device[160]; /* the device that computed it (the last one) */
 } mlpd_v1_InferResponse;
+
+/* Maps a shared-memory region for this connection. The frame must carry
+ exactly one file descriptor (SCM_RIGHTS): a memfd (memfd_create with
+ MFD_ALLOW_SEALING) of at least `size` bytes, sealed against shrinking
+ (F_SEAL_SHRINK), so that the daemon can never read past its end. The
+ daemon maps `size` bytes read-write and closes the descriptor. */
+typedef struct _mlpd_v1_RegisterRegionRequest {
+    char name[64]; /* 1..63 bytes, unique on this connection */
+    uint64_t size; /* bytes, >= 1 */
+} mlpd_v1_RegisterRegionRequest;
+
+typedef struct _mlpd_v1_RegisterRegionResponse {
+    uint64_t size; /* bytes mapped */
+} mlpd_v1_RegisterRegionResponse;
+
+/* Unmaps a region once no request in flight uses it; its name is free at
+ once. */
+typedef struct _mlpd_v1_UnregisterRegionRequest {
+    char name[64];
+} mlpd_v1_UnregisterRegionRequest;
+
+typedef struct _mlpd_v1_UnregisterRegionResponse {
+    char dummy_field;
+} mlpd_v1_UnregisterRegionResponse;
 
 typedef struct _mlpd_v1_HealthRequest {
     char dummy_field;
@@ -66,7 +112,9 @@ typedef struct _mlpd_v1_HealthRequest {
 typedef struct _mlpd_v1_HealthResponse {
     bool live; /* the process serves requests (true while loading too) */
     bool ready; /* model loaded, plans built, warm-up run, not draining */
-    char state[16]; /* "loading", "ready", "draining" */
+    /* "loading", "ready", "degraded" (ready, but a device failed and was
+ taken out of rotation), "draining" */
+    char state[16];
 } mlpd_v1_HealthResponse;
 
 typedef struct _mlpd_v1_MetricsRequest {
@@ -87,6 +135,14 @@ typedef struct _mlpd_v1_LayerInfo {
     char activation[16]; /* "gelu_tanh" or "none" */
 } mlpd_v1_LayerInfo;
 
+/* One device the daemon computes on (an engine instance). */
+typedef struct _mlpd_v1_DeviceInfo {
+    char device[160]; /* e.g. "NVIDIA H200 (cuda:1)" */
+    bool in_rotation; /* false once it failed and was taken out */
+    uint64_t batches; /* batches computed there */
+    uint64_t device_memory_bytes;
+} mlpd_v1_DeviceInfo;
+
 typedef struct _mlpd_v1_ModelInfoResponse {
     char path[256];
     pb_size_t layers_count;
@@ -101,6 +157,8 @@ typedef struct _mlpd_v1_ModelInfoResponse {
     uint64_t device_memory_bytes; /* GPU memory: weights, workspace, activations */
     uint64_t host_memory_bytes; /* staging buffers (pinned for CUDA) */
     uint64_t generation; /* 1 at start, +1 per successful reload */
+    pb_size_t devices_count;
+    mlpd_v1_DeviceInfo devices[16]; /* every device; device above is the first */
 } mlpd_v1_ModelInfoResponse;
 
 typedef struct _mlpd_v1_Request {
@@ -112,6 +170,8 @@ typedef struct _mlpd_v1_Request {
         mlpd_v1_HealthRequest health;
         mlpd_v1_MetricsRequest metrics;
         mlpd_v1_ModelInfoRequest model_info;
+        mlpd_v1_RegisterRegionRequest register_region;
+        mlpd_v1_UnregisterRegionRequest unregister_region;
     } kind;
 } mlpd_v1_Request;
 
@@ -126,6 +186,8 @@ typedef struct _mlpd_v1_Response {
         mlpd_v1_HealthResponse health;
         mlpd_v1_MetricsResponse metrics;
         mlpd_v1_ModelInfoResponse model_info;
+        mlpd_v1_RegisterRegionResponse register_region;
+        mlpd_v1_UnregisterRegionResponse unregister_region;
     } kind;
 } mlpd_v1_Response;
 
@@ -143,9 +205,15 @@ extern "C" {
 #define _mlpd_v1_DType_MAX mlpd_v1_DType_DTYPE_BF16
 #define _mlpd_v1_DType_ARRAYSIZE ((mlpd_v1_DType)(mlpd_v1_DType_DTYPE_BF16+1))
 
+
 #define mlpd_v1_Tensor_dtype_ENUMTYPE mlpd_v1_DType
 
 #define mlpd_v1_InferRequest_output_dtype_ENUMTYPE mlpd_v1_DType
+
+
+
+
+
 
 
 
@@ -162,42 +230,64 @@ extern "C" {
 
 
 /* Initializer values for message structs */
-#define mlpd_v1_Tensor_init_default              {_mlpd_v1_DType_MIN, 0, {0, 0, 0, 0, 0, 0, 0, 0}, {{NULL}, NULL}}
-#define mlpd_v1_InferRequest_init_default        {false, mlpd_v1_Tensor_init_default, 0, _mlpd_v1_DType_MIN}
-#define mlpd_v1_InferResponse_init_default       {false, mlpd_v1_Tensor_init_default, 0, 0, 0}
+#define mlpd_v1_RegionRef_init_default           {"", 0, 0}
+#define mlpd_v1_Tensor_init_default              {_mlpd_v1_DType_MIN, 0, {0, 0, 0, 0, 0, 0, 0, 0}, {{NULL}, NULL}, false, mlpd_v1_RegionRef_init_default}
+#define mlpd_v1_InferRequest_init_default        {false, mlpd_v1_Tensor_init_default, 0, _mlpd_v1_DType_MIN, false, mlpd_v1_RegionRef_init_default}
+#define mlpd_v1_InferResponse_init_default       {false, mlpd_v1_Tensor_init_default, 0, 0, 0, ""}
+#define mlpd_v1_RegisterRegionRequest_init_default {"", 0}
+#define mlpd_v1_RegisterRegionResponse_init_default {0}
+#define mlpd_v1_UnregisterRegionRequest_init_default {""}
+#define mlpd_v1_UnregisterRegionResponse_init_default {0}
 #define mlpd_v1_HealthRequest_init_default       {0}
 #define mlpd_v1_HealthResponse_init_default      {0, 0, ""}
 #define mlpd_v1_MetricsRequest_init_default      {0}
 #define mlpd_v1_MetricsResponse_init_default     {{{NULL}, NULL}}
 #define mlpd_v1_ModelInfoRequest_init_default    {0}
 #define mlpd_v1_LayerInfo_init_default           {0, 0, ""}
-#define mlpd_v1_ModelInfoResponse_init_default   {"", 0, {mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default}, 0, 0, _mlpd_v1_DType_MIN, _mlpd_v1_DType_MIN, "", "", 0, 0, 0, 0}
+#define mlpd_v1_DeviceInfo_init_default          {"", 0, 0, 0}
+#define mlpd_v1_ModelInfoResponse_init_default   {"", 0, {mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default}, 0, 0, _mlpd_v1_DType_MIN, _mlpd_v1_DType_MIN, "", "", 0, 0, 0, 0, 0, {mlpd_v1_DeviceInfo_init_default, mlpd_v1_DeviceInfo_init_default, mlpd_v1_DeviceInfo_init_default, mlpd_v1_DeviceInfo_init_default, mlpd_v1_DeviceInfo_init_default, mlpd_v1_DeviceInfo_init_default, mlpd_v1_DeviceInfo_init_default, mlpd_v1_DeviceInfo_init_default, mlpd_v1_DeviceInfo_init_default, mlpd_v1_DeviceInfo_init_default, mlpd_v1_DeviceInfo_init_default, mlpd_v1_DeviceInfo_init_default, mlpd_v1_DeviceInfo_init_default, mlpd_v1_DeviceInfo_init_default, mlpd_v1_DeviceInfo_init_default, mlpd_v1_DeviceInfo_init_default}}
 #define mlpd_v1_Request_init_default             {0, {{NULL}, NULL}, 0, {mlpd_v1_InferRequest_init_default}}
 #define mlpd_v1_Response_init_default            {0, _mlpd_v1_Status_MIN, "", {{NULL}, NULL}, 0, {mlpd_v1_InferResponse_init_default}}
-#define mlpd_v1_Tensor_init_zero                 {_mlpd_v1_DType_MIN, 0, {0, 0, 0, 0, 0, 0, 0, 0}, {{NULL}, NULL}}
-#define mlpd_v1_InferRequest_init_zero           {false, mlpd_v1_Tensor_init_zero, 0, _mlpd_v1_DType_MIN}
-#define mlpd_v1_InferResponse_init_zero          {false, mlpd_v1_Tensor_init_zero, 0, 0, 0}
+#define mlpd_v1_RegionRef_init_zero              {"", 0, 0}
+#define mlpd_v1_Tensor_init_zero                 {_mlpd_v1_DType_MIN, 0, {0, 0, 0, 0, 0, 0, 0, 0}, {{NULL}, NULL}, false, mlpd_v1_RegionRef_init_zero}
+#define mlpd_v1_InferRequest_init_zero           {false, mlpd_v1_Tensor_init_zero, 0, _mlpd_v1_DType_MIN, false, mlpd_v1_RegionRef_init_zero}
+#define mlpd_v1_InferResponse_init_zero          {false, mlpd_v1_Tensor_init_zero, 0, 0, 0, ""}
+#define mlpd_v1_RegisterRegionRequest_init_zero  {"", 0}
+#define mlpd_v1_RegisterRegionResponse_init_zero {0}
+#define mlpd_v1_UnregisterRegionRequest_init_zero {""}
+#define mlpd_v1_UnregisterRegionResponse_init_zero {0}
 #define mlpd_v1_HealthRequest_init_zero          {0}
 #define mlpd_v1_HealthResponse_init_zero         {0, 0, ""}
 #define mlpd_v1_MetricsRequest_init_zero         {0}
 #define mlpd_v1_MetricsResponse_init_zero        {{{NULL}, NULL}}
 #define mlpd_v1_ModelInfoRequest_init_zero       {0}
 #define mlpd_v1_LayerInfo_init_zero              {0, 0, ""}
-#define mlpd_v1_ModelInfoResponse_init_zero      {"", 0, {mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero}, 0, 0, _mlpd_v1_DType_MIN, _mlpd_v1_DType_MIN, "", "", 0, 0, 0, 0}
+#define mlpd_v1_DeviceInfo_init_zero             {"", 0, 0, 0}
+#define mlpd_v1_ModelInfoResponse_init_zero      {"", 0, {mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero}, 0, 0, _mlpd_v1_DType_MIN, _mlpd_v1_DType_MIN, "", "", 0, 0, 0, 0, 0, {mlpd_v1_DeviceInfo_init_zero, mlpd_v1_DeviceInfo_init_zero, mlpd_v1_DeviceInfo_init_zero, mlpd_v1_DeviceInfo_init_zero, mlpd_v1_DeviceInfo_init_zero, mlpd_v1_DeviceInfo_init_zero, mlpd_v1_DeviceInfo_init_zero, mlpd_v1_DeviceInfo_init_zero, mlpd_v1_DeviceInfo_init_zero, mlpd_v1_DeviceInfo_init_zero, mlpd_v1_DeviceInfo_init_zero, mlpd_v1_DeviceInfo_init_zero, mlpd_v1_DeviceInfo_init_zero, mlpd_v1_DeviceInfo_init_zero, mlpd_v1_DeviceInfo_init_zero, mlpd_v1_DeviceInfo_init_zero}}
 #define mlpd_v1_Request_init_zero                {0, {{NULL}, NULL}, 0, {mlpd_v1_InferRequest_init_zero}}
 #define mlpd_v1_Response_init_zero               {0, _mlpd_v1_Status_MIN, "", {{NULL}, NULL}, 0, {mlpd_v1_InferResponse_init_zero}}
 
 /* Field tags (for use in manual encoding/decoding) */
+#define mlpd_v1_RegionRef_region_tag             1
+#define mlpd_v1_RegionRef_offset_tag             2
+#define mlpd_v1_RegionRef_length_tag             3
 #define mlpd_v1_Tensor_dtype_tag                 1
 #define mlpd_v1_Tensor_shape_tag                 2
 #define mlpd_v1_Tensor_data_tag                  3
+#define mlpd_v1_Tensor_region_tag                4
 #define mlpd_v1_InferRequest_input_tag           1
 #define mlpd_v1_InferRequest_timeout_ms_tag      2
 #define mlpd_v1_InferRequest_output_dtype_tag    3
+#define mlpd_v1_InferRequest_output_region_tag   4
 #define mlpd_v1_InferResponse_output_tag         1
 #define mlpd_v1_InferResponse_queue_us_tag       2
 #define mlpd_v1_InferResponse_compute_us_tag     3
 #define mlpd_v1_InferResponse_batch_rows_tag     4
+#define mlpd_v1_InferResponse_device_tag         5
+#define mlpd_v1_RegisterRegionRequest_name_tag   1
+#define mlpd_v1_RegisterRegionRequest_size_tag   2
+#define mlpd_v1_RegisterRegionResponse_size_tag  1
+#define mlpd_v1_UnregisterRegionRequest_name_tag 1
 #define mlpd_v1_HealthResponse_live_tag          1
 #define mlpd_v1_HealthResponse_ready_tag         2
 #define mlpd_v1_HealthResponse_state_tag         3
@@ -205,6 +295,10 @@ extern "C" {
 #define mlpd_v1_LayerInfo_in_features_tag        1
 #define mlpd_v1_LayerInfo_out_features_tag       2
 #define mlpd_v1_LayerInfo_activation_tag         3
+#define mlpd_v1_DeviceInfo_device_tag            1
+#define mlpd_v1_DeviceInfo_in_rotation_tag       2
+#define mlpd_v1_DeviceInfo_batches_tag           3
+#define mlpd_v1_DeviceInfo_device_memory_bytes_tag 4
 #define mlpd_v1_ModelInfoResponse_path_tag       1
 #define mlpd_v1_ModelInfoResponse_layers_tag     2
 #define mlpd_v1_ModelInfoResponse_in_features_tag 3
@@ -217,11 +311,14 @@ extern "C" {
 #define mlpd_v1_ModelInfoResponse_device_memory_bytes_tag 10
 #define mlpd_v1_ModelInfoResponse_host_memory_bytes_tag 11
 #define mlpd_v1_ModelInfoResponse_generation_tag 12
+#define mlpd_v1_ModelInfoResponse_devices_tag    13
 #define mlpd_v1_Request_id_tag                   1
 #define mlpd_v1_Request_infer_tag                2
 #define mlpd_v1_Request_health_tag               3
 #define mlpd_v1_Request_metrics_tag              4
 #define mlpd_v1_Request_model_info_tag           5
+#define mlpd_v1_Request_register_region_tag      6
+#define mlpd_v1_Request_unregister_region_tag    7
 #define mlpd_v1_Response_id_tag                  1
 #define mlpd_v1_Response_status_tag              2
 #define mlpd_v1_Response_message_tag             3
@@ -229,31 +326,66 @@ extern "C" {
 #define mlpd_v1_Response_health_tag              5
 #define mlpd_v1_Response_metrics_tag             6
 #define mlpd_v1_Response_model_info_tag          7
+#define mlpd_v1_Response_register_region_tag     8
+#define mlpd_v1_Response_unregister_region_tag   9
 
 /* Struct field encoding specification for nanopb */
+#define mlpd_v1_RegionRef_FIELDLIST(X, a) \
+X(a, STATIC,   SINGULAR, STRING,   region,            1) \
+X(a, STATIC,   SINGULAR, UINT64,   offset,            2) \
+X(a, STATIC,   SINGULAR, UINT64,   length,            3)
+#define mlpd_v1_RegionRef_CALLBACK NULL
+#define mlpd_v1_RegionRef_DEFAULT NULL
+
 #define mlpd_v1_Tensor_FIELDLIST(X, a) \
 X(a, STATIC,   SINGULAR, UENUM,    dtype,             1) \
 X(a, STATIC,   REPEATED, INT64,    shape,             2) \
-X(a, CALLBACK, SINGULAR, BYTES,    data,              3)
+X(a, CALLBACK, SINGULAR, BYTES,    data,              3) \
+X(a, STATIC,   OPTIONAL, MESSAGE,  region,            4)
 #define mlpd_v1_Tensor_CALLBACK pb_default_field_callback
 #define mlpd_v1_Tensor_DEFAULT NULL
+#define mlpd_v1_Tensor_region_MSGTYPE mlpd_v1_RegionRef
 
 #define mlpd_v1_InferRequest_FIELDLIST(X, a) \
 X(a, STATIC,   OPTIONAL, MESSAGE,  input,             1) \
 X(a, STATIC,   SINGULAR, UINT32,   timeout_ms,        2) \
-X(a, STATIC,   SINGULAR, UENUM,    output_dtype,      3)
+X(a, STATIC,   SINGULAR, UENUM,    output_dtype,      3) \
+X(a, STATIC,   OPTIONAL, MESSAGE,  output_region,     4)
 #define mlpd_v1_InferRequest_CALLBACK NULL
 #define mlpd_v1_InferRequest_DEFAULT NULL
 #define mlpd_v1_InferRequest_input_MSGTYPE mlpd_v1_Tensor
+#define mlpd_v1_InferRequest_output_region_MSGTYPE mlpd_v1_RegionRef
 
 #define mlpd_v1_InferResponse_FIELDLIST(X, a) \
 X(a, STATIC,   OPTIONAL, MESSAGE,  output,            1) \
 X(a, STATIC,   SINGULAR, UINT64,   queue_us,          2) \
 X(a, STATIC,   SINGULAR, UINT64,   compute_us,        3) \
-X(a, STATIC,   SINGULAR, UINT32,   batch_rows,        4)
+X(a, STATIC,   SINGULAR, UINT32,   batch_rows,        4) \
+X(a, STATIC,   SINGULAR, STRING,   device,            5)
 #define mlpd_v1_InferResponse_CALLBACK NULL
 #define mlpd_v1_InferResponse_DEFAULT NULL
 #define mlpd_v1_InferResponse_output_MSGTYPE mlpd_v1_Tensor
+
+#define mlpd_v1_RegisterRegionRequest_FIELDLIST(X, a) \
+X(a, STATIC,   SINGULAR, STRING,   name,              1) \
+X(a, STATIC,   SINGULAR, UINT64,   size,              2)
+#define mlpd_v1_RegisterRegionRequest_CALLBACK NULL
+#define mlpd_v1_RegisterRegionRequest_DEFAULT NULL
+
+#define mlpd_v1_RegisterRegionResponse_FIELDLIST(X, a) \
+X(a, STATIC,   SINGULAR, UINT64,   size,              1)
+#define mlpd_v1_RegisterRegionResponse_CALLBACK NULL
+#define mlpd_v1_RegisterRegionResponse_DEFAULT NULL
+
+#define mlpd_v1_UnregisterRegionRequest_FIELDLIST(X, a) \
+X(a, STATIC,   SINGULAR, STRING,   name,              1)
+#define mlpd_v1_UnregisterRegionRequest_CALLBACK NULL
+#define mlpd_v1_UnregisterRegionRequest_DEFAULT NULL
+
+#define mlpd_v1_UnregisterRegionResponse_FIELDLIST(X, a) \
+
+#define mlpd_v1_UnregisterRegionResponse_CALLBACK NULL
+#define mlpd_v1_UnregisterRegionResponse_DEFAULT NULL
 
 #define mlpd_v1_HealthRequest_FIELDLIST(X, a) \
 
@@ -289,6 +421,14 @@ X(a, STATIC,   SINGULAR, STRING,   activation,        3)
 #define mlpd_v1_LayerInfo_CALLBACK NULL
 #define mlpd_v1_LayerInfo_DEFAULT NULL
 
+#define mlpd_v1_DeviceInfo_FIELDLIST(X, a) \
+X(a, STATIC,   SINGULAR, STRING,   device,            1) \
+X(a, STATIC,   SINGULAR, BOOL,     in_rotation,       2) \
+X(a, STATIC,   SINGULAR, UINT64,   batches,           3) \
+X(a, STATIC,   SINGULAR, UINT64,   device_memory_bytes,   4)
+#define mlpd_v1_DeviceInfo_CALLBACK NULL
+#define mlpd_v1_DeviceInfo_DEFAULT NULL
+
 #define mlpd_v1_ModelInfoResponse_FIELDLIST(X, a) \
 X(a, STATIC,   SINGULAR, STRING,   path,              1) \
 X(a, STATIC,   REPEATED, MESSAGE,  layers,            2) \
@@ -301,23 +441,29 @@ X(a, STATIC,   SINGULAR, STRING,   device,            8) \
 X(a, STATIC,   SINGULAR, UINT32,   max_batch,         9) \
 X(a, STATIC,   SINGULAR, UINT64,   device_memory_bytes,  10) \
 X(a, STATIC,   SINGULAR, UINT64,   host_memory_bytes,  11) \
-X(a, STATIC,   SINGULAR, UINT64,   generation,       12)
+X(a, STATIC,   SINGULAR, UINT64,   generation,       12) \
+X(a, STATIC,   REPEATED, MESSAGE,  devices,          13)
 #define mlpd_v1_ModelInfoResponse_CALLBACK NULL
 #define mlpd_v1_ModelInfoResponse_DEFAULT NULL
 #define mlpd_v1_ModelInfoResponse_layers_MSGTYPE mlpd_v1_LayerInfo
+#define mlpd_v1_ModelInfoResponse_devices_MSGTYPE mlpd_v1_DeviceInfo
 
 #define mlpd_v1_Request_FIELDLIST(X, a) \
 X(a, STATIC,   SINGULAR, UINT64,   id,                1) \
 X(a, STATIC,   ONEOF,    MSG_W_CB, (kind,infer,kind.infer),   2) \
 X(a, STATIC,   ONEOF,    MSG_W_CB, (kind,health,kind.health),   3) \
 X(a, STATIC,   ONEOF,    MSG_W_CB, (kind,metrics,kind.metrics),   4) \
-X(a, STATIC,   ONEOF,    MSG_W_CB, (kind,model_info,kind.model_info),   5)
+X(a, STATIC,   ONEOF,    MSG_W_CB, (kind,model_info,kind.model_info),   5) \
+X(a, STATIC,   ONEOF,    MSG_W_CB, (kind,register_region,kind.register_region),   6) \
+X(a, STATIC,   ONEOF,    MSG_W_CB, (kind,unregister_region,kind.unregister_region),   7)
 #define mlpd_v1_Request_CALLBACK NULL
 #define mlpd_v1_Request_DEFAULT NULL
 #define mlpd_v1_Request_kind_infer_MSGTYPE mlpd_v1_InferRequest
 #define mlpd_v1_Request_kind_health_MSGTYPE mlpd_v1_HealthRequest
 #define mlpd_v1_Request_kind_metrics_MSGTYPE mlpd_v1_MetricsRequest
 #define mlpd_v1_Request_kind_model_info_MSGTYPE mlpd_v1_ModelInfoRequest
+#define mlpd_v1_Request_kind_register_region_MSGTYPE mlpd_v1_RegisterRegionRequest
+#define mlpd_v1_Request_kind_unregister_region_MSGTYPE mlpd_v1_UnregisterRegionRequest
 
 #define mlpd_v1_Response_FIELDLIST(X, a) \
 X(a, STATIC,   SINGULAR, UINT64,   id,                1) \
@@ -326,37 +472,53 @@ X(a, STATIC,   SINGULAR, STRING,   message,           3) \
 X(a, STATIC,   ONEOF,    MSG_W_CB, (kind,infer,kind.infer),   4) \
 X(a, STATIC,   ONEOF,    MSG_W_CB, (kind,health,kind.health),   5) \
 X(a, STATIC,   ONEOF,    MSG_W_CB, (kind,metrics,kind.metrics),   6) \
-X(a, STATIC,   ONEOF,    MSG_W_CB, (kind,model_info,kind.model_info),   7)
+X(a, STATIC,   ONEOF,    MSG_W_CB, (kind,model_info,kind.model_info),   7) \
+X(a, STATIC,   ONEOF,    MSG_W_CB, (kind,register_region,kind.register_region),   8) \
+X(a, STATIC,   ONEOF,    MSG_W_CB, (kind,unregister_region,kind.unregister_region),   9)
 #define mlpd_v1_Response_CALLBACK NULL
 #define mlpd_v1_Response_DEFAULT NULL
 #define mlpd_v1_Response_kind_infer_MSGTYPE mlpd_v1_InferResponse
 #define mlpd_v1_Response_kind_health_MSGTYPE mlpd_v1_HealthResponse
 #define mlpd_v1_Response_kind_metrics_MSGTYPE mlpd_v1_MetricsResponse
 #define mlpd_v1_Response_kind_model_info_MSGTYPE mlpd_v1_ModelInfoResponse
+#define mlpd_v1_Response_kind_register_region_MSGTYPE mlpd_v1_RegisterRegionResponse
+#define mlpd_v1_Response_kind_unregister_region_MSGTYPE mlpd_v1_UnregisterRegionResponse
 
+extern const pb_msgdesc_t mlpd_v1_RegionRef_msg;
 extern const pb_msgdesc_t mlpd_v1_Tensor_msg;
 extern const pb_msgdesc_t mlpd_v1_InferRequest_msg;
 extern const pb_msgdesc_t mlpd_v1_InferResponse_msg;
+extern const pb_msgdesc_t mlpd_v1_RegisterRegionRequest_msg;
+extern const pb_msgdesc_t mlpd_v1_RegisterRegionResponse_msg;
+extern const pb_msgdesc_t mlpd_v1_UnregisterRegionRequest_msg;
+extern const pb_msgdesc_t mlpd_v1_UnregisterRegionResponse_msg;
 extern const pb_msgdesc_t mlpd_v1_HealthRequest_msg;
 extern const pb_msgdesc_t mlpd_v1_HealthResponse_msg;
 extern const pb_msgdesc_t mlpd_v1_MetricsRequest_msg;
 extern const pb_msgdesc_t mlpd_v1_MetricsResponse_msg;
 extern const pb_msgdesc_t mlpd_v1_ModelInfoRequest_msg;
 extern const pb_msgdesc_t mlpd_v1_LayerInfo_msg;
+extern const pb_msgdesc_t mlpd_v1_DeviceInfo_msg;
 extern const pb_msgdesc_t mlpd_v1_ModelInfoResponse_msg;
 extern const pb_msgdesc_t mlpd_v1_Request_msg;
 extern const pb_msgdesc_t mlpd_v1_Response_msg;
 
 /* Defines for backwards compatibility with code written before nanopb-0.4.0 */
+#define mlpd_v1_RegionRef_fields &mlpd_v1_RegionRef_msg
 #define mlpd_v1_Tensor_fields &mlpd_v1_Tensor_msg
 #define mlpd_v1_InferRequest_fields &mlpd_v1_InferRequest_msg
 #define mlpd_v1_InferResponse_fields &mlpd_v1_InferResponse_msg
+#define mlpd_v1_RegisterRegionRequest_fields &mlpd_v1_RegisterRegionRequest_msg
+#define mlpd_v1_RegisterRegionResponse_fields &mlpd_v1_RegisterRegionResponse_msg
+#define mlpd_v1_UnregisterRegionRequest_fields &mlpd_v1_UnregisterRegionRequest_msg
+#define mlpd_v1_UnregisterRegionResponse_fields &mlpd_v1_UnregisterRegionResponse_msg
 #define mlpd_v1_HealthRequest_fields &mlpd_v1_HealthRequest_msg
 #define mlpd_v1_HealthResponse_fields &mlpd_v1_HealthResponse_msg
 #define mlpd_v1_MetricsRequest_fields &mlpd_v1_MetricsRequest_msg
 #define mlpd_v1_MetricsResponse_fields &mlpd_v1_MetricsResponse_msg
 #define mlpd_v1_ModelInfoRequest_fields &mlpd_v1_ModelInfoRequest_msg
 #define mlpd_v1_LayerInfo_fields &mlpd_v1_LayerInfo_msg
+#define mlpd_v1_DeviceInfo_fields &mlpd_v1_DeviceInfo_msg
 #define mlpd_v1_ModelInfoResponse_fields &mlpd_v1_ModelInfoResponse_msg
 #define mlpd_v1_Request_fields &mlpd_v1_Request_msg
 #define mlpd_v1_Response_fields &mlpd_v1_Response_msg
@@ -368,12 +530,18 @@ extern const pb_msgdesc_t mlpd_v1_Response_msg;
 /* mlpd_v1_MetricsResponse_size depends on runtime parameters */
 /* mlpd_v1_Request_size depends on runtime parameters */
 /* mlpd_v1_Response_size depends on runtime parameters */
+#define mlpd_v1_DeviceInfo_size                  186
 #define mlpd_v1_HealthRequest_size               0
 #define mlpd_v1_HealthResponse_size              21
 #define mlpd_v1_LayerInfo_size                   29
 #define mlpd_v1_MetricsRequest_size              0
 #define mlpd_v1_ModelInfoRequest_size            0
-#define mlpd_v1_ModelInfoResponse_size           2468
+#define mlpd_v1_ModelInfoResponse_size           5492
+#define mlpd_v1_RegionRef_size                   87
+#define mlpd_v1_RegisterRegionRequest_size       76
+#define mlpd_v1_RegisterRegionResponse_size      11
+#define mlpd_v1_UnregisterRegionRequest_size     65
+#define mlpd_v1_UnregisterRegionResponse_size    0
 
 #ifdef __cplusplus
 } /* extern "C" */

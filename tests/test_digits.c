@@ -46,7 +46,7 @@ static void test_heldout_accuracy(void **state) {
   assert_int_equal(mlpd_engine_open(&e, "cpu", m, &o, &err), 0);
   float *out = malloc((size_t)rows.rows * 10 * sizeof(float));
   assert_non_null(out);
-  assert_int_equal(mlpd_engine_forward(e, 0, rows.data, MLPD_DTYPE_F32, out,
+  assert_int_equal(mlpd_engine_forward(e, rows.data, MLPD_DTYPE_F32, out,
                                        MLPD_DTYPE_F32, rows.rows, &err),
                    0);
   int correct = 0;

@@ -1,7 +1,8 @@
 /* test_engine_cpu.c - the CPU engine against a naive double-precision
  * reference on random models whose widths are not multiples of 8, at batch
- * 1, 7 and 1000; staging slots are independent; bad run arguments are
- * refused. */
+ * 1, 7 and 1000, with f32 and 16-bit batches in and out; the submit/wait
+ * contract (depth, outputs only where asked, bad batches refused, injected
+ * failures); device lists. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -52,7 +53,7 @@ static void check_model(const int *widths, int nlayers, mlpd_dtype_t dtype,
       x[i] = (float)tu_rng_normal(&rng);
     for (size_t i = 0; i < (size_t)rows * (size_t)out; i++)
       y[i] = NAN; /* poison: every output must be written */
-    assert_int_equal(mlpd_engine_forward(e, 1, x, MLPD_DTYPE_F32, y,
+    assert_int_equal(mlpd_engine_forward(e, x, MLPD_DTYPE_F32, y,
                                          MLPD_DTYPE_F32, rows, &err),
                      0);
     tu_ref_forward(&ref, x, rows, yr);
@@ -82,7 +83,49 @@ static void test_matches_reference_odd_widths(void **state) {
   check_model(w4, 4, MLPD_DTYPE_BF16, NULL, 4);
 }
 
-static void test_slots_are_independent(void **state) {
+/* bf16 in and out: the engine converts both ways itself, and its answer
+ * is the f32 answer rounded (inputs rounded first). */
+static void test_16bit_batches(void **state) {
+  (void)state;
+  char path[512];
+  snprintf(path, sizeof(path), "%s/b16.safetensors", tu_dir);
+  const int widths[] = {19, 23, 5};
+  tu_mlp_t ref;
+  tu_make_mlp(&ref, path, 2, widths, MLPD_DTYPE_F32, 11, 0, NULL);
+  mlpd_err_t err = {0};
+  mlpd_model_t *m = NULL;
+  assert_int_equal(mlpd_model_load(&m, path, NULL, &err), 0);
+  mlpd_engine_opts_t o;
+  mlpd_engine_opts_init(&o);
+  o.max_batch = 8;
+  mlpd_engine_t *e = NULL;
+  assert_int_equal(mlpd_engine_open(&e, "cpu", m, &o, &err), 0);
+  assert_true(e->info.in_dtypes & MLPD_DTYPE_BIT(MLPD_DTYPE_BF16));
+  assert_true(e->info.out_dtypes & MLPD_DTYPE_BIT(MLPD_DTYPE_F16));
+  float x[13 * 19], xr[13 * 19], y[13 * 5];
+  uint16_t xb[13 * 19], yb[13 * 5];
+  double yr[13 * 5];
+  tu_rng_t rng;
+  tu_rng_seed(&rng, 5);
+  for (int i = 0; i < 13 * 19; i++)
+    x[i] = (float)tu_rng_normal(&rng);
+  mlpd_dtype_convert(xb, MLPD_DTYPE_BF16, x, MLPD_DTYPE_F32, 13 * 19);
+  mlpd_dtype_convert(xr, MLPD_DTYPE_F32, xb, MLPD_DTYPE_BF16, 13 * 19);
+  assert_int_equal(mlpd_engine_forward(e, xb, MLPD_DTYPE_BF16, yb,
+                                       MLPD_DTYPE_BF16, 13, &err),
+                   0);
+  mlpd_dtype_convert(y, MLPD_DTYPE_F32, yb, MLPD_DTYPE_BF16, 13 * 5);
+  tu_ref_forward(&ref, xr, 13, yr);
+  double rel = tu_rel_frobenius(y, yr, 13 * 5);
+  print_message("bf16 in and out: rel. Frobenius error %.3g\n", rel);
+  assert_true(rel < 8e-3);
+  assert_true(rel > 0); /* rounded to bf16: not the f32 answer */
+  mlpd_engine_close(e);
+  mlpd_model_free(m);
+  tu_free_mlp(&ref);
+}
+
+static void test_submit_wait_contract(void **state) {
   (void)state;
   char path[512];
   snprintf(path, sizeof(path), "%s/slots.safetensors", tu_dir);
@@ -95,33 +138,63 @@ static void test_slots_are_independent(void **state) {
   mlpd_engine_opts_t o;
   mlpd_engine_opts_init(&o);
   o.max_batch = 4;
-  o.nslots = 3;
   mlpd_engine_t *e = NULL;
-  assert_int_equal(mlpd_engine_open(&e, "cpu", m, &o, &err), 0);
-  /* Fill slot 0 and 2 with different rows, run only slot 2: slot 0's output
-   * must stay untouched (zero from open) and its input intact. */
-  float *in0 = e->in[0], *in2 = e->in[2];
-  for (int i = 0; i < 4 * 9; i++) {
-    in0[i] = 1.0f;
-    in2[i] = (float)i / 10.0f;
-  }
-  assert_int_equal(mlpd_engine_run(e, 2, 4, &err), 0);
-  const float *out0 = e->out[0], *out2 = e->out[2];
+  assert_int_equal(mlpd_engine_open(&e, "cpu:1", m, &o, &err), 0);
+  assert_string_equal(e->info.name, "cpu:1");
+  assert_int_equal(e->info.depth, 1);
+  float *in = e->ops->host_alloc(e, mlpd_engine_batch_bytes(4, 9));
+  float *out = e->ops->host_alloc(e, mlpd_engine_batch_bytes(4, 3));
+  assert_non_null(in);
+  assert_non_null(out);
+  for (int i = 0; i < 4 * 9; i++)
+    in[i] = (float)i / 10.0f;
   for (int i = 0; i < 4 * 3; i++)
-    assert_true(out0[i] == 0.0f);
-  double yr[12];
-  tu_ref_forward(&ref, in2, 4, yr);
-  assert_true(tu_rel_frobenius(out2, yr, 12) < 1e-5);
-  assert_true(in0[5] == 1.0f);
+    out[i] = NAN;
+  /* Three rows asked for: the fourth row's output stays untouched. */
+  mlpd_engine_batch_t b = {.in = in, .in_dtype = MLPD_DTYPE_F32,
+                           .out = out, .out_dtype = MLPD_DTYPE_F32,
+                           .rows = 3};
+  assert_int_equal(mlpd_engine_submit(e, &b, &err), 0);
+  /* depth 1: a second batch before the first is retired is refused */
+  assert_int_equal(mlpd_engine_submit(e, &b, &err), MLPD_EBUSY);
+  mlpd_err_clear(&err);
+  assert_int_equal(mlpd_engine_wait(e, 0, &err), 1);
+  double yr[9];
+  tu_ref_forward(&ref, in, 3, yr);
+  assert_true(tu_rel_frobenius(out, yr, 9) < 1e-5);
+  for (int i = 9; i < 12; i++)
+    assert_true(isnan(out[i]));
+  /* nothing outstanding */
+  assert_int_equal(mlpd_engine_wait(e, 1, &err), MLPD_EINVAL);
 
-  /* Out-of-range arguments are refused, not executed. */
+  /* Out-of-range batches are refused, not executed. */
   mlpd_err_clear(&err);
-  assert_int_equal(mlpd_engine_run(e, 3, 1, &err), MLPD_EINVAL);
-  assert_non_null(strstr(err.msg, "slot 3"));
+  b.rows = 5;
+  assert_int_equal(mlpd_engine_submit(e, &b, &err), MLPD_EINVAL);
+  assert_non_null(strstr(err.msg, "5 rows"));
+  b.rows = 0;
+  assert_int_equal(mlpd_engine_submit(e, &b, &err), MLPD_EINVAL);
+  b.rows = 1;
+  b.in_dtype = (mlpd_dtype_t)7;
+  assert_int_equal(mlpd_engine_submit(e, &b, &err), MLPD_EINVAL);
+  e->ops->host_free(e, in);
+  e->ops->host_free(e, out);
+  mlpd_engine_close(e);
+
+  /* Injected failures (the daemon's tests use them to fail one device):
+   * the first batches pass, the later ones fail at wait with a message. */
+  o.fail_after = 2;
+  assert_int_equal(mlpd_engine_open(&e, "cpu", m, &o, &err), 0);
+  float x[9] = {0}, y[3];
+  assert_int_equal(mlpd_engine_forward(e, x, MLPD_DTYPE_F32, y,
+                                       MLPD_DTYPE_F32, 1, &err), 0);
+  assert_int_equal(mlpd_engine_forward(e, x, MLPD_DTYPE_F32, y,
+                                       MLPD_DTYPE_F32, 1, &err), 0);
   mlpd_err_clear(&err);
-  assert_int_equal(mlpd_engine_run(e, 0, 5, &err), MLPD_EINVAL);
-  mlpd_err_clear(&err);
-  assert_int_equal(mlpd_engine_run(e, 0, 0, &err), MLPD_EINVAL);
+  assert_int_equal(mlpd_engine_forward(e, x, MLPD_DTYPE_F32, y,
+                                       MLPD_DTYPE_F32, 1, &err),
+                   MLPD_EINTERNAL);
+  assert_non_null(strstr(err.msg, "injected"));
   mlpd_engine_close(e);
   mlpd_model_free(m);
   tu_free_mlp(&ref);
@@ -129,22 +202,51 @@ static void test_slots_are_independent(void **state) {
 
 static void test_device_selection(void **state) {
   (void)state;
-  int kind, ord;
-  assert_int_equal(mlpd_engine_parse_device("auto", &kind, &ord), 0);
-  assert_int_equal(kind, 0);
-  assert_int_equal(mlpd_engine_parse_device("cuda:3", &kind, &ord), 0);
-  assert_int_equal(kind, 2);
-  assert_int_equal(ord, 3);
-  assert_int_equal(mlpd_engine_parse_device("cuda:", &kind, &ord),
+  mlpd_device_t d[MLPD_MAX_DEVICES];
+  int n;
+  mlpd_err_t err = {0};
+  assert_int_equal(mlpd_engine_parse_devices("auto", 0, d, &n, &err), 0);
+  assert_int_equal(n, 1);
+  assert_int_equal(d[0].kind, MLPD_DEVICE_AUTO);
+  assert_int_equal(mlpd_engine_parse_devices("cuda:3", 0, d, &n, &err), 0);
+  assert_int_equal(d[0].kind, MLPD_DEVICE_CUDA);
+  assert_int_equal(d[0].ordinal, 3);
+  assert_int_equal(mlpd_engine_parse_devices("cuda:0,cuda:1", 0, d, &n, &err),
+                   0);
+  assert_int_equal(n, 2);
+  assert_int_equal(d[1].ordinal, 1);
+  assert_int_equal(mlpd_engine_parse_devices("cpu:0,cpu:1,cpu:2", 0, d, &n,
+                                             &err),
+                   0);
+  assert_int_equal(n, 3);
+  assert_int_equal(d[2].kind, MLPD_DEVICE_CPU);
+  assert_int_equal(mlpd_engine_parse_devices("cuda:all", 4, d, &n, &err), 0);
+  assert_int_equal(n, 4);
+  assert_int_equal(d[3].ordinal, 3);
+  mlpd_err_clear(&err);
+  assert_int_equal(mlpd_engine_parse_devices("cuda:all", 0, d, &n, &err),
+                   MLPD_ENODEV);
+  mlpd_err_clear(&err);
+  assert_int_equal(mlpd_engine_parse_devices("cuda:", 0, d, &n, &err),
                    MLPD_EINVAL);
-  assert_int_equal(mlpd_engine_parse_device("gpu", &kind, &ord), MLPD_EINVAL);
+  assert_non_null(strstr(err.msg, "cuda:"));
+  mlpd_err_clear(&err);
+  assert_int_equal(mlpd_engine_parse_devices("gpu", 0, d, &n, &err),
+                   MLPD_EINVAL);
+  mlpd_err_clear(&err);
+  assert_int_equal(mlpd_engine_parse_devices("cpu,cuda:1", 0, d, &n, &err),
+                   MLPD_EINVAL);
+  assert_non_null(strstr(err.msg, "mix"));
+  mlpd_err_clear(&err);
+  assert_int_equal(mlpd_engine_parse_devices("cuda:1,cuda:1", 0, d, &n, &err),
+                   MLPD_EINVAL);
+  assert_non_null(strstr(err.msg, "twice"));
 
   char path[512];
   snprintf(path, sizeof(path), "%s/sel.safetensors", tu_dir);
   const int widths[] = {4, 2};
   tu_mlp_t ref;
   tu_make_mlp(&ref, path, 1, widths, MLPD_DTYPE_F32, 5, 0, NULL);
-  mlpd_err_t err = {0};
   mlpd_model_t *m = NULL;
   assert_int_equal(mlpd_model_load(&m, path, NULL, &err), 0);
   mlpd_engine_opts_t o;
@@ -158,6 +260,9 @@ static void test_device_selection(void **state) {
   assert_int_equal(mlpd_engine_open(&e, "tpu:0", m, &o, &err), MLPD_EINVAL);
   assert_null(e);
   mlpd_err_clear(&err);
+  assert_int_equal(mlpd_engine_open(&e, "cpu:0,cpu:1", m, &o, &err),
+                   MLPD_EINVAL);
+  mlpd_err_clear(&err);
   o.max_batch = 0;
   assert_int_equal(mlpd_engine_open(&e, "cpu", m, &o, &err), MLPD_EINVAL);
   assert_non_null(strstr(err.msg, "max batch"));
@@ -168,7 +273,8 @@ static void test_device_selection(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_matches_reference_odd_widths),
-      cmocka_unit_test(test_slots_are_independent),
+      cmocka_unit_test(test_16bit_batches),
+      cmocka_unit_test(test_submit_wait_contract),
       cmocka_unit_test(test_device_selection),
   };
   return cmocka_run_group_tests(tests, tu_group_setup, tu_group_teardown);
