@@ -2,24 +2,36 @@
 #include "rpc.h"
 
 #include "frame.h"
+#include "mlpd.pb.h"
 
 #include <pb_decode.h>
 #include <pb_encode.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
 typedef struct {
-  const uint8_t *data;
+  const uint8_t *frame; /* the frame being decoded */
+  size_t frame_len;
+  const uint8_t *data;  /* where the tensor bytes are, inside the frame */
   size_t len;
   int seen;
 } data_ref_t;
 
 /* Records where the tensor bytes are in the frame and skips them: a buffer
- * stream's state is the read pointer, so no byte is copied here. */
+ * stream's state is the read pointer, so no byte is copied here. nanopb
+ * also calls a bytes callback for a field sent with a varint or fixed wire
+ * type, over a copy of the value in a buffer on its own stack: such bytes
+ * are not in the frame, and keeping a pointer to them would read freed
+ * stack later. Only bytes that lie inside the frame are accepted. */
 static bool decode_data_ref(pb_istream_t *stream, const pb_field_t *field,
                             void **arg) {
   (void)field;
   data_ref_t *ref = *arg;
+  uintptr_t p = (uintptr_t)stream->state, lo = (uintptr_t)ref->frame;
+  uintptr_t hi = lo + ref->frame_len;
+  if (p < lo || p > hi || stream->bytes_left > hi - p)
+    PB_RETURN_ERROR(stream, "tensor data is not a length-delimited field");
   ref->data = stream->state;
   ref->len = stream->bytes_left;
   ref->seen = 1;
@@ -39,6 +51,35 @@ static bool on_request_kind(pb_istream_t *stream, const pb_field_t *field,
   return true;
 }
 
+/* Region names end up in logs and error messages: a short, plain name. */
+static int region_name_ok(const char *s) {
+  size_t n = strlen(s);
+  if (n < 1 || n > MLPD_RPC_REGION_NAME_MAX)
+    return 0;
+  for (size_t i = 0; i < n; i++) {
+    char c = s[i];
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+          (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-' ||
+          c == ':' || c == '/'))
+      return 0;
+  }
+  return 1;
+}
+
+static int take_region(const mlpd_v1_RegionRef *w, mlpd_rpc_region_ref_t *r,
+                       const char *what, mlpd_err_t *err) {
+  if (!region_name_ok(w->region))
+    return mlpd_errf(err, MLPD_EINVAL,
+                     "%s region name must be 1..%d characters of A-Z a-z "
+                     "0-9 . _ - : /",
+                     what, MLPD_RPC_REGION_NAME_MAX);
+  r->set = 1;
+  snprintf(r->name, sizeof(r->name), "%s", w->region);
+  r->offset = w->offset;
+  r->length = w->length;
+  return 0;
+}
+
 static int dtype_from_wire(mlpd_v1_DType w, mlpd_dtype_t *out) {
   switch (w) {
   case mlpd_v1_DType_DTYPE_F32:
@@ -55,7 +96,7 @@ static int dtype_from_wire(mlpd_v1_DType w, mlpd_dtype_t *out) {
   }
 }
 
-mlpd_v1_DType mlpd_rpc_dtype_to_wire(mlpd_dtype_t t) {
+static mlpd_v1_DType dtype_to_wire(mlpd_dtype_t t) {
   switch (t) {
   case MLPD_DTYPE_F32:
     return mlpd_v1_DType_DTYPE_F32;
@@ -93,14 +134,31 @@ static int check_infer(const mlpd_v1_InferRequest *ir, const data_ref_t *ref,
   req->cols = (int)t->shape[1];
   uint64_t want = (uint64_t)req->rows * (uint64_t)req->cols *
                   mlpd_dtype_size(req->in_dtype);
-  if (!ref->seen || ref->len != want)
-    return mlpd_errf(err, MLPD_EINVAL,
-                     "input data is %zu bytes; shape [%d, %d] of %s needs "
-                     "%llu",
-                     ref->seen ? ref->len : 0, req->rows, req->cols,
-                     mlpd_dtype_name(req->in_dtype), (unsigned long long)want);
-  req->data = ref->data;
-  req->data_len = ref->len;
+  int rc;
+  if (t->has_region) {
+    if (ref->seen && ref->len > 0)
+      return mlpd_errf(err, MLPD_EINVAL,
+                       "input has both inline data and a region; set one");
+    if ((rc = take_region(&t->region, &req->in_region, "input", err)) != 0)
+      return rc;
+    if (t->region.length != want)
+      return mlpd_errf(err, MLPD_EINVAL,
+                       "input region window is %llu bytes; shape [%d, %d] "
+                       "of %s needs %llu",
+                       (unsigned long long)t->region.length, req->rows,
+                       req->cols, mlpd_dtype_name(req->in_dtype),
+                       (unsigned long long)want);
+  } else {
+    if (!ref->seen || ref->len != want)
+      return mlpd_errf(err, MLPD_EINVAL,
+                       "input data is %zu bytes; shape [%d, %d] of %s needs "
+                       "%llu",
+                       ref->seen ? ref->len : 0, req->rows, req->cols,
+                       mlpd_dtype_name(req->in_dtype),
+                       (unsigned long long)want);
+    req->data = ref->data;
+    req->data_len = ref->len;
+  }
   req->timeout_ms = ir->timeout_ms;
   if (ir->output_dtype == mlpd_v1_DType_DTYPE_UNSPECIFIED)
     req->out_dtype = req->in_dtype;
@@ -109,13 +167,17 @@ static int check_infer(const mlpd_v1_InferRequest *ir, const data_ref_t *ref,
                      "output dtype %d is not DTYPE_F32, DTYPE_F16 or "
                      "DTYPE_BF16",
                      (int)ir->output_dtype);
+  if (ir->has_output_region &&
+      (rc = take_region(&ir->output_region, &req->out_region, "output",
+                        err)) != 0)
+    return rc;
   return 0;
 }
 
 int mlpd_rpc_decode(const uint8_t *frame, size_t len, mlpd_rpc_request_t *req,
                     mlpd_err_t *err) {
   memset(req, 0, sizeof(*req));
-  data_ref_t ref = {0};
+  data_ref_t ref = {.frame = frame, .frame_len = len};
   mlpd_v1_Request msg = mlpd_v1_Request_init_zero;
   msg.cb_kind.funcs.decode = on_request_kind;
   msg.cb_kind.arg = &ref;
@@ -138,6 +200,30 @@ int mlpd_rpc_decode(const uint8_t *frame, size_t len, mlpd_rpc_request_t *req,
     return 0;
   case mlpd_v1_Request_model_info_tag:
     req->kind = MLPD_RPC_MODEL_INFO;
+    return 0;
+  case mlpd_v1_Request_register_region_tag: {
+    const mlpd_v1_RegisterRegionRequest *rr = &msg.kind.register_region;
+    req->kind = MLPD_RPC_REGISTER_REGION;
+    if (!region_name_ok(rr->name))
+      return mlpd_errf(err, MLPD_EINVAL,
+                       "region name must be 1..%d characters of A-Z a-z 0-9 "
+                       ". _ - : /",
+                       MLPD_RPC_REGION_NAME_MAX);
+    if (rr->size < 1)
+      return mlpd_errf(err, MLPD_EINVAL, "region size must be >= 1 byte");
+    snprintf(req->region_name, sizeof(req->region_name), "%s", rr->name);
+    req->region_size = rr->size;
+    return 0;
+  }
+  case mlpd_v1_Request_unregister_region_tag:
+    req->kind = MLPD_RPC_UNREGISTER_REGION;
+    if (!region_name_ok(msg.kind.unregister_region.name))
+      return mlpd_errf(err, MLPD_EINVAL,
+                       "region name must be 1..%d characters of A-Z a-z 0-9 "
+                       ". _ - : /",
+                       MLPD_RPC_REGION_NAME_MAX);
+    snprintf(req->region_name, sizeof(req->region_name), "%s",
+             msg.kind.unregister_region.name);
     return 0;
   default:
     req->kind = MLPD_RPC_NONE;
@@ -165,6 +251,43 @@ static void set_string(char *dst, size_t cap, const char *src) {
   dst[n] = '\0';
 }
 
+static void model_info(const mlpd_rpc_model_info_t *in,
+                       mlpd_v1_ModelInfoResponse *out) {
+  *out = (mlpd_v1_ModelInfoResponse)mlpd_v1_ModelInfoResponse_init_zero;
+  set_string(out->path, sizeof(out->path), in->path);
+  int nl = in->nlayers < (int)MLPD_ARRAY_SIZE(out->layers)
+               ? in->nlayers
+               : (int)MLPD_ARRAY_SIZE(out->layers);
+  out->layers_count = (pb_size_t)nl;
+  for (int i = 0; i < nl; i++) {
+    out->layers[i].in_features = in->layers[i].in_features;
+    out->layers[i].out_features = in->layers[i].out_features;
+    set_string(out->layers[i].activation, sizeof(out->layers[i].activation),
+               in->layers[i].activation);
+  }
+  out->in_features = in->in_features;
+  out->out_features = in->out_features;
+  out->file_dtype = dtype_to_wire(in->file_dtype);
+  out->compute_dtype = dtype_to_wire(in->compute_dtype);
+  set_string(out->engine, sizeof(out->engine), in->engine);
+  set_string(out->device, sizeof(out->device), in->device);
+  out->max_batch = in->max_batch;
+  out->device_memory_bytes = in->device_memory_bytes;
+  out->host_memory_bytes = in->host_memory_bytes;
+  out->generation = in->generation;
+  int nd = in->ndevices < (int)MLPD_ARRAY_SIZE(out->devices)
+               ? in->ndevices
+               : (int)MLPD_ARRAY_SIZE(out->devices);
+  out->devices_count = (pb_size_t)nd;
+  for (int i = 0; i < nd; i++) {
+    mlpd_v1_DeviceInfo *d = &out->devices[i];
+    set_string(d->device, sizeof(d->device), in->devices[i].device);
+    d->in_rotation = in->devices[i].in_rotation != 0;
+    d->batches = in->devices[i].batches;
+    d->device_memory_bytes = in->devices[i].device_memory_bytes;
+  }
+}
+
 /* Builds the nanopb struct; refs must outlive the encode call. */
 static void build(const mlpd_rpc_response_t *r, mlpd_v1_Response *msg,
                   bytes_ref_t *ref) {
@@ -180,17 +303,21 @@ static void build(const mlpd_rpc_response_t *r, mlpd_v1_Response *msg,
     msg->which_kind = mlpd_v1_Response_infer_tag;
     mlpd_v1_InferResponse *ir = &msg->kind.infer;
     ir->has_output = true;
-    ir->output.dtype = mlpd_rpc_dtype_to_wire(r->out_dtype);
+    ir->output.dtype = dtype_to_wire(r->out_dtype);
     ir->output.shape_count = 2;
     ir->output.shape[0] = r->rows;
     ir->output.shape[1] = r->cols;
-    ref->data = r->out;
-    ref->len = (size_t)r->rows * (size_t)r->cols * mlpd_dtype_size(r->out_dtype);
-    ir->output.data.funcs.encode = encode_bytes_ref;
-    ir->output.data.arg = ref;
+    if (r->out != NULL) {
+      ref->data = r->out;
+      ref->len =
+          (size_t)r->rows * (size_t)r->cols * mlpd_dtype_size(r->out_dtype);
+      ir->output.data.funcs.encode = encode_bytes_ref;
+      ir->output.data.arg = ref;
+    }
     ir->queue_us = r->queue_us;
     ir->compute_us = r->compute_us;
     ir->batch_rows = r->batch_rows;
+    set_string(ir->device, sizeof(ir->device), r->device);
     break;
   case MLPD_RPC_HEALTH:
     msg->which_kind = mlpd_v1_Response_health_tag;
@@ -208,7 +335,14 @@ static void build(const mlpd_rpc_response_t *r, mlpd_v1_Response *msg,
     break;
   case MLPD_RPC_MODEL_INFO:
     msg->which_kind = mlpd_v1_Response_model_info_tag;
-    msg->kind.model_info = *r->info;
+    model_info(r->info, &msg->kind.model_info);
+    break;
+  case MLPD_RPC_REGISTER_REGION:
+    msg->which_kind = mlpd_v1_Response_register_region_tag;
+    msg->kind.register_region.size = r->region_size;
+    break;
+  case MLPD_RPC_UNREGISTER_REGION:
+    msg->which_kind = mlpd_v1_Response_unregister_region_tag;
     break;
   case MLPD_RPC_NONE:
     break;
@@ -245,25 +379,3 @@ int mlpd_rpc_encode(const mlpd_rpc_response_t *r, uint8_t *buf, size_t cap,
   return 0;
 }
 
-void mlpd_rpc_model_info(const mlpd_model_t *m, const mlpd_engine_info_t *e,
-                         uint64_t generation, mlpd_v1_ModelInfoResponse *out) {
-  *out = (mlpd_v1_ModelInfoResponse)mlpd_v1_ModelInfoResponse_init_zero;
-  set_string(out->path, sizeof(out->path), m->path);
-  out->layers_count = (pb_size_t)m->nlayers;
-  for (int i = 0; i < m->nlayers; i++) {
-    out->layers[i].in_features = (uint32_t)m->layers[i].in;
-    out->layers[i].out_features = (uint32_t)m->layers[i].out;
-    set_string(out->layers[i].activation, sizeof(out->layers[i].activation),
-               mlpd_act_name(m->layers[i].act));
-  }
-  out->in_features = (uint32_t)m->in_features;
-  out->out_features = (uint32_t)m->out_features;
-  out->file_dtype = mlpd_rpc_dtype_to_wire(m->file_dtype);
-  out->compute_dtype = mlpd_rpc_dtype_to_wire(e->compute_dtype);
-  set_string(out->engine, sizeof(out->engine), e->kind);
-  set_string(out->device, sizeof(out->device), e->device);
-  out->max_batch = (uint32_t)e->max_batch;
-  out->device_memory_bytes = e->device_bytes;
-  out->host_memory_bytes = e->staging_bytes;
-  out->generation = generation;
-}

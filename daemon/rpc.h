@@ -1,23 +1,24 @@
-/* rpc.h - protobuf (nanopb) decoding of Request frames and encoding of
- * Response frames, with protocol-level validation.
+/* rpc.h - the codec: protobuf (nanopb) decoding of Request frames and
+ * encoding of Response frames, with protocol-level validation.
  *
- * Decoding never copies tensor data: the request points into the frame, and
- * the batcher copies rows from there straight into staging. Encoding writes
- * the varint frame header and the message into one caller buffer, taking
- * output tensor bytes and metrics text through nanopb callbacks.
+ * Decoding never copies tensor data: an inline tensor points into the
+ * frame, and the batcher copies rows from there straight into staging.
+ * Every field is checked for its wire type and every data reference for
+ * lying inside the frame; what cannot be vouched for is MLPD_EPROTO.
+ * Encoding writes the varint frame header and the message into one caller
+ * buffer, taking output tensor bytes and metrics text through nanopb
+ * callbacks.
  *
- * Model-level checks (does the width match the model?) are the daemon's; this
- * module knows only the wire format. */
+ * What it deliberately does not know: models, engines, regions' contents.
+ * Its types are plain C (no nanopb type leaves rpc.c); whether a width
+ * matches the model or a region exists is the dispatcher's business. */
 #ifndef MLPD_RPC_H
 #define MLPD_RPC_H
 
 #include "dtype.h"
-#include "engine.h"
 #include "error.h"
-#include "status.h"
 #include "mlpd.h"
-#include "model.h"
-#include "mlpd.pb.h"
+#include "status.h"
 
 typedef enum {
   MLPD_RPC_NONE = 0, /* no kind set, or one this daemon does not know */
@@ -25,27 +26,84 @@ typedef enum {
   MLPD_RPC_HEALTH,
   MLPD_RPC_METRICS,
   MLPD_RPC_MODEL_INFO,
+  MLPD_RPC_REGISTER_REGION,
+  MLPD_RPC_UNREGISTER_REGION,
 } mlpd_rpc_kind_t;
+
+/* Region names are 1..MLPD_RPC_REGION_NAME_MAX bytes. */
+#define MLPD_RPC_REGION_NAME_MAX 63
+
+/* A window of a shared-memory region, as the request named it. */
+typedef struct mlpd_rpc_region_ref_s {
+  int set;                                  /* the field was present */
+  char name[MLPD_RPC_REGION_NAME_MAX + 1];  /* NUL-terminated */
+  uint64_t offset;
+  uint64_t length;
+} mlpd_rpc_region_ref_t;
 
 typedef struct mlpd_rpc_request_s {
   uint64_t id;
   mlpd_rpc_kind_t kind;
-  /* infer */
+  /* infer: the input is [rows, cols] of in_dtype, either inline (data,
+   * data_len, pointing into the frame) or in a region (in_region.set;
+   * its length equals rows * cols * element size). */
   mlpd_dtype_t in_dtype;
   int rows;
   int cols;
-  const uint8_t *data; /* rows*cols elements, points into the frame */
+  const uint8_t *data;
   size_t data_len;
+  mlpd_rpc_region_ref_t in_region;
   uint32_t timeout_ms;
-  mlpd_dtype_t out_dtype; /* the input's dtype when unspecified */
+  mlpd_dtype_t out_dtype;            /* the input's dtype when unspecified */
+  mlpd_rpc_region_ref_t out_region;  /* set: write the output there */
+  /* register_region / unregister_region */
+  char region_name[MLPD_RPC_REGION_NAME_MAX + 1];
+  uint64_t region_size;              /* register: bytes to map, >= 1 */
 } mlpd_rpc_request_t;
 
 /* Decodes one frame body. Returns 0; or MLPD_EPROTO when the bytes are not a
- * Request (err says what nanopb reported), MLPD_EINVAL when it decodes but
- * is not a valid request (bad dtype, shape, data length); err says what is
- * wrong. req->id is set whenever it could be read, so errors can carry it. */
+ * Request (a field with the wrong wire type, data outside the frame; err
+ * says what), MLPD_EINVAL when it decodes but is not a valid request (bad
+ * dtype, shape, data length, both data and region, a bad region name); err
+ * says what is wrong. req->id and req->kind are set whenever they could be
+ * read, so errors can carry them. */
 int mlpd_rpc_decode(const uint8_t *frame, size_t len, mlpd_rpc_request_t *req,
                     mlpd_err_t *err) MLPD_MUST_CHECK;
+
+/* What ModelInfo reports, as plain data (the dispatcher fills it from the
+ * model and its engines). Strings are borrowed for the encode call. */
+typedef struct mlpd_rpc_layer_s {
+  uint32_t in_features;
+  uint32_t out_features;
+  const char *activation;
+} mlpd_rpc_layer_t;
+
+typedef struct mlpd_rpc_device_s {
+  const char *device;
+  int in_rotation;
+  uint64_t batches;
+  uint64_t device_memory_bytes;
+} mlpd_rpc_device_t;
+
+#define MLPD_RPC_MAX_DEVICES 16
+
+typedef struct mlpd_rpc_model_info_s {
+  const char *path;
+  int nlayers;
+  mlpd_rpc_layer_t layers[MLPD_MAX_LAYERS];
+  uint32_t in_features;
+  uint32_t out_features;
+  mlpd_dtype_t file_dtype;
+  mlpd_dtype_t compute_dtype;
+  const char *engine;
+  const char *device;
+  uint32_t max_batch;
+  uint64_t device_memory_bytes;
+  uint64_t host_memory_bytes;
+  uint64_t generation;
+  int ndevices;
+  mlpd_rpc_device_t devices[MLPD_RPC_MAX_DEVICES];
+} mlpd_rpc_model_info_t;
 
 typedef struct mlpd_rpc_response_s {
   uint64_t id;
@@ -56,10 +114,12 @@ typedef struct mlpd_rpc_response_s {
   mlpd_dtype_t out_dtype;
   int rows;
   int cols;
-  const uint8_t *out;   /* rows*cols elements of out_dtype */
+  const uint8_t *out;   /* rows*cols elements of out_dtype; NULL when the
+                           output went to a region (no data is sent) */
   uint64_t queue_us;
   uint64_t compute_us;
   uint32_t batch_rows;
+  const char *device;   /* may be NULL */
   /* health */
   int live;
   int ready;
@@ -68,7 +128,9 @@ typedef struct mlpd_rpc_response_s {
   const char *text;
   size_t text_len;
   /* model info */
-  const mlpd_v1_ModelInfoResponse *info;
+  const mlpd_rpc_model_info_t *info;
+  /* register_region */
+  uint64_t region_size;
 } mlpd_rpc_response_t;
 
 /* Bytes the framed response needs (header + message). */
@@ -79,10 +141,8 @@ size_t mlpd_rpc_encoded_size(const mlpd_rpc_response_t *r);
 int mlpd_rpc_encode(const mlpd_rpc_response_t *r, uint8_t *buf, size_t cap,
                     size_t *len) MLPD_MUST_CHECK;
 
-/* Fills a ModelInfoResponse from a model and its engine. */
-void mlpd_rpc_model_info(const mlpd_model_t *m, const mlpd_engine_info_t *e,
-                         uint64_t generation, mlpd_v1_ModelInfoResponse *out);
-
-mlpd_v1_DType mlpd_rpc_dtype_to_wire(mlpd_dtype_t t);
+/* Bytes an infer response adds to its output tensor at most: ids, status,
+ * message, shape, times, device, tags and lengths. */
+#define MLPD_RPC_INFER_ENVELOPE_MAX 768
 
 #endif
