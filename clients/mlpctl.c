@@ -6,6 +6,7 @@
  * never loads a model itself (that is `mlpd infer`). It is a tool, not a
  * load generator: for sustained load with many connections use mlpd-bench. */
 #include "latency.h"
+#include "mlpd.h"
 #include "mlpd_client.h"
 #include "rowsfile.h"
 
@@ -66,6 +67,7 @@ static void usage(FILE *f) {
       "                      0 = forever)\n"
       "  --print             infer: print every row's outputs\n"
       "  --json              info: print JSON\n"
+      "  --version           print mlpctl's version and exit\n"
       "exit status: 0 success, 1 failure (for ready: not ready), 2 usage\n",
       DEFAULT_CONCURRENCY, DEFAULT_IO_TIMEOUT_MS);
 }
@@ -410,6 +412,7 @@ int main(int argc, char **argv) {
       {"io-timeout-ms", required_argument, 0, 'T'},
       {"print", no_argument, 0, 'p'},
       {"help", no_argument, 0, 'h'},
+      {"version", no_argument, 0, 'V'},
       {0, 0, 0, 0}};
   int ch, v;
   while ((ch = getopt_long(argc, argv, "s:jb:c:t:ph", longopts, NULL)) != -1) {
@@ -443,6 +446,7 @@ int main(int argc, char **argv) {
         return 2;
       break;
     case 'h': usage(stdout); return 0;
+    case 'V': printf("mlpctl %s\n", MLPD_VERSION); return 0;
     default: usage(stderr); return 2;
     }
   }

@@ -16,6 +16,7 @@
  * does not drive other servers and does not check outputs (mlpctl and the
  * tests do that). */
 #include "latency.h"
+#include "mlpd.h"
 #include "mlpd_client.h"
 
 #include <errno.h>
@@ -85,6 +86,7 @@ static void usage(FILE *f) {
           "  --timeout-ms N      server-side deadline per request\n"
           "  --seed N            random inputs' seed (default 1)\n"
           "  --json              machine-readable report\n"
+          "  --version           print mlpd-bench's version and exit\n"
           "exit status: 0 when every connection ran to the end (requests the\n"
           "daemon refused are counted by status, not fatal), 1 on a "
           "transport\nerror, 2 on a usage error\n");
@@ -317,6 +319,7 @@ int main(int argc, char **argv) {
       {"seed", required_argument, 0, 'S'},
       {"json", no_argument, 0, 'j'},
       {"help", no_argument, 0, 'h'},
+      {"version", no_argument, 0, 'V'},
       {0, 0, 0, 0}};
   int ch;
   double v;
@@ -376,6 +379,7 @@ int main(int argc, char **argv) {
         return 2;
       break;
     case 'h': usage(stdout); return 0;
+    case 'V': printf("mlpd-bench %s\n", MLPD_VERSION); return 0;
     default: usage(stderr); return 2;
     }
   }

@@ -10,33 +10,10 @@
 
 #include "mlpd.h"
 
-typedef enum {
-  MLPD_DTYPE_F32 = 0,
-  MLPD_DTYPE_F16 = 1,
-  MLPD_DTYPE_BF16 = 2,
-} mlpd_dtype_t;
-
-#define MLPD_DTYPE_COUNT 3
-
-/* Bytes per element: 4 or 2. */
-size_t mlpd_dtype_size(mlpd_dtype_t t);
-
-/* safetensors spelling: "F32", "F16", "BF16". */
-const char *mlpd_dtype_name(mlpd_dtype_t t);
-
-/* Accepts the safetensors spelling and the lower-case flag spelling
- * ("f32", "fp32", "f16", "fp16", "bf16"). Returns 0 or MLPD_EDTYPE. */
-int mlpd_dtype_parse(const char *s, mlpd_dtype_t *out) MLPD_MUST_CHECK;
-
-float mlpd_bf16_to_f32(uint16_t h);
-uint16_t mlpd_f32_to_bf16(float f);
-float mlpd_f16_to_f32(uint16_t h);
-uint16_t mlpd_f32_to_f16(float f);
-
-/* Converts n elements from `src` (type `st`, any alignment) to `dst` (type
- * `dt`). Same types is a memcpy. The buffers must not overlap. */
-void mlpd_dtype_convert(void *dst, mlpd_dtype_t dt, const void *src,
-                        mlpd_dtype_t st, size_t n);
+/* mlpd_dtype_t (F32, F16, BF16), MLPD_DTYPE_COUNT, and the conversions the
+ * client library exports (mlpd_dtype_size/name/parse/convert and the
+ * element conversions) are declared in mlpd/mlpd_common.h, through mlpd.h.
+ * What follows is the daemon's own. */
 
 /* Converts `rows` rows of `cols` elements between buffers whose rows are
  * dst_stride and src_stride elements apart (padded staging, padded weights);

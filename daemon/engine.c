@@ -2,6 +2,7 @@
 #include "engine.h"
 
 #include "log.h"
+#include "plugin.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -14,21 +15,20 @@ void mlpd_engine_opts_init(mlpd_engine_opts_t *o) {
   o->autotune = 1;
 }
 
-#ifdef MLPD_HAVE_CUDA
-extern const mlpd_engine_ops_t mlpd_engine_cuda_ops;
-#endif
+/* The CUDA engine, when this program has it linked in (the
+ * mlpd_engine_cuda library: its tests and the benchmark). Weak, so that a
+ * program without it (the daemon) links, sees NULL here and loads the
+ * engine from its plugin, mlpd-cuda.so, instead (plugin.h). */
+extern const mlpd_engine_ops_t mlpd_engine_cuda_ops __attribute__((weak));
 
 const mlpd_engine_ops_t *mlpd_engine_ops_for(const char *kind,
                                               mlpd_err_t *err) {
   if (strcmp(kind, "cpu") == 0)
     return &mlpd_engine_cpu_ops;
   if (strcmp(kind, "cuda") == 0) {
-#ifdef MLPD_HAVE_CUDA
-    return &mlpd_engine_cuda_ops;
-#else
-    mlpd_errf(err, MLPD_ENOTBUILT, "this mlpd was built without CUDA");
-    return NULL;
-#endif
+    if (&mlpd_engine_cuda_ops != NULL)
+      return &mlpd_engine_cuda_ops;
+    return mlpd_plugin_engine("cuda", err);
   }
   mlpd_errf(err, MLPD_EINVAL, "no engine kind '%.32s'", kind);
   return NULL;

@@ -9,17 +9,14 @@
 #include <stdint.h>
 #include <time.h>
 
-#define MLPD_VERSION "0.1.0"
+/* What the daemon shares with its clients, from the client library's public
+ * headers (clients/c/include): MLPD_MUST_CHECK and MLPD_PRINTF (every
+ * function that returns an error code is marked, so an ignored error is a
+ * compile error under -Werror), mlpd_err_t and the error codes clients see,
+ * mlpd_dtype_t, mlpd_status_t. */
+#include "mlpd/mlpd_common.h"
 
-/* Every function that returns an error code is marked, so an ignored error
- * is a compile error under -Werror (as nanopb's `checkreturn`). */
-#if defined(__GNUC__)
-#define MLPD_MUST_CHECK __attribute__((warn_unused_result))
-#define MLPD_PRINTF(f, a) __attribute__((format(printf, f, a)))
-#else
-#define MLPD_MUST_CHECK
-#define MLPD_PRINTF(f, a)
-#endif
+#define MLPD_VERSION "0.1.0"
 
 /* Models deeper than this are almost certainly a naming mistake, and a fixed
  * bound keeps per-layer arrays in engines static. */
@@ -35,9 +32,8 @@
 
 #define MLPD_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
-/* Monotonic nanoseconds, for durations only. Hidden from strict ISO C
- * users of the installed client headers, where POSIX clocks are not
- * declared. */
+/* Monotonic nanoseconds, for durations only. (Guarded for strict ISO C
+ * translation units, where POSIX clocks are not declared.) */
 #ifdef CLOCK_MONOTONIC
 static inline uint64_t mlpd_now_ns(void) {
   struct timespec ts;

@@ -3,7 +3,7 @@
 # build without the CUDA toolkit the suite still appears, as skipped, with
 # the reason.
 if(MLPD_HAVE_CUDA)
-  mlpd_test(test_engine_cuda ENGINE_ONLY TIMEOUT 900)
+  mlpd_test(test_engine_cuda ENGINE_ONLY LIBS mlpd_engine_cuda TIMEOUT 900)
 else()
   add_test(NAME test_engine_cuda
     COMMAND sh -c "echo 'SKIP: built without the CUDA toolkit (no CUDAToolkit with nvcc found, or MLPD_WITH_CUDA=OFF)'; exit 77")

@@ -7,7 +7,7 @@
  * (give each thread its own client; connections are cheap).
  *
  * Errors. Every function that can fail returns 0 or a negative code: an
- * MLPD_E* code from error.h or -errno (-ENOENT, -ECONNREFUSED, -ETIMEDOUT,
+ * MLPD_E* code from mlpd_common.h or -errno (-ENOENT, -ECONNREFUSED, -ETIMEDOUT,
  * -ECONNRESET, -EPIPE, -ENOMEM, ...), and records a one-line message in the
  * caller's mlpd_err_t (which may be NULL; the first error recorded wins, so
  * clear it with mlpd_err_clear() before reusing it). mlpd_strerror() and
@@ -33,24 +33,23 @@
  * results own their output buffers and reuse them from call to call, so a
  * loop of infer calls stops allocating once the buffers are large enough.
  *
- * Installed as <mlpd/mlpd_client.h> together with the four headers it
- * includes (error.h, dtype.h, mlpd.h, status.h); pkg-config name
- * mlpd-client. */
+ * Installed as <mlpd/mlpd_client.h> with the one header it includes,
+ * <mlpd/mlpd_common.h> (errors, dtypes, statuses); everything the two
+ * declare is exported by libmlpd-client.so.0, and nothing else is. Link
+ * with `pkg-config --cflags --libs mlpd-client`, or in CMake
+ * find_package(mlpd-client) and the target mlpd-client::mlpd-client
+ * (mlpd-client::mlpd-client-static for the static library). */
 #ifndef MLPD_CLIENT_H
 #define MLPD_CLIENT_H
 
+#include "mlpd_common.h"
+
 #include <stddef.h>
 #include <stdint.h>
-#include <time.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-#include "dtype.h"
-#include "error.h"
-#include "mlpd.h"
-#include "status.h"
 
 #define MLPD_CLIENT_DEFAULT_SOCKET "/run/mlpd/mlpd.sock"
 
@@ -58,8 +57,8 @@ extern "C" {
  * daemon's default --max-frame. */
 #define MLPD_CLIENT_DEFAULT_MAX_FRAME ((size_t)64 << 20)
 
-/* The daemon's status codes (status.h): mlpd_status_t, MLPD_STATUS_OK, ...,
- * named by mlpd_status_name(). */
+/* The daemon's status codes (mlpd_common.h): mlpd_status_t, MLPD_STATUS_OK,
+ * ..., named by mlpd_status_name(). */
 
 typedef struct mlpd_client_s mlpd_client_t;
 
