@@ -30,7 +30,9 @@
   XX(EINVAL, -20012, "invalid argument")                                       \
   XX(EDISCONNECTED, -20013, "client disconnected")                             \
   XX(EINTERNAL, -20014, "internal error")                                      \
-  XX(EPLANCACHE, -20015, "plan cache does not match")
+  XX(EPLANCACHE, -20015, "plan cache does not match")                         \
+  XX(ELIMIT, -20016, "over a configured limit")                                \
+  XX(EPERM, -20017, "not permitted")
 
 typedef enum {
 #define XX(name, value, msg) MLPD_##name = (value),
