@@ -88,6 +88,7 @@ static int open_slot(mlpd_batcher_t *b, const mlpd_req_t *first) {
     sl->nsegs = 0;
     sl->attempts = 0;
     sl->engine = -1;
+    sl->avoid = -1;
     sl->in_dtype = slot_dtype(&b->shape, b->shape.in_dtypes, first->in_dtype);
     sl->out_dtype =
         slot_dtype(&b->shape, b->shape.out_dtypes, first->out_dtype);
@@ -400,6 +401,7 @@ int mlpd_batcher_complete(mlpd_batcher_t *b, int s, int rc, const char *msg,
   if (rc != 0 && retry && sl->attempts < b->cfg.max_attempts) {
     /* Another device may do what this one failed to: first in line. */
     sl->state = MLPD_SLOT_CLOSED;
+    sl->avoid = sl->engine;
     sl->engine = -1;
     memmove(&b->order[1], &b->order[0], (size_t)b->norder * sizeof(int));
     b->order[0] = s;

@@ -140,6 +140,8 @@ typedef struct mlpd_slot_s {
   void *in, *out;         /* the caller's staging buffers */
   int attempts;           /* hand-overs so far */
   int engine;             /* while RUNNING: the caller's engine index */
+  int avoid;              /* the engine it last failed on, or -1: the
+                             caller tries the others first */
 } mlpd_slot_t;
 
 typedef struct mlpd_batcher_s {

@@ -607,7 +607,11 @@ static void schedule(mlpd_dispatch_t *d) {
                                d->server.partial > 0);
     if (s < 0)
       break;
-    int e = dead ? -1 : mlpd_pool_reserve(p, d->next_engine);
+    int avoid = b->slots[s].avoid;
+    int e = dead ? -1 : mlpd_pool_reserve(p, d->next_engine, avoid);
+    if (e < 0 && !dead && avoid >= 0 && mlpd_pool_in_rotation(p) == 1 &&
+        atomic_load(&p->workers[avoid].in_rotation))
+      e = mlpd_pool_reserve(p, d->next_engine, -1); /* the only one left */
     if (e < 0 && !dead) {
       if (d->ready_ns[s] == 0)
         d->ready_ns[s] = now;

@@ -134,7 +134,7 @@ int mlpd_pool_any_idle(mlpd_pool_t *p) {
   return 0;
 }
 
-int mlpd_pool_reserve(mlpd_pool_t *p, int hint) {
+int mlpd_pool_reserve(mlpd_pool_t *p, int hint, int avoid) {
   /* Least loaded first; a failed reservation (another dispatcher won the
    * race for that room) tries the next. */
   for (int tries = 0; tries < p->n; tries++) {
@@ -142,7 +142,7 @@ int mlpd_pool_reserve(mlpd_pool_t *p, int hint) {
     for (int k = 0; k < p->n; k++) {
       int i = (hint + 1 + k) % p->n;
       mlpd_worker_t *w = &p->workers[i];
-      if (!atomic_load(&w->in_rotation))
+      if (i == avoid || !atomic_load(&w->in_rotation))
         continue;
       int load = mlpd_worker_load(w);
       if (load >= w->engine->info.depth)

@@ -50,9 +50,10 @@ void mlpd_pool_host_free(mlpd_pool_t *p, void *ptr);
 int mlpd_pool_in_rotation(mlpd_pool_t *p);
 
 /* Reserves room for one batch on the least loaded engine in rotation
- * (ties go to the first after `hint`, so equal engines take turns): its
- * index, or -1 when none has room. */
-int mlpd_pool_reserve(mlpd_pool_t *p, int hint);
+ * other than `avoid` (-1: none; a batch that just failed there), ties
+ * going to the first after `hint` so equal engines take turns: its index,
+ * or -1 when none has room. */
+int mlpd_pool_reserve(mlpd_pool_t *p, int hint, int avoid);
 
 /* 1 when some engine in rotation has nothing reserved or in flight. */
 int mlpd_pool_any_idle(mlpd_pool_t *p);
