@@ -5,40 +5,67 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_SUBMITTED 2
+size_t mlpd_batcher_in_bytes(const mlpd_batcher_shape_t *s) {
+  return (size_t)s->max_batch * (size_t)s->in_stride * 4u;
+}
 
-int mlpd_batcher_init(mlpd_batcher_t *b, mlpd_engine_t *engine,
-                      const mlpd_batcher_config_t *cfg,
-                      mlpd_batcher_done_cb done, void *ud, mlpd_err_t *err) {
+size_t mlpd_batcher_out_bytes(const mlpd_batcher_shape_t *s) {
+  return (size_t)s->max_batch * (size_t)s->out_stride * 4u;
+}
+
+static void set_buffers(mlpd_batcher_t *b, void *const *in,
+                        void *const *out) {
+  for (int s = 0; s < b->cfg.nslots; s++) {
+    b->slots[s].in = in[s];
+    b->slots[s].out = out[s];
+  }
+}
+
+int mlpd_batcher_init(mlpd_batcher_t *b, const mlpd_batcher_shape_t *shape,
+                      const mlpd_batcher_config_t *cfg, void *const *in,
+                      void *const *out, mlpd_batcher_done_cb done, void *ud,
+                      mlpd_err_t *err) {
   memset(b, 0, sizeof(*b));
-  if (cfg->max_batch != engine->info.max_batch)
-    return mlpd_errf(err, MLPD_EINVAL,
-                     "batcher: max batch %d differs from the engine's %d",
-                     cfg->max_batch, engine->info.max_batch);
-  b->engine = engine;
+  if (cfg->nslots < 1 || cfg->nslots > MLPD_BATCHER_MAX_SLOTS)
+    return mlpd_errf(err, MLPD_EINVAL, "batcher: %d slots is outside 1..%d",
+                     cfg->nslots, MLPD_BATCHER_MAX_SLOTS);
+  if (shape->max_batch < 1 || shape->in_stride < shape->in_features ||
+      shape->out_stride < shape->out_features)
+    return mlpd_errf(err, MLPD_EINVAL, "batcher: bad shape");
+  b->shape = *shape;
   b->cfg = *cfg;
-  b->nslots = engine->info.nslots;
+  if (b->cfg.max_attempts < 1)
+    b->cfg.max_attempts = 1;
   b->done = done;
   b->ud = ud;
-  for (int s = 0; s < b->nslots; s++) {
-    b->slots[s].segs = calloc((size_t)cfg->max_batch, sizeof(mlpd_seg_t));
+  for (int s = 0; s < cfg->nslots; s++) {
+    b->slots[s].segs = calloc((size_t)shape->max_batch, sizeof(mlpd_seg_t));
     if (b->slots[s].segs == NULL) {
       mlpd_batcher_free(b);
       return mlpd_errf(err, -ENOMEM, "batcher: out of memory");
     }
   }
+  set_buffers(b, in, out);
   return 0;
 }
 
 void mlpd_batcher_free(mlpd_batcher_t *b) {
-  for (int s = 0; s < MLPD_MAX_SLOTS; s++) {
+  for (int s = 0; s < MLPD_BATCHER_MAX_SLOTS; s++) {
     free(b->slots[s].segs);
     b->slots[s].segs = NULL;
   }
 }
 
 int mlpd_batcher_needs_copy(const mlpd_req_t *req) {
-  return !req->src_owned && req->staged < req->rows;
+  return !req->src_stable && req->staged < req->rows;
+}
+
+/* The dtypes a new slot takes for its first request (batcher.h, Dtypes). */
+static mlpd_dtype_t slot_dtype(const mlpd_batcher_shape_t *sh, uint32_t ok,
+                               mlpd_dtype_t want) {
+  if (sh->compute_dtype == MLPD_DTYPE_F32)
+    return MLPD_DTYPE_F32;
+  return ok & (1u << (unsigned)want) ? want : sh->compute_dtype;
 }
 
 static int filling_slot(const mlpd_batcher_t *b) {
@@ -48,18 +75,25 @@ static int filling_slot(const mlpd_batcher_t *b) {
   return b->slots[s].state == MLPD_SLOT_FILLING ? s : -1;
 }
 
-static int open_slot(mlpd_batcher_t *b) {
-  for (int s = 0; s < b->nslots; s++) {
-    if (b->slots[s].state == MLPD_SLOT_FREE) {
-      int prev = filling_slot(b);
-      if (prev >= 0)
-        b->slots[prev].state = MLPD_SLOT_CLOSED;
-      b->slots[s].state = MLPD_SLOT_FILLING;
-      b->slots[s].rows = 0;
-      b->slots[s].nsegs = 0;
-      b->order[b->norder++] = s;
-      return s;
-    }
+static int open_slot(mlpd_batcher_t *b, const mlpd_req_t *first) {
+  for (int s = 0; s < b->cfg.nslots; s++) {
+    mlpd_slot_t *sl = &b->slots[s];
+    if (sl->state != MLPD_SLOT_FREE)
+      continue;
+    int prev = filling_slot(b);
+    if (prev >= 0)
+      b->slots[prev].state = MLPD_SLOT_CLOSED;
+    sl->state = MLPD_SLOT_FILLING;
+    sl->rows = 0;
+    sl->nsegs = 0;
+    sl->attempts = 0;
+    sl->engine = -1;
+    sl->avoid = -1;
+    sl->in_dtype = slot_dtype(&b->shape, b->shape.in_dtypes, first->in_dtype);
+    sl->out_dtype =
+        slot_dtype(&b->shape, b->shape.out_dtypes, first->out_dtype);
+    b->order[b->norder++] = s;
+    return s;
   }
   return -1;
 }
@@ -79,19 +113,26 @@ static void pending_remove(mlpd_batcher_t *b, mlpd_req_t *req) {
   req->pending = 0;
 }
 
-/* Copies rows [req_row, req_row + n) of req into slot s at its end. */
+/* Copies rows [req_row, req_row + n) of req into slot s at its end,
+ * converting to the slot's dtype and zeroing each row's padding columns
+ * (the engines compute on them, and a slot reused in another dtype has
+ * stale bytes there). */
 static void copy_rows(mlpd_batcher_t *b, int s, mlpd_req_t *req, int req_row,
                       int n) {
-  const mlpd_engine_info_t *in = &b->engine->info;
-  size_t isz = mlpd_dtype_size(in->in_dtype);
-  size_t ssz = mlpd_dtype_size(req->in_dtype);
+  const mlpd_batcher_shape_t *sh = &b->shape;
   mlpd_slot_t *sl = &b->slots[s];
-  uint8_t *dst = (uint8_t *)b->engine->in[s] +
-                 (size_t)sl->rows * (size_t)in->in_stride * isz;
+  size_t isz = mlpd_dtype_size(sl->in_dtype);
+  size_t ssz = mlpd_dtype_size(req->in_dtype);
+  size_t stride = (size_t)sh->in_stride;
+  uint8_t *dst = (uint8_t *)sl->in + (size_t)sl->rows * stride * isz;
   const uint8_t *src = req->src + (size_t)req_row * (size_t)req->cols * ssz;
-  mlpd_dtype_convert_rows(dst, in->in_dtype, (size_t)in->in_stride, src,
-                          req->in_dtype, (size_t)req->cols, (size_t)n,
-                          (size_t)req->cols);
+  mlpd_dtype_convert_rows(dst, sl->in_dtype, stride, src, req->in_dtype,
+                          (size_t)req->cols, (size_t)n, (size_t)req->cols);
+  if (stride > (size_t)req->cols) {
+    size_t pad = (stride - (size_t)req->cols) * isz;
+    for (int r = 0; r < n; r++)
+      memset(dst + ((size_t)r * stride + (size_t)req->cols) * isz, 0, pad);
+  }
   mlpd_seg_t *seg = &sl->segs[sl->nsegs++];
   seg->req = req;
   seg->req_row = req_row;
@@ -100,7 +141,7 @@ static void copy_rows(mlpd_batcher_t *b, int s, mlpd_req_t *req, int req_row,
   sl->rows += n;
   req->staged += n;
   req->nsegs++;
-  if (sl->rows == b->cfg.max_batch)
+  if (sl->rows == sh->max_batch)
     sl->state = MLPD_SLOT_CLOSED;
 }
 
@@ -109,11 +150,11 @@ static void stage(mlpd_batcher_t *b) {
   /* While held (engine switch), only a request already partly staged may
    * continue, so no request mixes the outputs of two models. */
   while (b->pend_head != NULL && (!b->hold || b->pend_head->staged > 0)) {
-    int s = filling_slot(b);
-    if (s < 0 && (s = open_slot(b)) < 0)
-      return;
     mlpd_req_t *req = b->pend_head;
-    int room = b->cfg.max_batch - b->slots[s].rows;
+    int s = filling_slot(b);
+    if (s < 0 && (s = open_slot(b, req)) < 0)
+      return;
+    int room = b->shape.max_batch - b->slots[s].rows;
     int n = req->rows - req->staged;
     if (n > room)
       n = room;
@@ -125,10 +166,8 @@ static void stage(mlpd_batcher_t *b) {
 
 int mlpd_batcher_admit(mlpd_batcher_t *b, mlpd_req_t *req, uint64_t now) {
   (void)now;
-  if (req->cols != b->engine->info.in_features ||
-      req->out_cols != b->engine->info.out_features)
-    return MLPD_ESHAPE;
-  if (req->rows < 1)
+  if (req->cols != b->shape.in_features ||
+      req->out_cols != b->shape.out_features || req->rows < 1)
     return MLPD_ESHAPE;
   /* An oversize request is admitted into an empty queue, so size alone never
    * refuses it. */
@@ -138,6 +177,7 @@ int mlpd_batcher_admit(mlpd_batcher_t *b, mlpd_req_t *req, uint64_t now) {
   req->started = req->cancelled = req->failed = 0;
   req->start_ns = req->compute_ns = 0;
   req->batch_rows = 0;
+  req->engine = -1;
   req->pnext = NULL;
   req->pending = 1;
   if (b->pend_tail != NULL)
@@ -150,13 +190,6 @@ int mlpd_batcher_admit(mlpd_batcher_t *b, mlpd_req_t *req, uint64_t now) {
   return 0;
 }
 
-static void recompute_state(mlpd_batcher_t *b, int s) {
-  mlpd_slot_t *sl = &b->slots[s];
-  if (sl->state == MLPD_SLOT_CLOSED && sl->rows < b->cfg.max_batch &&
-      b->order[b->norder - 1] == s)
-    sl->state = MLPD_SLOT_FILLING;
-}
-
 static void drop_order(mlpd_batcher_t *b, int idx) {
   int s = b->order[idx];
   memmove(&b->order[idx], &b->order[idx + 1],
@@ -167,15 +200,15 @@ static void drop_order(mlpd_batcher_t *b, int idx) {
   b->slots[s].nsegs = 0;
 }
 
-/* Removes from unsubmitted slot order[idx] every segment whose request
- * matches `victim` (or, with victim NULL, every cancelled request's), moving
- * the rows that stay down so the slot stays dense. */
+/* Removes from queued slot order[idx] every segment whose request matches
+ * `victim` (or, with victim NULL, every cancelled request's), moving the
+ * rows that stay down so the slot stays dense. */
 static void compact(mlpd_batcher_t *b, int idx, const mlpd_req_t *victim) {
   int s = b->order[idx];
   mlpd_slot_t *sl = &b->slots[s];
-  const mlpd_engine_info_t *in = &b->engine->info;
-  size_t row_bytes = (size_t)in->in_stride * mlpd_dtype_size(in->in_dtype);
-  uint8_t *base = b->engine->in[s];
+  size_t row_bytes =
+      (size_t)b->shape.in_stride * mlpd_dtype_size(sl->in_dtype);
+  uint8_t *base = sl->in;
   int rows = 0, kept = 0;
   for (int i = 0; i < sl->nsegs; i++) {
     mlpd_seg_t seg = sl->segs[i];
@@ -197,18 +230,20 @@ static void compact(mlpd_batcher_t *b, int idx, const mlpd_req_t *victim) {
   }
   sl->rows = rows;
   sl->nsegs = kept;
-  if (rows == 0)
+  if (rows == 0) {
     drop_order(b, idx);
-  else
-    recompute_state(b, s);
+  } else if (sl->state == MLPD_SLOT_CLOSED && rows < b->shape.max_batch &&
+             idx == b->norder - 1) {
+    sl->state = MLPD_SLOT_FILLING;
+  }
 }
 
-/* Takes every unsubmitted row of req out of the batcher. */
+/* Takes every row of req that was not handed over out of the batcher. */
 static void withdraw(mlpd_batcher_t *b, mlpd_req_t *req) {
-  for (int i = b->norder - 1; i >= b->nsubmitted; i--) {
-    int s = b->order[i];
-    for (int k = 0; k < b->slots[s].nsegs; k++) {
-      if (b->slots[s].segs[k].req == req) {
+  for (int i = b->norder - 1; i >= 0; i--) {
+    mlpd_slot_t *sl = &b->slots[b->order[i]];
+    for (int k = 0; k < sl->nsegs; k++) {
+      if (sl->segs[k].req == req) {
         compact(b, i, req);
         break;
       }
@@ -227,40 +262,51 @@ void mlpd_batcher_cancel(mlpd_batcher_t *b, mlpd_req_t *req) {
   withdraw(b, req);
   if (req->nsegs == 0)
     b->done(b->ud, req, MLPD_STATUS_CANCELLED, "client went away");
-  /* else: submitted rows are computed, discarded at completion */
+  /* else: rows in running slots are computed, discarded at completion */
   stage(b);
+}
+
+static int expired(const mlpd_req_t *r, uint64_t now) {
+  return !r->started && !r->cancelled && r->deadline_ns != 0 &&
+         r->deadline_ns <= now;
+}
+
+static const char *const DEADLINE_MSG =
+    "deadline passed before the request was handed to a device";
+
+/* Removes the first expired request found in the pending list or in
+ * queued slots order[from..); 1 if one was removed. */
+static int expire_one(mlpd_batcher_t *b, uint64_t now, int only_slot) {
+  if (only_slot < 0) {
+    for (mlpd_req_t *r = b->pend_head; r != NULL; r = r->pnext) {
+      if (expired(r, now)) {
+        withdraw(b, r);
+        b->done(b->ud, r, MLPD_STATUS_DEADLINE_EXCEEDED, DEADLINE_MSG);
+        return 1;
+      }
+    }
+  }
+  for (int i = 0; i < b->norder; i++) {
+    int s = b->order[i];
+    if (only_slot >= 0 && s != only_slot)
+      continue;
+    mlpd_slot_t *sl = &b->slots[s];
+    for (int k = 0; k < sl->nsegs; k++) {
+      mlpd_req_t *r = sl->segs[k].req;
+      if (expired(r, now)) {
+        withdraw(b, r);
+        b->done(b->ud, r, MLPD_STATUS_DEADLINE_EXCEEDED, DEADLINE_MSG);
+        return 1;
+      }
+    }
+  }
+  return 0;
 }
 
 void mlpd_batcher_expire(mlpd_batcher_t *b, uint64_t now) {
   int removed = 0;
-  /* Candidates: pending requests and requests in unsubmitted slots. A
-   * request can appear in several slots; withdraw handles all at once. */
-  for (int again = 1; again;) {
-    again = 0;
-    for (mlpd_req_t *r = b->pend_head; r != NULL; r = r->pnext) {
-      if (!r->started && r->deadline_ns != 0 && r->deadline_ns <= now) {
-        withdraw(b, r);
-        b->done(b->ud, r, MLPD_STATUS_DEADLINE_EXCEEDED,
-                "deadline passed before the request started");
-        removed = again = 1;
-        break;
-      }
-    }
-    for (int i = b->nsubmitted; !again && i < b->norder; i++) {
-      mlpd_slot_t *sl = &b->slots[b->order[i]];
-      for (int k = 0; k < sl->nsegs; k++) {
-        mlpd_req_t *r = sl->segs[k].req;
-        if (!r->started && !r->cancelled && r->deadline_ns != 0 &&
-            r->deadline_ns <= now) {
-          withdraw(b, r);
-          b->done(b->ud, r, MLPD_STATUS_DEADLINE_EXCEEDED,
-                  "deadline passed before the request started");
-          removed = again = 1;
-          break;
-        }
-      }
-    }
-  }
+  while (expire_one(b, now, -1))
+    removed = 1;
   if (removed)
     stage(b);
 }
@@ -275,45 +321,93 @@ static uint64_t oldest_arrival(const mlpd_batcher_t *b, int s) {
   return t;
 }
 
-int mlpd_batcher_next(mlpd_batcher_t *b, uint64_t now, int *slot,
-                      int *rows) {
-  if (b->nsubmitted >= MAX_SUBMITTED || b->nsubmitted >= b->norder)
-    return 0;
-  int idx = b->nsubmitted;
-  int s = b->order[idx];
+int mlpd_batcher_ready(const mlpd_batcher_t *b, uint64_t now, int engine_idle,
+                       int arriving) {
+  if (b->norder == 0)
+    return -1;
+  int s = b->order[0];
+  const mlpd_slot_t *sl = &b->slots[s];
+  if (sl->state != MLPD_SLOT_FILLING || b->flush)
+    return s;
+  /* A partial slot: at once onto an idle engine unless more rows are on
+   * their way; otherwise it waits for company, at most max_delay. */
+  if (engine_idle && !arriving)
+    return s;
+  if (now - oldest_arrival(b, s) >= b->cfg.max_delay_ns)
+    return s;
+  return -1;
+}
+
+int mlpd_batcher_start(mlpd_batcher_t *b, int s, int engine, uint64_t now,
+                       void **in, mlpd_dtype_t *in_dtype, void **out,
+                       mlpd_dtype_t *out_dtype) {
   mlpd_slot_t *sl = &b->slots[s];
-  if (sl->state == MLPD_SLOT_FILLING) {
-    /* A partial batch waits for more rows while the engine is busy anyway,
-     * and while its oldest row is younger than max_delay. */
-    if (b->nsubmitted > 0)
-      return 0;
-    if (!b->flush && now - oldest_arrival(b, s) < b->cfg.max_delay_ns)
-      return 0;
-  }
-  sl->state = MLPD_SLOT_SUBMITTED;
-  b->nsubmitted++;
+  /* The last moment a request can still be dropped unrun: its deadline is
+   * checked here, when its batch goes to a device. */
+  int removed = 0;
+  while (sl->state != MLPD_SLOT_FREE && sl->state != MLPD_SLOT_RUNNING &&
+         expire_one(b, now, s))
+    removed = 1;
+  if (removed)
+    stage(b); /* may refill the slot (a free one reopened) */
+  int idx = -1;
+  for (int i = 0; i < b->norder; i++)
+    if (b->order[i] == s)
+      idx = i;
+  if (idx < 0 || sl->rows == 0)
+    return 0;
+  memmove(&b->order[idx], &b->order[idx + 1],
+          (size_t)(b->norder - idx - 1) * sizeof(int));
+  b->norder--;
+  sl->state = MLPD_SLOT_RUNNING;
+  sl->engine = engine;
+  sl->attempts++;
+  b->nrunning++;
   b->queue_rows -= sl->rows;
   for (int k = 0; k < sl->nsegs; k++)
     sl->segs[k].req->started = 1;
-  *slot = s;
-  *rows = sl->rows;
+  *in = sl->in;
+  *in_dtype = sl->in_dtype;
+  *out = sl->out;
+  *out_dtype = sl->out_dtype;
+  int rows = sl->rows;
   /* The next rows need a new slot; open it now so staging continues. */
   stage(b);
-  return 1;
+  return rows;
 }
 
-void mlpd_batcher_complete(mlpd_batcher_t *b, int slot, int rc,
-                           const char *msg, uint64_t start_ns,
-                           uint64_t end_ns) {
-  /* Slots complete in submission order: order[0] is this one. */
-  int idx = 0;
-  while (idx < b->nsubmitted && b->order[idx] != slot)
-    idx++;
-  if (idx == b->nsubmitted)
-    return; /* not ours: ignore rather than corrupt state */
-  mlpd_slot_t *sl = &b->slots[slot];
-  const mlpd_engine_info_t *in = &b->engine->info;
-  size_t osz = mlpd_dtype_size(in->out_dtype);
+/* Copies slot s's outputs of one segment into its request. */
+static void deliver(mlpd_batcher_t *b, const mlpd_slot_t *sl,
+                    const mlpd_seg_t *seg) {
+  mlpd_req_t *r = seg->req;
+  size_t osz = mlpd_dtype_size(sl->out_dtype);
+  size_t dsz = mlpd_dtype_size(r->out_dtype);
+  int oc = r->out_cols;
+  const uint8_t *src = (const uint8_t *)sl->out +
+                       (size_t)seg->slot_row * (size_t)b->shape.out_stride *
+                           osz;
+  uint8_t *dst = r->out + (size_t)seg->req_row * (size_t)oc * dsz;
+  mlpd_dtype_convert_rows(dst, r->out_dtype, (size_t)oc, src, sl->out_dtype,
+                          (size_t)b->shape.out_stride, (size_t)seg->rows,
+                          (size_t)oc);
+}
+
+int mlpd_batcher_complete(mlpd_batcher_t *b, int s, int rc, const char *msg,
+                          int retry, uint64_t start_ns, uint64_t end_ns) {
+  mlpd_slot_t *sl = &b->slots[s];
+  if (sl->state != MLPD_SLOT_RUNNING)
+    return 0; /* not ours: ignore rather than corrupt state */
+  b->nrunning--;
+  if (rc != 0 && retry && sl->attempts < b->cfg.max_attempts) {
+    /* Another device may do what this one failed to: first in line. */
+    sl->state = MLPD_SLOT_CLOSED;
+    sl->avoid = sl->engine;
+    sl->engine = -1;
+    memmove(&b->order[1], &b->order[0], (size_t)b->norder * sizeof(int));
+    b->order[0] = s;
+    b->norder++;
+    return 1;
+  }
   for (int k = 0; k < sl->nsegs; k++) {
     mlpd_seg_t *seg = &sl->segs[k];
     mlpd_req_t *r = seg->req;
@@ -323,21 +417,14 @@ void mlpd_batcher_complete(mlpd_batcher_t *b, int slot, int rc,
       r->start_ns = start_ns;
     r->compute_ns += end_ns - start_ns;
     r->batch_rows = sl->rows;
-    /* admit and set_engine keep out_cols equal to the engine's width; a
+    r->engine = sl->engine;
+    /* admit and set_shape keep out_cols equal to the shape's width; a
      * mismatch would be a bug, and writing rows of another width into out
      * would overflow it, so it fails the request instead. */
-    if (rc != 0 || r->out_cols != in->out_features)
+    if (rc != 0 || r->out_cols != b->shape.out_features)
       r->failed = 1;
-    if (!r->failed && !r->cancelled) {
-      size_t dsz = mlpd_dtype_size(r->out_dtype);
-      int oc = r->out_cols;
-      const uint8_t *src = (const uint8_t *)b->engine->out[slot] +
-                           (size_t)seg->slot_row * (size_t)in->out_stride * osz;
-      uint8_t *dst = r->out + (size_t)seg->req_row * (size_t)oc * dsz;
-      mlpd_dtype_convert_rows(dst, r->out_dtype, (size_t)oc, src,
-                              in->out_dtype, (size_t)in->out_stride,
-                              (size_t)seg->rows, (size_t)oc);
-    }
+    if (!r->failed && !r->cancelled)
+      deliver(b, sl, seg);
   }
   /* A request can hold two segments of one slot (rows staged again after a
    * compaction), so answer it at its last one: the callback may free it. */
@@ -354,17 +441,18 @@ void mlpd_batcher_complete(mlpd_batcher_t *b, int slot, int rc,
     else if (r->done == r->rows)
       b->done(b->ud, r, MLPD_STATUS_OK, "");
   }
-  drop_order(b, idx);
-  b->nsubmitted--;
+  sl->state = MLPD_SLOT_FREE;
+  sl->rows = 0;
+  sl->nsegs = 0;
+  sl->engine = -1;
   stage(b);
+  return 0;
 }
 
 uint64_t mlpd_batcher_next_wakeup(const mlpd_batcher_t *b) {
   uint64_t t = UINT64_MAX;
-  int s = filling_slot(b);
-  if (s >= 0 && b->nsubmitted == 0 && b->slots[s].rows > 0 &&
-      b->order[0] == s) {
-    uint64_t due = oldest_arrival(b, s) + b->cfg.max_delay_ns;
+  if (b->norder > 0 && b->slots[b->order[0]].state == MLPD_SLOT_FILLING) {
+    uint64_t due = oldest_arrival(b, b->order[0]) + b->cfg.max_delay_ns;
     if (due < t)
       t = due;
   }
@@ -372,7 +460,7 @@ uint64_t mlpd_batcher_next_wakeup(const mlpd_batcher_t *b) {
     if (!r->started && r->deadline_ns != 0 && r->deadline_ns < t)
       t = r->deadline_ns;
   }
-  for (int i = b->nsubmitted; i < b->norder; i++) {
+  for (int i = 0; i < b->norder; i++) {
     const mlpd_slot_t *sl = &b->slots[b->order[i]];
     for (int k = 0; k < sl->nsegs; k++) {
       const mlpd_req_t *r = sl->segs[k].req;
@@ -391,25 +479,29 @@ void mlpd_batcher_set_hold(mlpd_batcher_t *b, int on) {
     stage(b);
 }
 
-int mlpd_batcher_slots_idle(const mlpd_batcher_t *b) { return b->norder == 0; }
-
-int mlpd_batcher_idle(const mlpd_batcher_t *b) {
-  return b->norder == 0 && b->pend_head == NULL;
+int mlpd_batcher_slots_idle(const mlpd_batcher_t *b) {
+  return b->norder == 0 && b->nrunning == 0;
 }
 
-void mlpd_batcher_set_engine(mlpd_batcher_t *b, mlpd_engine_t *engine) {
-  b->engine = engine;
-  b->nslots = engine->info.nslots;
+int mlpd_batcher_idle(const mlpd_batcher_t *b) {
+  return mlpd_batcher_slots_idle(b) && b->pend_head == NULL;
+}
+
+void mlpd_batcher_set_shape(mlpd_batcher_t *b,
+                            const mlpd_batcher_shape_t *shape,
+                            void *const *in, void *const *out) {
+  b->shape = *shape;
+  set_buffers(b, in, out);
   /* Requests still pending were admitted for the old model; their output
    * buffers have its width. Only requests not yet started can be here (a
-   * partly run one finished on the old engine before the switch). */
+   * partly run one finished on the old engines before the switch). */
   for (mlpd_req_t *r = b->pend_head, *next; r != NULL; r = next) {
     next = r->pnext;
-    if (r->cols != engine->info.in_features) {
+    if (r->cols != shape->in_features) {
       withdraw(b, r);
       b->done(b->ud, r, MLPD_STATUS_INVALID_ARGUMENT,
               "the model was reloaded with a different input width");
-    } else if (r->out_cols != engine->info.out_features) {
+    } else if (r->out_cols != shape->out_features) {
       withdraw(b, r);
       b->done(b->ud, r, MLPD_STATUS_UNAVAILABLE,
               "the model was reloaded with a different output width; retry");

@@ -1,32 +1,45 @@
-/* batcher.h - dynamic batching over the engine's staging slots.
+/* batcher.h - dynamic batching over host staging slots, for a set of
+ * engines it knows only by description.
  *
- * The queue *is* the staging memory. Admitted requests are staged (their rows
- * copied from the received frame straight into the engine's in[slot],
- * converting dtype on the way) into the slot being filled; a slot is handed to
- * the worker when it is full, or - when the worker is idle - once its oldest
- * request has waited max_delay. Slots are submitted and complete in the order
- * they were filled. At most two slots are submitted at once (one running, one
- * waiting behind it so the engine runs back to back); everything not yet
- * submitted can still be taken back, so a request whose client went away or
- * whose deadline passed is removed (its rows compacted out of the slot)
- * before it reaches the engine.
+ * The queue *is* the staging memory. Admitted requests are staged (their
+ * rows copied from the frame or shared-memory region straight into a slot's
+ * input buffer) into the slot being filled; the caller asks which slot is
+ * ready (mlpd_batcher_ready), finds an engine with room for it, and hands
+ * it over (mlpd_batcher_start); the engine's completion comes back through
+ * mlpd_batcher_complete in any order (several engines run slots at once).
+ * Everything not yet handed over can still be taken back, so a request
+ * whose client went away or whose deadline passed is removed (its rows
+ * compacted out of the slot) before it reaches an engine; deadlines are
+ * checked once more at hand-off.
  *
- * A request larger than a slot is split across consecutive slots; one larger
- * than the whole queue is admitted when the queue is empty, so no request is
+ * Policy. A full slot is ready at once. A partial slot is ready at once
+ * when an engine is idle and no more rows are known to be arriving; while
+ * every engine is busy (or rows are arriving) it waits for company, at most
+ * max_delay from its oldest row. Flush mode (draining, reload) sends
+ * partial slots as soon as an engine has room.
+ *
+ * Dtypes. A slot holds its rows in one dtype each way, chosen by its first
+ * request: the client's own when every engine takes it (the engine
+ * converts, on the GPU for CUDA), else the compute dtype; with fp32
+ * compute always fp32, so no client loses precision to another's choice.
+ * Later requests in other dtypes are converted while copied.
+ *
+ * A request larger than a slot is split across slots; one larger than the
+ * whole queue is admitted when the queue is empty, so no request is
  * refused for its size alone. Rows that do not fit any free slot stay
- * "pending" in a copy the caller made (see mlpd_batcher_admit).
+ * "pending" in memory the caller keeps valid (mlpd_batcher_admit).
  *
- * Pure logic over memory: no I/O, no threads, no clocks (callers pass `now`
- * in nanoseconds), so policy tests drive it directly. Single-threaded: the
- * daemon calls it from the loop thread only. It allocates only in init. */
+ * Pure logic over memory: no I/O, no threads, no clocks (callers pass
+ * `now` in nanoseconds), no engine calls, so policy tests drive it
+ * directly. Single-threaded (one dispatcher's loop). It allocates only in
+ * init; the staging buffers are the caller's. */
 #ifndef MLPD_BATCHER_H
 #define MLPD_BATCHER_H
 
 #include "dtype.h"
-#include "engine.h"
 #include "error.h"
-#include "status.h"
 #include "mlpd.h"
+#include "status.h"
 
 typedef struct mlpd_req_s mlpd_req_t;
 
@@ -37,16 +50,16 @@ struct mlpd_req_s {
   uint64_t id;               /* (caller) client's id */
   void *owner;               /* (caller) e.g. the connection; opaque here */
   int rows;                  /* (caller) >= 1 */
-  int cols;                  /* (caller) must equal the engine's in_features */
-  int out_cols;              /* (caller) the engine's out_features when the
+  int cols;                  /* (caller) must equal the shape's in_features */
+  int out_cols;              /* (caller) the shape's out_features when the
                                 request was admitted: out's row width */
   mlpd_dtype_t in_dtype;     /* (caller) dtype of src */
   mlpd_dtype_t out_dtype;    /* (caller) dtype wanted in out */
   const uint8_t *src;        /* (caller) [rows][cols] input, any alignment;
                                 valid until admit returns, or until done if
-                                the caller set src_owned */
-  int src_owned;             /* (caller) 1 if src stays valid until done */
-  uint8_t *out;              /* (caller) [rows][out_features] of out_dtype */
+                                the caller set src_stable */
+  int src_stable;            /* (caller) 1 if src stays valid until done */
+  uint8_t *out;              /* (caller) [rows][out_cols] of out_dtype */
   uint64_t arrival_ns;       /* (caller) when the request was complete */
   uint64_t deadline_ns;      /* (caller) 0 = none */
 
@@ -54,13 +67,14 @@ struct mlpd_req_s {
   int staged;                /* rows copied into slots so far */
   int done;                  /* rows computed so far */
   int nsegs;                 /* segments in slots not yet completed */
-  int started;               /* a slot holding it was submitted */
+  int started;               /* a slot holding it was handed over */
   int cancelled;             /* owner is gone: drop, do not answer */
-  int failed;                /* an engine run failed for one of its rows */
+  int failed;                /* an engine failed one of its rows */
   int pending;               /* in the pending list */
   uint64_t start_ns;         /* start of the first batch that ran it */
   uint64_t compute_ns;       /* engine time of the batches that ran it */
   int batch_rows;            /* rows of the last batch that ran it */
+  int engine;                /* engine of the last batch that ran it */
   int mark;                  /* scratch for mlpd_batcher_complete */
   mlpd_req_t *pnext;         /* pending list */
   /* free for the caller's own lists (the batcher never touches them) */
@@ -76,10 +90,30 @@ struct mlpd_req_s {
 typedef void (*mlpd_batcher_done_cb)(void *ud, mlpd_req_t *req,
                                      mlpd_status_t status, const char *msg);
 
+/* What the batcher knows of the engines it feeds (all alike). */
+typedef struct mlpd_batcher_shape_s {
+  int in_features;
+  int out_features;
+  int in_stride;              /* elements between staged input rows */
+  int out_stride;             /* ... output rows */
+  int max_batch;              /* rows per slot */
+  uint32_t in_dtypes;         /* MLPD_DTYPE_BIT()s every engine takes */
+  uint32_t out_dtypes;
+  mlpd_dtype_t compute_dtype;
+} mlpd_batcher_shape_t;
+
+/* Bytes one slot's input and output buffers need: rows of 4-byte
+ * elements, the widest dtype. */
+size_t mlpd_batcher_in_bytes(const mlpd_batcher_shape_t *s);
+size_t mlpd_batcher_out_bytes(const mlpd_batcher_shape_t *s);
+
+#define MLPD_BATCHER_MAX_SLOTS 32
+
 typedef struct mlpd_batcher_config_s {
-  int max_batch;         /* rows per slot; the engine's max_batch */
-  uint64_t max_delay_ns; /* wait for more rows at most this long */
-  int max_queue;         /* rows admitted and not yet submitted */
+  uint64_t max_delay_ns; /* a partial slot waits for company at most this */
+  int max_queue;         /* rows admitted and not yet handed over */
+  int nslots;            /* 1..MLPD_BATCHER_MAX_SLOTS */
+  int max_attempts;      /* engines a failed batch is tried on, >= 1 */
 } mlpd_batcher_config_t;
 
 typedef struct mlpd_seg_s {
@@ -91,84 +125,107 @@ typedef struct mlpd_seg_s {
 
 typedef enum {
   MLPD_SLOT_FREE = 0,
-  MLPD_SLOT_FILLING,   /* open for rows (only the newest slot) */
+  MLPD_SLOT_FILLING,   /* open for rows (only the newest queued slot) */
   MLPD_SLOT_CLOSED,    /* full or followed by a newer slot */
-  MLPD_SLOT_SUBMITTED, /* handed to the worker; the batcher keeps off it */
+  MLPD_SLOT_RUNNING,   /* handed to an engine; the batcher keeps off it */
 } mlpd_slot_state_t;
 
 typedef struct mlpd_slot_s {
   mlpd_slot_state_t state;
   int rows;
   int nsegs;
-  mlpd_seg_t *segs; /* owned: max_batch entries (a segment has >= 1 row) */
+  mlpd_seg_t *segs;       /* owned: max_batch entries */
+  mlpd_dtype_t in_dtype;  /* of the staged rows */
+  mlpd_dtype_t out_dtype; /* the engine writes */
+  void *in, *out;         /* the caller's staging buffers */
+  int attempts;           /* hand-overs so far */
+  int engine;             /* while RUNNING: the caller's engine index */
+  int avoid;              /* the engine it last failed on, or -1: the
+                             caller tries the others first */
 } mlpd_slot_t;
 
 typedef struct mlpd_batcher_s {
-  mlpd_engine_t *engine;        /* borrowed: staging buffers and widths */
+  mlpd_batcher_shape_t shape;
   mlpd_batcher_config_t cfg;
-  int nslots;                   /* engine->info.nslots */
-  mlpd_slot_t slots[MLPD_MAX_SLOTS];
-  int order[MLPD_MAX_SLOTS];    /* non-free slots, oldest first */
+  mlpd_slot_t slots[MLPD_BATCHER_MAX_SLOTS];
+  int order[MLPD_BATCHER_MAX_SLOTS]; /* queued (not running) slots,
+                                        oldest first */
   int norder;
-  int nsubmitted;               /* leading entries of order[] submitted */
+  int nrunning;                 /* slots handed over */
   mlpd_req_t *pend_head;        /* admitted, rows not all staged; FIFO */
   mlpd_req_t *pend_tail;
-  int queue_rows;               /* admitted rows not yet submitted */
-  int flush;                    /* submit partial slots without waiting */
+  int queue_rows;               /* admitted rows not yet handed over */
+  int flush;                    /* partial slots go as soon as possible */
   int hold;                     /* stage nothing new (engine switch) */
   uint64_t dropped_rows;        /* rows removed because owners went away */
   mlpd_batcher_done_cb done;
   void *ud;
 } mlpd_batcher_t;
 
-int mlpd_batcher_init(mlpd_batcher_t *b, mlpd_engine_t *engine,
-                      const mlpd_batcher_config_t *cfg,
-                      mlpd_batcher_done_cb done, void *ud,
+/* in[s], out[s]: the staging buffers of slot s (cfg.nslots of each, at
+ * least mlpd_batcher_in_bytes / _out_bytes), owned by the caller. */
+int mlpd_batcher_init(mlpd_batcher_t *b, const mlpd_batcher_shape_t *shape,
+                      const mlpd_batcher_config_t *cfg, void *const *in,
+                      void *const *out, mlpd_batcher_done_cb done, void *ud,
                       mlpd_err_t *err) MLPD_MUST_CHECK;
 void mlpd_batcher_free(mlpd_batcher_t *b);
 
 /* Admits a request and stages what fits. Returns 0, or MLPD_EBUSY when
  * admitting it would exceed max_queue rows (the queue is not empty), or
- * MLPD_ESHAPE when cols does not match the model. After 0, if req->staged <
- * req->rows and !req->src_owned, the caller must give the request its own
- * copy of src before returning to the loop (mlpd_batcher_needs_copy). */
+ * MLPD_ESHAPE when cols does not match the shape. After 0, if req->staged
+ * < req->rows and !req->src_stable, the caller must give the request its
+ * own copy of src before returning to the loop (mlpd_batcher_needs_copy). */
 int mlpd_batcher_admit(mlpd_batcher_t *b, mlpd_req_t *req,
                        uint64_t now) MLPD_MUST_CHECK;
 
 /* 1 if the request still has unstaged rows that live in borrowed memory. */
 int mlpd_batcher_needs_copy(const mlpd_req_t *req);
 
-/* The owner is gone. Rows not yet submitted are removed at once; rows in
- * submitted slots are computed and discarded. The done callback runs with
+/* The owner is gone. Rows not yet handed over are removed at once; rows in
+ * running slots are computed and discarded. The done callback runs with
  * CANCELLED once nothing references the request (maybe before this
  * returns). */
 void mlpd_batcher_cancel(mlpd_batcher_t *b, mlpd_req_t *req);
 
-/* Answers DEADLINE_EXCEEDED for every request not yet started whose deadline
- * is <= now, removing its rows. */
+/* Answers DEADLINE_EXCEEDED for every request not yet started whose
+ * deadline is <= now, removing its rows. */
 void mlpd_batcher_expire(mlpd_batcher_t *b, uint64_t now);
 
-/* If a slot should be handed to the worker now, marks it submitted, sets
- * *slot and *rows and returns 1; else 0. Call until it returns 0. */
-int mlpd_batcher_next(mlpd_batcher_t *b, uint64_t now, int *slot, int *rows);
+/* The slot that should go to an engine now, or -1. engine_idle: some
+ * engine has nothing in flight; arriving: more rows are known to be on
+ * their way (a frame partly received). The caller needs an engine with
+ * room before it calls mlpd_batcher_start. */
+int mlpd_batcher_ready(const mlpd_batcher_t *b, uint64_t now, int engine_idle,
+                       int arriving);
 
-/* The worker finished `slot`: rc 0 or the engine's error (msg). Copies
- * outputs to the requests, answers the completed ones, frees the slot and
- * stages pending rows into it. start/end are the engine run's times. */
-void mlpd_batcher_complete(mlpd_batcher_t *b, int slot, int rc,
-                           const char *msg, uint64_t start_ns,
-                           uint64_t end_ns);
+/* Hands slot s (from mlpd_batcher_ready) to engine `engine`: first drops
+ * the requests in it whose deadline has passed (answered
+ * DEADLINE_EXCEEDED), then marks it running and fills *batch (buffers,
+ * dtypes, rows). Returns the rows handed over; 0 when nothing was left, and
+ * then the slot is free again and the engine was not used. */
+int mlpd_batcher_start(mlpd_batcher_t *b, int s, int engine, uint64_t now,
+                       void **in, mlpd_dtype_t *in_dtype, void **out,
+                       mlpd_dtype_t *out_dtype);
 
-/* When the next timed event is due (a filling slot's delay, or the earliest
- * deadline), or UINT64_MAX when none. */
+/* Slot s came back: rc 0 or the engine's error (msg). With an error and
+ * retry != 0 (another engine may take it; the caller decides) the slot is
+ * queued again at the front, once per cfg.max_attempts, and 1 is
+ * returned; otherwise its requests get their outputs (converted to the
+ * dtype each asked for) or INTERNAL, the slot is freed, pending rows are
+ * staged into it, and 0 is returned. start/end are the engine's times. */
+int mlpd_batcher_complete(mlpd_batcher_t *b, int s, int rc, const char *msg,
+                          int retry, uint64_t start_ns, uint64_t end_ns);
+
+/* When the next timed event is due (a partial slot's delay, or the
+ * earliest deadline), or UINT64_MAX when none. */
 uint64_t mlpd_batcher_next_wakeup(const mlpd_batcher_t *b);
 
-/* Flush mode: partial slots go as soon as the worker can take them (used
- * while draining and before an engine switch). */
+/* Flush mode: partial slots go as soon as an engine has room (used while
+ * draining and before an engine switch). */
 void mlpd_batcher_set_flush(mlpd_batcher_t *b, int on);
 
 /* Hold mode: no new slots are opened; admitted rows stay pending. With flush,
- * this drains every slot so the engine can be replaced. */
+ * this drains every slot so the engines can be replaced. */
 void mlpd_batcher_set_hold(mlpd_batcher_t *b, int on);
 
 /* No slot in use (pending requests may remain). */
@@ -177,9 +234,11 @@ int mlpd_batcher_slots_idle(const mlpd_batcher_t *b);
 /* Nothing admitted remains: no pending rows, no slot in use. */
 int mlpd_batcher_idle(const mlpd_batcher_t *b);
 
-/* Replaces the engine (all slots must be idle). Pending requests whose
- * widths no longer match are answered (see mlpd_batcher_done_cb). Clears
- * hold. */
-void mlpd_batcher_set_engine(mlpd_batcher_t *b, mlpd_engine_t *engine);
+/* Replaces the shape and the staging buffers (every slot must be idle).
+ * Pending requests whose widths no longer match are answered (see
+ * mlpd_batcher_done_cb). Clears hold. */
+void mlpd_batcher_set_shape(mlpd_batcher_t *b,
+                            const mlpd_batcher_shape_t *shape,
+                            void *const *in, void *const *out);
 
 #endif

@@ -1,17 +1,21 @@
-/* daemon.c - the daemon's life cycle: startup, model loading on the thread
- * pool, warm-up, readiness, SIGHUP reload with a switch between batches,
- * SIGTERM drain, systemd notification and the watchdog. Request handling is
- * in dispatch.c; this file does not parse or encode frames. */
+/* daemon.c - the daemon's life cycle: startup, loading pools on the thread
+ * pool, warm-up, readiness, SIGHUP reload with a switch between batches on
+ * every I/O thread, SIGTERM drain, systemd notification, the watchdog, and
+ * the daemon-wide metrics. Request handling is in dispatch.c; this file
+ * does not parse or encode frames. */
 #include "daemon.h"
 
-#include "dispatch.h"
 #include "log.h"
 #include "notify.h"
+#include "server.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define LOAD_EXTEND_USEC (20u * 1000000u) /* asked for while progressing */
 #define STALL_NS (120ull * 1000000000ull) /* no progress: stop extending */
@@ -20,6 +24,7 @@ void mlpd_config_init(mlpd_config_t *c) {
   memset(c, 0, sizeof(*c));
   c->socket_path = "/run/mlpd/mlpd.sock";
   c->socket_mode = 0660;
+  c->socket_group = -1;
   c->device = "auto";
   mlpd_engine_opts_init(&c->engine);
   c->max_batch = 256;
@@ -27,11 +32,101 @@ void mlpd_config_init(mlpd_config_t *c) {
   c->max_queue = 4096;
   c->max_frame = 64u << 20;
   c->max_unsent = 16u << 20;
-  c->max_connections = 1024;
+  c->access.max_connections = 1024;
+  c->frame_timeout_ms = 30000;
+  c->max_regions = 64;
+  c->max_shm_bytes = (uint64_t)16 << 30;
   c->drain_timeout_s = 30;
 }
 
-/* ---- loading (thread pool) ---------------------------------------------- */
+static mlpd_state_t state_of(mlpd_daemon_t *d) {
+  return (mlpd_state_t)atomic_load(d->state);
+}
+
+static void set_state(mlpd_daemon_t *d, mlpd_state_t s) {
+  atomic_store(d->state, (int)s);
+}
+
+/* ---- health and metrics, for any thread ----------------------------------- */
+
+static void health(void *ud, int *live, int *ready, const char **state) {
+  mlpd_daemon_t *d = ud;
+  mlpd_state_t s = state_of(d);
+  *live = s != MLPD_STATE_STOPPED;
+  *ready = s == MLPD_STATE_READY;
+  switch (s) {
+  case MLPD_STATE_LOADING:
+    *state = "loading";
+    break;
+  case MLPD_STATE_READY:
+    *state = "ready";
+    pthread_mutex_lock(&d->mu);
+    if (d->pool != NULL && mlpd_pool_in_rotation(d->pool) < d->pool->n)
+      *state = "degraded";
+    pthread_mutex_unlock(&d->mu);
+    break;
+  default:
+    *state = "draining";
+    break;
+  }
+}
+
+static size_t render_metrics(void *ud, char *buf, size_t cap) {
+  mlpd_daemon_t *d = ud;
+  mlpd_metrics_t *m = malloc(sizeof(*m));
+  if (m == NULL)
+    return 0;
+  mlpd_metrics_init(m);
+  for (int i = 0; i < d->nshards && d->shards_started; i++)
+    mlpd_dispatch_metrics(&d->shards[i], m);
+  for (int u = 0; u < MLPD_UID_SLOTS; u++)
+    mlpd_access_uid_name(&d->access, u, m->uid_names[u],
+                         sizeof(m->uid_names[u]));
+  m->ready = state_of(d) == MLPD_STATE_READY;
+  m->shm_mapped_bytes = atomic_load(&d->shared.shm_mapped);
+  pthread_mutex_lock(&d->mu);
+  m->model_generation = d->generation;
+  m->reloads_ok = d->reloads_ok;
+  m->reloads_failed = d->reloads_failed;
+  mlpd_pool_t *p = d->pool;
+  if (p != NULL) {
+    const mlpd_engine_info_t *e = &p->engines[0]->info;
+    mlpd_metrics_set_model(m, p->model->path, e->kind, e->device,
+                           mlpd_dtype_name(e->compute_dtype), d->model_labels,
+                           p->model->in_features, p->model->out_features,
+                           e->max_batch);
+    m->gpu_memory_bytes = strcmp(e->kind, "cuda") == 0 ? p->device_bytes : 0;
+    m->ndevices = p->n < MLPD_METRICS_MAX_DEVICES ? p->n
+                                                  : MLPD_METRICS_MAX_DEVICES;
+    uint64_t now = mlpd_now_ns();
+    for (int i = 0; i < m->ndevices; i++) {
+      mlpd_worker_t *w = &p->workers[i];
+      mlpd_metrics_device_t *md = &m->devices[i];
+      snprintf(md->name, sizeof(md->name), "%s", p->engines[i]->info.name);
+      md->in_rotation = atomic_load(&w->in_rotation);
+      md->batches = atomic_load(&w->batches);
+      md->rows = atomic_load(&w->rows);
+      md->failures = atomic_load(&w->failures);
+      md->busy_seconds =
+          (double)(atomic_load(&w->busy_ns) + mlpd_worker_busy_ns(w, now)) /
+          1e9;
+      md->memory_bytes = p->engines[i]->info.device_bytes;
+    }
+  }
+  pthread_mutex_unlock(&d->mu);
+  size_t n = mlpd_metrics_render(m, buf, cap);
+  free(m);
+  return n;
+}
+
+/* ---- shards ----------------------------------------------------------------- */
+
+static void post_all(mlpd_daemon_t *d, int type, mlpd_pool_t *pool) {
+  for (int i = 0; i < d->nshards; i++)
+    mlpd_dispatch_post(&d->shards[i], type, pool);
+}
+
+/* ---- loading (thread pool) -------------------------------------------------- */
 
 static void on_load_progress(void *ud, const char *status) {
   mlpd_daemon_t *d = ud;
@@ -40,130 +135,37 @@ static void on_load_progress(void *ud, const char *status) {
   mlpd_notify_status("%s", status);
 }
 
-static int slots_for(const mlpd_config_t *c) {
-  int n = (c->max_queue + c->max_batch - 1) / c->max_batch + 2;
-  if (n < 3)
-    n = 3;
-  return n > MLPD_MAX_SLOTS ? MLPD_MAX_SLOTS : n;
-}
-
 static void load_work(uv_work_t *w) {
   mlpd_load_t *l = (mlpd_load_t *)w;
   mlpd_daemon_t *d = l->d;
   mlpd_engine_opts_t opts = d->cfg.engine;
   opts.max_batch = d->cfg.max_batch;
-  opts.nslots = slots_for(&d->cfg);
   opts.progress = on_load_progress;
   opts.progress_ud = d;
   mlpd_err_clear(&l->err);
   on_load_progress(d, "loading model");
-  l->rc = mlpd_model_load(&l->model, d->cfg.model_path, d->cfg.activations,
-                          &l->err);
-  if (l->rc != 0)
+  int cuda_count = 0;
+  if (strstr(d->cfg.device, "cuda:all") != NULL) {
+    mlpd_err_t e2 = {0};
+    const mlpd_engine_ops_t *cuda = mlpd_engine_ops_for("cuda", &e2);
+    cuda_count = cuda != NULL ? cuda->device_count() : 0;
+  }
+  mlpd_device_t dev[MLPD_MAX_DEVICES];
+  int n = 0;
+  if ((l->rc = mlpd_engine_parse_devices(d->cfg.device, cuda_count, dev, &n,
+                                         &l->err)) != 0)
     return;
   char msg[160];
-  snprintf(msg, sizeof(msg), "planning %d layers on %s", l->model->nlayers,
-           d->cfg.device);
+  snprintf(msg, sizeof(msg), "reading %s, planning on %d device%s",
+           d->cfg.model_path, n, n == 1 ? "" : "s");
   on_load_progress(d, msg);
-  l->rc = mlpd_engine_open(&l->engine, d->cfg.device, l->model, &opts,
-                           &l->err);
-  if (l->rc != 0) {
-    mlpd_model_free(l->model);
-    l->model = NULL;
-  }
+  l->rc = mlpd_pool_open(&l->pool, d->cfg.model_path, d->cfg.activations,
+                         dev, n, &opts, &l->err);
 }
-
-static void start_warmup(mlpd_daemon_t *d, mlpd_engine_t *e) {
-  /* One real batch through the worker before anything is served, so first
-   * requests do not pay for lazy initialisation (Triton's ModelWarmup). The
-   * staging memory is zeroed at open; one row is enough to touch every
-   * layer. */
-  d->warming = e;
-  if (mlpd_worker_submit(&d->worker, e, 0, 1) != 0) {
-    MLPD_LOGE("warm-up: worker queue full");
-    d->warming = NULL;
-  }
-}
-
-static void model_labels(mlpd_daemon_t *d) {
-  char layers[256];
-  size_t pos = 0;
-  const mlpd_model_t *m = d->model;
-  pos += (size_t)snprintf(layers, sizeof(layers), "%d", m->in_features);
-  for (int i = 0; i < m->nlayers && pos < sizeof(layers); i++)
-    pos += (size_t)snprintf(layers + pos, sizeof(layers) - pos, "-%d",
-                            m->layers[i].out);
-  const mlpd_engine_info_t *e = &d->engine->info;
-  mlpd_metrics_set_model(&d->metrics, m->path, e->kind, e->device,
-                         mlpd_dtype_name(e->compute_dtype), layers,
-                         m->in_features, m->out_features, e->max_batch);
-  d->metrics.gpu_memory_bytes = e->device_bytes;
-  d->metrics.model_generation = d->generation;
-}
-
-static void begin_drain(mlpd_daemon_t *d);
-static void finish(mlpd_daemon_t *d);
-static void retire(mlpd_daemon_t *d, mlpd_model_t *m, mlpd_engine_t *e);
-
-static void load_done(uv_work_t *w, int status) {
-  mlpd_load_t *l = (mlpd_load_t *)w;
-  mlpd_daemon_t *d = l->d;
-  d->loading = 0;
-  if (status != 0 && l->rc == 0)
-    l->rc = status;
-  if (l->rc != 0) {
-    if (!l->is_reload) {
-      MLPD_LOGE("cannot start: %s (%s)", mlpd_err_msg(&l->err, l->rc),
-                mlpd_err_name(l->rc));
-      mlpd_notify_status("failed: %s", mlpd_err_msg(&l->err, l->rc));
-      d->exit_code = 1;
-      finish(d);
-      return;
-    }
-    MLPD_LOGE("reload failed, still serving generation %llu: %s (%s)",
-              (unsigned long long)d->generation,
-              mlpd_err_msg(&l->err, l->rc), mlpd_err_name(l->rc));
-    d->metrics.reloads_failed++;
-    mlpd_notify_ready();
-    if (d->reload_again) {
-      d->reload_again = 0;
-      mlpd_daemon_reload(d);
-    }
-    return;
-  }
-  if (d->state == MLPD_STATE_DRAINING || d->state == MLPD_STATE_STOPPED) {
-    /* Stopped while loading: nothing to serve with it. */
-    retire(d, l->model, l->engine);
-    if (d->engine == NULL)
-      finish(d);
-    else
-      mlpd_daemon_maybe_done(d);
-    return;
-  }
-  d->next_model = l->model;
-  d->next_engine = l->engine;
-  l->model = NULL;
-  l->engine = NULL;
-  start_warmup(d, d->next_engine);
-}
-
-static int queue_load(mlpd_daemon_t *d, int is_reload) {
-  memset(&d->load, 0, sizeof(d->load));
-  d->load.d = d;
-  d->load.is_reload = is_reload;
-  atomic_store(&d->progress_ns, mlpd_now_ns());
-  int rc = uv_queue_work(&d->loop, &d->load.work, load_work, load_done);
-  if (rc == 0)
-    d->loading = 1;
-  return rc;
-}
-
-/* ---- switching engines (after warm-up, at startup and on reload) -------- */
 
 static void close_work(uv_work_t *w) {
   mlpd_load_t *l = (mlpd_load_t *)w;
-  mlpd_engine_close(l->engine);
-  mlpd_model_free(l->model);
+  mlpd_pool_close(l->pool);
 }
 
 static void close_done(uv_work_t *w, int status) {
@@ -171,141 +173,253 @@ static void close_done(uv_work_t *w, int status) {
   free(w);
 }
 
-/* Frees an engine off the loop thread: tearing down CUDA graphs and pinned
- * memory can take long enough to delay responses. */
-static void retire(mlpd_daemon_t *d, mlpd_model_t *m, mlpd_engine_t *e) {
+/* Closes a pool off the loop thread: tearing down CUDA graphs and pinned
+ * memory can take long enough to delay probes. */
+static void retire(mlpd_daemon_t *d, mlpd_pool_t *p) {
+  if (p == NULL)
+    return;
   mlpd_load_t *l = calloc(1, sizeof(*l));
   if (l != NULL) {
-    /* Filled before queueing: the pool may run the work at once. */
-    l->model = m;
-    l->engine = e;
+    l->pool = p; /* filled before queueing: the pool may run it at once */
     if (uv_queue_work(&d->loop, &l->work, close_work, close_done) == 0)
       return;
     free(l);
   }
-  mlpd_engine_close(e);
-  mlpd_model_free(m);
+  mlpd_pool_close(p);
 }
 
-static void become_ready(mlpd_daemon_t *d) {
-  d->state = MLPD_STATE_READY;
-  d->metrics.ready = 1;
-  const mlpd_engine_info_t *e = &d->engine->info;
-  const mlpd_model_t *m = d->model;
-  MLPD_LOGI("ready: %s, %d layers %d->%d, %s (%s), max batch %d, delay %llu "
-            "us, queue %d rows, %d staging slots, socket %s",
-            m->path, m->nlayers, m->in_features, m->out_features, e->device,
-            mlpd_dtype_name(e->compute_dtype), e->max_batch,
-            (unsigned long long)d->cfg.max_delay_us, d->cfg.max_queue,
-            e->nslots, d->cfg.socket_path);
-  mlpd_notify_ready();
+static void finish(mlpd_daemon_t *d);
+static void begin_drain(mlpd_daemon_t *d);
+static void maybe_drained(mlpd_daemon_t *d);
+static void reload(mlpd_daemon_t *d);
+
+static void load_after(uv_work_t *w, int status);
+
+static int queue_load(mlpd_daemon_t *d, int is_reload) {
+  memset(&d->load, 0, sizeof(d->load));
+  d->load.d = d;
+  d->load.is_reload = is_reload;
+  atomic_store(&d->progress_ns, mlpd_now_ns());
+  int rc = uv_queue_work(&d->loop, &d->load.work, load_work, load_after);
+  if (rc == 0)
+    d->loading = 1;
+  return rc;
 }
 
-/* Takes next_engine into service. Called when the batcher's slots are idle
- * (or at startup, when there is no batcher yet). */
-static void switch_engine(mlpd_daemon_t *d) {
-  mlpd_model_t *old_model = d->model;
-  mlpd_engine_t *old_engine = d->engine;
-  d->model = d->next_model;
-  d->engine = d->next_engine;
-  d->next_model = NULL;
-  d->next_engine = NULL;
-  d->switching = 0;
-  d->generation++;
-  if (!d->batcher_ready) {
-    mlpd_batcher_config_t bc = {
-        .max_batch = d->cfg.max_batch,
-        .max_delay_ns = d->cfg.max_delay_us * 1000u,
-        .max_queue = d->cfg.max_queue,
-    };
-    mlpd_err_t err = {0};
-    if (mlpd_batcher_init(&d->batcher, d->engine, &bc, mlpd_dispatch_done, d,
-                          &err) != 0) {
-      MLPD_LOGE("cannot start: %s", err.msg);
+/* The new pool failed or is not wanted any more. */
+static void drop_next(mlpd_daemon_t *d, const char *why) {
+  if (why != NULL) {
+    if (d->pool == NULL) {
+      MLPD_LOGE("cannot start: %s", why);
+      mlpd_notify_status("failed: %s", why);
       d->exit_code = 1;
-      finish(d);
-      return;
+    } else {
+      MLPD_LOGE("reload failed, still serving generation %llu: %s",
+                (unsigned long long)d->generation, why);
+      d->reloads_failed++;
+      mlpd_notify_ready();
     }
-    d->batcher_ready = 1;
-  } else {
-    mlpd_batcher_set_engine(&d->batcher, d->engine);
-    mlpd_batcher_set_flush(&d->batcher, d->state == MLPD_STATE_DRAINING);
   }
-  model_labels(d);
-  if (old_engine != NULL) {
-    d->metrics.reloads_ok++;
-    MLPD_LOGI("reloaded %s: generation %llu, %d layers %d->%d on %s",
-              d->model->path, (unsigned long long)d->generation,
-              d->model->nlayers, d->model->in_features,
-              d->model->out_features, d->engine->info.device);
-    retire(d, old_model, old_engine);
+  retire(d, d->next_pool);
+  d->next_pool = NULL;
+  if (d->pool == NULL)
+    finish(d);
+  else
+    maybe_drained(d);
+}
+
+/* One real batch through every engine before anything is served, so first
+ * requests do not pay for lazy initialisation (Triton's ModelWarmup). The
+ * staging row is zeroed at allocation; one row touches every layer. */
+static void start_warmup(mlpd_daemon_t *d) {
+  mlpd_pool_t *p = d->next_pool;
+  mlpd_dtype_t in = p->shape.in_dtypes & MLPD_DTYPE_BIT(MLPD_DTYPE_F32)
+                        ? MLPD_DTYPE_F32
+                        : p->shape.compute_dtype;
+  mlpd_dtype_t out = p->shape.out_dtypes & MLPD_DTYPE_BIT(MLPD_DTYPE_F32)
+                         ? MLPD_DTYPE_F32
+                         : p->shape.compute_dtype;
+  d->warm_failed = 0;
+  d->warming = 0;
+  for (int i = 0; i < p->n; i++) {
+    /* The workers are fresh: each has room. One at a time per engine, so
+     * the shared staging row is read by one batch at a time per device
+     * and written by none. */
+    if (!mlpd_worker_reserve(&p->workers[i])) {
+      d->warm_failed = 1;
+      continue;
+    }
+    mlpd_job_t *j = &d->warm[i];
+    memset(j, 0, sizeof(*j));
+    j->msg.type = MLPD_MSG_JOB;
+    j->batch = (mlpd_engine_batch_t){.in = p->warm_in, .in_dtype = in,
+                                     .out = p->warm_out, .out_dtype = out,
+                                     .rows = 1};
+    j->reply = &d->mb;
+    j->engine = i;
+    d->warming++;
+    mlpd_worker_submit(&p->workers[i], j);
+  }
+  if (d->warming == 0)
+    drop_next(d, "warm-up: no engine took the batch");
+}
+
+static void on_load_done(mlpd_daemon_t *d) {
+  mlpd_load_t *l = &d->load;
+  d->loading = 0;
+  if (l->rc != 0) {
+    char why[MLPD_ERRMSG_MAX + 32];
+    snprintf(why, sizeof(why), "%s (%s)", mlpd_err_msg(&l->err, l->rc),
+             mlpd_err_name(l->rc));
+    d->next_pool = NULL;
+    drop_next(d, why);
+    return;
+  }
+  d->next_pool = l->pool;
+  l->pool = NULL;
+  if (state_of(d) == MLPD_STATE_DRAINING || d->stopping) {
+    drop_next(d, NULL); /* stopped while loading: nothing to serve */
+    return;
+  }
+  start_warmup(d);
+}
+
+static void load_after(uv_work_t *w, int status) {
+  mlpd_load_t *l = (mlpd_load_t *)w;
+  if (status != 0 && l->rc == 0)
+    l->rc = status;
+  on_load_done(l->d);
+}
+
+/* ---- switching pools ---------------------------------------------------------- */
+
+static void set_labels(mlpd_daemon_t *d, const mlpd_model_t *m) {
+  size_t pos = (size_t)snprintf(d->model_labels, sizeof(d->model_labels),
+                                "%d", m->in_features);
+  for (int i = 0; i < m->nlayers && pos < sizeof(d->model_labels); i++)
+    pos += (size_t)snprintf(d->model_labels + pos,
+                            sizeof(d->model_labels) - pos, "-%d",
+                            m->layers[i].out);
+}
+
+static void warmed(mlpd_daemon_t *d) {
+  if (d->warm_failed) {
+    drop_next(d, "warm-up batch failed");
+    return;
+  }
+  if (state_of(d) == MLPD_STATE_DRAINING || d->stopping) {
+    drop_next(d, NULL);
+    return;
+  }
+  d->next_pool->generation = d->generation + 1;
+  d->switching = 1;
+  d->acks = 0;
+  /* Every I/O thread lets the batches it staged for the old engines run,
+   * then moves to the new pool and says so. */
+  post_all(d, MLPD_MSG_USE_POOL, d->next_pool);
+}
+
+static void switched(mlpd_daemon_t *d) {
+  mlpd_pool_t *old = d->pool;
+  pthread_mutex_lock(&d->mu);
+  d->pool = d->next_pool;
+  d->next_pool = NULL;
+  d->generation++;
+  set_labels(d, d->pool->model);
+  pthread_mutex_unlock(&d->mu);
+  d->switching = 0;
+  const mlpd_engine_info_t *e = &d->pool->engines[0]->info;
+  const mlpd_model_t *m = d->pool->model;
+  if (old != NULL) {
+    d->reloads_ok++;
+    MLPD_LOGI("reloaded %s: generation %llu, %d layers %d->%d on %d "
+              "device%s",
+              m->path, (unsigned long long)d->generation, m->nlayers,
+              m->in_features, m->out_features, d->pool->n,
+              d->pool->n == 1 ? "" : "s");
+    retire(d, old);
     mlpd_notify_ready();
-  } else {
-    become_ready(d);
+  } else if (state_of(d) == MLPD_STATE_LOADING) {
+    set_state(d, MLPD_STATE_READY);
+    char devs[256];
+    size_t pos = 0;
+    devs[0] = '\0';
+    for (int i = 0; i < d->pool->n && pos < sizeof(devs); i++)
+      pos += (size_t)snprintf(devs + pos, sizeof(devs) - pos, "%s%s",
+                              i ? ", " : "", d->pool->engines[i]->info.device);
+    MLPD_LOGI("ready: %s, %d layers %d->%d, %s on %s, max batch %d, delay "
+              "%llu us, queue %d rows, %d I/O thread%s, socket %s",
+              m->path, m->nlayers, m->in_features, m->out_features,
+              mlpd_dtype_name(e->compute_dtype), devs, e->max_batch,
+              (unsigned long long)d->cfg.max_delay_us, d->cfg.max_queue,
+              d->nshards, d->nshards == 1 ? "" : "s", d->cfg.socket_path);
+    mlpd_notify_ready();
   }
   if (d->reload_again) {
     d->reload_again = 0;
-    mlpd_daemon_reload(d);
+    reload(d);
   }
-  mlpd_dispatch_schedule(d);
+  maybe_drained(d);
 }
 
-void mlpd_daemon_try_switch(mlpd_daemon_t *d) {
-  if (d->switching && mlpd_batcher_slots_idle(&d->batcher))
-    switch_engine(d);
-}
+/* ---- messages from dispatchers and workers -------------------------------- */
 
-/* The worker finished a job: a warm-up, or a batch for the batcher. */
-static void on_job_done(mlpd_worker_t *w, const mlpd_job_t *job) {
-  mlpd_daemon_t *d = w->data;
-  if (job->engine == d->warming) {
-    d->warming = NULL;
-    if (job->rc != 0) {
-      MLPD_LOGE("warm-up batch failed: %s (%s)", job->msg,
-                mlpd_err_name(job->rc));
-      retire(d, d->next_model, d->next_engine);
-      d->next_engine = NULL;
-      d->next_model = NULL;
-      if (d->engine == NULL) {
-        d->exit_code = 1;
-        finish(d);
-      } else {
-        d->metrics.reloads_failed++;
-        mlpd_notify_ready();
-      }
-      return;
+static void on_msg(mlpd_mailbox_t *mb, mlpd_msg_t *msg) {
+  mlpd_daemon_t *d = mb->data;
+  switch (msg->type) {
+  case MLPD_MSG_JOB: {
+    mlpd_job_t *j = (mlpd_job_t *)msg;
+    if (d->stopping && d->next_pool == NULL)
+      return; /* a warm-up that outlived its pool's start */
+    if (j->rc != 0) {
+      MLPD_LOGE("warm-up batch on %s failed: %s (%s)",
+                d->next_pool->engines[j->engine]->info.name, j->why,
+                mlpd_err_name(j->rc));
+      d->warm_failed = 1;
+    } else {
+      MLPD_LOGI("warm-up batch on %s ran in %.1f us",
+                d->next_pool->engines[j->engine]->info.name,
+                (double)(j->end_ns - j->start_ns) / 1e3);
     }
-    MLPD_LOGI("warm-up batch ran in %.1f us",
-              (double)(job->end_ns - job->start_ns) / 1e3);
-    if (d->state == MLPD_STATE_DRAINING || d->state == MLPD_STATE_STOPPED) {
-      retire(d, d->next_model, d->next_engine);
-      d->next_engine = NULL;
-      d->next_model = NULL;
-      if (d->engine == NULL)
-        finish(d);
-      else
-        mlpd_daemon_maybe_done(d);
-      return;
-    }
-    if (d->engine == NULL) {
-      switch_engine(d);
-      return;
-    }
-    /* Reload: let the slots staged for the old engine run, then switch.
-     * Requests arriving meanwhile wait in the pending queue. */
-    d->switching = 1;
-    mlpd_batcher_set_hold(&d->batcher, 1);
-    mlpd_batcher_set_flush(&d->batcher, 1);
-    mlpd_dispatch_schedule(d);
+    if (--d->warming == 0)
+      warmed(d);
     return;
   }
-  mlpd_dispatch_job_done(d, job);
+  case MLPD_MSG_SWITCHED:
+    if (++d->acks == d->nshards)
+      switched(d);
+    return;
+  case MLPD_MSG_IDLE:
+    d->idle_shards++;
+    maybe_drained(d);
+    return;
+  case MLPD_MSG_CLOSED:
+    if (++d->closed_shards < d->nshards)
+      return;
+    /* Every connection is gone. The workers finish what they hold (their
+     * jobs go back to the dispatchers' mailboxes, still open), then the
+     * dispatchers free their staging while the pools still exist. */
+    uv_timer_stop(&d->stop_timer);
+    if (!uv_is_closing((uv_handle_t *)&d->stop_timer))
+      uv_close((uv_handle_t *)&d->stop_timer, NULL);
+    for (int k = 0; k < 2; k++) {
+      mlpd_pool_t *p = k == 0 ? d->pool : d->next_pool;
+      for (int i = 0; p != NULL && i < p->n; i++)
+        mlpd_worker_stop(&p->workers[i]);
+    }
+    post_all(d, MLPD_MSG_EXIT, NULL);
+    for (int i = 0; i < d->nshards; i++)
+      mlpd_dispatch_join(&d->shards[i]);
+    d->shards_started = 0;
+    mlpd_mailbox_close(&d->mb, NULL);
+    return;
+  }
 }
 
-/* ---- signals, reload, drain --------------------------------------------- */
+/* ---- signals, reload, drain --------------------------------------------------- */
 
-void mlpd_daemon_reload(mlpd_daemon_t *d) {
-  if (d->state != MLPD_STATE_READY)
+static void reload(mlpd_daemon_t *d) {
+  if (state_of(d) != MLPD_STATE_READY)
     return;
   if (d->loading || d->warming || d->switching) {
     d->reload_again = 1; /* the newest file wins once this one is done */
@@ -323,13 +437,12 @@ void mlpd_daemon_reload(mlpd_daemon_t *d) {
 static void on_signal(uv_signal_t *h, int signum) {
   mlpd_daemon_t *d = h->data;
   if (signum == SIGHUP) {
-    mlpd_daemon_reload(d);
+    reload(d);
     return;
   }
-  if (d->state == MLPD_STATE_DRAINING) {
-    MLPD_LOGW("%s again: stopping without waiting for %llu requests",
-              strsignal(signum),
-              (unsigned long long)d->metrics.inflight_requests);
+  if (state_of(d) == MLPD_STATE_DRAINING) {
+    MLPD_LOGW("%s again: stopping without waiting for accepted requests",
+              strsignal(signum));
     d->exit_code = 1;
     finish(d);
     return;
@@ -338,74 +451,60 @@ static void on_signal(uv_signal_t *h, int signum) {
   begin_drain(d);
 }
 
-void mlpd_daemon_stop(mlpd_daemon_t *d) { begin_drain(d); }
-
 static void begin_drain(mlpd_daemon_t *d) {
-  if (d->state == MLPD_STATE_STOPPED || d->state == MLPD_STATE_DRAINING)
+  mlpd_state_t s = state_of(d);
+  if (s == MLPD_STATE_STOPPED || s == MLPD_STATE_DRAINING)
     return;
   mlpd_notify_stopping();
-  d->metrics.ready = 0;
   d->drain_deadline_ns =
       mlpd_now_ns() + (uint64_t)(d->cfg.drain_timeout_s * 1e9);
-  if (d->state == MLPD_STATE_LOADING) {
-    d->state = MLPD_STATE_DRAINING;
-    mlpd_server_stop_listening(&d->server);
-    if (!d->loading && d->warming == NULL)
-      finish(d);
-    return; /* load_done or the warm-up's end finishes the job */
-  }
-  d->state = MLPD_STATE_DRAINING;
-  mlpd_server_stop_listening(&d->server);
-  if (d->batcher_ready)
-    mlpd_batcher_set_flush(&d->batcher, 1);
-  mlpd_dispatch_schedule(d);
-  mlpd_daemon_maybe_done(d);
+  set_state(d, MLPD_STATE_DRAINING);
+  d->idle_shards = 0;
+  post_all(d, MLPD_MSG_DRAIN, NULL);
 }
 
-/* Every accepted request answered and written: close everything. */
-void mlpd_daemon_maybe_done(mlpd_daemon_t *d) {
-  if (d->state != MLPD_STATE_DRAINING)
+/* While draining: stop once every I/O thread answered everything and no
+ * load, warm-up or switch is in progress. */
+static void maybe_drained(mlpd_daemon_t *d) {
+  if (state_of(d) != MLPD_STATE_DRAINING || d->stopping)
     return;
-  if (d->loading || d->warming != NULL || d->metrics.inflight_requests > 0)
-    return;
-  if (d->batcher_ready && !mlpd_batcher_idle(&d->batcher))
+  if (d->loading || d->warming || d->switching ||
+      d->idle_shards < d->nshards)
     return;
   MLPD_LOGI("drained: every accepted request answered");
   finish(d);
 }
 
-static void server_closed(void *ud) {
-  mlpd_daemon_t *d = ud;
-  if (!uv_is_closing((uv_handle_t *)&d->stop_timer))
-    uv_close((uv_handle_t *)&d->stop_timer, NULL);
-}
-
 static void on_stop_timer(uv_timer_t *t) {
   mlpd_daemon_t *d = t->data;
   MLPD_LOGW("closing connections whose clients do not read their responses");
-  mlpd_server_abort(&d->server);
+  post_all(d, MLPD_MSG_ABORT, NULL);
 }
 
 static void finish(mlpd_daemon_t *d) {
-  if (d->state == MLPD_STATE_STOPPED)
+  if (d->stopping)
     return;
+  d->stopping = 1;
   mlpd_notify_stopping();
-  /* The worker finishes the batch in hand and delivers it (its requests are
-   * answered) before anything else closes; nothing new is scheduled once
-   * the state is STOPPED. */
-  d->state = MLPD_STATE_STOPPED;
-  d->metrics.ready = 0;
-  mlpd_worker_stop(&d->worker, NULL);
+  set_state(d, MLPD_STATE_STOPPED);
   /* Connections close once their responses are written, but a client that
    * does not read cannot hold the exit hostage: what is left of the drain
    * time (at least a second) bounds the write-out. */
-  mlpd_server_close(&d->server, 1, server_closed, d);
+  d->closed_shards = 0;
+  if (d->nshards == 0) {
+    /* Startup failed before any I/O thread ran: nothing to wait for. */
+    uv_close((uv_handle_t *)&d->stop_timer, NULL);
+    mlpd_mailbox_close(&d->mb, NULL);
+  } else {
+    post_all(d, MLPD_MSG_CLOSE, NULL);
+  }
   uint64_t now = mlpd_now_ns();
   uint64_t left_ms = d->drain_deadline_ns > now
                          ? (d->drain_deadline_ns - now) / 1000000u
                          : 0;
-  uv_timer_start(&d->stop_timer, on_stop_timer, left_ms < 1000 ? 1000 : left_ms,
-                 0);
+  if (d->nshards > 0)
+    uv_timer_start(&d->stop_timer, on_stop_timer,
+                   left_ms < 1000 ? 1000 : left_ms, 0);
   if (d->http != NULL) {
     mlpd_http_stop(d->http, NULL, NULL);
     d->http = NULL;
@@ -414,74 +513,128 @@ static void finish(mlpd_daemon_t *d) {
   uv_close((uv_handle_t *)&d->sig_int, NULL);
   uv_close((uv_handle_t *)&d->sig_hup, NULL);
   uv_close((uv_handle_t *)&d->tick, NULL);
-  mlpd_hrtimer_close(&d->batch_timer, NULL);
+  if (d->bound_socket)
+    unlink(d->cfg.socket_path);
 }
 
-/* ---- the 1 s tick: watchdog, EXTEND_TIMEOUT, drain deadline ------------- */
+/* ---- the 1 s tick: watchdog, EXTEND_TIMEOUT, drain deadline ---------------- */
 
 static void on_tick(uv_timer_t *t) {
   mlpd_daemon_t *d = t->data;
   uint64_t now = mlpd_now_ns();
-  if (d->loading || (d->state == MLPD_STATE_DRAINING)) {
+  mlpd_state_t s = state_of(d);
+  if (d->loading || s == MLPD_STATE_DRAINING) {
     /* Ask systemd for more time only while there is progress to show. */
     uint64_t last = atomic_load(&d->progress_ns);
-    if (d->state == MLPD_STATE_DRAINING && !d->loading)
+    if (s == MLPD_STATE_DRAINING && !d->loading)
       last = now; /* draining progresses as long as batches complete */
     if (now - last < STALL_NS)
       mlpd_notify_extend_timeout(LOAD_EXTEND_USEC);
   }
+  uint64_t busy = 0;
+  int alive = 1;
+  if (d->pool != NULL) {
+    for (int i = 0; i < d->pool->n; i++) {
+      uint64_t b = mlpd_worker_busy_ns(&d->pool->workers[i], now);
+      if (b > busy)
+        busy = b;
+    }
+    alive = mlpd_pool_in_rotation(d->pool) > 0;
+  }
   if (d->watchdog_usec != 0 &&
       now - d->last_ping_ns >= d->watchdog_usec * 1000u / 2) {
-    /* Ping only while the engine makes progress: a batch stuck for longer
+    /* Ping only while the devices make progress: a batch stuck for longer
      * than the watchdog interval turns into a restart, not a live-but-dead
      * daemon. */
-    uint64_t busy = mlpd_worker_busy_ns(&d->worker, now);
     if (busy < d->watchdog_usec * 1000u) {
       mlpd_notify_watchdog();
       d->last_ping_ns = now;
     } else {
-      MLPD_LOGW("engine busy for %.1f s: withholding the watchdog ping",
+      MLPD_LOGW("a device has been busy for %.1f s: withholding the "
+                "watchdog ping",
                 (double)busy / 1e9);
     }
   }
-  if (d->state == MLPD_STATE_DRAINING && now > d->drain_deadline_ns) {
-    MLPD_LOGE("drain timeout after %.0f s: %llu requests unanswered",
-              d->cfg.drain_timeout_s,
-              (unsigned long long)d->metrics.inflight_requests);
+  if (s == MLPD_STATE_READY && !alive) {
+    /* Every device failed: this process will not recover; exit 1 so the
+     * service manager restarts it. */
+    MLPD_LOGE("no device is left in rotation; stopping so that mlpd is "
+              "restarted");
+    d->exit_code = 1;
+    begin_drain(d);
+  }
+  if (state_of(d) == MLPD_STATE_DRAINING && now > d->drain_deadline_ns) {
+    MLPD_LOGE("drain timeout after %.0f s: requests unanswered",
+              d->cfg.drain_timeout_s);
     d->exit_code = 1;
     finish(d);
   }
 }
 
-/* ---- health for the protocol and HTTP ----------------------------------- */
+/* ---- run ------------------------------------------------------------------------ */
 
-void mlpd_daemon_health(void *ud, int *live, int *ready, const char **state) {
-  mlpd_daemon_t *d = ud;
-  *live = d->state != MLPD_STATE_STOPPED;
-  *ready = d->state == MLPD_STATE_READY;
-  switch (d->state) {
-  case MLPD_STATE_LOADING:
-    *state = "loading";
-    break;
-  case MLPD_STATE_READY:
-    *state = "ready";
-    break;
-  default:
-    *state = "draining";
-    break;
+static int io_threads(const mlpd_config_t *c) {
+  if (c->io_threads > 0)
+    return c->io_threads < MLPD_MAX_IO_THREADS ? c->io_threads
+                                               : MLPD_MAX_IO_THREADS;
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  return cores >= 16 ? 4 : cores >= 8 ? 2 : 1;
+}
+
+static int start_shards(mlpd_daemon_t *d, mlpd_err_t *err) {
+  int n = d->nshards;
+  int queue = (d->cfg.max_queue + n - 1) / n;
+  int slots = (queue + d->cfg.max_batch - 1) / d->cfg.max_batch + 3;
+  if (slots > MLPD_BATCHER_MAX_SLOTS)
+    slots = MLPD_BATCHER_MAX_SLOTS;
+  mlpd_dispatch_config_t dc = {
+      .max_frame = d->cfg.max_frame,
+      .max_unsent = d->cfg.max_unsent,
+      .idle_timeout_ms = d->cfg.idle_timeout_ms,
+      .frame_timeout_ms = d->cfg.frame_timeout_ms,
+      .max_delay_ns = d->cfg.max_delay_us * 1000u,
+      .max_queue = queue,
+      .nslots = slots,
+      .max_regions = d->cfg.max_regions,
+      .max_shm_bytes = d->cfg.max_shm_bytes,
+  };
+  d->shards = calloc((size_t)n, sizeof(*d->shards));
+  if (d->shards == NULL)
+    return mlpd_errf(err, -ENOMEM, "out of memory");
+  for (int i = 0; i < n; i++) {
+    /* Each I/O thread accepts on its own duplicate of the socket. */
+    int fd = fcntl(d->listen_fd, F_DUPFD_CLOEXEC, 3);
+    if (fd < 0)
+      return mlpd_errf(err, -errno, "dup: %s", strerror(errno));
+    int rc = mlpd_dispatch_start(&d->shards[i], i, &dc, &d->shared, &d->mb,
+                                 fd, err);
+    if (rc != 0) {
+      d->nshards = i;
+      return rc;
+    }
   }
+  d->shards_started = 1;
+  return 0;
 }
 
-size_t mlpd_daemon_render_metrics(void *ud, char *buf, size_t cap) {
-  mlpd_daemon_t *d = ud;
-  d->metrics.connections = d->server.nconns;
-  d->metrics.queue_rows =
-      d->batcher_ready ? (uint64_t)d->batcher.queue_rows : 0;
-  d->metrics.dropped_rows = d->batcher_ready ? d->batcher.dropped_rows : 0;
-  return mlpd_metrics_render(&d->metrics, buf, cap);
+static int listen_socket(mlpd_daemon_t *d, int *metrics_fd, mlpd_err_t *err) {
+  int rc = mlpd_notify_listen_fds(&d->listen_fd, metrics_fd, err);
+  if (rc != 0)
+    return rc;
+  if (d->listen_fd >= 0) {
+    /* systemd holds the socket across our restarts, and clients queue in
+     * its backlog meanwhile; the file is its to remove. */
+    d->socket_activated = 1;
+    MLPD_LOGI("socket activation: serving on the listening socket systemd "
+              "passed (fd %d)",
+              d->listen_fd);
+    return 0;
+  }
+  rc = mlpd_server_bind(d->cfg.socket_path, d->cfg.socket_mode,
+                        d->cfg.socket_group, &d->listen_fd, err);
+  d->bound_socket = rc == 0;
+  return rc;
 }
-
-/* ---- run ---------------------------------------------------------------- */
 
 int mlpd_daemon_run(const mlpd_config_t *cfg) {
   mlpd_daemon_t *d = calloc(1, sizeof(*d));
@@ -489,48 +642,30 @@ int mlpd_daemon_run(const mlpd_config_t *cfg) {
     MLPD_LOGE("out of memory");
     return 1;
   }
+  int rc, metrics_fd = -1, nshards = io_threads(cfg);
+  mlpd_err_t err = {0};
   d->cfg = *cfg;
-  mlpd_metrics_init(&d->metrics);
+  d->listen_fd = -1;
+  pthread_mutex_init(&d->mu, NULL);
+  mlpd_access_init(&d->access, &cfg->access);
+  d->shared = (mlpd_shared_t){.access = &d->access,
+                              .nshards = nshards,
+                              .health = health,
+                              .render_metrics = render_metrics,
+                              .ud = d};
+  atomic_init(&d->shared.state, MLPD_STATE_LOADING);
+  atomic_init(&d->shared.shm_mapped, 0);
+  d->state = &d->shared.state;
   signal(SIGPIPE, SIG_IGN); /* a vanished client is a write error, not death */
   uv_loop_init(&d->loop);
   d->loop.data = d;
-  int rc;
-  mlpd_err_t err = {0};
-
-  mlpd_server_config_t sc = {
-      .path = cfg->socket_path,
-      .mode = cfg->socket_mode,
-      .max_frame = cfg->max_frame,
-      .max_unsent = cfg->max_unsent,
-      .max_connections = cfg->max_connections,
-  };
-  mlpd_server_callbacks_t cb = {
-      .on_frame = mlpd_dispatch_frame,
-      .on_stream_error = mlpd_dispatch_stream_error,
-      .on_close = mlpd_dispatch_conn_closed,
-      .ud = d,
-  };
-  /* Listen before loading: probes get "live, loading" while a large model
-   * loads, and clients queue in the backlog instead of failing to connect. */
-  if ((rc = mlpd_server_listen(&d->server, &d->loop, &sc, &cb, &err)) != 0)
-    goto fail;
-  if (cfg->metrics_listen != NULL) {
-    mlpd_http_handlers_t hh = {
-        .health = mlpd_daemon_health,
-        .metrics = mlpd_daemon_render_metrics,
-        .ud = d,
-    };
-    if ((rc = mlpd_http_start(&d->http, &d->loop, cfg->metrics_listen, &hh,
-                              &err)) != 0)
-      goto fail_server;
+  if ((rc = mlpd_mailbox_init(&d->mb, &d->loop, on_msg, d, &err)) != 0) {
+    MLPD_LOGE("cannot start: %s", err.msg);
+    uv_loop_close(&d->loop);
+    mlpd_access_free(&d->access);
+    free(d);
+    return 1;
   }
-  if ((rc = mlpd_worker_start(&d->worker, &d->loop, on_job_done, d, &err)) !=
-      0)
-    goto fail_http;
-  if ((rc = mlpd_hrtimer_init(&d->batch_timer, &d->loop,
-                              mlpd_dispatch_on_timer, &err)) != 0)
-    goto fail_worker;
-  d->batch_timer.data = d;
   uv_signal_init(&d->loop, &d->sig_term);
   uv_signal_init(&d->loop, &d->sig_int);
   uv_signal_init(&d->loop, &d->sig_hup);
@@ -538,8 +673,35 @@ int mlpd_daemon_run(const mlpd_config_t *cfg) {
   uv_signal_start(&d->sig_term, on_signal, SIGTERM);
   uv_signal_start(&d->sig_int, on_signal, SIGINT);
   uv_signal_start(&d->sig_hup, on_signal, SIGHUP);
-  /* The tick pings the watchdog at least twice per interval, as sd_notify(3)
-   * asks, and otherwise runs once a second. */
+  uv_timer_init(&d->loop, &d->tick);
+  d->tick.data = d;
+  uv_timer_init(&d->loop, &d->stop_timer);
+  d->stop_timer.data = d;
+
+  /* Listen before loading: probes get "live, loading" while a large model
+   * loads, and clients queue in the backlog instead of failing to
+   * connect. */
+  if ((rc = listen_socket(d, &metrics_fd, &err)) != 0)
+    goto fail;
+  if (metrics_fd >= 0 && cfg->metrics_listen == NULL) {
+    MLPD_LOGW("socket activation passed a metrics socket; this build "
+              "serves HTTP only with --metrics-listen");
+    close(metrics_fd);
+  }
+  if (cfg->metrics_listen != NULL) {
+    mlpd_http_handlers_t hh = {
+        .health = health, .metrics = render_metrics, .ud = d};
+    if ((rc = mlpd_http_start(&d->http, &d->loop, cfg->metrics_listen, &hh,
+                              &err)) != 0)
+      goto fail;
+  }
+  d->nshards = nshards;
+  if ((rc = start_shards(d, &err)) != 0)
+    goto fail;
+  close(d->listen_fd); /* the dispatchers hold their duplicates */
+  d->listen_fd = -1;
+  /* The tick pings the watchdog at least twice per interval, as
+   * sd_notify(3) asks, and otherwise runs once a second. */
   d->watchdog_usec = mlpd_notify_watchdog_usec();
   uint64_t tick_ms = 1000;
   if (d->watchdog_usec != 0) {
@@ -547,47 +709,36 @@ int mlpd_daemon_run(const mlpd_config_t *cfg) {
       tick_ms = d->watchdog_usec / 4000 > 0 ? d->watchdog_usec / 4000 : 1;
     MLPD_LOGI("systemd watchdog every %.1f s", d->watchdog_usec / 1e6);
   }
-  uv_timer_init(&d->loop, &d->tick);
-  d->tick.data = d;
-  uv_timer_init(&d->loop, &d->stop_timer);
-  d->stop_timer.data = d;
   uv_timer_start(&d->tick, on_tick, tick_ms, tick_ms);
-
-  MLPD_LOGI("mlpd %s: listening on %s, loading %s", MLPD_VERSION,
-            cfg->socket_path, cfg->model_path);
+  MLPD_LOGI("mlpd %s: listening on %s with %d I/O thread%s, loading %s",
+            MLPD_VERSION, cfg->socket_path, d->nshards,
+            d->nshards == 1 ? "" : "s", cfg->model_path);
   if ((rc = queue_load(d, 0)) != 0) {
     mlpd_errf(&err, rc, "cannot queue the model load: %s", uv_strerror(rc));
-    MLPD_LOGE("%s", err.msg);
-    d->exit_code = 1;
-    finish(d);
+    goto fail;
   }
   uv_run(&d->loop, UV_RUN_DEFAULT);
   goto cleanup;
 
-fail_worker:
-  mlpd_worker_stop(&d->worker, NULL);
-fail_http:
-  if (d->http != NULL)
-    mlpd_http_stop(d->http, NULL, NULL);
-fail_server:
-  mlpd_server_close(&d->server, 0, NULL, NULL);
 fail:
   MLPD_LOGE("cannot start: %s (%s)", mlpd_err_msg(&err, rc),
             mlpd_err_name(rc));
+  if (d->listen_fd >= 0)
+    close(d->listen_fd);
   d->exit_code = 1;
-  uv_run(&d->loop, UV_RUN_DEFAULT); /* let the close callbacks run */
+  finish(d); /* closes whatever started */
+  uv_run(&d->loop, UV_RUN_DEFAULT);
 
 cleanup:;
   int code = d->exit_code;
-  if (d->batcher_ready)
-    mlpd_batcher_free(&d->batcher);
-  mlpd_engine_close(d->next_engine);
-  mlpd_model_free(d->next_model);
-  mlpd_engine_close(d->engine);
-  mlpd_model_free(d->model);
+  mlpd_pool_close(d->next_pool);
+  mlpd_pool_close(d->pool);
   if (uv_loop_close(&d->loop) != 0)
     MLPD_LOGW("loop closed with handles still open");
+  free(d->shards);
   free(d->metrics_buf);
+  mlpd_access_free(&d->access);
+  pthread_mutex_destroy(&d->mu);
   free(d);
   return code;
 }

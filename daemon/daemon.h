@@ -1,24 +1,29 @@
-/* daemon.h - the serving daemon: all of its state in one struct, and its
- * life cycle (load, warm up, serve, reload, drain, stop).
+/* daemon.h - the serving daemon's life cycle, owned in one place: the
+ * listening socket (bound here, or handed over by systemd socket
+ * activation), the I/O threads (dispatch.h), the pools of engines
+ * (pool.h: load, warm up, reload, retire), readiness, drain and stop,
+ * systemd notification and the watchdog, and the metrics text.
  *
- * Threads: the loop thread does all I/O, batching and bookkeeping; the worker
- * thread (worker.h) runs the engine; libuv's thread pool loads models and
- * builds engines (startup and SIGHUP reload) so the loop keeps answering
- * health probes meanwhile. Nothing here is global: a test could run two
- * daemons in one process. */
+ * Threads: the daemon's own loop runs signals, timers, the HTTP probe
+ * listener and the life cycle; each I/O thread runs a dispatcher with its
+ * connections and batcher; each device has a worker thread; libuv's thread
+ * pool loads models and opens engines (startup and SIGHUP reload) so the
+ * loop keeps answering probes meanwhile. The daemon talks to dispatchers
+ * only through their mailboxes, and they to it only through its mailbox.
+ * Nothing here is global: a test could run two daemons in one process. */
 #ifndef MLPD_DAEMON_H
 #define MLPD_DAEMON_H
 
-#include "batcher.h"
+#include "access.h"
+#include "dispatch.h"
 #include "engine.h"
-#include "hrtimer.h"
 #include "http.h"
+#include "mailbox.h"
 #include "metrics.h"
 #include "mlpd.h"
-#include "model.h"
-#include "server.h"
-#include "worker.h"
+#include "pool.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <uv.h>
 
@@ -27,15 +32,22 @@ typedef struct mlpd_config_s {
   const char *activations;     /* --activations, NULL = from the file */
   const char *socket_path;     /* --socket */
   int socket_mode;             /* --socket-mode */
-  const char *device;          /* --device auto|cpu|cuda[:N] */
+  long socket_group;           /* --socket-group, -1 = leave it */
+  const char *device;          /* --device auto|cpu[:N]|cuda[:N]|list|cuda:all */
   mlpd_engine_opts_t engine;   /* dtype, cpu threads, plan cache, autotune;
-                                  max_batch and nslots derived below */
+                                  max_batch set from max_batch */
   int max_batch;               /* --max-batch rows */
   uint64_t max_delay_us;       /* --max-delay-us */
-  int max_queue;               /* --max-queue rows */
+  int max_queue;               /* --max-queue rows, the whole daemon */
   size_t max_frame;            /* --max-frame bytes */
   size_t max_unsent;           /* per-connection backpressure bound */
-  size_t max_connections;      /* --max-connections */
+  mlpd_access_config_t access; /* --allow-uid/--allow-gid,
+                                  --max-connections, --max-conns-per-uid */
+  uint64_t idle_timeout_ms;    /* --idle-timeout, 0 = off */
+  uint64_t frame_timeout_ms;   /* --frame-timeout, 0 = off */
+  int max_regions;             /* --max-regions per connection */
+  uint64_t max_shm_bytes;      /* --max-shm-bytes, the whole daemon */
+  int io_threads;              /* --io-threads, 0 = by core count */
   const char *metrics_listen;  /* --metrics-listen, NULL = off */
   double drain_timeout_s;      /* --drain-timeout */
 } mlpd_config_t;
@@ -43,19 +55,13 @@ typedef struct mlpd_config_s {
 /* Defaults as documented in `mlpd serve --help`. */
 void mlpd_config_init(mlpd_config_t *c);
 
-typedef enum {
-  MLPD_STATE_LOADING = 0, /* live, not ready */
-  MLPD_STATE_READY,       /* serving */
-  MLPD_STATE_DRAINING,    /* stopping: finishing accepted requests */
-  MLPD_STATE_STOPPED,     /* handles closing */
-} mlpd_state_t;
+#define MLPD_MAX_IO_THREADS 16
 
 /* One model load (startup or reload) running on the thread pool. */
 typedef struct mlpd_load_s {
   uv_work_t work;              /* first */
   struct mlpd_daemon_s *d;
-  mlpd_model_t *model;         /* result, owned until taken */
-  mlpd_engine_t *engine;       /* result, owned until taken */
+  mlpd_pool_t *pool;           /* result, owned until taken */
   int rc;
   mlpd_err_t err;
   int is_reload;
@@ -64,31 +70,40 @@ typedef struct mlpd_load_s {
 typedef struct mlpd_daemon_s {
   mlpd_config_t cfg;            /* copy of the caller's; strings borrowed */
   uv_loop_t loop;
-  mlpd_state_t state;
+  atomic_int *state;            /* &shared.state (mlpd_state_t) */
   int exit_code;                /* what mlpd_daemon_run returns */
 
-  mlpd_server_t server;         /* Unix socket and connections */
+  mlpd_shared_t shared;         /* what the dispatchers read */
+  mlpd_access_t access;
+  mlpd_mailbox_t mb;            /* from dispatchers, and warm-up jobs */
+  int listen_fd;                /* owned until the dispatchers have theirs */
+  int socket_activated;         /* systemd owns the socket file */
+  int bound_socket;             /* we made the socket file: remove it */
+  int nshards;
+  mlpd_dispatch_t *shards;      /* owned, nshards */
+  int shards_started;
   mlpd_http_t *http;            /* owned; NULL when --metrics-listen is off */
-  mlpd_worker_t worker;         /* engine thread */
-  mlpd_batcher_t batcher;       /* valid once batcher_ready */
-  int batcher_ready;
-  mlpd_hrtimer_t batch_timer;   /* batching delay and deadlines */
 
-  mlpd_model_t *model;          /* owned: the model being served */
-  mlpd_engine_t *engine;        /* owned: its engine */
+  pthread_mutex_t mu;           /* guards pool (read by other threads'
+                                   health and metrics) */
+  mlpd_pool_t *pool;            /* owned: the generation being served */
+  mlpd_pool_t *next_pool;       /* owned: warming up or switching to */
   uint64_t generation;          /* 1 + successful reloads */
-
   mlpd_load_t load;             /* the load in progress, if loading */
   int loading;                  /* load.work is queued or running */
-  mlpd_engine_t *warming;       /* engine whose warm-up batch is running */
-  mlpd_model_t *next_model;     /* owned: reloaded, waiting to switch */
-  mlpd_engine_t *next_engine;   /* owned: its engine */
-  int switching;                /* batcher draining its slots for a switch */
+  mlpd_job_t warm[MLPD_MAX_DEVICES]; /* warm-up batches of next_pool */
+  int warming;                  /* warm-up batches outstanding */
+  int warm_failed;
+  int switching;                /* USE_POOL sent, SWITCHED acks missing */
+  int acks;                     /* acks counted for the current round */
   int reload_again;             /* SIGHUP arrived during a reload */
+  int idle_shards;              /* IDLE received while draining */
+  int closed_shards;            /* CLOSED received while stopping */
+  uint64_t reloads_ok, reloads_failed;
 
-  mlpd_metrics_t metrics;       /* loop-thread only */
-  char *metrics_buf;            /* owned: render buffer, grows */
+  char *metrics_buf;            /* HTTP's render buffer, grows */
   size_t metrics_cap;
+  char model_labels[256];       /* "64-128-128-10" */
 
   uv_signal_t sig_term, sig_int, sig_hup;
   uv_timer_t tick;              /* 1 s: watchdog, EXTEND_TIMEOUT, drain */
@@ -97,27 +112,12 @@ typedef struct mlpd_daemon_s {
   uint64_t last_ping_ns;
   _Atomic uint64_t progress_ns; /* last load progress, any thread */
   uint64_t drain_deadline_ns;
-  int engine_failures;          /* consecutive failed batches */
+  int stopping;                 /* finish() ran */
 } mlpd_daemon_t;
-
-/* For dispatch.c: */
-/* SIGHUP: load the model file again beside the current one and switch to it
- * between batches; a bad file keeps the current model. */
-void mlpd_daemon_reload(mlpd_daemon_t *d);
-/* While a reload waits for the batcher's slots to drain: switch once they
- * have. */
-void mlpd_daemon_try_switch(mlpd_daemon_t *d);
-/* Starts a drain as SIGTERM does (the exit status is d->exit_code). */
-void mlpd_daemon_stop(mlpd_daemon_t *d);
-/* While draining: stop once every accepted request is answered. */
-void mlpd_daemon_maybe_done(mlpd_daemon_t *d);
-/* Health and metrics, for the protocol and the HTTP listener. */
-void mlpd_daemon_health(void *ud, int *live, int *ready, const char **state);
-size_t mlpd_daemon_render_metrics(void *ud, char *buf, size_t cap);
 
 /* Runs the daemon until it stops. Returns the process exit status: 0 after
  * a clean stop (SIGTERM/SIGINT, every accepted request answered), 1 when
- * startup failed or the drain timed out. */
+ * startup failed, the drain timed out, or no device was left. */
 int mlpd_daemon_run(const mlpd_config_t *cfg);
 
 #endif

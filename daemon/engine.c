@@ -13,6 +13,7 @@ void mlpd_engine_opts_init(mlpd_engine_opts_t *o) {
   o->max_batch = 256;
   o->dtype = MLPD_DTYPE_BF16;
   o->autotune = 1;
+  o->fail_ordinal = -1;
 }
 
 /* The CUDA engine, when this program has it linked in (the

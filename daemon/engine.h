@@ -59,6 +59,8 @@ typedef struct mlpd_engine_opts_s {
   int fail_after;         /* FOR TESTS (MLPD_TEST_ENGINE_FAIL): the CPU
                              engine fails every batch after this many; 0 =
                              never */
+  int fail_ordinal;       /* ... only the engine of device cpu:N; -1 = every
+                             one */
   /* Startup progress, one short line at a time ("autotuning layer 2/4"),
    * for logs and sd_notify STATUS=. May be NULL. Called on the thread that
    * calls open. */
@@ -66,7 +68,7 @@ typedef struct mlpd_engine_opts_s {
   void *progress_ud;
 } mlpd_engine_opts_t;
 
-/* Defaults: max_batch 256, dtype BF16, autotune 1. */
+/* Defaults: max_batch 256, dtype BF16, autotune 1, fail_ordinal -1. */
 void mlpd_engine_opts_init(mlpd_engine_opts_t *o);
 
 #define MLPD_DTYPE_BIT(t) (1u << (unsigned)(t))

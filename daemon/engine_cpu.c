@@ -88,7 +88,8 @@ static int cpu_open(mlpd_engine_t **out, const mlpd_model_t *m,
   mlpd_engine_t *b = &e->base;
   b->ops = &mlpd_engine_cpu_ops;
   e->model = m;
-  e->fail_after = o->fail_after;
+  if (o->fail_ordinal < 0 || o->fail_ordinal == ordinal)
+    e->fail_after = o->fail_after;
   if (o->cpu_threads > 0) {
     /* Once per process: OpenBLAS resizes one global thread pool, which is
      * not safe while another engine (the old one, during a reload) is

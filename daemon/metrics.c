@@ -1,7 +1,7 @@
 /* metrics.c - counters, gauges and fixed-bucket histograms, rendered in the
  * Prometheus text exposition format 0.0.4 (see metrics.h for the names).
  *
- * Deliberately not here: locking (everything runs on the loop thread),
+ * Deliberately not here: locking (metrics.h says who locks),
  * allocation (updates touch fixed arrays; rendering writes into the caller's
  * buffer; only mlpd_metrics_render_into grows one), OpenMetrics or protobuf exposition, summaries/quantiles (they
  * cannot be aggregated across instances; histograms can), and any I/O. */
@@ -120,16 +120,63 @@ void mlpd_metrics_init(mlpd_metrics_t *m) {
                  (int)MLPD_ARRAY_SIZE(duration_bounds));
   mlpd_hist_init(&m->batch_rows, batch_bounds,
                  (int)MLPD_ARRAY_SIZE(batch_bounds));
+  mlpd_hist_init(&m->engine_wait, duration_bounds,
+                 (int)MLPD_ARRAY_SIZE(duration_bounds));
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   m->start_time = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-void mlpd_metrics_count(mlpd_metrics_t *m, mlpd_status_t status) {
+static int status_slot(mlpd_status_t status) {
   int s = (int)status;
   if (s < 0 || s >= MLPD_STATUS_SLOTS || !status_known(s))
     s = UNKNOWN_SLOT;
+  return s;
+}
+
+void mlpd_metrics_count(mlpd_metrics_t *m, mlpd_status_t status) {
+  m->requests[status_slot(status)]++;
+}
+
+void mlpd_metrics_count_uid(mlpd_metrics_t *m, int uid_slot,
+                            mlpd_status_t status) {
+  int s = status_slot(status);
   m->requests[s]++;
+  if (uid_slot < 0 || uid_slot >= MLPD_UID_SLOTS)
+    uid_slot = MLPD_UID_SLOTS - 1;
+  m->uid_requests[uid_slot][s]++;
+}
+
+static void hist_merge(mlpd_hist_t *d, const mlpd_hist_t *s) {
+  for (int i = 0; i <= d->nbuckets && i <= MLPD_HIST_MAX_BUCKETS; i++)
+    d->counts[i] += s->counts[i];
+  d->count += s->count;
+  d->sum += s->sum;
+}
+
+void mlpd_metrics_merge(mlpd_metrics_t *d, const mlpd_metrics_t *s) {
+  for (int i = 0; i < MLPD_STATUS_SLOTS; i++)
+    d->requests[i] += s->requests[i];
+  for (int u = 0; u < MLPD_UID_SLOTS; u++)
+    for (int i = 0; i < MLPD_STATUS_SLOTS; i++)
+      d->uid_requests[u][i] += s->uid_requests[u][i];
+  hist_merge(&d->request_duration, &s->request_duration);
+  hist_merge(&d->queue_duration, &s->queue_duration);
+  hist_merge(&d->compute_duration, &s->compute_duration);
+  hist_merge(&d->batch_rows, &s->batch_rows);
+  hist_merge(&d->engine_wait, &s->engine_wait);
+  d->batches += s->batches;
+  d->rows += s->rows;
+  d->queue_rows += s->queue_rows;
+  d->connections += s->connections;
+  d->inflight_requests += s->inflight_requests;
+  d->dropped_rows += s->dropped_rows;
+  d->inline_in_bytes += s->inline_in_bytes;
+  d->inline_out_bytes += s->inline_out_bytes;
+  d->shm_in_bytes += s->shm_in_bytes;
+  d->shm_out_bytes += s->shm_out_bytes;
+  d->shm_regions += s->shm_regions;
+  d->batches_retried += s->batches_retried;
 }
 
 /* Length of the valid UTF-8 sequence at s (1..4), or 0 if the bytes there
@@ -443,6 +490,96 @@ size_t mlpd_metrics_render(const mlpd_metrics_t *m, char *buf, size_t cap) {
   puts_(&w, "mlpd_process_start_time_seconds ");
   put_double(&w, m->start_time);
   puts_(&w, "\n");
+
+  family(&w, "mlpd_client_requests_total", "counter",
+         "Requests answered, by the peer's uid (the first 16 uids seen, "
+         "then \"other\") and gRPC status.");
+  for (int u = 0; u < MLPD_UID_SLOTS; u++) {
+    for (size_t i = 0; i < MLPD_ARRAY_SIZE(status_names); i++) {
+      uint64_t v = m->uid_requests[u][status_names[i].status];
+      if (v == 0)
+        continue;
+      puts_(&w, "mlpd_client_requests_total{uid=\"");
+      put_label_value(&w, m->uid_names[u][0] ? m->uid_names[u]
+                          : (u == MLPD_UID_SLOTS - 1 ? "other" : "?"));
+      puts_(&w, "\",status=\"");
+      puts_(&w, status_names[i].name);
+      puts_(&w, "\"} ");
+      put_u64(&w, v);
+      puts_(&w, "\n");
+    }
+  }
+  histogram(&w, "mlpd_engine_wait_duration_seconds",
+            "Batches, ready to handed to a device (every device was busy).",
+            &m->engine_wait);
+  family(&w, "mlpd_tensor_bytes_total", "counter",
+         "Tensor bytes in and out, inline in frames or through shared "
+         "memory regions.");
+  static const char *const tr[4][2] = {{"inline", "in"}, {"inline", "out"},
+                                       {"shm", "in"}, {"shm", "out"}};
+  const uint64_t tv[4] = {m->inline_in_bytes, m->inline_out_bytes,
+                          m->shm_in_bytes, m->shm_out_bytes};
+  for (int i = 0; i < 4; i++) {
+    puts_(&w, "mlpd_tensor_bytes_total{transport=\"");
+    puts_(&w, tr[i][0]);
+    puts_(&w, "\",direction=\"");
+    puts_(&w, tr[i][1]);
+    puts_(&w, "\"} ");
+    put_u64(&w, tv[i]);
+    puts_(&w, "\n");
+  }
+  scalar_u64(&w, "mlpd_shm_mapped_bytes", "gauge",
+             "Bytes of client shared-memory regions mapped.",
+             m->shm_mapped_bytes);
+  scalar_u64(&w, "mlpd_shm_regions", "gauge",
+             "Shared-memory regions registered.", m->shm_regions);
+  scalar_u64(&w, "mlpd_batches_retried_total", "counter",
+             "Failed batches run again on another device.",
+             m->batches_retried);
+  uint64_t in_rot = 0;
+  for (int i = 0; i < m->ndevices; i++)
+    in_rot += m->devices[i].in_rotation != 0;
+  scalar_u64(&w, "mlpd_devices_in_rotation", "gauge",
+             "Devices batches go to (a failing one is taken out).", in_rot);
+  static const struct {
+    const char *name, *type, *help;
+  } dev_families[] = {
+      {"mlpd_device_batches_total", "counter", "Batches run, per device."},
+      {"mlpd_device_rows_total", "counter", "Rows run, per device."},
+      {"mlpd_device_failures_total", "counter",
+       "Batches that failed, per device."},
+      {"mlpd_device_busy_seconds_total", "counter",
+       "Time with a batch in flight, per device."},
+      {"mlpd_device_memory_bytes", "gauge",
+       "Device memory held by the engine, per device."},
+      {"mlpd_device_in_rotation", "gauge",
+       "1 while batches go to the device, 0 once it failed."},
+  };
+  for (size_t f = 0; f < MLPD_ARRAY_SIZE(dev_families); f++) {
+    family(&w, dev_families[f].name, dev_families[f].type,
+           dev_families[f].help);
+    for (int i = 0; i < m->ndevices; i++) {
+      const mlpd_metrics_device_t *d = &m->devices[i];
+      puts_(&w, dev_families[f].name);
+      puts_(&w, "{device=\"");
+      put_label_value(&w, d->name);
+      puts_(&w, "\"} ");
+      switch (f) {
+      case 0: put_u64(&w, d->batches); break;
+      case 1: put_u64(&w, d->rows); break;
+      case 2: put_u64(&w, d->failures); break;
+      case 3: put_double(&w, d->busy_seconds); break;
+      case 4: put_u64(&w, d->memory_bytes); break;
+      default: put_u64(&w, d->in_rotation ? 1 : 0); break;
+      }
+      puts_(&w, "\n");
+    }
+  }
+  if (m->extra != NULL) {
+    size_t room = w.len < w.cap ? w.cap - w.len : 0;
+    size_t n = m->extra(room ? w.buf + w.len : NULL, room);
+    w.len += n;
+  }
 
   /* snprintf's contract, except that text that fills cap exactly is
    * complete and left unterminated rather than cut by one byte. */

@@ -1,9 +1,11 @@
 /* metrics.h - the daemon's counters, gauges and histograms, and their
  * rendering in the Prometheus text exposition format (version 0.0.4).
  *
- * Threading: every update and the rendering happen on the loop thread (the
- * worker reports compute times through its completions), so nothing here
- * locks. Updates never allocate; rendering writes into a caller's buffer.
+ * Threading: nothing here locks. Each I/O thread updates its own
+ * mlpd_metrics_t under its own mutex; the daemon renders by merging them
+ * (mlpd_metrics_merge) into a fresh one, to which it adds the daemon-wide
+ * values (readiness, model, devices). Updates never allocate; rendering
+ * writes into a caller's buffer.
  *
  * Metric names (all prefixed mlpd_):
  *   requests_total{status}            counter, one per answered request of any
@@ -35,10 +37,29 @@
  *                                     their client went away
  *   build_info{version}               gauge = 1
  *   process_start_time_seconds        gauge, Unix time
+ *   client_requests_total{uid,status} counter, answered requests by the
+ *                                     peer's uid (the first 16 uids seen,
+ *                                     then "other")
+ *   engine_wait_duration_seconds      histogram, per batch, from ready to
+ *                                     handed to a device (all were busy)
+ *   tensor_bytes_total{transport,direction} counter, tensor bytes in and
+ *                                     out, "inline" (in frames) or "shm"
+ *   shm_mapped_bytes                  gauge, bytes of client regions mapped
+ *   shm_regions                       gauge, regions registered
+ *   batches_retried_total             counter, failed batches run again on
+ *                                     another device
+ *   devices_in_rotation               gauge
+ *   device_batches_total{device}      counter, per device
+ *   device_rows_total{device}         counter
+ *   device_failures_total{device}     counter, failed batches
+ *   device_busy_seconds_total{device} counter, time with a batch in flight
+ *   device_memory_bytes{device}       gauge
+ *   device_in_rotation{device}        gauge 0/1
  */
 #ifndef MLPD_METRICS_H
 #define MLPD_METRICS_H
 
+#include "access.h"
 #include "mlpd.h"
 #include "status.h"
 
@@ -60,6 +81,18 @@ void mlpd_hist_init(mlpd_hist_t *h, const double *bounds, int nbounds);
 void mlpd_hist_observe(mlpd_hist_t *h, double v);
 
 #define MLPD_STATUS_SLOTS 17 /* indexable by every mlpd_status_t value */
+#define MLPD_UID_SLOTS (MLPD_ACCESS_UID_LABELS + 1) /* + "other" */
+#define MLPD_METRICS_MAX_DEVICES 16
+
+typedef struct mlpd_metrics_device_s {
+  char name[16];      /* "cuda:1", the label */
+  int in_rotation;
+  uint64_t batches;
+  uint64_t rows;
+  uint64_t failures;
+  double busy_seconds;
+  uint64_t memory_bytes;
+} mlpd_metrics_device_t;
 
 typedef struct mlpd_metrics_s {
   uint64_t requests[MLPD_STATUS_SLOTS]; /* by mlpd_status_t */
@@ -78,6 +111,19 @@ typedef struct mlpd_metrics_s {
   uint64_t reloads_ok;
   uint64_t reloads_failed;
   uint64_t dropped_rows;
+  uint64_t uid_requests[MLPD_UID_SLOTS][MLPD_STATUS_SLOTS];
+  char uid_names[MLPD_UID_SLOTS][16];   /* set when rendering */
+  mlpd_hist_t engine_wait;              /* seconds */
+  uint64_t inline_in_bytes, inline_out_bytes;
+  uint64_t shm_in_bytes, shm_out_bytes;
+  uint64_t shm_mapped_bytes;
+  uint64_t shm_regions;
+  uint64_t batches_retried;
+  int ndevices;
+  mlpd_metrics_device_t devices[MLPD_METRICS_MAX_DEVICES];
+  /* Rendered last, when set (process_* metrics), with snprintf's
+   * convention. */
+  size_t (*extra)(char *buf, size_t cap);
   double start_time;                    /* Unix seconds */
   /* model_info labels, set by mlpd_metrics_set_model */
   char model_path[256];
@@ -95,6 +141,14 @@ void mlpd_metrics_init(mlpd_metrics_t *m);
 
 /* Counts one answered request of any kind. */
 void mlpd_metrics_count(mlpd_metrics_t *m, mlpd_status_t status);
+
+/* The same, from a peer with uid label `uid_slot` (access.h). */
+void mlpd_metrics_count_uid(mlpd_metrics_t *m, int uid_slot,
+                            mlpd_status_t status);
+
+/* Adds the per-thread part of src (requests, histograms, batches, rows,
+ * queue, connections, in flight, bytes) into dst. */
+void mlpd_metrics_merge(mlpd_metrics_t *dst, const mlpd_metrics_t *src);
 
 /* Sets the model_info labels (escaped when rendered). */
 void mlpd_metrics_set_model(mlpd_metrics_t *m, const char *path,

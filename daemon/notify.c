@@ -2,6 +2,9 @@
 #include "notify.h"
 
 #include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <systemd/sd-daemon.h>
 
@@ -45,4 +48,31 @@ uint64_t mlpd_notify_watchdog_usec(void) {
   if (sd_watchdog_enabled(0, &usec) <= 0)
     return 0;
   return usec;
+}
+
+int mlpd_notify_listen_fds(int *proto_fd, int *metrics_fd, mlpd_err_t *err) {
+  char **names = NULL;
+  *proto_fd = *metrics_fd = -1;
+  int n = sd_listen_fds_with_names(1, &names);
+  if (n < 0)
+    return mlpd_errf(err, n, "socket activation: %s", strerror(-n));
+  int rc = 0;
+  for (int i = 0; i < n; i++) {
+    int fd = SD_LISTEN_FDS_START + i;
+    const char *name = names != NULL && names[i] != NULL ? names[i] : "";
+    int *slot = strcmp(name, "metrics") == 0 ? metrics_fd : proto_fd;
+    if (rc == 0 && *slot == -1 && sd_is_socket(fd, AF_UNSPEC, SOCK_STREAM, 1) > 0)
+      *slot = fd;
+    else if (rc == 0)
+      rc = mlpd_errf(err, MLPD_EINVAL,
+                     "socket activation: fd %d ('%s') is not a listening "
+                     "stream socket we can use",
+                     fd, name);
+  }
+  if (names != NULL) {
+    for (int i = 0; i < n; i++)
+      free(names[i]);
+    free(names);
+  }
+  return rc;
 }

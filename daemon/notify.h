@@ -5,6 +5,7 @@
 #ifndef MLPD_NOTIFY_H
 #define MLPD_NOTIFY_H
 
+#include "error.h"
 #include "mlpd.h"
 
 void mlpd_notify_ready(void);
@@ -18,5 +19,14 @@ void mlpd_notify_watchdog(void);
 /* The watchdog interval systemd asked for (WATCHDOG_USEC for our pid), or 0
  * when the watchdog is off. */
 uint64_t mlpd_notify_watchdog_usec(void);
+
+/* Socket activation (sd_listen_fds_with_names): the listening sockets
+ * systemd passed, by FileDescriptorName: "mlpd" (or the first unnamed one)
+ * for the protocol, "metrics" for the HTTP listener; -1 for each one not
+ * passed. A passed fd that is not a listening stream socket is an error
+ * (MLPD_EINVAL); the variables are unset afterwards, so children do not
+ * inherit them. */
+int mlpd_notify_listen_fds(int *proto_fd, int *metrics_fd,
+                           mlpd_err_t *err) MLPD_MUST_CHECK;
 
 #endif

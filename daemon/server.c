@@ -5,50 +5,97 @@
 #include "log.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #define READ_CHUNK (64u * 1024u)
 #define SHRINK_ABOVE (1u << 20)
+#define READS_PER_WAKEUP 8   /* then let other connections run */
+#define ACCEPTS_PER_WAKEUP 32
+#define IOV_BATCH 64
+#define CLOSE_GRACE_NS (10ull * 1000000000ull) /* a refusal's write-out */
 
-typedef struct {
-  uv_write_t req;
-  size_t len;
+struct mlpd_wbuf_s {
+  mlpd_wbuf_t *next;
+  size_t len;  /* bytes of data */
+  size_t off;  /* bytes already written */
   uint8_t data[];
-} write_req_t;
+};
+
+/* ---- write buffers --------------------------------------------------------- */
 
 uint8_t *mlpd_server_alloc_write(size_t len) {
-  write_req_t *w = malloc(sizeof(*w) + len);
+  mlpd_wbuf_t *w = malloc(sizeof(*w) + len);
   if (w == NULL)
     return NULL;
+  w->next = NULL;
   w->len = len;
+  w->off = 0;
   return w->data;
 }
 
-static write_req_t *wr_of(uint8_t *data) {
-  return (write_req_t *)(data - offsetof(write_req_t, data));
+static mlpd_wbuf_t *wbuf_of(uint8_t *data) {
+  return (mlpd_wbuf_t *)(data - offsetof(mlpd_wbuf_t, data));
 }
 
 void mlpd_server_free_write(uint8_t *buf) {
   if (buf != NULL)
-    free(wr_of(buf));
+    free(wbuf_of(buf));
 }
 
-static void start_reading(mlpd_conn_t *c);
+/* ---- connections ----------------------------------------------------------- */
+
+static void on_io(uv_poll_t *h, int status, int events);
+
+static void set_partial(mlpd_conn_t *c, int on) {
+  if (c->partial != on) {
+    c->partial = on;
+    c->srv->partial += on ? 1 : -1;
+  }
+}
+
+/* Watches what the connection can make progress on now. */
+static void update_poll(mlpd_conn_t *c) {
+  if (c->closing)
+    return;
+  int ev = 0;
+  if (!c->paused && !c->close_after_write)
+    ev |= UV_READABLE;
+  if (c->whead != NULL)
+    ev |= UV_WRITABLE;
+  if (ev == c->events)
+    return;
+  c->events = ev;
+  if (ev == 0)
+    uv_poll_stop(&c->poll);
+  else
+    uv_poll_start(&c->poll, ev, on_io);
+}
+
+static void maybe_done(mlpd_server_t *s) {
+  if (s->closing && s->nconns == 0 && s->handles == 0 && s->on_closed) {
+    void (*done)(void *) = s->on_closed;
+    s->on_closed = NULL;
+    done(s->on_closed_ud);
+  }
+}
 
 static void conn_closed(uv_handle_t *h) {
   mlpd_conn_t *c = (mlpd_conn_t *)h;
   mlpd_server_t *s = c->srv;
   /* The owner hears of the close here, in libuv's close phase, never from
    * inside whatever decided to close: closing can happen in the middle of
-   * the owner's own callbacks (a response that cannot be written), and
-   * cancelling that connection's requests there would free them under the
-   * owner's feet. */
+   * the owner's own callbacks, and cancelling that connection's requests
+   * there would free them under the owner's feet. */
   s->cb.on_close(s->cb.ud, c);
+  set_partial(c, 0);
   if (c->prev)
     c->prev->next = c->next;
   else
@@ -56,99 +103,138 @@ static void conn_closed(uv_handle_t *h) {
   if (c->next)
     c->next->prev = c->prev;
   s->nconns--;
+  mlpd_access_release(s->cfg.access, c->peer.uid);
+  for (int i = 0; i < c->nfds; i++)
+    close(c->fds[i]);
+  while (c->whead != NULL) {
+    mlpd_wbuf_t *w = c->whead;
+    c->whead = w->next;
+    free(w);
+  }
+  close(c->fd);
   free(c->rbuf);
   free(c);
-  if (s->closing && s->nconns == 0 && !s->listening && s->on_closed) {
-    void (*done)(void *) = s->on_closed;
-    s->on_closed = NULL;
-    done(s->on_closed_ud);
-  }
+  maybe_done(s);
 }
 
 void mlpd_server_close_conn(mlpd_conn_t *c, int after_write) {
   if (c->closing)
     return;
-  if (after_write && c->unsent > 0) {
+  if (after_write && c->whead != NULL) {
+    if (!c->close_after_write)
+      c->closing_ns = mlpd_now_ns();
     c->close_after_write = 1;
-    if (c->reading)
-      uv_read_stop((uv_stream_t *)&c->pipe);
-    c->reading = 0;
+    update_poll(c);
     return;
   }
   c->closing = 1;
-  uv_close((uv_handle_t *)&c->pipe, conn_closed);
+  uv_close((uv_handle_t *)&c->poll, conn_closed);
 }
 
-static void on_write(uv_write_t *req, int status) {
-  write_req_t *w = (write_req_t *)req;
-  mlpd_conn_t *c = req->data;
-  c->unsent -= sizeof(*w) + w->len;
-  free(w);
-  if (c->closing)
-    return;
-  if (status < 0) {
-    MLPD_LOGD("conn %llu: write failed: %s", (unsigned long long)c->serial,
-              uv_strerror(status));
+/* Writes what the socket takes; closes the connection on a hard error. */
+static void flush(mlpd_conn_t *c) {
+  mlpd_server_t *s = c->srv;
+  while (c->whead != NULL) {
+    struct iovec iov[IOV_BATCH];
+    int n = 0;
+    for (mlpd_wbuf_t *w = c->whead; w != NULL && n < IOV_BATCH; w = w->next) {
+      iov[n].iov_base = w->data + w->off;
+      iov[n].iov_len = w->len - w->off;
+      n++;
+    }
+    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+    ssize_t wr = sendmsg(c->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (wr < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+        break;
+      MLPD_LOGD("conn %llu: write: %s", (unsigned long long)c->serial,
+                strerror(errno));
+      mlpd_server_close_conn(c, 0);
+      return;
+    }
+    size_t left = (size_t)wr;
+    while (left > 0 && c->whead != NULL) {
+      mlpd_wbuf_t *w = c->whead;
+      size_t part = w->len - w->off;
+      if (left < part) {
+        w->off += left;
+        break;
+      }
+      left -= part;
+      c->whead = w->next;
+      if (c->whead == NULL)
+        c->wtail = NULL;
+      c->unsent -= sizeof(*w) + w->len;
+      free(w);
+    }
+    c->active_ns = mlpd_now_ns();
+  }
+  if (c->whead == NULL && c->close_after_write) {
     mlpd_server_close_conn(c, 0);
     return;
   }
-  if (c->close_after_write && c->unsent == 0) {
-    mlpd_server_close_conn(c, 0);
-    return;
-  }
-  if (c->paused && c->unsent < c->srv->cfg.max_unsent / 2) {
+  if (c->paused && c->unsent < s->cfg.max_unsent / 2)
     c->paused = 0;
-    start_reading(c);
-  }
+  update_poll(c);
 }
 
 int mlpd_server_write(mlpd_conn_t *c, uint8_t *buf, size_t len) {
-  write_req_t *w = wr_of(buf);
+  mlpd_wbuf_t *w = wbuf_of(buf);
   if (c->closing) {
     free(w);
     return MLPD_EDISCONNECTED;
   }
-  uv_buf_t b = uv_buf_init((char *)w->data, (unsigned)len);
   w->len = len;
-  w->req.data = c;
-  int rc = uv_write(&w->req, (uv_stream_t *)&c->pipe, &b, 1, on_write);
-  if (rc != 0) {
-    free(w);
-    mlpd_server_close_conn(c, 0);
-    return rc;
-  }
-  /* Counted with the request's own overhead, so a client pipelining tiny
+  w->off = 0;
+  w->next = NULL;
+  if (c->wtail != NULL)
+    c->wtail->next = w;
+  else
+    c->whead = w;
+  c->wtail = w;
+  /* Counted with the buffer's own overhead, so a client pipelining tiny
    * requests without reading cannot hold many times the bound. */
   c->unsent += sizeof(*w) + len;
-  if (c->unsent > c->srv->cfg.max_unsent && c->reading) {
-    /* Backpressure: a client that does not read its responses stops being
-     * read from, so it cannot pile up work and memory here. */
-    uv_read_stop((uv_stream_t *)&c->pipe);
-    c->reading = 0;
-    c->paused = 1;
-  }
+  if (c->unsent > c->srv->cfg.max_unsent)
+    c->paused = 1; /* backpressure: stop reading a client that does not */
+  /* Write at once: a response waiting for the next poll round costs a
+   * loop iteration of latency. */
+  if (c->whead == w)
+    flush(c);
+  else
+    update_poll(c);
   return 0;
 }
 
-static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
-  (void)suggested;
-  mlpd_conn_t *c = (mlpd_conn_t *)h;
-  /* Grow to the frame being received when its size is known (so a large
-   * frame is read straight into place), else by one chunk. */
-  size_t want = c->rlen + READ_CHUNK;
-  if (c->need > want)
-    want = c->need;
-  if (want > c->rcap) {
-    uint8_t *nb = realloc(c->rbuf, want);
-    if (nb == NULL) {
-      *buf = uv_buf_init(NULL, 0); /* read_cb gets UV_ENOBUFS */
-      return;
-    }
-    c->rbuf = nb;
-    c->rcap = want;
-  }
-  *buf = uv_buf_init((char *)c->rbuf + c->rlen, (unsigned)(c->rcap - c->rlen));
+int mlpd_server_take_fd(mlpd_conn_t *c) {
+  if (c->nfds == 0)
+    return -1;
+  int fd = c->fds[0];
+  memmove(&c->fds[0], &c->fds[1], (size_t)(c->nfds - 1) * sizeof(int));
+  c->nfds--;
+  return fd;
 }
+
+void mlpd_server_refuse(mlpd_conn_t *c, mlpd_status_t status,
+                        const char *msg) {
+  mlpd_server_t *s = c->srv;
+  if (c->closing || c->close_after_write)
+    return;
+  uint8_t *buf = mlpd_server_alloc_write(512);
+  size_t n = buf ? s->cb.encode_status(s->cb.ud, status, msg, buf, 512) : 0;
+  if (n == 0) {
+    mlpd_server_free_write(buf);
+    mlpd_server_close_conn(c, 0);
+    return;
+  }
+  c->close_after_write = 1;
+  c->closing_ns = mlpd_now_ns();
+  (void)mlpd_server_write(c, buf, n);
+  if (!c->closing)
+    update_poll(c);
+}
+
+/* ---- reading ------------------------------------------------------------ */
 
 static void process(mlpd_conn_t *c) {
   mlpd_server_t *s = c->srv;
@@ -162,21 +248,23 @@ static void process(mlpd_conn_t *c) {
     if (r == 0)
       break;
     if (r < 0) {
-      if (c->reading)
-        uv_read_stop((uv_stream_t *)&c->pipe);
-      c->reading = 0;
       c->close_after_write = 1;
+      c->closing_ns = mlpd_now_ns();
       s->cb.on_stream_error(s->cb.ud, c, r, r == MLPD_EFRAME2BIG ? bl : 0);
-      if (c->unsent == 0)
+      if (c->whead == NULL)
         mlpd_server_close_conn(c, 0);
+      else
+        update_poll(c);
       return;
     }
     if (c->rlen - pos < hl + bl) {
       c->need = hl + (size_t)bl;
       break;
     }
+    c->active_ns = mlpd_now_ns();
     s->cb.on_frame(s->cb.ud, c, c->rbuf + pos + hl, (size_t)bl);
     pos += hl + (size_t)bl;
+    c->frame_ns = 0;
   }
   if (c->closing)
     return;
@@ -184,6 +272,9 @@ static void process(mlpd_conn_t *c) {
     memmove(c->rbuf, c->rbuf + pos, c->rlen - pos);
     c->rlen -= pos;
   }
+  if (c->rlen > 0 && c->frame_ns == 0)
+    c->frame_ns = mlpd_now_ns();
+  set_partial(c, c->rlen > 0);
   if (c->rlen == 0 && c->rcap > SHRINK_ABOVE) {
     free(c->rbuf);
     c->rbuf = NULL;
@@ -191,74 +282,236 @@ static void process(mlpd_conn_t *c) {
   }
 }
 
-static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
-  (void)buf;
-  mlpd_conn_t *c = (mlpd_conn_t *)st;
-  if (nread > 0) {
-    c->rlen += (size_t)nread;
-    process(c);
-    return;
+/* Reads once into the buffer, taking any descriptors that came along.
+ * Returns bytes read, 0 at EOF, -EAGAIN, or another -errno. */
+static ssize_t read_some(mlpd_conn_t *c, size_t limit) {
+  /* Grow to the frame being received when its size is known (so a large
+   * frame is read straight into place), else by one chunk. */
+  size_t want = c->rlen + READ_CHUNK;
+  if (c->need > want)
+    want = c->need;
+  if (want > c->rcap) {
+    uint8_t *nb = realloc(c->rbuf, want);
+    if (nb == NULL)
+      return -ENOMEM;
+    c->rbuf = nb;
+    c->rcap = want;
   }
-  if (nread == 0)
-    return; /* EAGAIN */
-  if (nread != UV_EOF)
-    MLPD_LOGD("conn %llu: read: %s", (unsigned long long)c->serial,
-              uv_strerror((int)nread));
-  /* EOF or error: the client is gone (a half-closed client cannot be told
-   * apart, so clients must keep their write side open until answered). */
-  mlpd_server_close_conn(c, 0);
+  size_t room = c->rcap - c->rlen;
+  if (limit > 0 && room > limit)
+    room = limit;
+  struct iovec iov = {.iov_base = c->rbuf + c->rlen, .iov_len = room};
+  union {
+    struct cmsghdr align;
+    char buf[CMSG_SPACE(sizeof(int) * MLPD_CONN_MAX_FDS)];
+  } ctl;
+  struct msghdr mh = {.msg_iov = &iov,
+                      .msg_iovlen = 1,
+                      .msg_control = ctl.buf,
+                      .msg_controllen = sizeof(ctl.buf)};
+  ssize_t n = recvmsg(c->fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+  if (n < 0)
+    return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+  int overflow = (mh.msg_flags & MSG_CTRUNC) != 0;
+  for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm != NULL;
+       cm = CMSG_NXTHDR(&mh, cm)) {
+    if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+      continue;
+    int k = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+    int *fds = (int *)(void *)CMSG_DATA(cm);
+    for (int i = 0; i < k; i++) {
+      if (c->nfds < MLPD_CONN_MAX_FDS) {
+        c->fds[c->nfds++] = fds[i];
+      } else {
+        close(fds[i]);
+        overflow = 1;
+      }
+    }
+  }
+  if (overflow) {
+    mlpd_server_refuse(c, MLPD_STATUS_INVALID_ARGUMENT,
+                       "too many file descriptors sent without a "
+                       "RegisterRegion frame to claim them; closing the "
+                       "connection");
+    return -EPROTO;
+  }
+  if (n > 0)
+    c->rlen += (size_t)n;
+  return n;
 }
 
-static void start_reading(mlpd_conn_t *c) {
-  if (c->reading || c->closing || c->close_after_write)
-    return;
-  int rc = uv_read_start((uv_stream_t *)&c->pipe, on_alloc, on_read);
-  if (rc != 0) {
-    MLPD_LOGW("conn %llu: uv_read_start: %s", (unsigned long long)c->serial,
-              uv_strerror(rc));
+static void on_readable(mlpd_conn_t *c) {
+  for (int i = 0; i < READS_PER_WAKEUP && !c->closing &&
+                  !c->close_after_write && !c->paused;
+       i++) {
+    ssize_t n = read_some(c, 0);
+    if (n == -EAGAIN)
+      return;
+    if (n <= 0) {
+      if (n < 0 && n != -EPROTO)
+        MLPD_LOGD("conn %llu: read: %s", (unsigned long long)c->serial,
+                  strerror((int)-n));
+      /* EOF or error: the client is gone (a half-closed client cannot be
+       * told apart, so clients keep their write side open until
+       * answered). */
+      if (n != -EPROTO)
+        mlpd_server_close_conn(c, 0);
+      return;
+    }
+    process(c);
+  }
+}
+
+static void on_io(uv_poll_t *h, int status, int events) {
+  mlpd_conn_t *c = (mlpd_conn_t *)h;
+  if (status < 0) {
     mlpd_server_close_conn(c, 0);
     return;
   }
-  c->reading = 1;
+  if (events & UV_WRITABLE)
+    flush(c);
+  if (!c->closing && (events & (UV_READABLE | UV_DISCONNECT)))
+    on_readable(c);
 }
 
-static void free_unaccepted(uv_handle_t *h) { free(h); }
+/* ---- accepting ---------------------------------------------------------- */
 
-static void on_connection(uv_stream_t *listener, int status) {
-  mlpd_server_t *s = listener->data;
-  if (status < 0) {
-    MLPD_LOGW("accept: %s", uv_strerror(status));
+static void log_refusal(mlpd_server_t *s, const mlpd_peer_t *p,
+                        const char *why) {
+  /* One line per refused peer, but a flood of them cannot flood the log. */
+  uint64_t sec = mlpd_now_ns() / 1000000000u;
+  if (sec != s->refused_logged_s) {
+    if (s->refused_this_s > 10)
+      MLPD_LOGW("... and %d more connections refused in that second",
+                s->refused_this_s - 10);
+    s->refused_logged_s = sec;
+    s->refused_this_s = 0;
+  }
+  if (++s->refused_this_s <= 10)
+    MLPD_LOGW("refused a connection from uid %u gid %u pid %d: %s",
+              (unsigned)p->uid, (unsigned)p->gid, (int)p->pid, why);
+}
+
+/* Answers a peer that was not admitted and closes it. The frame is small
+ * and the socket's buffer empty, so one non-blocking send suffices. */
+static void refuse_fd(mlpd_server_t *s, int fd, mlpd_status_t st,
+                      const char *why) {
+  uint8_t buf[512];
+  size_t n = s->cb.encode_status(s->cb.ud, st, why, buf, sizeof(buf));
+  if (n > 0)
+    (void)send(fd, buf, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+  close(fd);
+}
+
+static void on_listener(uv_poll_t *h, int status, int events);
+
+static void on_accept_retry(uv_timer_t *t) {
+  mlpd_server_t *s = t->data;
+  if (s->listening)
+    uv_poll_start(&s->listener, UV_READABLE, on_listener);
+}
+
+static void accept_one(mlpd_server_t *s, int fd) {
+  mlpd_peer_t peer;
+  mlpd_err_t err = {0};
+  if (mlpd_access_peer(fd, &peer, &err) != 0) {
+    MLPD_LOGW("accept: %s", err.msg);
+    close(fd);
+    return;
+  }
+  mlpd_status_t st;
+  char why[256];
+  if (mlpd_access_admit(s->cfg.access, &peer, &st, why, sizeof(why)) != 0) {
+    log_refusal(s, &peer, why);
+    refuse_fd(s, fd, st, why);
     return;
   }
   mlpd_conn_t *c = calloc(1, sizeof(*c));
-  if (c == NULL) {
+  if (c == NULL || uv_poll_init(s->loop, &c->poll, fd) != 0) {
     MLPD_LOGW("accept: out of memory");
+    free(c);
+    mlpd_access_release(s->cfg.access, peer.uid);
+    close(fd);
     return;
   }
+  c->fd = fd;
   c->srv = s;
-  uv_pipe_init(s->loop, &c->pipe, 0);
-  if (uv_accept(listener, (uv_stream_t *)&c->pipe) != 0 ||
-      s->nconns >= s->cfg.max_connections) {
-    /* Over the cap the client sees its connection closed at once: each
-     * connection may hold up to a frame and max_unsent bytes, so the cap is
-     * what bounds the daemon's memory. */
-    if (s->nconns >= s->cfg.max_connections && !s->warned_full) {
-      MLPD_LOGW("connection limit %zu reached; refusing new connections",
-                s->cfg.max_connections);
-      s->warned_full = 1;
-    }
-    uv_close((uv_handle_t *)&c->pipe, free_unaccepted);
-    return;
-  }
-  s->warned_full = 0;
+  c->peer = peer;
   c->serial = ++s->serial;
+  c->active_ns = mlpd_now_ns();
   c->next = s->conns;
   if (s->conns)
     s->conns->prev = c;
   s->conns = c;
   s->nconns++;
-  start_reading(c);
+  s->cb.on_open(s->cb.ud, c);
+  update_poll(c);
 }
+
+static void on_listener(uv_poll_t *h, int status, int events) {
+  (void)events;
+  mlpd_server_t *s = h->data;
+  if (status < 0) {
+    MLPD_LOGW("listener: %s", uv_strerror(status));
+    return;
+  }
+  for (int i = 0; i < ACCEPTS_PER_WAKEUP && s->listening; i++) {
+    int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd >= 0) {
+      accept_one(s, fd);
+      continue;
+    }
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ||
+        errno == ECONNABORTED)
+      return;
+    /* Out of descriptors: the connection stays in the backlog and the
+     * listener stays readable; pause instead of spinning on it. */
+    MLPD_LOGW("accept: %s; pausing accepts for 100 ms", strerror(errno));
+    uv_poll_stop(&s->listener);
+    uv_timer_start(&s->accept_retry, on_accept_retry, 100, 0);
+    return;
+  }
+}
+
+/* ---- timeouts ----------------------------------------------------------- */
+
+static void on_timer(uv_timer_t *t) {
+  mlpd_server_t *s = t->data;
+  uint64_t now = mlpd_now_ns();
+  uint64_t idle = s->cfg.idle_timeout_ms * 1000000u;
+  uint64_t frame = s->cfg.frame_timeout_ms * 1000000u;
+  char msg[160];
+  for (mlpd_conn_t *c = s->conns, *next; c != NULL; c = next) {
+    next = c->next;
+    if (c->closing)
+      continue;
+    if (c->close_after_write) {
+      /* A refused or finished client that does not read its last answer
+       * does not get to keep the connection. */
+      if (now - c->closing_ns > CLOSE_GRACE_NS && !s->closing)
+        mlpd_server_close_conn(c, 0);
+      continue;
+    }
+    if (frame != 0 && c->frame_ns != 0 && now - c->frame_ns > frame) {
+      snprintf(msg, sizeof(msg),
+               "a frame was not complete %llu ms after its first byte "
+               "(--frame-timeout); closing the connection",
+               (unsigned long long)s->cfg.frame_timeout_ms);
+      MLPD_LOGI("conn %llu (uid %u): %s", (unsigned long long)c->serial,
+                (unsigned)c->peer.uid, msg);
+      mlpd_server_refuse(c, MLPD_STATUS_DEADLINE_EXCEEDED, msg);
+    } else if (idle != 0 && c->busy == 0 && c->whead == NULL &&
+               c->rlen == 0 && now - c->active_ns > idle) {
+      snprintf(msg, sizeof(msg),
+               "connection idle for %llu ms (--idle-timeout); closing it, "
+               "reconnect to send more",
+               (unsigned long long)s->cfg.idle_timeout_ms);
+      mlpd_server_refuse(c, MLPD_STATUS_UNAVAILABLE, msg);
+    }
+  }
+}
+
+/* ---- listening ---------------------------------------------------------- */
 
 /* A socket file nobody accepts on is left over from a dead daemon and may be
  * replaced; anything else at the path is not ours to remove. */
@@ -292,62 +545,103 @@ static int clear_stale(const char *path, mlpd_err_t *err) {
   return 0;
 }
 
-int mlpd_server_listen(mlpd_server_t *s, uv_loop_t *loop,
-                       const mlpd_server_config_t *cfg,
-                       const mlpd_server_callbacks_t *cb, mlpd_err_t *err) {
+int mlpd_server_bind(const char *path, int mode, long group, int *out,
+                     mlpd_err_t *err) {
   int rc;
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  *out = -1;
+  if (strlen(path) >= sizeof(sa.sun_path))
+    return mlpd_errf(err, -ENAMETOOLONG,
+                     "socket path %s is longer than %zu bytes", path,
+                     sizeof(sa.sun_path) - 1);
+  snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+  if ((rc = clear_stale(path, err)) != 0)
+    return rc;
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0)
+    return mlpd_errf(err, -errno, "socket: %s", strerror(errno));
+  if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+    rc = mlpd_errf(err, -errno, "socket %s: bind: %s", path,
+                   strerror(errno));
+    goto fail;
+  }
+  if (group >= 0 && chown(path, (uid_t)-1, (gid_t)group) != 0) {
+    rc = mlpd_errf(err, -errno, "socket %s: chown to group %ld: %s", path,
+                   group, strerror(errno));
+    goto fail_unlink;
+  }
+  if (chmod(path, (mode_t)mode) != 0) {
+    rc = mlpd_errf(err, -errno, "socket %s: chmod %o: %s", path,
+                   (unsigned)mode, strerror(errno));
+    goto fail_unlink;
+  }
+  if (listen(fd, 511) != 0) {
+    rc = mlpd_errf(err, -errno, "socket %s: listen: %s", path,
+                   strerror(errno));
+    goto fail_unlink;
+  }
+  *out = fd;
+  return 0;
+
+fail_unlink:
+  unlink(path);
+fail:
+  close(fd);
+  return rc;
+}
+
+static void handle_closed(uv_handle_t *h) {
+  mlpd_server_t *s = h->data;
+  s->handles--;
+  maybe_done(s);
+}
+
+int mlpd_server_start(mlpd_server_t *s, uv_loop_t *loop, int listen_fd,
+                      const mlpd_server_config_t *cfg,
+                      const mlpd_server_callbacks_t *cb, mlpd_err_t *err) {
   memset(s, 0, sizeof(*s));
   s->loop = loop;
   s->cfg = *cfg;
   s->cb = *cb;
-  if (strlen(cfg->path) >= sizeof(s->path))
-    return mlpd_errf(err, -ENAMETOOLONG,
-                     "socket path %s is longer than %zu bytes", cfg->path,
-                     sizeof(s->path) - 1);
-  snprintf(s->path, sizeof(s->path), "%s", cfg->path);
-  s->cfg.path = s->path;
-  if ((rc = clear_stale(s->path, err)) != 0)
-    return rc;
-  uv_pipe_init(loop, &s->listener, 0);
+  s->listen_fd = listen_fd;
+  int fl = fcntl(listen_fd, F_GETFL);
+  if (fl < 0 || fcntl(listen_fd, F_SETFL, fl | O_NONBLOCK) != 0) {
+    close(listen_fd);
+    return mlpd_errf(err, -errno, "listener: %s", strerror(errno));
+  }
+  int rc = uv_poll_init(loop, &s->listener, listen_fd);
+  if (rc != 0) {
+    close(listen_fd);
+    return mlpd_errf(err, rc, "listener: uv_poll_init: %s", uv_strerror(rc));
+  }
   s->listener.data = s;
-  if ((rc = uv_pipe_bind(&s->listener, s->path)) != 0) {
-    mlpd_errf(err, rc, "socket %s: bind: %s", s->path, uv_strerror(rc));
-    goto fail;
-  }
-  if (chmod(s->path, (mode_t)cfg->mode) != 0) {
-    rc = mlpd_errf(err, -errno, "socket %s: chmod %o: %s", s->path,
-                   (unsigned)cfg->mode, strerror(errno));
-    goto fail_unlink;
-  }
-  if ((rc = uv_listen((uv_stream_t *)&s->listener, 511, on_connection)) != 0) {
-    mlpd_errf(err, rc, "socket %s: listen: %s", s->path, uv_strerror(rc));
-    goto fail_unlink;
-  }
+  uv_timer_init(loop, &s->timer);
+  uv_timer_init(loop, &s->accept_retry);
+  s->timer.data = s->accept_retry.data = s;
+  s->handles = 3;
+  uv_poll_start(&s->listener, UV_READABLE, on_listener);
   s->listening = 1;
+  uint64_t t = 1000;
+  if (cfg->idle_timeout_ms != 0 && cfg->idle_timeout_ms / 4 < t)
+    t = cfg->idle_timeout_ms / 4;
+  if (cfg->frame_timeout_ms != 0 && cfg->frame_timeout_ms / 4 < t)
+    t = cfg->frame_timeout_ms / 4;
+  if (t < 10)
+    t = 10;
+  uv_timer_start(&s->timer, on_timer, t, t);
   return 0;
-
-fail_unlink:
-  unlink(s->path);
-fail:
-  uv_close((uv_handle_t *)&s->listener, NULL);
-  return rc;
-}
-
-static void listener_closed(uv_handle_t *h) {
-  mlpd_server_t *s = h->data;
-  if (s->closing && s->nconns == 0 && s->on_closed) {
-    void (*done)(void *) = s->on_closed;
-    s->on_closed = NULL;
-    done(s->on_closed_ud);
-  }
 }
 
 void mlpd_server_stop_listening(mlpd_server_t *s) {
   if (!s->listening)
     return;
   s->listening = 0;
-  unlink(s->path);
-  uv_close((uv_handle_t *)&s->listener, listener_closed);
+  uv_timer_stop(&s->accept_retry);
+  uv_close((uv_handle_t *)&s->listener, handle_closed);
+  /* Other I/O threads may still accept on their duplicates; this one's
+   * goes now. */
+  close(s->listen_fd);
+  s->listen_fd = -1;
 }
 
 /* Reads, without blocking, what the client sent before we decided to close,
@@ -355,22 +649,12 @@ void mlpd_server_stop_listening(mlpd_server_t *s) {
  * socket buffer is answered (the owner refuses it while stopping) instead of
  * vanishing with the connection. Bounded: at most one max-size frame more. */
 static void read_buffered(mlpd_conn_t *c) {
-  uv_os_fd_t fd;
-  if (c->closing || c->close_after_write ||
-      uv_fileno((uv_handle_t *)&c->pipe, &fd) != 0)
-    return;
   size_t budget = c->srv->cfg.max_frame + MLPD_FRAME_HEADER_MAX;
   while (budget > 0 && !c->closing && !c->close_after_write) {
-    uv_buf_t b;
-    on_alloc((uv_handle_t *)c, 0, &b);
-    if (b.len == 0)
-      return;
-    ssize_t n = recv(fd, b.base, b.len < budget ? b.len : budget,
-                     MSG_DONTWAIT);
+    ssize_t n = read_some(c, budget);
     if (n <= 0)
       return;
-    budget -= (size_t)n;
-    c->rlen += (size_t)n;
+    budget -= (size_t)n < budget ? (size_t)n : budget;
     process(c);
   }
 }
@@ -380,20 +664,23 @@ void mlpd_server_close(mlpd_server_t *s, int after_write,
   s->closing = 1;
   s->on_closed = done;
   s->on_closed_ud = ud;
-  int was_listening = s->listening;
   mlpd_server_stop_listening(s);
-  for (mlpd_conn_t *c = s->conns; c != NULL; c = c->next) {
+  if (!uv_is_closing((uv_handle_t *)&s->timer)) {
+    uv_close((uv_handle_t *)&s->timer, handle_closed);
+    uv_close((uv_handle_t *)&s->accept_retry, handle_closed);
+  }
+  for (mlpd_conn_t *c = s->conns, *next; c != NULL; c = next) {
+    next = c->next;
     if (after_write)
       read_buffered(c);
     mlpd_server_close_conn(c, after_write);
   }
-  if (!was_listening && s->nconns == 0 && s->on_closed) {
-    s->on_closed = NULL;
-    done(ud);
-  }
+  maybe_done(s);
 }
 
 void mlpd_server_abort(mlpd_server_t *s) {
-  for (mlpd_conn_t *c = s->conns; c != NULL; c = c->next)
+  for (mlpd_conn_t *c = s->conns, *next; c != NULL; c = next) {
+    next = c->next;
     mlpd_server_close_conn(c, 0);
+  }
 }

@@ -1,28 +1,47 @@
-/* server.h - the Unix-socket listener and client connections.
+/* server.h - the Unix-socket listener and client connections of one I/O
+ * thread.
  *
  * Reads protobuf-delimited frames (frame.h) from every connection and hands
- * each complete frame to the owner's on_frame callback; queues encoded
- * responses for writing. The frame length is checked before any of the body
- * is buffered. Backpressure: a connection whose unsent responses exceed
- * max_unsent bytes is not read from until they drain below half of it.
+ * each complete frame to the owner's on_frame callback; writes encoded
+ * responses. The socket I/O is its own (recvmsg/writev on a uv_poll_t)
+ * rather than libuv's streams, because clients pass file descriptors with
+ * SCM_RIGHTS (shared-memory regions): descriptors that arrive with a frame's
+ * bytes wait, in arrival order, until the owner claims them for the frame
+ * (mlpd_server_take_fd); a connection may hold at most
+ * MLPD_CONN_MAX_FDS unclaimed, and a message carrying more than fit is a
+ * protocol error.
  *
- * Connection lifetime: created on accept, freed in exactly one place, the
- * uv_close callback. The owner's on_close callback runs once before that, so
- * the owner can cancel the connection's requests; after it, the mlpd_conn_t
- * must not be used.
+ * Admission. Every accepted peer is checked against access.h (credentials,
+ * connection caps); a refused peer gets one status frame saying which rule
+ * refused it (through the owner's encode_status), a log line with its uid
+ * and pid, and is closed. The same happens to a connection idle longer than
+ * idle_timeout (no request in flight, nothing to write, no partial frame)
+ * and to one whose frame takes longer than frame_timeout from its first
+ * byte to its last: a stalled partial frame cannot hold a buffer forever.
  *
- * All on the loop thread. The read buffer grows to the current frame's size
- * and shrinks back after large frames; nothing is read that is not needed. */
+ * Bounds: the frame length is checked before any of the body is buffered;
+ * a connection whose unsent responses exceed max_unsent bytes is not read
+ * from until they drain below half of it.
+ *
+ * Several servers (one per I/O thread) may listen on duplicates of one
+ * listening socket: each accepts what it can. Connection lifetime: created
+ * on accept, freed in exactly one place, the uv_close callback; the owner's
+ * on_close runs once before that, from libuv's close phase. All on the
+ * server's loop thread. */
 #ifndef MLPD_SERVER_H
 #define MLPD_SERVER_H
 
+#include "access.h"
 #include "error.h"
 #include "mlpd.h"
+#include "status.h"
 
 #include <uv.h>
 
 typedef struct mlpd_server_s mlpd_server_t;
 typedef struct mlpd_conn_s mlpd_conn_t;
+
+#define MLPD_CONN_MAX_FDS 4
 
 typedef struct mlpd_server_callbacks_s {
   /* A complete frame body (may be 0 bytes). The bytes are valid only during
@@ -31,82 +50,118 @@ typedef struct mlpd_server_callbacks_s {
   /* The stream cannot go on: a frame header announced more than max_frame
    * bytes (rc MLPD_EFRAME2BIG, len set) or is not a valid varint (rc
    * MLPD_EPROTO). The server has stopped reading; the owner may write one
-   * answer (RESOURCE_EXHAUSTED, INVALID_ARGUMENT) and the server closes the
-   * connection once that is written. */
+   * answer and the server closes the connection once that is written. */
   void (*on_stream_error)(void *ud, mlpd_conn_t *c, int rc, uint64_t len);
-  /* The connection is going away (EOF, error, or closed by us). Called from
-   * libuv's close phase, never from inside another callback of the owner;
-   * writes to the connection are dropped from the moment it closes. */
+  /* A connection was accepted (c->peer is set). */
+  void (*on_open)(void *ud, mlpd_conn_t *c);
+  /* The connection is going away; called from libuv's close phase, never
+   * from inside another callback of the owner. */
   void (*on_close)(void *ud, mlpd_conn_t *c);
+  /* Encodes a response carrying only `status` and `msg` (id 0) into buf:
+   * its length, or 0 when it does not fit. */
+  size_t (*encode_status)(void *ud, mlpd_status_t status, const char *msg,
+                          uint8_t *buf, size_t cap);
   void *ud;
 } mlpd_server_callbacks_t;
 
 typedef struct mlpd_server_config_s {
-  const char *path;   /* socket path */
-  int mode;           /* file mode, e.g. 0660 */
-  size_t max_frame;   /* largest frame body accepted */
-  size_t max_unsent;  /* backpressure bound per connection */
-  size_t max_connections; /* accepted beyond this are closed at once */
+  size_t max_frame;          /* largest frame body accepted */
+  size_t max_unsent;         /* backpressure bound per connection */
+  uint64_t idle_timeout_ms;  /* 0 = connections may idle forever */
+  uint64_t frame_timeout_ms; /* 0 = a frame may take forever */
+  mlpd_access_t *access;     /* shared by every server; borrowed */
 } mlpd_server_config_t;
 
+typedef struct mlpd_wbuf_s mlpd_wbuf_t;
+
 struct mlpd_conn_s {
-  uv_pipe_t pipe;           /* first: the handle's address is the conn's */
-  mlpd_server_t *srv;       /* owning server */
+  uv_poll_t poll;           /* first: the handle's address is the conn's */
+  int fd;                   /* owned */
+  mlpd_server_t *srv;
+  mlpd_peer_t peer;         /* credentials at accept */
   uint8_t *rbuf;            /* owned: bytes received, not yet framed */
   size_t rcap;
   size_t rlen;
   size_t need;              /* bytes the frame at rbuf[0] needs, if known */
-  size_t unsent;            /* bytes in uv_write not yet completed */
-  int reading;              /* uv_read_start is active */
+  int fds[MLPD_CONN_MAX_FDS]; /* owned: received, not yet claimed */
+  int nfds;
+  mlpd_wbuf_t *whead, *wtail; /* owned: queued writes */
+  size_t unsent;            /* bytes queued, with their overhead */
+  int events;               /* what the poll watches now */
   int paused;               /* reading stopped for backpressure */
-  int closing;              /* uv_close called or pending */
-  int close_after_write;    /* close once unsent reaches 0 */
+  int closing;              /* uv_close called */
+  int close_after_write;    /* close once the queue is written */
+  int partial;              /* counted in srv->partial */
+  int busy;                 /* owner's: requests in flight (idle rule) */
   uint64_t serial;          /* for logs */
-  void *owner_data;         /* free for the owner (its request list) */
+  uint64_t active_ns;       /* last frame received or write completed */
+  uint64_t frame_ns;        /* first byte of the unfinished frame, or 0 */
+  uint64_t closing_ns;      /* when close_after_write was set */
+  void *owner_data;         /* free for the owner */
   mlpd_conn_t *prev, *next; /* server's list */
 };
 
 struct mlpd_server_s {
   uv_loop_t *loop;               /* borrowed */
-  uv_pipe_t listener;
+  uv_poll_t listener;
+  int listen_fd;                 /* owned (a duplicate of the socket) */
   int listening;
-  mlpd_server_config_t cfg;      /* path copied below */
-  char path[108];                /* sun_path limit */
+  uv_timer_t timer;              /* timeouts, and accept after EMFILE */
+  uv_timer_t accept_retry;
+  mlpd_server_config_t cfg;
   mlpd_server_callbacks_t cb;
   mlpd_conn_t *conns;            /* owned, every open connection */
   uint64_t nconns;
   uint64_t serial;
+  int partial;                   /* connections in the middle of a frame */
+  int handles;                   /* open handles of the server itself */
   void (*on_closed)(void *ud);   /* see mlpd_server_close */
   void *on_closed_ud;
   int closing;
-  int warned_full;               /* logged the connection cap once */
+  uint64_t refused_logged_s;     /* rate limit of refusal log lines */
+  int refused_this_s;
 };
 
-/* Binds and listens. A stale socket file (nobody accepting) is replaced; a
- * live one, or a path that is not a socket, is an error. */
-int mlpd_server_listen(mlpd_server_t *s, uv_loop_t *loop,
-                       const mlpd_server_config_t *cfg,
-                       const mlpd_server_callbacks_t *cb,
-                       mlpd_err_t *err) MLPD_MUST_CHECK;
+/* Binds a Unix stream socket at path (a stale socket file nobody accepts
+ * on is replaced; a live one, or something else at the path, is an error),
+ * sets its mode and, when group >= 0, its group, and listens. The caller
+ * owns *fd. */
+int mlpd_server_bind(const char *path, int mode, long group, int *fd,
+                     mlpd_err_t *err) MLPD_MUST_CHECK;
 
-/* Stops accepting and removes the socket file; open connections stay. */
+/* Starts serving on `listen_fd` (a listening Unix socket; the server owns
+ * it from here, the caller keeps its own duplicate if it wants one). */
+int mlpd_server_start(mlpd_server_t *s, uv_loop_t *loop, int listen_fd,
+                      const mlpd_server_config_t *cfg,
+                      const mlpd_server_callbacks_t *cb,
+                      mlpd_err_t *err) MLPD_MUST_CHECK;
+
+/* Stops accepting; open connections stay. */
 void mlpd_server_stop_listening(mlpd_server_t *s);
-
-/* Queues `len` bytes of `buf` for writing. `buf` must come from
- * mlpd_server_alloc_write and is owned by the server from here on. Returns 0,
- * or an error when the connection is closing (buf is freed). */
-int mlpd_server_write(mlpd_conn_t *c, uint8_t *buf, size_t len);
 
 /* A buffer for mlpd_server_write of `len` bytes; NULL when out of memory. */
 uint8_t *mlpd_server_alloc_write(size_t len);
 void mlpd_server_free_write(uint8_t *buf);
 
+/* Queues `len` bytes of `buf` (from mlpd_server_alloc_write; owned by the
+ * server from here on) and writes what the socket takes at once. Returns 0,
+ * or an error when the connection is closing (buf is freed). */
+int mlpd_server_write(mlpd_conn_t *c, uint8_t *buf, size_t len);
+
+/* The oldest descriptor received on c and not yet claimed (the caller owns
+ * it), or -1. */
+int mlpd_server_take_fd(mlpd_conn_t *c);
+
+/* Answers `status`/`msg` (id 0) and closes the connection once written. */
+void mlpd_server_refuse(mlpd_conn_t *c, mlpd_status_t status,
+                        const char *msg);
+
 /* Closes a connection (after its queued writes when after_write). */
 void mlpd_server_close_conn(mlpd_conn_t *c, int after_write);
 
 /* Closes the listener and every connection (each once its queued responses
- * are written, with after_write); calls done(ud) once every handle is
- * closed. */
+ * are written, with after_write; what the client sent before is read and
+ * handed to the owner first); calls done(ud) once every handle is closed. */
 void mlpd_server_close(mlpd_server_t *s, int after_write,
                        void (*done)(void *ud), void *ud);
 

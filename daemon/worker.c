@@ -1,125 +1,192 @@
 /* worker.c - see worker.h. */
 #include "worker.h"
 
+#include "log.h"
+
+#include <sched.h>
 #include <string.h>
+
+static void finish(mlpd_worker_t *w, mlpd_job_t *job, int rc,
+                   const mlpd_err_t *err) {
+  job->end_ns = mlpd_now_ns();
+  job->rc = rc;
+  if (rc != 0)
+    snprintf(job->why, sizeof(job->why), "%s", mlpd_err_msg(err, rc));
+  else
+    job->why[0] = '\0';
+  atomic_fetch_add(&w->batches, 1);
+  atomic_fetch_add(&w->rows, (uint64_t)job->batch.rows);
+  if (rc != 0) {
+    atomic_fetch_add(&w->failures, 1);
+    if (++w->failures_in_row == MLPD_WORKER_MAX_FAILURES &&
+        atomic_exchange(&w->in_rotation, 0)) {
+      MLPD_LOGE("%s failed %d batches in a row (last: %s); taking it out of "
+                "rotation",
+                w->engine->info.name, MLPD_WORKER_MAX_FAILURES, job->why);
+    }
+  } else {
+    w->failures_in_row = 0;
+  }
+  atomic_fetch_sub(&w->load, 1);
+  mlpd_mailbox_post(job->reply, &job->msg);
+}
+
+/* Submits queued jobs while the engine has room. */
+static void submit_queued(mlpd_worker_t *w) {
+  int room = w->engine->info.depth - w->ninflight;
+  if (room <= 0 || atomic_load(&w->todo_n) == 0)
+    return;
+  pthread_mutex_lock(&w->mu);
+  mlpd_job_t *take = NULL, **tail = &take;
+  while (room > 0 && w->todo_head != NULL) {
+    mlpd_job_t *j = w->todo_head;
+    w->todo_head = j->wnext;
+    if (w->todo_head == NULL)
+      w->todo_tail = NULL;
+    j->wnext = NULL;
+    *tail = j;
+    tail = &j->wnext;
+    atomic_fetch_sub(&w->todo_n, 1);
+    room--;
+  }
+  pthread_mutex_unlock(&w->mu);
+  while (take != NULL) {
+    mlpd_job_t *j = take;
+    take = j->wnext;
+    mlpd_err_t err = {0};
+    j->start_ns = mlpd_now_ns();
+    int rc;
+    if (!atomic_load(&w->in_rotation))
+      rc = mlpd_errf(&err, MLPD_ENODEV, "%s is out of rotation",
+                     w->engine->info.name);
+    else
+      rc = mlpd_engine_submit(w->engine, &j->batch, &err);
+    if (rc != 0) {
+      finish(w, j, rc, &err);
+      continue;
+    }
+    if (w->ninflight == 0) {
+      w->busy_since = j->start_ns;
+      atomic_store(&w->oldest_ns, j->start_ns);
+    }
+    w->inflight[w->ninflight++] = j;
+  }
+}
+
+/* Retires the oldest batch if it is done (or, with block, once it is). */
+static void retire(mlpd_worker_t *w, int block) {
+  mlpd_err_t err = {0};
+  int rc = mlpd_engine_wait(w->engine, block, &err);
+  if (rc == 0)
+    return;
+  mlpd_job_t *j = w->inflight[0];
+  memmove(&w->inflight[0], &w->inflight[1],
+          (size_t)(w->ninflight - 1) * sizeof(w->inflight[0]));
+  w->ninflight--;
+  uint64_t now = mlpd_now_ns();
+  if (w->ninflight == 0) {
+    atomic_fetch_add(&w->busy_ns, now - w->busy_since);
+    atomic_store(&w->oldest_ns, 0);
+  } else {
+    atomic_store(&w->oldest_ns, w->inflight[0]->start_ns);
+  }
+  finish(w, j, rc < 0 ? rc : 0, &err);
+}
 
 static void *worker_main(void *arg) {
   mlpd_worker_t *w = arg;
-  pthread_mutex_lock(&w->mu);
   for (;;) {
-    while (w->todo_count == 0 && !w->stop)
+    pthread_mutex_lock(&w->mu);
+    while (w->todo_head == NULL && w->ninflight == 0 && !w->stop)
       pthread_cond_wait(&w->cv, &w->mu);
-    if (w->todo_count == 0 && w->stop)
+    int done = w->stop && w->todo_head == NULL && w->ninflight == 0;
+    pthread_mutex_unlock(&w->mu);
+    if (done)
       break;
-    mlpd_job_t job = w->todo[w->todo_head];
-    w->todo_head = (w->todo_head + 1) % MLPD_WORKER_RING;
-    w->todo_count--;
-    w->running = 1;
-    job.start_ns = w->run_start_ns = mlpd_now_ns();
-    pthread_mutex_unlock(&w->mu);
-
-    mlpd_err_t err = {0};
-    job.rc = mlpd_engine_run(job.engine, job.slot, job.rows, &err);
-    job.end_ns = mlpd_now_ns();
-    memcpy(job.msg, err.msg, sizeof(job.msg));
-
-    pthread_mutex_lock(&w->mu);
-    w->running = 0;
-    /* The done ring cannot overflow: it has as many entries as todo, and a
-     * job enters todo only when the loop has room for it. */
-    w->done[(w->done_head + w->done_count) % MLPD_WORKER_RING] = job;
-    w->done_count++;
-    pthread_mutex_unlock(&w->mu);
-    uv_async_send(&w->async);
-    pthread_mutex_lock(&w->mu);
+    submit_queued(w);
+    if (w->ninflight == 0)
+      continue;
+    /* Full pipeline: nothing could be submitted, so wait for the device.
+     * Room left: poll, so a job handed over meanwhile starts at once. */
+    if (w->ninflight == w->engine->info.depth) {
+      retire(w, 1);
+    } else {
+      int n = w->ninflight;
+      retire(w, 0);
+      if (w->ninflight == n && atomic_load(&w->todo_n) == 0)
+        sched_yield();
+    }
   }
-  pthread_mutex_unlock(&w->mu);
   return NULL;
 }
 
-static void on_async(uv_async_t *h) {
-  mlpd_worker_t *w = h->data;
-  for (;;) {
-    pthread_mutex_lock(&w->mu);
-    if (w->done_count == 0) {
-      pthread_mutex_unlock(&w->mu);
-      return;
-    }
-    mlpd_job_t job = w->done[w->done_head];
-    w->done_head = (w->done_head + 1) % MLPD_WORKER_RING;
-    w->done_count--;
-    pthread_mutex_unlock(&w->mu);
-    w->on_done(w, &job);
-  }
-}
-
-int mlpd_worker_start(mlpd_worker_t *w, uv_loop_t *loop,
-                      mlpd_worker_done_cb on_done, void *data,
+int mlpd_worker_start(mlpd_worker_t *w, mlpd_engine_t *engine, int index,
                       mlpd_err_t *err) {
   memset(w, 0, sizeof(*w));
-  w->on_done = on_done;
-  w->data = data;
-  int rc = uv_async_init(loop, &w->async, on_async);
-  if (rc != 0)
-    return mlpd_errf(err, rc, "worker: uv_async_init: %s", uv_strerror(rc));
-  w->async.data = w;
+  w->engine = engine;
+  w->index = index;
+  atomic_init(&w->todo_n, 0);
+  atomic_init(&w->load, 0);
+  atomic_init(&w->in_rotation, 1);
+  atomic_init(&w->oldest_ns, 0);
+  atomic_init(&w->batches, 0);
+  atomic_init(&w->rows, 0);
+  atomic_init(&w->failures, 0);
+  atomic_init(&w->busy_ns, 0);
   pthread_mutex_init(&w->mu, NULL);
   pthread_cond_init(&w->cv, NULL);
-  rc = pthread_create(&w->thread, NULL, worker_main, w);
+  int rc = pthread_create(&w->thread, NULL, worker_main, w);
   if (rc != 0) {
-    uv_close((uv_handle_t *)&w->async, NULL);
-    return mlpd_errf(err, -rc, "worker: pthread_create: %s", strerror(rc));
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+    return mlpd_errf(err, -rc, "worker for %s: pthread_create: %s",
+                     engine->info.name, strerror(rc));
   }
   w->started = 1;
   return 0;
 }
 
-int mlpd_worker_submit(mlpd_worker_t *w, mlpd_engine_t *engine, int slot,
-                       int rows) {
-  pthread_mutex_lock(&w->mu);
-  if (w->todo_count + w->done_count + w->running >= MLPD_WORKER_RING) {
-    pthread_mutex_unlock(&w->mu);
-    return MLPD_EBUSY;
+int mlpd_worker_reserve(mlpd_worker_t *w) {
+  if (!atomic_load(&w->in_rotation))
+    return 0;
+  int cur = atomic_load(&w->load);
+  while (cur < w->engine->info.depth) {
+    if (atomic_compare_exchange_weak(&w->load, &cur, cur + 1))
+      return 1;
   }
-  w->todo[(w->todo_head + w->todo_count) % MLPD_WORKER_RING] =
-      (mlpd_job_t){.engine = engine, .slot = slot, .rows = rows};
-  w->todo_count++;
-  pthread_cond_signal(&w->cv);
-  pthread_mutex_unlock(&w->mu);
   return 0;
 }
 
-uint64_t mlpd_worker_busy_ns(mlpd_worker_t *w, uint64_t now) {
+void mlpd_worker_unreserve(mlpd_worker_t *w) { atomic_fetch_sub(&w->load, 1); }
+
+void mlpd_worker_submit(mlpd_worker_t *w, mlpd_job_t *job) {
+  job->queued_ns = mlpd_now_ns();
+  job->wnext = NULL;
   pthread_mutex_lock(&w->mu);
-  uint64_t t = w->running && now > w->run_start_ns ? now - w->run_start_ns : 0;
+  if (w->todo_tail != NULL)
+    w->todo_tail->wnext = job;
+  else
+    w->todo_head = job;
+  w->todo_tail = job;
+  atomic_fetch_add(&w->todo_n, 1);
+  pthread_cond_signal(&w->cv);
   pthread_mutex_unlock(&w->mu);
-  return t;
 }
 
-/* The mutex outlives the thread until the async handle is closed: stop may
- * run inside on_async (a completion that ends the daemon), which goes on
- * taking the mutex after stop returns. */
-static void async_closed(uv_handle_t *h) {
-  mlpd_worker_t *w = h->data;
+uint64_t mlpd_worker_busy_ns(mlpd_worker_t *w, uint64_t now) {
+  uint64_t t = atomic_load(&w->oldest_ns);
+  return t != 0 && now > t ? now - t : 0;
+}
+
+void mlpd_worker_stop(mlpd_worker_t *w) {
+  if (!w->started)
+    return;
+  w->started = 0;
+  pthread_mutex_lock(&w->mu);
+  w->stop = 1;
+  pthread_cond_signal(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+  pthread_join(w->thread, NULL);
   pthread_mutex_destroy(&w->mu);
   pthread_cond_destroy(&w->cv);
-  if (w->closed != NULL)
-    w->closed(h);
-}
-
-void mlpd_worker_stop(mlpd_worker_t *w, uv_close_cb closed) {
-  if (w->started) {
-    w->started = 0;
-    pthread_mutex_lock(&w->mu);
-    w->stop = 1;
-    pthread_cond_signal(&w->cv);
-    pthread_mutex_unlock(&w->mu);
-    pthread_join(w->thread, NULL);
-    /* Deliver what finished while we joined, so slots are released. */
-    on_async(&w->async);
-  }
-  if (!uv_is_closing((uv_handle_t *)&w->async)) {
-    w->closed = closed;
-    uv_close((uv_handle_t *)&w->async, async_closed);
-  }
 }

@@ -1,74 +1,105 @@
-/* worker.h - the engine thread.
+/* worker.h - one thread per engine (device) that keeps its pipeline full.
  *
- * One dedicated thread runs engine batches back to back; the loop thread
- * never waits on compute. The loop submits jobs (engine, slot, rows) into a
- * small fixed ring; the worker runs them in order and hands each finished
- * job back through a mutex-guarded ring plus uv_async_send. libuv coalesces
- * async sends, so the loop-side callback drains every finished job it finds.
+ * Any thread hands the worker jobs (batches in host staging); the worker
+ * submits them to its engine as soon as the engine has room (info.depth
+ * batches in flight), retires them in order, and posts each finished job
+ * back to the mailbox its submitter named. It never blocks on the device
+ * while a job is waiting to be submitted: with room left it polls the
+ * oldest batch and the queue in turn, and it blocks in the engine's wait
+ * only when the pipeline is full (then nothing could be submitted anyway).
  *
- * The worker holds no engine of its own: each job names the engine to use,
- * so the loop can switch engines between batches (reload). No allocation
- * after start. */
+ * Load. A submitter first reserves room (mlpd_worker_reserve): at most
+ * depth jobs are reserved or in flight, so a job handed over starts on the
+ * device at once; that is when the batcher checks deadlines. The
+ * reservation ends when the job comes back.
+ *
+ * Rotation. After MLPD_WORKER_MAX_FAILURES failed batches in a row the
+ * worker marks itself out of rotation (it logs why): batchers stop choosing
+ * it, and jobs still handed to it fail at once, so their batches can go to
+ * another device. Counters are atomics, read by metrics from any thread.
+ *
+ * Nothing here allocates after start. */
 #ifndef MLPD_WORKER_H
 #define MLPD_WORKER_H
 
 #include "engine.h"
 #include "error.h"
+#include "mailbox.h"
 #include "mlpd.h"
 
 #include <pthread.h>
-#include <uv.h>
+#include <stdatomic.h>
 
-typedef struct mlpd_job_s {
-  mlpd_engine_t *engine; /* borrowed for the run */
-  int slot;
-  int rows;
-  int rc;                /* engine result */
-  uint64_t start_ns;     /* engine run start/end, monotonic */
-  uint64_t end_ns;
-  char msg[MLPD_ERRMSG_MAX]; /* engine error detail when rc != 0 */
-} mlpd_job_t;
+#define MLPD_WORKER_MAX_FAILURES 3
 
-#define MLPD_WORKER_RING 8
+typedef struct mlpd_job_s mlpd_job_t;
+struct mlpd_job_s {
+  mlpd_msg_t msg;            /* first: how the job comes back */
+  mlpd_engine_batch_t batch; /* (submitter) what to run */
+  mlpd_mailbox_t *reply;     /* (submitter) where the finished job goes */
+  void *cookie;              /* (submitter) e.g. its staging slot */
+  int engine;                /* (submitter) index of the worker in its pool */
+  /* (worker) results, valid once posted back */
+  int rc;                    /* 0, or the engine's error */
+  char why[MLPD_ERRMSG_MAX]; /* the error's message */
+  uint64_t queued_ns;        /* handed to the worker */
+  uint64_t start_ns;         /* submitted to the engine */
+  uint64_t end_ns;           /* retired */
+  mlpd_job_t *wnext;         /* the worker's queue */
+};
 
-typedef struct mlpd_worker_s mlpd_worker_t;
-typedef void (*mlpd_worker_done_cb)(mlpd_worker_t *w, const mlpd_job_t *job);
-
-struct mlpd_worker_s {
-  uv_async_t async;          /* loop-owned; wakes the loop on completions */
+typedef struct mlpd_worker_s {
+  mlpd_engine_t *engine;     /* borrowed: the pool owns it */
+  int index;                 /* in the pool */
   pthread_t thread;
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  mlpd_job_t todo[MLPD_WORKER_RING]; /* guarded by mu */
-  int todo_head, todo_count;
-  mlpd_job_t done[MLPD_WORKER_RING]; /* guarded by mu */
-  int done_head, done_count;
+  mlpd_job_t *todo_head;     /* guarded by mu */
+  mlpd_job_t *todo_tail;
   int stop;                  /* guarded by mu */
-  int running;               /* guarded by mu: a job is in the engine */
-  uint64_t run_start_ns;     /* guarded by mu: start of that job */
-  int started;               /* thread exists */
-  mlpd_worker_done_cb on_done; /* called on the loop thread */
-  uv_close_cb closed;        /* the owner's, after the async handle closes */
-  void *data;                /* for the owner */
-};
+  int started;
+  atomic_int todo_n;         /* jobs in todo, for the poll loop */
+  atomic_int load;           /* jobs reserved, queued or in flight */
+  atomic_int in_rotation;    /* 1 until MLPD_WORKER_MAX_FAILURES in a row */
+  atomic_uint_fast64_t oldest_ns; /* start of the oldest batch in flight,
+                                     0 if none: the watchdog's evidence */
+  /* counters, any thread reads */
+  atomic_uint_fast64_t batches;  /* retired, failed ones included */
+  atomic_uint_fast64_t rows;
+  atomic_uint_fast64_t failures;
+  atomic_uint_fast64_t busy_ns;  /* time with a batch in flight */
+  /* worker thread only */
+  mlpd_job_t *inflight[MLPD_ENGINE_MAX_DEPTH];
+  int ninflight;
+  int failures_in_row;
+  uint64_t busy_since;       /* when ninflight went from 0 to 1 */
+} mlpd_worker_t;
 
-/* Starts the thread and registers the async handle on `loop`. */
-int mlpd_worker_start(mlpd_worker_t *w, uv_loop_t *loop,
-                      mlpd_worker_done_cb on_done, void *data,
+/* Starts the thread for `engine`. */
+int mlpd_worker_start(mlpd_worker_t *w, mlpd_engine_t *engine, int index,
                       mlpd_err_t *err) MLPD_MUST_CHECK;
 
-/* Queues a job; MLPD_EBUSY if the ring is full (the batcher keeps at most
- * two in flight, so that is a bug). */
-int mlpd_worker_submit(mlpd_worker_t *w, mlpd_engine_t *engine, int slot,
-                       int rows) MLPD_MUST_CHECK;
+/* Reserves room for one job: 1 when the worker is in rotation and fewer
+ * than depth jobs are reserved or in flight, else 0. Any thread. */
+int mlpd_worker_reserve(mlpd_worker_t *w);
 
-/* How long the job now in the engine has been running (0 if none): the
- * watchdog's evidence that the engine is making progress. */
+/* Gives back a reservation that will not be used. */
+void mlpd_worker_unreserve(mlpd_worker_t *w);
+
+/* Jobs reserved, queued or in flight (a snapshot). */
+static inline int mlpd_worker_load(mlpd_worker_t *w) {
+  return atomic_load(&w->load);
+}
+
+/* Hands over a job for which room was reserved; it comes back through
+ * job->reply. Any thread. */
+void mlpd_worker_submit(mlpd_worker_t *w, mlpd_job_t *job);
+
+/* How long the oldest batch in flight has been on the device (0 if none). */
 uint64_t mlpd_worker_busy_ns(mlpd_worker_t *w, uint64_t now);
 
-/* Finishes the job in progress, joins the thread (queued jobs are still
- * run, so their slots come back), and closes the async handle; `closed`
- * runs when the handle is closed. */
-void mlpd_worker_stop(mlpd_worker_t *w, uv_close_cb closed);
+/* Finishes every job handed over (they come back through their mailboxes),
+ * then joins the thread. Safe on a worker that never started. */
+void mlpd_worker_stop(mlpd_worker_t *w);
 
 #endif

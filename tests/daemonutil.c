@@ -41,8 +41,23 @@ static struct sockaddr_un unix_addr(const char *path) {
   return sa;
 }
 
+static void spawn(td_daemon_t *d, const char *model, int notify,
+                  uint64_t watchdog_usec, const char *const *args,
+                  const char *const *env, int listen_fd);
+
 void td_spawn(td_daemon_t *d, const char *model, int notify,
               uint64_t watchdog_usec, const char *const *args) {
+  spawn(d, model, notify, watchdog_usec, args, NULL, -1);
+}
+
+void td_spawn_ex(td_daemon_t *d, const char *model, const char *const *args,
+                 const char *const *env, int listen_fd) {
+  spawn(d, model, 0, 0, args, env, listen_fd);
+}
+
+static void spawn(td_daemon_t *d, const char *model, int notify,
+                  uint64_t watchdog_usec, const char *const *args,
+                  const char *const *env, int listen_fd) {
   memset(d, 0, sizeof(*d));
   d->notify_fd = -1;
   tu_mkdtemp(d->dir, sizeof(d->dir));
@@ -95,6 +110,18 @@ void td_spawn(td_daemon_t *d, const char *model, int notify,
       setenv("WATCHDOG_USEC", v, 1);
       snprintf(v, sizeof(v), "%ld", (long)getpid());
       setenv("WATCHDOG_PID", v, 1);
+    }
+    for (int i = 0; env != NULL && env[i] != NULL; i++)
+      putenv((char *)env[i]);
+    if (listen_fd >= 0) {
+      if (listen_fd != 3 && (dup2(listen_fd, 3) != 3 || close(listen_fd)))
+        _exit(126);
+      fcntl(3, F_SETFD, 0); /* inherited across exec, as systemd does */
+      char v[32];
+      snprintf(v, sizeof(v), "%ld", (long)getpid());
+      setenv("LISTEN_PID", v, 1);
+      setenv("LISTEN_FDS", "1", 1);
+      setenv("LISTEN_FDNAMES", "mlpd", 1);
     }
     execv(bin, (char *const *)argv);
     _exit(127);

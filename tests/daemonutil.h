@@ -26,6 +26,13 @@ typedef struct {
 void td_spawn(td_daemon_t *d, const char *model, int notify,
               uint64_t watchdog_usec, const char *const *args);
 
+/* td_spawn with more: the environment entries in env ("NAME=value",
+ * NULL-terminated, may be NULL), and, with listen_fd >= 0, that listening
+ * socket passed as systemd's socket activation passes it (fd 3,
+ * LISTEN_FDS=1, LISTEN_PID, LISTEN_FDNAMES=mlpd). */
+void td_spawn_ex(td_daemon_t *d, const char *model, const char *const *args,
+                 const char *const *env, int listen_fd);
+
 /* Waits until the daemon answers Health with ready (fails the test after
  * timeout_ms). */
 void td_wait_ready(td_daemon_t *d, int timeout_ms);

@@ -1,8 +1,12 @@
-/* test_batcher.c - the batching policy, driven with a fake clock over a real
- * CPU engine: a full batch goes at once, a lone request waits max_delay,
- * a partial batch waits while the engine is busy, a full queue refuses, an
- * oversize request is split and still served, cancelled and expired requests
- * leave before reaching the engine, and every computed row is right. */
+/* test_batcher.c - the batching policy, driven with a fake clock and a
+ * hand-kept view of the engines, over real CPU engines: a full batch goes
+ * at once; a lone request on an idle engine goes at once, and a partial
+ * batch waits (at most the delay) only while every engine is busy or more
+ * rows are arriving; a full queue refuses; an oversize request is split;
+ * cancelled and expired requests leave before reaching an engine, the
+ * deadline checked again at hand-off; a failed batch is retried on another
+ * engine once; slots complete in any order; slot dtypes follow the first
+ * request and padding is zeroed; and every computed row is right. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,6 +14,7 @@
 #include <cmocka.h>
 
 #include "batcher.h"
+#include "engine.h"
 #include "testutil.h"
 
 #include <math.h>
@@ -20,31 +25,32 @@
 #define IN 13
 #define OUT 5
 #define MS 1000000ull
+#define NSLOTS 6
 
 typedef struct {
   char dir[256];
   tu_mlp_t ref;
   mlpd_model_t *model;
   mlpd_engine_t *engine;
+  void *in[NSLOTS], *out[NSLOTS];
   mlpd_batcher_t b;
   /* what the done callback saw */
   int ndone;
-  mlpd_req_t *done_req[64];
-  mlpd_status_t done_status[64];
+  mlpd_req_t *done_req[256];
+  mlpd_status_t done_status[256];
 } fx_t;
 
 static void on_done(void *ud, mlpd_req_t *req, mlpd_status_t st,
                     const char *msg) {
   (void)msg;
   fx_t *f = ud;
-  assert_true(f->ndone < 64);
+  assert_true(f->ndone < 256);
   f->done_req[f->ndone] = req;
   f->done_status[f->ndone] = st;
   f->ndone++;
 }
 
-static fx_t *fx_new(int max_batch, uint64_t delay_ns, int max_queue,
-                    int nslots) {
+static fx_t *fx_new(int max_batch, uint64_t delay_ns, int max_queue) {
   fx_t *f = calloc(1, sizeof(*f));
   tu_mkdtemp(f->dir, sizeof(f->dir));
   char path[512];
@@ -56,17 +62,38 @@ static fx_t *fx_new(int max_batch, uint64_t delay_ns, int max_queue,
   mlpd_engine_opts_t o;
   mlpd_engine_opts_init(&o);
   o.max_batch = max_batch;
-  o.nslots = nslots;
   assert_int_equal(mlpd_engine_open(&f->engine, "cpu", f->model, &o, &err),
                    0);
-  mlpd_batcher_config_t bc = {max_batch, delay_ns, max_queue};
-  assert_int_equal(
-      mlpd_batcher_init(&f->b, f->engine, &bc, on_done, f, &err), 0);
+  const mlpd_engine_info_t *e = &f->engine->info;
+  mlpd_batcher_shape_t sh = {.in_features = IN, .out_features = OUT,
+                             .in_stride = e->in_stride,
+                             .out_stride = e->out_stride,
+                             .max_batch = max_batch,
+                             .in_dtypes = e->in_dtypes,
+                             .out_dtypes = e->out_dtypes,
+                             .compute_dtype = e->compute_dtype};
+  for (int s = 0; s < NSLOTS; s++) {
+    f->in[s] = f->engine->ops->host_alloc(f->engine,
+                                          mlpd_batcher_in_bytes(&sh));
+    f->out[s] = f->engine->ops->host_alloc(f->engine,
+                                           mlpd_batcher_out_bytes(&sh));
+  }
+  mlpd_batcher_config_t bc = {.max_delay_ns = delay_ns,
+                              .max_queue = max_queue,
+                              .nslots = NSLOTS,
+                              .max_attempts = 2};
+  assert_int_equal(mlpd_batcher_init(&f->b, &sh, &bc, f->in, f->out, on_done,
+                                     f, &err),
+                   0);
   return f;
 }
 
 static void fx_free(fx_t *f) {
   mlpd_batcher_free(&f->b);
+  for (int s = 0; s < NSLOTS; s++) {
+    f->engine->ops->host_free(f->engine, f->in[s]);
+    f->engine->ops->host_free(f->engine, f->out[s]);
+  }
   mlpd_engine_close(f->engine);
   mlpd_model_free(f->model);
   tu_free_mlp(&f->ref);
@@ -89,7 +116,7 @@ static mlpd_req_t *req_new(uint64_t id, int rows, uint64_t arrival,
   r->in_dtype = MLPD_DTYPE_F32;
   r->out_dtype = MLPD_DTYPE_F32;
   r->src = (const uint8_t *)x;
-  r->src_owned = 1; /* the test keeps the input alive */
+  r->src_stable = 1; /* the test keeps the input alive */
   r->out = malloc((size_t)rows * OUT * sizeof(float));
   for (int i = 0; i < rows * OUT; i++)
     ((float *)r->out)[i] = NAN;
@@ -114,39 +141,58 @@ static void check_output(fx_t *f, const mlpd_req_t *r) {
     fail_msg("request %llu: rel error %g", (unsigned long long)r->id, rel);
 }
 
-/* Submits what the policy allows at `now`, runs it, completes it. Returns
- * the number of batches run; *rows gets the rows of each. */
+/* Hands slot s to engine `engine` (an index the test makes up) and runs it
+ * on the CPU engine; returns the rows handed over. The caller completes. */
+static int start_run(fx_t *f, int s, int engine, uint64_t now) {
+  void *in, *out;
+  mlpd_dtype_t idt, odt;
+  int rows = mlpd_batcher_start(&f->b, s, engine, now, &in, &idt, &out, &odt);
+  if (rows == 0)
+    return 0;
+  assert_ptr_equal(in, f->in[s]);
+  assert_ptr_equal(out, f->out[s]);
+  mlpd_engine_batch_t b = {.in = in, .in_dtype = idt, .out = out,
+                           .out_dtype = odt, .rows = rows};
+  mlpd_err_t err = {0};
+  assert_int_equal(mlpd_engine_run(f->engine, &b, &err), 0);
+  return rows;
+}
+
+/* Runs what the policy lets go at `now` with an idle engine, one batch at
+ * a time. Returns the number of batches; *rows gets the rows of each. */
 static int run_ready(fx_t *f, uint64_t now, int *rows_out) {
-  int slot, rows, n = 0;
-  while (mlpd_batcher_next(&f->b, now, &slot, &rows)) {
-    mlpd_err_t err = {0};
-    assert_int_equal(mlpd_engine_run(f->engine, slot, rows, &err), 0);
+  int n = 0, s;
+  while ((s = mlpd_batcher_ready(&f->b, now, 1, 0)) >= 0) {
+    int rows = start_run(f, s, 0, now);
+    if (rows == 0)
+      continue;
     if (rows_out)
       rows_out[n] = rows;
     n++;
-    mlpd_batcher_complete(&f->b, slot, 0, NULL, now, now + 1000);
+    assert_int_equal(
+        mlpd_batcher_complete(&f->b, s, 0, NULL, 0, now, now + 1000), 0);
   }
   return n;
 }
 
 static void test_full_batch_goes_at_once(void **state) {
   (void)state;
-  fx_t *f = fx_new(8, 1000 * MS, 64, 4);
+  fx_t *f = fx_new(8, 1000 * MS, 64);
   mlpd_req_t *a = req_new(1, 5, 0, 0), *b = req_new(2, 3, 0, 0);
   assert_int_equal(mlpd_batcher_admit(&f->b, a, 0), 0);
-  int slot, rows;
-  /* 5 of 8 rows, delay 1 s: nothing goes yet. */
-  assert_int_equal(mlpd_batcher_next(&f->b, 1, &slot, &rows), 0);
+  /* 5 of 8 rows, every engine busy, delay 1 s: nothing goes yet. */
+  assert_int_equal(mlpd_batcher_ready(&f->b, 1, 0, 0), -1);
   assert_int_equal(mlpd_batcher_admit(&f->b, b, 1), 0);
-  /* Now full: goes at once, long before the delay. */
-  assert_int_equal(mlpd_batcher_next(&f->b, 2, &slot, &rows), 1);
-  assert_int_equal(rows, 8);
-  mlpd_err_t err = {0};
-  assert_int_equal(mlpd_engine_run(f->engine, slot, rows, &err), 0);
-  mlpd_batcher_complete(&f->b, slot, 0, NULL, 2, 3);
+  /* Now full: goes at once, busy engines or not, long before the delay. */
+  int s = mlpd_batcher_ready(&f->b, 2, 0, 0);
+  assert_true(s >= 0);
+  assert_int_equal(start_run(f, s, 0, 2), 8);
+  assert_int_equal(mlpd_batcher_complete(&f->b, s, 0, NULL, 0, 2, 3), 0);
   assert_int_equal(f->ndone, 2);
   assert_int_equal(f->done_status[0], MLPD_STATUS_OK);
   assert_int_equal(f->done_status[1], MLPD_STATUS_OK);
+  assert_int_equal(a->engine, 0);
+  assert_int_equal(a->batch_rows, 8);
   check_output(f, a);
   check_output(f, b);
   assert_true(mlpd_batcher_idle(&f->b));
@@ -155,60 +201,63 @@ static void test_full_batch_goes_at_once(void **state) {
   fx_free(f);
 }
 
-static void test_lone_request_waits_for_the_delay(void **state) {
+static void test_no_delay_on_an_idle_engine(void **state) {
   (void)state;
-  fx_t *f = fx_new(8, 5 * MS, 64, 4);
+  fx_t *f = fx_new(8, 5 * MS, 64);
   mlpd_req_t *a = req_new(1, 1, 100, 0);
   assert_int_equal(mlpd_batcher_admit(&f->b, a, 100), 0);
-  assert_int_equal(mlpd_batcher_next_wakeup(&f->b), 100 + 5 * MS);
-  assert_int_equal(run_ready(f, 100 + 5 * MS - 1, NULL), 0);
+  /* An idle engine takes a lone request at once... */
+  int s = mlpd_batcher_ready(&f->b, 100, 1, 0);
+  assert_true(s >= 0);
+  /* ...but not while more rows are known to be arriving: then it waits,
+   * at most the delay. */
+  assert_int_equal(mlpd_batcher_ready(&f->b, 100, 1, 1), -1);
+  assert_int_equal(mlpd_batcher_ready(&f->b, 100 + 5 * MS - 1, 1, 1), -1);
+  assert_int_equal(mlpd_batcher_ready(&f->b, 100 + 5 * MS, 1, 1), s);
   int rows[4];
-  assert_int_equal(run_ready(f, 100 + 5 * MS, rows), 1);
+  assert_int_equal(run_ready(f, 100, rows), 1);
   assert_int_equal(rows[0], 1);
   assert_int_equal(f->ndone, 1);
   check_output(f, a);
   assert_int_equal(mlpd_batcher_next_wakeup(&f->b), UINT64_MAX);
   req_free(a);
   fx_free(f);
-
-  /* Delay 0: goes at the first chance. */
-  f = fx_new(8, 0, 64, 4);
-  a = req_new(1, 2, 100, 0);
-  assert_int_equal(mlpd_batcher_admit(&f->b, a, 100), 0);
-  assert_int_equal(run_ready(f, 100, rows), 1);
-  req_free(a);
-  fx_free(f);
 }
 
-static void test_partial_waits_while_engine_busy(void **state) {
+static void test_partial_waits_while_engines_busy(void **state) {
   (void)state;
-  fx_t *f = fx_new(4, 0, 64, 6);
-  mlpd_req_t *r[5];
-  for (int i = 0; i < 5; i++)
-    r[i] = req_new((uint64_t)i, i < 3 ? 4 : 1, 0, 0);
-  int slot[3], rows[3];
+  fx_t *f = fx_new(4, 5 * MS, 64);
+  mlpd_req_t *r[4];
+  const uint64_t arrival[4] = {0, 1 * MS, 2 * MS, 10 * MS};
+  for (int i = 0; i < 4; i++)
+    r[i] = req_new((uint64_t)i, i == 0 ? 4 : 1, arrival[i], 0);
   assert_int_equal(mlpd_batcher_admit(&f->b, r[0], 0), 0);
-  assert_int_equal(mlpd_batcher_next(&f->b, 0, &slot[0], &rows[0]), 1);
-  /* Engine busy: a full slot may queue behind it (back to back)... */
-  assert_int_equal(mlpd_batcher_admit(&f->b, r[1], 0), 0);
-  assert_int_equal(mlpd_batcher_next(&f->b, 0, &slot[1], &rows[1]), 1);
-  /* ...but no more than one, and a partial waits to collect rows. */
-  assert_int_equal(mlpd_batcher_admit(&f->b, r[2], 0), 0);
-  assert_int_equal(mlpd_batcher_admit(&f->b, r[3], 0), 0);
-  assert_int_equal(mlpd_batcher_next(&f->b, 10 * MS, &slot[2], &rows[2]), 0);
-  mlpd_err_t err = {0};
-  for (int i = 0; i < 2; i++) {
-    assert_int_equal(mlpd_engine_run(f->engine, slot[i], 4, &err), 0);
-    mlpd_batcher_complete(&f->b, slot[i], 0, NULL, 0, 1);
-  }
-  assert_int_equal(mlpd_batcher_admit(&f->b, r[4], 0), 0);
-  int got[4];
-  /* r[2] fills a slot (4 rows); r[3] + r[4] go together as one batch. */
-  assert_int_equal(run_ready(f, 10 * MS, got), 2);
-  assert_int_equal(got[0], 4);
-  assert_int_equal(got[1], 2);
-  assert_int_equal(f->ndone, 5);
-  for (int i = 0; i < 5; i++) {
+  int s0 = mlpd_batcher_ready(&f->b, 0, 1, 0);
+  assert_int_equal(start_run(f, s0, 0, 0), 4);
+  /* The engine runs s0: r[1] waits for company, for at most the delay. */
+  assert_int_equal(mlpd_batcher_admit(&f->b, r[1], 1 * MS), 0);
+  assert_int_equal(mlpd_batcher_ready(&f->b, 1 * MS, 0, 0), -1);
+  assert_int_equal(mlpd_batcher_next_wakeup(&f->b), 6 * MS);
+  assert_int_equal(mlpd_batcher_admit(&f->b, r[2], 2 * MS), 0);
+  assert_int_equal(mlpd_batcher_ready(&f->b, 2 * MS, 0, 0), -1);
+  /* s0 finishes: the engine is idle, the partial slot goes at once. */
+  assert_int_equal(mlpd_batcher_complete(&f->b, s0, 0, NULL, 0, 0, 3 * MS),
+                   0);
+  int rows[2];
+  assert_int_equal(run_ready(f, 3 * MS, rows), 1);
+  assert_int_equal(rows[0], 2);
+  /* While busy, the delay is the upper bound. */
+  assert_int_equal(mlpd_batcher_admit(&f->b, r[3], 10 * MS), 0);
+  assert_int_equal(mlpd_batcher_ready(&f->b, 15 * MS - 1, 0, 0), -1);
+  int s = mlpd_batcher_ready(&f->b, 15 * MS, 0, 0);
+  assert_true(s >= 0);
+  assert_int_equal(start_run(f, s, 1, 15 * MS), 1);
+  assert_int_equal(mlpd_batcher_complete(&f->b, s, 0, NULL, 0, 15 * MS,
+                                         16 * MS),
+                   0);
+  assert_int_equal(f->ndone, 4);
+  assert_int_equal(r[3]->engine, 1);
+  for (int i = 0; i < 4; i++) {
     check_output(f, r[i]);
     req_free(r[i]);
   }
@@ -217,7 +266,7 @@ static void test_partial_waits_while_engine_busy(void **state) {
 
 static void test_queue_full_and_oversize(void **state) {
   (void)state;
-  fx_t *f = fx_new(8, 0, 16, 4);
+  fx_t *f = fx_new(8, 0, 16);
   mlpd_req_t *a = req_new(1, 10, 0, 0), *b = req_new(2, 10, 0, 0);
   assert_int_equal(mlpd_batcher_admit(&f->b, a, 0), 0);
   assert_int_equal(f->b.queue_rows, 10);
@@ -254,7 +303,7 @@ static void test_queue_full_and_oversize(void **state) {
 
 static void test_cancel_compacts_before_the_engine(void **state) {
   (void)state;
-  fx_t *f = fx_new(16, 1000 * MS, 64, 4);
+  fx_t *f = fx_new(16, 1000 * MS, 64);
   mlpd_req_t *a = req_new(1, 3, 0, 0), *b = req_new(2, 2, 0, 0),
              *c = req_new(3, 3, 0, 0);
   assert_int_equal(mlpd_batcher_admit(&f->b, a, 0), 0);
@@ -268,7 +317,6 @@ static void test_cancel_compacts_before_the_engine(void **state) {
   assert_int_equal(f->done_status[0], MLPD_STATUS_CANCELLED);
   assert_int_equal(f->b.queue_rows, 6);
   assert_int_equal(f->b.dropped_rows, 2);
-  mlpd_batcher_set_flush(&f->b, 1);
   int rows[2];
   assert_int_equal(run_ready(f, 0, rows), 1);
   assert_int_equal(rows[0], 6); /* the engine never saw b's rows */
@@ -278,13 +326,11 @@ static void test_cancel_compacts_before_the_engine(void **state) {
   /* Cancelled while its batch runs: computed, discarded, then released. */
   mlpd_req_t *d = req_new(4, 16, 0, 0);
   assert_int_equal(mlpd_batcher_admit(&f->b, d, 0), 0);
-  int slot, n;
-  assert_int_equal(mlpd_batcher_next(&f->b, 0, &slot, &n), 1);
+  int s = mlpd_batcher_ready(&f->b, 0, 0, 0);
+  assert_int_equal(start_run(f, s, 0, 0), 16);
   mlpd_batcher_cancel(&f->b, d);
   assert_int_equal(f->ndone, 3);
-  mlpd_err_t err = {0};
-  assert_int_equal(mlpd_engine_run(f->engine, slot, n, &err), 0);
-  mlpd_batcher_complete(&f->b, slot, 0, NULL, 0, 1);
+  assert_int_equal(mlpd_batcher_complete(&f->b, s, 0, NULL, 0, 0, 1), 0);
   assert_int_equal(f->ndone, 4);
   assert_int_equal(f->done_status[3], MLPD_STATUS_CANCELLED);
   assert_true(isnan(((float *)d->out)[0])); /* nothing copied for nobody */
@@ -297,7 +343,7 @@ static void test_cancel_compacts_before_the_engine(void **state) {
 
 static void test_deadlines(void **state) {
   (void)state;
-  fx_t *f = fx_new(8, 50 * MS, 64, 4);
+  fx_t *f = fx_new(8, 50 * MS, 64);
   mlpd_req_t *a = req_new(1, 2, 0, 10 * MS), *b = req_new(2, 2, 0, 0);
   assert_int_equal(mlpd_batcher_admit(&f->b, a, 0), 0);
   assert_int_equal(mlpd_batcher_admit(&f->b, b, 0), 0);
@@ -318,24 +364,121 @@ static void test_deadlines(void **state) {
   fx_free(f);
 }
 
-static void test_engine_failure_is_reported(void **state) {
+/* The deadline is checked again when the batch goes to a device: a slot
+ * that waited behind a running one loses its expired requests right there,
+ * and a slot of expired requests alone never reaches the engine. */
+static void test_deadline_at_hand_off(void **state) {
   (void)state;
-  fx_t *f = fx_new(8, 0, 64, 4);
+  fx_t *f = fx_new(4, 0, 64);
+  mlpd_req_t *run = req_new(1, 4, 0, 0);
+  mlpd_req_t *late = req_new(2, 4, 0, 1 * MS);
+  mlpd_req_t *mixed_late = req_new(3, 2, 0, 1 * MS);
+  mlpd_req_t *mixed_ok = req_new(4, 2, 0, 0);
+  assert_int_equal(mlpd_batcher_admit(&f->b, run, 0), 0);
+  assert_int_equal(mlpd_batcher_admit(&f->b, late, 0), 0);
+  assert_int_equal(mlpd_batcher_admit(&f->b, mixed_late, 0), 0);
+  assert_int_equal(mlpd_batcher_admit(&f->b, mixed_ok, 0), 0);
+  int s0 = mlpd_batcher_ready(&f->b, 0, 1, 0);
+  assert_int_equal(start_run(f, s0, 0, 0), 4);
+  /* The next slot is full and ready, but handed over only at 5 ms, after
+   * the deadline: no rows left, nothing runs. */
+  int s1 = mlpd_batcher_ready(&f->b, 5 * MS, 0, 0);
+  assert_true(s1 >= 0);
+  assert_int_equal(start_run(f, s1, 0, 5 * MS), 0);
+  assert_int_equal(f->ndone, 1);
+  assert_ptr_equal(f->done_req[0], late);
+  assert_int_equal(f->done_status[0], MLPD_STATUS_DEADLINE_EXCEEDED);
+  /* The third slot keeps only its live request. */
+  int s2 = mlpd_batcher_ready(&f->b, 5 * MS, 1, 0);
+  assert_true(s2 >= 0);
+  assert_int_equal(start_run(f, s2, 0, 5 * MS), 2);
+  assert_int_equal(f->ndone, 2);
+  assert_ptr_equal(f->done_req[1], mixed_late);
+  assert_int_equal(f->done_status[1], MLPD_STATUS_DEADLINE_EXCEEDED);
+  assert_int_equal(mlpd_batcher_complete(&f->b, s2, 0, NULL, 0, 5, 6), 0);
+  assert_int_equal(mlpd_batcher_complete(&f->b, s0, 0, NULL, 0, 0, 6), 0);
+  assert_int_equal(f->ndone, 4);
+  check_output(f, run);
+  check_output(f, mixed_ok);
+  assert_true(mlpd_batcher_idle(&f->b));
+  req_free(run);
+  req_free(late);
+  req_free(mixed_late);
+  req_free(mixed_ok);
+  fx_free(f);
+}
+
+static void test_failure_retried_elsewhere_once(void **state) {
+  (void)state;
+  fx_t *f = fx_new(8, 0, 64);
   mlpd_req_t *a = req_new(1, 3, 0, 0);
   assert_int_equal(mlpd_batcher_admit(&f->b, a, 0), 0);
-  int slot, rows;
-  assert_int_equal(mlpd_batcher_next(&f->b, 0, &slot, &rows), 1);
-  mlpd_batcher_complete(&f->b, slot, MLPD_ECUDA, "device lost", 0, 1);
+  int s = mlpd_batcher_ready(&f->b, 0, 1, 0);
+  assert_int_equal(start_run(f, s, 0, 0), 3);
+  /* Engine 0 failed; another may take it: first in line again. */
+  assert_int_equal(mlpd_batcher_complete(&f->b, s, MLPD_ECUDA, "device lost",
+                                         1, 0, 1),
+                   1);
+  assert_int_equal(f->ndone, 0);
+  assert_int_equal(mlpd_batcher_ready(&f->b, 0, 0, 0), s);
+  assert_int_equal(start_run(f, s, 1, 0), 3);
+  assert_int_equal(mlpd_batcher_complete(&f->b, s, 0, NULL, 1, 1, 2), 0);
   assert_int_equal(f->ndone, 1);
-  assert_int_equal(f->done_status[0], MLPD_STATUS_INTERNAL);
+  assert_int_equal(f->done_status[0], MLPD_STATUS_OK);
+  assert_int_equal(a->engine, 1);
+  check_output(f, a);
+
+  /* Failing on its second device too (max_attempts 2), or with no other
+   * device to go to: INTERNAL with the engine's message. */
+  mlpd_req_t *b = req_new(2, 3, 0, 0), *c = req_new(3, 3, 0, 0);
+  assert_int_equal(mlpd_batcher_admit(&f->b, b, 0), 0);
+  s = mlpd_batcher_ready(&f->b, 0, 1, 0);
+  assert_int_equal(start_run(f, s, 0, 0), 3);
+  assert_int_equal(mlpd_batcher_complete(&f->b, s, MLPD_ECUDA, "x", 1, 0, 1),
+                   1);
+  assert_int_equal(start_run(f, s, 1, 0), 3);
+  assert_int_equal(mlpd_batcher_complete(&f->b, s, MLPD_ECUDA, "y", 1, 0, 1),
+                   0);
+  assert_int_equal(f->done_status[1], MLPD_STATUS_INTERNAL);
+  assert_int_equal(mlpd_batcher_admit(&f->b, c, 0), 0);
+  s = mlpd_batcher_ready(&f->b, 0, 1, 0);
+  assert_int_equal(start_run(f, s, 0, 0), 3);
+  assert_int_equal(mlpd_batcher_complete(&f->b, s, MLPD_ECUDA, "z", 0, 0, 1),
+                   0);
+  assert_int_equal(f->done_status[2], MLPD_STATUS_INTERNAL);
   assert_true(mlpd_batcher_idle(&f->b));
   req_free(a);
+  req_free(b);
+  req_free(c);
+  fx_free(f);
+}
+
+/* Two engines run two slots; the second one finishes first. */
+static void test_slots_complete_in_any_order(void **state) {
+  (void)state;
+  fx_t *f = fx_new(4, 0, 64);
+  mlpd_req_t *a = req_new(1, 6, 0, 0), *b = req_new(2, 2, 0, 0);
+  assert_int_equal(mlpd_batcher_admit(&f->b, a, 0), 0);
+  assert_int_equal(mlpd_batcher_admit(&f->b, b, 0), 0);
+  int s0 = mlpd_batcher_ready(&f->b, 0, 1, 0);
+  assert_int_equal(start_run(f, s0, 0, 0), 4); /* a's first 4 rows */
+  int s1 = mlpd_batcher_ready(&f->b, 0, 1, 0);
+  assert_int_equal(start_run(f, s1, 1, 0), 4); /* a's last 2, all of b */
+  assert_int_equal(mlpd_batcher_complete(&f->b, s1, 0, NULL, 0, 0, 1), 0);
+  assert_int_equal(f->ndone, 1); /* b; a still waits for s0 */
+  assert_ptr_equal(f->done_req[0], b);
+  assert_int_equal(mlpd_batcher_complete(&f->b, s0, 0, NULL, 0, 0, 2), 0);
+  assert_int_equal(f->ndone, 2);
+  check_output(f, a);
+  check_output(f, b);
+  req_free(a);
+  req_free(b);
   fx_free(f);
 }
 
 static void test_hold_for_engine_switch(void **state) {
   (void)state;
-  fx_t *f = fx_new(4, 1000 * MS, 64, 4);
+  fx_t *f = fx_new(4, 1000 * MS, 64);
   mlpd_req_t *a = req_new(1, 6, 0, 0), *b = req_new(2, 2, 0, 0);
   assert_int_equal(mlpd_batcher_admit(&f->b, a, 0), 0);
   mlpd_batcher_set_hold(&f->b, 1);
@@ -348,7 +491,7 @@ static void test_hold_for_engine_switch(void **state) {
   assert_true(mlpd_batcher_slots_idle(&f->b));
   assert_false(mlpd_batcher_idle(&f->b));
   check_output(f, a);
-  mlpd_batcher_set_engine(&f->b, f->engine);
+  mlpd_batcher_set_shape(&f->b, &f->b.shape, f->in, f->out);
   mlpd_batcher_set_flush(&f->b, 0);
   assert_int_equal(b->staged, 2);
   assert_int_equal(run_ready(f, 1000 * MS, rows), 1);
@@ -358,16 +501,104 @@ static void test_hold_for_engine_switch(void **state) {
   fx_free(f);
 }
 
+/* With a 16-bit compute dtype (a GPU engine's description), a slot keeps
+ * its first request's dtype, converts later ones into it, and zeroes the
+ * padding columns even where a previous use left other bytes. */
+static void test_slot_dtypes_and_padding(void **state) {
+  (void)state;
+  enum { STRIDE = 16, ROWS = 4 };
+  mlpd_batcher_shape_t sh = {
+      .in_features = IN, .out_features = OUT, .in_stride = STRIDE,
+      .out_stride = 8, .max_batch = ROWS,
+      .in_dtypes = MLPD_DTYPE_BIT(MLPD_DTYPE_F32) |
+                   MLPD_DTYPE_BIT(MLPD_DTYPE_BF16),
+      .out_dtypes = MLPD_DTYPE_BIT(MLPD_DTYPE_F32) |
+                    MLPD_DTYPE_BIT(MLPD_DTYPE_BF16),
+      .compute_dtype = MLPD_DTYPE_BF16};
+  void *in[2], *out[2];
+  for (int s = 0; s < 2; s++) {
+    in[s] = malloc(mlpd_batcher_in_bytes(&sh));
+    out[s] = calloc(1, mlpd_batcher_out_bytes(&sh));
+    memset(in[s], 0xff, mlpd_batcher_in_bytes(&sh)); /* NaN patterns */
+  }
+  mlpd_batcher_config_t bc = {.max_delay_ns = 0, .max_queue = 64,
+                              .nslots = 2, .max_attempts = 1};
+  fx_t f = {0};
+  mlpd_err_t err = {0};
+  assert_int_equal(
+      mlpd_batcher_init(&f.b, &sh, &bc, in, out, on_done, &f, &err), 0);
+  mlpd_req_t *a = req_new(1, 1, 0, 0), *b = req_new(2, 1, 0, 0);
+  uint16_t abf[IN];
+  const uint8_t *a_f32 = a->src;
+  mlpd_dtype_convert(abf, MLPD_DTYPE_BF16, a->src, MLPD_DTYPE_F32, IN);
+  a->src = (const uint8_t *)abf;
+  a->src_stable = 0;
+  a->in_dtype = MLPD_DTYPE_BF16;
+  a->out_dtype = MLPD_DTYPE_F32;
+  b->in_dtype = MLPD_DTYPE_F32;
+  b->out_dtype = MLPD_DTYPE_F16; /* no engine takes it: compute dtype */
+  assert_int_equal(mlpd_batcher_admit(&f.b, a, 0), 0);
+  assert_int_equal(mlpd_batcher_admit(&f.b, b, 0), 0);
+  mlpd_slot_t *sl = &f.b.slots[0];
+  assert_int_equal(sl->in_dtype, MLPD_DTYPE_BF16);  /* a's */
+  assert_int_equal(sl->out_dtype, MLPD_DTYPE_F32);  /* a's */
+  const uint16_t *row0 = in[0], *row1 = (const uint16_t *)in[0] + STRIDE;
+  assert_memory_equal(row0, abf, sizeof(abf));
+  for (int c = IN; c < STRIDE; c++) {
+    assert_int_equal(row0[c], 0);
+    assert_int_equal(row1[c], 0);
+  }
+  uint16_t bbf[IN];
+  mlpd_dtype_convert(bbf, MLPD_DTYPE_BF16, b->src, MLPD_DTYPE_F32, IN);
+  assert_memory_equal(row1, bbf, sizeof(bbf)); /* converted on the way */
+  /* A fresh slot for an f32-out, f16-out first request: f16 is not
+   * shipped, so the slot takes the compute dtype. */
+  mlpd_batcher_set_flush(&f.b, 1);
+  void *pi, *po;
+  mlpd_dtype_t idt, odt;
+  int s = mlpd_batcher_ready(&f.b, 0, 1, 0);
+  assert_int_equal(mlpd_batcher_start(&f.b, s, 0, 0, &pi, &idt, &po, &odt),
+                   2);
+  assert_int_equal(idt, MLPD_DTYPE_BF16);
+  assert_int_equal(odt, MLPD_DTYPE_F32);
+  mlpd_req_t *c = req_new(3, 1, 0, 0);
+  c->in_dtype = MLPD_DTYPE_F32;
+  c->out_dtype = MLPD_DTYPE_F16;
+  assert_int_equal(mlpd_batcher_admit(&f.b, c, 0), 0);
+  assert_int_equal(f.b.slots[1].in_dtype, MLPD_DTYPE_F32);
+  assert_int_equal(f.b.slots[1].out_dtype, MLPD_DTYPE_BF16);
+  /* Outputs come back converted to what each request asked for. */
+  float *o = po;
+  for (int i = 0; i < 2 * 8; i++)
+    o[i] = (float)i;
+  assert_int_equal(mlpd_batcher_complete(&f.b, s, 0, NULL, 0, 0, 1), 0);
+  assert_true(((float *)a->out)[3] == 3.0f);
+  uint16_t *bo = (uint16_t *)b->out;
+  assert_true(mlpd_f16_to_f32(bo[2]) == 10.0f); /* row 1, column 2 */
+  mlpd_batcher_free(&f.b);
+  for (int i = 0; i < 2; i++) {
+    free(in[i]);
+    free(out[i]);
+  }
+  a->src = a_f32;
+  req_free(a);
+  req_free(b);
+  req_free(c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_full_batch_goes_at_once),
-      cmocka_unit_test(test_lone_request_waits_for_the_delay),
-      cmocka_unit_test(test_partial_waits_while_engine_busy),
+      cmocka_unit_test(test_no_delay_on_an_idle_engine),
+      cmocka_unit_test(test_partial_waits_while_engines_busy),
       cmocka_unit_test(test_queue_full_and_oversize),
       cmocka_unit_test(test_cancel_compacts_before_the_engine),
       cmocka_unit_test(test_deadlines),
-      cmocka_unit_test(test_engine_failure_is_reported),
+      cmocka_unit_test(test_deadline_at_hand_off),
+      cmocka_unit_test(test_failure_retried_elsewhere_once),
+      cmocka_unit_test(test_slots_complete_in_any_order),
       cmocka_unit_test(test_hold_for_engine_switch),
+      cmocka_unit_test(test_slot_dtypes_and_padding),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

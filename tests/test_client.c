@@ -89,7 +89,6 @@ static int setup(void **state) {
     mlpd_engine_opts_t o;
     mlpd_engine_opts_init(&o);
     o.max_batch = 256;
-    o.nslots = 1;
     rc = mlpd_engine_open(&g.engine, "cpu", g.model, &o, &err);
   }
   if (rc == 0)
@@ -126,7 +125,7 @@ static mlpd_client_t *connect_ok(const char *path) {
  * out. */
 static void reference(const void *src, mlpd_dtype_t st, int rows, float *y) {
   mlpd_err_t err = {0};
-  int rc = mlpd_engine_forward(g.engine, 0, src, st, y, MLPD_DTYPE_F32, rows,
+  int rc = mlpd_engine_forward(g.engine, src, st, y, MLPD_DTYPE_F32, rows,
                                &err);
   if (rc != 0)
     fail_msg("engine: %s", mlpd_err_msg(&err, rc));

@@ -20,6 +20,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
+#include <sys/socket.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -231,9 +232,11 @@ static void test_connection_cap(void **state) {
     assert_true(fds[i] >= 0);
     expect_alive(fds[i]);
   }
-  /* The fifth is accepted by the kernel and closed by the daemon. */
+  /* The fifth is accepted by the kernel, told which limit refused it, and
+   * closed by the daemon. */
   int extra = td_connect(d.sock);
   assert_true(extra >= 0);
+  expect(extra, mlpd_v1_Status_RESOURCE_EXHAUSTED, "--max-connections", 0);
   expect_closed(extra);
   close(extra);
   /* A freed place is usable again. */
@@ -244,13 +247,17 @@ static void test_connection_cap(void **state) {
     int fd = td_connect(d.sock);
     size_t len;
     uint8_t *f = td_simple_frame(99, 1, &len);
-    td_write_all(fd, f, len);
+    /* Refused while the close is still on its way: a closed socket. */
+    ssize_t sent = send(fd, f, len, MSG_NOSIGNAL);
     free(f);
     td_response_t r;
-    if (td_recv(fd, &r, TIMEOUT) == 1) {
+    int got = sent == (ssize_t)len ? td_recv(fd, &r, TIMEOUT) : 0;
+    if (got == 1 && r.status == 0 && r.live) {
       td_response_free(&r);
       again = fd;
     } else {
+      if (got == 1)
+        td_response_free(&r);
       close(fd);
     }
   }
@@ -351,7 +358,7 @@ static void *conn_thread(void *arg) {
     td_output_f32(&r, got);
     pthread_mutex_lock(j->ref_mu);
     mlpd_err_t err = {0};
-    int rc = mlpd_engine_forward(j->ref, 0, x[k], MLPD_DTYPE_F32, want,
+    int rc = mlpd_engine_forward(j->ref, x[k], MLPD_DTYPE_F32, want,
                                  MLPD_DTYPE_F32, rows[k], &err);
     pthread_mutex_unlock(j->ref_mu);
     if (rc != 0) {
@@ -398,7 +405,6 @@ static void test_many_pipelined_connections(void **state) {
   mlpd_engine_opts_t o;
   mlpd_engine_opts_init(&o);
   o.max_batch = 17;
-  o.nslots = 1;
   mlpd_engine_t *ref = NULL;
   assert_int_equal(mlpd_engine_open(&ref, "cpu", m, &o, &err), 0);
   pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -429,42 +435,85 @@ static void test_many_pipelined_connections(void **state) {
 
 /* ---- batching policy end to end ------------------------------------------- */
 
+/* A model wide enough that a 64-row batch keeps one CPU thread busy for
+ * tens of milliseconds. */
+static void slow_model(char *dir, char *path, size_t len, tu_mlp_t *ref,
+                       const int *widths, int nlayers) {
+  tu_mkdtemp(dir, 256);
+  snprintf(path, len, "%s/slow.safetensors", dir);
+  tu_make_mlp(ref, path, nlayers, widths, MLPD_DTYPE_BF16, 5, 0, NULL);
+}
+
 static void test_batching_policy(void **state) {
   (void)state;
-  const char *args[] = {"--max-batch", "8", "--max-delay-us", "40000", NULL};
+  char dir[256], path[512];
+  tu_mlp_t ref;
+  const int widths[] = {256, 2048, 2048, 2048, 16};
+  slow_model(dir, path, sizeof(path), &ref, widths, 4);
+  const char *args[] = {"--max-batch", "64", "--max-delay-us", "5000000",
+                        "--cpu-threads", "1", NULL};
   td_daemon_t d;
-  td_spawn(&d, DIGITS, 0, 0, args);
+  td_spawn(&d, path, 0, 0, args);
   td_wait_ready(&d, TIMEOUT);
   int fd = td_connect(d.sock);
-  float *x = random_rows(3, 8, 64);
+  float *x = random_rows(3, 64, 256);
   size_t len;
   td_response_t r;
-  /* A lone request waits for the delay (40 ms) for company. */
-  uint8_t *f = td_infer_frame(1, x, MLPD_DTYPE_F32, 1, 64, 0, 0, &len);
+  /* A lone request on an idle engine starts at once: the 5 s delay only
+   * holds a batch open while the engine is busy. */
+  uint8_t *f = td_infer_frame(1, x, MLPD_DTYPE_F32, 1, 256, 0, 0, &len);
   td_write_all(fd, f, len);
   free(f);
   assert_int_equal(td_recv(fd, &r, TIMEOUT), 1);
   print_message("lone request: queued %llu us, batch of %u\n",
                 (unsigned long long)r.queue_us, r.batch_rows);
-  assert_true(r.queue_us >= 39000);
+  assert_int_equal(r.status, 0);
+  assert_true(r.queue_us < 100000);
   assert_int_equal(r.batch_rows, 1);
   td_response_free(&r);
-  /* A full batch goes at once. */
-  f = td_infer_frame(2, x, MLPD_DTYPE_F32, 8, 64, 0, 0, &len);
+  /* A full batch occupies the engine; requests arriving meanwhile wait
+   * for company while it is busy, and go together (well before the 5 s
+   * delay) as soon as it is idle again. */
+  f = td_infer_frame(2, x, MLPD_DTYPE_F32, 64, 256, 0, 0, &len);
   td_write_all(fd, f, len);
   free(f);
-  assert_int_equal(td_recv(fd, &r, TIMEOUT), 1);
-  print_message("full batch: queued %llu us\n",
-                (unsigned long long)r.queue_us);
-  assert_true(r.queue_us < 20000);
-  assert_int_equal(r.batch_rows, 8);
-  td_response_free(&r);
-  /* Requests arriving together share one batch. */
+  usleep(2000);
   for (uint64_t i = 0; i < 4; i++) {
-    f = td_infer_frame(10 + i, x, MLPD_DTYPE_F32, 2, 64, 0, 0, &len);
+    f = td_infer_frame(10 + i, x, MLPD_DTYPE_F32, 3, 256, 0, 0, &len);
     td_write_all(fd, f, len);
     free(f);
+    usleep(1000);
   }
+  uint64_t t0 = mlpd_now_ns();
+  int together = 0;
+  for (int i = 0; i < 5; i++) {
+    assert_int_equal(td_recv(fd, &r, TIMEOUT), 1);
+    assert_int_equal(r.status, 0);
+    if (r.id == 2) {
+      assert_int_equal(r.batch_rows, 64);
+    } else {
+      print_message("request %llu: queued %llu us, batch of %u\n",
+                    (unsigned long long)r.id, (unsigned long long)r.queue_us,
+                    r.batch_rows);
+      together += r.batch_rows == 12;
+      assert_true(r.queue_us < 4000000);
+    }
+    td_response_free(&r);
+  }
+  assert_true(mlpd_now_ns() - t0 < 4000000000ull);
+  assert_int_equal(together, 4);
+  /* Requests that arrive in one read share one batch on an idle engine. */
+  uint8_t *all = NULL;
+  size_t total = 0;
+  for (uint64_t i = 0; i < 4; i++) {
+    f = td_infer_frame(20 + i, x, MLPD_DTYPE_F32, 2, 256, 0, 0, &len);
+    all = realloc(all, total + len);
+    memcpy(all + total, f, len);
+    total += len;
+    free(f);
+  }
+  td_write_all(fd, all, total);
+  free(all);
   for (int i = 0; i < 4; i++) {
     assert_int_equal(td_recv(fd, &r, TIMEOUT), 1);
     assert_int_equal(r.status, 0);
@@ -475,6 +524,62 @@ static void test_batching_policy(void **state) {
   free(x);
   assert_int_equal(td_stop(&d, SIGTERM, TIMEOUT), 0);
   td_cleanup(&d, 0);
+  tu_free_mlp(&ref);
+  tu_rmtree(dir);
+}
+
+/* The issue's reproduction: a second batch queued behind a running one
+ * must expire when its deadline passes before it reaches the engine, not
+ * be computed because it was handed over early. */
+static void test_deadline_of_a_queued_batch(void **state) {
+  (void)state;
+  char dir[256], path[512];
+  tu_mlp_t ref;
+  const int widths[] = {256, 1024, 1024, 16};
+  slow_model(dir, path, sizeof(path), &ref, widths, 3);
+  const char *args[] = {"--max-batch", "256", "--cpu-threads", "1", NULL};
+  td_daemon_t d;
+  td_spawn(&d, path, 0, 0, args);
+  td_wait_ready(&d, TIMEOUT);
+  int fd = td_connect(d.sock);
+  float *x = random_rows(7, 256, 256);
+  size_t l1, l2;
+  uint8_t *f1 = td_infer_frame(1, x, MLPD_DTYPE_F32, 256, 256, 0, 0, &l1);
+  uint8_t *f2 = td_infer_frame(2, x, MLPD_DTYPE_F32, 256, 256, 0, 1, &l2);
+  uint8_t *both = malloc(l1 + l2);
+  memcpy(both, f1, l1);
+  memcpy(both + l1, f2, l2);
+  td_write_all(fd, both, l1 + l2);
+  int seen = 0;
+  for (int i = 0; i < 2; i++) {
+    td_response_t r;
+    assert_int_equal(td_recv(fd, &r, TIMEOUT), 1);
+    print_message("request %llu: status %d, queued %llu us, compute %llu "
+                  "us\n",
+                  (unsigned long long)r.id, r.status,
+                  (unsigned long long)r.queue_us,
+                  (unsigned long long)r.compute_us);
+    if (r.id == 1) {
+      assert_int_equal(r.status, 0);
+      /* The premise: one batch takes longer than the deadline. */
+      assert_true(r.compute_us > 1000);
+    } else {
+      assert_int_equal(r.status, mlpd_v1_Status_DEADLINE_EXCEEDED);
+      assert_non_null(strstr(r.message, "deadline"));
+    }
+    seen |= 1 << r.id;
+    td_response_free(&r);
+  }
+  assert_int_equal(seen, 6);
+  free(f1);
+  free(f2);
+  free(both);
+  close(fd);
+  free(x);
+  assert_int_equal(td_stop(&d, SIGTERM, TIMEOUT), 0);
+  td_cleanup(&d, 0);
+  tu_free_mlp(&ref);
+  tu_rmtree(dir);
 }
 
 static void test_queue_full_and_deadline(void **state) {
@@ -521,10 +626,11 @@ static void test_queue_full_and_deadline(void **state) {
   }
   print_message("%d served, %d refused (queue full), %d past deadline\n", ok,
                 full, late);
-  /* One running, one queued behind it in the worker, two (128 rows) in the
-   * queue; the 1-row request fits the 129-row queue but not its deadline. */
-  assert_int_equal(ok, 4);
-  assert_int_equal(full, 4);
+  /* One on the engine (the CPU engine's pipeline is one batch deep), two
+   * (128 rows) in the queue; the 1-row request fits the 129-row queue but
+   * not its deadline. */
+  assert_int_equal(ok, 3);
+  assert_int_equal(full, 5);
   assert_int_equal(late, 1);
   close(fd);
   free(x);
@@ -544,6 +650,7 @@ int main(void) {
       cmocka_unit_test(test_stop_with_a_client_that_does_not_read),
       cmocka_unit_test(test_many_pipelined_connections),
       cmocka_unit_test(test_batching_policy),
+      cmocka_unit_test(test_deadline_of_a_queued_batch),
       cmocka_unit_test(test_queue_full_and_deadline),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

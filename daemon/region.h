@@ -1,0 +1,82 @@
+/* region.h - shared-memory regions a client registered on its connection.
+ *
+ * A client creates a memfd, seals it against shrinking (F_SEAL_SHRINK), and
+ * passes it once with SCM_RIGHTS in a RegisterRegion request; from then on
+ * its requests name windows of it instead of carrying tensor bytes. The
+ * daemon maps the region once (read-write, or read-only when the client
+ * sealed it against writes: then it can hold inputs only) and closes the
+ * descriptor.
+ *
+ * Why the seal: a mapping of a file that shrinks afterwards turns every
+ * access past the new end into SIGBUS, which would kill the daemon and
+ * every other client with it. A sealed memfd cannot shrink, so every window
+ * checked against the registered size stays readable for the mapping's
+ * life. Anything else (a regular file, a pipe, an unsealed memfd) is
+ * refused.
+ *
+ * Lifetime: a region is referenced by its table while registered and by
+ * every request in flight that reads or writes it; it is unmapped when the
+ * last reference goes. Unregistering (or the connection closing) frees the
+ * name at once; requests already using the region finish with it.
+ *
+ * One table per connection, on its dispatcher's loop thread; the mapped
+ * bytes of all tables share one limit (an atomic the caller owns). */
+#ifndef MLPD_REGION_H
+#define MLPD_REGION_H
+
+#include "error.h"
+#include "mlpd.h"
+
+#include <stdatomic.h>
+
+#define MLPD_REGION_NAME_MAX 63
+
+typedef struct mlpd_region_s mlpd_region_t;
+struct mlpd_region_s {
+  char name[MLPD_REGION_NAME_MAX + 1];
+  uint8_t *base;           /* owned mapping */
+  uint64_t size;
+  int writable;            /* outputs may go here */
+  int refs;                /* table (while registered) + requests */
+  mlpd_region_t *next;     /* the table's list, while registered */
+  atomic_uint_fast64_t *mapped; /* the shared count, borrowed */
+};
+
+typedef struct mlpd_regions_s {
+  mlpd_region_t *head;          /* registered, owned through refs */
+  int count;
+  int max_count;                /* --max-regions per connection */
+  uint64_t max_mapped;          /* --max-shm-bytes for all connections */
+  atomic_uint_fast64_t *mapped; /* bytes mapped by every table */
+} mlpd_regions_t;
+
+void mlpd_regions_init(mlpd_regions_t *t, int max_count, uint64_t max_mapped,
+                       atomic_uint_fast64_t *mapped);
+
+/* Registers `fd` (always closed by this call, success or not) as `name`,
+ * mapping `size` bytes. Errors: MLPD_EINVAL (name taken, not a sealed
+ * memfd, smaller than size, cannot be mapped: err says which) or
+ * MLPD_ELIMIT (too many regions on this connection, or too many bytes
+ * mapped in the daemon). */
+int mlpd_region_register(mlpd_regions_t *t, const char *name, int fd,
+                         uint64_t size, mlpd_err_t *err) MLPD_MUST_CHECK;
+
+/* Drops the name; the mapping goes when the last request using it ends.
+ * MLPD_EINVAL when no region has that name. */
+int mlpd_region_unregister(mlpd_regions_t *t, const char *name,
+                           mlpd_err_t *err) MLPD_MUST_CHECK;
+
+/* Unregisters every region (the connection closed). */
+void mlpd_regions_clear(mlpd_regions_t *t);
+
+/* The window [offset, offset + length) of region `name`, checked against
+ * its size (and writability when `write`): *p points at it and *r is a new
+ * reference the caller releases with mlpd_region_unref. MLPD_EINVAL with a
+ * message naming the region and the bounds otherwise. */
+int mlpd_region_window(mlpd_regions_t *t, const char *name, uint64_t offset,
+                       uint64_t length, int write, uint8_t **p,
+                       mlpd_region_t **r, mlpd_err_t *err) MLPD_MUST_CHECK;
+
+void mlpd_region_unref(mlpd_region_t *r);
+
+#endif

@@ -1,0 +1,295 @@
+/* test_devices.c - one daemon on several devices, with CPU engine
+ * instances standing in for GPUs (--device cpu:0,cpu:1): batches spread
+ * over both; a device that fails is taken out of rotation while its failed
+ * batches run again on the other, so no request fails, and the daemon
+ * reports itself degraded instead of dying; a reload swaps both engines;
+ * with every device failing the daemon exits 1 to be restarted; and
+ * several I/O threads serve pipelined connections correctly. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "daemonutil.h"
+#include "engine.h"
+#include "mlpd.pb.h"
+#include "testutil.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define DIGITS MLPD_MODELS_DIR "/digits.safetensors"
+#define TIMEOUT 30000
+
+static int log_contains(const td_daemon_t *d, const char *needle) {
+  FILE *f = fopen(d->log, "r");
+  char line[2048];
+  int found = 0;
+  while (f != NULL && !found && fgets(line, sizeof(line), f) != NULL)
+    found = strstr(line, needle) != NULL;
+  if (f)
+    fclose(f);
+  return found;
+}
+
+/* The metrics text (caller frees). */
+static char *metrics(const char *sock) {
+  int fd = td_connect(sock);
+  assert_true(fd >= 0);
+  size_t len;
+  uint8_t *f = td_simple_frame(1, 2, &len);
+  td_write_all(fd, f, len);
+  free(f);
+  td_response_t r;
+  assert_int_equal(td_recv(fd, &r, TIMEOUT), 1);
+  close(fd);
+  char *t = r.text;
+  r.text = NULL;
+  td_response_free(&r);
+  return t;
+}
+
+/* The value of the sample line that starts with `sample`. */
+static double metric(const char *text, const char *sample) {
+  for (const char *p = text; p != NULL && *p != '\0';) {
+    if (strncmp(p, sample, strlen(sample)) == 0)
+      return strtod(p + strlen(sample), NULL);
+    p = strchr(p, '\n');
+    if (p != NULL)
+      p++;
+  }
+  fail_msg("no sample '%s' in the metrics", sample);
+  return -1;
+}
+
+typedef struct {
+  const char *sock;
+  int index;
+  int requests, rows;
+  mlpd_engine_t *ref;
+  pthread_mutex_t *ref_mu;
+  int ok, bad;
+} load_t;
+
+/* Pipelines `requests` requests of `rows` rows and checks each answer
+ * against the CPU engine. */
+static void *load(void *arg) {
+  load_t *j = arg;
+  int fd = td_connect(j->sock);
+  if (fd < 0) {
+    j->bad = j->requests;
+    return NULL;
+  }
+  float *x = malloc((size_t)j->rows * 64 * sizeof(float));
+  tu_rng_t rng;
+  tu_rng_seed(&rng, (uint64_t)j->index + 1);
+  for (int i = 0; i < j->rows * 64; i++)
+    x[i] = (float)tu_rng_uniform(&rng);
+  for (int k = 0; k < j->requests; k++) {
+    size_t len;
+    uint8_t *f = td_infer_frame((uint64_t)k, x, MLPD_DTYPE_F32, j->rows, 64,
+                                0, 0, &len);
+    td_write_all(fd, f, len);
+    free(f);
+  }
+  float *want = malloc((size_t)j->rows * 10 * sizeof(float));
+  float *got = malloc((size_t)j->rows * 10 * sizeof(float));
+  mlpd_err_t err = {0};
+  pthread_mutex_lock(j->ref_mu);
+  int rc = mlpd_engine_forward(j->ref, x, MLPD_DTYPE_F32, want,
+                               MLPD_DTYPE_F32, j->rows, &err);
+  pthread_mutex_unlock(j->ref_mu);
+  assert_int_equal(rc, 0);
+  for (int k = 0; k < j->requests; k++) {
+    td_response_t r;
+    if (td_recv(fd, &r, TIMEOUT) != 1) {
+      j->bad += j->requests - k;
+      break;
+    }
+    int good = r.status == 0;
+    if (good) {
+      td_output_f32(&r, got);
+      for (int i = 0; i < j->rows * 10; i++)
+        good &= fabsf(got[i] - want[i]) <= 1e-5f * (1 + fabsf(want[i]));
+      if (!good)
+        fprintf(stderr, "load %d: request %llu: wrong output\n", j->index,
+                (unsigned long long)r.id);
+    } else {
+      fprintf(stderr, "load %d: status %d '%s'\n", j->index, r.status,
+              r.message);
+    }
+    j->ok += good;
+    j->bad += !good;
+    td_response_free(&r);
+  }
+  free(x);
+  free(want);
+  free(got);
+  close(fd);
+  return NULL;
+}
+
+static void run_load(const char *sock, int nconn, int requests, int rows,
+                     int *ok, int *bad) {
+  mlpd_err_t err = {0};
+  mlpd_model_t *m = NULL;
+  assert_int_equal(mlpd_model_load(&m, DIGITS, NULL, &err), 0);
+  mlpd_engine_opts_t o;
+  mlpd_engine_opts_init(&o);
+  o.max_batch = rows;
+  mlpd_engine_t *ref = NULL;
+  assert_int_equal(mlpd_engine_open(&ref, "cpu", m, &o, &err), 0);
+  pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+  load_t jobs[16];
+  pthread_t th[16];
+  assert_true(nconn <= 16);
+  for (int i = 0; i < nconn; i++) {
+    jobs[i] = (load_t){.sock = sock, .index = i, .requests = requests,
+                       .rows = rows, .ref = ref, .ref_mu = &mu};
+    assert_int_equal(pthread_create(&th[i], NULL, load, &jobs[i]), 0);
+  }
+  *ok = *bad = 0;
+  for (int i = 0; i < nconn; i++) {
+    pthread_join(th[i], NULL);
+    *ok += jobs[i].ok;
+    *bad += jobs[i].bad;
+  }
+  mlpd_engine_close(ref);
+  mlpd_model_free(m);
+}
+
+static void test_batches_spread_over_devices(void **state) {
+  (void)state;
+  const char *args[] = {"--device", "cpu:0,cpu:1", "--max-batch", "16",
+                        "--cpu-threads", "1", "--max-queue", "20000", NULL};
+  td_daemon_t d;
+  td_spawn(&d, DIGITS, 0, 0, args);
+  td_wait_ready(&d, TIMEOUT);
+  int ok, bad;
+  run_load(d.sock, 8, 60, 16, &ok, &bad);
+  assert_int_equal(bad, 0);
+  assert_int_equal(ok, 8 * 60);
+  char *t = metrics(d.sock);
+  double b0 = metric(t, "mlpd_device_batches_total{device=\"cpu:0\"} ");
+  double b1 = metric(t, "mlpd_device_batches_total{device=\"cpu:1\"} ");
+  print_message("batches: cpu:0 %.0f, cpu:1 %.0f\n", b0, b1);
+  assert_true(b0 > 0 && b1 > 0);
+  assert_true(metric(t, "mlpd_devices_in_rotation ") == 2);
+  free(t);
+  /* A reload swaps the engines of both devices together. */
+  kill(d.pid, SIGHUP);
+  for (int i = 0; i < 200; i++) {
+    usleep(20000);
+    t = metrics(d.sock);
+    double gen = metric(t, "mlpd_model_generation ");
+    free(t);
+    if (gen == 2)
+      break;
+  }
+  t = metrics(d.sock);
+  assert_true(metric(t, "mlpd_model_generation ") == 2);
+  assert_true(metric(t, "mlpd_device_in_rotation{device=\"cpu:0\"} ") == 1);
+  assert_true(metric(t, "mlpd_device_in_rotation{device=\"cpu:1\"} ") == 1);
+  free(t);
+  run_load(d.sock, 4, 20, 16, &ok, &bad);
+  assert_int_equal(bad, 0);
+  assert_int_equal(td_stop(&d, SIGTERM, TIMEOUT), 0);
+  td_cleanup(&d, 0);
+}
+
+static void test_failing_device_leaves_rotation(void **state) {
+  (void)state;
+  const char *args[] = {"--device", "cpu:0,cpu:1", "--max-batch", "16",
+                        "--cpu-threads", "1", "--max-queue", "20000", NULL};
+  /* cpu:1 fails every batch after its 3rd (the warm-up is its first). */
+  const char *env[] = {"MLPD_TEST_ENGINE_FAIL=cpu:1=3", NULL};
+  td_daemon_t d;
+  td_spawn_ex(&d, DIGITS, args, env, -1);
+  td_wait_ready(&d, TIMEOUT);
+  int ok, bad;
+  run_load(d.sock, 8, 60, 16, &ok, &bad);
+  /* Its failed batches ran again on cpu:0: nobody saw an error. */
+  assert_int_equal(bad, 0);
+  assert_int_equal(ok, 8 * 60);
+  char *t = metrics(d.sock);
+  print_message("cpu:1 failures %.0f, retried %.0f\n",
+                metric(t, "mlpd_device_failures_total{device=\"cpu:1\"} "),
+                metric(t, "mlpd_batches_retried_total "));
+  assert_true(metric(t, "mlpd_device_in_rotation{device=\"cpu:1\"} ") == 0);
+  assert_true(metric(t, "mlpd_device_in_rotation{device=\"cpu:0\"} ") == 1);
+  assert_true(metric(t, "mlpd_batches_retried_total ") >= 1);
+  assert_true(metric(t, "mlpd_ready ") == 1);
+  free(t);
+  assert_true(log_contains(&d, "cpu:1 failed 3 batches in a row"));
+  /* Health says degraded, still ready. */
+  int fd = td_connect(d.sock);
+  size_t len;
+  uint8_t *f = td_simple_frame(1, 1, &len);
+  td_write_all(fd, f, len);
+  free(f);
+  td_response_t r;
+  assert_int_equal(td_recv(fd, &r, TIMEOUT), 1);
+  assert_true(r.ready);
+  assert_string_equal(r.state, "degraded");
+  td_response_free(&r);
+  close(fd);
+  assert_int_equal(td_stop(&d, SIGTERM, TIMEOUT), 0);
+  td_cleanup(&d, 0);
+}
+
+static void test_no_device_left_exits_1(void **state) {
+  (void)state;
+  const char *args[] = {"--device", "cpu:0,cpu:1", "--max-batch", "4",
+                        NULL};
+  const char *env[] = {"MLPD_TEST_ENGINE_FAIL=2", NULL};
+  td_daemon_t d;
+  td_spawn_ex(&d, DIGITS, args, env, -1);
+  td_wait_ready(&d, TIMEOUT);
+  int ok, bad;
+  run_load(d.sock, 2, 20, 4, &ok, &bad);
+  /* Requests fail (INTERNAL) rather than hang; then the daemon stops
+   * itself with status 1 so that systemd restarts it. */
+  assert_true(bad > 0);
+  int rc = td_stop(&d, 0, TIMEOUT);
+  assert_int_equal(rc, 1);
+  assert_true(log_contains(&d, "no device is left in rotation"));
+  td_cleanup(&d, 0);
+}
+
+static void test_io_threads(void **state) {
+  (void)state;
+  const char *args[] = {"--io-threads", "3", "--max-batch", "32", "--max-queue", "20000", NULL};
+  td_daemon_t d;
+  td_spawn(&d, DIGITS, 0, 0, args);
+  td_wait_ready(&d, TIMEOUT);
+  assert_true(log_contains(&d, "3 I/O threads"));
+  int ok, bad;
+  run_load(d.sock, 12, 40, 5, &ok, &bad);
+  assert_int_equal(bad, 0);
+  assert_int_equal(ok, 12 * 40);
+  char *t = metrics(d.sock);
+  /* The threads' metrics add up: 480 infer answers, every one OK. */
+  assert_true(metric(t, "mlpd_rows_total ") == 12 * 40 * 5);
+  assert_true(metric(t, "mlpd_connections ") == 1);
+  free(t);
+  assert_int_equal(td_stop(&d, SIGTERM, TIMEOUT), 0);
+  td_cleanup(&d, 0);
+}
+
+int main(void) {
+  signal(SIGPIPE, SIG_IGN);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_batches_spread_over_devices),
+      cmocka_unit_test(test_failing_device_leaves_rotation),
+      cmocka_unit_test(test_no_device_left_exits_1),
+      cmocka_unit_test(test_io_threads),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
