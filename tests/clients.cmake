@@ -25,12 +25,13 @@ add_test(NAME test_client_python_pb2
           ${PROJECT_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/pb2-regen)
 set_tests_properties(test_client_python_pb2 PROPERTIES SKIP_RETURN_CODE 77)
 
-# Installs the client component into a scratch prefix and builds a program
-# against it with nothing but pkg-config's flags.
+# Installs the client library's components into a scratch prefix and uses
+# them as a third party would: every function the public headers declare,
+# pkg-config's flags, and find_package(mlpd-client) in a CMake project.
 add_test(NAME test_client_install
   COMMAND sh ${PROJECT_SOURCE_DIR}/clients/c/check_install.sh
           ${PROJECT_BINARY_DIR} ${CMAKE_CURRENT_BINARY_DIR}/client-install
-          ${CMAKE_C_COMPILER} "${MLPD_SANITIZE}")
+          ${CMAKE_C_COMPILER} "${MLPD_SANITIZE}" ${PROJECT_SOURCE_DIR})
 set_tests_properties(test_client_install PROPERTIES
   SKIP_RETURN_CODE 77 TIMEOUT 120 ENVIRONMENT "${MLPD_TEST_ENV}")
 

@@ -1,35 +1,126 @@
 #!/bin/sh
-# Installs the client component into a scratch prefix and builds a small
-# program against it the way a third party would: the installed headers and
-# pkg-config's flags only, warnings as errors (ctest: test_client_install).
-# Then runs it, linked both ways (shared and static).
-# usage: check_install.sh BUILD_DIR SCRATCH_DIR CC "SANITIZERS"
+# Installs the client library's components (libclient: libmlpd-client.so.0;
+# dev: headers, .so link, static library, pkg-config file, CMake package)
+# into a scratch prefix and uses them the way a third party would, with
+# warnings as errors (ctest: test_client_install):
+#   - the installed headers are exactly mlpd/mlpd_client.h and
+#     mlpd/mlpd_common.h, each compiles on its own as strict C11 (and as
+#     C++ where a C++ compiler exists), and they name none of the daemon's
+#     own error codes;
+#   - every function they declare is exported by libmlpd-client.so.0 and
+#     every function it exports is declared: a generated program takes the
+#     address of each and links, shared and static;
+#   - a program built with pkg-config's flags (from the multiarch libdir)
+#     and one built by a CMake project with find_package(mlpd-client) run,
+#     linked both ways.
+# usage: check_install.sh BUILD_DIR SCRATCH_DIR CC "SANITIZERS" SOURCE_DIR
 set -eu
-build=$1 out=$2 cc=$3 san=${4:-}
-if ! command -v pkg-config >/dev/null 2>&1; then
-  echo "SKIP: pkg-config not found"
-  exit 77
-fi
+build=$1 out=$2 cc=$3 san=${4:-} src=${5:-}
+for tool in pkg-config nm; do
+  command -v $tool >/dev/null 2>&1 || { echo "SKIP: $tool not found"; exit 77; }
+done
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
 rm -rf "$out" && mkdir -p "$out"
-cmake --install "$build" --prefix "$out/prefix" --component client >/dev/null
-pc=$(find "$out/prefix" -name mlpd-client.pc)
-test -n "$pc" || { echo "mlpd-client.pc was not installed"; exit 1; }
+prefix=$out/prefix
+for comp in libclient dev; do
+  cmake --install "$build" --prefix "$prefix" --component $comp >/dev/null
+done
+
+# ---- what was installed ------------------------------------------------------
+pc=$(find "$prefix" -name mlpd-client.pc)
+test -n "$pc" || fail "mlpd-client.pc was not installed"
+if multiarch=$("$cc" -print-multiarch 2>/dev/null) && [ -n "$multiarch" ] &&
+  [ -f /etc/debian_version ]; then
+  [ "$pc" = "$prefix/lib/$multiarch/pkgconfig/mlpd-client.pc" ] ||
+    fail "mlpd-client.pc is $pc, not in the multiarch libdir lib/$multiarch"
+fi
 export PKG_CONFIG_PATH="$(dirname "$pc")"
 libdir=$(pkg-config --variable=libdir mlpd-client)
-for f in mlpd_client.h error.h dtype.h mlpd.h status.h; do
-  test -f "$(pkg-config --variable=includedir mlpd-client)/mlpd/$f" ||
-    { echo "include/mlpd/$f was not installed"; exit 1; }
+incdir=$(pkg-config --variable=includedir mlpd-client)
+headers=$(cd "$incdir" && find . -type f | sed 's|^\./||' | sort | tr '\n' ' ')
+[ "$headers" = "mlpd/mlpd_client.h mlpd/mlpd_common.h " ] ||
+  fail "installed headers are '$headers', want mlpd/mlpd_client.h mlpd/mlpd_common.h"
+for f in libmlpd-client.so.0 libmlpd-client.so libmlpd-client.a \
+  cmake/mlpd-client/mlpd-client-config.cmake \
+  cmake/mlpd-client/mlpd-client-config-version.cmake \
+  cmake/mlpd-client/mlpd-client-targets.cmake; do
+  test -e "$libdir/$f" || fail "no $libdir/$f"
 done
-test -e "$libdir/libmlpd-client.so.0" || { echo "no libmlpd-client.so.0"; exit 1; }
-test -e "$libdir/libmlpd-client.a" || { echo "no libmlpd-client.a"; exit 1; }
+# The daemon's own codes stay out of the public headers.
+if [ -n "$src" ] && [ -f "$src/daemon/error.h" ]; then
+  daemon_codes=$(sed -n '/define MLPD_DAEMON_ERRNO_MAP/,/^$/p' \
+    "$src/daemon/error.h" | sed -n 's/.*XX(\([A-Z0-9_]*\),.*/\1/p')
+  [ -n "$daemon_codes" ] || fail "no MLPD_DAEMON_ERRNO_MAP in daemon/error.h"
+  for c in $daemon_codes; do
+    ! grep -qw "$c" "$incdir/mlpd/"*.h ||
+      fail "public headers name the daemon's code $c"
+  done
+fi
 
 # The library was built with these sanitizers; its users must be too.
 sanflags=""
 if [ -n "$san" ]; then
   sanflags="-fsanitize=$(echo "$san" | tr ';' ',')"
 fi
+cd "$out"
 
-cat > "$out/consumer.c" <<'CEOF'
+# ---- each header alone, strict ---------------------------------------------
+for h in mlpd_common.h mlpd_client.h; do
+  printf '#include <mlpd/%s>\nint main(void) { return 0; }\n' "$h" >alone.c
+  # shellcheck disable=SC2046
+  "$cc" -std=c11 -pedantic -Wall -Wextra -Werror -I"$incdir" -c alone.c \
+    -o alone.o || fail "<mlpd/$h> does not compile on its own as C11"
+  if command -v c++ >/dev/null 2>&1; then
+    cp alone.c alone.cc
+    c++ -std=c++11 -pedantic -Wall -Wextra -Werror -I"$incdir" -c alone.cc \
+      -o alone.o || fail "<mlpd/$h> does not compile as C++"
+  fi
+done
+
+# ---- declared == exported ----------------------------------------------------
+printf '#include <mlpd/mlpd_client.h>\n' >decl.c
+"$cc" -std=c11 -E -P -I"$incdir" decl.c |
+  grep -o '\bmlpd_[a-z0-9_]*[ ]*(' | sed 's/[ (]//g' | sort -u >declared
+nm -D --defined-only "$libdir/libmlpd-client.so.0" |
+  sed -n 's/^[0-9a-f]* [TW] \(mlpd_[a-z0-9_]*\)@@MLPD_CLIENT_0$/\1/p' |
+  sort -u >exported
+[ -s declared ] || fail "found no declarations in the headers"
+if ! cmp -s declared exported; then
+  echo "declared by the headers (<) vs exported by the library (>):" >&2
+  diff declared exported >&2 || true
+  fail "the headers and the library disagree"
+fi
+{
+  echo '#include <mlpd/mlpd_client.h>'
+  echo '#include <stdio.h>'
+  echo 'typedef void (*fn_t)(void);'
+  echo 'static const fn_t every[] = {'
+  sed 's/.*/  (fn_t)\&&,/' declared
+  echo '};'
+  echo 'int main(void) {'
+  echo '  size_t n = 0;'
+  echo '  for (size_t i = 0; i < sizeof(every) / sizeof(every[0]); i++)'
+  echo '    n += every[i] != NULL;'
+  echo '  printf("%zu functions\\n", n);'
+  echo '  return n == sizeof(every) / sizeof(every[0]) ? 0 : 1;'
+  echo '}'
+} >every.c
+# shellcheck disable=SC2046,SC2086
+"$cc" -std=c11 -pedantic -Wall -Wextra -Werror $sanflags \
+  $(pkg-config --cflags mlpd-client) every.c \
+  $(pkg-config --libs mlpd-client) -Wl,-rpath,"$libdir" -o every-shared
+# shellcheck disable=SC2046,SC2086
+"$cc" -std=c11 -pedantic -Wall -Wextra -Werror $sanflags \
+  $(pkg-config --cflags mlpd-client) every.c "$libdir/libmlpd-client.a" \
+  -lprotobuf-nanopb -o every-static
+echo "every declared function, shared: $(./every-shared)," \
+  "static: $(./every-static)"
+
+# ---- a program, as a user writes it ------------------------------------------
+cat >consumer.c <<'CEOF'
 #include <mlpd/mlpd_client.h>
 
 #include <errno.h>
@@ -45,9 +136,11 @@ int main(int argc, char **argv) {
     fprintf(stderr, "connect: %d %s\n", rc, mlpd_err_msg(&err, rc));
     return 1;
   }
+  mlpd_dtype_t t;
   if (strcmp(mlpd_status_name(MLPD_STATUS_UNAVAILABLE),
              "UNAVAILABLE") != 0 ||
       strcmp(mlpd_err_name(MLPD_EFRAME2BIG), "EFRAME2BIG") != 0 ||
+      mlpd_dtype_parse("bf16", &t) != 0 || t != MLPD_DTYPE_BF16 ||
       mlpd_bf16_to_f32(mlpd_f32_to_bf16(1.5f)) != 1.5f)
     return 1;
   printf("consumer ok: %s (%s)\n", mlpd_err_msg(&err, rc),
@@ -55,11 +148,8 @@ int main(int argc, char **argv) {
   return 0;
 }
 CEOF
-cd "$out"
-# Two ways a user compiles: the compiler's default (GNU) dialect, and
-# strict C11 with POSIX made visible. (Strict C11 alone hides
-# clock_gettime, which daemon/mlpd.h's inline mlpd_now_ns() uses.)
-for std in "" "-std=c11 -D_POSIX_C_SOURCE=200809L"; do
+# The compiler's default dialect, and strict C11.
+for std in "" "-std=c11"; do
   # shellcheck disable=SC2046,SC2086
   "$cc" $std -pedantic -Wall -Wextra -Werror $sanflags \
     $(pkg-config --cflags mlpd-client) consumer.c \
@@ -67,10 +157,36 @@ for std in "" "-std=c11 -D_POSIX_C_SOURCE=200809L"; do
   ./consumer-shared "$out/missing.sock"
 done
 readelf -d consumer-shared | grep -q 'libmlpd-client.so.0' ||
-  { echo "consumer-shared does not use libmlpd-client.so.0"; exit 1; }
+  fail "consumer-shared does not use libmlpd-client.so.0"
 # shellcheck disable=SC2046,SC2086
 "$cc" -pedantic -Wall -Wextra -Werror $sanflags \
   $(pkg-config --cflags mlpd-client) consumer.c "$libdir/libmlpd-client.a" \
   $(pkg-config --static --libs-only-L mlpd-client) -lprotobuf-nanopb \
   -o consumer-static
 ./consumer-static "$out/missing.sock"
+
+# ---- find_package(mlpd-client) in a CMake project ----------------------------
+mkdir -p cmake-user
+cp consumer.c cmake-user/
+cat >cmake-user/CMakeLists.txt <<'CEOF'
+cmake_minimum_required(VERSION 3.16)
+project(mlpd_client_user C)
+find_package(mlpd-client 0.1 REQUIRED)
+add_executable(user_shared consumer.c)
+target_link_libraries(user_shared PRIVATE mlpd-client::mlpd-client)
+add_executable(user_static consumer.c)
+target_link_libraries(user_static PRIVATE mlpd-client::mlpd-client-static)
+CEOF
+cmake -S cmake-user -B cmake-user/build -DCMAKE_PREFIX_PATH="$prefix" \
+  -DCMAKE_C_COMPILER="$cc" -DCMAKE_C_FLAGS="-Wall -Wextra -Werror $sanflags" \
+  -DCMAKE_EXE_LINKER_FLAGS="$sanflags" -DCMAKE_BUILD_RPATH="$libdir" \
+  >cmake-user.log 2>&1 || { cat cmake-user.log >&2; fail "cmake configure"; }
+cmake --build cmake-user/build >>cmake-user.log 2>&1 ||
+  { cat cmake-user.log >&2; fail "cmake build"; }
+readelf -d cmake-user/build/user_shared | grep -q 'libmlpd-client.so.0' ||
+  fail "user_shared does not use libmlpd-client.so.0"
+! readelf -d cmake-user/build/user_static | grep -q 'libmlpd-client' ||
+  fail "user_static uses the shared library"
+cmake-user/build/user_shared "$out/missing.sock"
+cmake-user/build/user_static "$out/missing.sock"
+echo "find_package(mlpd-client): ok"
