@@ -1,21 +1,32 @@
 #!/bin/sh
-# test_deploy.sh - checks deploy/: the unit passes `systemd-analyze verify`
-# and declares what the daemon relies on (Type=notify, watchdog, stop
-# timeout above the drain timeout, directories, device policy); the
-# EnvironmentFile documents every `mlpd serve` flag and its MLPD_OPTS fits
-# the unit; sysusers/tmpfiles snippets apply to an empty root; maintainer
-# scripts parse. With "deb" as the first argument it builds the .deb with
-# cpack instead and checks its contents and control fields.
+# test_deploy.sh - checks deploy/.
 #
-#   test_deploy.sh units SOURCE_DIR MLPD_BINARY
-#   test_deploy.sh deb   SOURCE_DIR BUILD_DIR
+# units: mlpd.service and mlpd.socket pass `systemd-analyze verify` and
+# declare what the daemon relies on (Type=notify, watchdog, stop timeout
+# above the drain timeout, directories, socket activation with the socket
+# kept across restarts, every NVIDIA GPU allowed); the EnvironmentFile and
+# the man pages document every flag of the tools and MLPD_OPTS fits the
+# units; sysusers/tmpfiles snippets apply to an empty root; maintainer
+# scripts parse.
+# deb: builds the packages with cpack and checks each one's files, control
+# fields and scripts: mlpd installs without any CUDA package, mlpd-cuda
+# holds the plugin and depends on NVIDIA's libraries, the client library
+# has its shlibs and ldconfig trigger, binaries are stripped.
+# lintian: builds them and runs lintian over them: no errors.
+#
+#   test_deploy.sh units   SOURCE_DIR MLPD MLPCTL MLPD_BENCH
+#   test_deploy.sh deb     SOURCE_DIR BUILD_DIR
+#   test_deploy.sh lintian SOURCE_DIR BUILD_DIR
 # Exits 77 (skipped) when a needed tool is missing or cannot run here.
 set -u
 mode=$1
 src=$2
 arg=$3
+arg4=${4:-}
+arg5=${5:-}
 deploy=$src/deploy
 unit=$deploy/mlpd.service
+socket=$deploy/mlpd.socket
 fails=0
 
 fail() {
@@ -32,7 +43,7 @@ trap 'rm -rf "$tmp"' EXIT
 
 # A unit setting as written in the file (last assignment wins, as systemd).
 setting() {
-  sed -n "s/^$1=//p" "$unit" | tail -n 1
+  sed -n "s/^$1=//p" "${2:-$unit}" | tail -n 1
 }
 seconds() { # "60s", "60", "1min" -> seconds
   case $1 in
@@ -42,8 +53,20 @@ seconds() { # "60s", "60", "1min" -> seconds
   esac
 }
 
+# Every --flag a tool's --help names is in FILE (a man page's \- escapes
+# undone). usage: documents FILE HELP_TEXT WHAT
+documents() {
+  text=$(sed 's/\\-/-/g' "$1")
+  for flag in $(printf '%s\n' "$2" | grep -o -- '--[a-z][a-z0-9-]*' | sort -u); do
+    printf '%s\n' "$text" | grep -q -- "$flag" ||
+      fail "$(basename "$1") does not document $3 $flag"
+  done
+}
+
 units() {
   bin=$arg
+  mlpctl=$arg4
+  bench=$arg5
   [ -x "$bin" ] || fail "no mlpd binary at $bin"
 
   # ---- static checks on the unit -------------------------------------------
@@ -61,10 +84,48 @@ units() {
   [ "$(setting RuntimeDirectory)" = mlpd ] || fail "RuntimeDirectory=mlpd"
   [ "$(setting CacheDirectory)" = mlpd ] || fail "CacheDirectory=mlpd"
   [ "$(setting DevicePolicy)" = closed ] || fail "DevicePolicy=closed"
-  for dev in nvidiactl nvidia0 nvidia-uvm nvidia-uvm-tools; do
+  # Every GPU, whatever their number: the device groups nvidia (all
+  # /dev/nvidiaN), nvidia-uvm, nvidia-caps, matched by a glob (documented
+  # for group names only, so not a path glob).
+  grep -qx 'DeviceAllow=char-nvidia\* rw' "$unit" ||
+    fail "DeviceAllow=char-nvidia* rw missing"
+  if grep -q '^DeviceAllow=/dev/[^ ]*\*' "$unit"; then
+    fail "DeviceAllow= with a path glob: systemd does not expand those"
+  fi
+  for dev in nvidiactl nvidia-uvm nvidia-uvm-tools; do
     grep -qx "DeviceAllow=/dev/$dev rw" "$unit" ||
       fail "DeviceAllow=/dev/$dev rw missing"
   done
+  grep -q '^Wants=.*modprobe@nvidia.service' "$unit" ||
+    fail "groups are resolved at start: Wants=modprobe@nvidia.service"
+
+  # ---- socket activation ---------------------------------------------------
+  [ -f "$socket" ] || fail "no deploy/mlpd.socket"
+  grep -qx 'Requires=mlpd.socket' "$unit" || fail "Requires=mlpd.socket"
+  grep -qx 'After=mlpd.socket' "$unit" || fail "After=mlpd.socket"
+  grep -qx 'Also=mlpd.socket' "$unit" || fail "Also=mlpd.socket"
+  # The socket lives in the runtime directory: it must survive the
+  # service's stop and restart.
+  [ "$(setting RuntimeDirectoryPreserve)" = yes ] ||
+    fail "RuntimeDirectoryPreserve=yes missing (a restart would delete the socket)"
+  listen=$(setting ListenStream "$socket")
+  case $listen in
+  /run/mlpd/*) ;;
+  *) fail "ListenStream=$listen is not under /run/mlpd" ;;
+  esac
+  [ "$(setting Accept "$socket")" = no ] || fail "mlpd.socket: Accept=no"
+  [ "$(setting FileDescriptorName "$socket")" = mlpd ] ||
+    fail "mlpd.socket: FileDescriptorName=mlpd"
+  [ "$(setting SocketUser "$socket")" = "$(setting User)" ] ||
+    fail "mlpd.socket: SocketUser is not the service's User"
+  [ "$(setting SocketGroup "$socket")" = "$(setting Group)" ] ||
+    fail "mlpd.socket: SocketGroup is not the service's Group"
+  [ "$(setting SocketMode "$socket")" = 0660 ] ||
+    fail "mlpd.socket: SocketMode=0660"
+  [ "$(setting Service "$socket")" = mlpd.service ] ||
+    fail "mlpd.socket: Service=mlpd.service"
+  grep -qx 'WantedBy=sockets.target' "$socket" ||
+    fail "mlpd.socket: WantedBy=sockets.target"
   # CUDA needs the real /dev: PrivateDevices must stay off.
   if grep -Eq '^PrivateDevices=(yes|true|on|1)' "$unit"; then
     fail "PrivateDevices= breaks CUDA"
@@ -112,6 +173,10 @@ units() {
   /run/mlpd/*) ;;
   *) fail "socket $sock outside RuntimeDirectory" ;;
   esac
+  [ "$sock" = "$listen" ] ||
+    fail "MLPD_OPTS --socket $sock is not mlpd.socket's $listen"
+  printf '%s\n' "$opts" | grep -q -- '--device ' ||
+    fail "MLPD_OPTS sets no --device"
   case $cache in
   /var/cache/mlpd/*) ;;
   *) fail "plan cache $cache outside CacheDirectory" ;;
@@ -121,11 +186,37 @@ units() {
   *) fail "metrics on $metrics" ;;
   esac
 
+  # ---- man pages -------------------------------------------------------------
+  man=$deploy/man
+  documents "$man/mlpd.8" "$help" "mlpd serve"
+  ihelp=$("$bin" infer --help 2>&1) || fail "mlpd infer --help failed"
+  documents "$man/mlpd.8" "$ihelp" "mlpd infer"
+  if [ -n "$mlpctl" ]; then
+    documents "$man/mlpctl.1" "$("$mlpctl" --help 2>&1)" mlpctl
+    [ "$("$mlpctl" --version)" = "mlpctl $("$bin" --version | cut -d' ' -f2)" ] ||
+      fail "mlpctl --version is not the version mlpd prints"
+  fi
+  if [ -n "$bench" ]; then
+    documents "$man/mlpd-bench.1" "$("$bench" --help 2>&1)" mlpd-bench
+    [ "$("$bench" --version)" = "mlpd-bench $("$bin" --version | cut -d' ' -f2)" ] ||
+      fail "mlpd-bench --version is not the version mlpd prints"
+  fi
+  if command -v man >/dev/null 2>&1; then
+    for page in "$man"/*.[18]; do
+      w=$(LC_ALL=C.UTF-8 MANWIDTH=80 man --warnings -E UTF-8 -l -Tutf8 -Z \
+        "$page" 2>&1 >/dev/null)
+      [ -z "$w" ] || fail "$(basename "$page"): $w"
+    done
+  fi
+
   # ---- maintainer scripts ----------------------------------------------------
-  for s in postinst prerm postrm; do
-    sh -n "$deploy/debian/$s" || fail "debian/$s does not parse"
-    [ -x "$deploy/debian/$s" ] || fail "debian/$s is not executable"
+  for s in "$deploy"/debian/*/postinst "$deploy"/debian/*/prerm \
+    "$deploy"/debian/*/postrm; do
+    [ -e "$s" ] || continue
+    sh -n "$s" || fail "$s does not parse"
+    [ -x "$s" ] || fail "$s is not executable"
   done
+  [ -x "$deploy/debian/mlpd/postinst" ] || fail "no debian/mlpd/postinst"
 
   # ---- sysusers and tmpfiles on an empty root ------------------------------
   if command -v systemd-sysusers >/dev/null 2>&1; then
@@ -142,6 +233,10 @@ units() {
         st=$(stat -c '%a %u %g' "$tmp/root/var/lib/mlpd" 2>/dev/null)
         [ "$st" = "750 0 $gid" ] ||
           fail "/var/lib/mlpd is '$st', want '750 0 $gid'"
+        uid=$(sed -n 's/^mlpd:x:\([0-9]*\):.*/\1/p' "$tmp/root/etc/passwd")
+        st=$(stat -c '%a %u %g' "$tmp/root/run/mlpd" 2>/dev/null)
+        [ "$st" = "750 $uid $gid" ] ||
+          fail "/run/mlpd is '$st', want '750 $uid $gid'"
       else
         echo "note: tmpfiles not applied (needs root to chown)"
       fi
@@ -160,9 +255,11 @@ units() {
     skip "systemd-analyze verify does not work in this environment"
   fi
   # verify checks that ExecStart's binary exists: point it at the build.
+  # The socket unit sits beside it, where verify looks for Requires=.
   sed "s|/usr/bin/mlpd|$bin|" "$unit" >"$tmp/mlpd.service"
+  cp "$socket" "$tmp/mlpd.socket"
   if ! systemd-analyze verify --man=no "$tmp/mlpd.service" \
-    >"$tmp/verify.log" 2>&1 || [ -s "$tmp/verify.log" ]; then
+    "$tmp/mlpd.socket" >"$tmp/verify.log" 2>&1 || [ -s "$tmp/verify.log" ]; then
     cat "$tmp/verify.log" >&2
     fail "systemd-analyze verify reported problems"
   fi
@@ -174,52 +271,187 @@ units() {
   fi
 }
 
-deb() {
+# Builds the packages from BUILD_DIR into $tmp/out; sets $debs.
+build_debs() {
   build=$arg
   command -v cpack >/dev/null 2>&1 || skip "no cpack"
   command -v dpkg-deb >/dev/null 2>&1 || skip "no dpkg-deb"
+  command -v dpkg-shlibdeps >/dev/null 2>&1 || skip "no dpkg-shlibdeps"
   [ -f "$build/CPackConfig.cmake" ] || skip "no CPackConfig.cmake in $build"
   cpack -G DEB --config "$build/CPackConfig.cmake" -B "$tmp/out" \
     >"$tmp/cpack.log" 2>&1 || {
     cat "$tmp/cpack.log" >&2
     fail "cpack -G DEB failed"
-    return
+    return 1
   }
-  pkg=$(ls "$tmp"/out/mlpd_*.deb 2>/dev/null | head -n 1)
-  [ -n "$pkg" ] || {
+  debs=$(ls "$tmp"/out/*.deb 2>/dev/null)
+  [ -n "$debs" ] || {
     fail "no .deb produced"
+    return 1
+  }
+}
+
+# The package file of package $1, or "".
+deb_of() {
+  for d in $debs; do
+    [ "$(dpkg-deb -f "$d" Package)" = "$1" ] && echo "$d" && return 0
+  done
+  echo ""
+}
+
+# Files of a package, one absolute path per line, into $tmp/files.$1.
+list_files() {
+  dpkg-deb -c "$2" | awk '{print $6}' | sed 's|^\./|/|; s|/$||' \
+    >"$tmp/files.$1"
+}
+
+has_files() { # package file...
+  p=$1
+  shift
+  for f in "$@"; do
+    grep -qx "$f" "$tmp/files.$p" || fail "$p lacks $f"
+  done
+}
+
+deb() {
+  build_debs || return
+  multiarch=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null ||
+    gcc -print-multiarch)
+  lib=/usr/lib/$multiarch
+  version=$(dpkg-deb -f "$(deb_of mlpd)" Version)
+  [ -n "$version" ] || {
+    fail "no package mlpd"
     return
   }
-  dpkg-deb -c "$pkg" | awk '{print $NF}' | sed 's|^\./|/|' >"$tmp/files"
-  for f in /usr/bin/mlpd /usr/lib/systemd/system/mlpd.service \
+  pkgs="mlpd libmlpd-client0 libmlpd-client-dev python3-mlpd"
+  cuda_built=0
+  if [ -n "$(deb_of mlpd-cuda)" ]; then
+    pkgs="$pkgs mlpd-cuda"
+    cuda_built=1
+  fi
+  for p in $pkgs; do
+    d=$(deb_of $p)
+    [ -n "$d" ] || {
+      fail "no package $p"
+      continue
+    }
+    list_files $p "$d"
+    [ "$(dpkg-deb -f "$d" Version)" = "$version" ] || fail "$p: version"
+    [ -n "$(dpkg-deb -f "$d" Maintainer)" ] || fail "$p: no Maintainer"
+    has_files $p /usr/share/doc/$p/copyright \
+      /usr/share/doc/$p/changelog.Debian.gz
+    mkdir -p "$tmp/ctrl.$p" "$tmp/root.$p"
+    dpkg-deb -e "$d" "$tmp/ctrl.$p"
+    dpkg-deb -x "$d" "$tmp/root.$p"
+    # Stripped: no symbol table in any ELF file.
+    find "$tmp/root.$p" -type f >"$tmp/all.$p"
+    while read -r f; do
+      if [ "$(head -c 4 "$f" | od -An -c | tr -d ' ')" = '177ELF' ] &&
+        readelf -S "$f" | grep -q ' \.symtab '; then
+        fail "$p: ${f#"$tmp/root.$p"} is not stripped"
+      fi
+    done <"$tmp/all.$p"
+  done
+
+  # ---- mlpd: daemon, tools, units, no CUDA anywhere -------------------------
+  has_files mlpd /usr/bin/mlpd /usr/bin/mlpctl /usr/bin/mlpd-bench \
+    /usr/lib/systemd/system/mlpd.service /usr/lib/systemd/system/mlpd.socket \
     /usr/lib/sysusers.d/mlpd.conf /usr/lib/tmpfiles.d/mlpd.conf \
     /etc/default/mlpd /usr/share/mlpd/digits.safetensors \
-    /usr/share/doc/mlpd/examples/kubernetes.yaml; do
-    grep -qx "$f" "$tmp/files" || fail "package lacks $f"
+    /usr/share/mlpd/digits-heldout.safetensors /usr/share/mlpd/mlpd.proto \
+    /usr/share/man/man8/mlpd.8.gz /usr/share/man/man1/mlpctl.1.gz \
+    /usr/share/man/man1/mlpd-bench.1.gz \
+    /usr/share/doc/mlpd/examples/kubernetes.yaml
+  d=$(deb_of mlpd)
+  depends=$(dpkg-deb -f "$d" Depends)
+  for dep in libuv1 libopenblas0 libjansson4 libhttp-parser2.9 libsystemd0; do
+    printf '%s\n' "$depends" | grep -q "$dep" || fail "mlpd: Depends lacks $dep"
   done
-  [ "$(dpkg-deb -f "$pkg" Package)" = mlpd ] || fail "package name"
-  depends=$(dpkg-deb -f "$pkg" Depends)
-  for d in libuv1 libopenblas0 libjansson4 libhttp-parser2.9 libsystemd0; do
-    printf '%s\n' "$depends" | grep -q "$d" || fail "Depends lacks $d"
+  if printf '%s\n' "$depends $(dpkg-deb -f "$d" Recommends)" |
+    grep -Eiq 'cuda|cublas|nvidia'; then
+    fail "mlpd depends on CUDA: $depends"
+  fi
+  dpkg-deb -f "$d" Suggests | grep -q mlpd-cuda || fail "mlpd: Suggests mlpd-cuda"
+  for b in mlpd mlpctl mlpd-bench; do
+    if readelf -d "$tmp/root.mlpd/usr/bin/$b" | grep -Eq 'NEEDED.*lib(cuda|cublas)'; then
+      fail "/usr/bin/$b links a CUDA library"
+    fi
   done
-  [ -n "$(dpkg-deb -f "$pkg" Maintainer)" ] || fail "no Maintainer"
-  mkdir "$tmp/ctrl"
-  dpkg-deb -e "$pkg" "$tmp/ctrl"
-  grep -qx /etc/default/mlpd "$tmp/ctrl/conffiles" ||
+  grep -qx /etc/default/mlpd "$tmp/ctrl.mlpd/conffiles" ||
     fail "/etc/default/mlpd is not a conffile"
   for s in postinst prerm postrm; do
-    [ -x "$tmp/ctrl/$s" ] || fail "package lacks an executable $s"
+    [ -x "$tmp/ctrl.mlpd/$s" ] || fail "mlpd lacks an executable $s"
   done
-  # The packaged unit is the source unit.
-  dpkg-deb --fsys-tarfile "$pkg" |
-    tar -xOf - ./usr/lib/systemd/system/mlpd.service >"$tmp/pkg.service"
-  cmp -s "$tmp/pkg.service" "$unit" || fail "packaged unit differs"
+  for u in mlpd.service mlpd.socket; do
+    cmp -s "$tmp/root.mlpd/usr/lib/systemd/system/$u" "$deploy/$u" ||
+      fail "packaged $u differs from deploy/$u"
+  done
+
+  # ---- mlpd-cuda: the plugin and NVIDIA's libraries ------------------------
+  if [ $cuda_built = 1 ]; then
+    has_files mlpd-cuda "$lib/mlpd/mlpd-cuda.so"
+    d=$(deb_of mlpd-cuda)
+    depends=$(dpkg-deb -f "$d" Depends)
+    printf '%s\n' "$depends" | grep -q "mlpd (= $version)" ||
+      fail "mlpd-cuda: Depends lacks mlpd (= $version): $depends"
+    printf '%s\n' "$depends" | grep -q "cuda-cudart-" ||
+      fail "mlpd-cuda: Depends lacks cuda-cudart-*"
+    printf '%s\n' "$depends" | grep -q "libcublas-" ||
+      fail "mlpd-cuda: Depends lacks libcublas-*"
+    readelf -d "$tmp/root.mlpd-cuda$lib/mlpd/mlpd-cuda.so" |
+      grep -q 'NEEDED.*libcublasLt' || fail "mlpd-cuda.so does not link cuBLASLt"
+  fi
+
+  # ---- the client library --------------------------------------------------
+  has_files libmlpd-client0 "$lib/libmlpd-client.so.0"
+  grep -q '^libmlpd-client 0 libmlpd-client0' "$tmp/ctrl.libmlpd-client0/shlibs" ||
+    fail "libmlpd-client0: no shlibs entry"
+  grep -qx 'activate-noawait ldconfig' "$tmp/ctrl.libmlpd-client0/triggers" ||
+    fail "libmlpd-client0: no ldconfig trigger"
+  has_files libmlpd-client-dev /usr/include/mlpd/mlpd_client.h \
+    /usr/include/mlpd/mlpd_common.h "$lib/libmlpd-client.so" \
+    "$lib/libmlpd-client.a" "$lib/pkgconfig/mlpd-client.pc" \
+    "$lib/cmake/mlpd-client/mlpd-client-config.cmake"
+  if grep -q '^/usr/include/mlpd/' "$tmp/files.libmlpd-client-dev" &&
+    [ "$(grep -c '^/usr/include/mlpd/.' "$tmp/files.libmlpd-client-dev")" != 2 ]; then
+    fail "libmlpd-client-dev ships headers besides mlpd_client.h and mlpd_common.h"
+  fi
+  dpkg-deb -f "$(deb_of libmlpd-client-dev)" Depends |
+    grep -q "libmlpd-client0 (= $version)" ||
+    fail "libmlpd-client-dev: Depends lacks libmlpd-client0 (= $version)"
+
+  # ---- python3-mlpd -------------------------------------------------------------
+  has_files python3-mlpd /usr/lib/python3/dist-packages/mlpd_client/__init__.py \
+    /usr/lib/python3/dist-packages/mlpd_client/mlpd_pb2.py
+  ! grep -q __pycache__ "$tmp/files.python3-mlpd" ||
+    fail "python3-mlpd ships __pycache__"
+  d=$(deb_of python3-mlpd)
+  [ "$(dpkg-deb -f "$d" Architecture)" = all ] || fail "python3-mlpd: not Architecture: all"
+  dpkg-deb -f "$d" Depends | grep -q python3-protobuf ||
+    fail "python3-mlpd: Depends lacks python3-protobuf"
+}
+
+lintian_debs() {
+  command -v lintian >/dev/null 2>&1 || skip "no lintian (deploy/install-deps --test installs it)"
+  build_debs || return
+  # Errors fail; warnings and infos are shown. (lintian refuses to run as
+  # root without this; it only reads the packages.)
+  # shellcheck disable=SC2086
+  if ! lintian --allow-root --fail-on error --tag-display-limit 0 -I $debs \
+    >"$tmp/lintian.log" 2>&1; then
+    cat "$tmp/lintian.log" >&2
+    fail "lintian reports errors"
+    return
+  fi
+  cat "$tmp/lintian.log"
+  echo "lintian: no errors in $(echo $debs | wc -w) packages"
 }
 
 case $mode in
 units) units ;;
 deb) deb ;;
-*) echo "usage: $0 units|deb SOURCE_DIR ARG" >&2 && exit 2 ;;
+lintian) lintian_debs ;;
+*) echo "usage: $0 units|deb|lintian SOURCE_DIR ARG..." >&2 && exit 2 ;;
 esac
 if [ "$fails" -gt 0 ]; then
   echo "$fails check(s) failed" >&2
