@@ -77,7 +77,8 @@ static size_t render_metrics(void *ud, char *buf, size_t cap) {
   if (m == NULL)
     return 0;
   mlpd_metrics_init(m);
-  for (int i = 0; i < d->nshards && d->shards_started; i++)
+  int live = atomic_load(&d->shards_live);
+  for (int i = 0; i < live; i++)
     mlpd_dispatch_metrics(&d->shards[i], m);
   for (int u = 0; u < MLPD_UID_SLOTS; u++)
     mlpd_access_uid_name(&d->access, u, m->uid_names[u],
@@ -216,7 +217,9 @@ static void drop_next(mlpd_daemon_t *d, const char *why) {
     } else {
       MLPD_LOGE("reload failed, still serving generation %llu: %s",
                 (unsigned long long)d->generation, why);
+      pthread_mutex_lock(&d->mu); /* metrics read it from other threads */
       d->reloads_failed++;
+      pthread_mutex_unlock(&d->mu);
       mlpd_notify_ready();
     }
   }
@@ -242,9 +245,8 @@ static void start_warmup(mlpd_daemon_t *d) {
   d->warm_failed = 0;
   d->warming = 0;
   for (int i = 0; i < p->n; i++) {
-    /* The workers are fresh: each has room. One at a time per engine, so
-     * the shared staging row is read by one batch at a time per device
-     * and written by none. */
+    /* The workers are fresh: each has room. Every device reads the one
+     * input row and writes its own output row. */
     if (!mlpd_worker_reserve(&p->workers[i])) {
       d->warm_failed = 1;
       continue;
@@ -253,7 +255,7 @@ static void start_warmup(mlpd_daemon_t *d) {
     memset(j, 0, sizeof(*j));
     j->msg.type = MLPD_MSG_JOB;
     j->batch = (mlpd_engine_batch_t){.in = p->warm_in, .in_dtype = in,
-                                     .out = p->warm_out, .out_dtype = out,
+                                     .out = p->warm_out[i], .out_dtype = out,
                                      .rows = 1};
     j->reply = &d->mb;
     j->engine = i;
@@ -325,13 +327,14 @@ static void switched(mlpd_daemon_t *d) {
   d->pool = d->next_pool;
   d->next_pool = NULL;
   d->generation++;
+  if (old != NULL)
+    d->reloads_ok++;
   set_labels(d, d->pool->model);
   pthread_mutex_unlock(&d->mu);
   d->switching = 0;
   const mlpd_engine_info_t *e = &d->pool->engines[0]->info;
   const mlpd_model_t *m = d->pool->model;
   if (old != NULL) {
-    d->reloads_ok++;
     MLPD_LOGI("reloaded %s: generation %llu, %d layers %d->%d on %d "
               "device%s",
               m->path, (unsigned long long)d->generation, m->nlayers,
@@ -410,7 +413,7 @@ static void on_msg(mlpd_mailbox_t *mb, mlpd_msg_t *msg) {
     post_all(d, MLPD_MSG_EXIT, NULL);
     for (int i = 0; i < d->nshards; i++)
       mlpd_dispatch_join(&d->shards[i]);
-    d->shards_started = 0;
+    atomic_store(&d->shards_live, 0);
     mlpd_mailbox_close(&d->mb, NULL);
     return;
   }
@@ -612,8 +615,8 @@ static int start_shards(mlpd_daemon_t *d, mlpd_err_t *err) {
       d->nshards = i;
       return rc;
     }
+    atomic_store(&d->shards_live, i + 1);
   }
-  d->shards_started = 1;
   return 0;
 }
 

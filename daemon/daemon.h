@@ -81,7 +81,8 @@ typedef struct mlpd_daemon_s {
   int bound_socket;             /* we made the socket file: remove it */
   int nshards;
   mlpd_dispatch_t *shards;      /* owned, nshards */
-  int shards_started;
+  atomic_int shards_live;        /* dispatchers started: other threads'
+                                   metrics read that many */
   mlpd_http_t *http;            /* owned; NULL when --metrics-listen is off */
 
   pthread_mutex_t mu;           /* guards pool (read by other threads'

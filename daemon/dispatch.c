@@ -260,7 +260,11 @@ static void handle_infer(mlpd_dispatch_t *d, mlpd_conn_t *c,
                q->rows, out_bytes, d->cfg.max_frame);
     return;
   }
-  dreq_t *r = calloc(1, sizeof(*r) + (inline_out ? out_bytes : 0));
+  /* Only the struct is zeroed: inline output rows are all written before
+   * they are read, and zeroing megabytes would cost page faults. */
+  dreq_t *r = malloc(sizeof(*r) + (inline_out ? out_bytes : 0));
+  if (r != NULL)
+    memset(r, 0, sizeof(*r));
   if (r == NULL) {
     send_error(d, c, q->id, MLPD_RPC_INFER, MLPD_STATUS_RESOURCE_EXHAUSTED,
                "out of memory for %d output rows", q->rows);

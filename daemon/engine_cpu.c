@@ -36,9 +36,20 @@ typedef struct {
 extern void openblas_set_num_threads(int num_threads);
 extern int openblas_get_num_threads(void);
 
-static pthread_once_t blas_threads_once = PTHREAD_ONCE_INIT;
-static int blas_threads;
-static void set_blas_threads(void) { openblas_set_num_threads(blas_threads); }
+/* Once per process: OpenBLAS resizes one global thread pool, which is not
+ * safe while another engine (the old one during a reload, another device's)
+ * is inside sgemm. Engines open in parallel threads, hence the lock. */
+static pthread_mutex_t blas_mu = PTHREAD_MUTEX_INITIALIZER;
+static int blas_threads_set;
+
+static void set_blas_threads(int n) {
+  pthread_mutex_lock(&blas_mu);
+  if (!blas_threads_set) {
+    openblas_set_num_threads(n);
+    blas_threads_set = 1;
+  }
+  pthread_mutex_unlock(&blas_mu);
+}
 
 static float gelu_tanh(float x) {
   const float k = 0.7978845608028654f; /* sqrt(2/pi) */
@@ -90,13 +101,8 @@ static int cpu_open(mlpd_engine_t **out, const mlpd_model_t *m,
   e->model = m;
   if (o->fail_ordinal < 0 || o->fail_ordinal == ordinal)
     e->fail_after = o->fail_after;
-  if (o->cpu_threads > 0) {
-    /* Once per process: OpenBLAS resizes one global thread pool, which is
-     * not safe while another engine (the old one, during a reload) is
-     * inside sgemm on the worker thread. */
-    blas_threads = o->cpu_threads;
-    pthread_once(&blas_threads_once, set_blas_threads);
-  }
+  if (o->cpu_threads > 0)
+    set_blas_threads(o->cpu_threads);
 
   size_t rows = (size_t)o->max_batch;
   for (int i = 0; i < 2; i++) {

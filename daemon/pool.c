@@ -92,10 +92,15 @@ int mlpd_pool_open(mlpd_pool_t **out, const char *model_path,
   };
   for (int i = 0; i < ndevices; i++)
     p->device_bytes += p->engines[i]->info.device_bytes;
-  p->warm_in = mlpd_pool_host_alloc(p, mlpd_engine_batch_bytes(1, e0->in_stride));
-  p->warm_out =
-      mlpd_pool_host_alloc(p, mlpd_engine_batch_bytes(1, e0->out_stride));
-  if (p->warm_in == NULL || p->warm_out == NULL) {
+  p->warm_in =
+      mlpd_pool_host_alloc(p, mlpd_engine_batch_bytes(1, e0->in_stride));
+  int oom = p->warm_in == NULL;
+  for (int i = 0; i < ndevices; i++) {
+    p->warm_out[i] =
+        mlpd_pool_host_alloc(p, mlpd_engine_batch_bytes(1, e0->out_stride));
+    oom |= p->warm_out[i] == NULL;
+  }
+  if (oom) {
     rc = mlpd_errf(err, -ENOMEM, "out of memory for staging");
     goto fail;
   }
@@ -167,7 +172,8 @@ void mlpd_pool_close(mlpd_pool_t *p) {
     mlpd_worker_stop(&p->workers[i]);
   if (p->n > 0 && p->engines[0] != NULL) {
     mlpd_pool_host_free(p, p->warm_in);
-    mlpd_pool_host_free(p, p->warm_out);
+    for (int i = 0; i < p->n; i++)
+      mlpd_pool_host_free(p, p->warm_out[i]);
   }
   for (int i = 0; i < MLPD_MAX_DEVICES; i++)
     mlpd_engine_close(p->engines[i]);

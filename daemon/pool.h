@@ -27,8 +27,10 @@ typedef struct mlpd_pool_s {
   mlpd_worker_t workers[MLPD_MAX_DEVICES];    /* one per engine */
   mlpd_batcher_shape_t shape;                 /* common to every engine */
   uint64_t device_bytes;                      /* all engines together */
-  void *warm_in, *warm_out;                   /* one row of staging for
-                                                 the warm-up batches */
+  void *warm_in;                              /* one row of staging for
+                                                 the warm-up batches, read
+                                                 by every engine */
+  void *warm_out[MLPD_MAX_DEVICES];           /* ... written by each */
   uint64_t generation;                        /* set by the daemon before
                                                  it lends the pool */
 } mlpd_pool_t;

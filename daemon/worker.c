@@ -93,9 +93,23 @@ static void retire(mlpd_worker_t *w, int block) {
   finish(w, j, rc < 0 ? rc : 0, &err);
 }
 
+/* After the pipeline empties, the next job usually follows within a client
+ * round trip (tens of microseconds); waking a sleeping thread costs about
+ * as much again, on the critical path of a lone request. So the worker
+ * watches the queue this long before it sleeps. */
+#define SPIN_NS 200000u
+
+static void spin_for_work(mlpd_worker_t *w) {
+  uint64_t until = mlpd_now_ns() + SPIN_NS;
+  while (atomic_load(&w->todo_n) == 0 && mlpd_now_ns() < until)
+    sched_yield();
+}
+
 static void *worker_main(void *arg) {
   mlpd_worker_t *w = arg;
   for (;;) {
+    if (w->ninflight == 0)
+      spin_for_work(w);
     pthread_mutex_lock(&w->mu);
     while (w->todo_head == NULL && w->ninflight == 0 && !w->stop)
       pthread_cond_wait(&w->cv, &w->mu);

@@ -747,11 +747,108 @@ static void test_no_allocation(void **state) {
   free(p);
 }
 
+/* Two I/O threads' metrics merged, plus the daemon's per-device values:
+ * sums add up, histograms stay cumulative, labels carry uid and device. */
+static void test_merge_devices_and_uids(void **state) {
+  (void)state;
+  static mlpd_metrics_t a, b, m;
+  mlpd_metrics_init(&a);
+  mlpd_metrics_init(&b);
+  mlpd_metrics_init(&m);
+  mlpd_metrics_count_uid(&a, 0, MLPD_STATUS_OK);
+  mlpd_metrics_count_uid(&a, 0, MLPD_STATUS_OK);
+  mlpd_metrics_count_uid(&b, 0, MLPD_STATUS_OK);
+  mlpd_metrics_count_uid(&b, MLPD_UID_SLOTS - 1,
+                         MLPD_STATUS_PERMISSION_DENIED);
+  mlpd_metrics_count_uid(&b, 99, MLPD_STATUS_OK); /* out of range: other */
+  mlpd_hist_observe(&a.engine_wait, 1e-4);
+  mlpd_hist_observe(&b.engine_wait, 2e-3);
+  a.shm_in_bytes = 100;
+  b.shm_in_bytes = 50;
+  b.inline_out_bytes = 7;
+  a.connections = 2;
+  b.connections = 3;
+  b.batches_retried = 4;
+  mlpd_metrics_merge(&m, &a);
+  mlpd_metrics_merge(&m, &b);
+  snprintf(m.uid_names[0], sizeof(m.uid_names[0]), "1000");
+  m.ndevices = 2;
+  snprintf(m.devices[0].name, sizeof(m.devices[0].name), "cuda:0");
+  snprintf(m.devices[1].name, sizeof(m.devices[1].name), "cuda:1");
+  m.devices[0].in_rotation = 1;
+  m.devices[0].batches = 10;
+  m.devices[1].batches = 3;
+  m.devices[1].failures = 3;
+  m.devices[0].busy_seconds = 0.5;
+  m.devices[1].memory_bytes = 1ull << 30;
+  size_t len;
+  char *text = render_all(&m, &len);
+  static exposition_t e;
+  parse_exposition(text, len, &e);
+  assert_true(find_sample(&e, "mlpd_requests_total", "status", "ok")->value ==
+              4);
+  const sample_t *u = find_sample(&e, "mlpd_client_requests_total", "uid",
+                                  "1000");
+  assert_non_null(u);
+  assert_string_equal(label_of(u, "status"), "ok");
+  assert_true(u->value == 3);
+  int other_denied = 0, other_ok = 0;
+  for (int i = 0; i < e.ns; i++) {
+    const sample_t *s = &e.s[i];
+    if (strcmp(s->name, "mlpd_client_requests_total") != 0 ||
+        strcmp(label_of(s, "uid"), "other") != 0)
+      continue;
+    if (strcmp(label_of(s, "status"), "permission_denied") == 0)
+      other_denied = (int)s->value;
+    if (strcmp(label_of(s, "status"), "ok") == 0)
+      other_ok = (int)s->value;
+  }
+  assert_int_equal(other_denied, 1);
+  assert_int_equal(other_ok, 1);
+  double le[40], cum[40], sum, count;
+  check_histogram(&e, "mlpd_engine_wait_duration_seconds", le, cum, 40, &sum,
+                  &count);
+  assert_true(count == 2);
+  assert_true(find_sample(&e, "mlpd_connections", NULL, NULL)->value == 5);
+  assert_true(find_sample(&e, "mlpd_batches_retried_total", NULL, NULL)
+                  ->value == 4);
+  int shm_in = 0, inline_out = 0;
+  for (int i = 0; i < e.ns; i++) {
+    const sample_t *s = &e.s[i];
+    if (strcmp(s->name, "mlpd_tensor_bytes_total") != 0)
+      continue;
+    if (!strcmp(label_of(s, "transport"), "shm") &&
+        !strcmp(label_of(s, "direction"), "in"))
+      shm_in = (int)s->value;
+    if (!strcmp(label_of(s, "transport"), "inline") &&
+        !strcmp(label_of(s, "direction"), "out"))
+      inline_out = (int)s->value;
+  }
+  assert_int_equal(shm_in, 150);
+  assert_int_equal(inline_out, 7);
+  assert_true(find_sample(&e, "mlpd_devices_in_rotation", NULL, NULL)->value ==
+              1);
+  assert_true(find_sample(&e, "mlpd_device_batches_total", "device", "cuda:1")
+                  ->value == 3);
+  assert_true(find_sample(&e, "mlpd_device_failures_total", "device",
+                          "cuda:1")
+                  ->value == 3);
+  assert_true(find_sample(&e, "mlpd_device_in_rotation", "device", "cuda:1")
+                  ->value == 0);
+  assert_true(find_sample(&e, "mlpd_device_busy_seconds_total", "device",
+                          "cuda:0")
+                  ->value == 0.5);
+  assert_true(find_sample(&e, "mlpd_device_memory_bytes", "device", "cuda:1")
+                  ->value == (double)(1ull << 30));
+  free(text);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_status_names),
       cmocka_unit_test(test_required_names),
       cmocka_unit_test(test_values),
+      cmocka_unit_test(test_merge_devices_and_uids),
       cmocka_unit_test(test_histograms),
       cmocka_unit_test(test_hist_init_sanitizes),
       cmocka_unit_test(test_hostile_labels),
