@@ -21,7 +21,8 @@
  * --compare-bf16 the outputs of a 64-row batch are compared with a bf16
  * engine's. --digits MODEL --heldout FILE instead reports the held-out
  * accuracy of the CPU engine, the bf16 GPU engine and FP8 weights.
- * Results are JSON lines on stdout; logs on stderr.
+ * Results are JSON lines on stdout; logs on stderr (debug level, with the
+ * autotuner's choices, when MLPD_BENCH_DEBUG is set).
  *
  * Not a test: it checks nothing beyond errors (test_engine_cuda does). */
 #include "engine.h"
@@ -78,10 +79,13 @@ typedef struct {
 /* Stages rows of b->x into every lane's input buffer as dtype dt. */
 static void stage(bench_t *b, int rows, mlpd_dtype_t dt) {
   const mlpd_engine_info_t *in = &b->e->info;
-  for (int i = 0; i < 3; i++)
+  for (int i = 0; i < 3; i++) {
+    /* Padding columns must be zero in the dtype shipped. */
+    memset(b->in[i], 0, mlpd_engine_batch_bytes(rows, in->in_stride));
     mlpd_dtype_convert_rows(b->in[i], dt, (size_t)in->in_stride, b->x,
                             MLPD_DTYPE_F32, (size_t)in->in_features,
                             (size_t)rows, (size_t)in->in_features);
+  }
 }
 
 /* Median host µs of submit -> wait(1) of one batch on an idle engine. */
@@ -264,6 +268,9 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
+  /* The autotuner's reasoning (candidates, fused vs per layer) on stderr. */
+  if (getenv("MLPD_BENCH_DEBUG") != NULL)
+    mlpd_log_set_level(MLPD_LOG_DEBUG);
   if (digits_model != NULL && heldout != NULL)
     return digits(digits_model, heldout);
   if (model_path == NULL || reps < 5) {

@@ -25,7 +25,8 @@
 
 /* What makes two configurations the same kernel launch. */
 typedef struct {
-  int32_t id, tile, splitk, red, swizzle, custom, stages, inner, cluster;
+  int32_t id, tile, splitk, red, swizzle, custom, stages;
+  uint16_t inner, cluster; /* uint16_t attributes */
 } algo_key_t;
 
 static algo_key_t key_of(const cublasLtMatmulAlgo_t *a) {

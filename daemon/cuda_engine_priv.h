@@ -82,7 +82,7 @@ typedef struct {
 } layer_t;
 
 /* One lane of the pipeline: a batch in flight owns one. Device buffers are
- * [max_batch][padded width]; x16/y16 hold the compute dtype (the graphs
+ * [max_rows][padded width]; x16/y16 hold the compute dtype (the graphs
  * read x16 and write y16), xraw/yraw fp32 rows on their way in or out when
  * the compute dtype is 16-bit (NULL otherwise). */
 typedef struct {
@@ -101,6 +101,9 @@ typedef struct {
   const mlpd_model_t *model; /* the caller's; must outlive the engine */
   int ordinal;
   int nlayers, nbuckets, max_batch;
+  int max_rows;      /* rows of the largest bucket: max_batch, or with FP8
+                        max_batch rounded up to a multiple of 16; every
+                        device buffer is sized for it */
   mlpd_dtype_t dt;   /* activations (compute dtype) */
   size_t esz;        /* bytes of an activation */
   cudaDataType_t cdt;
@@ -118,10 +121,10 @@ typedef struct {
   cudaEvent_t ev[2];   /* cuda_tune.c's and the timer's events */
   void *slab;          /* weights, biases, scales */
   void *ws;            /* cuBLASLt workspace, WS_BYTES */
-  void *act[2];        /* [max_batch][widest out_p] ping-pong */
-  uint8_t *xq;         /* FP8: [max_batch][widest in_p] quantized input of
+  void *act[2];        /* [max_rows][widest out_p] ping-pong */
+  uint8_t *xq;         /* FP8: [max_rows][widest in_p] quantized input of
                           a cuBLASLt layer */
-  float *xs;           /* FP8: [max_batch] its row scales */
+  float *xs;           /* FP8: [max_rows] its row scales */
   unsigned *bar;       /* the fused kernel's grid barrier, 2 words */
   lane_t lane[PIPE_DEPTH];
   void *vbuf[2];       /* tuning scratch (cuda_tune.c), freed after

@@ -100,11 +100,15 @@ static int fill_random(cuda_engine_t *e, void *dst, size_t n, uint64_t seed,
     f[i] = (u - 1.5f) * 2.0f;
   }
   mlpd_dtype_convert(h, e->dt, f, MLPD_DTYPE_F32, pn);
+  /* On the engine's stream, waited for: a plain cudaMemcpy from pageable
+   * memory may return before its DMA lands, and the legacy stream it runs
+   * on does not order the non-blocking streams' kernels after it. */
   for (size_t done = 0; done < n; done += pn) {
     size_t k = n - done < pn ? n - done : pn;
-    CU(cudaMemcpy((char *)dst + done * e->esz, h, k * e->esz,
-                  cudaMemcpyHostToDevice),
+    CU(cudaMemcpyAsync((char *)dst + done * e->esz, h, k * e->esz,
+                       cudaMemcpyHostToDevice, e->st),
        "fill buffer");
+    CU(cudaStreamSynchronize(e->st), "fill buffer");
   }
 fail:
   free(f);
@@ -159,22 +163,25 @@ static int upload_weights(cuda_engine_t *e, mlpd_err_t *err) {
     memset(h, 0, n * hsz);
     mlpd_dtype_convert_rows(h, hdt, (size_t)L->in_p, M->w, MLPD_DTYPE_F32,
                             (size_t)L->in, (size_t)L->out, (size_t)L->in);
+    /* Every copy on the engine's stream and waited for (see
+     * fill_random). */
     if (e->fp8) {
-      CU(cudaMemcpy(tmp, h, n * hsz, cudaMemcpyHostToDevice),
+      CU(cudaMemcpyAsync(tmp, h, n * hsz, cudaMemcpyHostToDevice, e->st),
          "upload layer %d", l + 1);
       int ce = mlpd_cuda_quantize_rows(L->w, L->ws, tmp, 0, L->out_p,
                                        L->in_p, e->st);
       CU((cudaError_t)ce, "quantize layer %d to FP8", l + 1);
-      CU(cudaStreamSynchronize(e->st), "quantize layer %d to FP8", l + 1);
     } else {
-      CU(cudaMemcpy(L->w, h, n * hsz, cudaMemcpyHostToDevice),
+      CU(cudaMemcpyAsync(L->w, h, n * hsz, cudaMemcpyHostToDevice, e->st),
          "upload layer %d", l + 1);
     }
+    CU(cudaStreamSynchronize(e->st), "upload layer %d", l + 1);
     memset(h, 0, (size_t)L->out_p * e->esz);
     mlpd_dtype_convert(h, e->dt, M->b, MLPD_DTYPE_F32, (size_t)L->out);
-    CU(cudaMemcpy(L->b, h, (size_t)L->out_p * e->esz,
-                  cudaMemcpyHostToDevice),
+    CU(cudaMemcpyAsync(L->b, h, (size_t)L->out_p * e->esz,
+                       cudaMemcpyHostToDevice, e->st),
        "upload bias %d", l + 1);
+    CU(cudaStreamSynchronize(e->st), "upload bias %d", l + 1);
   }
 fail:
   free(h);
@@ -249,7 +256,7 @@ fail:
 }
 
 size_t mlpd_cuda_setup_lane_bytes(const cuda_engine_t *e) {
-  size_t rows = (size_t)e->max_batch;
+  size_t rows = (size_t)e->max_rows;
   size_t in = (size_t)e->L[0].in_p, out = (size_t)e->L[e->nlayers - 1].out_p;
   size_t b = align_up(rows * in * e->esz, SLAB_ALIGN) +
              align_up(rows * out * e->esz, SLAB_ALIGN);
@@ -261,7 +268,7 @@ size_t mlpd_cuda_setup_lane_bytes(const cuda_engine_t *e) {
 
 static int make_buffers(cuda_engine_t *e, mlpd_err_t *err) {
   int rc = 0;
-  size_t rows = (size_t)e->max_batch;
+  size_t rows = (size_t)e->max_rows;
   int wmax = 0, kmax = 0;
   for (int l = 0; l < e->nlayers; l++) {
     wmax = e->L[l].out_p > wmax ? e->L[l].out_p : wmax;
@@ -278,7 +285,7 @@ static int make_buffers(cuda_engine_t *e, mlpd_err_t *err) {
   CU(cudaMalloc(&e->vbuf[0], 2 * e->vbuf_bytes), "allocate scratch");
   e->vbuf[1] = (char *)e->vbuf[0] + e->vbuf_bytes;
   CU(cudaMalloc((void **)&e->bar, 256), "allocate the grid barrier");
-  CU(cudaMemset(e->bar, 0, 256), "clear the grid barrier");
+  CU(cudaMemsetAsync(e->bar, 0, 256, e->st), "clear the grid barrier");
   e->scratch_bytes = 256;
   if (e->fp8) {
     size_t xq = align_up(rows * (size_t)kmax, SLAB_ALIGN);
@@ -382,8 +389,17 @@ int mlpd_cuda_setup(cuda_engine_t *e, const mlpd_model_t *m,
     return mlpd_errf(err, -ENOMEM, "cuda engine: out of host memory");
   for (int r = 1; r <= e->max_batch; r *= 2)
     e->bk[e->nbuckets++].rows = r;
-  if (e->bk[e->nbuckets - 1].rows != e->max_batch)
-    e->bk[e->nbuckets++].rows = e->max_batch;
+  if (e->bk[e->nbuckets - 1].rows != e->max_batch) {
+    /* cuBLASLt's FP8 kernels want every dimension a multiple of 16, the
+     * batch too: a last bucket of another size computes up to 15 rows
+     * more. */
+    int last = e->max_batch;
+    if (e->fp8 && last > 32)
+      last = pad_to(last, 16);
+    if (last != e->bk[e->nbuckets - 1].rows)
+      e->bk[e->nbuckets++].rows = last;
+  }
+  e->max_rows = e->bk[e->nbuckets - 1].rows;
   for (int b = 0; b < e->nbuckets; b++)
     e->bk[b].fused = -1;
 
