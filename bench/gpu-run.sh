@@ -7,10 +7,12 @@
 # new generated part), mlpd.jsonl, torch.json, clocks.csv. Run from the
 # checkout root after `source .gpu-deps/env.sh` (the machine lacks the
 # Debian dev packages).
-# Environment: SKIP_TESTS=1, SKIP_BENCH=1, TORCH_ARGS, BATCHES, and
-# DEADLINE (seconds from the start by which everything must end, default
-# 300): each step's timeout is cut to what is left, so the call ends in time
-# and what was written under $OUT comes back.
+# Environment: SKIP_TESTS=1, SKIP_BENCH=1, TORCH_ARGS (default --compile:
+# torch.compile is timed after eager and graph, and dropped if time runs
+# short), BATCHES, PASSES, and DEADLINE (seconds from the start by which
+# everything must end, default 300): each step's timeout is cut to what is
+# left, so the call ends in time and what was written under $OUT comes
+# back.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/mlpd-out}
@@ -60,6 +62,7 @@ if [ -z "${SKIP_BENCH:-}" ]; then
   smi=$!
   cp bench/RESULTS.md "$OUT/RESULTS.md"
   BUILD=$B OUTDIR=/tmp/mlpd-bench RESULTS="$OUT/RESULTS.md" SKIP_BUILD=1 \
+    TORCH_ARGS=${TORCH_ARGS---compile} DEADLINE_AT=$((t0 + DEADLINE - 5)) \
     PYTHONUNBUFFERED=1 timeout "$(left 400)" bench/run.sh >"$OUT/bench.log" 2>&1
   echo "bench rc=$? after $(($(date +%s) - t0)) s"
   kill $smi 2>/dev/null

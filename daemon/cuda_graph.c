@@ -46,10 +46,13 @@ int mlpd_cuda_graph_enqueue_layer(cuda_engine_t *e, const bucket_t *bk,
     if (e->kmode < 0)
       ce = mlpd_cuda_f32_gemm(c->variant, bk->rows, L->out_p, L->in_p, x,
                               L->w, L->b, y, L->gelu, e->st);
-    else
-      ce = mlpd_cuda_small_gemm(e->kmode, c->variant, bk->rows, L->out_p,
-                                L->in_p, x, L->w, L->b, L->ws, y, L->gelu,
-                                pdl && e->pdl_ok, e->st);
+    else {
+      const layer_t *N = l + 1 < e->nlayers ? &e->L[l + 1] : NULL;
+      ce = mlpd_cuda_small_gemm(
+          e->kmode, c->variant, bk->rows, L->out_p, L->in_p, x, L->w, L->b,
+          L->ws, y, L->gelu, pdl && e->pdl_ok, N != NULL ? N->w : NULL,
+          N != NULL ? N->out_p : 0, N != NULL ? N->in_p : 0, e->st);
+    }
     if (ce != 0)
       return mlpd__cuda_fail(err, (cudaError_t)ce, __FILE__, __LINE__,
                              "%s, layer %d at %d rows",

@@ -23,7 +23,7 @@
   int mlpd__k_small_##NAME(int variant, int rows, int n, int k,               \
                            const void *x, const void *w, const void *b,       \
                            const float *ws, void *y, int gelu, int pdl,       \
-                           cudaStream_t st);                                   \
+                           const void *nw, int nn, int nk, cudaStream_t st);  \
   int mlpd__k_fused_##NAME(int variant, const mlpd_fused_args_t *a, int sms,  \
                            cudaStream_t st);                                   \
   int mlpd__k_probe_##NAME(int *ptx, int *bin);
@@ -291,14 +291,17 @@ extern "C" int mlpd_cuda_small_variants(int rows) {
 }
 
 extern "C" const char *mlpd_cuda_small_name(int rows, int variant) {
+#define SHAPES(T, P)                                                           \
+  T "splitk=4" P,         T "splitk=8" P,         T "splitk=16" P,            \
+  T "splitk=4 lines" P,   T "splitk=8 lines" P,   T "splitk=16 lines" P,      \
+  T "splitk=4 lines 2m" P, T "splitk=8 lines 2m" P
 #define NAMES(T)                                                               \
-  {T "splitk=4",         T "splitk=8",          T "splitk=16",                \
-   T "splitk=4 lines",   T "splitk=8 lines",    T "splitk=16 lines",          \
-   T "splitk=4 lines 2m", T "splitk=8 lines 2m"}
+  {SHAPES(T, ""), SHAPES(T, " pf1k"), SHAPES(T, " pf4k")}
   static const char *const names[3][MLPD_SMALL_MAX_VARIANTS] = {
       NAMES("mlpd mma rows<=8 "), NAMES("mlpd mma rows<=16 "),
       NAMES("mlpd mma rows<=32 ")};
 #undef NAMES
+#undef SHAPES
   if (mlpd_cuda_small_variants(rows) == 0 || variant < 0 ||
       variant >= MLPD_SMALL_MAX_VARIANTS)
     return "none";
@@ -318,17 +321,18 @@ extern "C" int mlpd_cuda_small_gemm(int mode, int variant, int rows, int n,
                                     int k, const void *x, const void *w,
                                     const void *b, const float *wscale,
                                     void *y, int gelu, int pdl,
+                                    const void *nw, int nn, int nk,
                                     cudaStream_t st) {
   switch (mode) {
   case MLPD_KMODE_BF16:
     return mlpd__k_small_bf16(variant, rows, n, k, x, w, b, wscale, y, gelu,
-                              pdl, st);
+                              pdl, nw, nn, nk, st);
   case MLPD_KMODE_F16:
     return mlpd__k_small_f16(variant, rows, n, k, x, w, b, wscale, y, gelu,
-                             pdl, st);
+                             pdl, nw, nn, nk, st);
   case MLPD_KMODE_FP8:
     return mlpd__k_small_fp8(variant, rows, n, k, x, w, b, wscale, y, gelu,
-                             pdl, st);
+                             pdl, nw, nn, nk, st);
   default: return (int)cudaErrorInvalidValue;
   }
 }
@@ -340,8 +344,10 @@ extern "C" int mlpd_cuda_fused_variants(int rows) {
 
 extern "C" const char *mlpd_cuda_fused_name(int rows, int variant) {
 #define NAMES(T)                                                               \
-  {T "splitk=8 2/SM",  T "splitk=16 1/SM", T "splitk=8 lines 2/SM",           \
-   T "splitk=4 4/SM",  T "splitk=8 2m 2/SM", T "splitk=8 1/SM"}
+  {T "splitk=8 2/SM pf1k",  T "splitk=16 1/SM pf1k",                          \
+   T "splitk=16 2/SM pf1k", T "splitk=8 lines 2/SM pf1k",                     \
+   T "splitk=4 4/SM pf1k",  T "splitk=8 2m 2/SM pf1k",                        \
+   T "splitk=16 2/SM pf4k", T "splitk=8 2/SM"}
   static const char *const names[3][MLPD_FUSED_MAX_VARIANTS] = {
       NAMES("mlpd fused rows<=8 "), NAMES("mlpd fused rows<=16 "),
       NAMES("mlpd fused rows<=32 ")};

@@ -31,7 +31,7 @@ extern "C" {
 
 /* Changes whenever the meaning of a variant number changes: the engine's
  * plan cache stores variant numbers and keys on this. */
-#define MLPD_KERNELS_VERSION 3
+#define MLPD_KERNELS_VERSION 4
 
 /* Weight / activation modes of the small-batch and fused kernels. */
 enum {
@@ -47,12 +47,13 @@ enum {
 #define MLPD_SMALL_MAX_ROWS 32
 
 /* Variants of the small-batch kernel there are at most. */
-#define MLPD_SMALL_MAX_VARIANTS 8
+#define MLPD_SMALL_MAX_VARIANTS 24
 
 /* How many small-batch variants exist for `rows` rows; 0 when none applies
  * (rows > MLPD_SMALL_MAX_ROWS or < 1). Variants differ in how many warps
  * split one layer's K, how many bytes a thread loads at once, and how many
- * 16-feature tiles a block owns. The same for every mode. */
+ * 16-feature tiles a block owns, and how much of the next layer's weights
+ * a finished block asks L2 for. The same for every mode. */
 int mlpd_cuda_small_variants(int rows);
 
 /* "mma rows<=8 splitk=8"-style description of a variant, static. */
@@ -74,18 +75,20 @@ int mlpd_cuda_small_probe(int mode, int *ptx_version, int *binary_version);
  * activation dtype once at the end. n a multiple of 8; k a multiple of 8
  * (16 for FP8); row strides k (x, w) and n (y). pdl != 0 launches it as a
  * programmatic dependent of the kernel before it on the stream, which must
- * be this same kernel or the fused one (it signals its dependents early,
- * and its dependents wait for it); only where mlpd_cuda_small_probe
- * allowed it. */
+ * be this same kernel (it signals its dependents early, and its dependents
+ * wait for it); only where mlpd_cuda_small_probe allowed it. next_w
+ * [next_n][next_k] (or NULL): the next layer's weights, which variants
+ * with a tail prefetch start bringing into L2 (a hint; never read). */
 int mlpd_cuda_small_gemm(int mode, int variant, int rows, int n, int k,
                          const void *x, const void *w, const void *b,
                          const float *wscale, void *y, int gelu, int pdl,
+                         const void *next_w, int next_n, int next_k,
                          cudaStream_t stream);
 
 /* ---- the fused forward -------------------------------------------------- */
 
 #define MLPD_FUSED_MAX_LAYERS 16
-#define MLPD_FUSED_MAX_VARIANTS 6
+#define MLPD_FUSED_MAX_VARIANTS 8
 
 typedef struct mlpd_fused_layer_s {
   const void *w;        /* [n][k] in the mode's weight type */
@@ -104,6 +107,8 @@ typedef struct mlpd_fused_args_s {
   void *act[2];
   unsigned *bar;
   int rows, nl;
+  int prefetch; /* set by the launcher: bytes of each next row to prefetch */
+  int pad_;
   mlpd_fused_layer_t L[MLPD_FUSED_MAX_LAYERS];
 } mlpd_fused_args_t;
 

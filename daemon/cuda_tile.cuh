@@ -141,28 +141,28 @@ __device__ __forceinline__ float gelu_tanh(float x) {
   return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
 }
 
-/* Asks L2 for `bytes` from p (16-byte aligned, a multiple of 16) with bulk
- * prefetches of at most 32 KiB, one per lane of the calling warp (so up to
- * 1 MiB; beyond that only the start). Nothing waits for them: weights do
- * not depend on the previous layer, so a block can have its next weights
- * on the way to L2 while it computes or waits. sm_90 and newer; a no-op
- * elsewhere. */
-__device__ __forceinline__ void prefetch_l2(const void *p, size_t bytes) {
+/* Asks L2 for the first `bytes` of each of the rows [m0, m0 + nr) of a
+ * weight matrix w [n][k] (calling warp, one bulk prefetch per row and lane,
+ * up to 32 rows a call). Weights do not depend on the previous layer, so a
+ * block can have the start of its next rows on the way to L2 while it (or
+ * the grid before it) is still busy; only the start, since whole tiles on
+ * their way compete with the reads that are needed now (measured on the
+ * H200: prefetching every block's whole 128 KiB tile at launch made an
+ * mlp-4k layer 15% slower). sm_90 and newer; a no-op elsewhere. */
+template <int WB>
+__device__ __forceinline__ void prefetch_rows(const void *w, int n, int k,
+                                              int m0, int nr, int bytes) {
 #if __CUDA_ARCH__ >= 900
   const int lane = threadIdx.x & 31;
-  const size_t piece = (size_t)32 << 10;
-  const size_t off = (size_t)lane * piece;
-  if (off < bytes) {
-    const size_t left = bytes - off;
-    const uint32_t n = (uint32_t)(left < piece ? left : piece);
+  const size_t row = (size_t)k * WB;
+  const uint32_t len = (uint32_t)(row < (size_t)bytes ? row : (size_t)bytes);
+  for (int r = lane; r < nr && m0 + r < n && len > 0; r += 32)
     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(
-                     static_cast<const char *>(p) + off),
-                 "r"(n)
+                     static_cast<const char *>(w) + (size_t)(m0 + r) * row),
+                 "r"(len)
                  : "memory");
-  }
 #else
-  (void)p;
-  (void)bytes;
+  (void)w, (void)n, (void)k, (void)m0, (void)nr, (void)bytes;
 #endif
 }
 
@@ -175,6 +175,39 @@ template <int MODE> __host__ __device__ constexpr int wbytes() {
 template <int S, int MT, int NT> struct tile_smem {
   float red[S][MT * NT][4][32];
 };
+
+/* The old (measured) start of a chained layer: each thread asks L2 for the
+ * lines of its own first 8/V chunks of its weight rows, before waiting for
+ * the previous layer. Same addressing as tile_gemm. */
+template <int MODE, int S, int V, int MT>
+__device__ __forceinline__ void prefetch_head(const void *wv, int n, int k,
+                                              int m0) {
+#if __CUDA_ARCH__ >= 900
+  constexpr int KV = MODE == 2 ? 16 : 8;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int kw = k / KV;
+  const int nchunks = (kw + 4 * V - 1) / (4 * V);
+  const uint4 *w = reinterpret_cast<const uint4 *>(wv);
+  for (int c = warp, i = 0; c < nchunks && i < 8 / V; c += S, i++) {
+    const int q = c * 4 * V;
+    if (q + V * t < kw) {
+#pragma unroll
+      for (int mt = 0; mt < MT; mt++) {
+        const int ra = m0 + 16 * mt + g, rb = ra + 8;
+        if (ra < n)
+          asm volatile("prefetch.global.L2 [%0];" ::"l"(
+              w + (size_t)ra * kw + V * t + q));
+        if (rb < n)
+          asm volatile("prefetch.global.L2 [%0];" ::"l"(
+              w + (size_t)rb * kw + V * t + q));
+      }
+    }
+  }
+#else
+  (void)wv, (void)n, (void)k, (void)m0;
+#endif
+}
 
 /* One tile (see the top of this file): features [m0, m0 + 16*MT) of a layer
  * with n outputs and k inputs (k a multiple of 8, of 16 in mode 2), rows

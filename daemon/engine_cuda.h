@@ -14,12 +14,14 @@
  * where autotuning timed it faster. A bucket of at most 32 rows may instead
  * run the fused forward: every layer in one cooperative launch.
  *
- * Host memory. Batches of at most 64 KiB each way are read from and
- * written to the caller's pinned buffers by conversion kernels (zero
- * copy) rather than by DMA copies, so `in` and `out` must be mapped into
- * the device's address space: host_alloc memory is (cudaHostAlloc,
- * portable and mapped), and so is memory registered with
- * cudaHostRegister(..., cudaHostRegisterPortable | cudaHostRegisterMapped). */
+ * Host memory. Batches of at most 64 KiB each way that need a dtype
+ * conversion (fp32 rows in or out of a 16-bit engine) are read from and
+ * written to the caller's pinned buffers by the conversion kernel itself
+ * (zero copy) rather than by a DMA copy and a kernel, so `in` and `out`
+ * must be mapped into the device's address space: host_alloc memory is
+ * (cudaHostAlloc, portable and mapped), and so is memory registered with
+ * cudaHostRegister(..., cudaHostRegisterPortable | cudaHostRegisterMapped).
+ * Rows in the compute dtype always move by DMA. */
 #ifndef MLPD_ENGINE_CUDA_H
 #define MLPD_ENGINE_CUDA_H
 
@@ -141,10 +143,11 @@ int mlpd_engine_cuda_time(mlpd_engine_t *e, int rows, int warmup, int reps,
                           double *us, mlpd_err_t *err) MLPD_MUST_CHECK;
 
 /* FOR TESTS AND THE BENCHMARK: how this engine moves batches. zc_max:
- * transfers of at most this many bytes use a kernel on the pinned host
- * buffer (0: always DMA copies); lone: a batch submitted to an idle engine
- * runs on one stream (0: always the three-stream pipeline). Defaults: 64
- * KiB, 1. Only while nothing is outstanding. */
+ * conversions of at most this many host bytes run as one kernel on the
+ * pinned host buffer (0: always a DMA copy and a device conversion); lone:
+ * a batch submitted to an idle engine runs on one stream (0: always the
+ * three-stream pipeline). Defaults: 64 KiB, 1. Only while nothing is
+ * outstanding. */
 int mlpd_engine_cuda_set_io(mlpd_engine_t *e, size_t zc_max,
                             int lone) MLPD_MUST_CHECK;
 

@@ -194,27 +194,32 @@ static mlpd_engine_t *must_open(const mlpd_model_t *m, mlpd_dtype_t dt,
   return e;
 }
 
-/* Host buffers of one batch, from the engine's host_alloc. */
+/* Host buffers of one batch for engine e (its strides), from the
+ * host_alloc of engine `from` (e itself, or another engine: the daemon
+ * hands one engine's staging to every engine). */
 typedef struct {
-  mlpd_engine_t *e;
+  mlpd_engine_t *e, *from;
   void *in, *out;
   size_t in_bytes, out_bytes;
 } hostbuf_t;
 
-static void hb_init(hostbuf_t *h, mlpd_engine_t *e) {
+static void hb_init_from(hostbuf_t *h, mlpd_engine_t *e, mlpd_engine_t *from) {
   h->e = e;
+  h->from = from;
   h->in_bytes = mlpd_engine_batch_bytes(e->info.max_batch, e->info.in_stride);
   h->out_bytes =
       mlpd_engine_batch_bytes(e->info.max_batch, e->info.out_stride);
-  h->in = e->ops->host_alloc(e, h->in_bytes);
-  h->out = e->ops->host_alloc(e, h->out_bytes);
+  h->in = from->ops->host_alloc(from, h->in_bytes);
+  h->out = from->ops->host_alloc(from, h->out_bytes);
   assert_non_null(h->in);
   assert_non_null(h->out);
 }
 
+static void hb_init(hostbuf_t *h, mlpd_engine_t *e) { hb_init_from(h, e, e); }
+
 static void hb_free(hostbuf_t *h) {
-  h->e->ops->host_free(h->e, h->in);
-  h->e->ops->host_free(h->e, h->out);
+  h->from->ops->host_free(h->from, h->in);
+  h->from->ops->host_free(h->from, h->out);
 }
 
 /* Stages `rows` dense fp32 rows of x as `dt` (padding columns zero) and
@@ -999,7 +1004,7 @@ static void test_two_engines(void **state) {
    * (host_alloc memory is portable). */
   hostbuf_t h[2];
   hb_init(&h[0], o[0].e);
-  hb_init(&h[1], o[0].e);
+  hb_init_from(&h[1], o[1].e, o[0].e);
   for (int round = 0; round < 3; round++) {
     int rows = round == 0 ? 1 : round == 1 ? 17 : 64;
     for (int i = 0; i < 2; i++) {
