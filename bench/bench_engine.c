@@ -19,8 +19,9 @@
  * pinned memory or DMA copies, one stream or three), so the defaults are
  * measured choices. With --fp8 the engine holds FP8 weights, and with
  * --compare-bf16 the outputs of a batch are compared with a bf16
- * engine's (at 16 and 256 rows). --digits MODEL --heldout FILE instead reports the held-out
- * accuracy of the CPU engine, the bf16 GPU engine and FP8 weights.
+ * engine's (at 16 and 256 rows). --digits MODEL --heldout FILE instead
+ * reports the held-out accuracy of the CPU engine, the bf16 GPU engine
+ * and FP8 weights.
  * Results are JSON lines on stdout; logs on stderr (debug level, with the
  * autotuner's choices, when MLPD_BENCH_DEBUG is set).
  *

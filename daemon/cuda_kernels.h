@@ -123,7 +123,7 @@ const char *mlpd_cuda_fused_name(int rows, int variant);
 int mlpd_cuda_fused_forward(int mode, int variant, const mlpd_fused_args_t *a,
                             int sms, cudaStream_t stream);
 
-/* ---- fp32 ----------------------------------------------------------------- */
+/* ---- fp32 ---------------------------------------------------------------- */
 
 /* Rows the fp32 kernel accepts at most, and its variants. */
 #define MLPD_F32_MAX_ROWS 8

@@ -249,8 +249,8 @@ tile_gemm(const uint16_t *__restrict__ x, const void *__restrict__ wv,
   for (int nt = 0; nt < NT; nt++) {
     const int r = nt * 8 + g;
     xv[nt] = r < rows;
-    xp[nt] = reinterpret_cast<const uint4 *>(x) + (size_t)(xv[nt] ? r : 0) * k8 +
-             V * t * XV;
+    xp[nt] = reinterpret_cast<const uint4 *>(x) +
+             (size_t)(xv[nt] ? r : 0) * k8 + V * t * XV;
   }
   float acc[MT][NT][4];
 #pragma unroll

@@ -330,7 +330,7 @@ static void print_plans(const mlpd_engine_t *e, int bucket_rows) {
   }
 }
 
-/* ---- every batch size against the CPU engine ------------------------------ */
+/* ---- every batch size against the CPU engine ----------------------------- */
 
 typedef struct {
   mlpd_dtype_t dt;
@@ -524,7 +524,7 @@ static void test_heuristic_only(void **state) {
   model_free(&mm);
 }
 
-/* ---- the pipeline ------------------------------------------------------------ */
+/* ---- the pipeline -------------------------------------------------------- */
 
 /* Depth batches in flight with different inputs, sizes and dtypes; each
  * output right; completion in submission order; EBUSY beyond depth. Under
@@ -632,7 +632,7 @@ static void test_pipeline(void **state) {
   model_free(&mm);
 }
 
-/* ---- forced variants ------------------------------------------------------- */
+/* ---- forced variants ----------------------------------------------------- */
 
 /* One variant of mlpd's per-layer kernel (small) or fused forward (fused)
  * forced at every bucket it applies to: every batch size through the
@@ -759,7 +759,7 @@ static int forced_teardown(void **state) {
   return mlpd_engine_cuda_force_small(-1) | mlpd_engine_cuda_force_fused(-1);
 }
 
-/* ---- FP8 on the digits model ------------------------------------------------ */
+/* ---- FP8 on the digits model --------------------------------------------- */
 
 static double digits_accuracy(mlpd_engine_t *e, const mlpd_rows_t *r) {
   mlpd_err_t err = {0};
@@ -815,7 +815,7 @@ static void test_fp8_digits(void **state) {
   mlpd_model_free(m);
 }
 
-/* ---- the plan cache ---------------------------------------------------------- */
+/* ---- the plan cache ------------------------------------------------------ */
 
 static void test_plan_cache(void **state) {
   (void)state;
@@ -959,7 +959,7 @@ static void test_plan_cache(void **state) {
   model_free(&other);
 }
 
-/* ---- two engines on one GPU ------------------------------------------------ */
+/* ---- two engines on one GPU ---------------------------------------------- */
 
 typedef struct {
   const mlpd_model_t *m;
@@ -1142,7 +1142,7 @@ static void test_determinism(void **state) {
   model_free(&four);
 }
 
-/* ---- bad arguments and no GPU ------------------------------------------------ */
+/* ---- bad arguments and no GPU -------------------------------------------- */
 
 static void test_bad_arguments(void **state) {
   (void)state;
