@@ -1,7 +1,10 @@
-# The CUDA engine (engine_cuda.c: open/run/close; cuda_graph.c: layers and
-# graph capture; cuda_tune.c: choosing plans; cuda_plancache.c: the plan
-# cache) and mlpd's own kernels (cuda_kernels.cu), built when the top level
-# found a CUDA toolkit with nvcc. The C code talks to the runtime and
+# The CUDA engine, built when the top level found a CUDA toolkit with nvcc:
+# engine_cuda.c (life cycle, pipeline), cuda_setup.c (device, weights,
+# buffers, descriptors), cuda_algos.c (cuBLASLt candidates), cuda_tune.c
+# (choosing plans), cuda_graph.c (layers and graph capture),
+# cuda_plancache.c (the plan cache), cuda_check.c (errors), and mlpd's own
+# kernels (cuda_kernels.cu; the small-batch and fused kernels one .cu per
+# mode, so they compile in parallel). The C code talks to the runtime and
 # cuBLASLt only; the driver API is reached through
 # cudaGetDriverEntryPointByVersion.
 #
@@ -22,10 +25,16 @@ endif()
 # The engine's sources: one list, extended as the engine grows.
 set(MLPD_CUDA_SOURCES
   engine_cuda.c
+  cuda_check.c
+  cuda_setup.c
+  cuda_algos.c
   cuda_graph.c
   cuda_tune.c
   cuda_plancache.c
   cuda_kernels.cu
+  cuda_k_bf16.cu
+  cuda_k_f16.cu
+  cuda_k_fp8.cu
 )
 list(TRANSFORM MLPD_CUDA_SOURCES PREPEND ${CMAKE_CURRENT_LIST_DIR}/)
 

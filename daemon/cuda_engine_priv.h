@@ -1,17 +1,18 @@
 /* cuda_engine_priv.h - INTERNAL to the CUDA engine: the engine struct that
- * engine_cuda.c, cuda_graph.c, cuda_tune.c and cuda_plancache.c share, the
- * limits they agree on, and the CU/LT/TRY check macros.
+ * its modules share and the limits they agree on.
  *
- * Who owns what: engine_cuda.c creates, fills and frees everything here
- * (open/close); the other modules read the engine and write only the fields
- * their comment names (plans, timings, stats), during open. The reporting
- * functions behind the macros are engine_cuda.c's.
+ * Who owns what: engine_cuda.c (life cycle, pipeline) and cuda_setup.c
+ * (what open builds: weights, descriptors, buffers) create, fill and free
+ * everything here; cuda_tune.c, cuda_algos.c and cuda_plancache.c write
+ * only the fields their comments name (plans, timings, stats), during
+ * open; cuda_graph.c reads. Errors and progress are cuda_check.h's.
  *
- * What it deliberately is not: an API. Nothing outside those four files
- * includes it; the engine's contract is engine.h and engine_cuda.h. */
+ * What it deliberately is not: an API. Nothing outside the CUDA engine's
+ * files includes it; the engine's contract is engine.h and engine_cuda.h. */
 #ifndef MLPD_CUDA_ENGINE_PRIV_H
 #define MLPD_CUDA_ENGINE_PRIV_H
 
+#include "cuda_check.h"
 #include "engine.h"
 #include "engine_cuda.h"
 #include "error.h"
@@ -20,130 +21,160 @@
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #define WS_BYTES ((size_t)32 << 20) /* cuBLAS's advice for Hopper */
 #define MAX_BUCKETS 32
-#define MAX_CAND 16 /* heuristic candidates asked for per plan */
+#define MAX_CAND 16   /* heuristic candidates asked for per plan */
+#define MAX_EXTRA 24  /* enumerated candidates added per plan (cuda_algos) */
 #define SLAB_ALIGN 256
+#define PIPE_DEPTH 3  /* batches in flight (info.depth) */
 
 /* One layer's plan at one bucket. */
 typedef struct {
-  int small;                 /* 1: mlpd_cuda_small_gemm, 0: cuBLASLt */
-  int variant;               /* small: kernel variant; else heuristic rank */
+  int small;                 /* 1: mlpd's per-layer kernel (the 16-bit/FP8
+                                small-batch kernel, or the fp32 GEMV), 0:
+                                cuBLASLt */
+  int variant;               /* small: kernel variant; else candidate rank */
+  int extra;                 /* cuBLASLt: an enumerated candidate
+                                (cuda_algos.h), not the heuristic's */
   cublasLtMatmulAlgo_t algo; /* cuBLASLt only */
 } choice_t;
 
-/* One batch bucket. engine_cuda.c sets rows, makes the layouts and the
- * serving graphs, and destroys them in close; the plans and what was found
- * about them come from the modules named. */
+/* One batch bucket. cuda_setup.c sets rows and makes the layouts,
+ * engine_cuda.c the serving graphs; the plans and what was found about
+ * them come from the modules named. */
 typedef struct {
   int rows;
   cublasLtMatrixLayout_t lx[MLPD_MAX_LAYERS]; /* X: K x rows, ld K */
   cublasLtMatrixLayout_t ly[MLPD_MAX_LAYERS]; /* Y: N x rows, ld N */
   choice_t ch[MLPD_MAX_LAYERS]; /* cuda_tune.c or cuda_plancache.c */
-  cudaGraphExec_t exec[MLPD_MAX_SLOTS]; /* serving graphs */
+  int fused;                    /* >= 0: the fused-forward variant that runs
+                                   this bucket instead of ch (cuda_tune.c or
+                                   cuda_plancache.c); -1: the layers */
+  cudaGraphExec_t exec[PIPE_DEPTH]; /* the layers of lane i */
   /* What tuning found, for stats and logs (cuda_tune.c; zero when the
    * plans came from the cache or autotuning is off). */
   int ncand[MLPD_MAX_LAYERS];
   float us_chosen[MLPD_MAX_LAYERS], us_first[MLPD_MAX_LAYERS];
   float us_lt[MLPD_MAX_LAYERS], us_small[MLPD_MAX_LAYERS]; /* round one */
+  int nextra[MLPD_MAX_LAYERS];  /* enumerated cuBLASLt candidates among
+                                   ncand */
+  float us_layers, us_fused;    /* forward with the per-layer plans, and
+                                   with the best fused variant (0: not
+                                   timed) */
   /* What fusion verification found (cuda_tune.c, always). */
-  int fused[MLPD_MAX_LAYERS]; /* 1 fused, 0 separate epilogue, -1 unknown */
+  int fusedk[MLPD_MAX_LAYERS]; /* 1 fused, 0 separate epilogue, -1 unknown */
   char kernels[MLPD_MAX_LAYERS][192];
 } bucket_t;
 
-/* One layer, all engine_cuda.c's: shapes, then w/b (upload), then desc/lw
+/* One layer, cuda_setup.c's: shapes, then w/b/ws (upload), then desc/lw
  * (descriptors), all at open; read-only afterwards. */
 typedef struct {
   int in, out;     /* real widths */
-  int in_p, out_p; /* padded to multiples of 8 */
+  int in_p, out_p; /* padded to e->pad */
   int gelu;
-  void *w, *b; /* device, inside the slab: [out_p][in_p], [out_p] */
+  void *w;         /* device, in the slab: [out_p][in_p] weights */
+  void *b;         /* [out_p] bias in the activation dtype */
+  float *ws;       /* [out_p] FP8 dequantization scales, else NULL */
   cublasLtMatmulDesc_t desc;
   cublasLtMatrixLayout_t lw; /* W: K x N, ld K, transposed by the op */
 } layer_t;
 
-/* Everything not marked otherwise is engine_cuda.c's: made in open,
- * read-only to the other modules and to run, freed in close. */
+/* One lane of the pipeline: a batch in flight owns one. Device buffers are
+ * [max_rows][padded width]; x16/y16 hold the compute dtype (the graphs
+ * read x16 and write y16), xraw/yraw fp32 rows on their way in or out when
+ * the compute dtype is 16-bit (NULL otherwise). */
+typedef struct {
+  void *x16, *xraw, *y16, *yraw;
+  cudaEvent_t in_ready;  /* input converted: compute may start */
+  cudaEvent_t computed;  /* layers done: output may be copied */
+  cudaEvent_t done;      /* output in host memory: the batch completed */
+  int rows;              /* of the batch in flight, for messages */
+} lane_t;
+
+/* Everything not marked otherwise is made in open (cuda_setup.c,
+ * engine_cuda.c), read-only to the other modules and to submit/wait, freed
+ * in close. */
 typedef struct {
   mlpd_engine_t base; /* first, so the engine pointer is ours */
   const mlpd_model_t *model; /* the caller's; must outlive the engine */
   int ordinal;
-  int nlayers, nbuckets, max_batch, nslots;
-  mlpd_dtype_t dt;
-  size_t esz;
+  int nlayers, nbuckets, max_batch;
+  int max_rows;      /* rows of the largest bucket: max_batch, or with FP8
+                        max_batch rounded up to a multiple of 16; every
+                        device buffer is sized for it */
+  mlpd_dtype_t dt;   /* activations (compute dtype) */
+  size_t esz;        /* bytes of an activation */
   cudaDataType_t cdt;
   cublasComputeType_t ctype;
+  int fp8;           /* weights in E4M3 with per-feature scales */
+  int kmode;         /* MLPD_KMODE_* of mlpd's 16-bit/FP8 kernels; -1 for
+                        fp32 (its own GEMV family) */
+  int pad;           /* widths padded to this: 8, or 16 with FP8 */
   layer_t L[MLPD_MAX_LAYERS];
-  bucket_t *bk; /* owned, nbuckets; see bucket_t for who fills what */
+  bucket_t *bk;      /* owned, nbuckets; see bucket_t for who fills what */
   cublasLtHandle_t lt;
-  cudaStream_t st; /* every module enqueues on this one stream */
-  cudaEvent_t ev[2]; /* cuda_tune.c's timing events */
-  void *slab;   /* weights and biases */
-  void *ws;     /* cuBLASLt workspace, WS_BYTES */
-  void *dx;     /* [max_batch][in_p of layer 0] */
-  void *act[2]; /* [max_batch][widest out_p] ping-pong */
-  void *vbuf[2]; /* small-kernel validation (cuda_tune.c), freed after
-                    planning; vbuf[1] lies inside vbuf[0]'s allocation */
-  size_t slab_bytes, dx_bytes, act_bytes, vbuf_bytes;
+  cudaStream_t st;     /* compute: every graph, all tuning and timing */
+  cudaStream_t st_in;  /* pipeline: copies and conversion in */
+  cudaStream_t st_out; /* pipeline: conversion and copies out */
+  cudaEvent_t ev[2];   /* cuda_tune.c's and the timer's events */
+  void *slab;          /* weights, biases, scales */
+  void *ws;            /* cuBLASLt workspace, WS_BYTES */
+  void *act[2];        /* [max_rows][widest out_p] ping-pong */
+  uint8_t *xq;         /* FP8: [max_rows][widest in_p] quantized input of
+                          a cuBLASLt layer */
+  float *xs;           /* FP8: [max_rows] its row scales */
+  unsigned *bar;       /* the fused kernel's grid barrier, 2 words */
+  lane_t lane[PIPE_DEPTH];
+  void *vbuf[2];       /* tuning scratch (cuda_tune.c), freed after
+                          planning; vbuf[1] lies inside vbuf[0]'s block */
+  size_t slab_bytes, act_bytes, lane_bytes, scratch_bytes, vbuf_bytes;
   const mlpd_engine_opts_t *opts; /* valid during open only */
   char gpu[256];
   int cc_major, cc_minor, sms;
-  /* From mlpd_cuda_small_probe at open: small_ok = the small-batch kernel
-   * has an image here; pdl_ok = that image waits for the kernel before it
-   * (PTX >= 90), so chained small-kernel layers may start early. */
-  int small_ok, pdl_ok;
+  /* From the kernel probes at open: small_ok = mlpd's 16-bit/FP8 kernels
+   * (per-layer and fused) have an image here; pdl_ok = that image waits
+   * for the kernel before it and can prefetch (PTX >= 90), so chained
+   * per-layer kernels may start early and the fused kernel may run;
+   * f32_ok = the fp32 GEMV has one. */
+  int small_ok, pdl_ok, f32_ok;
   int forced_small; /* mlpd_engine_cuda_force_small's variant, read once at
                        open; -1: none */
+  int forced_fused; /* mlpd_engine_cuda_force_fused's; -1: none */
+  /* Pipeline state (engine_cuda.c, submit/wait thread only). */
+  int head;         /* lane of the oldest outstanding batch */
+  int nout;         /* outstanding batches */
+  size_t zc_max;    /* transfers of at most this many bytes are done by a
+                       kernel on pinned memory instead of a DMA copy */
+  int lone;         /* a batch submitted to an idle engine runs on the
+                       compute stream alone (no cross-stream events) */
   /* Written during open by the module that finds each number: cuda_tune.c
-   * (candidates_timed, small_rejected, plans_fused/unfused/unverified),
-   * cuda_plancache.c (cache_state, cache_why), engine_cuda.c the rest. */
+   * (candidates_timed, small_rejected, plans_fused/unfused/unverified,
+   * fused_*), cuda_plancache.c (cache_state, cache_why), the rest by
+   * engine_cuda.c. */
   mlpd_engine_cuda_stats_t stats;
 } cuda_engine_t;
 
-/* Layer l reads layer_in and writes layer_out: dx, then act[0], act[1]
- * in turn. */
-static inline const void *layer_in(const cuda_engine_t *e, int l) {
-  return l == 0 ? e->dx : e->act[(l - 1) & 1];
+/* Layer l reads layer_in and writes layer_out: the lane's x16, then act[0],
+ * act[1] in turn, and the lane's y16 last. */
+static inline const void *layer_in(const cuda_engine_t *e, int lane, int l) {
+  return l == 0 ? e->lane[lane].x16 : e->act[(l - 1) & 1];
 }
 
-static inline void *layer_out(const cuda_engine_t *e, int l) {
-  return e->act[l & 1];
+static inline void *layer_out(const cuda_engine_t *e, int lane, int l) {
+  return l == e->nlayers - 1 ? e->lane[lane].y16 : e->act[l & 1];
 }
 
-/* ---- errors and progress (engine_cuda.c) -------------------------------- */
+/* Whether mlpd's per-layer kernel family has a variant for this bucket. */
+int mlpd__cuda_small_variants(const cuda_engine_t *e, int rows);
 
-/* Each logs `file:line: what: reason` at debug level and sets *err to
- * "cuda engine: what: reason"; returns MLPD_ECUDA or MLPD_ECUBLAS. */
-int mlpd__cuda_fail(mlpd_err_t *err, cudaError_t ce, const char *file,
-                    int line, const char *fmt, ...) MLPD_PRINTF(5, 6);
-int mlpd__lt_fail(mlpd_err_t *err, cublasStatus_t s, const char *file,
-                  int line, const char *fmt, ...) MLPD_PRINTF(5, 6);
+/* Its description, static. */
+const char *mlpd__cuda_small_name(const cuda_engine_t *e, int rows,
+                                  int variant);
 
-/* One line of startup progress: logged at debug level and handed to
- * opts->progress when there is one. */
-void mlpd__cuda_progress(cuda_engine_t *e, const char *fmt, ...)
-    MLPD_PRINTF(2, 3);
-
-/* llm.c's check wrappers, returning instead of exiting: they need `rc`,
- * `err` and a `fail:` label in the calling function. */
-#define CHECK_(type, ok, report, call, ...)                                    \
-  do {                                                                         \
-    type s_ = (call);                                                          \
-    if (s_ != (ok)) {                                                          \
-      rc = report(err, s_, __FILE__, __LINE__, __VA_ARGS__);                   \
-      goto fail;                                                               \
-    }                                                                          \
-  } while (0)
-#define CU(call, ...)                                                          \
-  CHECK_(cudaError_t, cudaSuccess, mlpd__cuda_fail, call, __VA_ARGS__)
-#define LT(call, ...)                                                          \
-  CHECK_(cublasStatus_t, CUBLAS_STATUS_SUCCESS, mlpd__lt_fail, call,           \
-         __VA_ARGS__)
-#define TRY(call)                                                              \
-  do {                                                                         \
-    if ((rc = (call)) != 0)                                                    \
-      goto fail;                                                               \
-  } while (0)
+/* Whether the fused forward can run this engine at `rows` rows: how many
+ * variants it has there (0: none). */
+int mlpd__cuda_fused_variants(const cuda_engine_t *e, int rows);
 
 #endif

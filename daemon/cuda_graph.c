@@ -3,7 +3,8 @@
  * and verifies is exactly what serving replays.
  *
  * What it deliberately does not do: decide anything. Plans come in as
- * choice_t; timing and the checks on kernel names are cuda_tune.c's. */
+ * choice_t and fused variants; timing and the checks on kernel names are
+ * cuda_tune.c's. */
 #include "cuda_graph.h"
 
 #include "cuda_kernels.h"
@@ -13,24 +14,66 @@
 #include <stdio.h>
 #include <string.h>
 
-/* ---- enqueueing a layer and capturing graphs ---------------------------- */
+/* ---- which of mlpd's kernels apply (cuda_engine_priv.h) ----------------- */
+
+int mlpd__cuda_small_variants(const cuda_engine_t *e, int rows) {
+  if (e->kmode < 0)
+    return e->f32_ok ? mlpd_cuda_f32_variants(rows) : 0;
+  return e->small_ok ? mlpd_cuda_small_variants(rows) : 0;
+}
+
+const char *mlpd__cuda_small_name(const cuda_engine_t *e, int rows,
+                                  int variant) {
+  return e->kmode < 0 ? mlpd_cuda_f32_name(rows, variant)
+                      : mlpd_cuda_small_name(rows, variant);
+}
+
+int mlpd__cuda_fused_variants(const cuda_engine_t *e, int rows) {
+  if (e->kmode < 0 || !e->small_ok || !e->pdl_ok ||
+      e->nlayers > MLPD_FUSED_MAX_LAYERS)
+    return 0;
+  return mlpd_cuda_fused_variants(rows);
+}
+
+/* ---- enqueueing layers and capturing graphs ----------------------------- */
 
 int mlpd_cuda_graph_enqueue_layer(cuda_engine_t *e, const bucket_t *bk,
                                   int l, const choice_t *c, const void *x,
                                   void *y, int pdl, mlpd_err_t *err) {
   const layer_t *L = &e->L[l];
+  int ce;
   if (c->small) {
-    int ce = mlpd_cuda_small_gemm(c->variant, e->dt == MLPD_DTYPE_F16,
-                                  bk->rows, L->out_p, L->in_p, x, L->w, L->b,
-                                  y, L->gelu, pdl && e->pdl_ok, e->st);
+    if (e->kmode < 0)
+      ce = mlpd_cuda_f32_gemm(c->variant, bk->rows, L->out_p, L->in_p, x,
+                              L->w, L->b, y, L->gelu, e->st);
+    else {
+      const layer_t *N = l + 1 < e->nlayers ? &e->L[l + 1] : NULL;
+      ce = mlpd_cuda_small_gemm(
+          e->kmode, c->variant, bk->rows, L->out_p, L->in_p, x, L->w, L->b,
+          L->ws, y, L->gelu, pdl && e->pdl_ok, N != NULL ? N->w : NULL,
+          N != NULL ? N->out_p : 0, N != NULL ? N->in_p : 0, e->st);
+    }
     if (ce != 0)
       return mlpd__cuda_fail(err, (cudaError_t)ce, __FILE__, __LINE__,
-                             "small-batch kernel, layer %d at %d rows", l + 1,
-                             bk->rows);
+                             "%s, layer %d at %d rows",
+                             mlpd__cuda_small_name(e, bk->rows, c->variant),
+                             l + 1, bk->rows);
     return 0;
   }
+  const void *bx = x;
+  if (e->fp8) {
+    /* cuBLASLt's FP8 matmul wants both operands in FP8: the input rows
+     * are quantized with one scale per row (OUTER_VEC B scales). */
+    ce = mlpd_cuda_quantize_rows(e->xq, e->xs, x, 1, bk->rows, L->in_p,
+                                 e->st);
+    if (ce != 0)
+      return mlpd__cuda_fail(err, (cudaError_t)ce, __FILE__, __LINE__,
+                             "quantize the input of layer %d at %d rows",
+                             l + 1, bk->rows);
+    bx = e->xq;
+  }
   static const float one = 1.0f, zero = 0.0f;
-  cublasStatus_t s = cublasLtMatmul(e->lt, L->desc, &one, L->w, L->lw, x,
+  cublasStatus_t s = cublasLtMatmul(e->lt, L->desc, &one, L->w, L->lw, bx,
                                     bk->lx[l], &zero, y, bk->ly[l], y,
                                     bk->ly[l], &c->algo, e->ws, WS_BYTES,
                                     e->st);
@@ -41,37 +84,49 @@ int mlpd_cuda_graph_enqueue_layer(cuda_engine_t *e, const bucket_t *bk,
   return 0;
 }
 
+int mlpd_cuda_graph_enqueue_fused(cuda_engine_t *e, const bucket_t *bk,
+                                  int v, int lane, mlpd_err_t *err) {
+  mlpd_fused_args_t a;
+  memset(&a, 0, sizeof(a));
+  if (e->nlayers > MLPD_FUSED_MAX_LAYERS)
+    return mlpd_errf(err, MLPD_EINVAL,
+                     "cuda engine: %d layers are too many for the fused "
+                     "forward",
+                     e->nlayers);
+  a.x = e->lane[lane].x16;
+  a.y = e->lane[lane].y16;
+  a.act[0] = e->act[0];
+  a.act[1] = e->act[1];
+  a.bar = e->bar;
+  a.rows = bk->rows;
+  a.nl = e->nlayers;
+  for (int l = 0; l < e->nlayers; l++) {
+    const layer_t *L = &e->L[l];
+    a.L[l] = (mlpd_fused_layer_t){.w = L->w, .b = L->b, .wscale = L->ws,
+                                  .n = L->out_p, .k = L->in_p,
+                                  .gelu = L->gelu};
+  }
+  int ce = mlpd_cuda_fused_forward(e->kmode, v, &a, e->sms, e->st);
+  if (ce != 0)
+    return mlpd__cuda_fail(err, (cudaError_t)ce, __FILE__, __LINE__, "%s",
+                           mlpd_cuda_fused_name(bk->rows, v));
+  return 0;
+}
+
 int mlpd_cuda_graph_capture(cuda_engine_t *e, const bucket_t *bk,
-                            const choice_t *ch, int l0, int l1, int slot,
-                            cudaGraph_t *out, mlpd_err_t *err) {
+                            const choice_t *ch, int fused, int l0, int l1,
+                            int lane, cudaGraph_t *out, mlpd_err_t *err) {
   int rc = 0;
   cudaGraph_t g = NULL;
-  const layer_t *first = &e->L[0], *last = &e->L[e->nlayers - 1];
   *out = NULL;
   CU(cudaStreamBeginCapture(e->st, cudaStreamCaptureModeThreadLocal),
      "begin graph capture (%d rows)", bk->rows);
-  if (slot >= 0) {
-    cudaError_t ce = cudaMemcpyAsync(
-        e->dx, e->base.in[slot],
-        (size_t)bk->rows * (size_t)first->in_p * e->esz,
-        cudaMemcpyHostToDevice, e->st);
-    if (ce != cudaSuccess)
-      rc = mlpd__cuda_fail(err, ce, __FILE__, __LINE__,
-                           "capture input copy (%d rows)", bk->rows);
-  }
-  for (int l = l0; l < l1 && rc == 0; l++)
-    rc = mlpd_cuda_graph_enqueue_layer(e, bk, l, &ch[l], layer_in(e, l),
-                                       layer_out(e, l),
-                                       l > l0 && ch[l - 1].small, err);
-  if (slot >= 0 && rc == 0) {
-    cudaError_t ce = cudaMemcpyAsync(
-        e->base.out[slot], layer_out(e, e->nlayers - 1),
-        (size_t)bk->rows * (size_t)last->out_p * e->esz,
-        cudaMemcpyDeviceToHost, e->st);
-    if (ce != cudaSuccess)
-      rc = mlpd__cuda_fail(err, ce, __FILE__, __LINE__,
-                           "capture output copy (%d rows)", bk->rows);
-  }
+  if (fused >= 0)
+    rc = mlpd_cuda_graph_enqueue_fused(e, bk, fused, lane, err);
+  for (int l = l0; fused < 0 && l < l1 && rc == 0; l++)
+    rc = mlpd_cuda_graph_enqueue_layer(
+        e, bk, l, &ch[l], layer_in(e, lane, l), layer_out(e, lane, l),
+        l > l0 && ch[l - 1].small && ch[l].small, err);
   {
     cudaError_t ce = cudaStreamEndCapture(e->st, &g);
     if (rc == 0 && ce != cudaSuccess)
@@ -90,16 +145,15 @@ fail:
   return rc;
 }
 
-int mlpd_cuda_graph_instantiate(cuda_engine_t *e, cudaGraph_t g,
-                                cudaGraphExec_t *x, int rows,
+int mlpd_cuda_graph_instantiate(cudaGraph_t g, cudaGraphExec_t *x, int rows,
                                 mlpd_err_t *err) {
   int rc = 0;
-  (void)e;
   *x = NULL;
   CU(cudaGraphInstantiate(x, g, 0), "instantiate graph (%d rows)", rows);
   return 0;
 fail:
   *x = NULL;
+  (void)cudaGetLastError();
   return rc;
 }
 
@@ -108,8 +162,8 @@ fail:
 /* Driver entry points, looked up through the runtime so that the binary
  * does not link libcuda (it must start, and fail cleanly, where no driver
  * is installed). Looked up once per process: engines open on different
- * threads (a reload runs on a pool thread while the old engine serves), so
- * the pointers are written under pthread_once and only read afterwards. */
+ * threads (one per GPU, and a reload beside a serving engine), so the
+ * pointers are written under pthread_once and only read afterwards. */
 typedef CUresult (*pfn_node_params_t)(CUgraphNode,
                                       CUDA_KERNEL_NODE_PARAMS_v2 *);
 typedef CUresult (*pfn_func_name_t)(const char **, CUfunction);

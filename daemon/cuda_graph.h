@@ -1,7 +1,8 @@
-/* cuda_graph.h - INTERNAL to the CUDA engine: putting a bucket's layers on
- * the engine's stream and capturing them into CUDA graphs, the one path by
- * which tuning, fusion verification, serving and the benchmark timer all
- * build their graphs; and reading back the kernel names of a graph.
+/* cuda_graph.h - INTERNAL to the CUDA engine: putting a bucket's layers (or
+ * its fused forward) on the engine's compute stream and capturing them
+ * into CUDA graphs, the one path by which tuning, fusion verification,
+ * serving and the benchmark timer all build their graphs; reading back the
+ * kernel names of a graph; and which of mlpd's kernels apply where.
  *
  * What it deliberately does not do: choose plans (cuda_tune.h), time
  * anything, or keep graphs: the caller owns every graph and exec it gets. */
@@ -10,27 +11,34 @@
 
 #include "cuda_engine_priv.h"
 
-/* Enqueues layer l of bucket bk with plan c, reading x and writing y (both
- * [bk->rows][padded width] on the device). pdl: the op before this one on
- * the stream is a small-batch kernel, so a small-batch kernel here may
- * start early (cuda_kernels.h). */
+/* Enqueues layer l of bucket bk with plan c on e->st, reading x and writing
+ * y (both [bk->rows][padded width] on the device). A cuBLASLt layer of an
+ * FP8 engine is two kernels: the input's quantization (into e->xq, e->xs)
+ * and the FP8 matmul. pdl: the op before this one on the stream is mlpd's
+ * small-batch kernel, so a small-batch kernel here may start early
+ * (cuda_kernels.h). */
 int mlpd_cuda_graph_enqueue_layer(cuda_engine_t *e, const bucket_t *bk,
                                   int l, const choice_t *c, const void *x,
                                   void *y, int pdl,
                                   mlpd_err_t *err) MLPD_MUST_CHECK;
 
-/* Captures layers [l0, l1) of bucket bk with choices ch; with slot >= 0 the
- * H2D copy of in[slot] and the D2H copy into out[slot] around them. The
+/* Enqueues the fused forward, variant v, of bucket bk for lane `lane`
+ * (reads its x16, writes its y16). */
+int mlpd_cuda_graph_enqueue_fused(cuda_engine_t *e, const bucket_t *bk,
+                                  int v, int lane,
+                                  mlpd_err_t *err) MLPD_MUST_CHECK;
+
+/* Captures layers [l0, l1) of bucket bk for lane `lane` with choices ch,
+ * or, with fused >= 0 (and l0 = 0, l1 = nlayers), that fused variant. The
  * stream is out of capture mode again on return, whatever happened. *out
  * is the caller's to destroy. */
 int mlpd_cuda_graph_capture(cuda_engine_t *e, const bucket_t *bk,
-                            const choice_t *ch, int l0, int l1, int slot,
-                            cudaGraph_t *out,
+                            const choice_t *ch, int fused, int l0, int l1,
+                            int lane, cudaGraph_t *out,
                             mlpd_err_t *err) MLPD_MUST_CHECK;
 
 /* Instantiates g into *x (NULL on failure); rows is for the message. */
-int mlpd_cuda_graph_instantiate(cuda_engine_t *e, cudaGraph_t g,
-                                cudaGraphExec_t *x, int rows,
+int mlpd_cuda_graph_instantiate(cudaGraph_t g, cudaGraphExec_t *x, int rows,
                                 mlpd_err_t *err) MLPD_MUST_CHECK;
 
 /* Writes the kernel names of g's kernel nodes, " + " separated, into buf.

@@ -1,16 +1,28 @@
-/* cuda_kernels.h - mlpd's own CUDA kernels, callable from C: a fused
- * small-batch GEMM + bias + GELU for the buckets where cuBLASLt is slow
- * (batch 1..32, where every layer is a stream over its weights), and a spin
- * kernel the benchmark uses to queue work behind.
+/* cuda_kernels.h - mlpd's own CUDA kernels, callable from C:
+ *   - the small-batch GEMM + bias + GELU of one layer (16-bit weights, or
+ *     FP8 E4M3 weights with per-feature scales), for buckets of at most 32
+ *     rows, where every layer is a stream over its weights;
+ *   - the fused forward: all layers of such a bucket in one cooperative
+ *     launch with a grid-wide barrier between layers;
+ *   - an fp32 (CUDA-core) GEMV + bias + GELU for buckets of at most 8 rows,
+ *     where cuBLASLt does not fuse its fp32/TF32 epilogue;
+ *   - dtype conversion of rows (f32 <-> bf16/f16) for the pipeline, also
+ *     straight from or into pinned host memory;
+ *   - FP8 quantization: weights per output feature at load, activations
+ *     per row before a cuBLASLt FP8 layer;
+ *   - a spin kernel the benchmark queues work behind.
  *
- * What it deliberately is not: a general GEMM. The small-batch kernel covers
- * 16-bit weights and activations only, computes every row of a bucket
- * (the caller pads), and is used only where the engine's autotuner timed it
- * faster than cuBLASLt and checked it against cuBLASLt's result. */
+ * What it deliberately is not: a general GEMM. Every kernel computes every
+ * row it is given (the caller pads to buckets), wants widths that are
+ * multiples of 8 (16 for FP8 weights) and 16-byte aligned pointers, and is
+ * used by the engine only where its autotuner timed it faster than
+ * cuBLASLt and checked it against cuBLASLt's result. Each launcher returns
+ * the launch's cudaError_t (cudaSuccess = 0). */
 #ifndef MLPD_CUDA_KERNELS_H
 #define MLPD_CUDA_KERNELS_H
 
 #include <cuda_runtime_api.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -19,48 +31,129 @@ extern "C" {
 
 /* Changes whenever the meaning of a variant number changes: the engine's
  * plan cache stores variant numbers and keys on this. */
-#define MLPD_SMALL_KERNELS_VERSION 2
+#define MLPD_KERNELS_VERSION 4
 
-/* Rows (a bucket) the small-batch kernel accepts at most. */
+/* Weight / activation modes of the small-batch and fused kernels. */
+enum {
+  MLPD_KMODE_BF16 = 0, /* bf16 weights and activations */
+  MLPD_KMODE_F16 = 1,  /* fp16 weights and activations */
+  MLPD_KMODE_FP8 = 2,  /* E4M3 weights + fp32 scale per output feature,
+                          bf16 activations (computed as fp16 products with
+                          fp32 sums: activations beyond +-65504 overflow) */
+  MLPD_KMODE_COUNT = 3
+};
+
+/* Rows (a bucket) the small-batch and fused kernels accept at most. */
 #define MLPD_SMALL_MAX_ROWS 32
 
 /* Variants of the small-batch kernel there are at most. */
-#define MLPD_SMALL_MAX_VARIANTS 8
+#define MLPD_SMALL_MAX_VARIANTS 24
 
-/* How many variants of the small-batch kernel exist for `rows` rows
- * (<= MLPD_SMALL_MAX_VARIANTS); 0 when none applies (rows >
- * MLPD_SMALL_MAX_ROWS or < 1). Variants differ in how many warps split one
- * layer's K dimension, how many bytes of a row a thread loads at once, and
- * how many 16-feature tiles a block owns. */
+/* How many small-batch variants exist for `rows` rows; 0 when none applies
+ * (rows > MLPD_SMALL_MAX_ROWS or < 1). Variants differ in how many warps
+ * split one layer's K, how many bytes a thread loads at once, and how many
+ * 16-feature tiles a block owns, and how much of the next layer's weights
+ * a finished block asks L2 for. The same for every mode. */
 int mlpd_cuda_small_variants(int rows);
 
-/* "mma16x8 rows<=8 splitk=8"-style description of a variant, static. */
+/* "mma rows<=8 splitk=8"-style description of a variant, static. */
 const char *mlpd_cuda_small_name(int rows, int variant);
 
-/* Asks the runtime for every small-batch kernel's image on the current
- * device (cudaFuncGetAttributes). Returns 0 and the lowest PTX (virtual
- * architecture) and binary versions among them (major * 10 + minor), or the
- * cudaError_t when one has no image for this device (a build for other
- * architectures); the error is cleared. The caller must use the kernel only
- * after this returned 0, and programmatic dependent launch (pdl below) only
- * when *ptx_version >= 90: the kernel waits for the kernel before it only
- * in code compiled for sm_90 or newer, so an image JIT-compiled from older
- * PTX (e.g. compute_80 on a newer GPU) would read its inputs too early. */
-int mlpd_cuda_small_probe(int *ptx_version, int *binary_version);
+/* Asks the runtime for every small-batch and fused kernel image of `mode`
+ * on the current device. Returns 0 and the lowest PTX (virtual
+ * architecture) and binary versions among them (major * 10 + minor), or
+ * the cudaError_t when one has no image for this device (a build for other
+ * architectures); the error is cleared. Use the kernels only after this
+ * returned 0; programmatic dependent launch (pdl) and the fused kernel's
+ * L2 bulk prefetch only when *ptx_version >= 90 (older images neither wait
+ * for the kernel before them nor prefetch). */
+int mlpd_cuda_small_probe(int mode, int *ptx_version, int *binary_version);
 
-/* Enqueues y[rows][n] = act(x[rows][k] . w[n][k]^T + b[n]) on `stream`:
- * 16-bit inputs (f16 != 0: fp16, else bf16), fp32 accumulation, the tanh
- * GELU when gelu != 0, rounded to nearest once at the end. n and k are
- * multiples of 8, every pointer 16-byte aligned, row strides are k (x, w)
- * and n (y). pdl != 0 launches it as a programmatic dependent of the
- * kernel before it on the stream, which must be this same kernel (it
- * signals its dependents early and its dependents wait for it; see the
- * .cu); use it only for a layer that follows a small-batch layer, and only
- * where mlpd_cuda_small_probe allowed it. Returns
- * the launch's cudaError_t (cudaSuccess = 0). */
-int mlpd_cuda_small_gemm(int variant, int f16, int rows, int n, int k,
+/* Enqueues y[rows][n] = act((x[rows][k] . w[n][k]^T) * s[n] + b[n]) on
+ * `stream`: s = wscale in MLPD_KMODE_FP8 (w is E4M3 bytes), 1 otherwise;
+ * fp32 accumulation, the tanh GELU when gelu != 0, rounded to the
+ * activation dtype once at the end. n a multiple of 8; k a multiple of 8
+ * (16 for FP8); row strides k (x, w) and n (y). pdl != 0 launches it as a
+ * programmatic dependent of the kernel before it on the stream, which must
+ * be this same kernel (it signals its dependents early, and its dependents
+ * wait for it); only where mlpd_cuda_small_probe allowed it. next_w
+ * [next_n][next_k] (or NULL): the next layer's weights, which variants
+ * with a tail prefetch start bringing into L2 (a hint; never read). */
+int mlpd_cuda_small_gemm(int mode, int variant, int rows, int n, int k,
                          const void *x, const void *w, const void *b,
-                         void *y, int gelu, int pdl, cudaStream_t stream);
+                         const float *wscale, void *y, int gelu, int pdl,
+                         const void *next_w, int next_n, int next_k,
+                         cudaStream_t stream);
+
+/* ---- the fused forward -------------------------------------------------- */
+
+#define MLPD_FUSED_MAX_LAYERS 16
+#define MLPD_FUSED_MAX_VARIANTS 8
+
+typedef struct mlpd_fused_layer_s {
+  const void *w;        /* [n][k] in the mode's weight type */
+  const void *b;        /* [n] activation dtype */
+  const float *wscale;  /* [n], MLPD_KMODE_FP8 only */
+  int n, k, gelu, pad_;
+} mlpd_fused_layer_t;
+
+/* Layer l reads x (l = 0) or act[(l-1) & 1] and writes y (the last) or
+ * act[l & 1]; every buffer [rows][width of that point]. bar: two unsigned
+ * ints of device memory, zeroed once, owned by one engine and used by one
+ * launch at a time (the grid barrier, see cuda_kern.cuh). */
+typedef struct mlpd_fused_args_s {
+  const void *x;
+  void *y;
+  void *act[2];
+  unsigned *bar;
+  int rows, nl;
+  int prefetch; /* set by the launcher: bytes of each next row to prefetch */
+  int pad_;
+  mlpd_fused_layer_t L[MLPD_FUSED_MAX_LAYERS];
+} mlpd_fused_args_t;
+
+/* Variants of the fused forward for `rows` rows (0 when none applies). */
+int mlpd_cuda_fused_variants(int rows);
+const char *mlpd_cuda_fused_name(int rows, int variant);
+
+/* Enqueues the whole forward as one cooperative launch on at most
+ * sms * (the variant's blocks per SM) blocks. Widths as for
+ * mlpd_cuda_small_gemm. Fails (cudaErrorCooperativeLaunchTooLarge) where
+ * the variant's blocks cannot all be resident. */
+int mlpd_cuda_fused_forward(int mode, int variant, const mlpd_fused_args_t *a,
+                            int sms, cudaStream_t stream);
+
+/* ---- fp32 ---------------------------------------------------------------- */
+
+/* Rows the fp32 kernel accepts at most, and its variants. */
+#define MLPD_F32_MAX_ROWS 8
+#define MLPD_F32_MAX_VARIANTS 2
+int mlpd_cuda_f32_variants(int rows);
+const char *mlpd_cuda_f32_name(int rows, int variant);
+
+/* y[rows][n] = act(x[rows][k] . w[n][k]^T + b[n]) in fp32 with fp32 FMAs;
+ * n, k multiples of 8. */
+int mlpd_cuda_f32_gemm(int variant, int rows, int n, int k, const float *x,
+                       const float *w, const float *b, float *y, int gelu,
+                       cudaStream_t stream);
+
+/* ---- conversions and FP8 quantization ----------------------------------- */
+
+/* n elements (a multiple of 8) from src to dst, dtypes as mlpd_dtype_t
+ * numbers (0 f32, 1 f16, 2 bf16), rounding to nearest even; equal dtypes
+ * copy. Either side may be pinned host memory (read or written by the
+ * kernel over the bus: for small batches, cheaper than a DMA copy). */
+int mlpd_cuda_convert(void *dst, int dst_dtype, const void *src,
+                      int src_dtype, size_t n, cudaStream_t stream);
+
+/* FP8 E4M3 quantization of `rows` rows of k values (k a multiple of 16):
+ * per row, s = max|row| / 448 (1 for an all-zero row) and
+ * q = round-to-nearest(v / s), saturated to +-448. From fp32 (weights, at
+ * load: src_bf16 = 0) or bf16 (activations: src_bf16 = 1). q [rows][k]
+ * bytes, s [rows]. */
+int mlpd_cuda_quantize_rows(uint8_t *q, float *s, const void *src,
+                            int src_bf16, int rows, int k,
+                            cudaStream_t stream);
 
 /* Enqueues a one-thread kernel that busy-waits `ns` nanoseconds on the GPU,
  * so that work queued behind it starts back to back (timing only). */

@@ -1,33 +1,36 @@
 /* cuda_plancache.c - see cuda_plancache.h. Reads and writes the CUDA
- * engine's plan cache: the key, the checked load (magic, checksum, key,
- * record count, known small-kernel variants, cublasLtMatmulAlgoCheck on
- * every cuBLASLt plan), the reasons a file is rejected, and the atomic
- * save.
+ * engine's plan cache: the key, the checked load (magic, checksum, the
+ * entry for this key, record count, known kernel variants,
+ * cublasLtMatmulAlgoCheck on every cuBLASLt plan), the reasons an entry
+ * is not used, and the locked, atomic read-modify-write save.
  *
  * What it deliberately does not do: time, choose or verify plans
- * (cuda_tune.c), or lock the file: two daemons sharing one cache path
- * each write a whole file and the last rename wins. */
+ * (cuda_tune.c). */
 #include "cuda_plancache.h"
 
 #include "cuda_kernels.h"
 #include "log.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define CACHE_MAGIC "MLPDPLN1"
+#define CACHE_MAGIC "MLPDPLN2"
 #define CACHE_MAX_BYTES ((size_t)64 << 20)
 
-/* One (bucket, layer) plan; its layout is the file format. */
+enum { REC_LT = 0, REC_SMALL = 1, REC_BUCKET = 2 };
+
+/* One record; its layout is the file format. */
 typedef struct {
-  int32_t small, variant;
+  int32_t kind, variant, extra, pad_;
   uint64_t algo[8];
 } cache_rec_t;
 
@@ -41,7 +44,6 @@ static uint64_t fnv1a(const void *p, size_t n) {
   return h;
 }
 
-/* Everything a plan depends on, as "name=value;" fields. */
 int mlpd_plancache_key(const cuda_engine_t *e, char *key, size_t len) {
   int drv = 0, rt = 0;
   size_t n;
@@ -49,11 +51,12 @@ int mlpd_plancache_key(const cuda_engine_t *e, char *key, size_t len) {
   (void)cudaRuntimeGetVersion(&rt);
   n = (size_t)snprintf(key, len,
                        "gpu=%s;cc=%d.%d;sms=%d;driver=%d;runtime=%d;"
-                       "cublasLt=%zu;dtype=%s;workspace=%zu;kernels=%d;"
-                       "buckets=",
+                       "cublasLt=%zu;dtype=%s;weights=%s;workspace=%zu;"
+                       "kernels=%d;buckets=",
                        e->gpu, e->cc_major, e->cc_minor, e->sms, drv, rt,
                        cublasLtGetVersion(), mlpd_dtype_name(e->dt),
-                       WS_BYTES, MLPD_SMALL_KERNELS_VERSION);
+                       e->fp8 ? "fp8-e4m3" : mlpd_dtype_name(e->dt),
+                       WS_BYTES, MLPD_KERNELS_VERSION);
   for (int b = 0; b < e->nbuckets && n < len; b++)
     n += (size_t)snprintf(key + n, len - n, "%s%d", b ? "," : "",
                           e->bk[b].rows);
@@ -68,128 +71,191 @@ int mlpd_plancache_key(const cuda_engine_t *e, char *key, size_t len) {
   return n < len ? 0 : -1;
 }
 
-/* First field that differs between two keys, for the log. */
-static void key_diff(const char *have, const char *want, char *buf,
-                     size_t len) {
-  const char *a = have, *b = want;
-  while (*a && *b) {
-    const char *ea = strchr(a, ';'), *eb = strchr(b, ';');
-    size_t la = ea ? (size_t)(ea - a) : strlen(a);
+/* How many leading fields two keys share, and a sentence on the first
+ * that differs. */
+static int key_diff(const char *have, size_t hl, const char *want, char *buf,
+                    size_t len) {
+  const char *a = have, *ae = have + hl, *b = want;
+  int same = 0;
+  while (a < ae && *b) {
+    const char *ea = memchr(a, ';', (size_t)(ae - a)), *eb = strchr(b, ';');
+    size_t la = ea ? (size_t)(ea - a) : (size_t)(ae - a);
     size_t lb = eb ? (size_t)(eb - b) : strlen(b);
     if (la != lb || memcmp(a, b, la) != 0) {
-      snprintf(buf, len, "file has '%.*s', this run needs '%.*s'",
+      snprintf(buf, len, "it has '%.*s', this run needs '%.*s'",
                (int)(la > 50 ? 50 : la), a, (int)(lb > 50 ? 50 : lb), b);
-      return;
+      return same;
     }
+    same++;
     a += la + (ea != NULL);
     b += lb + (eb != NULL);
   }
   snprintf(buf, len, "keys differ in length");
+  return same;
 }
 
-static void cache_reject(cuda_engine_t *e, const char *fmt, ...)
-    MLPD_PRINTF(2, 3);
-static void cache_reject(cuda_engine_t *e, const char *fmt, ...) {
+static void cache_state(cuda_engine_t *e, mlpd_plan_cache_state_t st,
+                        const char *fmt, ...) MLPD_PRINTF(3, 4);
+static void cache_state(cuda_engine_t *e, mlpd_plan_cache_state_t st,
+                        const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(e->stats.cache_why, sizeof(e->stats.cache_why), fmt, ap);
   va_end(ap);
-  e->stats.cache_state = MLPD_PLAN_CACHE_REJECTED;
-  MLPD_LOGW("cuda engine: plan cache %s ignored (%s); re-tuning",
-            e->opts->plan_cache, e->stats.cache_why);
+  e->stats.cache_state = st;
+  if (st == MLPD_PLAN_CACHE_REJECTED)
+    MLPD_LOGW("cuda engine: plan cache %s ignored (%s); re-tuning",
+              e->opts->plan_cache, e->stats.cache_why);
+  else
+    MLPD_LOGI("cuda engine: plan cache %s: %s; tuning",
+              e->opts->plan_cache, e->stats.cache_why);
 }
 
-/* Fills every bucket's choices from the cache file. Returns 1 when it did,
- * 0 when the cache is missing or unusable (stats say why), < 0 on errors
- * that are not the cache's fault. */
-int mlpd_plancache_load(cuda_engine_t *e, const char *key, mlpd_err_t *err) {
-  const char *path = e->opts->plan_cache;
+/* One entry of a file in memory. */
+typedef struct {
+  const unsigned char *key;
+  uint32_t klen, nrec;
+  const unsigned char *recs;
+} entry_t;
+
+/* Reads and checks a whole cache file: 1 and its entries (pointing into
+ * *buf, which the caller frees), 0 when missing, -1 when unusable (why).
+ * -2 on out of memory. */
+static int read_file(const char *path, unsigned char **buf, entry_t **ents,
+                     uint32_t *nent, char *why, size_t wlen) {
   FILE *f = fopen(path, "rb");
-  unsigned char *buf = NULL;
-  choice_t *ch = NULL;
-  size_t n = 0, klen = strlen(key);
-  size_t nrec = (size_t)e->nbuckets * (size_t)e->nlayers;
-  int rc = 0;
-  if (f == NULL) {
-    if (errno == ENOENT) {
-      e->stats.cache_state = MLPD_PLAN_CACHE_MISSING;
-      MLPD_LOGI("cuda engine: no plan cache at %s yet; tuning", path);
-    } else {
-      cache_reject(e, "cannot open: %s", strerror(errno));
-    }
-    return 0;
-  }
-  /* The file's own size, not a fixed 64 MiB buffer: a real cache is a few
-   * KiB, and open runs on every start and reload. */
   struct stat sb;
+  int rc = -1;
+  *buf = NULL;
+  *ents = NULL;
+  *nent = 0;
+  if (f == NULL) {
+    if (errno == ENOENT)
+      return 0;
+    snprintf(why, wlen, "cannot open: %s", strerror(errno));
+    return -1;
+  }
   if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-    cache_reject(e, "not a regular file");
+    snprintf(why, wlen, "not a regular file");
     goto out;
   }
   if ((uintmax_t)sb.st_size > CACHE_MAX_BYTES) {
-    cache_reject(e, "%jd bytes: too large for a plan cache",
-                 (intmax_t)sb.st_size);
+    snprintf(why, wlen, "%jd bytes: too large for a plan cache",
+             (intmax_t)sb.st_size);
     goto out;
   }
-  size_t fsize = (size_t)sb.st_size;
-  buf = malloc(fsize > 0 ? fsize : 1);
-  ch = calloc(nrec, sizeof(*ch));
-  if (buf == NULL || ch == NULL) {
-    rc = mlpd_errf(err, -ENOMEM, "cuda engine: out of host memory");
+  size_t n = (size_t)sb.st_size;
+  *buf = malloc(n > 0 ? n : 1);
+  if (*buf == NULL) {
+    rc = -2;
     goto out;
   }
-  n = fread(buf, 1, fsize, f);
-  size_t want = 8 + 4 + klen + 4 + nrec * sizeof(cache_rec_t) + 8;
-  uint32_t fk = 0, fn = 0;
+  n = fread(*buf, 1, n, f);
+  const unsigned char *p = *buf;
   uint64_t sum = 0;
-  if (n < 8 + 4 + 4 + 8 || memcmp(buf, CACHE_MAGIC, 8) != 0) {
-    cache_reject(e, "not an mlpd plan cache, or truncated");
+  uint32_t ne = 0;
+  if (n < 8 + 4 + 8 || memcmp(p, CACHE_MAGIC, 8) != 0) {
+    snprintf(why, wlen, "not an mlpd plan cache (of this version), or "
+                        "truncated");
     goto out;
   }
-  memcpy(&sum, buf + n - 8, 8);
-  if (fnv1a(buf, n - 8) != sum) {
-    cache_reject(e, "checksum mismatch: corrupt or truncated");
+  memcpy(&sum, p + n - 8, 8);
+  if (fnv1a(p, n - 8) != sum) {
+    snprintf(why, wlen, "checksum mismatch: corrupt or truncated");
     goto out;
   }
-  memcpy(&fk, buf + 8, 4);
-  if (fk > n - 24 || fk != klen || memcmp(buf + 12, key, klen) != 0) {
-    char why[140], have[MLPD_PLANCACHE_KEY_MAX];
-    size_t hl = fk < n - 24 ? fk : n - 24;
-    if (hl >= sizeof(have))
-      hl = sizeof(have) - 1;
-    memcpy(have, buf + 12, hl);
-    have[hl] = '\0';
-    key_diff(have, key, why, sizeof(why));
-    cache_reject(e, "made for another setup: %s", why);
+  memcpy(&ne, p + 8, 4);
+  size_t off = 12, end = n - 8;
+  if (ne > end / 8) {
+    snprintf(why, wlen, "%u entries cannot fit", ne);
     goto out;
   }
-  memcpy(&fn, buf + 12 + klen, 4);
-  if (fn != nrec || n != want) {
-    cache_reject(e, "holds %u plans, expected %zu", fn, nrec);
+  *ents = calloc(ne > 0 ? ne : 1, sizeof(**ents));
+  if (*ents == NULL) {
+    rc = -2;
     goto out;
   }
-  const unsigned char *p = buf + 16 + klen;
+  for (uint32_t i = 0; i < ne; i++) {
+    entry_t *en = &(*ents)[i];
+    if (end - off < 4)
+      goto bad;
+    memcpy(&en->klen, p + off, 4);
+    off += 4;
+    if (en->klen > end - off)
+      goto bad;
+    en->key = p + off;
+    off += en->klen;
+    if (end - off < 4)
+      goto bad;
+    memcpy(&en->nrec, p + off, 4);
+    off += 4;
+    if (en->nrec > (end - off) / sizeof(cache_rec_t))
+      goto bad;
+    en->recs = p + off;
+    off += (size_t)en->nrec * sizeof(cache_rec_t);
+  }
+  if (off != end)
+    goto bad;
+  *nent = ne;
+  rc = 1;
+  goto out;
+bad:
+  snprintf(why, wlen, "entries overrun the file: corrupt");
+out:
+  if (rc != 1) {
+    free(*buf);
+    free(*ents);
+    *buf = NULL;
+    *ents = NULL;
+  }
+  fclose(f);
+  return rc;
+}
+
+/* Checks entry `en` against this engine and fills ch/fused from it:
+ * 1, or 0 with why. */
+static int use_entry(cuda_engine_t *e, const entry_t *en, choice_t *ch,
+                     int *fused, char *why, size_t wlen) {
+  size_t want = (size_t)e->nbuckets * (size_t)(e->nlayers + 1);
+  if (en->nrec != want) {
+    snprintf(why, wlen, "holds %u plans, expected %zu", en->nrec, want);
+    return 0;
+  }
+  const unsigned char *p = en->recs;
   for (int b = 0; b < e->nbuckets; b++) {
-    bucket_t *bk = &e->bk[b];
-    for (int l = 0; l < e->nlayers; l++, p += sizeof(cache_rec_t)) {
-      cache_rec_t r;
+    const bucket_t *bk = &e->bk[b];
+    cache_rec_t r;
+    memcpy(&r, p, sizeof(r));
+    p += sizeof(r);
+    fused[b] = r.variant;
+    if (r.kind != REC_BUCKET ||
+        (r.variant >= 0 &&
+         r.variant >= mlpd__cuda_fused_variants(e, bk->rows)) ||
+        r.variant < -1) {
+      snprintf(why, wlen, "%d rows: fused variant %d unknown or unavailable",
+               bk->rows, r.variant);
+      return 0;
+    }
+    for (int l = 0; l < e->nlayers; l++, p += sizeof(r)) {
       choice_t *c = &ch[(size_t)b * e->nlayers + l];
       memcpy(&r, p, sizeof(r));
-      c->small = r.small != 0;
+      c->small = r.kind == REC_SMALL;
       c->variant = r.variant;
+      c->extra = r.extra != 0;
       memcpy(c->algo.data, r.algo, sizeof(r.algo));
+      if (r.kind != REC_LT && r.kind != REC_SMALL) {
+        snprintf(why, wlen, "layer %d at %d rows: bad record", l + 1,
+                 bk->rows);
+        return 0;
+      }
       if (c->small) {
-        if (!e->small_ok) {
-          cache_reject(e, "layer %d at %d rows uses mlpd's small-batch "
-                          "kernel, which has no image for this GPU",
-                       l + 1, bk->rows);
-          goto out;
-        }
-        if (e->dt == MLPD_DTYPE_F32 || r.variant < 0 ||
-            r.variant >= mlpd_cuda_small_variants(bk->rows)) {
-          cache_reject(e, "layer %d at %d rows: unknown kernel variant %d",
-                       l + 1, bk->rows, r.variant);
-          goto out;
+        if (r.variant < 0 ||
+            r.variant >= mlpd__cuda_small_variants(e, bk->rows)) {
+          snprintf(why, wlen,
+                   "layer %d at %d rows: kernel variant %d unknown or "
+                   "without an image for this GPU",
+                   l + 1, bk->rows, r.variant);
+          return 0;
         }
         continue;
       }
@@ -199,75 +265,189 @@ int mlpd_plancache_load(cuda_engine_t *e, const char *key, mlpd_err_t *err) {
           e->lt, e->L[l].desc, e->L[l].lw, bk->lx[l], bk->ly[l], bk->ly[l],
           &c->algo, &hr);
       if (s != CUBLAS_STATUS_SUCCESS || hr.workspaceSize > WS_BYTES) {
-        cache_reject(e, "layer %d at %d rows fails cublasLtMatmulAlgoCheck "
-                        "(%s)",
-                     l + 1, bk->rows, cublasLtGetStatusName(s));
-        goto out;
+        snprintf(why, wlen,
+                 "layer %d at %d rows fails cublasLtMatmulAlgoCheck (%s)",
+                 l + 1, bk->rows, cublasLtGetStatusName(s));
+        return 0;
       }
     }
   }
-  for (int b = 0; b < e->nbuckets; b++)
+  return 1;
+}
+
+int mlpd_plancache_load(cuda_engine_t *e, const char *key, mlpd_err_t *err) {
+  const char *path = e->opts->plan_cache;
+  unsigned char *buf = NULL;
+  entry_t *ents = NULL;
+  uint32_t ne = 0;
+  char why[160];
+  choice_t *ch = NULL;
+  int *fused = NULL, rc = 0;
+  size_t klen = strlen(key);
+  int r = read_file(path, &buf, &ents, &ne, why, sizeof(why));
+  if (r == -2)
+    return mlpd_errf(err, -ENOMEM, "cuda engine: out of host memory");
+  if (r == 0) {
+    cache_state(e, MLPD_PLAN_CACHE_MISSING, "no file at %s yet", path);
+    return 0;
+  }
+  if (r < 0) {
+    cache_state(e, MLPD_PLAN_CACHE_REJECTED, "%s", why);
+    return 0;
+  }
+  const entry_t *mine = NULL;
+  int best_same = -1;
+  char nearest[160] = "";
+  for (uint32_t i = 0; i < ne && mine == NULL; i++) {
+    if (ents[i].klen == klen && memcmp(ents[i].key, key, klen) == 0) {
+      mine = &ents[i];
+      break;
+    }
+    int same = key_diff((const char *)ents[i].key, ents[i].klen, key, why,
+                        sizeof(why));
+    if (same > best_same) {
+      best_same = same;
+      snprintf(nearest, sizeof(nearest), "%s", why);
+    }
+  }
+  if (mine == NULL) {
+    cache_state(e, MLPD_PLAN_CACHE_OTHER,
+                "%u entr%s for other setups; the nearest differs: %s", ne,
+                ne == 1 ? "y" : "ies", ne ? nearest : "none");
+    goto out;
+  }
+  ch = calloc((size_t)e->nbuckets * e->nlayers, sizeof(*ch));
+  fused = calloc((size_t)e->nbuckets, sizeof(*fused));
+  if (ch == NULL || fused == NULL) {
+    rc = mlpd_errf(err, -ENOMEM, "cuda engine: out of host memory");
+    goto out;
+  }
+  if (!use_entry(e, mine, ch, fused, why, sizeof(why))) {
+    cache_state(e, MLPD_PLAN_CACHE_REJECTED, "%s", why);
+    goto out;
+  }
+  for (int b = 0; b < e->nbuckets; b++) {
+    e->bk[b].fused = fused[b];
     for (int l = 0; l < e->nlayers; l++)
       e->bk[b].ch[l] = ch[(size_t)b * e->nlayers + l];
+  }
   e->stats.cache_state = MLPD_PLAN_CACHE_LOADED;
+  e->stats.cache_why[0] = '\0';
   rc = 1;
 out:
-  fclose(f);
   free(buf);
+  free(ents);
   free(ch);
+  free(fused);
   return rc;
 }
 
-/* Writes the plans atomically (temporary file + rename). A cache that
- * cannot be written costs the next start its tuning time, nothing else, so
- * failures are logged, not returned. */
+/* Appends n bytes to a growing buffer; -1 when out of memory. */
+static int put(unsigned char **b, size_t *len, size_t *cap, const void *p,
+               size_t n) {
+  if (*len + n > *cap) {
+    size_t c = *cap ? *cap : 4096;
+    while (c < *len + n)
+      c *= 2;
+    unsigned char *nb = realloc(*b, c);
+    if (nb == NULL)
+      return -1;
+    *b = nb;
+    *cap = c;
+  }
+  memcpy(*b + *len, p, n);
+  *len += n;
+  return 0;
+}
+
 void mlpd_plancache_save(cuda_engine_t *e, const char *key) {
   const char *path = e->opts->plan_cache;
-  char tmp[4200];
-  size_t klen = strlen(key);
-  size_t nrec = (size_t)e->nbuckets * (size_t)e->nlayers;
-  size_t n = 8 + 4 + klen + 4 + nrec * sizeof(cache_rec_t) + 8;
-  unsigned char *buf = calloc(1, n), *p;
+  char tmp[4200], lockp[4200], why[160];
+  unsigned char *old = NULL, *out = NULL;
+  entry_t *ents = NULL;
+  uint32_t ne = 0, keep = 0;
+  size_t len = 0, cap = 0, klen = strlen(key);
   FILE *f = NULL;
-  if (buf == NULL)
-    return;
-  memcpy(buf, CACHE_MAGIC, 8);
-  uint32_t k32 = (uint32_t)klen, n32 = (uint32_t)nrec;
-  memcpy(buf + 8, &k32, 4);
-  memcpy(buf + 12, key, klen);
-  memcpy(buf + 12 + klen, &n32, 4);
-  p = buf + 16 + klen;
-  for (int b = 0; b < e->nbuckets; b++)
-    for (int l = 0; l < e->nlayers; l++, p += sizeof(cache_rec_t)) {
-      cache_rec_t r;
+  int lockfd = -1, ok = 0;
+  snprintf(lockp, sizeof(lockp), "%s.lock", path);
+  lockfd = open(lockp, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lockfd >= 0)
+    (void)flock(lockfd, LOCK_EX);
+  /* Other setups' entries survive; an unreadable file does not. */
+  if (read_file(path, &old, &ents, &ne, why, sizeof(why)) != 1)
+    ne = 0;
+  for (uint32_t i = 0; i < ne; i++)
+    keep += !(ents[i].klen == klen && memcmp(ents[i].key, key, klen) == 0);
+  uint32_t total = keep + 1;
+  if (put(&out, &len, &cap, CACHE_MAGIC, 8) || put(&out, &len, &cap, &total, 4))
+    goto done;
+  for (uint32_t i = 0; i < ne; i++) {
+    const entry_t *en = &ents[i];
+    if (en->klen == klen && memcmp(en->key, key, klen) == 0)
+      continue;
+    if (put(&out, &len, &cap, &en->klen, 4) ||
+        put(&out, &len, &cap, en->key, en->klen) ||
+        put(&out, &len, &cap, &en->nrec, 4) ||
+        put(&out, &len, &cap, en->recs, en->nrec * sizeof(cache_rec_t)))
+      goto done;
+  }
+  uint32_t k32 = (uint32_t)klen;
+  uint32_t n32 = (uint32_t)(e->nbuckets * (e->nlayers + 1));
+  if (put(&out, &len, &cap, &k32, 4) || put(&out, &len, &cap, key, klen) ||
+      put(&out, &len, &cap, &n32, 4))
+    goto done;
+  for (int b = 0; b < e->nbuckets; b++) {
+    cache_rec_t r;
+    memset(&r, 0, sizeof(r));
+    r.kind = REC_BUCKET;
+    r.variant = e->bk[b].fused;
+    if (put(&out, &len, &cap, &r, sizeof(r)))
+      goto done;
+    for (int l = 0; l < e->nlayers; l++) {
+      const choice_t *c = &e->bk[b].ch[l];
       memset(&r, 0, sizeof(r));
-      r.small = e->bk[b].ch[l].small;
-      r.variant = e->bk[b].ch[l].variant;
-      if (!r.small)
-        memcpy(r.algo, e->bk[b].ch[l].algo.data, sizeof(r.algo));
-      memcpy(p, &r, sizeof(r));
+      r.kind = c->small ? REC_SMALL : REC_LT;
+      r.variant = c->variant;
+      r.extra = c->extra;
+      if (!c->small)
+        memcpy(r.algo, c->algo.data, sizeof(r.algo));
+      if (put(&out, &len, &cap, &r, sizeof(r)))
+        goto done;
     }
-  uint64_t sum = fnv1a(buf, n - 8);
-  memcpy(buf + n - 8, &sum, 8);
+  }
+  uint64_t sum = fnv1a(out, len);
+  if (put(&out, &len, &cap, &sum, 8))
+    goto done;
   snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid());
   f = fopen(tmp, "wb");
-  if (f == NULL || fwrite(buf, 1, n, f) != n || fflush(f) != 0 ||
+  if (f == NULL || fwrite(out, 1, len, f) != len || fflush(f) != 0 ||
       fsync(fileno(f)) != 0) {
     MLPD_LOGW("cuda engine: cannot write plan cache %s: %s", tmp,
               strerror(errno));
     if (f != NULL)
       fclose(f);
     unlink(tmp);
-    free(buf);
-    return;
+    goto done;
   }
   fclose(f);
   if (rename(tmp, path) != 0) {
     MLPD_LOGW("cuda engine: cannot write plan cache %s: %s", path,
               strerror(errno));
     unlink(tmp);
-  } else {
-    MLPD_LOGI("cuda engine: wrote plan cache %s (%zu plans)", path, nrec);
+    goto done;
   }
-  free(buf);
+  ok = 1;
+  MLPD_LOGI("cuda engine: wrote plan cache %s (%d plans; %u other "
+            "entr%s kept)",
+            path, e->nbuckets * e->nlayers, keep, keep == 1 ? "y" : "ies");
+done:
+  if (!ok && out == NULL)
+    MLPD_LOGW("cuda engine: out of memory writing plan cache %s", path);
+  if (lockfd >= 0) {
+    (void)flock(lockfd, LOCK_UN);
+    close(lockfd);
+  }
+  free(old);
+  free(ents);
+  free(out);
 }

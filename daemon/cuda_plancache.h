@@ -1,13 +1,21 @@
 /* cuda_plancache.h - INTERNAL to the CUDA engine: the autotune plan cache
  * (opts->plan_cache), so that a restart on the same setup skips the timing.
  *
- * The file: "MLPDPLN1", u32 key length, the key, u32 plan count, one
- * record per (bucket, layer) in bucket-major order, and an FNV-1a checksum
- * of all before it; native byte order. The key names everything a plan
- * depends on (GPU, SMs, driver, runtime, cuBLASLt, dtype, workspace, small
- * kernel version, buckets, padded layer shapes and activations), so a file
- * from another setup is rejected, with the first differing field said in
- * stats.cache_why, rather than trusted.
+ * One file holds entries for several setups, each under its own key, so
+ * engines on different GPU models (or models, dtypes) that share a cache
+ * path do not overwrite each other; engines on identical GPUs find the
+ * same key and share an entry. The key names everything a plan depends on
+ * (GPU name, compute capability, SMs, driver, runtime, cuBLASLt, dtype,
+ * weight format, workspace, mlpd's kernel version, buckets, padded layer
+ * shapes and activations).
+ *
+ * The file: "MLPDPLN2", u32 entry count, then per entry u32 key length,
+ * the key, u32 record count and the records (per bucket one record for the
+ * bucket - its fused variant - then one per layer), and an FNV-1a checksum
+ * of all before it; native byte order. Saving rewrites the whole file
+ * (temporary file + fsync + rename, under an flock on "<path>.lock"), so a
+ * reader never sees half a file and concurrent savers do not lose each
+ * other's entries.
  *
  * What it deliberately does not do: decide when to load or save (open
  * does), plan anything itself, or fail open because of the file: a cache
@@ -26,16 +34,16 @@
 int mlpd_plancache_key(const cuda_engine_t *e, char *key,
                        size_t len) MLPD_MUST_CHECK;
 
-/* Fills every bucket's choices from opts->plan_cache when the file holds
- * plans for `key` that cuBLASLt still accepts (cublasLtMatmulAlgoCheck)
- * and sets stats.cache_state. Returns 1 when it did, 0 when the cache is
- * missing or unusable (stats say why; no choice is changed), < 0 on errors
- * that are not the cache's fault. Needs the descriptors made. */
+/* Fills every bucket's plan from opts->plan_cache when the file holds an
+ * entry for `key` that cuBLASLt still accepts (cublasLtMatmulAlgoCheck)
+ * and sets stats.cache_state/cache_why. Returns 1 when it did, 0 when the
+ * cache has no usable entry (stats say why; no plan is changed), < 0 on
+ * errors that are not the cache's fault. Needs the descriptors made. */
 int mlpd_plancache_load(cuda_engine_t *e, const char *key,
                         mlpd_err_t *err) MLPD_MUST_CHECK;
 
-/* Writes every bucket's choices under `key` to opts->plan_cache,
- * atomically (temporary file + rename); failures are logged only. */
+/* Writes every bucket's plan under `key` into opts->plan_cache, keeping
+ * the file's entries for other keys; failures are logged only. */
 void mlpd_plancache_save(cuda_engine_t *e, const char *key);
 
 #endif

@@ -1,16 +1,18 @@
-/* cuda_tune.c - see cuda_tune.h. The CUDA engine's autotuner: cuBLASLt's
- * heuristic candidates for every layer at every bucket, timed in a captured
- * forward graph with the other layers around them (so weights are as cold
- * or hot as they will be), plus mlpd's small-batch kernel at buckets <= 32
- * rows after it matched cuBLASLt on the same input (a variant that does not
- * launch is dropped, not fatal); then the check that each chosen plan runs
- * one fused kernel per layer. Also the tests' switch that forces one
- * small-kernel variant (mlpd_engine_cuda_force_small).
+/* cuda_tune.c - see cuda_tune.h. The CUDA engine's autotuner: for every
+ * layer at every bucket the cuBLASLt candidates (cuda_algos.h) and mlpd's
+ * own per-layer kernel variants, timed in a captured forward graph with
+ * the other layers around them (so weights are as cold or hot as they will
+ * be), mlpd's kernels only after they matched cuBLASLt on the same input
+ * (a variant that does not launch is dropped, not fatal); then, at small
+ * buckets, the fused forward's variants against the resulting per-layer
+ * forward; then the check that each chosen plan runs one fused kernel per
+ * layer. Also the tests' switches that force one variant.
  *
  * What it deliberately does not do: keep anything past open (every graph it
  * captures is destroyed before it returns), or touch the plan cache. */
 #include "cuda_tune.h"
 
+#include "cuda_algos.h"
 #include "cuda_graph.h"
 #include "cuda_kernels.h"
 #include "log.h"
@@ -20,6 +22,8 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define NCAND_MAX (MAX_CAND + MAX_EXTRA + MLPD_SMALL_MAX_VARIANTS)
 
 /* ---- small helpers ----------------------------------------------------- */
 
@@ -38,6 +42,22 @@ static float to_f32(const cuda_engine_t *e, const void *p, size_t i) {
     return ((const float *)p)[i];
   uint16_t h = ((const uint16_t *)p)[i];
   return e->dt == MLPD_DTYPE_F16 ? mlpd_f16_to_f32(h) : mlpd_bf16_to_f32(h);
+}
+
+/* Relative Frobenius error of b against a (n activations each); *bad when
+ * b holds a non-finite value. */
+static double rel_diff(const cuda_engine_t *e, const void *a, const void *b,
+                       size_t n, int *bad) {
+  double num = 0, den = 0;
+  *bad = 0;
+  for (size_t i = 0; i < n; i++) {
+    float x = to_f32(e, a, i), y = to_f32(e, b, i);
+    if (!isfinite(y))
+      *bad = 1;
+    num += ((double)x - y) * ((double)x - y);
+    den += (double)x * x;
+  }
+  return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
 /* ---- timing ------------------------------------------------------------- */
@@ -89,64 +109,44 @@ fail:
   return rc;
 }
 
-/* Times the device-only forward of bucket bk with choices ch. */
-static int time_forward(cuda_engine_t *e, const bucket_t *bk,
-                        const choice_t *ch, int reps, double *us,
-                        mlpd_err_t *err) {
+/* The device-only forward of bucket bk (lane 0) with choices ch, or the
+ * fused variant `fused`, instantiated. */
+static int make_exec(cuda_engine_t *e, const bucket_t *bk, const choice_t *ch,
+                     int fused, cudaGraphExec_t *x, mlpd_err_t *err) {
   cudaGraph_t g = NULL;
-  cudaGraphExec_t x = NULL;
-  int rc = mlpd_cuda_graph_capture(e, bk, ch, 0, e->nlayers, -1, &g, err);
+  *x = NULL;
+  int rc =
+      mlpd_cuda_graph_capture(e, bk, ch, fused, 0, e->nlayers, 0, &g, err);
   if (rc == 0)
-    rc = mlpd_cuda_graph_instantiate(e, g, &x, bk->rows, err);
-  if (rc == 0)
-    rc = time_exec(e, x, reps, us, err);
-  if (x != NULL)
-    cudaGraphExecDestroy(x);
+    rc = mlpd_cuda_graph_instantiate(g, x, bk->rows, err);
   if (g != NULL)
     cudaGraphDestroy(g);
   return rc;
 }
 
-/* ---- planning ----------------------------------------------------------- */
-
-static int heuristics(cuda_engine_t *e, const bucket_t *bk, int l,
-                      cublasLtMatmulHeuristicResult_t *res, int *nres,
-                      mlpd_err_t *err) {
-  int rc = 0, got = 0;
-  size_t ws = WS_BYTES;
-  cublasLtMatmulPreference_t pref = NULL;
-  const layer_t *L = &e->L[l];
-  LT(cublasLtMatmulPreferenceCreate(&pref), "create matmul preference");
-  LT(cublasLtMatmulPreferenceSetAttribute(
-         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)),
-     "set workspace size");
-  LT(cublasLtMatmulAlgoGetHeuristic(e->lt, L->desc, L->lw, bk->lx[l],
-                                    bk->ly[l], bk->ly[l], pref, MAX_CAND, res,
-                                    &got),
-     "layer %d (%d -> %d, %s) at %d rows: no cuBLASLt algorithm", l + 1,
-     L->in, L->out, mlpd_dtype_name(e->dt), bk->rows);
-  *nres = 0;
-  for (int i = 0; i < got; i++)
-    if (res[i].state == CUBLAS_STATUS_SUCCESS && res[i].workspaceSize <= ws)
-      res[(*nres)++] = res[i];
-  if (*nres == 0) {
-    rc = mlpd_errf(err, MLPD_ECUBLAS,
-                   "cuda engine: layer %d (%d -> %d, %s) at %d rows: "
-                   "cuBLASLt offers no usable algorithm",
-                   l + 1, L->in, L->out, mlpd_dtype_name(e->dt), bk->rows);
-    goto fail;
-  }
-fail:
-  if (pref != NULL)
-    cublasLtMatmulPreferenceDestroy(pref);
+static int time_forward(cuda_engine_t *e, const bucket_t *bk,
+                        const choice_t *ch, int fused, int reps, double *us,
+                        mlpd_err_t *err) {
+  cudaGraphExec_t x = NULL;
+  int rc = make_exec(e, bk, ch, fused, &x, err);
+  if (rc == 0)
+    rc = time_exec(e, x, reps, us, err);
+  if (x != NULL)
+    cudaGraphExecDestroy(x);
+  if (rc != 0)
+    (void)cudaGetLastError();
   return rc;
 }
 
-/* Runs layer l at bucket bk once with cuBLASLt's choice `ref` and once with
- * the small-kernel variant v on the layer's current input, and compares.
- * Returns 1 when they agree, 0 when not or when the variant fails to
- * launch (logged, counted in small_rejected; the launch error is cleared,
- * it is not sticky), < 0 on other CUDA errors. */
+/* ---- agreement checks --------------------------------------------------- */
+
+/* Runs layer l at bucket bk once with the reference plan `ref` (cuBLASLt)
+ * and once with mlpd's per-layer variant v on the layer's current input,
+ * and compares. Returns 1 when they agree (or there is no reference: a
+ * bucket cuBLASLt has no kernel for), 0 when not or when the variant fails
+ * to launch (logged, counted in small_rejected; the launch error is
+ * cleared, it is not sticky), < 0 on other CUDA errors. FP8 references
+ * quantize the layer's input too, so they agree more loosely. */
 static int small_agrees(cuda_engine_t *e, const bucket_t *bk, int l, int v,
                         const choice_t *ref, mlpd_err_t *err) {
   int rc = 0;
@@ -160,16 +160,24 @@ static int small_agrees(cuda_engine_t *e, const bucket_t *bk, int l, int v,
   h = malloc(2 * n * e->esz);
   if (h == NULL)
     return mlpd_errf(err, -ENOMEM, "cuda engine: out of host memory");
-  TRY(mlpd_cuda_graph_enqueue_layer(e, bk, l, ref, layer_in(e, l),
-                                    e->vbuf[0], 0, err));
-  if (mlpd_cuda_graph_enqueue_layer(e, bk, l, &c, layer_in(e, l),
+  if (ref != NULL)
+    TRY(mlpd_cuda_graph_enqueue_layer(e, bk, l, ref, layer_in(e, 0, l),
+                                      e->vbuf[0], 0, err));
+  if (mlpd_cuda_graph_enqueue_layer(e, bk, l, &c, layer_in(e, 0, l),
                                     e->vbuf[1], 0, &lerr) != 0) {
     (void)cudaGetLastError();
     e->stats.small_rejected++;
     MLPD_LOGW("cuda engine: %s does not launch at layer %d, %d rows (%s); "
               "not used",
-              mlpd_cuda_small_name(bk->rows, v), l + 1, bk->rows, lerr.msg);
+              mlpd__cuda_small_name(e, bk->rows, v), l + 1, bk->rows,
+              lerr.msg);
     rc = 0;
+    goto fail;
+  }
+  if (ref == NULL) {
+    CU(cudaStreamSynchronize(e->st), "run %s",
+       mlpd__cuda_small_name(e, bk->rows, v));
+    rc = 1;
     goto fail;
   }
   CU(cudaMemcpyAsync(h, e->vbuf[0], n * e->esz, cudaMemcpyDeviceToHost,
@@ -178,86 +186,327 @@ static int small_agrees(cuda_engine_t *e, const bucket_t *bk, int l, int v,
   CU(cudaMemcpyAsync((char *)h + n * e->esz, e->vbuf[1], n * e->esz,
                      cudaMemcpyDeviceToHost, e->st),
      "copy validation output");
-  CU(cudaStreamSynchronize(e->st), "validate small-batch kernel");
-  double num = 0, den = 0;
+  CU(cudaStreamSynchronize(e->st), "validate %s",
+     mlpd__cuda_small_name(e, bk->rows, v));
   int bad = 0;
-  for (size_t i = 0; i < n; i++) {
-    float a = to_f32(e, h, i), b = to_f32(e, (const char *)h + n * e->esz, i);
-    if (!isfinite(b))
-      bad = 1;
-    num += ((double)a - b) * ((double)a - b);
-    den += (double)a * a;
-  }
-  double rel = den > 0 ? sqrt(num / den) : sqrt(num);
-  rc = !bad && rel <= 5e-3;
-  if (!rc)
+  double rel = rel_diff(e, h, (const char *)h + n * e->esz, n, &bad);
+  double tol = e->fp8 ? 6e-2 : 5e-3;
+  rc = !bad && rel <= tol;
+  if (!rc) {
     e->stats.small_rejected++;
-  if (!rc)
     MLPD_LOGW("cuda engine: %s disagrees with cuBLASLt at layer %d, %d rows "
               "(rel. error %.3g%s); not used",
-              mlpd_cuda_small_name(bk->rows, v), l + 1, bk->rows, rel,
+              mlpd__cuda_small_name(e, bk->rows, v), l + 1, bk->rows, rel,
               bad ? ", non-finite" : "");
+  }
 fail:
   free(h);
   return rc;
 }
 
-/* ---- forcing a small-kernel variant (engine_cuda.h, tests only) --------- */
+/* Runs the forward of bk (lane 0) with the per-layer plans `xl` and with
+ * fused variant v and compares the outputs. 1 agree; 0 disagree or the
+ * variant does not capture or launch (logged, counted); < 0 CUDA errors. */
+static int fused_agrees(cuda_engine_t *e, const bucket_t *bk,
+                        cudaGraphExec_t xl, int v, cudaGraphExec_t *xf,
+                        mlpd_err_t *err) {
+  int rc = 0;
+  const layer_t *L = &e->L[e->nlayers - 1];
+  size_t n = (size_t)bk->rows * (size_t)L->out_p;
+  mlpd_err_t lerr = {0};
+  void *h = malloc(2 * n * e->esz);
+  *xf = NULL;
+  if (h == NULL)
+    return mlpd_errf(err, -ENOMEM, "cuda engine: out of host memory");
+  CU(cudaGraphLaunch(xl, e->st), "run the forward");
+  CU(cudaMemcpyAsync(h, e->lane[0].y16, n * e->esz, cudaMemcpyDeviceToHost,
+                     e->st),
+     "copy validation output");
+  CU(cudaStreamSynchronize(e->st), "run the forward");
+  if (make_exec(e, bk, bk->ch, v, xf, &lerr) != 0 ||
+      cudaGraphLaunch(*xf, e->st) != cudaSuccess ||
+      cudaStreamSynchronize(e->st) != cudaSuccess) {
+    if (lerr.msg[0] == '\0')
+      snprintf(lerr.msg, sizeof(lerr.msg), "%s",
+               cudaGetErrorString(cudaGetLastError()));
+    (void)cudaGetLastError();
+    e->stats.fused_rejected++;
+    MLPD_LOGW("cuda engine: %s does not run at %d rows (%s); not used",
+              mlpd_cuda_fused_name(bk->rows, v), bk->rows, lerr.msg);
+    if (*xf != NULL)
+      cudaGraphExecDestroy(*xf);
+    *xf = NULL;
+    rc = 0;
+    goto fail;
+  }
+  CU(cudaMemcpy((char *)h + n * e->esz, e->lane[0].y16, n * e->esz,
+                cudaMemcpyDeviceToHost),
+     "copy validation output");
+  int bad = 0;
+  double rel = rel_diff(e, h, (const char *)h + n * e->esz, n, &bad);
+  double tol = e->fp8 ? 1e-1 : 2e-2;
+  rc = !bad && rel <= tol;
+  if (!rc) {
+    e->stats.fused_rejected++;
+    MLPD_LOGW("cuda engine: %s disagrees with the per-layer plans at %d "
+              "rows (rel. error %.3g%s); not used",
+              mlpd_cuda_fused_name(bk->rows, v), bk->rows, rel,
+              bad ? ", non-finite" : "");
+    cudaGraphExecDestroy(*xf);
+    *xf = NULL;
+  }
+fail:
+  free(h);
+  return rc;
+}
 
-static _Atomic int forced_variant = -1;
+/* ---- forcing variants (engine_cuda.h, tests only) ----------------------- */
+
+static _Atomic int forced_small = -1, forced_fused = -1;
 
 int mlpd_engine_cuda_force_small(int variant) {
-  if (variant < -1 || variant >= mlpd_cuda_small_variants(1))
+  if (variant < -1 || variant >= MLPD_SMALL_MAX_VARIANTS)
     return MLPD_EINVAL;
-  atomic_store(&forced_variant, variant);
+  atomic_store(&forced_small, variant);
   return 0;
 }
 
-int mlpd_cuda_tune_forced_small(void) { return atomic_load(&forced_variant); }
+int mlpd_engine_cuda_force_fused(int variant) {
+  if (variant < -1 || variant >= MLPD_FUSED_MAX_VARIANTS)
+    return MLPD_EINVAL;
+  atomic_store(&forced_fused, variant);
+  return 0;
+}
 
-/* Chooses every layer's plan for bucket bk: the heuristic's first choice,
- * or with autotuning the fastest of its candidates and (<= 32 rows, 16-bit
- * types) mlpd's small kernel, timed in the whole forward pass, one layer at
- * a time with the layers before it already chosen. */
+int mlpd_cuda_tune_forced_small(void) { return atomic_load(&forced_small); }
+int mlpd_cuda_tune_forced_fused(void) { return atomic_load(&forced_fused); }
+
+/* ---- planning ----------------------------------------------------------- */
+
+typedef struct {
+  choice_t c;
+  double us;
+} cand_t;
+
+/* One layer's autotuning: round one times every candidate once, round two
+ * the three best and the heuristic's first choice five times each, in
+ * turn (so the clocks' drift under the power limit reaches all of them
+ * alike). A candidate that fails to run is dropped, as the heuristic's
+ * docs advise. Leaves the winner in bk->ch[l]. */
+static int tune_layer(cuda_engine_t *e, bucket_t *bk, int l, cand_t *cand,
+                      int nc, int pass, mlpd_err_t *err) {
+  int rc = 0;
+  for (int i = 0; i < nc; i++) {
+    mlpd_err_t cerr = {0};
+    bk->ch[l] = cand[i].c;
+    if (time_forward(e, bk, bk->ch, -1, 1, &cand[i].us, &cerr) != 0) {
+      MLPD_LOGD("cuda engine: candidate %d of layer %d at %d rows "
+                "failed: %s",
+                i, l + 1, bk->rows, cerr.msg);
+      cand[i].us = INFINITY;
+    }
+    if (pass == 0) {
+      e->stats.candidates_timed++;
+      e->stats.extra_candidates += cand[i].c.extra;
+    }
+  }
+  bk->us_lt[l] = bk->us_small[l] = INFINITY;
+  for (int i = 0; i < nc; i++) {
+    float *u = cand[i].c.small ? &bk->us_small[l] : &bk->us_lt[l];
+    if (cand[i].us < *u)
+      *u = (float)cand[i].us;
+  }
+  int top[4] = {0, -1, -1, -1};
+  for (int k = 1; k < 4; k++)
+    for (int i = 1; i < nc; i++) {
+      if (i == top[1] || i == top[2] || !isfinite(cand[i].us))
+        continue;
+      if (top[k] < 0 || cand[i].us < cand[top[k]].us)
+        top[k] = i;
+    }
+  cudaGraphExec_t tx[4] = {NULL, NULL, NULL, NULL};
+  double samp[4][5];
+  int iters[4];
+  for (int k = 0; k < 4; k++) {
+    int i = top[k];
+    mlpd_err_t cerr = {0};
+    if (i < 0 || !isfinite(cand[i].us))
+      continue;
+    bk->ch[l] = cand[i].c;
+    iters[k] = iters_for(cand[i].us);
+    if (make_exec(e, bk, bk->ch, -1, &tx[k], &cerr) == 0 &&
+        cudaGraphLaunch(tx[k], e->st) != cudaSuccess) {
+      cudaGraphExecDestroy(tx[k]);
+      tx[k] = NULL;
+    }
+    (void)cudaGetLastError();
+  }
+  for (int r = 0; r < 5; r++)
+    for (int k = 0; k < 4; k++) {
+      mlpd_err_t cerr = {0};
+      if (tx[k] != NULL &&
+          sample_exec(e, tx[k], iters[k], &samp[k][r], &cerr) != 0) {
+        cudaGraphExecDestroy(tx[k]);
+        tx[k] = NULL;
+        (void)cudaGetLastError();
+      }
+    }
+  int best = -1;
+  double first_us = INFINITY;
+  for (int k = 0; k < 4; k++) {
+    int i = top[k];
+    if (tx[k] == NULL) {
+      if (i >= 0)
+        cand[i].us = INFINITY;
+      continue;
+    }
+    cudaGraphExecDestroy(tx[k]);
+    cand[i].us = median(samp[k], 5);
+    if (i == 0)
+      first_us = cand[i].us;
+    if (best < 0 || cand[i].us < cand[best].us)
+      best = i;
+  }
+  if (best < 0) {
+    rc = mlpd_errf(err, MLPD_ECUBLAS,
+                   "cuda engine: layer %d at %d rows: none of %d candidate "
+                   "plans ran",
+                   l + 1, bk->rows, nc);
+    goto fail;
+  }
+  bk->ch[l] = cand[best].c;
+  bk->ncand[l] = nc;
+  bk->us_chosen[l] = (float)cand[best].us;
+  bk->us_first[l] = (float)first_us;
+fail:
+  return rc;
+}
+
+/* At small buckets: the fused forward's variants that agree with the
+ * per-layer plans, the fastest kept when it beats them. */
+static int tune_fused(cuda_engine_t *e, bucket_t *bk, int nf,
+                      mlpd_err_t *err) {
+  int rc = 0;
+  cudaGraphExec_t xl = NULL, xf[MLPD_FUSED_MAX_VARIANTS] = {NULL};
+  double us[MLPD_FUSED_MAX_VARIANTS];
+  TRY(make_exec(e, bk, bk->ch, -1, &xl, err));
+  int best = -1;
+  for (int v = 0; v < nf; v++) {
+    us[v] = INFINITY;
+    int ok = fused_agrees(e, bk, xl, v, &xf[v], err);
+    if (ok < 0) {
+      rc = ok;
+      goto fail;
+    }
+    e->stats.candidates_timed++;
+    if (!ok)
+      continue;
+    mlpd_err_t cerr = {0};
+    if (time_exec(e, xf[v], 1, &us[v], &cerr) != 0) {
+      (void)cudaGetLastError();
+      us[v] = INFINITY;
+    }
+    if (isfinite(us[v]) && (best < 0 || us[v] < us[best]))
+      best = v;
+  }
+  if (best < 0)
+    goto fail;
+  /* The fastest variant against the per-layer forward, in turn. */
+  double sl[5], sf[5];
+  int il = iters_for(bk->us_chosen[e->nlayers - 1]), ifu = iters_for(us[best]);
+  for (int r = 0; r < 5; r++) {
+    TRY(sample_exec(e, xl, il, &sl[r], err));
+    TRY(sample_exec(e, xf[best], ifu, &sf[r], err));
+  }
+  bk->us_layers = (float)median(sl, 5);
+  bk->us_fused = (float)median(sf, 5);
+  if (bk->us_fused < bk->us_layers)
+    bk->fused = best;
+  MLPD_LOGD("cuda engine: %d rows: per-layer plans %.1f us, %s %.1f us: %s",
+            bk->rows, bk->us_layers, mlpd_cuda_fused_name(bk->rows, best),
+            bk->us_fused, bk->fused >= 0 ? "fused" : "per layer");
+fail:
+  if (xl != NULL)
+    cudaGraphExecDestroy(xl);
+  for (int v = 0; v < nf; v++)
+    if (xf[v] != NULL)
+      cudaGraphExecDestroy(xf[v]);
+  return rc;
+}
+
 int mlpd_cuda_tune_bucket(cuda_engine_t *e, bucket_t *bk, int bi,
                           mlpd_err_t *err) {
   int rc = 0;
-  typedef struct {
-    choice_t c;
-    double us;
-  } cand_t;
-  cublasLtMatmulHeuristicResult_t *res = NULL;
-  int *nres = NULL;
-  cand_t cand[MAX_CAND + MLPD_SMALL_MAX_VARIANTS];
-  res = calloc((size_t)e->nlayers * MAX_CAND, sizeof(*res));
-  nres = calloc((size_t)e->nlayers, sizeof(*nres));
-  if (res == NULL || nres == NULL) {
+  const int mc = MAX_CAND + MAX_EXTRA;
+  mlpd_lt_cand_t *lc = calloc((size_t)e->nlayers * mc, sizeof(*lc));
+  int *nlc = calloc((size_t)e->nlayers, sizeof(*nlc));
+  cand_t *cand = calloc(NCAND_MAX, sizeof(*cand));
+  if (lc == NULL || nlc == NULL || cand == NULL) {
     rc = mlpd_errf(err, -ENOMEM, "cuda engine: out of host memory");
     goto fail;
   }
-  for (int l = 0; l < e->nlayers; l++) {
-    TRY(heuristics(e, bk, l, res + (size_t)l * MAX_CAND, &nres[l], err));
-    bk->ch[l] = (choice_t){.small = 0, .variant = 0,
-                           .algo = res[(size_t)l * MAX_CAND].algo};
-    bk->ncand[l] = 0;
-  }
-  int nv = e->small_ok && e->dt != MLPD_DTYPE_F32
-               ? mlpd_cuda_small_variants(bk->rows)
-               : 0;
+  int nv = mlpd__cuda_small_variants(e, bk->rows);
   if (nv > MLPD_SMALL_MAX_VARIANTS)
     nv = MLPD_SMALL_MAX_VARIANTS;
+  int nf = mlpd__cuda_fused_variants(e, bk->rows);
+  int autotune = e->opts->autotune;
+  bk->fused = -1;
+  for (int l = 0; l < e->nlayers; l++) {
+    const layer_t *L = &e->L[l];
+    /* Enumerated candidates where the heuristic's list is thin and the
+     * layer is big enough for it to matter (issue 9: 32-256 rows). */
+    int extra = autotune && bk->rows >= 32 && bk->rows <= 256 &&
+                (size_t)L->in_p * (size_t)L->out_p >= ((size_t)1 << 20) &&
+                e->forced_small < 0 && e->forced_fused < 0;
+    TRY(mlpd_cuda_algos(e, bk, l, extra, lc + (size_t)l * mc, &nlc[l], err));
+    if (nlc[l] == 0 && nv == 0) {
+      rc = mlpd_errf(err, MLPD_ECUBLAS,
+                     "cuda engine: layer %d (%d -> %d, %s%s) at %d rows: "
+                     "cuBLASLt offers no usable algorithm",
+                     l + 1, L->in, L->out, mlpd_dtype_name(e->dt),
+                     e->fp8 ? ", FP8 weights" : "", bk->rows);
+      goto fail;
+    }
+    if (nlc[l] > 0)
+      bk->ch[l] = (choice_t){.small = 0, .variant = 0,
+                             .algo = lc[(size_t)l * mc].algo};
+    else /* no cuBLASLt kernel here: mlpd's own */
+      bk->ch[l] = (choice_t){.small = 1, .variant = nv > 2 ? 2 : nv - 1};
+    bk->ncand[l] = 0;
+  }
+  if (nf > 0 && e->forced_fused >= 0 && e->forced_fused < nf) {
+    bk->fused = e->forced_fused;
+    goto done;
+  }
   if (nv > 0 && e->forced_small >= 0 && e->forced_small < nv) {
     for (int l = 0; l < e->nlayers; l++)
       bk->ch[l] = (choice_t){.small = 1, .variant = e->forced_small};
     goto done;
   }
-  if (!e->opts->autotune)
+  if (!autotune) {
+    /* cuBLASLt runs fp32/TF32 with a separate epilogue kernel: at the
+     * fp32 kernel's buckets mlpd's fused kernel replaces it, checked. */
+    for (int l = 0; e->kmode < 0 && nv > 0 && l < e->nlayers; l++) {
+      int ok = small_agrees(e, bk, l, nv - 1,
+                            nlc[l] > 0 ? &bk->ch[l] : NULL, err);
+      if (ok < 0) {
+        rc = ok;
+        goto fail;
+      }
+      if (ok)
+        bk->ch[l] = (choice_t){.small = 1, .variant = nv - 1};
+    }
     goto done;
+  }
 
   /* Whether each variant matched cuBLASLt on each layer, found once in the
    * first pass: the weights decide it, not the neighbours' plans. */
-  signed char agree[MLPD_MAX_LAYERS][MLPD_SMALL_MAX_VARIANTS];
-  memset(agree, 0, sizeof(agree));
+  signed char(*agree)[MLPD_SMALL_MAX_VARIANTS] =
+      calloc((size_t)e->nlayers, sizeof(*agree));
+  if (agree == NULL) {
+    rc = mlpd_errf(err, -ENOMEM, "cuda engine: out of host memory");
+    goto fail;
+  }
   /* Where mlpd's kernel competes, a second pass lets each layer see its
    * neighbours' final choices (a small kernel after a small kernel starts
    * early, see cuda_kernels.h). It re-times the same candidates, so only
@@ -265,18 +514,21 @@ int mlpd_cuda_tune_bucket(cuda_engine_t *e, bucket_t *bk, int bi,
   for (int pass = 0, l = 0; pass < (nv > 0 ? 2 : 1);
        l = (l + 1) % e->nlayers, pass += l == 0) {
     int nc = 0;
-    mlpd__cuda_progress(e, "autotuning layer %d/%d bucket %d (%d/%d)", l + 1,
-                        e->nlayers, bk->rows, bi + 1, e->nbuckets);
-    for (int i = 0; i < nres[l]; i++)
-      cand[nc++] = (cand_t){
-          .c = {.small = 0, .variant = i,
-                .algo = res[(size_t)l * MAX_CAND + i].algo},
-          .us = INFINITY};
+    mlpd__cuda_progress(e->opts, "autotuning layer %d/%d bucket %d (%d/%d)",
+                        l + 1, e->nlayers, bk->rows, bi + 1, e->nbuckets);
+    for (int i = 0; i < nlc[l]; i++) {
+      const mlpd_lt_cand_t *c = &lc[(size_t)l * mc + i];
+      cand[nc++] = (cand_t){.c = {.small = 0, .variant = i,
+                                  .extra = c->extra, .algo = c->algo},
+                            .us = INFINITY};
+    }
+    const choice_t *ref = nlc[l] > 0 ? &cand[0].c : NULL;
     for (int v = 0; v < nv; v++) {
       if (pass == 0) {
-        int ok = small_agrees(e, bk, l, v, &cand[0].c, err);
+        int ok = small_agrees(e, bk, l, v, ref, err);
         if (ok < 0) {
           rc = ok;
+          free(agree);
           goto fail;
         }
         agree[l][v] = (signed char)ok;
@@ -285,101 +537,34 @@ int mlpd_cuda_tune_bucket(cuda_engine_t *e, bucket_t *bk, int bi,
         cand[nc++] = (cand_t){.c = {.small = 1, .variant = v},
                               .us = INFINITY};
     }
-    /* Round one: one sample each. Round two: the three best and the
-     * heuristic's first choice, five samples each. A candidate that fails
-     * to run is dropped, as the heuristic's docs advise. */
-    for (int i = 0; i < nc; i++) {
-      mlpd_err_t cerr = {0};
-      bk->ch[l] = cand[i].c;
-      if (time_forward(e, bk, bk->ch, 1, &cand[i].us, &cerr) != 0) {
-        MLPD_LOGD("cuda engine: candidate %d of layer %d at %d rows "
-                  "failed: %s",
-                  i, l + 1, bk->rows, cerr.msg);
-        cand[i].us = INFINITY;
-      }
-      if (pass == 0)
-        e->stats.candidates_timed++;
-    }
-    bk->us_lt[l] = bk->us_small[l] = INFINITY;
-    for (int i = 0; i < nc; i++) {
-      float *u = cand[i].c.small ? &bk->us_small[l] : &bk->us_lt[l];
-      if (cand[i].us < *u)
-        *u = (float)cand[i].us;
-    }
-    int top[4] = {0, -1, -1, -1};
-    for (int k = 1; k < 4; k++)
-      for (int i = 1; i < nc; i++) {
-        if (i == top[1] || i == top[2] || !isfinite(cand[i].us))
-          continue;
-        if (top[k] < 0 || cand[i].us < cand[top[k]].us)
-          top[k] = i;
-      }
-    /* Round two samples the finalists in turn, so that the clocks' drift
-     * under the power limit (large buckets heat the GPU within a second)
-     * reaches all of them alike. */
-    cudaGraphExec_t tx[4] = {NULL, NULL, NULL, NULL};
-    double samp[4][5];
-    int iters[4];
-    for (int k = 0; k < 4; k++) {
-      int i = top[k];
-      cudaGraph_t g = NULL;
-      mlpd_err_t cerr = {0};
-      if (i < 0 || !isfinite(cand[i].us))
-        continue;
-      bk->ch[l] = cand[i].c;
-      iters[k] = iters_for(cand[i].us);
-      if (mlpd_cuda_graph_capture(e, bk, bk->ch, 0, e->nlayers, -1, &g,
-                                  &cerr) == 0 &&
-          mlpd_cuda_graph_instantiate(e, g, &tx[k], bk->rows, &cerr) == 0 &&
-          cudaGraphLaunch(tx[k], e->st) != cudaSuccess) {
-        cudaGraphExecDestroy(tx[k]);
-        tx[k] = NULL;
-      }
-      if (g != NULL)
-        cudaGraphDestroy(g);
-      (void)cudaGetLastError();
-    }
-    for (int r = 0; r < 5; r++)
-      for (int k = 0; k < 4; k++) {
-        mlpd_err_t cerr = {0};
-        if (tx[k] != NULL &&
-            sample_exec(e, tx[k], iters[k], &samp[k][r], &cerr) != 0) {
-          cudaGraphExecDestroy(tx[k]);
-          tx[k] = NULL;
-        }
-      }
-    int best = -1;
-    double first_us = INFINITY;
-    for (int k = 0; k < 4; k++) {
-      int i = top[k];
-      if (tx[k] == NULL) {
-        if (i >= 0)
-          cand[i].us = INFINITY;
-        continue;
-      }
-      cudaGraphExecDestroy(tx[k]);
-      cand[i].us = median(samp[k], 5);
-      if (i == 0)
-        first_us = cand[i].us;
-      if (best < 0 || cand[i].us < cand[best].us)
-        best = i;
-    }
-    if (best < 0) {
+    if (nc == 0) {
       rc = mlpd_errf(err, MLPD_ECUBLAS,
-                     "cuda engine: layer %d at %d rows: none of %d "
-                     "candidate algorithms ran",
-                     l + 1, bk->rows, nc);
+                     "cuda engine: layer %d at %d rows: no plan runs",
+                     l + 1, bk->rows);
+      free(agree);
       goto fail;
     }
-    bk->ch[l] = cand[best].c;
-    bk->ncand[l] = nc;
-    bk->us_chosen[l] = (float)cand[best].us;
-    bk->us_first[l] = (float)first_us;
+    bk->nextra[l] = 0;
+    for (int i = 0; i < nc; i++)
+      bk->nextra[l] += cand[i].c.extra;
+    if ((rc = tune_layer(e, bk, l, cand, nc, pass, err)) != 0) {
+      free(agree);
+      goto fail;
+    }
   }
+  free(agree);
+  bk->us_layers = bk->us_chosen[e->nlayers - 1];
+  if (nf > 0)
+    TRY(tune_fused(e, bk, nf, err));
+
 done:
+  for (int l = 0; l < e->nlayers; l++)
+    e->stats.extra_won += bk->fused < 0 && !bk->ch[l].small &&
+                          bk->ch[l].extra;
 fail:
-  free(res);
-  free(nres);
+  free(lc);
+  free(nlc);
+  free(cand);
   return rc;
 }
 
@@ -387,7 +572,8 @@ fail:
 
 /* cuBLASLt's unfused path runs the GEMM, then its own epilogue kernel
  * (cublasLt::epilogue::impl::globalKernel); split-K's reduction kernel is
- * not an epilogue of that kind. */
+ * not an epilogue of that kind, and neither is the FP8 input quantization
+ * before a layer. */
 static int names_fused(const char *names) {
   return strstr(names, "8cublasLt8epilogue") == NULL &&
          strstr(names, "cublasLt::epilogue") == NULL;
@@ -399,19 +585,28 @@ int mlpd_cuda_tune_verify_fusion(cuda_engine_t *e, mlpd_err_t *err) {
     bucket_t *bk = &e->bk[b];
     for (int l = 0; l < e->nlayers; l++) {
       cudaGraph_t g = NULL;
-      int rc = mlpd_cuda_graph_capture(e, bk, bk->ch, l, l + 1, -1, &g, err);
-      if (rc != 0)
-        return rc;
-      int nk = mlpd_cuda_graph_kernel_names(g, bk->kernels[l],
-                                            sizeof(bk->kernels[l]));
-      cudaGraphDestroy(g);
-      if (nk <= 0) {
-        bk->fused[l] = -1;
+      int fused = bk->fused >= 0;
+      if (fused && l > 0) {
+        /* One kernel for all layers: layer 0 said it all. */
+        memcpy(bk->kernels[l], bk->kernels[0], sizeof(bk->kernels[l]));
+        bk->fusedk[l] = bk->fusedk[0];
+      } else {
+        int rc = mlpd_cuda_graph_capture(e, bk, bk->ch, bk->fused,
+                                         fused ? 0 : l,
+                                         fused ? e->nlayers : l + 1, 0, &g,
+                                         err);
+        if (rc != 0)
+          return rc;
+        int nk = mlpd_cuda_graph_kernel_names(g, bk->kernels[l],
+                                              sizeof(bk->kernels[l]));
+        cudaGraphDestroy(g);
+        bk->fusedk[l] = nk <= 0 ? -1 : names_fused(bk->kernels[l]);
+      }
+      if (bk->fusedk[l] < 0) {
         e->stats.plans_unverified++;
         continue;
       }
-      bk->fused[l] = names_fused(bk->kernels[l]);
-      if (bk->fused[l]) {
+      if (bk->fusedk[l]) {
         e->stats.plans_fused++;
         continue;
       }

@@ -1,16 +1,27 @@
 /* engine_cuda.h - what the CUDA engine offers beyond engine.h: a look at the
- * plans it made (for logs, tests and the benchmark) and a device-side timer
- * for the benchmark.
+ * plans it made (for logs, tests and the benchmark), a device-side timer
+ * for the benchmark, and test/benchmark switches.
  *
  * The engine itself is mlpd_engine_cuda_ops (engine.h); everything here
  * takes an engine that ops opened. None of it is on the serving path.
  *
  * Plans. open makes one plan per layer per batch bucket. Buckets are the
  * powers of two up to max_batch, plus max_batch itself when it is not one;
- * run(rows) uses the smallest bucket >= rows and computes the padding rows
- * too. A plan is a cuBLASLt algorithm with the fused bias(+GELU) epilogue,
- * or, for buckets of at most MLPD_SMALL_MAX_ROWS rows with 16-bit dtypes,
- * mlpd's own fused small-batch kernel when autotuning timed it faster. */
+ * a batch of `rows` runs as the smallest bucket >= rows and computes the
+ * padding rows too. A layer's plan is a cuBLASLt algorithm with the fused
+ * bias(+GELU) epilogue, or mlpd's own kernel for small buckets (16-bit and
+ * FP8 weights: <= MLPD_SMALL_MAX_ROWS rows; fp32: <= MLPD_F32_MAX_ROWS)
+ * where autotuning timed it faster. A bucket of at most 32 rows may instead
+ * run the fused forward: every layer in one cooperative launch.
+ *
+ * Host memory. Batches of at most 64 KiB each way that need a dtype
+ * conversion (fp32 rows in or out of a 16-bit engine) are read from and
+ * written to the caller's pinned buffers by the conversion kernel itself
+ * (zero copy) rather than by a DMA copy and a kernel, so `in` and `out`
+ * must be mapped into the device's address space: host_alloc memory is
+ * (cudaHostAlloc, portable and mapped), and so is memory registered with
+ * cudaHostRegister(..., cudaHostRegisterPortable | cudaHostRegisterMapped).
+ * Rows in the compute dtype always move by DMA. */
 #ifndef MLPD_ENGINE_CUDA_H
 #define MLPD_ENGINE_CUDA_H
 
@@ -21,9 +32,14 @@ typedef enum {
   MLPD_PLAN_CACHE_LOADED = 1,   /* every plan came from the file; no timing */
   MLPD_PLAN_CACHE_MISSING = 2,  /* no file yet: planned (and written when
                                    autotuning) */
-  MLPD_PLAN_CACHE_REJECTED = 3, /* file corrupt or made for another GPU,
-                                   library, model shape or dtype: ignored,
-                                   tuned, rewritten */
+  MLPD_PLAN_CACHE_REJECTED = 3, /* file corrupt or unreadable, or its entry
+                                   for this setup no longer accepted by
+                                   cuBLASLt: ignored, tuned, rewritten */
+  MLPD_PLAN_CACHE_OTHER = 4,    /* the file holds plans for other setups
+                                   only (another GPU, library, model shape
+                                   or dtype; cache_why names the nearest
+                                   one's first difference): tuned, and this
+                                   setup's entry added beside them */
 } mlpd_plan_cache_state_t;
 
 typedef struct mlpd_engine_cuda_stats_s {
@@ -32,32 +48,42 @@ typedef struct mlpd_engine_cuda_stats_s {
   int nlayers;
   int candidates_timed;       /* candidate plans the autotuner timed, each
                                  (bucket, layer, candidate) counted once
-                                 however often it was re-timed */
-  int plans_small_kernel;     /* plans that use mlpd's own kernel */
+                                 however often it was re-timed, fused
+                                 variants included */
+  int plans_small_kernel;     /* layer plans that use mlpd's own kernel */
+  int buckets_fused;          /* buckets that run the fused forward */
   int small_rejected;         /* small-kernel variants that disagreed with
                                  cuBLASLt on a layer, or failed to launch,
                                  and were not used; each (bucket, layer,
                                  variant) counted once */
+  int fused_rejected;         /* fused variants that disagreed with the
+                                 per-layer plans or failed to launch */
+  int extra_candidates;       /* enumerated cuBLASLt candidates timed
+                                 (cublasLtMatmulAlgoGetIds, beyond the
+                                 heuristic's list) */
+  int extra_won;              /* layer plans that are one of them */
   int plans_fused;            /* plans verified to run one fused kernel
                                  (or split-K + its reduction) per layer */
   int plans_unfused;          /* plans where cuBLASLt added a separate
                                  epilogue kernel */
   int plans_unverified;       /* kernel names could not be read */
   mlpd_plan_cache_state_t cache_state;
-  char cache_why[160];        /* why a cache was rejected, else "" */
+  char cache_why[160];        /* why a cache was not used, else "" */
   double open_ms;             /* wall time of open */
   double tune_ms;             /* of which autotuning */
-  int small_kernel;           /* 1: mlpd's small-batch kernel has an image
-                                 for this GPU and may compete; 0: it has
-                                 none (a build for other architectures) and
-                                 every plan is cuBLASLt's */
+  int small_kernel;           /* 1: mlpd's own kernels have an image for
+                                 this GPU and may compete; 0: none (a
+                                 build for other architectures) and every
+                                 plan is cuBLASLt's */
   int small_kernel_ptx;       /* PTX version its image came from (90 for
                                  sm_90 code); 0 when unavailable */
   int pdl;                    /* 1: chained small-kernel layers start early
-                                 (programmatic dependent launch); needs an
-                                 image from PTX >= 90 */
+                                 and the fused forward may compete; needs
+                                 an image from PTX >= 90 */
+  int fp8;                    /* weights in FP8 E4M3 */
   int forced_small;           /* variant forced for this open by
                                  mlpd_engine_cuda_force_small, else -1 */
+  int forced_fused;           /* ... by mlpd_engine_cuda_force_fused */
 } mlpd_engine_cuda_stats_t;
 
 /* Fills *st. e must be a CUDA engine (info.kind "cuda"); returns MLPD_EINVAL
@@ -65,46 +91,64 @@ typedef struct mlpd_engine_cuda_stats_s {
 int mlpd_engine_cuda_stats(const mlpd_engine_t *e,
                            mlpd_engine_cuda_stats_t *st) MLPD_MUST_CHECK;
 
-/* FOR TESTS ONLY; the daemon never calls it. From the next open on (in
- * this process, until called again), every layer at every bucket of at
- * most MLPD_SMALL_MAX_ROWS rows uses variant `variant` of mlpd's small-batch
- * kernel, with 16-bit dtypes and where the kernel is available (see
- * stats.small_kernel): no timing, no agreement check against cuBLASLt, and
- * no plan cache (neither read nor written) in such an open. Larger buckets
- * are planned as usual. -1 restores normal planning. This lets the tests
- * check every variant, in the serving graphs with their chained launches,
- * against the CPU engine; autotuning alone picks only the fastest.
- * Returns 0, or MLPD_EINVAL for a variant that does not exist. */
+/* FOR TESTS ONLY; the daemon never calls them. From the next open on (in
+ * this process, until called again), every layer at every bucket where
+ * mlpd's per-layer kernel applies (see the top of this file) uses variant
+ * `variant` of it, or every bucket of at most MLPD_SMALL_MAX_ROWS rows runs
+ * variant `variant` of the fused forward (16-bit and FP8 weights; where
+ * the kernels are available, see stats.small_kernel and stats.pdl): no
+ * timing, no agreement check against cuBLASLt, and no plan cache (neither
+ * read nor written) in such an open. Other buckets are planned as usual.
+ * -1 restores normal planning. This lets the tests check every variant,
+ * in the serving graphs with their chained launches, against the CPU
+ * engine; autotuning alone picks only the fastest. Return 0, or
+ * MLPD_EINVAL for a variant that does not exist. */
 int mlpd_engine_cuda_force_small(int variant) MLPD_MUST_CHECK;
+int mlpd_engine_cuda_force_fused(int variant) MLPD_MUST_CHECK;
 
 /* One plan: bucket index b (0..nbuckets-1), layer l. */
 typedef struct mlpd_engine_cuda_plan_s {
   int rows;              /* the bucket */
-  int small_kernel;      /* 1: mlpd's kernel, 0: cuBLASLt */
-  int rank;              /* cuBLASLt: index in the heuristic's list */
+  int fused;             /* fused-forward variant running the bucket, or
+                            -1 (then the fields below describe layer l) */
+  int small_kernel;      /* 1: mlpd's per-layer kernel, 0: cuBLASLt */
+  int rank;              /* cuBLASLt: index in the candidate list */
+  int extra;             /* cuBLASLt: an enumerated (not heuristic)
+                            candidate */
   int ncandidates;       /* what the autotuner compared (0: not tuned) */
+  int nextra;            /* of which enumerated cuBLASLt candidates */
   double us_chosen;      /* tuned forward time with this plan, µs */
   double us_first;       /* same with the heuristic's first choice */
   double us_lt;          /* fastest cuBLASLt candidate, first round */
   double us_small;       /* fastest small-kernel variant, first round
                             (infinite when none ran) */
+  double us_layers;      /* the bucket's forward with per-layer plans */
+  double us_fused;       /* ... with the best fused variant (0: none) */
   char kernels[256];     /* kernel names of the captured layer, ' + '
                             separated ("" when unknown) */
-  char what[64];         /* "cuBLASLt algo id 66 tile 20" / kernel variant */
+  char what[64];         /* "cuBLASLt #3 (algo 66 tile 20 splitk 1)" or
+                            the kernel variant */
 } mlpd_engine_cuda_plan_t;
 
 int mlpd_engine_cuda_plan(const mlpd_engine_t *e, int b, int l,
                           mlpd_engine_cuda_plan_t *p) MLPD_MUST_CHECK;
 
-/* Benchmark timer. Captures (outside the serving path) a graph for the
- * bucket of `rows`: mode 0 = the layers only, device-resident (what a
- * framework's forward does); mode 1 = the serving graph of `slot`
- * (H2D of in[slot], the layers, D2H into out[slot]). Replays it `warmup`
- * times, then `reps` times queued behind a spin kernel so that replays run
- * back to back, each between two CUDA events; us[i] gets replay i's GPU
- * time in µs. */
-int mlpd_engine_cuda_time(mlpd_engine_t *e, int rows, int slot, int mode,
-                          int warmup, int reps, double *us,
-                          mlpd_err_t *err) MLPD_MUST_CHECK;
+/* Benchmark timer: the device time of the layers of the bucket of `rows`
+ * (one lane's serving graph: layers only, device-resident, what a
+ * framework's forward does). Replays it `warmup` times, then `reps` times
+ * queued behind a spin kernel so that replays run back to back, each
+ * between two CUDA events; us[i] gets replay i's GPU time in µs. Nothing
+ * may be outstanding. */
+int mlpd_engine_cuda_time(mlpd_engine_t *e, int rows, int warmup, int reps,
+                          double *us, mlpd_err_t *err) MLPD_MUST_CHECK;
+
+/* FOR TESTS AND THE BENCHMARK: how this engine moves batches. zc_max:
+ * conversions of at most this many host bytes run as one kernel on the
+ * pinned host buffer (0: always a DMA copy and a device conversion); lone:
+ * a batch submitted to an idle engine runs on one stream (0: always the
+ * three-stream pipeline). Defaults: 64 KiB, 1. Only while nothing is
+ * outstanding. */
+int mlpd_engine_cuda_set_io(mlpd_engine_t *e, size_t zc_max,
+                            int lone) MLPD_MUST_CHECK;
 
 #endif

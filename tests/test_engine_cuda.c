@@ -1,16 +1,32 @@
 /* test_engine_cuda.c - the CUDA engine against the CPU engine.
  *
- * On a GPU: bf16/fp16 (rel. Frobenius error <= 1e-2) and fp32/TF32
- * (<= 1e-3, for the whole batch and for every row of it) on random models
- * with widths that are not multiples of 8, at every batch size from 1 to
- * max_batch, cycling through the staging slots; every variant of mlpd's
- * small-batch kernel forced at every bucket <= 32 rows, bf16 and fp16,
- * every batch size 1..32;
- * slots do not disturb each other; the plan cache round trip (second open
- * skips timing and gives bit-identical outputs; corrupt, truncated and
- * mismatched caches are rejected and re-tuned); fused-kernel verification;
- * run-to-run determinism and the bucket dependence of a row's bits; bad
- * arguments.
+ * On a GPU:
+ *  - the contract: info (name, depth, dtypes, strides, weights), pinned and
+ *    zeroed host_alloc memory, f32 and 16-bit batches in and out converted
+ *    on the GPU, through every transfer path (kernels on pinned memory for
+ *    small batches, DMA copies for large ones, the one-stream path of an
+ *    idle engine and the three-stream pipeline);
+ *  - the pipeline: depth batches outstanding with different inputs and
+ *    sizes, each output right, completion in submission order, EBUSY
+ *    beyond depth, wait without a batch refused;
+ *  - bf16/fp16 (rel. Frobenius error <= 1e-2) and fp32/TF32 (<= 1e-3), for
+ *    the whole batch and every row, on random models with widths that are
+ *    not multiples of 8 or 16, at every batch size 1..max_batch (so every
+ *    bucket), autotuned (mlpd's kernels where they won) and heuristic-only;
+ *  - every variant of mlpd's per-layer kernels (bf16, fp16, FP8 weights,
+ *    fp32) and of the fused forward (bf16, fp16, FP8) forced at every
+ *    bucket they apply to, every batch size, against the CPU engine;
+ *  - FP8 weights: against the CPU engine on the same dequantized weights
+ *    (1e-2 where only the weights are FP8, 6e-2 where cuBLASLt also
+ *    quantizes the activations), the digits model's held-out accuracy, and
+ *    info.weights;
+ *  - the plan cache: round trip (second open skips timing and gives
+ *    bit-identical outputs), entries for two models side by side, corrupt,
+ *    truncated and foreign files;
+ *  - two engines on one GPU, opened from two threads at once, used in turn;
+ *  - run-to-run determinism and the bucket dependence of a row's bits;
+ *  - bad arguments.
+ * No timing is asserted: speed is the benchmark's business.
  *
  * Without a GPU: checks that opening cuda:0 fails with MLPD_ENODEV and the
  * CUDA error string and that "auto" falls back to the CPU engine, then
@@ -21,16 +37,26 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "cuda_kernels.h" /* MLPD_SMALL_MAX_ROWS, variants and names */
+#include "cuda_kernels.h" /* variant counts and names */
 #include "engine.h"
 #include "engine_cuda.h"
+#include "rowsfile.h"
 #include "testutil.h"
 
 #include <cuda_runtime_api.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#ifndef MLPD_MODELS_DIR
+#error "MLPD_MODELS_DIR must point at models/"
+#endif
+
+extern const mlpd_engine_ops_t mlpd_engine_cuda_ops;
+
+/* ---- models and references ---------------------------------------------- */
 
 typedef struct {
   char path[512];
@@ -64,28 +90,63 @@ static float *random_rows(int rows, int width, uint64_t seed) {
   return x;
 }
 
-/* The reference: the CPU engine, fp32 from the file's weights. */
+/* The reference: the CPU engine, fp32 from the model's weights. */
 static float *cpu_forward(const mlpd_model_t *m, const float *x, int rows) {
   mlpd_engine_opts_t o;
   mlpd_engine_opts_init(&o);
   o.max_batch = rows;
-  o.nslots = 1;
   mlpd_err_t err = {0};
   mlpd_engine_t *e = NULL;
   assert_int_equal(mlpd_engine_open(&e, "cpu", m, &o, &err), 0);
   float *y = malloc((size_t)rows * (size_t)m->out_features * sizeof(float));
   assert_non_null(y);
-  assert_int_equal(
-      mlpd_engine_forward(e, 0, x, MLPD_DTYPE_F32, y, MLPD_DTYPE_F32, rows,
-                          &err),
-      0);
+  assert_int_equal(mlpd_engine_forward(e, x, MLPD_DTYPE_F32, y,
+                                       MLPD_DTYPE_F32, rows, &err),
+                   0);
   mlpd_engine_close(e);
   return y;
 }
 
+/* E4M3 rounding as the GPU's __nv_cvt_float2_to_fp8x2(..., __NV_SATFINITE,
+ * __NV_E4M3) does it: to nearest even, 3 mantissa bits, subnormals below
+ * 2^-6 spaced 2^-9, saturated at 448. */
+static float e4m3_round(float v) {
+  float a = fabsf(v);
+  if (isnan(v))
+    return v;
+  if (a >= 448.0f)
+    return copysignf(448.0f, v);
+  if (a < 0.015625f)
+    return copysignf(rintf(a * 512.0f) / 512.0f, v);
+  int ex;
+  frexpf(a, &ex);
+  float step = ldexpf(1.0f, ex - 4);
+  return copysignf(rintf(a / step) * step, v);
+}
+
+/* Rewrites m's weights in place to what the FP8 engine holds: per output
+ * feature s = max|w| / 448, w = round_e4m3(w * (448 / max|w|)) * s. */
+static void dequantize_fp8(mlpd_model_t *m) {
+  for (int l = 0; l < m->nlayers; l++) {
+    mlpd_layer_t *L = &m->layers[l];
+    float *w = (float *)L->w;
+    for (int o = 0; o < L->out; o++) {
+      float *row = w + (size_t)o * L->in, amax = 0;
+      for (int i = 0; i < L->in; i++)
+        amax = fmaxf(amax, fabsf(row[i]));
+      if (amax == 0)
+        continue;
+      float s = amax / 448.0f, inv = 448.0f / amax;
+      for (int i = 0; i < L->in; i++)
+        row[i] = e4m3_round(row[i] * inv) * s;
+    }
+  }
+}
+
+/* ---- opening engines and running batches --------------------------------- */
+
 typedef struct {
   int lines, autotuning;
-  char last[160];
 } progress_t;
 
 static void on_progress(void *ud, const char *status) {
@@ -93,42 +154,121 @@ static void on_progress(void *ud, const char *status) {
   p->lines++;
   if (strstr(status, "autotuning") != NULL)
     p->autotuning++;
-  snprintf(p->last, sizeof(p->last), "%s", status);
 }
+
+typedef struct {
+  mlpd_dtype_t dt;
+  int fp8, max_batch, autotune;
+  const char *cache;
+  progress_t *pr;
+} open_t;
 
 static int open_cuda(mlpd_engine_t **e, const mlpd_model_t *m,
-                     mlpd_dtype_t dt, int max_batch, int nslots,
-                     const char *cache, int autotune, progress_t *pr,
-                     mlpd_err_t *err) {
+                     const open_t *a, mlpd_err_t *err) {
   mlpd_engine_opts_t o;
   mlpd_engine_opts_init(&o);
-  o.max_batch = max_batch;
-  o.nslots = nslots;
-  o.dtype = dt;
-  o.plan_cache = cache;
-  o.autotune = autotune;
-  if (pr != NULL) {
-    memset(pr, 0, sizeof(*pr));
+  o.max_batch = a->max_batch;
+  o.dtype = a->dt;
+  o.fp8 = a->fp8;
+  o.plan_cache = a->cache;
+  o.autotune = a->autotune;
+  if (a->pr != NULL) {
+    memset(a->pr, 0, sizeof(*a->pr));
     o.progress = on_progress;
-    o.progress_ud = pr;
+    o.progress_ud = a->pr;
   }
   *e = NULL;
-  return mlpd_engine_open(e, "cuda:0", m, &o, err);
+  int rc = mlpd_engine_open(e, "cuda:0", m, &o, err);
+  if (rc != 0)
+    print_error("open: %s\n", mlpd_err_msg(err, rc));
+  return rc;
 }
 
-/* Poisons out[slot] (all-ones bytes are NaN in every dtype), then runs. */
-static void gpu_forward(mlpd_engine_t *e, int slot, const float *x, int rows,
-                        float *y) {
-  const mlpd_engine_info_t *in = &e->info;
-  memset(e->out[slot], 0xff,
-         (size_t)in->max_batch * (size_t)in->out_stride *
-             mlpd_dtype_size(in->out_dtype));
+static mlpd_engine_t *must_open(const mlpd_model_t *m, mlpd_dtype_t dt,
+                                int fp8, int max_batch, int autotune) {
+  mlpd_engine_t *e = NULL;
   mlpd_err_t err = {0};
-  int rc = mlpd_engine_forward(e, slot, x, MLPD_DTYPE_F32, y, MLPD_DTYPE_F32,
-                               rows, &err);
+  open_t a = {.dt = dt, .fp8 = fp8, .max_batch = max_batch,
+              .autotune = autotune};
+  assert_int_equal(open_cuda(&e, m, &a, &err), 0);
+  return e;
+}
+
+/* Host buffers of one batch for engine e (its strides), from the
+ * host_alloc of engine `from` (e itself, or another engine: the daemon
+ * hands one engine's staging to every engine). */
+typedef struct {
+  mlpd_engine_t *e, *from;
+  void *in, *out;
+  size_t in_bytes, out_bytes;
+} hostbuf_t;
+
+static void hb_init_from(hostbuf_t *h, mlpd_engine_t *e, mlpd_engine_t *from) {
+  h->e = e;
+  h->from = from;
+  h->in_bytes = mlpd_engine_batch_bytes(e->info.max_batch, e->info.in_stride);
+  h->out_bytes =
+      mlpd_engine_batch_bytes(e->info.max_batch, e->info.out_stride);
+  h->in = from->ops->host_alloc(from, h->in_bytes);
+  h->out = from->ops->host_alloc(from, h->out_bytes);
+  assert_non_null(h->in);
+  assert_non_null(h->out);
+}
+
+static void hb_init(hostbuf_t *h, mlpd_engine_t *e) { hb_init_from(h, e, e); }
+
+static void hb_free(hostbuf_t *h) {
+  h->from->ops->host_free(h->from, h->in);
+  h->from->ops->host_free(h->from, h->out);
+}
+
+/* Stages `rows` dense fp32 rows of x as `dt` (padding columns zero) and
+ * poisons the output (all-ones bytes are NaN in every dtype). */
+static void hb_stage(hostbuf_t *h, const float *x, int rows, mlpd_dtype_t dt) {
+  const mlpd_engine_info_t *in = &h->e->info;
+  memset(h->in, 0, h->in_bytes);
+  mlpd_dtype_convert_rows(h->in, dt, (size_t)in->in_stride, x,
+                          MLPD_DTYPE_F32, (size_t)in->in_features,
+                          (size_t)rows, (size_t)in->in_features);
+  memset(h->out, 0xff, h->out_bytes);
+}
+
+/* The batch's outputs as dense fp32 rows into y. */
+static void hb_result(const hostbuf_t *h, int rows, mlpd_dtype_t dt,
+                      float *y) {
+  const mlpd_engine_info_t *in = &h->e->info;
+  mlpd_dtype_convert_rows(y, MLPD_DTYPE_F32, (size_t)in->out_features,
+                          h->out, dt, (size_t)in->out_stride, (size_t)rows,
+                          (size_t)in->out_features);
+}
+
+static void submit_ok(mlpd_engine_t *e, hostbuf_t *h, int rows,
+                      mlpd_dtype_t id, mlpd_dtype_t od) {
+  mlpd_err_t err = {0};
+  mlpd_engine_batch_t b = {.in = h->in, .in_dtype = id, .out = h->out,
+                           .out_dtype = od, .rows = rows};
+  int rc = mlpd_engine_submit(e, &b, &err);
   if (rc != 0)
-    print_error("forward: %s\n", mlpd_err_msg(&err, rc));
+    print_error("submit: %s\n", mlpd_err_msg(&err, rc));
   assert_int_equal(rc, 0);
+}
+
+static void wait_ok(mlpd_engine_t *e) {
+  mlpd_err_t err = {0};
+  int rc = mlpd_engine_wait(e, 1, &err);
+  if (rc != 1)
+    print_error("wait: %s\n", mlpd_err_msg(&err, rc));
+  assert_int_equal(rc, 1);
+}
+
+/* One batch through submit/wait: x dense fp32 in, y dense fp32 out, shipped
+ * as id and returned as od. */
+static void gpu_run(mlpd_engine_t *e, hostbuf_t *h, const float *x, int rows,
+                    mlpd_dtype_t id, mlpd_dtype_t od, float *y) {
+  hb_stage(h, x, rows, id);
+  submit_ok(e, h, rows, id, od);
+  wait_ok(e);
+  hb_result(h, rows, od, y);
 }
 
 static double rel_err(const float *a, const float *ref, size_t n) {
@@ -142,20 +282,12 @@ static double rel_err(const float *a, const float *ref, size_t n) {
 }
 
 /* The CPU engine's rows `ref` against `y`, both [rows][width]: the batch's
- * relative Frobenius error and every row's must be within tol, so one
- * wrong row (a bad tile, a padding row leaking) cannot hide in a large
- * batch. *worst_row (if not NULL) gets the largest row error. Returns the
- * batch's error.
- *
- * A row's error is noisier than the batch's: its outputs share the
- * rounding of one input row, so with narrow layers (a 13-wide hidden layer,
- * 5 outputs) single rows exceed the tolerance while the batch stays well
- * within it. The models below are wide enough (>= 30 outputs, hidden
- * widths >= 60, except where noted) that every row stays within the
- * issue's tolerances; widths that are not multiples of 8 remain. */
+ * relative Frobenius error must be within tol and every row's within
+ * row_tol, so one wrong row (a bad tile, a padding row leaking) cannot
+ * hide in a large batch. *worst_row gets the largest row error. */
 static double check_close(const float *y, const float *ref, int rows,
-                          int width, double tol, const char *what,
-                          double *worst_row) {
+                          int width, double tol, double row_tol,
+                          const char *what, double *worst_row) {
   double all = rel_err(y, ref, (size_t)rows * (size_t)width), wr = 0;
   if (!(all <= tol))
     print_error("%s, %d rows: rel. error %.3g > %.1g\n", what, rows, all,
@@ -164,11 +296,11 @@ static double check_close(const float *y, const float *ref, int rows,
   for (int r = 0; r < rows; r++) {
     double e = rel_err(y + (size_t)r * width, ref + (size_t)r * width,
                        (size_t)width);
-    if (!(e <= tol))
+    if (!(e <= row_tol))
       print_error("%s, %d rows: row %d has rel. error %.3g > %.1g "
                   "(batch %.3g)\n",
-                  what, rows, r, e, tol, all);
-    assert_true(e <= tol);
+                  what, rows, r, e, row_tol, all);
+    assert_true(e <= row_tol);
     if (e > wr)
       wr = e;
   }
@@ -186,80 +318,122 @@ static void print_plans(const mlpd_engine_t *e, int bucket_rows) {
     for (int l = 0; l < st.nlayers; l++) {
       mlpd_engine_cuda_plan_t p;
       assert_int_equal(mlpd_engine_cuda_plan(e, b, l, &p), 0);
-      print_message("    %4d rows layer %d: %s, %d candidates, %.2f us "
-                    "(first %.2f; best cuBLASLt %.2f, small %.2f): %.90s\n",
-                    p.rows, l + 1, p.what, p.ncandidates, p.us_chosen,
-                    p.us_first, p.us_lt, p.us_small, p.kernels);
+      print_message("    %4d rows layer %d: %s, %d candidates (%d "
+                    "enumerated), %.2f us (first %.2f; best cuBLASLt %.2f, "
+                    "own %.2f; layers %.2f, fused %.2f): %.70s\n",
+                    p.rows, l + 1, p.what, p.ncandidates, p.nextra,
+                    p.us_chosen, p.us_first, p.us_lt, p.us_small,
+                    p.us_layers, p.us_fused, p.kernels);
+      if (p.fused >= 0)
+        break;
     }
   }
 }
 
-/* Every batch size 1..max_batch, slot = rows % nslots, against the CPU
- * engine on the same rows. */
+/* ---- every batch size against the CPU engine ----------------------------- */
+
+typedef struct {
+  mlpd_dtype_t dt;
+  int fp8, max_batch, autotune;
+  double tol, row_tol;
+  int expect_fused;      /* every plan verified fused */
+  mlpd_dtype_t io;       /* rows shipped in and out as: F32 or dt */
+} every_t;
+
+/* Every batch size 1..max_batch against the CPU engine (on the dequantized
+ * weights for FP8), alternating f32 and compute-dtype batches in and out. */
 static void check_every_batch(const int *widths, int nlayers,
-                              const char *acts, mlpd_dtype_t dt,
-                              int max_batch, double tol, uint64_t seed,
-                              int expect_fused) {
+                              const char *acts, uint64_t seed,
+                              const every_t *a) {
   model_t mm;
   model_make(&mm, widths, nlayers, acts, seed);
   mlpd_engine_t *e = NULL;
   mlpd_err_t err = {0};
   progress_t pr;
-  int rc = open_cuda(&e, mm.m, dt, max_batch, 3, NULL, 1, &pr, &err);
-  if (rc != 0)
-    print_error("open: %s\n", mlpd_err_msg(&err, rc));
-  assert_int_equal(rc, 0);
+  open_t oa = {.dt = a->dt, .fp8 = a->fp8, .max_batch = a->max_batch,
+               .autotune = a->autotune, .pr = &pr};
+  assert_int_equal(open_cuda(&e, mm.m, &oa, &err), 0);
   const mlpd_engine_info_t *in = &e->info;
   assert_string_equal(in->kind, "cuda");
+  assert_string_equal(in->name, "cuda:0");
   assert_non_null(strstr(in->device, "(cuda:0)"));
-  assert_int_equal(in->compute_dtype, dt);
+  assert_int_equal(in->compute_dtype, a->dt);
+  assert_string_equal(in->weights, a->fp8                     ? "fp8-e4m3"
+                                   : a->dt == MLPD_DTYPE_BF16 ? "bf16"
+                                   : a->dt == MLPD_DTYPE_F16  ? "f16"
+                                                              : "f32");
+  assert_int_equal(in->in_dtypes,
+                   MLPD_DTYPE_BIT(MLPD_DTYPE_F32) | MLPD_DTYPE_BIT(a->dt));
+  assert_int_equal(in->out_dtypes, in->in_dtypes);
+  assert_int_equal(in->depth, 3);
   assert_int_equal(in->in_features, widths[0]);
   assert_int_equal(in->out_features, widths[nlayers]);
-  assert_int_equal(in->in_stride % 8, 0);
-  assert_int_equal(in->out_stride % 8, 0);
-  assert_true(in->in_stride >= in->in_features);
+  assert_int_equal(in->in_stride % (a->fp8 ? 16 : 8), 0);
+  assert_int_equal(in->out_stride % (a->fp8 ? 16 : 8), 0);
+  assert_true(in->in_stride >= in->in_features &&
+              in->in_stride < in->in_features + 16);
   assert_true(in->weight_bytes > 0 && in->workspace_bytes >= (32u << 20));
   assert_true(in->device_bytes >= in->weight_bytes + in->workspace_bytes +
                                       in->activation_bytes);
-  assert_true(pr.autotuning > 0);
+  assert_true(a->autotune ? pr.autotuning > 0 : pr.autotuning == 0);
 
   mlpd_engine_cuda_stats_t st;
   assert_int_equal(mlpd_engine_cuda_stats(e, &st), 0);
-  print_message("  %s widths %d..%d max_batch %d: %d buckets, %d plans "
-                "(%d small-kernel, %d fused, %d unfused, %d unverified), "
-                "%d timings, %d small-kernel variants rejected, open %.0f "
-                "ms\n",
-                mlpd_dtype_name(dt), widths[0], widths[nlayers], max_batch,
-                st.nbuckets, st.nbuckets * st.nlayers, st.plans_small_kernel,
-                st.plans_fused, st.plans_unfused, st.plans_unverified,
-                st.candidates_timed, st.small_rejected, st.open_ms);
-  /* Every variant of mlpd's kernel matched cuBLASLt on every layer and
+  print_message("  %s%s widths %d..%d max_batch %d: %d buckets, %d plans "
+                "(%d own-kernel layers, %d fused-forward buckets, %d "
+                "fused, %d unfused, %d unverified), %d timings (%d "
+                "enumerated cuBLASLt, %d won), %d own/%d fused variants "
+                "rejected, open %.0f ms\n",
+                mlpd_dtype_name(a->dt), a->fp8 ? " fp8" : "", widths[0],
+                widths[nlayers], a->max_batch, st.nbuckets,
+                st.nbuckets * st.nlayers, st.plans_small_kernel,
+                st.buckets_fused, st.plans_fused, st.plans_unfused,
+                st.plans_unverified, st.candidates_timed,
+                st.extra_candidates, st.extra_won, st.small_rejected,
+                st.fused_rejected, st.open_ms);
+  /* Every variant of mlpd's kernels matched cuBLASLt on every layer and
    * small bucket (the autotuner checks each before timing it). */
   assert_int_equal(st.small_rejected, 0);
+  assert_int_equal(st.fused_rejected, 0);
+  assert_int_equal(st.fp8, a->fp8);
   print_plans(e, 1);
   print_plans(e, 16);
+  if (a->expect_fused)
+    assert_int_equal(st.plans_fused, st.nbuckets * st.nlayers);
 
-  /* Padding columns of the input staging start out zero. */
-  for (int s = 0; s < in->nslots; s++) {
-    const unsigned char *p = e->in[s];
-    size_t isz = mlpd_dtype_size(in->in_dtype);
-    for (int r = 0; r < in->max_batch; r++)
-      for (size_t c = (size_t)in->in_features * isz;
-           c < (size_t)in->in_stride * isz; c++)
-        assert_int_equal(p[((size_t)r * in->in_stride) * isz + c], 0);
+  /* host_alloc memory comes zeroed. */
+  hostbuf_t h;
+  hb_init(&h, e);
+  for (size_t i = 0; i < h.in_bytes; i++)
+    assert_int_equal(((unsigned char *)h.in)[i], 0);
+
+  mlpd_model_t *rm = mm.m;
+  mlpd_model_t *deq = NULL;
+  if (a->fp8) {
+    assert_int_equal(mlpd_model_load(&deq, mm.path, acts, &err), 0);
+    dequantize_fp8(deq);
+    rm = deq;
   }
-
-  float *x = random_rows(max_batch, widths[0], seed + 1000);
-  float *ref = cpu_forward(mm.m, x, max_batch);
-  float *y = malloc((size_t)max_batch * widths[nlayers] * sizeof(float));
+  int maxb = a->max_batch;
+  float *x = random_rows(maxb, widths[0], seed + 1000);
+  float *ref = cpu_forward(rm, x, maxb);
+  float *y = malloc((size_t)maxb * widths[nlayers] * sizeof(float));
   assert_non_null(y);
   double worst = 0, worst_row = 0;
   int worst_rows = 0;
-  for (int rows = 1; rows <= max_batch; rows++) {
+  for (int rows = 1; rows <= maxb; rows++) {
     double wr;
-    gpu_forward(e, rows % in->nslots, x, rows, y);
-    double r = check_close(y, ref, rows, widths[nlayers], tol,
-                           mlpd_dtype_name(dt), &wr);
+    char what[64];
+    mlpd_dtype_t id = (rows & 1) ? a->io : MLPD_DTYPE_F32;
+    mlpd_dtype_t od = (rows & 2) ? a->io : MLPD_DTYPE_F32;
+    snprintf(what, sizeof(what), "%s%s, %s in, %s out",
+             mlpd_dtype_name(a->dt), a->fp8 ? " fp8" : "",
+             mlpd_dtype_name(id), mlpd_dtype_name(od));
+    gpu_run(e, &h, x, rows, id, od, y);
+    /* Rows shipped in 16 bits lose a little more than the engine does. */
+    double slack = id != MLPD_DTYPE_F32 || od != MLPD_DTYPE_F32 ? 1.5 : 1.0;
+    double r = check_close(y, ref, rows, widths[nlayers], a->tol * slack,
+                           a->row_tol * slack, what, &wr);
     if (r > worst) {
       worst = r;
       worst_rows = rows;
@@ -267,136 +441,381 @@ static void check_every_batch(const int *widths, int nlayers,
     if (wr > worst_row)
       worst_row = wr;
   }
-  print_message("  %s widths %d..%d: every batch 1..%d within %.0e, every "
-                "row too; worst rel. Frobenius error %.3g at %d rows, worst "
-                "row %.3g\n",
-                mlpd_dtype_name(dt), widths[0], widths[nlayers], max_batch,
-                tol, worst, worst_rows, worst_row);
-  /* Every plan runs one fused kernel (or split-K and its reduction). */
-  if (expect_fused)
-    assert_int_equal(st.plans_fused, st.nbuckets * st.nlayers);
+  print_message("  %s%s widths %d..%d: every batch 1..%d (rows in and out "
+                "as f32 and %s) within %.0e, every row within %.0e; worst "
+                "rel. Frobenius error %.3g at %d rows, worst row %.3g\n",
+                mlpd_dtype_name(a->dt), a->fp8 ? " fp8" : "", widths[0],
+                widths[nlayers], maxb, mlpd_dtype_name(a->io), a->tol,
+                a->row_tol, worst, worst_rows, worst_row);
+  hb_free(&h);
   free(x);
   free(ref);
   free(y);
   mlpd_engine_close(e);
+  mlpd_model_free(deq);
   model_free(&mm);
 }
 
 static void test_bf16_every_batch(void **state) {
   (void)state;
   const int w1[] = {37, 101, 77, 201};
-  check_every_batch(w1, 3, NULL, MLPD_DTYPE_BF16, 100, 1e-2, 11, 0);
+  every_t a = {.dt = MLPD_DTYPE_BF16, .max_batch = 100, .autotune = 1,
+               .tol = 1e-2, .row_tol = 1e-2, .io = MLPD_DTYPE_BF16};
+  check_every_batch(w1, 3, NULL, 11, &a);
   const int w2[] = {512, 1000, 1000, 77};
-  check_every_batch(w2, 3, NULL, MLPD_DTYPE_BF16, 300, 1e-2, 12, 1);
+  a.max_batch = 300;
+  a.expect_fused = 1;
+  check_every_batch(w2, 3, NULL, 12, &a);
 }
 
 static void test_fp16_every_batch(void **state) {
   (void)state;
   /* fp16 keeps 3 more bits than bf16: 10 outputs are enough here. */
   const int w[] = {100, 257, 33, 10};
-  check_every_batch(w, 3, "gelu_tanh,none,gelu", MLPD_DTYPE_F16, 70, 1e-2,
-                    13, 0);
+  every_t a = {.dt = MLPD_DTYPE_F16, .max_batch = 70, .autotune = 1,
+               .tol = 1e-2, .row_tol = 1e-2, .io = MLPD_DTYPE_F16};
+  check_every_batch(w, 3, "gelu_tanh,none,gelu", 13, &a);
 }
 
 static void test_tf32_every_batch(void **state) {
   (void)state;
   const int w[] = {100, 257, 133, 301};
-  check_every_batch(w, 3, NULL, MLPD_DTYPE_F32, 70, 1e-3, 14, 0);
+  every_t a = {.dt = MLPD_DTYPE_F32, .max_batch = 70, .autotune = 1,
+               .tol = 1e-3, .row_tol = 1e-3, .io = MLPD_DTYPE_F32};
+  check_every_batch(w, 3, NULL, 14, &a);
   const int w2[] = {3, 300, 300, 499}; /* 3 inputs: K padded to 8 */
-  check_every_batch(w2, 3, NULL, MLPD_DTYPE_F32, 40, 1e-3, 15, 0);
+  a.max_batch = 40;
+  check_every_batch(w2, 3, NULL, 15, &a);
+  /* Heuristic only: mlpd's fused fp32 kernel still replaces cuBLASLt's
+   * unfused fp32 epilogue at <= 8 rows. */
+  a.autotune = 0;
+  a.max_batch = 20;
+  check_every_batch(w, 3, NULL, 16, &a);
+}
+
+static void test_fp8_every_batch(void **state) {
+  (void)state;
+  /* FP8 on the GPU against the CPU engine on the same dequantized weights:
+   * at <= 32 rows mlpd's kernels (FP8 weights, bf16 activations) or
+   * cuBLASLt, which also quantizes each layer's input per row; the latter's
+   * tolerance. */
+  const int w[] = {300, 515, 1001, 77};
+  every_t a = {.dt = MLPD_DTYPE_BF16, .fp8 = 1, .max_batch = 100,
+               .autotune = 1, .tol = 6e-2, .row_tol = 1e-1,
+               .io = MLPD_DTYPE_BF16};
+  check_every_batch(w, 3, NULL, 17, &a);
 }
 
 static void test_heuristic_only(void **state) {
   (void)state;
   const int w[] = {200, 129, 31};
+  every_t a = {.dt = MLPD_DTYPE_BF16, .max_batch = 33, .autotune = 0,
+               .tol = 1e-2, .row_tol = 1e-2, .io = MLPD_DTYPE_BF16};
+  check_every_batch(w, 2, NULL, 18, &a);
   model_t mm;
-  model_make(&mm, w, 2, NULL, 16);
-  mlpd_engine_t *e = NULL;
-  mlpd_err_t err = {0};
-  progress_t pr;
-  assert_int_equal(
-      open_cuda(&e, mm.m, MLPD_DTYPE_BF16, 33, 2, NULL, 0, &pr, &err), 0);
+  model_make(&mm, w, 2, NULL, 18);
+  mlpd_engine_t *e = must_open(mm.m, MLPD_DTYPE_BF16, 0, 33, 0);
   mlpd_engine_cuda_stats_t st;
   assert_int_equal(mlpd_engine_cuda_stats(e, &st), 0);
   assert_int_equal(st.candidates_timed, 0);
-  assert_int_equal(pr.autotuning, 0);
   assert_int_equal(st.plans_small_kernel, 0);
-  float *x = random_rows(33, 200, 17);
-  float *ref = cpu_forward(mm.m, x, 33);
-  float *y = malloc(33 * 31 * sizeof(float));
+  assert_int_equal(st.buckets_fused, 0);
+  mlpd_engine_close(e);
+  model_free(&mm);
+}
+
+/* ---- the pipeline -------------------------------------------------------- */
+
+/* Depth batches in flight with different inputs, sizes and dtypes; each
+ * output right; completion in submission order; EBUSY beyond depth. Under
+ * each way of moving batches (default, always DMA on three streams, always
+ * kernels on pinned memory). */
+static void test_pipeline(void **state) {
+  (void)state;
+  const int w[] = {100, 300, 129, 70};
+  model_t mm;
+  model_make(&mm, w, 3, NULL, 21);
+  mlpd_engine_t *e = must_open(mm.m, MLPD_DTYPE_BF16, 0, 256, 1);
+  const int depth = e->info.depth;
+  assert_int_equal(depth, 3);
+  /* 1 and 7 rows: kernels on pinned memory; 256 rows of fp32: DMA. */
+  static const int rows[] = {1, 256, 7, 200, 33, 256};
+  const int nb = (int)MLPD_ARRAY_SIZE(rows);
+  float *x[6], *ref[6], *y = malloc(256 * 70 * sizeof(float));
+  hostbuf_t h[6];
   assert_non_null(y);
-  for (int rows = 1; rows <= 33; rows++) {
-    gpu_forward(e, rows & 1, x, rows, y);
-    (void)check_close(y, ref, rows, 31, 1e-2, "heuristic only", NULL);
+  for (int i = 0; i < nb; i++) {
+    x[i] = random_rows(rows[i], 100, 100 + (uint64_t)i);
+    ref[i] = cpu_forward(mm.m, x[i], rows[i]);
+    hb_init(&h[i], e);
   }
-  free(x);
-  free(ref);
+  static const struct {
+    size_t zc;
+    int lone;
+    const char *name;
+  } ios[] = {{64 << 10, 1, "default"},
+             {0, 0, "DMA copies, three streams"},
+             {(size_t)1 << 40, 1, "kernels on pinned memory"}};
+  for (size_t io = 0; io < MLPD_ARRAY_SIZE(ios); io++) {
+    mlpd_err_t err = {0};
+    assert_int_equal(mlpd_engine_cuda_set_io(e, ios[io].zc, ios[io].lone), 0);
+    int next = 0, done = 0;
+    /* Fill the pipeline. */
+    for (; next < depth; next++) {
+      mlpd_dtype_t id = next & 1 ? MLPD_DTYPE_F32 : MLPD_DTYPE_BF16;
+      mlpd_dtype_t od = next & 2 ? MLPD_DTYPE_BF16 : MLPD_DTYPE_F32;
+      hb_stage(&h[next], x[next], rows[next], id);
+      submit_ok(e, &h[next], rows[next], id, od);
+    }
+    /* One more is refused, and nothing was enqueued for it. */
+    mlpd_engine_batch_t extra = {.in = h[next].in, .in_dtype = MLPD_DTYPE_F32,
+                                 .out = h[next].out,
+                                 .out_dtype = MLPD_DTYPE_F32, .rows = 1};
+    assert_int_equal(mlpd_engine_submit(e, &extra, &err), MLPD_EBUSY);
+    print_message("  %s: beyond depth: %s\n", ios[io].name, err.msg);
+    /* set_io only while idle. */
+    assert_int_equal(mlpd_engine_cuda_set_io(e, 0, 0), MLPD_EINVAL);
+    /* Retire in order, topping the pipeline up as lanes free. */
+    while (done < nb) {
+      int rc;
+      do {
+        mlpd_err_clear(&err);
+        rc = mlpd_engine_wait(e, 0, &err);
+      } while (rc == 0);
+      assert_int_equal(rc, 1);
+      mlpd_dtype_t od = done & 2 ? MLPD_DTYPE_BF16 : MLPD_DTYPE_F32;
+      hb_result(&h[done], rows[done], od, y);
+      char what[96];
+      snprintf(what, sizeof(what), "%s, batch %d of %d rows", ios[io].name,
+               done, rows[done]);
+      (void)check_close(y, ref[done], rows[done], 70,
+                        od == MLPD_DTYPE_F32 ? 1e-2 : 1.5e-2, 1.5e-2, what,
+                        NULL);
+      done++;
+      if (next < nb) {
+        mlpd_dtype_t id = next & 1 ? MLPD_DTYPE_F32 : MLPD_DTYPE_BF16;
+        mlpd_dtype_t od2 = next & 2 ? MLPD_DTYPE_BF16 : MLPD_DTYPE_F32;
+        hb_stage(&h[next], x[next], rows[next], id);
+        submit_ok(e, &h[next], rows[next], id, od2);
+        next++;
+      }
+    }
+    mlpd_err_clear(&err);
+    assert_int_equal(mlpd_engine_wait(e, 1, &err), MLPD_EINVAL);
+    assert_int_equal(mlpd_engine_wait(e, 0, &err), MLPD_EINVAL);
+    print_message("  %s: %d batches of 1..256 rows, up to %d in flight, f32 "
+                  "and bf16 in and out: each right, retired in order\n",
+                  ios[io].name, nb, depth);
+  }
+  /* Bad batches are refused without being enqueued. */
+  mlpd_err_t err = {0};
+  mlpd_engine_batch_t bad = {.in = h[0].in, .in_dtype = MLPD_DTYPE_F16,
+                             .out = h[0].out, .out_dtype = MLPD_DTYPE_F32,
+                             .rows = 1};
+  assert_int_equal(mlpd_engine_submit(e, &bad, &err), MLPD_EINVAL);
+  print_message("  fp16 rows into a bf16 engine: %s\n", err.msg);
+  bad.in_dtype = MLPD_DTYPE_F32;
+  bad.rows = 257;
+  assert_int_equal(mlpd_engine_submit(e, &bad, &err), MLPD_EINVAL);
+  bad.rows = 0;
+  assert_int_equal(mlpd_engine_submit(e, &bad, &err), MLPD_EINVAL);
+  /* And the engine still works. */
+  gpu_run(e, &h[0], x[0], 1, MLPD_DTYPE_F32, MLPD_DTYPE_F32, y);
+  (void)check_close(y, ref[0], 1, 70, 1e-2, 1e-2, "after refusals", NULL);
+  for (int i = 0; i < nb; i++) {
+    hb_free(&h[i]);
+    free(x[i]);
+    free(ref[i]);
+  }
   free(y);
   mlpd_engine_close(e);
   model_free(&mm);
 }
 
-static void test_slots_are_independent(void **state) {
-  (void)state;
-  const int w[] = {64, 96, 24};
-  model_t mm;
-  model_make(&mm, w, 2, NULL, 21);
-  mlpd_engine_t *e = NULL;
-  mlpd_err_t err = {0};
-  assert_int_equal(
-      open_cuda(&e, mm.m, MLPD_DTYPE_BF16, 16, 3, NULL, 1, NULL, &err), 0);
-  float *a = random_rows(16, 64, 22), *b = random_rows(16, 64, 23);
-  float *ya = malloc(16 * 24 * sizeof(float));
-  float *yb = malloc(16 * 24 * sizeof(float));
-  assert_non_null(ya);
-  assert_non_null(yb);
-  gpu_forward(e, 0, a, 16, ya);
-  size_t ob = (size_t)16 * e->info.out_stride * 2;
-  unsigned char *keep = malloc(ob), *keep_in = malloc(ob);
-  assert_non_null(keep);
-  assert_non_null(keep_in);
-  memcpy(keep, e->out[0], ob);
-  size_t ib = (size_t)16 * e->info.in_stride * 2;
-  unsigned char *in0 = malloc(ib);
-  assert_non_null(in0);
-  memcpy(in0, e->in[0], ib);
-  gpu_forward(e, 2, b, 16, yb);
-  gpu_forward(e, 1, b, 5, yb);
-  assert_memory_equal(keep, e->out[0], ob);
-  assert_memory_equal(in0, e->in[0], ib);
-  float *ra = cpu_forward(mm.m, a, 16), *rb = cpu_forward(mm.m, b, 16);
-  (void)check_close(ya, ra, 16, 24, 1e-2, "slot 0", NULL);
-  (void)check_close(yb, rb, 5, 24, 1e-2, "slot 1", NULL);
+/* ---- forced variants ----------------------------------------------------- */
 
-  /* Out-of-range arguments are refused, not executed. */
-  mlpd_err_clear(&err);
-  assert_int_equal(mlpd_engine_run(e, 3, 1, &err), MLPD_EINVAL);
-  assert_non_null(strstr(err.msg, "slot 3"));
-  mlpd_err_clear(&err);
-  assert_int_equal(mlpd_engine_run(e, 0, 17, &err), MLPD_EINVAL);
-  mlpd_err_clear(&err);
-  assert_int_equal(mlpd_engine_run(e, 0, 0, &err), MLPD_EINVAL);
-  mlpd_err_clear(&err);
-  assert_int_equal(mlpd_engine_run(e, -1, 1, &err), MLPD_EINVAL);
-  free(a);
-  free(b);
-  free(ya);
-  free(yb);
-  free(ra);
-  free(rb);
-  free(keep);
-  free(keep_in);
-  free(in0);
-  mlpd_engine_close(e);
+/* One variant of mlpd's per-layer kernel (small) or fused forward (fused)
+ * forced at every bucket it applies to: every batch size through the
+ * serving graphs (chained launches, f32 rows in and out) against the CPU
+ * engine, on 3 layers whose widths are not multiples of 8 or 16. A forced
+ * open neither reads nor writes the plan cache. */
+static void check_forced(int fused, mlpd_dtype_t dt, int fp8,
+                         const char *acts, uint64_t seed) {
+  const int w[] = {300, 515, 1001, 77};
+  const int nl = 3;
+  const int maxb = dt == MLPD_DTYPE_F32 ? MLPD_F32_MAX_ROWS
+                                        : MLPD_SMALL_MAX_ROWS;
+  const int nv = fused ? MLPD_FUSED_MAX_VARIANTS
+                 : dt == MLPD_DTYPE_F32 ? mlpd_cuda_f32_variants(1)
+                                        : mlpd_cuda_small_variants(1);
+  const double tol = dt == MLPD_DTYPE_F32 ? 1e-3 : 1e-2;
+  model_t mm;
+  model_make(&mm, w, nl, acts, seed);
+  mlpd_model_t *rm = mm.m, *deq = NULL;
+  mlpd_err_t err = {0};
+  if (fp8) {
+    assert_int_equal(mlpd_model_load(&deq, mm.path, acts, &err), 0);
+    dequantize_fp8(deq);
+    rm = deq;
+  }
+  char cache[600];
+  snprintf(cache, sizeof(cache), "%s/forced.cache", tu_dir);
+  float *x = random_rows(maxb, w[0], seed + 1000);
+  float *ref = cpu_forward(rm, x, maxb);
+  float *y = malloc((size_t)maxb * w[nl] * sizeof(float));
+  assert_non_null(y);
+  double worst = 0, worst_row = 0;
+  int checked = 0;
+  for (int v = 0; v < nv; v++) {
+    mlpd_engine_t *e = NULL;
+    mlpd_engine_cuda_stats_t st;
+    assert_int_equal(fused ? mlpd_engine_cuda_force_fused(v)
+                           : mlpd_engine_cuda_force_small(v),
+                     0);
+    open_t oa = {.dt = dt, .fp8 = fp8, .max_batch = maxb, .autotune = 1,
+                 .cache = cache};
+    assert_int_equal(open_cuda(&e, mm.m, &oa, &err), 0);
+    assert_int_equal(mlpd_engine_cuda_stats(e, &st), 0);
+    if (!st.small_kernel || (fused && !st.pdl)) {
+      print_message("  mlpd's kernels have no (sm_90) image for this GPU: "
+                    "forced variants not checked\n");
+      mlpd_engine_close(e);
+      break;
+    }
+    assert_int_equal(fused ? st.forced_fused : st.forced_small, v);
+    assert_int_equal(st.cache_state, MLPD_PLAN_CACHE_UNUSED);
+    assert_int_equal(st.candidates_timed, 0);
+    if (fused)
+      assert_int_equal(st.buckets_fused, st.nbuckets);
+    else
+      assert_int_equal(st.plans_small_kernel, st.nbuckets * st.nlayers);
+    for (int b = 0; b < st.nbuckets; b++) {
+      mlpd_engine_cuda_plan_t p;
+      assert_int_equal(mlpd_engine_cuda_plan(e, b, 0, &p), 0);
+      assert_int_equal(p.fused, fused ? v : -1);
+      /* The captured graph runs mlpd's kernel, not a cuBLASLt one. */
+      if (p.kernels[0] != '\0')
+        assert_non_null(strstr(p.kernels, fused ? "mlpd_fused_kernel"
+                                          : dt == MLPD_DTYPE_F32
+                                              ? "mlpd_f32_gemm_kernel"
+                                              : "mlpd_small_gemm_kernel"));
+    }
+    hostbuf_t h;
+    hb_init(&h, e);
+    for (int rows = 1; rows <= maxb; rows++) {
+      char what[128];
+      double wr;
+      snprintf(what, sizeof(what), "%s%s, %s forced", mlpd_dtype_name(dt),
+               fp8 ? " fp8" : "",
+               fused ? mlpd_cuda_fused_name(rows, v)
+               : dt == MLPD_DTYPE_F32 ? mlpd_cuda_f32_name(rows, v)
+                                      : mlpd_cuda_small_name(rows, v));
+      gpu_run(e, &h, x, rows, MLPD_DTYPE_F32, MLPD_DTYPE_F32, y);
+      double r = check_close(y, ref, rows, w[nl], tol, tol, what, &wr);
+      worst = r > worst ? r : worst;
+      worst_row = wr > worst_row ? wr : worst_row;
+    }
+    hb_free(&h);
+    mlpd_engine_close(e);
+    checked++;
+  }
+  assert_int_equal(mlpd_engine_cuda_force_small(-1), 0);
+  assert_int_equal(mlpd_engine_cuda_force_fused(-1), 0);
+  FILE *f = fopen(cache, "rb");
+  if (f != NULL)
+    fclose(f);
+  assert_null(f); /* not written */
+  if (checked > 0)
+    print_message("  %s%s widths 300..77: all %d %s variants forced at "
+                  "every bucket <= %d rows: every batch 1..%d and every row "
+                  "within %.0e; worst batch %.3g, worst row %.3g\n",
+                  mlpd_dtype_name(dt), fp8 ? " fp8" : "", checked,
+                  fused ? "fused-forward" : "per-layer kernel", maxb, maxb,
+                  tol, worst, worst_row);
+  free(x);
+  free(ref);
+  free(y);
+  mlpd_model_free(deq);
   model_free(&mm);
 }
 
-static float *run_rows(mlpd_engine_t *e, const float *x, int rows, int out) {
-  float *y = malloc((size_t)rows * (size_t)out * sizeof(float));
-  assert_non_null(y);
-  gpu_forward(e, 0, x, rows, y);
-  return y;
+static void test_forced_small_kernel(void **state) {
+  (void)state;
+  check_forced(0, MLPD_DTYPE_BF16, 0, NULL, 81);
+  check_forced(0, MLPD_DTYPE_F16, 0, "gelu_tanh,none,gelu", 82);
+  check_forced(0, MLPD_DTYPE_BF16, 1, NULL, 83);
+  check_forced(0, MLPD_DTYPE_F32, 0, NULL, 84);
 }
+
+static void test_forced_fused(void **state) {
+  (void)state;
+  check_forced(1, MLPD_DTYPE_BF16, 0, NULL, 85);
+  check_forced(1, MLPD_DTYPE_F16, 0, "gelu_tanh,none,gelu", 86);
+  check_forced(1, MLPD_DTYPE_BF16, 1, NULL, 87);
+}
+
+static int forced_teardown(void **state) {
+  (void)state;
+  return mlpd_engine_cuda_force_small(-1) | mlpd_engine_cuda_force_fused(-1);
+}
+
+/* ---- FP8 on the digits model --------------------------------------------- */
+
+static double digits_accuracy(mlpd_engine_t *e, const mlpd_rows_t *r) {
+  mlpd_err_t err = {0};
+  float *out = malloc((size_t)r->rows * 10 * sizeof(float));
+  assert_non_null(out);
+  assert_int_equal(mlpd_engine_forward(e, r->data, MLPD_DTYPE_F32, out,
+                                       MLPD_DTYPE_F32, r->rows, &err),
+                   0);
+  int correct = 0;
+  for (int i = 0; i < r->rows; i++) {
+    int best = 0;
+    for (int j = 1; j < 10; j++)
+      if (out[i * 10 + j] > out[i * 10 + best])
+        best = j;
+    correct += best == r->labels[i];
+  }
+  free(out);
+  return (double)correct / r->rows;
+}
+
+static void test_fp8_digits(void **state) {
+  (void)state;
+  mlpd_err_t err = {0};
+  mlpd_model_t *m = NULL;
+  mlpd_rows_t rows;
+  assert_int_equal(mlpd_model_load(&m, MLPD_MODELS_DIR "/digits.safetensors",
+                                   NULL, &err),
+                   0);
+  assert_int_equal(
+      mlpd_rows_read(&rows, MLPD_MODELS_DIR "/digits-heldout.safetensors",
+                     &err),
+      0);
+  mlpd_engine_opts_t o;
+  mlpd_engine_opts_init(&o);
+  o.max_batch = 64;
+  mlpd_engine_t *cpu = NULL;
+  assert_int_equal(mlpd_engine_open(&cpu, "cpu", m, &o, &err), 0);
+  double a32 = digits_accuracy(cpu, &rows);
+  mlpd_engine_close(cpu);
+  mlpd_engine_t *bf = must_open(m, MLPD_DTYPE_BF16, 0, 64, 1);
+  double a16 = digits_accuracy(bf, &rows);
+  mlpd_engine_close(bf);
+  mlpd_engine_t *f8 = must_open(m, MLPD_DTYPE_BF16, 1, 64, 1);
+  assert_string_equal(f8->info.weights, "fp8-e4m3");
+  double a8 = digits_accuracy(f8, &rows);
+  mlpd_engine_close(f8);
+  print_message("  digits held-out accuracy (%d rows): fp32 CPU %.4f, bf16 "
+                "GPU %.4f, FP8 weights GPU %.4f\n",
+                rows.rows, a32, a16, a8);
+  assert_true(a8 >= 0.95);
+  assert_true(fabs(a8 - a32) <= 0.02);
+  mlpd_rows_free(&rows);
+  mlpd_model_free(m);
+}
+
+/* ---- the plan cache ------------------------------------------------------ */
 
 static void test_plan_cache(void **state) {
   (void)state;
@@ -414,20 +833,26 @@ static void test_plan_cache(void **state) {
   float *first[MLPD_ARRAY_SIZE(probe)];
   mlpd_engine_t *e = NULL;
   mlpd_err_t err = {0};
-  progress_t pr;
   mlpd_engine_cuda_stats_t st;
+  progress_t pr;
+  open_t oa = {.dt = MLPD_DTYPE_BF16, .max_batch = 64, .autotune = 1,
+               .cache = cache, .pr = &pr};
+  hostbuf_t h;
 
-  /* 1: no file yet: tuned and written. */
-  assert_int_equal(
-      open_cuda(&e, mm.m, MLPD_DTYPE_BF16, 64, 2, cache, 1, &pr, &err), 0);
+  /* 1: no file yet: tuned, written. */
+  assert_int_equal(open_cuda(&e, mm.m, &oa, &err), 0);
   assert_int_equal(mlpd_engine_cuda_stats(e, &st), 0);
   assert_int_equal(st.cache_state, MLPD_PLAN_CACHE_MISSING);
-  assert_true(st.candidates_timed > 0 && pr.autotuning > 0);
-  double tuned_ms = st.open_ms;
+  assert_true(st.candidates_timed > 0);
+  hb_init(&h, e);
   for (size_t i = 0; i < MLPD_ARRAY_SIZE(probe); i++) {
-    first[i] = run_rows(e, x, probe[i], nout);
-    (void)check_close(first[i], ref, probe[i], nout, 1e-2, "tuned", NULL);
+    first[i] = malloc((size_t)probe[i] * nout * sizeof(float));
+    assert_non_null(first[i]);
+    gpu_run(e, &h, x, probe[i], MLPD_DTYPE_F32, MLPD_DTYPE_F32, first[i]);
+    (void)check_close(first[i], ref, probe[i], nout, 1e-2, 1e-2, "tuned",
+                      NULL);
   }
+  hb_free(&h);
   mlpd_engine_close(e);
   FILE *f = fopen(cache, "rb");
   assert_non_null(f);
@@ -436,21 +861,24 @@ static void test_plan_cache(void **state) {
   fclose(f);
   assert_true(size > 100);
 
-  /* 2: the cache matches: no timing, bit-identical outputs. */
-  assert_int_equal(
-      open_cuda(&e, mm.m, MLPD_DTYPE_BF16, 64, 2, cache, 1, &pr, &err), 0);
+  /* 2: loaded: no timing, no autotuning progress, same bits. */
+  assert_int_equal(open_cuda(&e, mm.m, &oa, &err), 0);
   assert_int_equal(mlpd_engine_cuda_stats(e, &st), 0);
   assert_int_equal(st.cache_state, MLPD_PLAN_CACHE_LOADED);
   assert_int_equal(st.candidates_timed, 0);
   assert_int_equal(pr.autotuning, 0);
-  print_message("  plan cache: open %.0f ms tuned, %.0f ms from cache\n",
-                tuned_ms, st.open_ms);
+  print_message("  cache round trip: open %.0f ms (tuning %.0f ms)\n",
+                st.open_ms, st.tune_ms);
+  hb_init(&h, e);
   for (size_t i = 0; i < MLPD_ARRAY_SIZE(probe); i++) {
-    float *y = run_rows(e, x, probe[i], nout);
+    float *y = malloc((size_t)probe[i] * nout * sizeof(float));
+    assert_non_null(y);
+    gpu_run(e, &h, x, probe[i], MLPD_DTYPE_F32, MLPD_DTYPE_F32, y);
     assert_memory_equal(y, first[i],
                         (size_t)probe[i] * nout * sizeof(float));
     free(y);
   }
+  hb_free(&h);
   mlpd_engine_close(e);
 
   /* 3: one flipped byte in the plans: checksum, re-tuned, rewritten. */
@@ -461,60 +889,66 @@ static void test_plan_cache(void **state) {
   fseek(f, size - 40, SEEK_SET);
   fputc(c ^ 0x5a, f);
   fclose(f);
-  assert_int_equal(
-      open_cuda(&e, mm.m, MLPD_DTYPE_BF16, 64, 2, cache, 1, &pr, &err), 0);
+  assert_int_equal(open_cuda(&e, mm.m, &oa, &err), 0);
   assert_int_equal(mlpd_engine_cuda_stats(e, &st), 0);
   assert_int_equal(st.cache_state, MLPD_PLAN_CACHE_REJECTED);
   print_message("  corrupt cache: %s\n", st.cache_why);
   assert_non_null(strstr(st.cache_why, "checksum"));
   assert_true(st.candidates_timed > 0);
-  float *y = run_rows(e, x, 50, nout);
-  (void)check_close(y, ref, 50, nout, 1e-2, "re-tuned", NULL);
-  free(y);
   mlpd_engine_close(e);
-  assert_int_equal(
-      open_cuda(&e, mm.m, MLPD_DTYPE_BF16, 64, 2, cache, 1, &pr, &err), 0);
+  assert_int_equal(open_cuda(&e, mm.m, &oa, &err), 0);
   assert_int_equal(mlpd_engine_cuda_stats(e, &st), 0);
   assert_int_equal(st.cache_state, MLPD_PLAN_CACHE_LOADED);
   mlpd_engine_close(e);
 
-  /* 4: made for another model shape, then another dtype. */
-  assert_int_equal(
-      open_cuda(&e, other.m, MLPD_DTYPE_BF16, 64, 2, cache, 1, &pr, &err),
-      0);
+  /* 4: another model, then another dtype: entries of their own beside the
+   * first, which still loads afterwards. */
+  assert_int_equal(open_cuda(&e, other.m, &oa, &err), 0);
   assert_int_equal(mlpd_engine_cuda_stats(e, &st), 0);
-  assert_int_equal(st.cache_state, MLPD_PLAN_CACHE_REJECTED);
+  assert_int_equal(st.cache_state, MLPD_PLAN_CACHE_OTHER);
   print_message("  other model: %s\n", st.cache_why);
   assert_non_null(strstr(st.cache_why, "layers="));
   mlpd_engine_close(e);
-  assert_int_equal(
-      open_cuda(&e, other.m, MLPD_DTYPE_F16, 64, 2, cache, 1, &pr, &err), 0);
+  oa.dt = MLPD_DTYPE_F16;
+  assert_int_equal(open_cuda(&e, other.m, &oa, &err), 0);
   assert_int_equal(mlpd_engine_cuda_stats(e, &st), 0);
-  assert_int_equal(st.cache_state, MLPD_PLAN_CACHE_REJECTED);
+  assert_int_equal(st.cache_state, MLPD_PLAN_CACHE_OTHER);
   print_message("  other dtype: %s\n", st.cache_why);
   assert_non_null(strstr(st.cache_why, "dtype="));
   mlpd_engine_close(e);
+  assert_int_equal(open_cuda(&e, other.m, &oa, &err), 0);
+  assert_int_equal(mlpd_engine_cuda_stats(e, &st), 0);
+  assert_int_equal(st.cache_state, MLPD_PLAN_CACHE_LOADED);
+  mlpd_engine_close(e);
+  oa.dt = MLPD_DTYPE_BF16;
+  assert_int_equal(open_cuda(&e, mm.m, &oa, &err), 0);
+  assert_int_equal(mlpd_engine_cuda_stats(e, &st), 0);
+  assert_int_equal(st.cache_state, MLPD_PLAN_CACHE_LOADED);
+  mlpd_engine_close(e);
+  assert_int_equal(open_cuda(&e, other.m, &oa, &err), 0);
+  assert_int_equal(mlpd_engine_cuda_stats(e, &st), 0);
+  assert_int_equal(st.cache_state, MLPD_PLAN_CACHE_LOADED);
+  mlpd_engine_close(e);
+  print_message("  three setups' entries side by side in one file, each "
+                "loads\n");
 
   /* 5: truncated and garbage files. */
-  tu_write_file(cache, "MLPDPLN1xx", 10);
-  assert_int_equal(
-      open_cuda(&e, other.m, MLPD_DTYPE_F16, 64, 2, cache, 1, &pr, &err), 0);
+  tu_write_file(cache, "MLPDPLN2xx", 10);
+  assert_int_equal(open_cuda(&e, other.m, &oa, &err), 0);
   assert_int_equal(mlpd_engine_cuda_stats(e, &st), 0);
   assert_int_equal(st.cache_state, MLPD_PLAN_CACHE_REJECTED);
   print_message("  truncated: %s\n", st.cache_why);
   mlpd_engine_close(e);
   tu_write_file(cache, "hello, world: not a cache at all, just text.\n", 45);
-  assert_int_equal(
-      open_cuda(&e, other.m, MLPD_DTYPE_F16, 64, 2, cache, 1, &pr, &err), 0);
+  assert_int_equal(open_cuda(&e, other.m, &oa, &err), 0);
   assert_int_equal(mlpd_engine_cuda_stats(e, &st), 0);
   assert_int_equal(st.cache_state, MLPD_PLAN_CACHE_REJECTED);
   mlpd_engine_close(e);
 
   /* 6: an unwritable cache path costs the tuning, nothing else. */
-  assert_int_equal(open_cuda(&e, mm.m, MLPD_DTYPE_BF16, 8, 1,
-                             "/nonexistent-mlpd-dir/plans.cache", 1, &pr,
-                             &err),
-                   0);
+  oa.cache = "/nonexistent-mlpd-dir/plans.cache";
+  oa.max_batch = 8;
+  assert_int_equal(open_cuda(&e, mm.m, &oa, &err), 0);
   mlpd_engine_close(e);
 
   for (size_t i = 0; i < MLPD_ARRAY_SIZE(probe); i++)
@@ -525,34 +959,119 @@ static void test_plan_cache(void **state) {
   model_free(&other);
 }
 
+/* ---- two engines on one GPU ---------------------------------------------- */
+
+typedef struct {
+  const mlpd_model_t *m;
+  int fp8, rc;
+  mlpd_engine_t *e;
+  mlpd_err_t err;
+} opener_t;
+
+static void *open_thread(void *arg) {
+  opener_t *o = arg;
+  open_t a = {.dt = MLPD_DTYPE_BF16, .fp8 = o->fp8, .max_batch = 64,
+              .autotune = 1};
+  o->rc = open_cuda(&o->e, o->m, &a, &o->err);
+  return NULL;
+}
+
+static void test_two_engines(void **state) {
+  (void)state;
+  const int w[] = {120, 250, 90};
+  model_t mm;
+  model_make(&mm, w, 2, NULL, 41);
+  opener_t o[2] = {{.m = mm.m, .fp8 = 0}, {.m = mm.m, .fp8 = 1}};
+  pthread_t t[2];
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(pthread_create(&t[i], NULL, open_thread, &o[i]), 0);
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(pthread_join(t[i], NULL), 0);
+    assert_int_equal(o[i].rc, 0);
+  }
+  assert_string_equal(o[0].e->info.name, "cuda:0");
+  assert_string_equal(o[1].e->info.name, "cuda:0");
+  assert_string_equal(o[1].e->info.weights, "fp8-e4m3");
+  mlpd_model_t *deq = NULL;
+  mlpd_err_t err = {0};
+  assert_int_equal(mlpd_model_load(&deq, mm.path, NULL, &err), 0);
+  dequantize_fp8(deq);
+  float *x = random_rows(64, 120, 42);
+  float *ref = cpu_forward(mm.m, x, 64), *ref8 = cpu_forward(deq, x, 64);
+  float *y = malloc(64 * 90 * sizeof(float));
+  assert_non_null(y);
+  /* Batches of both in flight at once, buffers of one used by the other
+   * (host_alloc memory is portable). */
+  hostbuf_t h[2];
+  hb_init(&h[0], o[0].e);
+  hb_init_from(&h[1], o[1].e, o[0].e);
+  for (int round = 0; round < 3; round++) {
+    int rows = round == 0 ? 1 : round == 1 ? 17 : 64;
+    for (int i = 0; i < 2; i++) {
+      hb_stage(&h[i], x, rows, MLPD_DTYPE_F32);
+      submit_ok(o[i].e, &h[i], rows, MLPD_DTYPE_F32, MLPD_DTYPE_F32);
+    }
+    for (int i = 0; i < 2; i++) {
+      wait_ok(o[i].e);
+      hb_result(&h[i], rows, MLPD_DTYPE_F32, y);
+      (void)check_close(y, i ? ref8 : ref, rows, 90, i ? 6e-2 : 1e-2,
+                        i ? 1e-1 : 1e-2, i ? "second engine (fp8)"
+                                           : "first engine",
+                        NULL);
+    }
+  }
+  print_message("  two engines on cuda:0, opened from two threads at once "
+                "(bf16 and FP8), batches in flight on both: each right\n");
+  for (int i = 0; i < 2; i++)
+    hb_free(&h[i]);
+  for (int i = 0; i < 2; i++)
+    mlpd_engine_close(o[i].e);
+  free(x);
+  free(ref);
+  free(ref8);
+  free(y);
+  mlpd_model_free(deq);
+  model_free(&mm);
+}
+
+/* ---- determinism and the bucket dependence of a row ---------------------- */
+
 static double bf16_ulp(float v) {
   int ex;
   frexpf(fabsf(v), &ex);
   return ldexp(1.0, ex - 8); /* 8 significant bits */
 }
 
+static float *run_rows(mlpd_engine_t *e, hostbuf_t *h, const float *x,
+                       int rows) {
+  float *y = malloc((size_t)rows * e->info.out_features * sizeof(float));
+  assert_non_null(y);
+  gpu_run(e, h, x, rows, MLPD_DTYPE_F32, MLPD_DTYPE_F32, y);
+  return y;
+}
+
 /* Row i alone (bucket 1) against row i inside a batch (bucket of `batch`).
  * Counts the outputs that differ; *max_ulps is the largest difference in
- * bf16 steps of the value among outputs of magnitude >= 1e-2, *max_abs the
- * largest absolute one. With `strict`, every difference must be at most two
- * bf16 steps or 1e-4 absolute: near zero a few 1e-6 of fp32 rounding in a
- * differently ordered sum are many steps of a tiny value. */
+ * bf16 steps among outputs of magnitude >= 1e-2, *max_abs the largest
+ * absolute one. With `strict`, every difference must be at most two bf16
+ * steps or 1e-4 absolute. */
 static int compare_alone_vs_batch(mlpd_engine_t *e, const model_t *mm,
                                   int batch, int nrows, double tol,
                                   int strict, double *max_ulps,
                                   double *max_abs) {
   int in = mm->m->in_features, out = mm->m->out_features;
-  assert_true(nrows <= batch);
+  hostbuf_t h;
+  hb_init(&h, e);
   float *x = random_rows(batch, in, 41 + (uint64_t)batch);
   float *ref = cpu_forward(mm->m, x, batch);
-  float *yb = run_rows(e, x, batch, out);
-  float *again = run_rows(e, x, batch, out);
-  /* Same batch twice: bit-identical (one stream, fixed plans). */
+  float *yb = run_rows(e, &h, x, batch);
+  float *again = run_rows(e, &h, x, batch);
+  /* Same batch twice: bit-identical (one compute stream, fixed plans). */
   assert_memory_equal(yb, again, (size_t)batch * out * sizeof(float));
   int ndiff = 0;
   *max_ulps = *max_abs = 0;
   for (int i = 0; i < nrows; i++) {
-    float *y1 = run_rows(e, x + (size_t)i * in, 1, out);
+    float *y1 = run_rows(e, &h, x + (size_t)i * in, 1);
     assert_true(rel_err(y1, ref + (size_t)i * out, (size_t)out) <= tol);
     assert_true(rel_err(yb + (size_t)i * out, ref + (size_t)i * out,
                         (size_t)out) <= tol);
@@ -575,6 +1094,7 @@ static int compare_alone_vs_batch(mlpd_engine_t *e, const model_t *mm,
     }
     free(y1);
   }
+  hb_free(&h);
   free(x);
   free(ref);
   free(yb);
@@ -584,15 +1104,10 @@ static int compare_alone_vs_batch(mlpd_engine_t *e, const model_t *mm,
 
 static void test_determinism(void **state) {
   (void)state;
-  /* One layer: both results round nearly the same fp32 sum, so they differ
-   * by one bf16 step at most, except near zero (see above). */
   const int w1[] = {1024, 1024};
   model_t one;
   model_make(&one, w1, 1, "gelu_tanh", 51);
-  mlpd_engine_t *e = NULL;
-  mlpd_err_t err = {0};
-  assert_int_equal(
-      open_cuda(&e, one.m, MLPD_DTYPE_BF16, 256, 1, NULL, 1, NULL, &err), 0);
+  mlpd_engine_t *e = must_open(one.m, MLPD_DTYPE_BF16, 0, 256, 1);
   print_plans(e, 1);
   static const int batches[] = {16, 64, 256};
   for (size_t k = 0; k < MLPD_ARRAY_SIZE(batches); k++) {
@@ -612,8 +1127,8 @@ static void test_determinism(void **state) {
   const int w4[] = {1000, 1024, 1024, 1024, 100};
   model_t four;
   model_make(&four, w4, 4, NULL, 52);
-  assert_int_equal(
-      open_cuda(&e, four.m, MLPD_DTYPE_BF16, 300, 1, NULL, 1, NULL, &err), 0);
+  e = must_open(four.m, MLPD_DTYPE_BF16, 0, 300, 1);
+  print_plans(e, 128);
   for (size_t k = 0; k < MLPD_ARRAY_SIZE(batches); k++) {
     double ulps, dmax;
     int n = compare_alone_vs_batch(e, &four, batches[k], 16, 1e-2, 0, &ulps,
@@ -627,106 +1142,7 @@ static void test_determinism(void **state) {
   model_free(&four);
 }
 
-/* mlpd's small-batch kernel, each variant forced at every bucket of at most
- * MLPD_SMALL_MAX_ROWS rows (autotuning alone would run only the fastest,
- * and only where it beats cuBLASLt): every batch size 1..32 through the
- * serving graphs, with their chained (programmatic dependent) launches,
- * against the CPU engine, on 3 layers whose widths are not multiples of 8
- * (fp16 with a layer without GELU in the middle). A forced open must
- * neither read nor write the plan cache. */
-static void check_forced_small(mlpd_dtype_t dt, const char *acts,
-                               uint64_t seed) {
-  const int w[] = {300, 515, 1001, 77};
-  const int nl = 3, maxb = MLPD_SMALL_MAX_ROWS;
-  const int nv = mlpd_cuda_small_variants(1);
-  model_t mm;
-  model_make(&mm, w, nl, acts, seed);
-  char cache[600];
-  snprintf(cache, sizeof(cache), "%s/forced.cache", tu_dir);
-  float *x = random_rows(maxb, w[0], seed + 1000);
-  float *ref = cpu_forward(mm.m, x, maxb);
-  float *y = malloc((size_t)maxb * w[nl] * sizeof(float));
-  assert_non_null(y);
-  double worst = 0, worst_row = 0;
-  int nplans = 0, pdl = 0;
-  assert_true(nv > 0);
-  for (int v = 0; v < nv; v++) {
-    mlpd_engine_t *e = NULL;
-    mlpd_err_t err = {0};
-    mlpd_engine_cuda_stats_t st;
-    assert_int_equal(mlpd_engine_cuda_force_small(v), 0);
-    int rc = open_cuda(&e, mm.m, dt, maxb, 2, cache, 1, NULL, &err);
-    if (rc != 0)
-      print_error("open with variant %d forced: %s\n", v,
-                  mlpd_err_msg(&err, rc));
-    assert_int_equal(rc, 0);
-    assert_int_equal(mlpd_engine_cuda_stats(e, &st), 0);
-    if (!st.small_kernel) {
-      print_message("  the small-batch kernel has no image for this GPU: "
-                    "forced variants not checked\n");
-      mlpd_engine_close(e);
-      break;
-    }
-    assert_int_equal(st.forced_small, v);
-    assert_int_equal(st.cache_state, MLPD_PLAN_CACHE_UNUSED);
-    assert_int_equal(st.candidates_timed, 0);
-    assert_true(st.plans_small_kernel > 0);
-    assert_int_equal(st.plans_small_kernel, st.nbuckets * st.nlayers);
-    for (int b = 0; b < st.nbuckets; b++)
-      for (int l = 0; l < st.nlayers; l++) {
-        mlpd_engine_cuda_plan_t p;
-        assert_int_equal(mlpd_engine_cuda_plan(e, b, l, &p), 0);
-        assert_int_equal(p.small_kernel, 1);
-        /* The captured layer runs mlpd's kernel, not a cuBLASLt one. */
-        if (p.kernels[0] != '\0')
-          assert_non_null(strstr(p.kernels, "mlpd_small_gemm_kernel"));
-      }
-    nplans = st.plans_small_kernel;
-    pdl = st.pdl;
-    for (int rows = 1; rows <= maxb; rows++) {
-      char what[96];
-      double wr;
-      snprintf(what, sizeof(what), "%s, %s forced", mlpd_dtype_name(dt),
-               mlpd_cuda_small_name(rows, v));
-      gpu_forward(e, rows % 2, x, rows, y);
-      double r = check_close(y, ref, rows, w[nl], 1e-2, what, &wr);
-      worst = r > worst ? r : worst;
-      worst_row = wr > worst_row ? wr : worst_row;
-    }
-    mlpd_engine_close(e);
-    print_message("  %s forced variant %d (%s at 32 rows): %d of %d plans "
-                  "small-kernel, every batch 1..%d within 1e-2\n",
-                  mlpd_dtype_name(dt), v, mlpd_cuda_small_name(32, v),
-                  st.plans_small_kernel, st.nbuckets * st.nlayers, maxb);
-  }
-  assert_int_equal(mlpd_engine_cuda_force_small(-1), 0);
-  FILE *f = fopen(cache, "rb");
-  if (f != NULL)
-    fclose(f);
-  assert_null(f); /* not written */
-  if (nplans > 0)
-    print_message("  %s widths 300..77, all %d small-kernel variants forced "
-                  "at every bucket <= %d rows (%d plans each, chained "
-                  "launches %s): every batch 1..%d and every row within "
-                  "1e-2; worst batch %.3g, worst row %.3g\n",
-                  mlpd_dtype_name(dt), nv, maxb, nplans, pdl ? "on" : "off",
-                  maxb, worst, worst_row);
-  free(x);
-  free(ref);
-  free(y);
-  model_free(&mm);
-}
-
-static void test_forced_small_kernel(void **state) {
-  (void)state;
-  check_forced_small(MLPD_DTYPE_BF16, NULL, 81);
-  check_forced_small(MLPD_DTYPE_F16, "gelu_tanh,none,gelu", 82);
-}
-
-static int forced_teardown(void **state) {
-  (void)state;
-  return mlpd_engine_cuda_force_small(-1);
-}
+/* ---- bad arguments and no GPU -------------------------------------------- */
 
 static void test_bad_arguments(void **state) {
   (void)state;
@@ -745,21 +1161,32 @@ static void test_bad_arguments(void **state) {
   assert_non_null(strstr(err.msg, "dtype"));
   mlpd_err_clear(&err);
   mlpd_engine_opts_init(&o);
+  o.fp8 = 1;
+  o.dtype = MLPD_DTYPE_F16;
+  assert_int_equal(mlpd_engine_open(&e, "cuda:0", mm.m, &o, &err),
+                   MLPD_EDTYPE);
+  print_message("  fp8 with fp16 activations: %s\n", err.msg);
+  mlpd_err_clear(&err);
+  mlpd_engine_opts_init(&o);
   assert_int_equal(mlpd_engine_open(&e, "cuda:97", mm.m, &o, &err),
                    MLPD_ENODEV);
   assert_null(e);
   print_message("  bad ordinal: %s\n", err.msg);
   assert_non_null(strstr(err.msg, "cuda:97"));
   mlpd_err_clear(&err);
-  /* Stats of a CPU engine are refused. */
+  assert_true(mlpd_engine_cuda_ops.device_count() >= 1);
+  /* Stats, plans and io switches of a CPU engine are refused. */
   assert_int_equal(mlpd_engine_open(&e, "cpu", mm.m, &o, &err), 0);
   mlpd_engine_cuda_stats_t st;
   assert_int_equal(mlpd_engine_cuda_stats(e, &st), MLPD_EINVAL);
+  assert_int_equal(mlpd_engine_cuda_set_io(e, 0, 0), MLPD_EINVAL);
   mlpd_engine_close(e);
-  /* Only existing small-kernel variants can be forced. */
-  assert_int_equal(mlpd_engine_cuda_force_small(mlpd_cuda_small_variants(1)),
+  /* Only existing variants can be forced. */
+  assert_int_equal(mlpd_engine_cuda_force_small(MLPD_SMALL_MAX_VARIANTS),
                    MLPD_EINVAL);
   assert_int_equal(mlpd_engine_cuda_force_small(-2), MLPD_EINVAL);
+  assert_int_equal(mlpd_engine_cuda_force_fused(MLPD_FUSED_MAX_VARIANTS),
+                   MLPD_EINVAL);
   assert_int_equal(mlpd_engine_cuda_force_small(-1), 0);
   model_free(&mm);
 }
@@ -774,12 +1201,18 @@ static void test_no_gpu_fails_cleanly(void **state) {
   mlpd_err_t err = {0};
   mlpd_engine_opts_t o;
   mlpd_engine_opts_init(&o);
+  assert_int_equal(mlpd_engine_cuda_ops.device_count(), 0);
   assert_int_equal(mlpd_engine_open(&e, "cuda:0", mm.m, &o, &err),
                    MLPD_ENODEV);
   assert_null(e);
   print_message("  cuda:0 without a GPU: %s\n", err.msg);
   assert_non_null(strstr(err.msg, "no CUDA device"));
   mlpd_err_clear(&err);
+  o.fp8 = 1;
+  assert_int_equal(mlpd_engine_open(&e, "cuda:0", mm.m, &o, &err),
+                   MLPD_ENODEV);
+  mlpd_err_clear(&err);
+  o.fp8 = 0;
   o.dtype = (mlpd_dtype_t)7;
   assert_int_equal(mlpd_engine_open(&e, "cuda:0", mm.m, &o, &err),
                    MLPD_EDTYPE);
@@ -787,10 +1220,11 @@ static void test_no_gpu_fails_cleanly(void **state) {
   mlpd_engine_opts_init(&o);
   assert_int_equal(mlpd_engine_open(&e, "auto", mm.m, &o, &err), 0);
   assert_string_equal(e->info.kind, "cpu");
-  /* The test-only forcing of small-kernel variants checks its argument
-   * without a GPU too. */
+  /* The test-only forcing of variants checks its argument without a GPU
+   * too. */
   assert_int_equal(mlpd_engine_cuda_force_small(MLPD_SMALL_MAX_VARIANTS),
                    MLPD_EINVAL);
+  assert_int_equal(mlpd_engine_cuda_force_fused(-3), MLPD_EINVAL);
   assert_int_equal(mlpd_engine_cuda_force_small(-1), 0);
   mlpd_engine_close(e);
   model_free(&mm);
@@ -813,14 +1247,18 @@ int main(void) {
   }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bad_arguments),
-      cmocka_unit_test(test_slots_are_independent),
+      cmocka_unit_test(test_pipeline),
+      cmocka_unit_test_teardown(test_forced_small_kernel, forced_teardown),
+      cmocka_unit_test_teardown(test_forced_fused, forced_teardown),
       cmocka_unit_test(test_bf16_every_batch),
       cmocka_unit_test(test_fp16_every_batch),
       cmocka_unit_test(test_tf32_every_batch),
+      cmocka_unit_test(test_fp8_every_batch),
+      cmocka_unit_test(test_fp8_digits),
       cmocka_unit_test(test_heuristic_only),
+      cmocka_unit_test(test_two_engines),
       cmocka_unit_test(test_plan_cache),
       cmocka_unit_test(test_determinism),
-      cmocka_unit_test_teardown(test_forced_small_kernel, forced_teardown),
   };
   return cmocka_run_group_tests(tests, tu_group_setup, tu_group_teardown);
 }

@@ -1,0 +1,6 @@
+/* cuda_k_fp8.cu - mlpd's small-batch and fused kernels for
+ * MLPD_KMODE_FP8 (see cuda_kern.cuh); one file per mode so the modes
+ * compile in parallel. */
+#include "cuda_kern.cuh"
+
+MLPD_K_EXPORT(fp8, MLPD_KMODE_FP8)
