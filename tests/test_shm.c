@@ -787,8 +787,7 @@ static void test_disconnect_mid_request(void **state) {
   free(y);
   wait_metric(b, "mlpd_shm_regions", 0);
   wait_metric(b, "mlpd_shm_mapped_bytes", 0);
-  printf("disconnect: %g rows dropped unrun, %g in-region requests "
-         "answered before\n",
+  printf("disconnect: %g rows dropped unrun, %g requests cancelled\n",
          metric(b, "mlpd_client_disconnects_dropped_rows_total"),
          metric(b, "mlpd_requests_total{status=\"cancelled\"}"));
   /* And it still serves regions. */
