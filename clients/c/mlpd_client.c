@@ -533,11 +533,26 @@ static int encode_frame(mlpd_client_t *c, const mlpd_v1_Request *msg,
   return 0;
 }
 
+/* The error code for a status the daemon gave the whole connection (id 0)
+ * before closing it. */
+static int refusal_code(int status) {
+  switch (status) {
+  case mlpd_v1_Status_PERMISSION_DENIED: return MLPD_EPERM;
+  case mlpd_v1_Status_RESOURCE_EXHAUSTED: return MLPD_ELIMIT;
+  case mlpd_v1_Status_DEADLINE_EXCEEDED: return MLPD_ETIMEDOUT;
+  case mlpd_v1_Status_UNAVAILABLE: return MLPD_EBUSY;
+  case mlpd_v1_Status_INVALID_ARGUMENT: return MLPD_EINVAL;
+  default: return MLPD_EPROTO;
+  }
+}
+
 /* After the daemon hung up on a request being sent: its reason, when it
  * sent one first (RESOURCE_EXHAUSTED for a frame over its --max-frame),
  * formatted into buf; "" otherwise. Reads what is left on the socket. */
-static void last_word(mlpd_client_t *c, char *buf, size_t cap) {
+static void last_word(mlpd_client_t *c, char *buf, size_t cap,
+                      int *refusal) {
   buf[0] = '\0';
+  *refusal = -1;
   for (;;) {
     if (rbuf_room(c, 4096, c->max_recv + MLPD_FRAME_HEADER_MAX +
                                RBUF_INITIAL) != 0)
@@ -561,9 +576,12 @@ static void last_word(mlpd_client_t *c, char *buf, size_t cap) {
     pb_istream_t is = pb_istream_from_buffer(RBUF(c) + pos + hlen,
                                              (size_t)blen);
     if (pb_decode(&is, mlpd_v1_Response_fields, &r) &&
-        r.status != mlpd_v1_Status_OK)
+        r.status != mlpd_v1_Status_OK) {
       snprintf(buf, cap, "; it answered %s: %s",
                mlpd_status_name((int)r.status), r.message);
+      if (r.id == 0)
+        *refusal = (int)r.status;
+    }
     pos += hlen + (size_t)blen;
   }
 }
@@ -571,7 +589,12 @@ static void last_word(mlpd_client_t *c, char *buf, size_t cap) {
 static int closed_while_sending(mlpd_client_t *c, int code, size_t off,
                                 size_t len, mlpd_err_t *err) {
   char why[320];
-  last_word(c, why, sizeof(why));
+  int refusal;
+  last_word(c, why, sizeof(why), &refusal);
+  /* The daemon said why it hung up (a refused peer, a limit): that is the
+   * error, as when its answer is read in full. */
+  if (refusal >= 0)
+    code = refusal_code(refusal);
   return breakf(c, err, code,
                 "daemon at %s closed the connection while a request was "
                 "being sent (%zu of %zu bytes sent)%s",
@@ -866,9 +889,6 @@ typedef struct {
   int pass_fd;
 } call_t;
 
-static int status_error(const mlpd_v1_Response *r, const char *what,
-                        int exhausted, mlpd_err_t *err);
-
 static int roundtrip(mlpd_client_t *c, const call_t *call,
                      mlpd_v1_Response *r, dec_t *d, mlpd_err_t *err) {
   uint64_t deadline = deadline_for(c->timeout_ms);
@@ -895,13 +915,13 @@ static int roundtrip(mlpd_client_t *c, const call_t *call,
   }
   if (rc != 0)
     return rc;
-  if (r->id == 0 && r->status != mlpd_v1_Status_OK) {
+  if (r->id == 0 && r->status != mlpd_v1_Status_OK)
     /* Not this call's answer but the connection's: the daemon refused it
      * (peer not allowed, a limit, a timeout) and closes it. */
-    mlpd_err_t why = {0};
-    int code = status_error(r, "connection refused", MLPD_ELIMIT, &why);
-    return breakf(c, err, code, "%s", why.msg);
-  }
+    return breakf(c, err, refusal_code((int)r->status),
+                  "daemon at %s refused the connection: %s: %s", c->path,
+                  mlpd_status_name((int)r->status),
+                  r->message[0] ? r->message : "(no message)");
   if (r->id != id)
     return breakf(c, err, MLPD_EPROTO,
                   "daemon answered id %llu to request id %llu",

@@ -203,10 +203,13 @@ int mlpd_client_wait(mlpd_client_t *c, int timeout_ms,
  * daemon's message.
  *
  * A connection the daemon refuses (peer not allowed, connection limits,
- * idle or slow-frame timeouts) gets one answer with id 0 and is closed: a
- * blocking call returns its status as one of the codes above (MLPD_EPERM
- * for PERMISSION_DENIED, MLPD_ELIMIT for RESOURCE_EXHAUSTED, MLPD_EBUSY,
- * MLPD_ETIMEDOUT) with the daemon's reason, and the client is broken.
+ * a frame over --max-frame, idle or slow-frame timeouts) gets one answer
+ * with id 0 and is closed: a blocking call returns its status as a code
+ * (MLPD_EPERM for PERMISSION_DENIED, MLPD_ELIMIT for RESOURCE_EXHAUSTED,
+ * MLPD_EBUSY for UNAVAILABLE, MLPD_ETIMEDOUT for DEADLINE_EXCEEDED) with
+ * the daemon's reason, whether the answer was read or the send failed
+ * first (and a pipelined send that finds the connection closed does the
+ * same), and the client is broken.
  * mlpd_client_infer() returns it the same way: the answer is not its
  * request's. (mlpd_client_recv() hands an id-0 answer to the caller as a
  * result, since a pipelining caller may use id 0 itself; the next call
