@@ -333,7 +333,8 @@ class InferResult:
     @property
     def output(self):
         if self.to_region and self.out is not None and self._output is None:
-            a = self.out.reshape(self.shape)
+            a = self.out if self.out.shape == self.shape else \
+                self.out.reshape(self.shape)
             if self.dtype == F32:
                 self._output = a
             elif self.dtype == F16:
