@@ -332,7 +332,11 @@ class InferResult:
 
     @property
     def output(self):
-        if self.to_region and self.out is not None and self._output is None:
+        if self._output is not None:
+            return self._output
+        if self.to_region:
+            if self.out is None:
+                return None
             a = self.out if self.out.shape == self.shape else \
                 self.out.reshape(self.shape)
             if self.dtype == F32:
