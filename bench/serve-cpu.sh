@@ -62,17 +62,38 @@ done
   "$BUILD/clients/mlpctl" --socket "$sock" info | grep -E '^(layers|engine|max batch)'
 } | tee "$OUTDIR/machine.txt"
 
-rm -f "$OUTDIR"/run-*.json
+# CPU time per row, which the machine's other load hardly changes: the
+# daemon's (utime + stime from /proc, clock ticks) and mlpd-bench's
+# (/usr/bin/time, when installed), over the whole run, divided by the rows
+# the daemon computed in it (warm-up included on both sides).
+tck=$(getconf CLK_TCK)
+ticks() { awk '{print $14 + $15}' "/proc/$pid/stat"; }
+rows_total() {
+  "$BUILD/clients/mlpctl" --socket "$sock" metrics |
+    awk '$1 == "mlpd_rows_total" {print $2}'
+}
+timer=()
+[ -x /usr/bin/time ] && timer=(/usr/bin/time -f '%U %S' -o "$OUTDIR/time.txt")
+rm -f "$OUTDIR"/run-*.json "$OUTDIR"/cpu-*.json
 for load in $LOADS; do
   IFS=: read -r c d r <<<"$load"
   for i in $(seq "$REPS"); do
     for t in inline shm; do
       flag=""
       [ $t = shm ] && flag=--shm
-      "$bench" --socket "$sock" --connections "$c" --depth "$d" --rows "$r" \
-        --duration "$DURATION" --warmup "$WARMUP" --dtype f32 $flag --json \
-        >"$OUTDIR/run-$c-$d-$r-$t-$i.json" ||
+      t0=$(ticks) r0=$(rows_total)
+      rm -f "$OUTDIR/time.txt"
+      "${timer[@]}" "$bench" --socket "$sock" --connections "$c" --depth "$d" \
+        --rows "$r" --duration "$DURATION" --warmup "$WARMUP" --dtype f32 \
+        $flag --json >"$OUTDIR/run-$c-$d-$r-$t-$i.json" ||
         { echo "mlpd-bench failed: $(cat "$OUTDIR/run-$c-$d-$r-$t-$i.json")"; exit 1; }
+      t1=$(ticks) r1=$(rows_total)
+      client=null
+      [ -f "$OUTDIR/time.txt" ] && client=$(awk '{print $1 + $2}' "$OUTDIR/time.txt")
+      printf '{"daemon_cpu_s": %s, "rows": %s, "client_cpu_s": %s}\n' \
+        "$(awk -v a="$t0" -v b="$t1" -v h="$tck" 'BEGIN {print (b - a) / h}')" \
+        "$(awk -v a="$r0" -v b="$r1" 'BEGIN {printf "%d", b - a}')" "$client" \
+        >"$OUTDIR/cpu-$c-$d-$r-$t-$i.json"
     done
   done
 done
@@ -90,14 +111,19 @@ summary = {"machine": machine.strip().splitlines(), "loads": []}
 print()
 print("| connections x depth x rows | transport | rows/s (median) | min..max | "
       "p50 ms | p99 ms | server queue ms | server compute ms | mean batch | "
-      "shm/inline |")
-print("|---|---|---|---|---|---|---|---|---|---|")
+      "daemon CPU us/row | client CPU us/row | shm/inline |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 for load in loads:
     c, d, r = load.split(":")
     med = {}
     for t in ("inline", "shm"):
         runs = [json.load(open(f)) for f in sorted(glob.glob(
             os.path.join(out, "run-%s-%s-%s-%s-*.json" % (c, d, r, t))))]
+        cpu = [json.load(open(f)) for f in sorted(glob.glob(
+            os.path.join(out, "cpu-%s-%s-%s-%s-*.json" % (c, d, r, t))))]
+        per_row = lambda k: (statistics.median(
+            1e6 * x[k] / x["rows"] for x in cpu if x["rows"] > 0)
+            if cpu and all(x[k] is not None for x in cpu) else None)
         bad = sum(x["errors"] + x["transport_failures"] for x in runs)
         rows = [x["rows_per_s"] for x in runs]
         m = statistics.median(rows)
@@ -109,17 +135,22 @@ for load in loads:
                "p99_ms": pick("latency_ms", "p99"),
                "queue_ms": pick("server_ms", "queue_mean"),
                "compute_ms": pick("server_ms", "compute_mean"),
-               "batch_rows": pick("batch_rows_mean"), "failed": bad}
+               "batch_rows": pick("batch_rows_mean"), "failed": bad,
+               "daemon_cpu_us_per_row": per_row("daemon_cpu_s"),
+               "client_cpu_us_per_row": per_row("client_cpu_s")}
         med[t] = row
     ratio = med["shm"]["rows_per_s_median"] / med["inline"]["rows_per_s_median"]
     for t in ("inline", "shm"):
         x = med[t]
+        us = lambda v: "%.2f" % v if v is not None else "n/a"
         print("| %s x %s x %s | %s | %.0f | %.0f..%.0f | %.3f | %.3f | %.3f | "
-              "%.3f | %.1f | %s |" % (
+              "%.3f | %.1f | %s | %s | %s |" % (
                   c, d, r, t, x["rows_per_s_median"],
                   min(x["rows_per_s_runs"]), max(x["rows_per_s_runs"]),
                   x["p50_ms"], x["p99_ms"], x["queue_ms"], x["compute_ms"],
-                  x["batch_rows"], "%.2fx" % ratio if t == "shm" else "") +
+                  x["batch_rows"], us(x["daemon_cpu_us_per_row"]),
+                  us(x["client_cpu_us_per_row"]),
+                  "%.2fx" % ratio if t == "shm" else "") +
               (" %d FAILED" % x["failed"] if x["failed"] else ""))
     summary["loads"].append({"connections": int(c), "depth": int(d),
                              "rows": int(r), "inline": med["inline"],
