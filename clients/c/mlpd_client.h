@@ -323,8 +323,9 @@ typedef struct mlpd_client_region_s mlpd_client_region_t;
  * with F_SEAL_SHRINK | F_SEAL_GROW, mapped read-write and shared here
  * (zero-filled), and sent to the daemon. On success the caller owns *out:
  * write inputs at mlpd_client_region_data(), and free it with
- * mlpd_client_region_free() (after the connection is closed or the region
- * unregistered, or the daemon keeps its own mapping until then). On failure
+ * mlpd_client_region_free() when done with it here (the daemon's own
+ * mapping lasts until the region is unregistered or the connection closes,
+ * whichever comes first, whatever this process does). On failure
  * nothing is left behind and *out is NULL. Errors: MLPD_EINVAL (no name, a
  * name over 63 bytes, size 0), -errno of memfd_create, ftruncate, fcntl or
  * mmap, the transport's errors, and the daemon's refusal (see above). */
