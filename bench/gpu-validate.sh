@@ -2,7 +2,8 @@
 # bench/gpu-validate.sh - one call on the lent GPU machine: build everything
 # (Release, -Werror), run the whole test suite (the CUDA tests run there),
 # classify the held-out digits through a daemon on the GPU, and run the
-# serving benchmark (bench/serve.sh) on mlp-4k. Logs go to $OUT.
+# serving benchmark (bench/serve.sh) on mlp-4k. Logs, and serve.json, go to
+# $OUT.
 # Run from the checkout root after `source .gpu-deps/env.sh`.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -35,6 +36,11 @@ $B/clients/mlpctl --socket $sock infer models/digits-heldout.safetensors
 kill -TERM $pid; wait $pid; echo "digits daemon exit: $?"
 grep -E "fused|plans|warm-up|ready" "$OUT/digits.log" | sed 's/^[^ ]* //' | head -6
 
-OUTDIR=/tmp/mlpd-serve timeout 240 bench/serve.sh $B >"$OUT/serve.log" 2>&1
+# Serving lines: lone request, saturation inline and through shared memory,
+# half-load open loop; serve.json has each line with the daemon's metric
+# deltas (batch sizes, compute and device-busy seconds) to set against the
+# engine's device times.
+OUTDIR=/tmp/mlpd-serve timeout 300 bench/serve.sh $B >"$OUT/serve.log" 2>&1
 echo "serve rc=$? after $(($(date +%s) - t0)) s"
+cp /tmp/mlpd-serve/serve.json "$OUT/serve.json" 2>/dev/null
 cat "$OUT/serve.log"

@@ -44,7 +44,7 @@ static void usage(FILE *f) {
       "live\n"
       "  ready             exit 0 if the daemon is ready, 1 if not (probes)\n"
       "  metrics           print the Prometheus metrics text\n"
-      "  info [--json]     describe the loaded model\n"
+      "  info [--json]     describe the loaded model and its devices\n"
       "  infer FILE        classify rows from FILE (.safetensors with "
       "'inputs'\n"
       "                    [rows, cols] and optional 'labels', or text: one "
@@ -200,10 +200,21 @@ static int cmd_info(const opts_t *o) {
     printf(", \"device\": ");
     json_str(m.device);
     printf(", \"max_batch\": %u, \"device_memory_bytes\": %llu, "
-           "\"host_memory_bytes\": %llu, \"generation\": %llu}\n",
+           "\"host_memory_bytes\": %llu, \"generation\": %llu, "
+           "\"devices\": [",
            m.max_batch, (unsigned long long)m.device_memory_bytes,
            (unsigned long long)m.host_memory_bytes,
            (unsigned long long)m.generation);
+    for (int i = 0; i < m.ndevices; i++) {
+      printf("%s{\"device\": ", i ? ", " : "");
+      json_str(m.devices[i].device);
+      printf(", \"in_rotation\": %s, \"batches\": %llu, "
+             "\"device_memory_bytes\": %llu}",
+             m.devices[i].in_rotation ? "true" : "false",
+             (unsigned long long)m.devices[i].batches,
+             (unsigned long long)m.devices[i].device_memory_bytes);
+    }
+    printf("]}\n");
     return 0;
   }
   printf("model       %s (generation %llu)\n", m.path,
@@ -221,6 +232,15 @@ static int cmd_info(const opts_t *o) {
   printf(", host ");
   print_bytes(m.host_memory_bytes);
   printf("\n");
+  /* Every engine instance: which are serving, how much each computed. */
+  printf("devices     %d\n", m.ndevices);
+  for (int i = 0; i < m.ndevices; i++) {
+    printf("  %-40s %s, %llu batches, memory ", m.devices[i].device,
+           m.devices[i].in_rotation ? "in rotation" : "OUT of rotation",
+           (unsigned long long)m.devices[i].batches);
+    print_bytes(m.devices[i].device_memory_bytes);
+    printf("\n");
+  }
   return 0;
 }
 

@@ -5,7 +5,14 @@
  *
  * Reports client-side throughput and latency percentiles, and the server's
  * own split of each request's time into queue and compute as the responses
- * carry it, plus failures by status. Inputs are random normal rows of the
+ * carry it, plus failures by status.
+ *
+ * Transport: inline bytes in every frame (the default), or, with --shm,
+ * shared memory: each connection registers one region holding a window of
+ * input rows and one of output rows for each of its `depth` request slots,
+ * fills the inputs once, and every request names its slot's windows, so
+ * only references cross the socket. The same load with and without --shm is
+ * how the transport's cost is judged (perf_analyzer's --shared-memory). Inputs are random normal rows of the
  * model's in_features (never zeros, which would make every batch compute the
  * same easy numbers).
  *
@@ -44,8 +51,10 @@ typedef struct {
   int out_dtype;
   unsigned timeout_ms;
   int json;
+  int shm;            /* inputs and outputs in a shared-memory region */
   uint64_t seed;
   int cols;           /* the model's in_features */
+  int out_cols;       /* the model's out_features */
 } cfg_t;
 
 typedef struct {
@@ -81,8 +90,16 @@ static void usage(FILE *f) {
           "  --warmup S          unmeasured warm-up first (default 1)\n"
           "  --rate R            open loop: R requests/s in total on a fixed\n"
           "                      schedule (default: closed loop)\n"
-          "  --input-dtype T     f32 (default), f16, bf16\n"
+          "  --dtype T           dtype of the rows sent: f32 (default), f16, "
+          "bf16\n"
+          "                      (--input-dtype is the same)\n"
           "  --output-dtype T    f32, f16, bf16 (default: as input)\n"
+          "  --shm               shared memory: each connection registers "
+          "one region\n"
+          "                      with depth x rows of input and output and "
+          "every\n"
+          "                      request names windows of it (default: "
+          "inline bytes)\n"
           "  --timeout-ms N      server-side deadline per request\n"
           "  --seed N            random inputs' seed (default 1)\n"
           "  --json              machine-readable report\n"
@@ -135,6 +152,7 @@ static void *run(void *arg) {
   const cfg_t *cfg = w->cfg;
   int rc = 0, depth = cfg->depth;
   mlpd_client_t *c = NULL;
+  mlpd_client_region_t *region = NULL;
   mlpd_client_result_t res;
   mlpd_client_result_init(&res);
   uint64_t *due = calloc((size_t)depth, sizeof(*due));
@@ -149,6 +167,24 @@ static void *run(void *arg) {
   if ((rc = mlpd_client_connect(cfg->socket, &c, &w->err)) != 0)
     goto done;
   mlpd_client_set_timeout(c, 60000);
+  /* Shared memory: slot s reads rows at in_b * s and writes its output at
+   * depth * in_b + out_b * s; a slot is reused only once its answer is in,
+   * so no two requests in flight share a window. */
+  size_t in_b = (size_t)cfg->rows * (size_t)cfg->cols *
+                mlpd_dtype_size((mlpd_dtype_t)cfg->in_dtype);
+  int odt = cfg->out_dtype == MLPD_CLIENT_DTYPE_SAME ? cfg->in_dtype
+                                                     : cfg->out_dtype;
+  size_t out_b = (size_t)cfg->rows * (size_t)cfg->out_cols *
+                 mlpd_dtype_size((mlpd_dtype_t)odt);
+  if (cfg->shm) {
+    size_t size = (size_t)depth * (in_b + out_b);
+    if ((rc = mlpd_client_region_create(c, "bench", size, &region,
+                                        &w->err)) != 0)
+      goto done;
+    uint8_t *base = mlpd_client_region_data(region);
+    for (int s = 0; s < depth; s++)
+      memcpy(base + (size_t)s * in_b, w->inputs[s % NINPUTS], in_b);
+  }
 
   /* Open loop: this connection's share of the rate, its schedule offset so
    * that connections do not send in lockstep. */
@@ -179,7 +215,20 @@ static void *run(void *arg) {
       req.out_dtype = cfg->out_dtype;
       req.timeout_ms = cfg->timeout_ms;
       uint64_t id = (seq++ << SLOT_BITS) | (uint64_t)slot;
-      if ((rc = mlpd_client_send_infer(c, id, &req, &w->err)) != 0)
+      if (cfg->shm) {
+        mlpd_client_window_t in = {.region = "bench",
+                                   .offset = (uint64_t)slot * in_b,
+                                   .length = in_b};
+        mlpd_client_window_t out = {
+            .region = "bench",
+            .offset = (uint64_t)depth * in_b + (uint64_t)slot * out_b,
+            .length = out_b};
+        req.data = NULL;
+        rc = mlpd_client_send_infer_shm(c, id, &req, &in, &out, &w->err);
+      } else {
+        rc = mlpd_client_send_infer(c, id, &req, &w->err);
+      }
+      if (rc != 0)
         goto done;
       if (interval_ns > 0)
         next_due += interval_ns;
@@ -240,6 +289,7 @@ done:
     w->failed = rc;
   mlpd_client_result_free(&res);
   mlpd_client_close(c);
+  mlpd_client_region_free(region);
   free(freeslots);
   free(due);
   return NULL;
@@ -314,6 +364,8 @@ int main(int argc, char **argv) {
       {"warmup", required_argument, 0, 'w'},
       {"rate", required_argument, 0, 'R'},
       {"input-dtype", required_argument, 0, 'I'},
+      {"dtype", required_argument, 0, 'I'},
+      {"shm", no_argument, 0, 'M'},
       {"output-dtype", required_argument, 0, 'O'},
       {"timeout-ms", required_argument, 0, 't'},
       {"seed", required_argument, 0, 'S'},
@@ -328,6 +380,7 @@ int main(int argc, char **argv) {
     switch (ch) {
     case 's': cfg.socket = optarg; break;
     case 'j': cfg.json = 1; break;
+    case 'M': cfg.shm = 1; break;
     case 'c':
       if (parse_num(optarg, "--connections", 1, &v) != 0 || v > 4096)
         return 2;
@@ -371,7 +424,7 @@ int main(int argc, char **argv) {
       cfg.seed = (uint64_t)v;
       break;
     case 'I':
-      if (parse_dtype(optarg, "--input-dtype", &cfg.in_dtype) != 0)
+      if (parse_dtype(optarg, "--dtype", &cfg.in_dtype) != 0)
         return 2;
       break;
     case 'O':
@@ -404,6 +457,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   cfg.cols = (int)info.in_features;
+  cfg.out_cols = (int)info.out_features;
 
   int status = 1;
   worker_t *w = calloc((size_t)cfg.connections, sizeof(*w));
@@ -495,11 +549,15 @@ int main(int argc, char **argv) {
          p99 = lat_pct(all, total, 99), p999 = lat_pct(all, total, 99.9),
          mx = total ? all[total - 1] : 0, mean = lat_mean(all, total);
   double okd = ok ? (double)ok : 1;
+  int out_dtype = cfg.out_dtype == MLPD_CLIENT_DTYPE_SAME ? cfg.in_dtype
+                                                          : cfg.out_dtype;
   if (cfg.json) {
     char js[3][400];
     printf("{\"socket\": %s, \"connections\": %d, \"depth\": %d, "
            "\"rows_per_request\": %d, \"mode\": \"%s\", \"rate\": %g, "
-           "\"input_dtype\": \"%s\", \"in_features\": %d, "
+           "\"transport\": \"%s\", \"input_dtype\": \"%s\", "
+           "\"output_dtype\": \"%s\", \"in_features\": %d, "
+           "\"out_features\": %d, "
            "\"engine\": %s, \"device\": %s, "
            "\"requests\": %zu, \"ok\": %llu, \"errors\": %llu, "
            "\"transport_failures\": %d, \"seconds\": %.6f, "
@@ -511,7 +569,9 @@ int main(int argc, char **argv) {
            json_str(js[0], sizeof(js[0]), cfg.socket), cfg.connections,
            cfg.depth, cfg.rows,
            cfg.rate > 0 ? "open" : "closed", cfg.rate,
-           mlpd_dtype_name((mlpd_dtype_t)cfg.in_dtype), cfg.cols,
+           cfg.shm ? "shm" : "inline",
+           mlpd_dtype_name((mlpd_dtype_t)cfg.in_dtype),
+           mlpd_dtype_name((mlpd_dtype_t)out_dtype), cfg.cols, cfg.out_cols,
            json_str(js[1], sizeof(js[1]), info.engine),
            json_str(js[2], sizeof(js[2]), info.device), total,
            (unsigned long long)ok,
@@ -531,9 +591,11 @@ int main(int argc, char **argv) {
     printf("target      %s: %s on %s, %d -> %u\n", cfg.socket, info.engine,
            info.device, cfg.cols, info.out_features);
     printf("load        %d connection(s) x depth %d, %d row(s)/request, "
-           "%s, ",
+           "%s -> %s %s, ",
            cfg.connections, cfg.depth, cfg.rows,
-           mlpd_dtype_name((mlpd_dtype_t)cfg.in_dtype));
+           mlpd_dtype_name((mlpd_dtype_t)cfg.in_dtype),
+           mlpd_dtype_name((mlpd_dtype_t)out_dtype),
+           cfg.shm ? "through shared memory" : "inline");
     if (cfg.rate > 0)
       printf("open loop at %g requests/s\n", cfg.rate);
     else

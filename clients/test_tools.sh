@@ -34,6 +34,10 @@ grep -q '^ready  yes' "$out/health" || fail "health"
   fail "info"
 "$mlpctl" info --json | grep -q '"in_features": 64, "out_features": 10' ||
   fail "info --json"
+"$mlpctl" info | grep -Eq '^  cpu .* in rotation, [0-9]+ batches, memory' ||
+  fail "info devices"
+"$mlpctl" info --json | grep -q '"devices": \[{"device": "cpu' ||
+  fail "info --json devices"
 
 # The README's main command.
 "$mlpctl" infer "$src/models/digits-heldout.safetensors" | tee "$out/infer"
@@ -69,6 +73,24 @@ grep -q '"ok": 300, "errors": 0, "transport_failures": 0' \
   "$out/bench.json" || fail "mlpd-bench closed loop"
 "$bench" --rate 400 --duration 1 --warmup 0.2 --depth 8 | tee "$out/bench"
 grep -q '0 failed' "$out/bench" || fail "mlpd-bench open loop"
+# Shared memory: same load, references instead of bytes; the daemon counts
+# the bytes under transport="shm" and unmaps every region afterwards.
+"$bench" --connections 2 --depth 4 --rows 3 --requests 300 --warmup 0 \
+  --shm --dtype bf16 --json >"$out/bench-shm.json"
+cat "$out/bench-shm.json"
+grep -q '"transport": "shm", "input_dtype": "BF16"' "$out/bench-shm.json" ||
+  fail "mlpd-bench --shm transport"
+grep -q '"ok": 300, "errors": 0, "transport_failures": 0' \
+  "$out/bench-shm.json" || fail "mlpd-bench --shm"
+"$mlpctl" metrics >"$out/metrics"
+grep -Eq '^mlpd_tensor_bytes_total\{transport="shm",direction="in"\} [1-9]' \
+  "$out/metrics" || fail "no shared-memory bytes counted"
+i=0 # the daemon sees the connections close asynchronously
+until "$mlpctl" metrics | grep -q '^mlpd_shm_mapped_bytes 0$'; do
+  i=$((i + 1))
+  [ $i -lt 100 ] || fail "regions still mapped after mlpd-bench --shm"
+  sleep 0.1
+done
 
 kill -TERM $pid
 wait $pid || fail "daemon exited with $? after SIGTERM"

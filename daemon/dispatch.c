@@ -363,11 +363,19 @@ static void handle_register(mlpd_dispatch_t *d, mlpd_conn_t *c,
                             const mlpd_rpc_request_t *q) {
   conn_state_t *cs = c->owner_data;
   int fd = mlpd_server_take_fd(c);
-  if (fd < 0) {
+  if (fd == -1) {
     send_error(d, c, q->id, MLPD_RPC_REGISTER_REGION,
                MLPD_STATUS_INVALID_ARGUMENT,
                "no file descriptor came with RegisterRegion; send the memfd "
                "with SCM_RIGHTS in the same sendmsg as the frame");
+    return;
+  }
+  if (fd < 0) {
+    send_error(d, c, q->id, MLPD_RPC_REGISTER_REGION,
+               MLPD_STATUS_INVALID_ARGUMENT,
+               "RegisterRegion '%s' came with %d file descriptors; send "
+               "exactly one, the memfd",
+               q->region_name, -fd);
     return;
   }
   mlpd_err_t err = {0};

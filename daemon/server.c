@@ -105,7 +105,8 @@ static void conn_closed(uv_handle_t *h) {
   s->nconns--;
   mlpd_access_release(s->cfg.access, c->peer.uid);
   for (int i = 0; i < c->nfds; i++)
-    close(c->fds[i]);
+    if (c->fds[i] >= 0)
+      close(c->fds[i]);
   while (c->whead != NULL) {
     mlpd_wbuf_t *w = c->whead;
     c->whead = w->next;
@@ -319,13 +320,22 @@ static ssize_t read_some(mlpd_conn_t *c, size_t limit) {
       continue;
     int k = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
     int *fds = (int *)(void *)CMSG_DATA(cm);
-    for (int i = 0; i < k; i++) {
-      if (c->nfds < MLPD_CONN_MAX_FDS) {
-        c->fds[c->nfds++] = fds[i];
-      } else {
+    if (k == 0)
+      continue;
+    /* The kernel never merges the descriptors of two sendmsg calls into
+     * one recvmsg, so k > 1 means one message carried several: keep one
+     * entry that says so, so the frame it came with is refused and later
+     * frames still pair with their own descriptors. */
+    int entry = k == 1 ? fds[0] : -k;
+    if (k > 1)
+      for (int i = 0; i < k; i++)
         close(fds[i]);
-        overflow = 1;
-      }
+    if (c->nfds < MLPD_CONN_MAX_FDS) {
+      c->fds[c->nfds++] = entry;
+    } else {
+      if (entry >= 0)
+        close(entry);
+      overflow = 1;
     }
   }
   if (overflow) {

@@ -9,7 +9,10 @@
  * bytes wait, in arrival order, until the owner claims them for the frame
  * (mlpd_server_take_fd); a connection may hold at most
  * MLPD_CONN_MAX_FDS unclaimed, and a message carrying more than fit is a
- * protocol error.
+ * protocol error. One sendmsg carries one frame's descriptor: a message
+ * that carried several is kept as one entry saying so (its descriptors
+ * closed), so that its frame is refused and the next frame does not
+ * claim a leftover that was never meant for it.
  *
  * Admission. Every accepted peer is checked against access.h (credentials,
  * connection caps); a refused peer gets one status frame saying which rule
@@ -83,7 +86,8 @@ struct mlpd_conn_s {
   size_t rcap;
   size_t rlen;
   size_t need;              /* bytes the frame at rbuf[0] needs, if known */
-  int fds[MLPD_CONN_MAX_FDS]; /* owned: received, not yet claimed */
+  int fds[MLPD_CONN_MAX_FDS]; /* owned: received, not yet claimed; -N
+                                for a message that carried N > 1 */
   int nfds;
   mlpd_wbuf_t *whead, *wtail; /* owned: queued writes */
   size_t unsent;            /* bytes queued, with their overhead */
@@ -149,7 +153,8 @@ void mlpd_server_free_write(uint8_t *buf);
 int mlpd_server_write(mlpd_conn_t *c, uint8_t *buf, size_t len);
 
 /* The oldest descriptor received on c and not yet claimed (the caller owns
- * it), or -1. */
+ * it), -1 when there is none, or -N (N >= 2) when the oldest message
+ * carried N descriptors at once (already closed). */
 int mlpd_server_take_fd(mlpd_conn_t *c);
 
 /* Answers `status`/`msg` (id 0) and closes the connection once written. */

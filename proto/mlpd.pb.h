@@ -82,10 +82,17 @@ typedef struct _mlpd_v1_InferResponse {
 } mlpd_v1_InferResponse;
 
 /* Maps a shared-memory region for this connection. The frame must carry
- exactly one file descriptor (SCM_RIGHTS): a memfd (memfd_create with
- MFD_ALLOW_SEALING) of at least `size` bytes, sealed against shrinking
- (F_SEAL_SHRINK), so that the daemon can never read past its end. The
- daemon maps `size` bytes read-write and closes the descriptor. */
+ exactly one file descriptor (SCM_RIGHTS), attached to the sendmsg that
+ sends the frame's first byte (the daemon pairs descriptors with
+ RegisterRegion frames in arrival order; a message with two is refused):
+ a memfd (memfd_create with MFD_ALLOW_SEALING) of at least `size` bytes,
+ sealed against shrinking (F_SEAL_SHRINK), so that the daemon can never
+ read past its end. The daemon maps `size` bytes read-write (read-only
+ when the memfd is sealed against writes: such a region holds inputs only,
+ and an output window in it is INVALID_ARGUMENT) and closes the
+ descriptor. Anything else, no descriptor, or a name already registered on
+ the connection is INVALID_ARGUMENT; over the daemon's --max-regions (per
+ connection) or --max-shm-bytes (all connections), RESOURCE_EXHAUSTED. */
 typedef struct _mlpd_v1_RegisterRegionRequest {
     char name[64]; /* 1..63 bytes, unique on this connection */
     uint64_t size; /* bytes, >= 1 */

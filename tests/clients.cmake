@@ -42,3 +42,9 @@ add_test(NAME test_client_tools
           ${PROJECT_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/client-tools)
 set_tests_properties(test_client_tools PROPERTIES
   TIMEOUT 300 ENVIRONMENT "${MLPD_TEST_ENV}")
+
+# Shared-memory regions through the library against the real daemon:
+# registration and its refusals, windows, outputs in place bit for bit,
+# limits, unregistering in use, a client gone mid-request.
+mlpd_test(test_shm LIBS mlpd_client mlpd_daemonutil TIMEOUT 300)
+add_dependencies(test_shm mlpd)

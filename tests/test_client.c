@@ -28,6 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <grp.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -176,6 +178,8 @@ static void test_blocking_infer(void **state) {
     assert_int_equal(res.rows, rows);
     assert_int_equal(res.cols, OUT);
     assert_true(res.batch_rows >= 1);
+    assert_int_equal(res.to_region, 0);
+    assert_true(res.device[0] != '\0');
     const float *y = res.data;
     double d = check_close(y, ref + (size_t)start * OUT, (size_t)rows * OUT,
                            1e-5, 1e-5, "blocking infer");
@@ -521,17 +525,13 @@ static void test_bad_input(void **state) {
   req.rows = BIG;
   req.cols = IN;
   int rc = mlpd_client_infer(c, &req, &res, &err);
-  if (rc == 0) {
-    assert_int_equal(res.status, MLPD_STATUS_RESOURCE_EXHAUSTED);
-    printf("oversize frame: status %s \"%s\"\n",
-           mlpd_status_name(res.status), res.message);
-  } else {
-    if (!(rc == -EPIPE || rc == -ECONNRESET) ||
-        strstr(err.msg, "RESOURCE_EXHAUSTED") == NULL)
-      fail_msg("oversize frame: rc %d (%s) \"%s\"", rc, mlpd_err_name(rc),
-               err.msg);
-    printf("oversize frame: %s \"%s\"\n", mlpd_err_name(rc), err.msg);
-  }
+  /* The daemon's answer (id 0: the connection's, not the request's) is the
+   * error, whether the client read it or its send failed first. */
+  if (rc != MLPD_ELIMIT || strstr(err.msg, "RESOURCE_EXHAUSTED") == NULL ||
+      strstr(err.msg, "--max-frame") == NULL)
+    fail_msg("oversize frame: rc %d (%s) \"%s\"", rc, mlpd_err_name(rc),
+             err.msg);
+  printf("oversize frame: %s \"%s\"\n", mlpd_err_name(rc), err.msg);
   mlpd_err_clear(&err);
   rc = mlpd_client_health(c, &h, &err);
   assert_true(rc < 0); /* the daemon closed that connection */
@@ -590,6 +590,13 @@ static void test_health_metrics_info(void **state) {
   assert_int_equal(m.device_memory_bytes, 0);
   assert_true(m.host_memory_bytes > 0);
   assert_int_equal(m.generation, 1);
+  /* One CPU device, in rotation, the same as `device`; its batch count
+   * grows with the work it does. */
+  assert_int_equal(m.ndevices, 1);
+  assert_string_equal(m.devices[0].device, m.device);
+  assert_true(m.devices[0].in_rotation);
+  assert_int_equal(m.devices[0].device_memory_bytes, 0);
+  uint64_t batches0 = m.devices[0].batches;
 
   /* Metrics count what this connection does. */
   char *text = NULL;
@@ -614,6 +621,8 @@ static void test_health_metrics_info(void **state) {
     assert_int_equal(mlpd_client_infer(c, &req, &res, &err), 0);
     assert_int_equal(res.status, MLPD_STATUS_OK);
   }
+  assert_int_equal(mlpd_client_model_info(c, &m, &err), 0);
+  assert_true(m.devices[0].batches >= batches0 + 5);
   req.cols = 32;
   assert_int_equal(mlpd_client_infer(c, &req, &res, &err), 0);
   assert_int_equal(res.status, MLPD_STATUS_INVALID_ARGUMENT);
@@ -689,6 +698,83 @@ static void test_overload(void **state) {
   daemon_stop(&d);
 }
 
+/* Connections the daemon refuses as a whole get one answer with id 0 and
+ * are closed; the client reports that status as its error code. */
+static void test_refused_connections(void **state) {
+  (void)state;
+  daemon_t d;
+  daemon_start(&d, "--max-connections", "1", "--allow-uid", "root",
+               "--socket-mode", "0666", NULL);
+  mlpd_err_t err = {0};
+  mlpd_client_health_t h;
+  /* The readiness probe's connection may not be closed on the daemon's
+   * side yet: until it is, a new one is refused as the second. */
+  mlpd_client_t *first = NULL;
+  for (int i = 0;; i++) {
+    first = connect_ok(d.path);
+    mlpd_err_clear(&err);
+    if (mlpd_client_health(first, &h, &err) == 0)
+      break;
+    mlpd_client_close(first);
+    if (i == 3000)
+      fail_msg("no connection admitted: %s", err.msg);
+    usleep(10000);
+  }
+  mlpd_client_t *second = connect_ok(d.path);
+  int rc = mlpd_client_health(second, &h, &err);
+  if (rc != MLPD_ELIMIT || strstr(err.msg, "RESOURCE_EXHAUSTED") == NULL)
+    fail_msg("over --max-connections: rc %d (%s) \"%s\"", rc,
+             mlpd_err_name(rc), err.msg);
+  printf("refused: %s \"%s\"\n", mlpd_err_name(rc), err.msg);
+  mlpd_err_clear(&err);
+  /* Broken from then on, with the same reason. */
+  assert_int_equal(mlpd_client_health(second, &h, &err), MLPD_ELIMIT);
+  mlpd_err_clear(&err);
+  mlpd_client_close(second);
+  mlpd_client_close(first);
+
+  /* A peer whose uid is not allowed: a child that drops to nobody. Root
+   * (the daemon's own uid here) is always allowed, so this needs root. */
+  if (geteuid() != 0) {
+    printf("refused uid: skipped (not root)\n");
+    daemon_stop(&d);
+    return;
+  }
+  assert_int_equal(chmod(d.td.dir, 0711), 0); /* nobody may reach it */
+  fflush(stdout);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    if (setgroups(0, NULL) != 0 || setgid(65534) != 0 || setuid(65534) != 0)
+      _exit(10);
+    mlpd_client_t *c = NULL;
+    if (mlpd_client_connect(d.path, &c, &err) != 0) {
+      fprintf(stderr, "child: %s\n", err.msg);
+      _exit(11);
+    }
+    mlpd_client_set_timeout(c, 30000);
+    rc = mlpd_client_health(c, &h, &err);
+    printf("refused uid: %s \"%s\"\n", mlpd_err_name(rc), err.msg);
+    fflush(stdout);
+    if (rc != MLPD_EPERM || strstr(err.msg, "PERMISSION_DENIED") == NULL)
+      _exit(12);
+    mlpd_err_clear(&err);
+    rc = mlpd_client_health(c, &h, &err);
+    mlpd_client_close(c);
+    _exit(rc == MLPD_EPERM ? 0 : 13);
+  }
+  int st = 0;
+  assert_int_equal(waitpid(pid, &st, 0), pid);
+  assert_true(WIFEXITED(st));
+  assert_int_equal(WEXITSTATUS(st), 0);
+  /* Root still gets in. */
+  first = connect_ok(d.path);
+  mlpd_err_clear(&err);
+  assert_int_equal(mlpd_client_health(first, &h, &err), 0);
+  mlpd_client_close(first);
+  daemon_stop(&d);
+}
+
 static void test_missing_daemon(void **state) {
   (void)state;
   char path[400];
@@ -727,6 +813,7 @@ int main(void) {
       cmocka_unit_test(test_bad_input),
       cmocka_unit_test(test_health_metrics_info),
       cmocka_unit_test(test_overload),
+      cmocka_unit_test(test_refused_connections),
       cmocka_unit_test(test_missing_daemon),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

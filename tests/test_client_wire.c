@@ -23,7 +23,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -58,6 +62,9 @@ struct srv_s {
   size_t data_len;
   int nreq;      /* requests decoded */
   int arg;       /* per-test parameter */
+  int rfd;       /* descriptor received (SCM_RIGHTS), or -1 */
+  int nrfds;     /* descriptors received in all */
+  size_t rfd_at; /* bytes buffered before the read that brought rfd */
 };
 
 static void write_all(int fd, const void *p, size_t n) {
@@ -114,9 +121,36 @@ static int srv_next(srv_t *s, mlpd_v1_Request *req) {
       s->rbuf = realloc(s->rbuf, s->rcap);
       SRV_CHECK(s->rbuf != NULL);
     }
-    ssize_t n = recv(s->fd, s->rbuf + s->rlen, s->rcap - s->rlen, 0);
+    /* recvmsg, to see the descriptors a client passes and where in the
+     * stream they come. */
+    struct iovec iov = {.iov_base = s->rbuf + s->rlen,
+                        .iov_len = s->rcap - s->rlen};
+    union {
+      struct cmsghdr align;
+      char b[CMSG_SPACE(sizeof(int) * 4)];
+    } ctl;
+    struct msghdr mh = {.msg_iov = &iov,
+                        .msg_iovlen = 1,
+                        .msg_control = ctl.b,
+                        .msg_controllen = sizeof(ctl.b)};
+    ssize_t n = recvmsg(s->fd, &mh, MSG_CMSG_CLOEXEC);
     if (n <= 0)
       return 0;
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm != NULL;
+         cm = CMSG_NXTHDR(&mh, cm)) {
+      if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+        continue;
+      int k = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+      for (int i = 0; i < k; i++) {
+        int fd;
+        memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+        if (s->rfd >= 0)
+          close(s->rfd);
+        s->rfd = fd;
+        s->rfd_at = s->rlen;
+        s->nrfds++;
+      }
+    }
     s->rlen += (size_t)n;
   }
 }
@@ -170,6 +204,7 @@ static void srv_send_infer(srv_t *s, uint64_t id, mlpd_v1_DType dt,
   r.kind.infer.queue_us = 7;
   r.kind.infer.compute_us = 11;
   r.kind.infer.batch_rows = (uint32_t)rows;
+  strcpy(r.kind.infer.device, "fake:0");
   srv_send(s, &r);
 }
 
@@ -201,12 +236,15 @@ static void srv_start(srv_t *s, script_fn fn, int arg) {
   assert_int_equal(listen(s->lfd, 4), 0);
   s->script = fn;
   s->arg = arg;
+  s->rfd = -1;
   assert_int_equal(pthread_create(&s->th, NULL, srv_main, s), 0);
 }
 
 static void srv_join(srv_t *s) {
   pthread_join(s->th, NULL);
   close(s->lfd);
+  if (s->rfd >= 0)
+    close(s->rfd);
   free(s->rbuf);
   free(s->data);
   tu_rmtree(s->dir);
@@ -268,6 +306,14 @@ static void script_echo(srv_t *s) {
       m->max_batch = 256;
       m->host_memory_bytes = 12345;
       m->generation = 3;
+      m->devices_count = 2;
+      strcpy(m->devices[0].device, "fake");
+      m->devices[0].in_rotation = true;
+      m->devices[0].batches = 41;
+      m->devices[0].device_memory_bytes = 1000;
+      strcpy(m->devices[1].device, "fake:1");
+      m->devices[1].in_rotation = false;
+      m->devices[1].batches = 2;
       srv_send(s, &r);
       break;
     }
@@ -326,6 +372,13 @@ static void test_calls(void **state) {
   assert_int_equal(m.max_batch, 256);
   assert_int_equal(m.host_memory_bytes, 12345);
   assert_int_equal(m.generation, 3);
+  assert_int_equal(m.ndevices, 2);
+  assert_string_equal(m.devices[0].device, "fake");
+  assert_true(m.devices[0].in_rotation);
+  assert_int_equal(m.devices[0].batches, 41);
+  assert_int_equal(m.devices[0].device_memory_bytes, 1000);
+  assert_string_equal(m.devices[1].device, "fake:1");
+  assert_false(m.devices[1].in_rotation);
 
   /* Infer: the echo returns the input bytes; check them in all dtypes and
    * the fp32 conversion on receipt. */
@@ -355,6 +408,8 @@ static void test_calls(void **state) {
       assert_int_equal(res.queue_us, 7);
       assert_int_equal(res.compute_us, 11);
       assert_int_equal(res.batch_rows, 3);
+      assert_string_equal(res.device, "fake:0");
+      assert_int_equal(res.to_region, 0);
       if (as_f32) {
         assert_int_equal(res.dtype, MLPD_DTYPE_F32);
         float back[12];
@@ -774,6 +829,214 @@ static void test_frame_limits(void **state) {
   assert_int_equal(s.nreq, 1);
 }
 
+/* Plays the daemon's side of shared memory: checks each RegisterRegion
+ * arrives with exactly one descriptor on its own first byte, that it is a
+ * sealed memfd of the size asked, maps it and writes a mark into it; checks
+ * the windows of infer requests (and that no bytes came inline), writes a
+ * fake output into the output window and answers without data; answers
+ * unregister, and a second one of the same name INVALID_ARGUMENT, and a
+ * registration named "full" RESOURCE_EXHAUSTED. */
+static void script_regions(srv_t *s) {
+  mlpd_v1_Request req;
+  uint8_t *map = NULL;
+  size_t map_size = 0;
+  int unregistered = 0;
+  while (srv_next(s, &req)) {
+    mlpd_v1_Response r = mlpd_v1_Response_init_zero;
+    r.id = req.id;
+    if (req.which_kind == mlpd_v1_Request_register_region_tag) {
+      const mlpd_v1_RegisterRegionRequest *rr = &req.kind.register_region;
+      if (strcmp(rr->name, "full") == 0) {
+        r.status = mlpd_v1_Status_RESOURCE_EXHAUSTED;
+        strcpy(r.message, "region 'full': over --max-shm-bytes");
+        srv_send(s, &r);
+        continue;
+      }
+      /* One descriptor, which came with this frame's first byte. */
+      SRV_CHECK(s->nrfds == 1 && s->rfd >= 0 && s->rfd_at == 0);
+      struct stat st;
+      SRV_CHECK(fstat(s->rfd, &st) == 0 && (uint64_t)st.st_size == rr->size);
+      int seals = fcntl(s->rfd, F_GET_SEALS);
+      SRV_CHECK(seals >= 0 && (seals & F_SEAL_SHRINK) && (seals & F_SEAL_GROW));
+      map_size = (size_t)rr->size;
+      map = mmap(NULL, map_size, PROT_READ | PROT_WRITE, MAP_SHARED, s->rfd,
+                 0);
+      SRV_CHECK(map != MAP_FAILED);
+      close(s->rfd);
+      s->rfd = -1;
+      memcpy(map + map_size - 4, "mark", 4);
+      r.which_kind = mlpd_v1_Response_register_region_tag;
+      r.kind.register_region.size = rr->size;
+      srv_send(s, &r);
+    } else if (req.which_kind == mlpd_v1_Request_unregister_region_tag) {
+      SRV_CHECK(strcmp(req.kind.unregister_region.name, "r1") == 0);
+      if (unregistered++) {
+        r.status = mlpd_v1_Status_INVALID_ARGUMENT;
+        strcpy(r.message, "no region 'r1' is registered on this connection");
+      } else {
+        r.which_kind = mlpd_v1_Response_unregister_region_tag;
+      }
+      srv_send(s, &r);
+    } else if (req.which_kind == mlpd_v1_Request_infer_tag) {
+      const mlpd_v1_InferRequest *ir = &req.kind.infer;
+      const mlpd_v1_Tensor *t = &ir->input;
+      SRV_CHECK(t->shape_count == 2 && t->shape[1] == 4);
+      uint64_t esz = t->dtype == mlpd_v1_DType_DTYPE_F32 ? 4 : 2;
+      if (t->has_region) {
+        /* The window, and no inline bytes besides. */
+        SRV_CHECK(strcmp(t->region.region, "r1") == 0);
+        SRV_CHECK(t->region.offset == 8);
+        SRV_CHECK(t->region.length == (uint64_t)t->shape[0] * 4 * esz);
+        SRV_CHECK(s->data == NULL);
+      } else {
+        SRV_CHECK(s->data != NULL);
+      }
+      free(s->data);
+      s->data = NULL;
+      r.which_kind = mlpd_v1_Response_infer_tag;
+      r.kind.infer.has_output = true;
+      r.kind.infer.output.dtype = mlpd_v1_DType_DTYPE_BF16;
+      r.kind.infer.output.shape_count = 2;
+      r.kind.infer.output.shape[0] = t->shape[0];
+      r.kind.infer.output.shape[1] = 3;
+      SRV_CHECK(ir->has_output_region);
+      SRV_CHECK(strcmp(ir->output_region.region, "r1") == 0);
+      SRV_CHECK(ir->output_region.length == 2 * 3 * 2);
+      SRV_CHECK(ir->output_region.offset + 12 <= map_size);
+      memcpy(map + ir->output_region.offset, "output-bytes", 12);
+      strcpy(r.kind.infer.device, "fake:0");
+      srv_send(s, &r);
+    } else {
+      SRV_CHECK(!"a request of a known kind");
+    }
+  }
+  if (map != NULL)
+    munmap(map, map_size);
+}
+
+static void test_regions_on_the_wire(void **state) {
+  (void)state;
+  srv_t s;
+  srv_start(&s, script_regions, 0);
+  mlpd_client_t *c = connect_ok(&s);
+  mlpd_err_t err = {0};
+  mlpd_client_region_t *reg = NULL;
+  assert_int_equal(mlpd_client_region_create(c, "r1", 4096, &reg, &err), 0);
+  uint8_t *base = mlpd_client_region_data(reg);
+  /* The fake's mark arrived through the shared mapping. */
+  assert_memory_equal(base + 4092, "mark", 4);
+
+  float x[2][4] = {{1, 2, 3, 4}, {5, 6, 7, 8}};
+  memcpy(base + 8, x, sizeof(x));
+  mlpd_client_infer_t req;
+  mlpd_client_infer_init(&req);
+  req.rows = 2;
+  req.cols = 4;
+  req.out_dtype = MLPD_DTYPE_BF16;
+  mlpd_client_window_t in = {.region = "r1", .offset = 8}; /* length 0 */
+  mlpd_client_window_t out = {.region = "r1", .offset = 1000,
+                              .length = 12};
+  mlpd_client_result_t res;
+  mlpd_client_result_init(&res);
+  res.as_f32 = 1; /* does not apply to an output in a region */
+  assert_int_equal(mlpd_client_infer_shm(c, &req, &in, &out, &res, &err), 0);
+  assert_int_equal(res.status, MLPD_STATUS_OK);
+  assert_true(res.to_region);
+  assert_null(res.data);
+  assert_int_equal(res.nbytes, 0);
+  assert_int_equal(res.rows, 2);
+  assert_int_equal(res.cols, 3);
+  assert_int_equal(res.dtype, MLPD_DTYPE_BF16);
+  assert_int_equal(res.wire_dtype, MLPD_DTYPE_BF16);
+  assert_string_equal(res.device, "fake:0");
+  assert_memory_equal(base + 1000, "output-bytes", 12);
+  /* Inline input, output in the region; and pipelined. */
+  req.data = x;
+  assert_int_equal(mlpd_client_infer_shm(c, &req, NULL, &out, &res, &err),
+                   0);
+  assert_true(res.to_region);
+  req.data = NULL;
+  assert_int_equal(
+      mlpd_client_send_infer_shm(c, 5, &req, &in, &out, &err), 0);
+  assert_int_equal(mlpd_client_recv(c, &res, &err), 0);
+  assert_int_equal(res.id, 5);
+  assert_true(res.to_region);
+  /* A window's region name must fit the protocol; nothing is sent. */
+  mlpd_client_window_t bad = in;
+  char longname[80];
+  memset(longname, 'n', sizeof(longname) - 1);
+  longname[sizeof(longname) - 1] = '\0';
+  bad.region = longname;
+  assert_int_equal(mlpd_client_infer_shm(c, &req, &bad, &out, &res, &err),
+                   MLPD_EINVAL);
+  mlpd_err_clear(&err);
+
+  /* Refusals of registration are errors with the daemon's words. */
+  mlpd_client_region_t *full = NULL;
+  int rc = mlpd_client_region_create(c, "full", 100, &full, &err);
+  assert_int_equal(rc, MLPD_ELIMIT);
+  assert_non_null(strstr(err.msg, "--max-shm-bytes"));
+  assert_null(full);
+  mlpd_err_clear(&err);
+  assert_int_equal(mlpd_client_unregister_region(c, "r1", &err), 0);
+  rc = mlpd_client_unregister_region(c, "r1", &err);
+  assert_int_equal(rc, MLPD_EINVAL);
+  assert_non_null(strstr(err.msg, "no region 'r1'"));
+  mlpd_err_clear(&err);
+  /* Registration is a blocking call: not while pipelined requests are in
+   * flight. */
+  assert_int_equal(mlpd_client_send_infer_shm(c, 6, &req, &in, &out, &err),
+                   0);
+  rc = mlpd_client_region_create(c, "r2", 100, &full, &err);
+  assert_int_equal(rc, MLPD_EINVAL);
+  assert_non_null(strstr(err.msg, "in flight"));
+  mlpd_err_clear(&err);
+  assert_int_equal(mlpd_client_recv(c, &res, &err), 0);
+  mlpd_client_result_free(&res);
+  mlpd_client_close(c);
+  mlpd_client_region_free(reg);
+  srv_join(&s);
+}
+
+/* Refuses the connection the way the daemon does: one answer with id 0 and
+ * a status, then it hangs up (after the client's first request arrived,
+ * or at once with arg != 0). */
+static void script_refuse(srv_t *s) {
+  mlpd_v1_Request req;
+  if (s->arg == 0)
+    SRV_CHECK(srv_next(s, &req));
+  mlpd_v1_Response r = mlpd_v1_Response_init_zero;
+  r.status = mlpd_v1_Status_PERMISSION_DENIED;
+  strcpy(r.message, "uid 65534 may not use this daemon (--allow-uid)");
+  srv_send(s, &r);
+  shutdown(s->fd, SHUT_WR);
+  while (srv_next(s, &req)) {
+  }
+}
+
+static void test_refused(void **state) {
+  (void)state;
+  for (int at_once = 0; at_once < 2; at_once++) {
+    srv_t s;
+    srv_start(&s, script_refuse, at_once);
+    mlpd_client_t *c = connect_ok(&s);
+    if (at_once)
+      usleep(50000); /* let the refusal arrive before the request goes */
+    mlpd_err_t err = {0};
+    mlpd_client_health_t h;
+    int rc = mlpd_client_health(c, &h, &err);
+    if (rc != MLPD_EPERM || strstr(err.msg, "PERMISSION_DENIED") == NULL ||
+        strstr(err.msg, "--allow-uid") == NULL)
+      fail_msg("rc %d (%s) \"%s\"", rc, mlpd_err_name(rc), err.msg);
+    mlpd_err_clear(&err);
+    /* Broken for good, with the same reason. */
+    assert_int_equal(mlpd_client_health(c, &h, &err), MLPD_EPERM);
+    assert_non_null(strstr(err.msg, "unusable"));
+    mlpd_client_close(c);
+    srv_join(&s);
+  }
+}
+
 static void test_connect_errors(void **state) {
   (void)state;
   char dir[256], path[320];
@@ -818,6 +1081,8 @@ int main(void) {
       cmocka_unit_test(test_no_send_deadlock),
       cmocka_unit_test(test_frame_limits),
       cmocka_unit_test(test_connect_errors),
+      cmocka_unit_test(test_regions_on_the_wire),
+      cmocka_unit_test(test_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,6 +7,12 @@
  * of a response go from the frame into the result in one copy, plus one
  * conversion when the caller asked for fp32.
  *
+ * Shared memory. A region is a sealed memfd sent once with SCM_RIGHTS in the
+ * same sendmsg as the first bytes of its RegisterRegion frame (the daemon
+ * pairs descriptors with frames in arrival order); requests then carry
+ * RegionRef windows instead of bytes, and an answer whose output went to a
+ * region carries a tensor with dtype and shape and no data field.
+ *
  * Ids. The daemon only echoes them. Pipelined requests carry the caller's
  * ids; blocking calls use ids with the top bit set, so that the late answer
  * to a blocking call that timed out can be recognised and dropped instead of
@@ -19,6 +25,7 @@
 #include "mlpd.pb.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pb_decode.h>
 #include <pb_encode.h>
@@ -26,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -49,6 +57,18 @@ _Static_assert(sizeof(((mlpd_client_result_t *)0)->message) ==
 _Static_assert(MLPD_CLIENT_MAX_LAYERS ==
                    MLPD_ARRAY_SIZE(((mlpd_v1_ModelInfoResponse *)0)->layers),
                "layers");
+_Static_assert(MLPD_CLIENT_MAX_DEVICES ==
+                   MLPD_ARRAY_SIZE(((mlpd_v1_ModelInfoResponse *)0)->devices),
+               "devices");
+_Static_assert(sizeof(((mlpd_client_device_t *)0)->device) ==
+                   sizeof(((mlpd_v1_DeviceInfo *)0)->device), "device");
+_Static_assert(sizeof(((mlpd_client_result_t *)0)->device) ==
+                   sizeof(((mlpd_v1_InferResponse *)0)->device), "device");
+/* Region names as the protocol bounds them (max_size 64, NUL included). */
+#define REGION_NAME_MAX (sizeof(((mlpd_v1_RegionRef *)0)->region) - 1)
+_Static_assert(sizeof(((mlpd_v1_RegionRef *)0)->region) ==
+                   sizeof(((mlpd_v1_RegisterRegionRequest *)0)->name),
+               "region names");
 
 #define BLOCKING_ID_BIT ((uint64_t)1 << 63)
 #define RBUF_INITIAL ((size_t)64 << 10)
@@ -513,11 +533,26 @@ static int encode_frame(mlpd_client_t *c, const mlpd_v1_Request *msg,
   return 0;
 }
 
+/* The error code for a status the daemon gave the whole connection (id 0)
+ * before closing it. */
+static int refusal_code(int status) {
+  switch (status) {
+  case mlpd_v1_Status_PERMISSION_DENIED: return MLPD_EPERM;
+  case mlpd_v1_Status_RESOURCE_EXHAUSTED: return MLPD_ELIMIT;
+  case mlpd_v1_Status_DEADLINE_EXCEEDED: return MLPD_ETIMEDOUT;
+  case mlpd_v1_Status_UNAVAILABLE: return MLPD_EBUSY;
+  case mlpd_v1_Status_INVALID_ARGUMENT: return MLPD_EINVAL;
+  default: return MLPD_EPROTO;
+  }
+}
+
 /* After the daemon hung up on a request being sent: its reason, when it
  * sent one first (RESOURCE_EXHAUSTED for a frame over its --max-frame),
  * formatted into buf; "" otherwise. Reads what is left on the socket. */
-static void last_word(mlpd_client_t *c, char *buf, size_t cap) {
+static void last_word(mlpd_client_t *c, char *buf, size_t cap,
+                      int *refusal) {
   buf[0] = '\0';
+  *refusal = -1;
   for (;;) {
     if (rbuf_room(c, 4096, c->max_recv + MLPD_FRAME_HEADER_MAX +
                                RBUF_INITIAL) != 0)
@@ -541,9 +576,12 @@ static void last_word(mlpd_client_t *c, char *buf, size_t cap) {
     pb_istream_t is = pb_istream_from_buffer(RBUF(c) + pos + hlen,
                                              (size_t)blen);
     if (pb_decode(&is, mlpd_v1_Response_fields, &r) &&
-        r.status != mlpd_v1_Status_OK)
+        r.status != mlpd_v1_Status_OK) {
       snprintf(buf, cap, "; it answered %s: %s",
                mlpd_status_name((int)r.status), r.message);
+      if (r.id == 0)
+        *refusal = (int)r.status;
+    }
     pos += hlen + (size_t)blen;
   }
 }
@@ -551,21 +589,51 @@ static void last_word(mlpd_client_t *c, char *buf, size_t cap) {
 static int closed_while_sending(mlpd_client_t *c, int code, size_t off,
                                 size_t len, mlpd_err_t *err) {
   char why[320];
-  last_word(c, why, sizeof(why));
+  int refusal;
+  last_word(c, why, sizeof(why), &refusal);
+  /* The daemon said why it hung up (a refused peer, a limit): that is the
+   * error, as when its answer is read in full. */
+  if (refusal >= 0)
+    code = refusal_code(refusal);
   return breakf(c, err, code,
                 "daemon at %s closed the connection while a request was "
                 "being sent (%zu of %zu bytes sent)%s",
                 c->path, off, len, why);
 }
 
-/* Writes sbuf[0..len). While the socket is full it reads what the daemon
- * sends, so neither side waits for the other forever. */
-static int send_frame(mlpd_client_t *c, size_t len, uint64_t deadline,
-                      mlpd_err_t *err) {
+/* The first bytes of a frame, with `pass_fd` attached (SCM_RIGHTS): the
+ * descriptor travels with the frame's first byte, which is how the daemon
+ * pairs it with the frame. */
+static ssize_t send_with_fd(int sock, const void *p, size_t n, int pass_fd) {
+  struct iovec iov = {.iov_base = (void *)p, .iov_len = n};
+  union {
+    struct cmsghdr align;
+    char buf[CMSG_SPACE(sizeof(int))];
+  } ctl;
+  memset(&ctl, 0, sizeof(ctl));
+  struct msghdr mh = {.msg_iov = &iov,
+                      .msg_iovlen = 1,
+                      .msg_control = ctl.buf,
+                      .msg_controllen = sizeof(ctl.buf)};
+  struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+  cm->cmsg_level = SOL_SOCKET;
+  cm->cmsg_type = SCM_RIGHTS;
+  cm->cmsg_len = CMSG_LEN(sizeof(int));
+  memcpy(CMSG_DATA(cm), &pass_fd, sizeof(int));
+  return sendmsg(sock, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+/* Writes sbuf[0..len), with `pass_fd` (when >= 0) attached to its first
+ * bytes. While the socket is full it reads what the daemon sends, so
+ * neither side waits for the other forever. */
+static int send_frame(mlpd_client_t *c, size_t len, int pass_fd,
+                      uint64_t deadline, mlpd_err_t *err) {
   size_t off = 0;
   while (off < len) {
-    ssize_t n = send(c->fd, SBUF(c) + off, len - off,
-                     MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t n = off == 0 && pass_fd >= 0
+                    ? send_with_fd(c->fd, SBUF(c), len, pass_fd)
+                    : send(c->fd, SBUF(c) + off, len - off,
+                           MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n > 0) {
       off += (size_t)n;
       continue;
@@ -576,6 +644,9 @@ static int send_frame(mlpd_client_t *c, size_t len, uint64_t deadline,
       int e = errno;
       if (e == EPIPE || e == ECONNRESET)
         return closed_while_sending(c, -e, off, len, err);
+      if (off == 0 && pass_fd >= 0 && (e == EBADF || e == EINVAL))
+        return mlpd_errf(err, -e, "cannot pass descriptor %d to %s: %s",
+                         pass_fd, c->path, strerror(e));
       return breakf(c, err, -e, "write to %s: %s", c->path, strerror(e));
     }
     /* Full: wait for room, taking in responses meanwhile (up to one
@@ -613,7 +684,9 @@ static int send_frame(mlpd_client_t *c, size_t len, uint64_t deadline,
   return 0;
 }
 
-static int check_infer(const mlpd_client_infer_t *req, mlpd_err_t *err) {
+/* `inline_data`: the bytes come from req->data (not from a region). */
+static int check_infer(const mlpd_client_infer_t *req, int inline_data,
+                       mlpd_err_t *err) {
   if (req->dtype != MLPD_DTYPE_F32 && req->dtype != MLPD_DTYPE_F16 &&
       req->dtype != MLPD_DTYPE_BF16)
     return mlpd_errf(err, MLPD_EDTYPE, "input dtype %d is not F32, F16 or "
@@ -630,15 +703,37 @@ static int check_infer(const mlpd_client_infer_t *req, mlpd_err_t *err) {
       (uint64_t)req->rows > SIZE_MAX / 4 / (uint64_t)req->cols)
     return mlpd_errf(err, MLPD_EFRAME2BIG, "shape [%lld, %lld] is too large",
                      (long long)req->rows, (long long)req->cols);
-  if (req->data == NULL && req->rows * req->cols != 0)
+  if (inline_data && req->data == NULL && req->rows * req->cols != 0)
     return mlpd_errf(err, MLPD_EINVAL, "input data is NULL");
   return 0;
 }
 
-static int send_infer(mlpd_client_t *c, uint64_t id,
-                      const mlpd_client_infer_t *req, uint64_t deadline,
+/* Copies a window into a RegionRef; `input` windows of length 0 get the
+ * input's size. */
+static int set_window(mlpd_v1_RegionRef *w, const mlpd_client_window_t *win,
+                      const mlpd_client_infer_t *req, int input,
                       mlpd_err_t *err) {
-  int rc = check_infer(req, err);
+  const char *what = input ? "input" : "output";
+  if (win->region == NULL || win->region[0] == '\0' ||
+      strlen(win->region) > REGION_NAME_MAX)
+    return mlpd_errf(err, MLPD_EINVAL,
+                     "%s window: region name must be 1..%zu bytes", what,
+                     REGION_NAME_MAX);
+  memcpy(w->region, win->region, strlen(win->region) + 1);
+  w->offset = win->offset;
+  w->length = win->length;
+  if (input && w->length == 0)
+    w->length = (uint64_t)req->rows * (uint64_t)req->cols *
+                mlpd_dtype_size(req->dtype);
+  return 0;
+}
+
+static int send_infer(mlpd_client_t *c, uint64_t id,
+                      const mlpd_client_infer_t *req,
+                      const mlpd_client_window_t *in,
+                      const mlpd_client_window_t *out, uint64_t deadline,
+                      mlpd_err_t *err) {
+  int rc = check_infer(req, in == NULL, err);
   if (rc != 0)
     return rc;
   mlpd_v1_Request msg = mlpd_v1_Request_init_zero;
@@ -650,14 +745,25 @@ static int send_infer(mlpd_client_t *c, uint64_t id,
   ir->input.shape_count = 2;
   ir->input.shape[0] = req->rows;
   ir->input.shape[1] = req->cols;
-  ir->input.data.funcs.encode = encode_bytes;
-  ir->input.data.arg = (void *)req;
+  if (in != NULL) {
+    ir->input.has_region = true;
+    if ((rc = set_window(&ir->input.region, in, req, 1, err)) != 0)
+      return rc;
+  } else {
+    ir->input.data.funcs.encode = encode_bytes;
+    ir->input.data.arg = (void *)req;
+  }
+  if (out != NULL) {
+    ir->has_output_region = true;
+    if ((rc = set_window(&ir->output_region, out, req, 0, err)) != 0)
+      return rc;
+  }
   ir->timeout_ms = req->timeout_ms;
   ir->output_dtype = dtype_to_wire(req->out_dtype);
   size_t len;
   if ((rc = encode_frame(c, &msg, &len, err)) != 0)
     return rc;
-  if ((rc = send_frame(c, len, deadline, err)) != 0)
+  if ((rc = send_frame(c, len, -1, deadline, err)) != 0)
     return rc;
   c->inflight++;
   return 0;
@@ -697,11 +803,15 @@ static int fill_result(mlpd_client_t *c, const mlpd_v1_Response *r,
   res->nbytes = 0;
   res->queue_us = res->compute_us = 0;
   res->batch_rows = 0;
+  res->to_region = 0;
+  res->device[0] = '\0';
   res->dtype = res->wire_dtype = MLPD_DTYPE_F32;
   if (r->which_kind == mlpd_v1_Response_infer_tag) {
     res->queue_us = r->kind.infer.queue_us;
     res->compute_us = r->kind.infer.compute_us;
     res->batch_rows = r->kind.infer.batch_rows;
+    memcpy(res->device, r->kind.infer.device, sizeof(res->device));
+    res->device[sizeof(res->device) - 1] = '\0';
   }
   if (r->status != mlpd_v1_Status_OK)
     return 0;
@@ -721,6 +831,15 @@ static int fill_result(mlpd_client_t *c, const mlpd_v1_Response *r,
   uint64_t rows = (uint64_t)t->shape[0], cols = (uint64_t)t->shape[1];
   size_t esz = mlpd_dtype_size((mlpd_dtype_t)dt);
   size_t have = d->have_data ? d->data_len : 0;
+  if (!d->have_data && rows * cols != 0) {
+    /* No data field for a non-empty output: the daemon wrote it to the
+     * request's output region (inline outputs are never empty). */
+    res->rows = (int64_t)rows;
+    res->cols = (int64_t)cols;
+    res->wire_dtype = res->dtype = (mlpd_dtype_t)dt;
+    res->to_region = 1;
+    return 0;
+  }
   if ((cols != 0 && rows > SIZE_MAX / esz / cols) ||
       rows * cols * esz != have)
     return mlpd_errf(err, MLPD_EPROTO,
@@ -761,20 +880,28 @@ static int no_pipelined(const mlpd_client_t *c, const char *what,
 }
 
 /* Sends a blocking call's request and takes its response into *r. */
-static int roundtrip(mlpd_client_t *c, mlpd_v1_Request *msg,
-                     const mlpd_client_infer_t *infer, mlpd_v1_Response *r,
-                     dec_t *d, mlpd_err_t *err) {
+/* What a blocking call sends: an infer request (with its windows, if any)
+ * or a ready message (with a descriptor to pass, or -1). */
+typedef struct {
+  const mlpd_client_infer_t *infer;
+  const mlpd_client_window_t *in, *out;
+  mlpd_v1_Request *msg;
+  int pass_fd;
+} call_t;
+
+static int roundtrip(mlpd_client_t *c, const call_t *call,
+                     mlpd_v1_Response *r, dec_t *d, mlpd_err_t *err) {
   uint64_t deadline = deadline_for(c->timeout_ms);
   uint64_t id = c->next_id++ | BLOCKING_ID_BIT;
   int rc;
-  if (infer != NULL) {
-    rc = send_infer(c, id, infer, deadline, err);
+  if (call->infer != NULL) {
+    rc = send_infer(c, id, call->infer, call->in, call->out, deadline, err);
   } else {
     size_t len;
-    msg->id = id;
-    rc = encode_frame(c, msg, &len, err);
+    call->msg->id = id;
+    rc = encode_frame(c, call->msg, &len, err);
     if (rc == 0)
-      rc = send_frame(c, len, deadline, err);
+      rc = send_frame(c, len, call->pass_fd, deadline, err);
     if (rc == 0)
       c->inflight++;
   }
@@ -788,6 +915,13 @@ static int roundtrip(mlpd_client_t *c, mlpd_v1_Request *msg,
   }
   if (rc != 0)
     return rc;
+  if (r->id == 0 && r->status != mlpd_v1_Status_OK)
+    /* Not this call's answer but the connection's: the daemon refused it
+     * (peer not allowed, a limit, a timeout) and closes it. */
+    return breakf(c, err, refusal_code((int)r->status),
+                  "daemon at %s refused the connection: %s: %s", c->path,
+                  mlpd_status_name((int)r->status),
+                  r->message[0] ? r->message : "(no message)");
   if (r->id != id)
     return breakf(c, err, MLPD_EPROTO,
                   "daemon answered id %llu to request id %llu",
@@ -797,28 +931,12 @@ static int roundtrip(mlpd_client_t *c, mlpd_v1_Request *msg,
 
 int mlpd_client_infer(mlpd_client_t *c, const mlpd_client_infer_t *req,
                       mlpd_client_result_t *res, mlpd_err_t *err) {
-  int rc;
-  if ((rc = check_usable(c, err)) != 0 ||
-      (rc = no_pipelined(c, "infer", err)) != 0)
-    return rc;
-  mlpd_v1_Response r;
-  dec_t d = {.res = res};
-  if ((rc = roundtrip(c, NULL, req, &r, &d, err)) != 0)
-    return rc;
-  return fill_result(c, &r, &d, res, err);
+  return mlpd_client_infer_shm(c, req, NULL, NULL, res, err);
 }
 
 int mlpd_client_send_infer(mlpd_client_t *c, uint64_t id,
                            const mlpd_client_infer_t *req, mlpd_err_t *err) {
-  int rc;
-  if ((rc = check_usable(c, err)) != 0)
-    return rc;
-  if (id & BLOCKING_ID_BIT)
-    return mlpd_errf(err, MLPD_EINVAL,
-                     "id %llu: ids of 2^63 and above are reserved for the "
-                     "client's blocking calls",
-                     (unsigned long long)id);
-  return send_infer(c, id, req, deadline_for(c->timeout_ms), err);
+  return mlpd_client_send_infer_shm(c, id, req, NULL, NULL, err);
 }
 
 int mlpd_client_recv(mlpd_client_t *c, mlpd_client_result_t *res,
@@ -862,14 +980,17 @@ int mlpd_client_wait(mlpd_client_t *c, int timeout_ms, mlpd_err_t *err) {
 
 /* ---- health, metrics, model info ---- */
 
-/* A non-OK answer to a call that has nothing else to say. */
+/* A non-OK answer to a call that has nothing else to say. `exhausted` is
+ * the code RESOURCE_EXHAUSTED means for this call (a frame too large, or a
+ * configured limit). */
 static int status_error(const mlpd_v1_Response *r, const char *what,
-                        mlpd_err_t *err) {
+                        int exhausted, mlpd_err_t *err) {
   int code;
   switch (r->status) {
   case mlpd_v1_Status_INVALID_ARGUMENT: code = MLPD_EINVAL; break;
   case mlpd_v1_Status_DEADLINE_EXCEEDED: code = MLPD_ETIMEDOUT; break;
-  case mlpd_v1_Status_RESOURCE_EXHAUSTED: code = MLPD_EFRAME2BIG; break;
+  case mlpd_v1_Status_PERMISSION_DENIED: code = MLPD_EPERM; break;
+  case mlpd_v1_Status_RESOURCE_EXHAUSTED: code = exhausted; break;
   case mlpd_v1_Status_UNIMPLEMENTED: code = MLPD_ENOTBUILT; break;
   case mlpd_v1_Status_UNAVAILABLE: code = MLPD_EBUSY; break;
   case mlpd_v1_Status_INTERNAL: code = MLPD_EINTERNAL; break;
@@ -888,10 +1009,11 @@ static int simple_call(mlpd_client_t *c, pb_size_t kind, const char *what,
     return rc;
   mlpd_v1_Request msg = mlpd_v1_Request_init_zero;
   msg.which_kind = kind;
-  if ((rc = roundtrip(c, &msg, NULL, r, d, err)) != 0)
+  call_t call = {.msg = &msg, .pass_fd = -1};
+  if ((rc = roundtrip(c, &call, r, d, err)) != 0)
     return rc;
   if (r->status != mlpd_v1_Status_OK)
-    return status_error(r, what, err);
+    return status_error(r, what, MLPD_EFRAME2BIG, err);
   pb_size_t want = kind == mlpd_v1_Request_health_tag
                        ? mlpd_v1_Response_health_tag
                    : kind == mlpd_v1_Request_metrics_tag
@@ -968,5 +1090,200 @@ int mlpd_client_model_info(mlpd_client_t *c, mlpd_client_model_info_t *info,
   info->device_memory_bytes = m->device_memory_bytes;
   info->host_memory_bytes = m->host_memory_bytes;
   info->generation = m->generation;
+  info->ndevices = (int)m->devices_count;
+  for (pb_size_t i = 0; i < m->devices_count; i++) {
+    mlpd_client_device_t *dv = &info->devices[i];
+    snprintf(dv->device, sizeof(dv->device), "%s", m->devices[i].device);
+    dv->in_rotation = m->devices[i].in_rotation;
+    dv->batches = m->devices[i].batches;
+    dv->device_memory_bytes = m->devices[i].device_memory_bytes;
+  }
   return 0;
+}
+
+/* ---- shared-memory regions ---- */
+
+struct mlpd_client_region_s {
+  int fd;          /* owned: the memfd */
+  void *base;      /* owned: the mapping, `size` bytes */
+  size_t size;
+  char name[REGION_NAME_MAX + 1];
+};
+
+static int check_region_name(const char *name, mlpd_err_t *err) {
+  if (name == NULL || name[0] == '\0' || strlen(name) > REGION_NAME_MAX)
+    return mlpd_errf(err, MLPD_EINVAL,
+                     "region name must be 1..%zu bytes (A-Z a-z 0-9 . _ - "
+                     ": /)",
+                     REGION_NAME_MAX);
+  return 0;
+}
+
+/* RegisterRegion (with pass_fd) or UnregisterRegion as a blocking call. */
+static int region_call(mlpd_client_t *c, const char *name, int pass_fd,
+                       uint64_t size, mlpd_err_t *err) {
+  const char *what = pass_fd >= 0 ? "register region" : "unregister region";
+  int rc;
+  if ((rc = check_usable(c, err)) != 0 ||
+      (rc = no_pipelined(c, what, err)) != 0 ||
+      (rc = check_region_name(name, err)) != 0)
+    return rc;
+  mlpd_v1_Request msg = mlpd_v1_Request_init_zero;
+  pb_size_t want;
+  if (pass_fd >= 0) {
+    msg.which_kind = mlpd_v1_Request_register_region_tag;
+    memcpy(msg.kind.register_region.name, name, strlen(name) + 1);
+    msg.kind.register_region.size = size;
+    want = mlpd_v1_Response_register_region_tag;
+  } else {
+    msg.which_kind = mlpd_v1_Request_unregister_region_tag;
+    memcpy(msg.kind.unregister_region.name, name, strlen(name) + 1);
+    want = mlpd_v1_Response_unregister_region_tag;
+  }
+  mlpd_v1_Response r;
+  dec_t d = {0};
+  call_t call = {.msg = &msg, .pass_fd = pass_fd};
+  if ((rc = roundtrip(c, &call, &r, &d, err)) != 0)
+    return rc;
+  if (r.status != mlpd_v1_Status_OK) {
+    char w[96];
+    snprintf(w, sizeof(w), "%s '%s'", what, name);
+    return status_error(&r, w, MLPD_ELIMIT, err);
+  }
+  if (r.which_kind != want)
+    return mlpd_errf(err, MLPD_EPROTO,
+                     "%s: the daemon's answer is of another kind (%u)", what,
+                     (unsigned)r.which_kind);
+  return 0;
+}
+
+int mlpd_client_register_region(mlpd_client_t *c, const char *name, int fd,
+                                uint64_t size, mlpd_err_t *err) {
+  if (fd < 0)
+    return mlpd_errf(err, MLPD_EINVAL,
+                     "register region '%s': no descriptor (fd %d)",
+                     name ? name : "", fd);
+  if (size == 0)
+    return mlpd_errf(err, MLPD_EINVAL,
+                     "register region '%s': size must be >= 1 byte",
+                     name ? name : "");
+  return region_call(c, name, fd, size, err);
+}
+
+int mlpd_client_unregister_region(mlpd_client_t *c, const char *name,
+                                  mlpd_err_t *err) {
+  return region_call(c, name, -1, 0, err);
+}
+
+int mlpd_client_region_create(mlpd_client_t *c, const char *name,
+                              size_t size, mlpd_client_region_t **out,
+                              mlpd_err_t *err) {
+  int rc;
+  *out = NULL;
+  if ((rc = check_region_name(name, err)) != 0)
+    return rc;
+  if (size == 0)
+    return mlpd_errf(err, MLPD_EINVAL, "region '%s': size must be >= 1 byte",
+                     name);
+  mlpd_client_region_t *r = calloc(1, sizeof(*r));
+  if (r == NULL)
+    return mlpd_errf(err, -ENOMEM, "out of memory");
+  r->base = MAP_FAILED;
+  memcpy(r->name, name, strlen(name) + 1);
+  r->size = size;
+  /* The name shows in /proc/PID/fd and in the daemon's; it need not be
+   * unique. */
+  char label[96];
+  snprintf(label, sizeof(label), "mlpd-region:%s", name);
+  r->fd = memfd_create(label, MFD_ALLOW_SEALING | MFD_CLOEXEC);
+  if (r->fd < 0) {
+    rc = mlpd_errf(err, -errno, "region '%s': memfd_create: %s", name,
+                   strerror(errno));
+    goto err_free;
+  }
+  if (ftruncate(r->fd, (off_t)size) != 0) {
+    rc = mlpd_errf(err, -errno, "region '%s': ftruncate to %zu bytes: %s",
+                   name, size, strerror(errno));
+    goto err_close;
+  }
+  /* The daemon requires F_SEAL_SHRINK (a shrinking file would SIGBUS its
+   * mapping); F_SEAL_GROW keeps the size what both sides think it is.
+   * Writes stay allowed: outputs come back through this memory. */
+  if (fcntl(r->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) {
+    rc = mlpd_errf(err, -errno, "region '%s': sealing the memfd: %s", name,
+                   strerror(errno));
+    goto err_close;
+  }
+  r->base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, 0);
+  if (r->base == MAP_FAILED) {
+    rc = mlpd_errf(err, -errno, "region '%s': mmap of %zu bytes: %s", name,
+                   size, strerror(errno));
+    goto err_close;
+  }
+  if ((rc = region_call(c, name, r->fd, size, err)) != 0)
+    goto err_unmap;
+  *out = r;
+  return 0;
+
+err_unmap:
+  munmap(r->base, size);
+err_close:
+  close(r->fd);
+err_free:
+  free(r);
+  return rc;
+}
+
+void mlpd_client_region_free(mlpd_client_region_t *r) {
+  if (r == NULL)
+    return;
+  munmap(r->base, r->size);
+  close(r->fd);
+  free(r);
+}
+
+void *mlpd_client_region_data(const mlpd_client_region_t *r) {
+  return r->base;
+}
+
+size_t mlpd_client_region_size(const mlpd_client_region_t *r) {
+  return r->size;
+}
+
+int mlpd_client_region_fd(const mlpd_client_region_t *r) { return r->fd; }
+
+const char *mlpd_client_region_name(const mlpd_client_region_t *r) {
+  return r->name;
+}
+
+int mlpd_client_infer_shm(mlpd_client_t *c, const mlpd_client_infer_t *req,
+                          const mlpd_client_window_t *in,
+                          const mlpd_client_window_t *out,
+                          mlpd_client_result_t *res, mlpd_err_t *err) {
+  int rc;
+  if ((rc = check_usable(c, err)) != 0 ||
+      (rc = no_pipelined(c, "infer", err)) != 0)
+    return rc;
+  mlpd_v1_Response r;
+  dec_t d = {.res = res};
+  call_t call = {.infer = req, .in = in, .out = out, .pass_fd = -1};
+  if ((rc = roundtrip(c, &call, &r, &d, err)) != 0)
+    return rc;
+  return fill_result(c, &r, &d, res, err);
+}
+
+int mlpd_client_send_infer_shm(mlpd_client_t *c, uint64_t id,
+                               const mlpd_client_infer_t *req,
+                               const mlpd_client_window_t *in,
+                               const mlpd_client_window_t *out,
+                               mlpd_err_t *err) {
+  int rc;
+  if ((rc = check_usable(c, err)) != 0)
+    return rc;
+  if (id & BLOCKING_ID_BIT)
+    return mlpd_errf(err, MLPD_EINVAL,
+                     "id %llu: ids of 2^63 and above are reserved for the "
+                     "client's blocking calls",
+                     (unsigned long long)id);
+  return send_infer(c, id, req, in, out, deadline_for(c->timeout_ms), err);
 }

@@ -5,6 +5,11 @@
         print(c.health())
         r = c.infer(rows)              # rows: numpy [n, in_features] or lists
         print(r.output, r.queue_us, r.compute_us)
+        with c.register_region("io", 1 << 20) as reg:   # shared memory
+            x = reg.array("f32", (n, in_features))
+            y = reg.array("f32", (n, out_features), offset=x.nbytes)
+            x[:] = rows
+            c.infer(x, out=y)          # only references cross the socket
 
 Pure Python over the daemon's Unix socket with protobuf (proto/mlpd.proto,
 generated as mlpd_pb2); numpy is optional. See client.py for the error
@@ -12,9 +17,10 @@ model: TransportError when no answer came, a StatusError subclass per
 non-OK status from blocking calls, statuses as result fields from recv().
 """
 from .client import (BF16, DEFAULT_MAX_FRAME, DEFAULT_SOCKET, F16, F32,
-                     Cancelled, Client, DeadlineExceeded, FrameTooLarge,
-                     Health, InferResult, Internal, InvalidArgument,
-                     LayerInfo, MlpdError, ModelInfo, ResourceExhausted,
+                     Cancelled, Client, DeadlineExceeded, DeviceInfo,
+                     FrameTooLarge, Health, InferResult, Internal,
+                     InvalidArgument, LayerInfo, MlpdError, ModelInfo,
+                     PermissionDenied, Region, ResourceExhausted,
                      StatusError, TransportError, Unavailable, Unimplemented,
                      status_name)
 from . import mlpd_pb2
@@ -23,8 +29,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BF16", "DEFAULT_MAX_FRAME", "DEFAULT_SOCKET", "F16", "F32", "Cancelled",
-    "Client", "DeadlineExceeded", "FrameTooLarge", "Health", "InferResult",
-    "Internal", "InvalidArgument", "LayerInfo", "MlpdError", "ModelInfo",
-    "ResourceExhausted", "StatusError", "TransportError", "Unavailable",
-    "Unimplemented", "mlpd_pb2", "status_name",
+    "Client", "DeadlineExceeded", "DeviceInfo", "FrameTooLarge", "Health",
+    "InferResult", "Internal", "InvalidArgument", "LayerInfo", "MlpdError",
+    "ModelInfo", "PermissionDenied", "Region", "ResourceExhausted",
+    "StatusError", "TransportError", "Unavailable", "Unimplemented",
+    "mlpd_pb2", "status_name",
 ]

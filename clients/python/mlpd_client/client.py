@@ -14,16 +14,29 @@ Errors:
   * FrameTooLarge: a request over the client's frame limit; nothing was
     sent and the client stays usable.
   * StatusError and one subclass per status (InvalidArgument, Unavailable,
-    DeadlineExceeded, ResourceExhausted, Unimplemented, Internal,
-    Cancelled): the daemon answered with a non-OK status. Blocking calls
-    (infer, health, metrics, model_info) raise them. Pipelined recv() does
-    not raise for a status: it returns an InferResult whose .status and
-    .message say what happened (.raise_for_status() raises the same
-    exception infer() would), so one refused request does not hide the
-    answers behind it.
+    DeadlineExceeded, ResourceExhausted, PermissionDenied, Unimplemented,
+    Internal, Cancelled): the daemon answered with a non-OK status.
+    Blocking calls (infer, health, metrics, model_info, register_region,
+    unregister_region) raise them. Pipelined recv() does not raise for a
+    status: it returns an InferResult whose .status and .message say what
+    happened (.raise_for_status() raises the same exception infer() would),
+    so one refused request does not hide the answers behind it.
+  * A connection the daemon refuses as a whole (peer not allowed,
+    connection limits, a frame over its --max-frame, idle timeout) gets one
+    answer with id 0 and is closed: the call that meets it raises that
+    status's class (PermissionDenied, ResourceExhausted, ...) and the client
+    is unusable from then on.
+
+Shared memory: register_region() creates a sealed memfd, maps it here and
+passes it to the daemon once; numpy arrays backed by it (Region.array) are
+then sent as references to their bytes instead of the bytes, and an out=
+array in a region receives the output in place. See Region.
 """
 
+import array as _array
 import errno as _errno
+import fcntl
+import mmap
 import os
 import select
 import socket
@@ -109,6 +122,12 @@ class ResourceExhausted(StatusError):
     status = pb.RESOURCE_EXHAUSTED
 
 
+class PermissionDenied(StatusError):
+    """The daemon does not let this peer connect (its --allow-uid /
+    --allow-gid lists)."""
+    status = pb.PERMISSION_DENIED
+
+
 class Unimplemented(StatusError):
     status = pb.UNIMPLEMENTED
 
@@ -125,7 +144,7 @@ class Unavailable(StatusError):
 
 _STATUS_CLASSES = {c.status: c for c in (
     Cancelled, InvalidArgument, DeadlineExceeded, ResourceExhausted,
-    Unimplemented, Internal, Unavailable)}
+    PermissionDenied, Unimplemented, Internal, Unavailable)}
 
 
 def status_name(code):
@@ -165,7 +184,9 @@ def _f32_bits_to_bf16(bits):
 
 def _encode_rows(rows, dtype):
     """(bytes, nrows, ncols, wire dtype) for a numpy array or a list of
-    rows. dtype None: float16 arrays go as F16, anything else as F32."""
+    rows. dtype None: float16 arrays go as F16, anything else as F32. A
+    uint16 array with dtype BF16 holds bf16 bit patterns and goes as it
+    is."""
     if _np is not None and isinstance(rows, _np.ndarray):
         a = rows
         if a.ndim == 1:
@@ -176,7 +197,11 @@ def _encode_rows(rows, dtype):
         if dtype is None:
             dtype = F16 if a.dtype == _np.float16 else F32
         wire = _wire_dtype(dtype)
-        if wire == pb.DTYPE_F32:
+        if wire == pb.DTYPE_BF16 and a.dtype == _np.uint16:
+            # bf16 bit patterns already (numpy has no bfloat16; region
+            # arrays of bf16 are uint16 too): sent as they are.
+            data = _np.ascontiguousarray(a, dtype="<u2").tobytes()
+        elif wire == pb.DTYPE_F32:
             data = _np.ascontiguousarray(a, dtype="<f4").tobytes()
         elif wire == pb.DTYPE_F16:
             data = _np.ascontiguousarray(a, dtype="<f2").tobytes()
@@ -239,17 +264,23 @@ class InferResult:
 
     status/status_name/message: the daemon's verdict (status 0 = OK);
     ok: status == OK; id: the request's id; dtype: 'f32'/'f16'/'bf16' as
-    sent by the daemon; shape: (rows, cols); raw: the output bytes as sent;
-    output: the output as a float32 numpy array [rows, cols] (a list of
-    lists of floats when numpy is not installed), None unless ok;
-    queue_us/compute_us: server-side time in the queue and in the engine;
-    batch_rows: rows in the batch that computed it.
+    sent by the daemon; shape: (rows, cols); raw: the output bytes as sent
+    (None when the output went to a region); output: the output as a
+    float32 numpy array [rows, cols] (a list of lists of floats when numpy
+    is not installed), None unless ok; queue_us/compute_us: server-side
+    time in the queue and in the engine; batch_rows: rows in the batch that
+    computed it; device: the device that computed it.
+
+    With out= (an array in a region): to_region is True, out is that
+    array, already holding the output, and output is out itself for f32
+    (float32 arrays), else a float32 copy of it.
     """
 
     __slots__ = ("id", "status", "message", "dtype", "shape", "raw",
-                 "queue_us", "compute_us", "batch_rows", "_output")
+                 "queue_us", "compute_us", "batch_rows", "device",
+                 "to_region", "out", "_output")
 
-    def __init__(self, resp):
+    def __init__(self, resp, out=None):
         self.id = resp.id
         self.status = resp.status
         self.message = resp.message
@@ -257,9 +288,12 @@ class InferResult:
         self.queue_us = ir.queue_us
         self.compute_us = ir.compute_us
         self.batch_rows = ir.batch_rows
+        self.device = ir.device
         self.dtype = None
         self.shape = None
         self.raw = None
+        self.to_region = False
+        self.out = out
         self._output = None
         if resp.status != pb.OK:
             return
@@ -272,6 +306,13 @@ class InferResult:
             raise TransportError("response %d: output is not a 2-D "
                                  "F32/F16/BF16 tensor" % resp.id)
         rows, cols = t.shape
+        if not t.data and rows * cols > 0:
+            # No bytes for a non-empty output: it went to the request's
+            # output region (inline outputs are never empty).
+            self.dtype = _WIRE_NAME[t.dtype]
+            self.shape = (rows, cols)
+            self.to_region = True
+            return
         need = rows * cols * _ELEM_SIZE[t.dtype]
         if len(t.data) != need:
             raise TransportError("response %d: output [%d, %d] needs %d "
@@ -291,6 +332,20 @@ class InferResult:
 
     @property
     def output(self):
+        if self._output is not None:
+            return self._output
+        if self.to_region:
+            if self.out is None:
+                return None
+            a = self.out if self.out.shape == self.shape else \
+                self.out.reshape(self.shape)
+            if self.dtype == F32:
+                self._output = a
+            elif self.dtype == F16:
+                self._output = a.astype(_np.float32)
+            else:
+                self._output = (a.astype(_np.uint32) << 16).view(_np.float32)
+            return self._output
         if self.raw is None:
             return None
         if self._output is None:
@@ -333,11 +388,29 @@ class LayerInfo:
             self.in_features, self.out_features, self.activation)
 
 
+class DeviceInfo:
+    """One device the daemon computes on: device (its name),
+    in_rotation (False once it failed and was taken out), batches computed
+    there, device_memory_bytes."""
+    __slots__ = ("device", "in_rotation", "batches", "device_memory_bytes")
+
+    def __init__(self, m):
+        self.device = m.device
+        self.in_rotation = m.in_rotation
+        self.batches = m.batches
+        self.device_memory_bytes = m.device_memory_bytes
+
+    def __repr__(self):
+        return "DeviceInfo(%r, in_rotation=%s, batches=%d)" % (
+            self.device, self.in_rotation, self.batches)
+
+
 class ModelInfo:
     """What the daemon serves: path, layers (LayerInfo list), in_features,
     out_features, file_dtype/compute_dtype ('f32'/'f16'/'bf16' or None),
     engine ('cpu'/'cuda'), device, max_batch, device_memory_bytes,
-    host_memory_bytes, generation (1 at start, +1 per reload)."""
+    host_memory_bytes, generation (1 at start, +1 per reload), devices
+    (DeviceInfo list, every device; device is the first)."""
 
     def __init__(self, m):
         self.path = m.path
@@ -352,6 +425,7 @@ class ModelInfo:
         self.device_memory_bytes = m.device_memory_bytes
         self.host_memory_bytes = m.host_memory_bytes
         self.generation = m.generation
+        self.devices = [DeviceInfo(d) for d in m.devices]
 
     def __repr__(self):
         return "ModelInfo(%r, %s, %s on %s)" % (
@@ -359,6 +433,125 @@ class ModelInfo:
                 [str(self.in_features)] +
                 ["%d" % l.out_features for l in self.layers]),
             self.engine, self.device)
+
+
+# ---- shared memory ----
+
+_F_SEAL_FUTURE_WRITE = getattr(fcntl, "F_SEAL_FUTURE_WRITE", 0x0010)
+# numpy dtypes of region arrays, by wire dtype; bf16 has no numpy type, so
+# its arrays hold the raw 16-bit patterns as uint16.
+_REGION_NP = {pb.DTYPE_F32: "<f4", pb.DTYPE_F16: "<f2", pb.DTYPE_BF16: "<u2"}
+
+
+def _need_numpy(what):
+    if _np is None:
+        raise MlpdError("%s needs numpy" % what)
+    return _np
+
+
+class Region:
+    """A shared-memory region registered on one Client (register_region).
+
+    A sealed memfd mapped read-write in this process (read-only when it was
+    sealed against writes: then it can only hold inputs). array() returns
+    numpy arrays backed by the mapping: fill one with input rows and pass it
+    (or a row slice of it) to Client.infer/send, and only a reference to
+    its bytes goes over the socket; pass an array in a region as out= and
+    the daemon writes the output there.
+
+    The rules of the daemon: a window (an array's bytes) must lie inside the
+    region; do not write an input array, or read an out= array, while a
+    request using it is in flight (the daemon reads inputs until it answers
+    and writes outputs before it does).
+
+    name, size, fd (the memfd, owned by the region), writable, buffer (a
+    memoryview of the whole mapping). Use it as a context manager, or call
+    close(): that unregisters it (when its client can still say so) and
+    unmaps it once no array views it any more.
+    """
+
+    def __init__(self, client, name, fd, size):
+        self.name = name
+        self.size = size
+        self.fd = fd
+        self._client = client
+        seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+        self.writable = not seals & (fcntl.F_SEAL_WRITE | _F_SEAL_FUTURE_WRITE)
+        prot = mmap.PROT_READ | (mmap.PROT_WRITE if self.writable else 0)
+        try:
+            self._mm = mmap.mmap(fd, size, mmap.MAP_SHARED, prot)
+        except PermissionError:  # a descriptor opened read-only
+            self.writable = False
+            self._mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
+        self._addr = None
+
+    @property
+    def buffer(self):
+        """The whole mapping as a memoryview (no numpy needed)."""
+        return memoryview(self._mm)
+
+    def _address(self):
+        if self._addr is None:
+            np = _need_numpy("locating region arrays")
+            self._addr = np.frombuffer(self._mm, dtype=np.uint8,
+                                       count=1).__array_interface__["data"][0]
+        return self._addr
+
+    def array(self, dtype, shape, offset=0):
+        """A numpy array of dtype ('f32', 'f16', 'bf16' or their aliases;
+        bf16 arrays are uint16 holding the bit patterns) and shape (an int
+        or a tuple), viewing the region's bytes from offset."""
+        np = _need_numpy("Region.array")
+        if self._mm is None:
+            raise MlpdError("region %r is closed" % self.name)
+        dt = np.dtype(_REGION_NP[_wire_dtype(dtype)])
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        count = 1
+        for n in shape:
+            count *= n
+        if offset < 0 or count < 0 or offset + count * dt.itemsize > self.size:
+            raise ValueError("%d elements of %s from offset %d do not fit "
+                             "region %r of %d bytes"
+                             % (count, dtype, offset, self.name, self.size))
+        return np.frombuffer(self._mm, dtype=dt, count=count,
+                             offset=offset).reshape(shape)
+
+    def unregister(self):
+        """Unregisters it on its client (the daemon unmaps its side once the
+        requests using it are answered); the mapping here stays."""
+        if self._client is None:
+            raise MlpdError("region %r is not registered" % self.name)
+        self._client.unregister_region(self.name)
+
+    def close(self):
+        c = self._client
+        if c is not None:
+            if c._sock is not None and c._broken is None and not c.inflight:
+                try:
+                    c.unregister_region(self.name)
+                except MlpdError:
+                    pass
+            self._client = None
+            c._regions.pop(self.name, None)
+        if self._mm is not None:
+            try:
+                self._mm.close()
+            except BufferError:
+                pass  # arrays still view it: it goes with the last of them
+            self._mm = None
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return "Region(%r, %d bytes%s)" % (
+            self.name, self.size, "" if self.writable else ", read-only")
 
 
 def _varint(n):
@@ -394,6 +587,8 @@ class Client:
         self._abandoned = 0
         self._next_id = 1
         self._broken = None
+        self._regions = {}  # name -> Region registered on this connection
+        self._outs = {}     # pipelined id -> its out= array
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self._sock.settimeout(timeout)
@@ -414,9 +609,14 @@ class Client:
         self._poll.register(self._sock.fileno())
 
     def close(self):
+        """Closes the connection; the daemon unmaps its regions. Region
+        objects stay mapped here until closed."""
         if self._sock is not None:
             self._sock.close()
             self._sock = None
+        for r in self._regions.values():
+            r._client = None
+        self._regions.clear()
 
     def __enter__(self):
         return self
@@ -508,7 +708,10 @@ class Client:
             raise self._break("response length prefix is not a valid varint")
         return None
 
-    def _send(self, msg, deadline):
+    def _send(self, msg, deadline, fd=None):
+        """Writes msg as a frame; fd (if any) is passed with its first
+        bytes (SCM_RIGHTS), which is how the daemon pairs it with the
+        frame."""
         body = msg.SerializeToString()
         if len(body) > self.max_frame:
             raise FrameTooLarge(
@@ -520,7 +723,12 @@ class Client:
         off = 0
         while off < len(data):
             try:
-                off += self._sock.send(data[off:])
+                if fd is not None and off == 0:
+                    off += self._sock.sendmsg(
+                        [data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                                  _array.array("i", [fd]))])
+                else:
+                    off += self._sock.send(data[off:])
                 continue
             except (BlockingIOError, InterruptedError):
                 pass
@@ -546,15 +754,24 @@ class Client:
                                                     _errno.EPIPE)
 
     def _closed_while_sending(self, off, total, errno):
-        return self._break(
+        why, refusal = self._last_word()
+        e = self._break(
             "daemon at %s closed the connection while a request was being "
             "sent (%d of %d bytes sent)%s"
-            % (self.path, off, total, self._last_word()), errno)
+            % (self.path, off, total, why), errno)
+        if refusal is not None:
+            # It said why it hung up (a refused peer, a limit): that is the
+            # error, as when its answer is read in full.
+            return _status_error(refusal.status, "daemon at %s refused the "
+                                 "connection: %s" % (self.path,
+                                                     refusal.message))
+        return e
 
     def _last_word(self):
         """After the daemon hung up on a request being sent: its reason, if
         it sent one first (RESOURCE_EXHAUSTED for a frame over its
-        --max-frame)."""
+        --max-frame): (text, the Response when it was the connection's
+        refusal, id 0, else None)."""
         while True:
             try:
                 data = self._sock.recv(1 << 20)
@@ -568,15 +785,16 @@ class Client:
         except TransportError:
             f = None
         if f is None:
-            return ""
+            return "", None
         r = pb.Response()
         try:
             r.ParseFromString(bytes(self._buf[f[0]:f[0] + f[1]]))
         except Exception:  # the daemon's last words are best effort
-            return ""
+            return "", None
         if r.status == pb.OK:
-            return ""
-        return "; it answered %s: %s" % (status_name(r.status), r.message)
+            return "", None
+        return ("; it answered %s: %s" % (status_name(r.status), r.message),
+                r if r.id == 0 else None)
 
     def _next(self, deadline, expect=None):
         """The next response off the stream (late answers to abandoned
@@ -607,7 +825,7 @@ class Client:
                 continue
             return r
 
-    def _roundtrip(self, msg):
+    def _roundtrip(self, msg, fd=None):
         self._check()
         if self.inflight:
             raise MlpdError("%d pipelined request(s) still in flight; "
@@ -615,7 +833,7 @@ class Client:
         deadline = self._deadline()
         msg.id = _BLOCKING_BIT | self._next_id
         self._next_id += 1
-        self._send(msg, deadline)
+        self._send(msg, deadline, fd)
         self._inflight += 1
         try:
             r = self._next(deadline, expect=msg.id)
@@ -623,6 +841,13 @@ class Client:
             if e.timed_out:  # its answer may still come: drop it then
                 self._abandoned += 1
             raise
+        if r.id == 0 and r.status != pb.OK:
+            # Not this call's answer but the connection's: the daemon
+            # refused it (peer not allowed, a limit, a timeout) and closes.
+            text = "daemon at %s refused the connection: %s" % (self.path,
+                                                                r.message)
+            self._break("%s: %s" % (status_name(r.status), text))
+            raise _status_error(r.status, text)
         if r.id != msg.id:
             raise self._break("daemon answered id %d to request id %d"
                               % (r.id, msg.id))
@@ -656,18 +881,147 @@ class Client:
     def model_info(self):
         return ModelInfo(self._simple("model_info"))
 
-    def _infer_request(self, rows, dtype, output_dtype, timeout_ms):
-        data, nrows, ncols, wire = _encode_rows(rows, dtype)
+    def register_region(self, name, size, fd=None):
+        """Creates a shared-memory region of size bytes and registers it on
+        this connection as name (1..63 characters of A-Z a-z 0-9 . _ - : /,
+        unique on the connection); returns its Region.
+
+        The region is a memfd (MFD_ALLOW_SEALING), sealed against shrinking
+        and growing, mapped here and passed once to the daemon with
+        SCM_RIGHTS. With fd, the caller's own memfd is registered instead
+        (it must be sealed with F_SEAL_SHRINK and hold at least size bytes;
+        the Region works on a duplicate, the caller keeps fd). Raises
+        InvalidArgument (a refused descriptor, a duplicate name, ...),
+        ResourceExhausted (the daemon's --max-regions or --max-shm-bytes),
+        or another StatusError / TransportError.
+        """
+        if not isinstance(name, str) or not 1 <= len(name.encode()) <= 63:
+            raise ValueError("region name must be 1..63 bytes")
+        if size < 1:
+            raise ValueError("region size must be >= 1 byte")
+        if fd is None:
+            fd = os.memfd_create("mlpd-region:" + name,
+                                 os.MFD_ALLOW_SEALING | os.MFD_CLOEXEC)
+            try:
+                os.ftruncate(fd, size)
+                # The daemon requires F_SEAL_SHRINK (a shrinking file
+                # would SIGBUS its mapping); F_SEAL_GROW keeps the size
+                # what both sides think it is. Writes stay allowed.
+                fcntl.fcntl(fd, fcntl.F_ADD_SEALS,
+                            fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
+            except OSError:
+                os.close(fd)
+                raise
+        else:
+            fd = os.dup(fd)
+        try:
+            req = pb.Request()
+            req.register_region.name = name
+            req.register_region.size = size
+            r = self._roundtrip(req, fd=fd)
+            if r.status != pb.OK:
+                raise _status_error(r.status, r.message, r.id)
+            try:
+                region = Region(self, name, fd, size)
+            except OSError:
+                self.unregister_region(name)
+                raise
+        except BaseException:
+            os.close(fd)
+            raise
+        self._regions[name] = region
+        return region
+
+    def unregister_region(self, name):
+        """Unregisters name on this connection: the name is free at once,
+        and the daemon unmaps the region once the requests using it are
+        answered. Raises InvalidArgument for a name not registered."""
+        req = pb.Request()
+        req.unregister_region.name = name
+        r = self._roundtrip(req)
+        if r.status != pb.OK:
+            raise _status_error(r.status, r.message, r.id)
+        region = self._regions.pop(name, None)
+        if region is not None:
+            region._client = None
+
+    def _in_region(self, a):
+        """(region, offset) when numpy array a lies in a region registered
+        on this connection, else None."""
+        if _np is None or not self._regions or \
+                not isinstance(a, _np.ndarray):
+            return None
+        ptr = a.__array_interface__["data"][0]
+        for region in self._regions.values():
+            base = region._address()
+            if base <= ptr < base + region.size:
+                if ptr + a.nbytes > base + region.size:
+                    raise ValueError("array runs past the end of region %r"
+                                     % region.name)
+                return region, ptr - base
+        return None
+
+    def _infer_request(self, rows, dtype, output_dtype, timeout_ms,
+                       out=None):
         req = pb.Request()
         ir = req.infer
-        ir.input.dtype = wire
-        ir.input.shape.extend([nrows, ncols])
-        ir.input.data = data
+        where = self._in_region(rows)
+        if where is not None and rows.flags.c_contiguous:
+            # Sent as a reference to its bytes, which are sent as they are.
+            a = rows if rows.ndim == 2 else rows.reshape(1, -1)
+            have = {_np.dtype("<f4"): pb.DTYPE_F32,
+                    _np.dtype("<f2"): pb.DTYPE_F16,
+                    _np.dtype("<u2"): pb.DTYPE_BF16}.get(a.dtype)
+            if have is None or a.ndim != 2:
+                raise ValueError("a region array must be 2-D float32, "
+                                 "float16 or uint16 (bf16), not %s %s"
+                                 % (a.dtype, a.shape))
+            if have == pb.DTYPE_BF16 and _wire_dtype(dtype) != pb.DTYPE_BF16:
+                raise ValueError("a uint16 region array holds bf16: pass "
+                                 "dtype='bf16'")
+            if dtype is not None and _wire_dtype(dtype) != have:
+                raise ValueError("a region array is sent as it is: it holds "
+                                 "%s, not %s" % (_WIRE_NAME[have], dtype))
+            ir.input.dtype = have
+            ir.input.shape.extend(a.shape)
+            ir.input.region.region = where[0].name
+            ir.input.region.offset = where[1]
+            ir.input.region.length = a.nbytes
+            nrows = a.shape[0]
+        else:
+            data, nrows, ncols, wire = _encode_rows(rows, dtype)
+            ir.input.dtype = wire
+            ir.input.shape.extend([nrows, ncols])
+            ir.input.data = data
         ir.timeout_ms = int(timeout_ms or 0)
         ir.output_dtype = _wire_dtype(output_dtype)
+        if out is not None:
+            where = self._in_region(out)
+            if where is None or not out.flags.c_contiguous:
+                raise ValueError("out= must be a contiguous array in a "
+                                 "region registered on this client")
+            odt = {_np.dtype("<f4"): pb.DTYPE_F32,
+                   _np.dtype("<f2"): pb.DTYPE_F16,
+                   _np.dtype("<u2"): pb.DTYPE_BF16}.get(out.dtype)
+            if odt is None:
+                raise ValueError("out= must be float32, float16 or uint16 "
+                                 "(bf16), not %s" % out.dtype)
+            if output_dtype is not None and _wire_dtype(output_dtype) != odt:
+                raise ValueError("out= holds %s, not output_dtype %s"
+                                 % (_WIRE_NAME[odt], output_dtype))
+            if out.ndim not in (1, 2) or (out.ndim == 2 and
+                                          out.shape[0] != nrows) or \
+                    (out.ndim == 1 and nrows != 1):
+                raise ValueError("out= has shape %s; it needs [%d, "
+                                 "out_features]" % (out.shape, nrows))
+            ir.output_dtype = odt
+            ir.output_region.region = where[0].name
+            ir.output_region.offset = where[1]
+            ir.output_region.length = out.nbytes
         return req
 
-    def infer(self, rows, dtype=None, output_dtype=None, timeout_ms=0):
+    def infer(self, rows, dtype=None, output_dtype=None, timeout_ms=0,
+              out=None):
         """Runs the model on rows and waits for the answer.
 
         rows: a 2-D numpy array (or 1-D for one row) or a list of rows.
@@ -677,22 +1031,33 @@ class Client:
         0 = none. Returns an InferResult; raises a StatusError subclass
         when the daemon refuses (InvalidArgument, Unavailable, ...), and
         TransportError when no answer came.
+
+        Shared memory: rows that are a contiguous array in a region
+        registered on this client (Region.array, or a row slice of one)
+        are sent as a reference, in their own dtype (uint16 arrays as bf16:
+        say dtype='bf16'). out: an array in such a region, [rows,
+        out_features] of float32, float16 or uint16 (bf16), that receives
+        the output in place (its dtype is the output dtype); the result's
+        to_region is then True and its output views out.
         """
         r = self._roundtrip(self._infer_request(rows, dtype, output_dtype,
-                                                timeout_ms))
-        return InferResult(r).raise_for_status()
+                                                timeout_ms, out))
+        return InferResult(r, out).raise_for_status()
 
-    def send(self, rows, id, dtype=None, output_dtype=None, timeout_ms=0):
+    def send(self, rows, id, dtype=None, output_dtype=None, timeout_ms=0,
+             out=None):
         """Pipelining: sends an infer request tagged with id (an integer
         below 2**63, unique among requests in flight) without waiting.
-        Collect answers with recv()."""
+        Collect answers with recv(). rows and out as for infer()."""
         self._check()
         if not 0 <= id < _BLOCKING_BIT:
             raise ValueError("id must be in [0, 2**63)")
-        req = self._infer_request(rows, dtype, output_dtype, timeout_ms)
+        req = self._infer_request(rows, dtype, output_dtype, timeout_ms, out)
         req.id = id
         self._send(req, self._deadline())
         self._inflight += 1
+        if out is not None:
+            self._outs[id] = out
 
     def recv(self):
         """The next answer to a pipelined request, in arrival order (any
@@ -702,4 +1067,5 @@ class Client:
         self._check()
         if self.inflight == 0:
             raise MlpdError("recv(): no request in flight")
-        return InferResult(self._next(self._deadline()))
+        r = self._next(self._deadline())
+        return InferResult(r, self._outs.pop(r.id, None))

@@ -5,6 +5,7 @@ The daemon binary is $MLPD_BIN (ctest passes the one it built), else
 build/daemon/mlpd under the repository root; the tests are skipped when
 neither exists.
 """
+import contextlib
 import os
 import signal
 import subprocess
@@ -75,17 +76,19 @@ def heldout():
     return t["inputs"], t["labels"].astype(int)
 
 
-@pytest.fixture(scope="session")
-def daemon(tmp_path_factory):
-    """Path of the socket of a ready `mlpd serve` on the digits model."""
+@contextlib.contextmanager
+def running_daemon(directory, *args):
+    """A ready `mlpd serve` on the digits model (CPU engine) with extra
+    flags, its socket in directory; yields the socket path, and on exit
+    stops it with SIGTERM and checks it exits 0."""
     binary = daemon_binary()
     if binary is None:
         pytest.skip("no mlpd binary: set MLPD_BIN")
-    sock = str(tmp_path_factory.mktemp("mlpd") / "mlpd.sock")
-    log = open(str(Path(sock).parent / "mlpd.log"), "w+")
+    sock = str(Path(directory) / "mlpd.sock")
+    log = open(str(Path(directory) / "mlpd.log"), "w+")
     proc = subprocess.Popen(
         [binary, "serve", "--model", str(MODEL), "--socket", sock,
-         "--device", "cpu", "--max-delay-us", "200"],
+         "--device", "cpu", "--max-delay-us", "200"] + list(args),
         stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 60  # ASan builds start slowly
@@ -113,6 +116,13 @@ def daemon(tmp_path_factory):
             rc = proc.wait()
         log.close()
     assert rc == 0, "mlpd serve exited with %d after SIGTERM" % rc
+
+
+@pytest.fixture(scope="session")
+def daemon(tmp_path_factory):
+    """Path of the socket of a ready `mlpd serve` on the digits model."""
+    with running_daemon(tmp_path_factory.mktemp("mlpd")) as sock:
+        yield sock
 
 
 @pytest.fixture

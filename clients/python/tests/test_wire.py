@@ -1,6 +1,7 @@
 """mlpd_client against a scripted fake daemon (a thread on a temporary
 socket): the error handling a well-behaved daemon never exercises. No
 daemon binary is needed."""
+import os
 import socket
 import threading
 import time
@@ -152,3 +153,86 @@ def test_misbehaving_daemon(tmp_path, how):
                 c.health()
             assert "unusable" in str(e2.value)
     fake.join()
+
+
+@pytest.mark.parametrize("at_once", [False, True])
+def test_refused_connection(tmp_path, at_once):
+    """The daemon's refusal of a whole connection (id 0, then it hangs up)
+    is raised as that status's class, and the client is broken after."""
+    def script(conn, f):
+        if not at_once:
+            f.next(conn)
+        r = pb.Response(id=0, status=pb.PERMISSION_DENIED,
+                        message="uid 65534 may not use this daemon "
+                                "(--allow-uid)")
+        conn.sendall(frame(r))
+    fake = Fake(tmp_path, script)
+    with Client(fake.path, timeout=10) as c:
+        if at_once:
+            fake.join()  # refused and closed before the request goes
+        with pytest.raises(mlpd_client.PermissionDenied) as e:
+            c.health()
+        assert "--allow-uid" in e.value.message
+        assert e.value.status_name == "PERMISSION_DENIED"
+        with pytest.raises(mlpd_client.TransportError) as e2:
+            c.health()
+        assert "unusable" in str(e2.value)
+    fake.join()
+
+
+def test_region_on_the_wire(tmp_path):
+    """RegisterRegion goes with exactly one descriptor, on the frame's
+    first byte: a sealed memfd of the size asked; windows name the array's
+    place in the region; an answer without data is an output in place."""
+    np = pytest.importorskip("numpy")
+    import fcntl
+    import mmap
+    seen = {}
+
+    def script(conn, f):
+        # The request's first bytes arrive with the descriptor.
+        data, fds, _, _ = socket.recv_fds(conn, 1 << 16, 4)
+        f.buf += data
+        seen["fds"] = len(fds)
+        q = f.next(conn)
+        st = os.fstat(fds[0])
+        seen["size"] = (q.register_region.size, st.st_size)
+        seen["seals"] = fcntl.fcntl(fds[0], fcntl.F_GET_SEALS)
+        m = mmap.mmap(fds[0], st.st_size)
+        m[-4:] = b"mark"
+        for fd in fds:
+            os.close(fd)
+        r = pb.Response(id=q.id)
+        r.register_region.size = q.register_region.size
+        conn.sendall(frame(r))
+        q = f.next(conn)
+        seen["in"] = (q.infer.input.region.region, q.infer.input.region.offset,
+                      q.infer.input.region.length, q.infer.input.data)
+        o = q.infer.output_region
+        seen["out"] = (o.region, o.offset, o.length, q.infer.output_dtype)
+        m[o.offset:o.offset + 4] = b"\x00\x00\x80\x3f"  # 1.0f
+        r = pb.Response(id=q.id)
+        r.infer.output.dtype = pb.DTYPE_F32
+        r.infer.output.shape.extend([1, 1])
+        r.infer.device = "fake:0"
+        conn.sendall(frame(r))
+        while f.next(conn):
+            pass
+        m.close()
+    fake = Fake(tmp_path, script)
+    with Client(fake.path, timeout=10) as c:
+        reg = c.register_region("w", 4096)
+        assert reg.buffer[-4:] == b"mark"  # the fake wrote through its map
+        x = reg.array("f32", (1, 2), offset=8)
+        x[:] = [[1.0, 2.0]]
+        y = reg.array("f32", (1, 1), offset=64)
+        r = c.infer(x, out=y)
+        assert r.to_region and r.shape == (1, 1) and r.device == "fake:0"
+        assert float(y[0, 0]) == 1.0 and r.output is not None
+    fake.join()
+    assert seen["fds"] == 1
+    assert seen["size"] == (4096, 4096)
+    import fcntl as f2
+    assert seen["seals"] & f2.F_SEAL_SHRINK and seen["seals"] & f2.F_SEAL_GROW
+    assert seen["in"] == ("w", 8, 8, b"")
+    assert seen["out"] == ("w", 64, 4, pb.DTYPE_F32)

@@ -141,6 +141,12 @@ typedef struct mlpd_client_result_s {
   uint64_t queue_us;     /* server: arrival to the start of its batch */
   uint64_t compute_us;   /* server: its batch's engine time */
   uint32_t batch_rows;   /* rows in the batch that computed it */
+  /* Shared memory (see "Shared-memory regions" below): 1 when the output
+   * went to the request's output window instead of the frame. Then dtype
+   * and wire_dtype are its element type (as_f32 does not apply), rows and
+   * cols its shape, data is NULL and nbytes 0. */
+  int to_region;
+  char device[160];      /* the device that computed it, "" if not said */
 
   /* Private. */
   void *buf_[2];
@@ -192,7 +198,21 @@ int mlpd_client_wait(mlpd_client_t *c, int timeout_ms,
  * requests are in flight. A non-OK status from the daemon for these is an
  * error (the answer carries nothing else): MLPD_EBUSY for UNAVAILABLE,
  * MLPD_EINVAL, MLPD_ETIMEDOUT, MLPD_EFRAME2BIG, MLPD_ENOTBUILT
- * (UNIMPLEMENTED), MLPD_EINTERNAL, with the daemon's message. */
+ * (UNIMPLEMENTED), MLPD_EINTERNAL, MLPD_EPERM (PERMISSION_DENIED), with the
+ * daemon's message.
+ *
+ * A connection the daemon refuses (peer not allowed, connection limits,
+ * a frame over --max-frame, idle or slow-frame timeouts) gets one answer
+ * with id 0 and is closed: a blocking call returns its status as a code
+ * (MLPD_EPERM for PERMISSION_DENIED, MLPD_ELIMIT for RESOURCE_EXHAUSTED,
+ * MLPD_EBUSY for UNAVAILABLE, MLPD_ETIMEDOUT for DEADLINE_EXCEEDED) with
+ * the daemon's reason, whether the answer was read or the send failed
+ * first (and a pipelined send that finds the connection closed does the
+ * same), and the client is broken.
+ * mlpd_client_infer() returns it the same way: the answer is not its
+ * request's. (mlpd_client_recv() hands an id-0 answer to the caller as a
+ * result, since a pipelining caller may use id 0 itself; the next call
+ * then finds the connection closed.) */
 
 typedef struct mlpd_client_health_s {
   int live;       /* the process serves requests (true while loading) */
@@ -217,6 +237,16 @@ typedef struct mlpd_client_layer_s {
   char activation[16]; /* "gelu_tanh" or "none" */
 } mlpd_client_layer_t;
 
+#define MLPD_CLIENT_MAX_DEVICES 16
+
+/* One device the daemon computes on (an engine instance). */
+typedef struct mlpd_client_device_s {
+  char device[160];             /* e.g. "NVIDIA H200 (cuda:1)" */
+  int in_rotation;              /* 0 once it failed and was taken out */
+  uint64_t batches;             /* batches computed there */
+  uint64_t device_memory_bytes;
+} mlpd_client_device_t;
+
 typedef struct mlpd_client_model_info_s {
   char path[256];     /* model file the daemon loaded */
   int nlayers;
@@ -231,10 +261,138 @@ typedef struct mlpd_client_model_info_s {
   uint64_t device_memory_bytes;
   uint64_t host_memory_bytes;
   uint64_t generation; /* 1 at start, +1 per successful reload */
+  int ndevices;        /* every device; device above is the first */
+  mlpd_client_device_t devices[MLPD_CLIENT_MAX_DEVICES];
 } mlpd_client_model_info_t;
 
 int mlpd_client_model_info(mlpd_client_t *c, mlpd_client_model_info_t *info,
                            mlpd_err_t *err) MLPD_MUST_CHECK;
+
+/* ==== Shared-memory regions ============================================
+ *
+ * Instead of carrying its tensor bytes in the frame, a request may name a
+ * window of a shared-memory region registered on its connection, for its
+ * input, its output or both. The daemon maps the region once, copies input
+ * rows from it straight into the engine's staging buffer and writes the
+ * output into it in place; the response then carries the output's dtype
+ * and shape and no bytes. That saves, per request, the encoding, two
+ * socket copies and the decoding of every row on each side, which is most
+ * of the daemon's work for wide rows on a fast engine.
+ *
+ * A region is a memfd (memfd_create with MFD_ALLOW_SEALING) sealed against
+ * shrinking (F_SEAL_SHRINK), passed once with SCM_RIGHTS in the same
+ * sendmsg as its RegisterRegion frame. The daemon refuses anything else (a
+ * pipe, a regular file, an unsealed memfd, a memfd smaller than the size
+ * asked for, a frame with no descriptor or with more than one): a mapping
+ * of a file that can shrink would turn its reads past the new end into
+ * SIGBUS in the daemon. A memfd sealed against writes (F_SEAL_WRITE) is
+ * mapped read-only and may hold inputs only.
+ *
+ * Regions belong to the connection that registered them: names (1..63
+ * characters of A-Z a-z 0-9 . _ - : /) are per connection, and the daemon
+ * unmaps a connection's regions when it closes. To use one memfd on several
+ * connections, register it on each (mlpd_client_register_region with
+ * mlpd_client_region_fd()).
+ *
+ * The caller's side of the contract: a window must lie inside its region
+ * and be exactly the tensor's size, rows * cols * element size for the
+ * input and rows * out_features * element size of the output dtype for
+ * the output (else INVALID_ARGUMENT, naming the region). From sending a
+ * request until its answer is received, do not write its input window (the
+ * daemon may read it any time until then) and do not touch its output
+ * window (the daemon writes it before answering); output windows of
+ * requests in flight must not overlap. Once the answer is received the
+ * output is in the window.
+ *
+ * Limits (daemon flags): --max-regions per connection and --max-shm-bytes
+ * mapped by the whole daemon; over either, registration is answered
+ * RESOURCE_EXHAUSTED (MLPD_ELIMIT here). Outputs written to a region are
+ * not bounded by --max-frame.
+ *
+ * Registration and unregistration are blocking calls: like health they
+ * refuse to run while pipelined requests are in flight. A daemon's refusal
+ * is an error: MLPD_EINVAL (INVALID_ARGUMENT), MLPD_ELIMIT
+ * (RESOURCE_EXHAUSTED), MLPD_EPERM, MLPD_EBUSY, ... with its message. */
+
+/* A region this process created and mapped (mlpd_client_region_create). */
+typedef struct mlpd_client_region_s mlpd_client_region_t;
+
+/* Creates a region of `size` bytes (>= 1) and registers it on c as `name`:
+ * a memfd (MFD_ALLOW_SEALING | MFD_CLOEXEC), ftruncate'd to size, sealed
+ * with F_SEAL_SHRINK | F_SEAL_GROW, mapped read-write and shared here
+ * (zero-filled), and sent to the daemon. On success the caller owns *out:
+ * write inputs at mlpd_client_region_data(), and free it with
+ * mlpd_client_region_free() when done with it here (the daemon's own
+ * mapping lasts until the region is unregistered or the connection closes,
+ * whichever comes first, whatever this process does). On failure
+ * nothing is left behind and *out is NULL. Errors: MLPD_EINVAL (no name, a
+ * name over 63 bytes, size 0), -errno of memfd_create, ftruncate, fcntl or
+ * mmap, the transport's errors, and the daemon's refusal (see above). */
+int mlpd_client_region_create(mlpd_client_t *c, const char *name,
+                              size_t size, mlpd_client_region_t **out,
+                              mlpd_err_t *err) MLPD_MUST_CHECK;
+
+/* Registers the caller's own descriptor `fd` on c as `name`, the daemon to
+ * map `size` bytes of it. The descriptor stays the caller's (the daemon
+ * receives its own reference and this call does not close it); it must be
+ * a memfd sealed with F_SEAL_SHRINK, at least `size` bytes long. Errors as
+ * mlpd_client_region_create. */
+int mlpd_client_register_region(mlpd_client_t *c, const char *name, int fd,
+                                uint64_t size,
+                                mlpd_err_t *err) MLPD_MUST_CHECK;
+
+/* Unregisters `name` on c: the name is free at once, and the daemon unmaps
+ * the region once the requests in flight that use it are answered. A name
+ * not registered on c is MLPD_EINVAL. Does not unmap anything in this
+ * process. */
+int mlpd_client_unregister_region(mlpd_client_t *c, const char *name,
+                                  mlpd_err_t *err) MLPD_MUST_CHECK;
+
+/* Unmaps and closes a region made by mlpd_client_region_create, without
+ * talking to the daemon (which unmaps its side when the region is
+ * unregistered or the connection closes). Safe on NULL. */
+void mlpd_client_region_free(mlpd_client_region_t *r);
+
+/* The mapping (page-aligned), its size, the memfd (owned by the region; to
+ * register it on another connection), the name it was created with. */
+void *mlpd_client_region_data(const mlpd_client_region_t *r);
+size_t mlpd_client_region_size(const mlpd_client_region_t *r);
+int mlpd_client_region_fd(const mlpd_client_region_t *r);
+const char *mlpd_client_region_name(const mlpd_client_region_t *r);
+
+/* A window of a region registered on the connection. */
+typedef struct mlpd_client_window_s {
+  const char *region; /* its name; only read during the call */
+  uint64_t offset;    /* bytes from the region's start */
+  uint64_t length;    /* bytes; 0 in an input window = the input's size
+                         (rows * cols * element size). An output window
+                         must give it (the client does not know
+                         out_features; a wrong one is refused with a
+                         message saying the size needed). */
+} mlpd_client_window_t;
+
+/* mlpd_client_infer() and mlpd_client_send_infer() with the input and/or
+ * the output in regions. `in` not NULL: the input is read from that window
+ * and req->data is not used (may be NULL); `in` NULL: req->data goes
+ * inline. `out` not NULL: the output is written to that window and the
+ * result says so (res->to_region, shape and dtype, no data); `out` NULL:
+ * the output comes back inline. req->dtype, rows, cols, out_dtype and
+ * timeout_ms mean what they mean inline. A window the daemon finds wrong
+ * (unknown region, outside it, wrong length, an output in a read-only
+ * region) is answered INVALID_ARGUMENT in the result, like any refusal. */
+int mlpd_client_infer_shm(mlpd_client_t *c, const mlpd_client_infer_t *req,
+                          const mlpd_client_window_t *in,
+                          const mlpd_client_window_t *out,
+                          mlpd_client_result_t *res,
+                          mlpd_err_t *err) MLPD_MUST_CHECK;
+
+int mlpd_client_send_infer_shm(mlpd_client_t *c, uint64_t id,
+                               const mlpd_client_infer_t *req,
+                               const mlpd_client_window_t *in,
+                               const mlpd_client_window_t *out,
+                               mlpd_err_t *err) MLPD_MUST_CHECK;
+
+/* ==== end of shared-memory regions ==== */
 
 #ifdef __cplusplus
 }
