@@ -7,6 +7,7 @@
 
 #include "log.h"
 #include "notify.h"
+#include "procmetrics.h"
 #include "server.h"
 
 #include <errno.h>
@@ -85,6 +86,7 @@ static size_t render_metrics(void *ud, char *buf, size_t cap) {
                          sizeof(m->uid_names[u]));
   m->ready = state_of(d) == MLPD_STATE_READY;
   m->shm_mapped_bytes = atomic_load(&d->shared.shm_mapped);
+  m->extra = mlpd_procmetrics_render; /* process_*: client_golang's names */
   pthread_mutex_lock(&d->mu);
   m->model_generation = d->generation;
   m->reloads_ok = d->reloads_ok;

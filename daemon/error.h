@@ -28,9 +28,7 @@
   XX(ENODEV, -20009, "no usable GPU")                                          \
   XX(ESHUTDOWN, -20011, "daemon is shutting down")                             \
   XX(EDISCONNECTED, -20013, "client disconnected")                             \
-  XX(EPLANCACHE, -20015, "plan cache does not match")                          \
-  XX(ELIMIT, -20016, "over a configured limit")                                \
-  XX(EPERM, -20017, "not permitted")
+  XX(EPLANCACHE, -20015, "plan cache does not match")
 
 #define MLPD_ERRNO_MAP(XX) MLPD_CLIENT_ERRNO_MAP(XX) MLPD_DAEMON_ERRNO_MAP(XX)
 

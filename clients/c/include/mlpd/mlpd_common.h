@@ -47,7 +47,9 @@ extern "C" {
   XX(ETIMEDOUT, -20008, "deadline exceeded")                                   \
   XX(ENOTBUILT, -20010, "feature not built into this binary")                  \
   XX(EINVAL, -20012, "invalid argument")                                       \
-  XX(EINTERNAL, -20014, "internal error")
+  XX(EINTERNAL, -20014, "internal error")                                      \
+  XX(ELIMIT, -20016, "over a configured limit")                                \
+  XX(EPERM, -20017, "not permitted")
 
 typedef enum {
 #define MLPD_XX_(name, value, msg) MLPD_##name = (value),
