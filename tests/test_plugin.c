@@ -290,7 +290,10 @@ static void test_real(void **state) {
     assert_string_equal(e->info.kind, "cpu");
   mlpd_engine_close(e);
   mlpd_model_free(m);
-  dlclose(h);
+  /* Not dlclose'd: that would unload the C++ runtime the CUDA libraries
+   * brought in, and LeakSanitizer would report its emergency exception
+   * pool (72704 bytes) as leaked. The daemon never unloads it either. */
+  (void)h;
 }
 
 int main(int argc, char **argv) {
