@@ -3,7 +3,9 @@
  * Wire path: a request is encoded with nanopb into the client's send buffer
  * behind its varint length (daemon/frame.h) and written with send(); bytes
  * from the daemon are read into a receive buffer until it holds a whole
- * frame, which is decoded in place (pb_istream_from_buffer). The tensor bytes
+ * frame, which is checked by the daemon's strict wire pass (pbcheck.h: wire
+ * types, duplicates, bounds, strings) and then decoded in place
+ * (pb_istream_from_buffer). The tensor bytes
  * of a response go from the frame into the result in one copy, plus one
  * conversion when the caller asked for fp32.
  *
@@ -17,6 +19,7 @@
 
 #include "frame.h"
 #include "mlpd.pb.h"
+#include "pbcheck.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -413,6 +416,42 @@ static bool on_metrics_text(pb_istream_t *s, const pb_field_t *f,
   return true;
 }
 
+/* Field names for pbcheck's messages, as the proto spells them (the ones
+ * a client reads; others show as #tag). */
+static const mlpd_pbcheck_name_t response_names[] = {
+    {&mlpd_v1_Response_msg, mlpd_v1_Response_id_tag, "id"},
+    {&mlpd_v1_Response_msg, mlpd_v1_Response_status_tag, "status"},
+    {&mlpd_v1_Response_msg, mlpd_v1_Response_message_tag, "message"},
+    {&mlpd_v1_Response_msg, mlpd_v1_Response_infer_tag, "infer"},
+    {&mlpd_v1_Response_msg, mlpd_v1_Response_health_tag, "health"},
+    {&mlpd_v1_Response_msg, mlpd_v1_Response_metrics_tag, "metrics"},
+    {&mlpd_v1_Response_msg, mlpd_v1_Response_model_info_tag, "model_info"},
+    {&mlpd_v1_Response_msg, mlpd_v1_Response_register_region_tag,
+     "register_region"},
+    {&mlpd_v1_Response_msg, mlpd_v1_Response_unregister_region_tag,
+     "unregister_region"},
+    {&mlpd_v1_InferResponse_msg, mlpd_v1_InferResponse_output_tag, "output"},
+    {&mlpd_v1_InferResponse_msg, mlpd_v1_InferResponse_device_tag, "device"},
+    {&mlpd_v1_Tensor_msg, mlpd_v1_Tensor_dtype_tag, "dtype"},
+    {&mlpd_v1_Tensor_msg, mlpd_v1_Tensor_shape_tag, "shape"},
+    {&mlpd_v1_Tensor_msg, mlpd_v1_Tensor_data_tag, "data"},
+    {&mlpd_v1_HealthResponse_msg, mlpd_v1_HealthResponse_state_tag, "state"},
+    {&mlpd_v1_MetricsResponse_msg, mlpd_v1_MetricsResponse_text_tag, "text"},
+    {&mlpd_v1_ModelInfoResponse_msg, mlpd_v1_ModelInfoResponse_path_tag,
+     "path"},
+    {&mlpd_v1_ModelInfoResponse_msg, mlpd_v1_ModelInfoResponse_layers_tag,
+     "layers"},
+    {&mlpd_v1_ModelInfoResponse_msg, mlpd_v1_ModelInfoResponse_devices_tag,
+     "devices"},
+    {NULL, 0, NULL},
+};
+
+/* Responses: every field once and of its own wire type, strings bounded
+ * and UTF-8; unknown fields skipped anywhere, so that a newer daemon's
+ * additions do not break this client. */
+#define RESPONSE_CHECKS                                                        \
+  (MLPD_PBCHECK_ONCE | MLPD_PBCHECK_UNKNOWN_TOP | MLPD_PBCHECK_UNKNOWN_NESTED)
+
 /* Called once nanopb knows which oneof member arrived, after it cleared the
  * member: the only moment the callbacks inside it can be set. */
 static bool on_kind(pb_istream_t *s, const pb_field_t *f, void **arg) {
@@ -455,8 +494,15 @@ static int next_response(mlpd_client_t *c, uint64_t deadline,
     r->cb_kind.arg = d;
     d->have_data = 0;
     d->data_len = 0;
+    char what[64];
+    snprintf(what, sizeof(what), "response of %llu bytes does not decode",
+             (unsigned long long)blen);
+    mlpd_err_t why = {0};
+    bool ok = mlpd_pbcheck(body, (size_t)blen, mlpd_v1_Response_fields, r,
+                           RESPONSE_CHECKS, response_names, what, &why) == 0;
     pb_istream_t is = pb_istream_from_buffer(body, (size_t)blen);
-    bool ok = pb_decode(&is, mlpd_v1_Response_fields, r);
+    if (ok)
+      ok = pb_decode(&is, mlpd_v1_Response_fields, r);
     c->rpos += hlen + (size_t)blen;
     if (c->rpos == c->rlen)
       c->rpos = c->rlen = 0;
@@ -465,6 +511,8 @@ static int next_response(mlpd_client_t *c, uint64_t deadline,
     if (!ok) {
       if (d->oom)
         return mlpd_errf(err, -ENOMEM, "out of memory decoding a response");
+      if (why.code != 0)
+        return mlpd_errf(err, MLPD_EPROTO, "%s", why.msg);
       return mlpd_errf(err, MLPD_EPROTO,
                        "response of %llu bytes does not decode: %s",
                        (unsigned long long)blen, PB_GET_ERROR(&is));
