@@ -1,6 +1,7 @@
-# Suites that link one library and cmocka, nothing of the serving core:
-# the codec (request decoding with its strict wire pass, response encoding),
-# the HTTP listener's request side, and the tools' row files.
+# Suites that link one library and cmocka, nothing of the serving core: the
+# codec (request decoding with its strict wire pass, response encoding; the
+# pass alone on every field type), the HTTP listener's request side, and
+# the tools' row files.
 function(mlpd_unit_test name)
   cmake_parse_arguments(T "" "" "LIBS" ${ARGN})
   add_executable(${name} ${name}.c)
@@ -11,5 +12,6 @@ function(mlpd_unit_test name)
 endfunction()
 
 mlpd_unit_test(test_rpc LIBS mlpd_codec)
+mlpd_unit_test(test_pbcheck LIBS mlpd_codec)
 mlpd_unit_test(test_httpreq LIBS mlpd_httpreq)
 mlpd_unit_test(test_rowsfile LIBS mlpd_base)

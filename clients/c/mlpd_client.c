@@ -586,9 +586,12 @@ static void last_word(mlpd_client_t *c, char *buf, size_t cap) {
       break;
     mlpd_v1_Response r;
     memset(&r, 0, sizeof(r));
-    pb_istream_t is = pb_istream_from_buffer(RBUF(c) + pos + hlen,
-                                             (size_t)blen);
-    if (pb_decode(&is, mlpd_v1_Response_fields, &r) &&
+    const uint8_t *body = RBUF(c) + pos + hlen;
+    pb_istream_t is = pb_istream_from_buffer(body, (size_t)blen);
+    /* Only a response that passes the strict pass is quoted. */
+    if (mlpd_pbcheck(body, (size_t)blen, mlpd_v1_Response_fields, &r,
+                     RESPONSE_CHECKS, NULL, "response", NULL) == 0 &&
+        pb_decode(&is, mlpd_v1_Response_fields, &r) &&
         r.status != mlpd_v1_Status_OK)
       snprintf(buf, cap, "; it answered %s: %s",
                mlpd_status_name((int)r.status), r.message);

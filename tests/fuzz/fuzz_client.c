@@ -8,8 +8,10 @@
  * back as f32, two pipelined sends and receives, health, metrics, model
  * info, health then infer, health under a 64-byte response limit); bit 3
  * sets a call timeout, which switches the library from blocking reads to
- * poll(). The daemon side sends the bytes and shuts its write side, so
- * every call ends. The first blocking call's id is 2^63 + 1, which the
+ * poll(); bit 4 makes the daemon side hang up before the client sends, so
+ * that the client's send fails and it quotes the daemon's last word from
+ * what it received. Otherwise the daemon side sends the bytes and shuts
+ * its write side. Either way every call ends. The first blocking call's id is 2^63 + 1, which the
  * seed corpus uses.
  *
  * Invariants: a successful call's results are consistent (tensor bytes =
@@ -138,7 +140,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     FUZZ_CHECK(n > 0);
     off += (size_t)n;
   }
-  FUZZ_CHECK(shutdown(s, SHUT_WR) == 0);
+  if (data[0] & 16) {
+    close(s);
+    s = -1;
+  } else {
+    FUZZ_CHECK(shutdown(s, SHUT_WR) == 0);
+  }
 
   if (data[0] & 8)
     mlpd_client_set_timeout(c, 5000);
@@ -187,6 +194,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     break;
   }
   mlpd_client_close(c);
-  close(s);
+  if (s >= 0)
+    close(s);
   return 0;
 }

@@ -126,6 +126,8 @@ def rpc_seeds():
     s["timeout-too-big"] = request(22, 2, infer(tensor(F32, [1, 1], one)) +
                                    f_varint(2, 1 << 40))
     s["group"] = f_varint(1, 23) + key(2, 3) + key(2, 4)
+    s["data-and-region"] = request(24, 2, infer(tensor(
+        F32, [1, 1], one, region=region_ref(b"r", 0, 4))))
     return s
 
 
@@ -183,6 +185,9 @@ def client_seeds():
                 1, tensor(F32, [1, 1], out4[:4]))))
     s["m7-too-big"] = b"\x07" + frame(response(BLOCKING, 3, b"x" * 100))
     s["m3-truncated"] = b"\x03" + frame(response(BLOCKING))[:-1]
+    # The daemon hangs up before the request is sent: its last word.
+    s["m16-hangup-last-word"] = b"\x10" + frame(response(
+        0, 8, b"frame of 99999999 bytes exceeds the maximum frame size"))
     return s
 
 
