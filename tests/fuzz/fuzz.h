@@ -24,4 +24,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
     }                                                                          \
   } while (0)
 
+/* An mlpd_err_t message is one line of text (error.h): set, and free of
+ * control bytes whatever the input quoted into it. */
+static inline int fuzz_one_line(const char *msg) {
+  if (msg[0] == '\0')
+    return 0;
+  for (const char *p = msg; *p != '\0'; p++) {
+    if ((unsigned char)*p < 0x20 || *p == 0x7f)
+      return 0;
+  }
+  return 1;
+}
+
 #endif

@@ -52,7 +52,7 @@ static void listen_once(void) {
 static void check_result(int rc, const mlpd_client_result_t *res,
                          const mlpd_err_t *err) {
   if (rc != 0) {
-    FUZZ_CHECK(err->msg[0] != '\0');
+    FUZZ_CHECK(fuzz_one_line(err->msg));
     return;
   }
   FUZZ_CHECK(memchr(res->message, 0, sizeof(res->message)) != NULL);
@@ -120,7 +120,7 @@ static void health(mlpd_client_t *c) {
   if (rc == 0)
     FUZZ_CHECK(memchr(h.state, 0, sizeof(h.state)) != NULL);
   else
-    FUZZ_CHECK(err.msg[0] != '\0');
+    FUZZ_CHECK(fuzz_one_line(err.msg));
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -170,7 +170,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       FUZZ_CHECK(text != NULL && strlen(text) == len);
       free(text);
     } else {
-      FUZZ_CHECK(text == NULL && err.msg[0] != '\0');
+      FUZZ_CHECK(text == NULL && fuzz_one_line(err.msg));
     }
     break;
   }

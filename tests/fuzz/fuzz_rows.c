@@ -15,7 +15,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   mlpd_err_t err = {0};
   int rc = mlpd_rows_read_buffer(&r, data + 1, size - 1, name, &err);
   if (rc != 0) {
-    FUZZ_CHECK(err.msg[0] != '\0');
+    FUZZ_CHECK(fuzz_one_line(err.msg));
     FUZZ_CHECK(r.data == NULL && r.labels == NULL && r.rows == 0);
     return 0;
   }

@@ -70,7 +70,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   mlpd_err_t err = {0};
   int rc = mlpd_rpc_decode(data, size, &q, &err);
   FUZZ_CHECK(rc == 0 || rc == MLPD_EPROTO || rc == MLPD_EINVAL);
-  FUZZ_CHECK(rc == 0 || err.msg[0] != '\0');
+  FUZZ_CHECK(rc == 0 || fuzz_one_line(err.msg));
 
   mlpd_rpc_response_t r = {.id = q.id, .status = MLPD_STATUS_OK,
                            .kind = q.kind};

@@ -22,7 +22,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                                         &err);
   if (rc != 0) {
     FUZZ_CHECK(rc == MLPD_EBADMODEL || rc == MLPD_EDTYPE || rc == -ENOMEM);
-    FUZZ_CHECK(err.msg[0] != '\0');
+    FUZZ_CHECK(fuzz_one_line(err.msg));
     FUZZ_CHECK(st.tensors == NULL && st.meta == NULL);
     return 0;
   }
@@ -76,7 +76,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     mlpd_model_free(m);
   } else {
-    FUZZ_CHECK(m == NULL && merr.msg[0] != '\0');
+    FUZZ_CHECK(m == NULL && fuzz_one_line(merr.msg));
   }
   /* An override taken from the metadata's first value, as an operator
    * might pass any string. */
@@ -85,6 +85,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     rc = mlpd_model_from_safetensors(&m, &st, st.meta[0].value, &e3);
     if (rc == 0)
       mlpd_model_free(m);
+    else
+      FUZZ_CHECK(fuzz_one_line(e3.msg));
   }
   mlpd_safetensors_close(&st);
   return 0;
