@@ -32,12 +32,16 @@ endforeach()
 set(MLPD_FUZZ_DIR ${CMAKE_CURRENT_SOURCE_DIR}/fuzz)
 add_custom_target(fuzzers)
 
-# mlpd_fuzz(name RUNS n LIBS ...): tests/fuzz/<name>.c against LIBS, and
-# the ctest run: n inputs, seed 1, over tests/fuzz/corpus/<name>. New
-# inputs go to a scratch directory in the build tree (emptied first, so
-# every run starts from the same corpus), never into the source tree.
+# mlpd_fuzz(name RUNS n MAX_LEN m LIBS ... [ARGS ...]): tests/fuzz/<name>.c
+# against LIBS, and the ctest run: n inputs, seed 1, over
+# tests/fuzz/corpus/<name>. New inputs go to a scratch directory in the
+# build tree (emptied first, so every run starts from the same corpus),
+# never into the source tree. What else makes a run repeat exactly: no
+# corpus reloading (-reload=0, which is timed), and no address layout
+# randomisation (setarch -R, where the kernel allows it), since pointer
+# values reach libFuzzer's comparison-guided mutations.
 function(mlpd_fuzz name)
-  cmake_parse_arguments(F "" "RUNS;MAX_LEN" "LIBS" ${ARGN})
+  cmake_parse_arguments(F "" "RUNS;MAX_LEN" "LIBS;ARGS" ${ARGN})
   add_executable(${name} ${MLPD_FUZZ_DIR}/${name}.c)
   target_include_directories(${name} PRIVATE ${MLPD_FUZZ_DIR})
   target_compile_options(${name} PRIVATE ${MLPD_FUZZ_CFLAGS})
@@ -46,18 +50,25 @@ function(mlpd_fuzz name)
   add_dependencies(fuzzers ${name})
   set(scratch ${CMAKE_CURRENT_BINARY_DIR}/fuzz-scratch/${name})
   add_test(NAME ${name}
-    COMMAND sh -c "rm -rf \"$1\" && mkdir -p \"$1\" && shift && exec \"$@\""
+    COMMAND sh -c "rm -rf \"$1\" && mkdir -p \"$1\" && shift &&
+                   if setarch \"$(uname -m)\" -R true 2>/dev/null; then
+                     exec setarch \"$(uname -m)\" -R \"$@\"; fi; exec \"$@\""
             fuzz-run ${scratch} $<TARGET_FILE:${name}>
-            -runs=${F_RUNS} -seed=1 -max_len=${F_MAX_LEN} -timeout=10
-            -rss_limit_mb=2048 -print_final_stats=1
+            -runs=${F_RUNS} -seed=1 -max_len=${F_MAX_LEN} -reload=0
+            -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 ${F_ARGS}
             ${scratch} ${MLPD_FUZZ_DIR}/corpus/${name})
   set_tests_properties(${name} PROPERTIES LABELS fuzz TIMEOUT 120
     ENVIRONMENT "ASAN_OPTIONS=detect_leaks=1:abort_on_error=0;UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
 endfunction()
 
-mlpd_fuzz(fuzz_frame RUNS 200000 MAX_LEN 64 LIBS mlpd_base)
-mlpd_fuzz(fuzz_rpc RUNS 30000 MAX_LEN 4096 LIBS mlpd_codec)
-mlpd_fuzz(fuzz_safetensors RUNS 20000 MAX_LEN 4096 LIBS mlpd_engine)
-mlpd_fuzz(fuzz_http RUNS 30000 MAX_LEN 4096 LIBS mlpd_httpreq)
-mlpd_fuzz(fuzz_client RUNS 10000 MAX_LEN 4096 LIBS mlpd_client_static)
-mlpd_fuzz(fuzz_rows RUNS 20000 MAX_LEN 4096 LIBS mlpd_base)
+# Runs chosen for about 5 s each on the project's 2-core machine (ctest
+# -j2), so that the six stay well under a minute.
+mlpd_fuzz(fuzz_frame RUNS 500000 MAX_LEN 64 LIBS mlpd_base)
+mlpd_fuzz(fuzz_rpc RUNS 150000 MAX_LEN 4096 LIBS mlpd_codec)
+mlpd_fuzz(fuzz_safetensors RUNS 150000 MAX_LEN 4096 LIBS mlpd_engine)
+mlpd_fuzz(fuzz_http RUNS 60000 MAX_LEN 4096 LIBS mlpd_httpreq)
+# The client's call timeouts put clock readings into comparisons; without
+# -use_cmp=0 they steer the mutations differently on every run.
+mlpd_fuzz(fuzz_client RUNS 8000 MAX_LEN 4096 LIBS mlpd_client_static
+  ARGS -use_cmp=0)
+mlpd_fuzz(fuzz_rows RUNS 100000 MAX_LEN 4096 LIBS mlpd_base)

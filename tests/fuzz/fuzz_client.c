@@ -38,7 +38,7 @@ static void cleanup(void) {
 static void listen_once(void) {
   if (lfd >= 0)
     return;
-  snprintf(path, sizeof(path), "/tmp/mlpd-fuzz-client-%d.sock", (int)getpid());
+  snprintf(path, sizeof(path), "/tmp/mlpd-fuzz-client-%010d.sock", (int)getpid());
   unlink(path);
   struct sockaddr_un sa = {.sun_family = AF_UNIX};
   memcpy(sa.sun_path, path, strlen(path) + 1);
