@@ -3,9 +3,9 @@
  *
  * Requests are parsed by Debian's libhttp-parser, never by hand, through
  * httpreq.h, which also chooses each response: this file is the sockets,
- * timers and writes around it. Every response is computed on the spot (the handlers are synchronous), so
- * pipelined requests are answered in order simply by queueing each response
- * on the stream as its request completes.
+ * timers and writes around it. Every response is computed on the spot (the
+ * handlers are synchronous), so pipelined requests are answered in order
+ * simply by queueing each response on the stream as its request completes.
  *
  * What bounds a client: 8 KiB of request line and headers (431 or 414), an
  * 8 KiB body (413), 256 connections, a per-connection deadline that any

@@ -6,7 +6,8 @@
  *   GET /metrics  200, Content-Type: text/plain; version=0.0.4
  * Anything else: 404 (unknown path) or 405 (method other than GET/HEAD),
  * 400 for requests http_parser rejects. HEAD answers like GET without a
- * body. Parsing, bounds and the choice of response are httpreq.h's. Keep-alive and pipelined requests are served in order.
+ * body. Keep-alive and pipelined requests are served in order. Parsing,
+ * bounds and the choice of response are httpreq.h's.
  * Bounds (added with http.c): 431 past 8 KiB of request line and headers,
  * 414 past a 1 KiB target, 413 past an 8 KiB body; an error response
  * closes the connection. At most 256 connections; one that completes no

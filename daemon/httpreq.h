@@ -20,9 +20,10 @@
 #include <http_parser.h>
 #include <time.h>
 
-#define MLPD_HTTPREQ_HDR_MAX (8 * 1024)  /* request line + header bytes */
-#define MLPD_HTTPREQ_URL_MAX 1024        /* request target */
-#define MLPD_HTTPREQ_BODY_MAX (8 * 1024) /* we need none; tolerate a small one */
+#define MLPD_HTTPREQ_HDR_MAX (8 * 1024) /* request line + header bytes */
+#define MLPD_HTTPREQ_URL_MAX 1024       /* request target */
+#define MLPD_HTTPREQ_BODY_MAX                                                  \
+  (8 * 1024) /* we need none; tolerate a small one */
 
 /* The health handler's contract (mlpd_http_handlers_t.health): *live and
  * *ready 0/1, *state a static string ("loading", "ready", "degraded ...",
@@ -39,20 +40,19 @@ typedef struct mlpd_httpreq_s mlpd_httpreq_t;
 typedef int (*mlpd_httpreq_cb)(mlpd_httpreq_t *r, void *ud);
 
 struct mlpd_httpreq_s {
-  http_parser parser;     /* data = this; method, version, flags after a
-                             request completes */
+  http_parser parser;         /* data = this; method, version, flags after a
+                                 request completes */
   mlpd_httpreq_cb on_request; /* borrowed */
   void *ud;
-  int err_status;         /* 413/414/431 chosen by a bound, else 0 */
-  size_t hdr_bytes;       /* of the request being parsed */
+  int err_status;   /* 413/414/431 chosen by a bound, else 0 */
+  size_t hdr_bytes; /* of the request being parsed */
   size_t body_bytes;
   size_t url_len;
   char url[MLPD_HTTPREQ_URL_MAX]; /* the request target, not terminated */
 };
 
 /* Starts a request stream. */
-void mlpd_httpreq_init(mlpd_httpreq_t *r, mlpd_httpreq_cb on_request,
-                       void *ud);
+void mlpd_httpreq_init(mlpd_httpreq_t *r, mlpd_httpreq_cb on_request, void *ud);
 
 /* Feeds len bytes; returns how many were parsed. Fewer than len means a
  * pause (HTTP_PARSER_ERRNO(&r->parser) == HPE_PAUSED; the rest must be fed
@@ -74,12 +74,12 @@ int mlpd_httpreq_wants_close(const mlpd_httpreq_t *r);
 typedef struct mlpd_http_reply_s {
   int status;
   const char *ctype;
-  const char *extra;   /* extra header lines ("Allow: GET, HEAD\r\n"), NULL */
-  const char *body;    /* static or in buf; unset when metrics */
+  const char *extra; /* extra header lines ("Allow: GET, HEAD\r\n"), NULL */
+  const char *body;  /* static or in buf; unset when metrics */
   size_t body_len;
-  int head;            /* send the headers only (HEAD) */
-  int metrics;         /* the caller renders /metrics as the 200 body */
-  char buf[256];       /* backing store for a body made from the state */
+  int head;      /* send the headers only (HEAD) */
+  int metrics;   /* the caller renders /metrics as the 200 body */
+  char buf[256]; /* backing store for a body made from the state */
 } mlpd_http_reply_t;
 
 #define MLPD_HTTP_TEXT "text/plain; charset=utf-8"

@@ -174,7 +174,8 @@ static const char *varint_range(const pb_field_iter_t *it, uint64_t v) {
     if (bits >= 32)
       return NULL; /* int64 as is, int32 truncated by protobuf's rules */
     int64_t s = (int32_t)v;
-    int64_t lo = -((int64_t)1 << (bits - 1)), hi = ((int64_t)1 << (bits - 1)) - 1;
+    int64_t lo = -((int64_t)1 << (bits - 1)),
+            hi = ((int64_t)1 << (bits - 1)) - 1;
     return s < lo || s > hi ? "value out of range for its signed type" : NULL;
   }
   default:
@@ -221,20 +222,20 @@ static long packed_count(const pb_field_iter_t *it, const uint8_t *p,
 }
 
 static int check_msg(const ctx_t *c, const uint8_t *p, const uint8_t *end,
-                     const pb_msgdesc_t *desc, void *msg, int depth,
-                     char *path, size_t pcap);
+                     const pb_msgdesc_t *desc, void *msg, int depth, char *path,
+                     size_t pcap);
 
 /* One known field whose value is [v, vend) (the payload for length-
  * delimited, the bytes for the others; `num` is a varint's value). */
 static int check_field(const ctx_t *c, pb_field_iter_t *it, unsigned wt,
                        const uint8_t *v, const uint8_t *vend, uint64_t num,
-                       int depth, char *path, size_t pcap,
-                       unsigned *counts) {
+                       int depth, char *path, size_t pcap, unsigned *counts) {
   pb_type_t ht = PB_HTYPE(it->type), lt = PB_LTYPE(it->type);
   size_t n = (size_t)(vend - v);
   if (PB_ATYPE(it->type) == PB_ATYPE_POINTER)
-    return fail(c, path, "field type needs dynamic allocation, which this "
-                         "build does not support");
+    return fail(c, path,
+                "field type needs dynamic allocation, which this "
+                "build does not support");
   unsigned want = wire_type_of(it->type);
   int packed = ht == PB_HTYPE_REPEATED && lt <= PB_LTYPE_LAST_PACKABLE &&
                wt == WT_STRING;
@@ -295,8 +296,7 @@ static int check_field(const ctx_t *c, pb_field_iter_t *it, unsigned wt,
                   MLPD_PBCHECK_MAX_DEPTH);
     /* Addresses inside a static submessage are real; a callback's are
      * not, and without them two oneofs in it could not be told apart. */
-    void *sub = PB_ATYPE(it->type) == PB_ATYPE_STATIC &&
-                        ht != PB_HTYPE_REPEATED
+    void *sub = PB_ATYPE(it->type) == PB_ATYPE_STATIC && ht != PB_HTYPE_REPEATED
                     ? it->pData
                     : NULL;
     return check_msg(c, v, vend, it->submsg_desc, sub, depth + 1, path, pcap);
@@ -307,8 +307,8 @@ static int check_field(const ctx_t *c, pb_field_iter_t *it, unsigned wt,
 }
 
 static int check_msg(const ctx_t *c, const uint8_t *p, const uint8_t *end,
-                     const pb_msgdesc_t *desc, void *msg, int depth,
-                     char *path, size_t pcap) {
+                     const pb_msgdesc_t *desc, void *msg, int depth, char *path,
+                     size_t pcap) {
   unsigned counts[MLPD_PBCHECK_MAX_FIELDS] = {0};
   const void *oneofs[MLPD_PBCHECK_MAX_FIELDS]; /* which_ of each oneof seen */
   uint32_t oneof_tag[MLPD_PBCHECK_MAX_FIELDS];
@@ -317,15 +317,17 @@ static int check_msg(const ctx_t *c, const uint8_t *p, const uint8_t *end,
   int rc;
 
   if (desc->field_count > MLPD_PBCHECK_MAX_FIELDS)
-    return fail(c, path, "message descriptor has %u fields; the checker "
-                         "handles %d",
+    return fail(c, path,
+                "message descriptor has %u fields; the checker "
+                "handles %d",
                 (unsigned)desc->field_count, MLPD_PBCHECK_MAX_FIELDS);
   while (p < end) {
     uint64_t key;
     int r = get_varint(&p, end, &key);
     if (r != 0)
-      return fail(c, path, r == -1 ? "message ends inside a field key"
-                                   : "field key is longer than 10 bytes");
+      return fail(c, path,
+                  r == -1 ? "message ends inside a field key"
+                          : "field key is longer than 10 bytes");
     if (key > UINT32_MAX)
       return fail(c, path, "field key %llu is past 32 bits",
                   (unsigned long long)key);
@@ -348,9 +350,10 @@ static int check_msg(const ctx_t *c, const uint8_t *p, const uint8_t *end,
     case WT_VARINT:
       r = get_varint(&p, end, &num);
       if (r != 0)
-        return fail(c, path, r == -1 ? "message ends inside the varint"
-                                     : "varint longer than 10 bytes or past "
-                                       "64 bits");
+        return fail(c, path,
+                    r == -1 ? "message ends inside the varint"
+                            : "varint longer than 10 bytes or past "
+                              "64 bits");
       vend = p;
       break;
     case WT_64BIT:
@@ -366,11 +369,13 @@ static int check_msg(const ctx_t *c, const uint8_t *p, const uint8_t *end,
       uint64_t n;
       r = get_varint(&p, end, &n);
       if (r != 0)
-        return fail(c, path, r == -1 ? "message ends inside the length"
-                                     : "length is longer than 10 bytes");
+        return fail(c, path,
+                    r == -1 ? "message ends inside the length"
+                            : "length is longer than 10 bytes");
       if (n > (uint64_t)(end - p))
-        return fail(c, path, "length %llu runs past the end of the message "
-                             "(%zu bytes left)",
+        return fail(c, path,
+                    "length %llu runs past the end of the message "
+                    "(%zu bytes left)",
                     (unsigned long long)n, (size_t)(end - p));
       if (n > UINT32_MAX)
         return fail(c, path, "length %llu is past 32 bits",
@@ -385,8 +390,8 @@ static int check_msg(const ctx_t *c, const uint8_t *p, const uint8_t *end,
     }
 
     if (!known) {
-      unsigned allow = depth == 0 ? MLPD_PBCHECK_UNKNOWN_TOP
-                                  : MLPD_PBCHECK_UNKNOWN_NESTED;
+      unsigned allow =
+          depth == 0 ? MLPD_PBCHECK_UNKNOWN_TOP : MLPD_PBCHECK_UNKNOWN_NESTED;
       if ((c->flags & allow) == 0)
         return fail(c, path, "unknown field (wire type %s)", wt_name(wt));
       continue;
@@ -400,8 +405,9 @@ static int check_msg(const ctx_t *c, const uint8_t *p, const uint8_t *end,
             return fail(c, path, "sent more than once");
           char first[128] = "";
           path_push(c, first, sizeof(first), desc, oneof_tag[i]);
-          return fail(c, path, "a second member of a oneof (%s was sent "
-                               "first); set exactly one",
+          return fail(c, path,
+                      "a second member of a oneof (%s was sent "
+                      "first); set exactly one",
                       first);
         }
       }

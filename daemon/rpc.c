@@ -165,7 +165,8 @@ static int check_infer(const mlpd_v1_InferRequest *ir, const data_ref_t *ref,
                        mlpd_rpc_request_t *req, mlpd_err_t *err) {
   const mlpd_v1_Tensor *t = &ir->input;
   if (!ir->has_input)
-    return mlpd_errf(err, MLPD_EINVAL, "infer request has no input tensor (infer.input)");
+    return mlpd_errf(err, MLPD_EINVAL,
+                     "infer request has no input tensor (infer.input)");
   if (dtype_from_wire(t->dtype, &req->in_dtype) != 0)
     return mlpd_errf(err, MLPD_EINVAL,
                      "input dtype %d (infer.input.dtype) is not DTYPE_F32, "

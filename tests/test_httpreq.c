@@ -4,11 +4,11 @@
  * bounds (414, 431, 413, 400), pipelining fed a byte at a time, keep-alive
  * decisions, and response heads. test_http drives the same code through
  * real sockets. */
+#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <cmocka.h>
 
 #include "httpreq.h"
 
@@ -19,8 +19,8 @@ typedef struct {
   int live, ready;
   const char *state;
   int no_health, have_metrics;
-  int n;                     /* requests completed */
-  mlpd_http_reply_t rep[8];  /* their replies */
+  int n;                    /* requests completed */
+  mlpd_http_reply_t rep[8]; /* their replies */
   int close[8];
 } fx_t;
 
@@ -238,9 +238,8 @@ static void test_response_head(void **state) {
   assert_non_null(strstr(head, "HTTP/1.1 405 Method Not Allowed\r\n"));
   assert_non_null(strstr(head, "Allow: GET, HEAD\r\nConnection: close\r\n"
                                "\r\n"));
-  assert_int_equal(mlpd_httpreq_head(head, 40, &r, 200, MLPD_HTTP_TEXT, NULL,
-                                     3, 0, 0),
-                   -1);
+  assert_int_equal(
+      mlpd_httpreq_head(head, 40, &r, 200, MLPD_HTTP_TEXT, NULL, 3, 0, 0), -1);
   assert_string_equal(mlpd_httpreq_reason(431),
                       "Request Header Fields Too Large");
   assert_string_equal(mlpd_httpreq_reason(299), "Unknown");

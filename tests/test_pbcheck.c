@@ -5,11 +5,11 @@
  * one. Each case is also decoded by nanopb: whatever pbcheck accepts,
  * nanopb must decode, and random inputs hold pbcheck to that too. The
  * mlpd schema itself is covered by test_rpc. */
+#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <cmocka.h>
 
 #include "pbcheck.h"
 
@@ -98,8 +98,9 @@ static void test_scalars(void **state) {
   EXPECT("\x20\x02", MLPD_EPROTO, "#4: a bool must be 0 or 1");
   /* fixed32, sfixed64, float, double: their own wire types only. */
   EXPECT("\x2d\x01\x02\x03\x04", 0, NULL);
-  EXPECT("\x28\x01", MLPD_EPROTO, "#5: wire type varint (0); expected "
-                                  "fixed32 (5)");
+  EXPECT("\x28\x01", MLPD_EPROTO,
+         "#5: wire type varint (0); expected "
+         "fixed32 (5)");
   EXPECT("\x31\x01\x02\x03\x04\x05\x06\x07\x08", 0, NULL);
   EXPECT("\x35\x01\x02\x03\x04", MLPD_EPROTO, "expected fixed64 (1)");
   EXPECT("\x3d\x00\x00\x80\x3f", 0, NULL);
@@ -118,7 +119,9 @@ static void test_repeated_and_bytes(void **state) {
   /* repeated fixed32: packed (multiple of 4, at most 3) or not. */
   EXPECT("\x4a\x08\x01\x00\x00\x00\x02\x00\x00\x00", 0, NULL);
   EXPECT("\x4a\x05\x01\x00\x00\x00\x02", MLPD_EPROTO, "not a multiple of 4");
-  EXPECT("\x4a\x10" "0123456789abcdef", MLPD_EPROTO, "#9: more than 3");
+  EXPECT("\x4a\x10"
+         "0123456789abcdef",
+         MLPD_EPROTO, "#9: more than 3");
   EXPECT("\x4d\x01\x00\x00\x00\x4a\x04\x02\x00\x00\x00", 0, NULL);
   EXPECT("\x48\x01", MLPD_EPROTO, "#9: wire type varint");
   /* repeated sint32: packed elements are range-checked too. */
@@ -126,11 +129,19 @@ static void test_repeated_and_bytes(void **state) {
   EXPECT("\x52\x05\x80\x80\x80\x80\x10", MLPD_EPROTO, "#10: value out of");
   EXPECT("\x50\x80\x80\x80\x80\x10", MLPD_EPROTO, "#10: value out of");
   /* bytes (max 4) and fixed-length bytes (exactly 4, or empty). */
-  EXPECT("\x5a\x04" "abcd", 0, NULL);
-  EXPECT("\x5a\x05" "abcde", MLPD_EPROTO, "#11: 5 bytes; at most 4");
-  EXPECT("\x62\x04" "abcd", 0, NULL);
+  EXPECT("\x5a\x04"
+         "abcd",
+         0, NULL);
+  EXPECT("\x5a\x05"
+         "abcde",
+         MLPD_EPROTO, "#11: 5 bytes; at most 4");
+  EXPECT("\x62\x04"
+         "abcd",
+         0, NULL);
   EXPECT("\x62\x00", 0, NULL);
-  EXPECT("\x62\x03" "abc", MLPD_EPROTO, "#12: 3 bytes; must be exactly 4");
+  EXPECT("\x62\x03"
+         "abc",
+         MLPD_EPROTO, "#12: 3 bytes; must be exactly 4");
   /* Singular fields once. */
   EXPECT("\x08\x01\x08\x02", MLPD_EPROTO, "#1: sent more than once");
 }

@@ -3,11 +3,11 @@
  * form is refused with a message naming the line or tensor. The file path
  * entry (mlpd_rows_read) shares the parsers; the client tools' tests read
  * real files. */
+#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <cmocka.h>
 
 #include "rowsfile.h"
 
@@ -29,8 +29,8 @@ static void test_text(void **state) {
   assert_int_equal(r.rows, 3);
   assert_int_equal(r.cols, 3);
   assert_null(r.labels);
-  assert_true(r.data[3] == 4.0f && r.data[6] == -1000.0f &&
-              r.data[7] == 8.0f && r.data[8] == 0.5f);
+  assert_true(r.data[3] == 4.0f && r.data[6] == -1000.0f && r.data[7] == 8.0f &&
+              r.data[8] == 0.5f);
   mlpd_rows_free(&r);
 
   static const struct {
@@ -60,12 +60,11 @@ static void test_text(void **state) {
  * `l1` unless no_labels. */
 static size_t st_buf(uint8_t *buf, float l0, float l1, int no_labels) {
   const char *h =
-      no_labels
-          ? "{\"inputs\":{\"dtype\":\"F32\",\"shape\":[2,2],"
-            "\"data_offsets\":[0,16]}}"
-          : "{\"inputs\":{\"dtype\":\"F32\",\"shape\":[2,2],"
-            "\"data_offsets\":[0,16]},\"labels\":{\"dtype\":\"F32\","
-            "\"shape\":[2],\"data_offsets\":[16,24]}}";
+      no_labels ? "{\"inputs\":{\"dtype\":\"F32\",\"shape\":[2,2],"
+                  "\"data_offsets\":[0,16]}}"
+                : "{\"inputs\":{\"dtype\":\"F32\",\"shape\":[2,2],"
+                  "\"data_offsets\":[0,16]},\"labels\":{\"dtype\":\"F32\","
+                  "\"shape\":[2],\"data_offsets\":[16,24]}}";
   uint64_t hl = strlen(h);
   memcpy(buf, &hl, 8);
   memcpy(buf + 8, h, hl);
@@ -80,8 +79,7 @@ static void test_safetensors(void **state) {
   mlpd_rows_t r;
   mlpd_err_t err = {0};
   size_t n = st_buf(buf, 3, 7, 0);
-  assert_int_equal(mlpd_rows_read_buffer(&r, buf, n, "x.safetensors", &err),
-                   0);
+  assert_int_equal(mlpd_rows_read_buffer(&r, buf, n, "x.safetensors", &err), 0);
   assert_int_equal(r.rows, 2);
   assert_int_equal(r.cols, 2);
   assert_non_null(r.labels);
@@ -89,8 +87,7 @@ static void test_safetensors(void **state) {
   assert_int_equal(r.labels[1], 7);
   mlpd_rows_free(&r);
   n = st_buf(buf, 0, 0, 1);
-  assert_int_equal(mlpd_rows_read_buffer(&r, buf, n, "x.safetensors", &err),
-                   0);
+  assert_int_equal(mlpd_rows_read_buffer(&r, buf, n, "x.safetensors", &err), 0);
   assert_null(r.labels);
   mlpd_rows_free(&r);
 
@@ -99,18 +96,16 @@ static void test_safetensors(void **state) {
   for (size_t i = 0; i < MLPD_ARRAY_SIZE(bad); i++) {
     mlpd_err_clear(&err);
     n = st_buf(buf, 1, bad[i], 0);
-    assert_int_equal(
-        mlpd_rows_read_buffer(&r, buf, n, "x.safetensors", &err),
-        MLPD_EINVAL);
+    assert_int_equal(mlpd_rows_read_buffer(&r, buf, n, "x.safetensors", &err),
+                     MLPD_EINVAL);
     assert_non_null(strstr(err.msg, "labels[1]"));
     assert_null(r.data);
     assert_null(r.labels);
   }
   /* Not a safetensors file at all, and no "inputs". */
   mlpd_err_clear(&err);
-  assert_int_equal(
-      mlpd_rows_read_buffer(&r, "1,2\n", 4, "x.safetensors", &err),
-      MLPD_EBADMODEL);
+  assert_int_equal(mlpd_rows_read_buffer(&r, "1,2\n", 4, "x.safetensors", &err),
+                   MLPD_EBADMODEL);
   mlpd_err_clear(&err);
   uint8_t empty[10] = {2, 0, 0, 0, 0, 0, 0, 0, '{', '}'};
   assert_int_equal(

@@ -9,11 +9,11 @@
  * real client sends), malformed ones with the small writer below, which
  * writes whatever it is told. Links the codec alone (mlpd_codec), not the
  * serving core. */
+#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <cmocka.h>
 
 #include "frame.h"
 #include "mlpd.pb.h"
@@ -108,8 +108,7 @@ static void w_infer_req(pbw_t *req, uint64_t id, const pbw_t *tensor,
 }
 
 /* Decodes, expects `code` and (when code != 0) `needle` in the message. */
-static mlpd_rpc_request_t expect(const pbw_t *w, int code,
-                                 const char *needle) {
+static mlpd_rpc_request_t expect(const pbw_t *w, int code, const char *needle) {
   mlpd_rpc_request_t q;
   mlpd_err_t err = {0};
   int rc = mlpd_rpc_decode(w->b, w->n, &q, &err);
@@ -205,8 +204,7 @@ static void test_infer_regions(void **state) {
   ir->input.region.offset = 4096;
   ir->input.region.length = 4 * 8 * 2;
   ir->has_output_region = true;
-  snprintf(ir->output_region.region, sizeof(ir->output_region.region),
-           "out.1");
+  snprintf(ir->output_region.region, sizeof(ir->output_region.region), "out.1");
   ir->output_region.offset = 0;
   ir->output_region.length = 4 * 10 * 4;
   ir->output_dtype = mlpd_v1_DType_DTYPE_F32;
@@ -334,7 +332,8 @@ static void test_packed_and_unpacked_shape(void **state) {
   assert_int_equal(q.cols, 2);
 }
 
-/* ---- the finding ---------------------------------------------------------- */
+/* ---- the finding ----------------------------------------------------------
+ */
 
 /* Issue 10: on a 1-column f32 request, the data bytes 80 80 80 01 sent
  * with wire type varint. nanopb alone accepts them, handing the callback a
@@ -393,7 +392,8 @@ static void test_finding_data_as_varint(void **state) {
   expect(&req, MLPD_EPROTO, "infer.input.data: wire type fixed64");
 }
 
-/* ---- every field with a wrong wire type ----------------------------------- */
+/* ---- every field with a wrong wire type -----------------------------------
+ */
 
 /* One field of one message, sent with wire type `wt` (value bytes made
  * up to fit the wire type). */
@@ -445,7 +445,8 @@ static void test_wrong_wire_types(void **state) {
       {2, mlpd_v1_Tensor_shape_tag, VARINT, "field infer.input.shape:"},
       {2, mlpd_v1_Tensor_data_tag, LEN, "field infer.input.data:"},
       {2, mlpd_v1_Tensor_region_tag, LEN, "field infer.input.region:"},
-      {3, mlpd_v1_RegionRef_region_tag, LEN, "field infer.input.region.region:"},
+      {3, mlpd_v1_RegionRef_region_tag, LEN,
+       "field infer.input.region.region:"},
       {3, mlpd_v1_RegionRef_offset_tag, VARINT,
        "field infer.input.region.offset:"},
       {3, mlpd_v1_RegionRef_length_tag, VARINT,
@@ -465,9 +466,8 @@ static void test_wrong_wire_types(void **state) {
     for (size_t k = 0; k < MLPD_ARRAY_SIZE(wts); k++) {
       unsigned wt = wts[k];
       /* The one legal alternative: a repeated scalar may be packed. */
-      if (wt == fields[i].good ||
-          (fields[i].tag == mlpd_v1_Tensor_shape_tag && fields[i].where == 2 &&
-           wt == LEN))
+      if (wt == fields[i].good || (fields[i].tag == mlpd_v1_Tensor_shape_tag &&
+                                   fields[i].where == 2 && wt == LEN))
         continue;
       pbw_t req = {0}, ir = {0}, t = {0}, reg = {0}, rr = {0};
       w_uint(&req, mlpd_v1_Request_id_tag, 3);
@@ -528,10 +528,10 @@ static void test_reserved_wire_types_and_truncation(void **state) {
     size_t n;
     const char *needle;
   } cases[] = {
-      {"\x08\x01\x13\x14", 4, "start-group"},       /* id, group 2 */
+      {"\x08\x01\x13\x14", 4, "start-group"}, /* id, group 2 */
       {"\x08\x01\x14", 3, "end-group"},
-      {"\x08\x01\x0e\x00", 4, "reserved"},          /* field 1 wire type 6 */
-      {"\x0f\x00", 2, "reserved"},                  /* wire type 7 */
+      {"\x08\x01\x0e\x00", 4, "reserved"}, /* field 1 wire type 6 */
+      {"\x0f\x00", 2, "reserved"},         /* wire type 7 */
       {"\x00\x00", 2, "field number 0"},
       {"\x08", 1, "ends inside the varint"},
       {"\x08\x80\x80", 3, "ends inside the varint"},
@@ -550,15 +550,16 @@ static void test_reserved_wire_types_and_truncation(void **state) {
   for (size_t i = 0; i < MLPD_ARRAY_SIZE(cases); i++) {
     mlpd_rpc_request_t q;
     mlpd_err_t err = {0};
-    int rc = mlpd_rpc_decode((const uint8_t *)cases[i].bytes, cases[i].n, &q,
-                             &err);
+    int rc =
+        mlpd_rpc_decode((const uint8_t *)cases[i].bytes, cases[i].n, &q, &err);
     if (rc != MLPD_EPROTO || strstr(err.msg, cases[i].needle) == NULL)
       fail_msg("case %zu: %s \"%s\", expected \"%s\"", i, mlpd_err_name(rc),
                err.msg, cases[i].needle);
   }
 }
 
-/* ---- bounds, duplicates, unknown fields ----------------------------------- */
+/* ---- bounds, duplicates, unknown fields -----------------------------------
+ */
 
 static void test_strings(void **state) {
   (void)state;
@@ -603,7 +604,7 @@ static void test_strings(void **state) {
   } bad[] = {
       {"ab\0cd", 5, MLPD_EPROTO, "NUL byte"},
       {"ab\xff", 3, MLPD_EPROTO, "not valid UTF-8"},
-      {"\xc0\xaf", 2, MLPD_EPROTO, "not valid UTF-8"},    /* overlong '/' */
+      {"\xc0\xaf", 2, MLPD_EPROTO, "not valid UTF-8"},     /* overlong '/' */
       {"\xed\xa0\x80", 3, MLPD_EPROTO, "not valid UTF-8"}, /* surrogate */
       {"a b", 3, MLPD_EINVAL, "unregister_region.name"},
       {"\xc3\xa9", 2, MLPD_EINVAL, "must be 1..63 characters"},
@@ -669,8 +670,9 @@ static void test_duplicates(void **state) {
   expect(&req, MLPD_EPROTO, "field infer: sent more than once");
   w_infer_req(&req, 1, &t, NULL);
   w_bytes(&req, mlpd_v1_Request_health_tag, "", 0);
-  expect(&req, MLPD_EPROTO, "field health: a second member of a oneof "
-                            "(infer was sent first)");
+  expect(&req, MLPD_EPROTO,
+         "field health: a second member of a oneof "
+         "(infer was sent first)");
 
   /* Inside the infer request, the tensor, the region. */
   memset(&extra, 0, sizeof(extra));
@@ -766,7 +768,8 @@ static void test_values_out_of_range(void **state) {
   expect(&req, MLPD_EINVAL, "input dtype 4 (infer.input.dtype)");
 }
 
-/* ---- decodes, but is not a valid request (MLPD_EINVAL) --------------------- */
+/* ---- decodes, but is not a valid request (MLPD_EINVAL) ---------------------
+ */
 
 static void test_invalid_requests(void **state) {
   (void)state;
@@ -846,7 +849,8 @@ static void test_invalid_requests(void **state) {
   expect(&req, MLPD_EINVAL, "register_region.size) must be >= 1");
 }
 
-/* ---- responses ------------------------------------------------------------ */
+/* ---- responses ------------------------------------------------------------
+ */
 
 typedef struct {
   uint8_t b[8192];
@@ -887,8 +891,7 @@ static void roundtrip(const mlpd_rpc_response_t *r, mlpd_v1_Response *msg,
   assert_true(len <= need);
   /* Too small a buffer is refused, not overrun. */
   size_t small = 0;
-  assert_int_equal(mlpd_rpc_encode(r, buf, len - 1, &small),
-                   MLPD_EINTERNAL);
+  assert_int_equal(mlpd_rpc_encode(r, buf, len - 1, &small), MLPD_EINTERNAL);
   assert_int_equal(mlpd_rpc_encode(r, buf, sizeof(buf), &len), 0);
   size_t hl;
   uint64_t bl;
@@ -914,10 +917,15 @@ static void test_responses_roundtrip(void **state) {
 
   /* infer, inline output */
   static const float y[6] = {1, -2, 3, -4, 5, -6};
-  mlpd_rpc_response_t r = {.id = 5, .kind = MLPD_RPC_INFER,
-                           .out_dtype = MLPD_DTYPE_F32, .rows = 2, .cols = 3,
-                           .out = (const uint8_t *)y, .queue_us = 11,
-                           .compute_us = 22, .batch_rows = 33,
+  mlpd_rpc_response_t r = {.id = 5,
+                           .kind = MLPD_RPC_INFER,
+                           .out_dtype = MLPD_DTYPE_F32,
+                           .rows = 2,
+                           .cols = 3,
+                           .out = (const uint8_t *)y,
+                           .queue_us = 11,
+                           .compute_us = 22,
+                           .batch_rows = 33,
                            .device = "NVIDIA H200 (cuda:0)"};
   roundtrip(&r, &m, &cb);
   assert_int_equal(m.id, 5);
@@ -945,8 +953,11 @@ static void test_responses_roundtrip(void **state) {
   assert_int_equal(cb.n, 0);
 
   /* health */
-  r = (mlpd_rpc_response_t){.id = 6, .kind = MLPD_RPC_HEALTH, .live = 1,
-                            .ready = 1, .state = "degraded"};
+  r = (mlpd_rpc_response_t){.id = 6,
+                            .kind = MLPD_RPC_HEALTH,
+                            .live = 1,
+                            .ready = 1,
+                            .state = "degraded"};
   roundtrip(&r, &m, &cb);
   assert_int_equal(m.which_kind, mlpd_v1_Response_health_tag);
   assert_true(m.kind.health.live);
@@ -955,7 +966,9 @@ static void test_responses_roundtrip(void **state) {
 
   /* metrics */
   const char *text = "# TYPE mlpd_up gauge\nmlpd_up 1\n";
-  r = (mlpd_rpc_response_t){.id = 7, .kind = MLPD_RPC_METRICS, .text = text,
+  r = (mlpd_rpc_response_t){.id = 7,
+                            .kind = MLPD_RPC_METRICS,
+                            .text = text,
                             .text_len = strlen(text)};
   roundtrip(&r, &m, &cb);
   assert_int_equal(m.which_kind, mlpd_v1_Response_metrics_tag);
@@ -981,8 +994,8 @@ static void test_responses_roundtrip(void **state) {
       .devices = {{"NVIDIA H200 (cuda:0)", 1, 100, 1 << 20},
                   {"NVIDIA H200 (cuda:1)", 0, 7, 1 << 20}},
   };
-  r = (mlpd_rpc_response_t){.id = 8, .kind = MLPD_RPC_MODEL_INFO,
-                            .info = &info};
+  r = (mlpd_rpc_response_t){
+      .id = 8, .kind = MLPD_RPC_MODEL_INFO, .info = &info};
   roundtrip(&r, &m, &cb);
   assert_int_equal(m.which_kind, mlpd_v1_Response_model_info_tag);
   const mlpd_v1_ModelInfoResponse *mi = &m.kind.model_info;
@@ -1004,8 +1017,8 @@ static void test_responses_roundtrip(void **state) {
   assert_string_equal(mi->devices[1].device, "NVIDIA H200 (cuda:1)");
 
   /* register / unregister region */
-  r = (mlpd_rpc_response_t){.id = 9, .kind = MLPD_RPC_REGISTER_REGION,
-                            .region_size = 1 << 16};
+  r = (mlpd_rpc_response_t){
+      .id = 9, .kind = MLPD_RPC_REGISTER_REGION, .region_size = 1 << 16};
   roundtrip(&r, &m, &cb);
   assert_int_equal(m.which_kind, mlpd_v1_Response_register_region_tag);
   assert_int_equal(m.kind.register_region.size, 1 << 16);
@@ -1014,7 +1027,8 @@ static void test_responses_roundtrip(void **state) {
   assert_int_equal(m.which_kind, mlpd_v1_Response_unregister_region_tag);
 
   /* An error: the envelope only, whatever kind was asked. */
-  r = (mlpd_rpc_response_t){.id = 11, .kind = MLPD_RPC_INFER,
+  r = (mlpd_rpc_response_t){.id = 11,
+                            .kind = MLPD_RPC_INFER,
                             .status = MLPD_STATUS_INVALID_ARGUMENT,
                             .message = "input has 63 columns"};
   roundtrip(&r, &m, &cb);
@@ -1036,8 +1050,8 @@ static void test_response_strings_are_utf8(void **state) {
     memcpy(msg + 2 * i, "\xc3\xa9", 2);
   msg[600 - 1] = '\0';
   msg[598] = '\0';
-  mlpd_rpc_response_t r = {.id = 1, .status = MLPD_STATUS_INTERNAL,
-                           .message = msg};
+  mlpd_rpc_response_t r = {
+      .id = 1, .status = MLPD_STATUS_INTERNAL, .message = msg};
   roundtrip(&r, &m, &cb);
   size_t n = strlen(m.message);
   assert_int_equal(n, 254); /* 127 characters; a 128th would not fit */
@@ -1053,15 +1067,20 @@ static void test_response_strings_are_utf8(void **state) {
   memset(dev, 'a', 158);
   memcpy(dev + 158, "\xe2\x82\xac", 3); /* would end at byte 161 */
   dev[161] = '\0';
-  r = (mlpd_rpc_response_t){.id = 2, .kind = MLPD_RPC_INFER, .rows = 1,
-                            .cols = 1, .out_dtype = MLPD_DTYPE_F32,
+  r = (mlpd_rpc_response_t){.id = 2,
+                            .kind = MLPD_RPC_INFER,
+                            .rows = 1,
+                            .cols = 1,
+                            .out_dtype = MLPD_DTYPE_F32,
                             .device = dev};
   roundtrip(&r, &m, &cb);
   assert_int_equal(strlen(m.kind.infer.device), 158);
 
   /* The metrics text keeps its length; invalid bytes and NULs are '?'. */
   static const char text[] = "ok \xff\x00 \xc3\xa9 \xc3";
-  r = (mlpd_rpc_response_t){.id = 3, .kind = MLPD_RPC_METRICS, .text = text,
+  r = (mlpd_rpc_response_t){.id = 3,
+                            .kind = MLPD_RPC_METRICS,
+                            .text = text,
                             .text_len = sizeof(text) - 1};
   roundtrip(&r, &m, &cb);
   assert_int_equal(cb.n, sizeof(text) - 1);

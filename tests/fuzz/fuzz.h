@@ -18,7 +18,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define FUZZ_CHECK(cond)                                                       \
   do {                                                                         \
     if (!(cond)) {                                                             \
-      fprintf(stderr, "%s:%d: invariant broken: %s\n", __FILE__, __LINE__,    \
+      fprintf(stderr, "%s:%d: invariant broken: %s\n", __FILE__, __LINE__,     \
               #cond);                                                          \
       abort();                                                                 \
     }                                                                          \

@@ -11,8 +11,8 @@
  * poll(); bit 4 makes the daemon side hang up before the client sends, so
  * that the client's send fails and it quotes the daemon's last word from
  * what it received. Otherwise the daemon side sends the bytes and shuts
- * its write side. Either way every call ends. The first blocking call's id is 2^63 + 1, which the
- * seed corpus uses.
+ * its write side. Either way every call ends. The first blocking call's id is
+ * 2^63 + 1, which the seed corpus uses.
  *
  * Invariants: a successful call's results are consistent (tensor bytes =
  * rows x cols x element size, metrics text NUL-terminated at its length,
@@ -38,7 +38,8 @@ static void cleanup(void) {
 static void listen_once(void) {
   if (lfd >= 0)
     return;
-  snprintf(path, sizeof(path), "/tmp/mlpd-fuzz-client-%010d.sock", (int)getpid());
+  snprintf(path, sizeof(path), "/tmp/mlpd-fuzz-client-%010d.sock",
+           (int)getpid());
   unlink(path);
   struct sockaddr_un sa = {.sun_family = AF_UNIX};
   memcpy(sa.sun_path, path, strlen(path) + 1);

@@ -9,8 +9,8 @@
 
 #include <string.h>
 
-static const size_t limits[] = {0, 1, 127, 128, 4096, MLPD_FRAME_DEFAULT_MAX,
-                                SIZE_MAX};
+static const size_t limits[] = {
+    0, 1, 127, 128, 4096, MLPD_FRAME_DEFAULT_MAX, SIZE_MAX};
 
 static void one(const uint8_t *data, size_t size, size_t max) {
   size_t hlen = 0;

@@ -47,8 +47,7 @@ static int on_request(mlpd_httpreq_t *r, void *ud) {
   fx_t *f = ud;
   int close = mlpd_httpreq_wants_close(r);
   mlpd_http_reply_t rep;
-  mlpd_httpreq_route(r, f->have_metrics, f->no_health ? NULL : health, f,
-                     &rep);
+  mlpd_httpreq_route(r, f->have_metrics, f->no_health ? NULL : health, f, &rep);
   int s = rep.status;
   FUZZ_CHECK(s == 200 || s == 400 || s == 404 || s == 405 || s == 503);
   if (rep.metrics) {

@@ -36,8 +36,8 @@ static void roundtrip(const mlpd_rpc_response_t *r) {
   FUZZ_CHECK(hl + bl == len);
   mlpd_v1_Response msg = mlpd_v1_Response_init_zero;
   mlpd_err_t err = {0};
-  int rc = mlpd_pbcheck(out_buf + hl, (size_t)bl, mlpd_v1_Response_fields,
-                        &msg, MLPD_PBCHECK_ONCE, NULL, "response", &err);
+  int rc = mlpd_pbcheck(out_buf + hl, (size_t)bl, mlpd_v1_Response_fields, &msg,
+                        MLPD_PBCHECK_ONCE, NULL, "response", &err);
   if (rc != 0)
     fprintf(stderr, "encoded response refused: %s\n", err.msg);
   FUZZ_CHECK(rc == 0);
@@ -72,8 +72,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   FUZZ_CHECK(rc == 0 || rc == MLPD_EPROTO || rc == MLPD_EINVAL);
   FUZZ_CHECK(rc == 0 || fuzz_one_line(err.msg));
 
-  mlpd_rpc_response_t r = {.id = q.id, .status = MLPD_STATUS_OK,
-                           .kind = q.kind};
+  mlpd_rpc_response_t r = {
+      .id = q.id, .status = MLPD_STATUS_OK, .kind = q.kind};
   if (rc != 0) {
     r.status = MLPD_STATUS_INVALID_ARGUMENT;
     r.message = err.msg;
@@ -87,8 +87,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     uint64_t want = (uint64_t)q.rows * (uint64_t)q.cols * esize(q.in_dtype);
     if (q.in_region.set) {
       FUZZ_CHECK(q.data == NULL && q.in_region.length == want);
-      FUZZ_CHECK(q.in_region.offset + q.in_region.length >=
-                 q.in_region.offset);
+      FUZZ_CHECK(q.in_region.offset + q.in_region.length >= q.in_region.offset);
       FUZZ_CHECK(q.in_region.name[0] != '\0');
     } else {
       FUZZ_CHECK(q.data_len == want);
@@ -133,23 +132,30 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   size_t n = size < sizeof(text) - 1 ? size : sizeof(text) - 1;
   memcpy(text, data, n);
   text[n] = '\0';
-  mlpd_rpc_response_t e = {.id = q.id, .status = MLPD_STATUS_UNAVAILABLE,
-                           .message = text};
+  mlpd_rpc_response_t e = {
+      .id = q.id, .status = MLPD_STATUS_UNAVAILABLE, .message = text};
   roundtrip(&e);
-  mlpd_rpc_response_t h = {.id = q.id, .kind = MLPD_RPC_HEALTH, .live = 1,
-                           .ready = size & 1, .state = text};
+  mlpd_rpc_response_t h = {.id = q.id,
+                           .kind = MLPD_RPC_HEALTH,
+                           .live = 1,
+                           .ready = size & 1,
+                           .state = text};
   roundtrip(&h);
-  mlpd_rpc_response_t m = {.id = q.id, .kind = MLPD_RPC_METRICS,
-                           .text = (const char *)data, .text_len = size};
+  mlpd_rpc_response_t m = {.id = q.id,
+                           .kind = MLPD_RPC_METRICS,
+                           .text = (const char *)data,
+                           .text_len = size};
   roundtrip(&m);
-  mlpd_rpc_model_info_t info = {.path = text, .nlayers = 2,
-                                .engine = text, .device = text,
+  mlpd_rpc_model_info_t info = {.path = text,
+                                .nlayers = 2,
+                                .engine = text,
+                                .device = text,
                                 .ndevices = 1};
   info.layers[0] = (mlpd_rpc_layer_t){1, 2, text};
   info.layers[1] = (mlpd_rpc_layer_t){2, 3, "none"};
   info.devices[0] = (mlpd_rpc_device_t){text, 1, 2, 3};
-  mlpd_rpc_response_t mi = {.id = q.id, .kind = MLPD_RPC_MODEL_INFO,
-                            .info = &info};
+  mlpd_rpc_response_t mi = {
+      .id = q.id, .kind = MLPD_RPC_MODEL_INFO, .info = &info};
   roundtrip(&mi);
   return 0;
 }

@@ -18,8 +18,8 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   mlpd_safetensors_t st;
   mlpd_err_t err = {0};
-  int rc = mlpd_safetensors_open_buffer(&st, data, size, "fuzz.safetensors",
-                                        &err);
+  int rc =
+      mlpd_safetensors_open_buffer(&st, data, size, "fuzz.safetensors", &err);
   if (rc != 0) {
     FUZZ_CHECK(rc == MLPD_EBADMODEL || rc == MLPD_EDTYPE || rc == -ENOMEM);
     FUZZ_CHECK(fuzz_one_line(err.msg));
