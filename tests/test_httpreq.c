@@ -4,11 +4,12 @@
  * bounds (414, 431, 413, 400), pipelining fed a byte at a time, keep-alive
  * decisions, and response heads. test_http drives the same code through
  * real sockets. */
-#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include <cmocka.h>
 
 #include "httpreq.h"
 

@@ -5,11 +5,12 @@
  * one. Each case is also decoded by nanopb: whatever pbcheck accepts,
  * nanopb must decode, and random inputs hold pbcheck to that too. The
  * mlpd schema itself is covered by test_rpc. */
-#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include <cmocka.h>
 
 #include "pbcheck.h"
 

@@ -3,11 +3,12 @@
  * form is refused with a message naming the line or tensor. The file path
  * entry (mlpd_rows_read) shares the parsers; the client tools' tests read
  * real files. */
-#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include <cmocka.h>
 
 #include "rowsfile.h"
 

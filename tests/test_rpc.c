@@ -9,11 +9,12 @@
  * real client sends), malformed ones with the small writer below, which
  * writes whatever it is told. Links the codec alone (mlpd_codec), not the
  * serving core. */
-#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include <cmocka.h>
 
 #include "frame.h"
 #include "mlpd.pb.h"
