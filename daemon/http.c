@@ -1,10 +1,11 @@
 /* http.c - the optional HTTP/1.1 listener for /healthz, /readyz and
  * /metrics (see http.h), on the daemon's libuv loop.
  *
- * Requests are parsed by Debian's libhttp-parser, never by hand. Every
- * response is computed on the spot (the handlers are synchronous), so
- * pipelined requests are answered in order simply by queueing each response
- * on the stream as its request completes.
+ * Requests are parsed by Debian's libhttp-parser, never by hand, through
+ * httpreq.h, which also chooses each response: this file is the sockets,
+ * timers and writes around it. Every response is computed on the spot (the
+ * handlers are synchronous), so pipelined requests are answered in order
+ * simply by queueing each response on the stream as its request completes.
  *
  * What bounds a client: 8 KiB of request line and headers (431 or 414), an
  * 8 KiB body (413), 256 connections, a per-connection deadline that any
@@ -21,12 +22,12 @@
  * beyond the three probes. */
 #include "http.h"
 
+#include "httpreq.h"
 #include "log.h"
 #include "metrics.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <http_parser.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,9 +38,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define HDR_MAX (8 * 1024)      /* request line + header bytes */
-#define URL_MAX 1024            /* request target */
-#define BODY_MAX (8 * 1024)     /* we need none; tolerate a small one */
 #define RBUF_SIZE (16 * 1024)   /* per connection */
 #define WRITE_HIGH (256 * 1024) /* unsent bytes that pause parsing */
 #define WRITE_LOW (64 * 1024)   /* ... and that resume it */
@@ -85,7 +83,7 @@ struct conn_s {
   uv_shutdown_t shut;
   mlpd_http_t *srv;    /* owner */
   conn_t *prev, *next; /* in srv->conns */
-  http_parser parser;
+  mlpd_httpreq_t req;  /* the parser, its bounds and the request target */
   int open_handles;       /* io + timer until both close callbacks */
   int nwrites;            /* uv_write requests in flight */
   unsigned reading : 1;   /* uv_read_start is in effect */
@@ -94,11 +92,6 @@ struct conn_s {
   unsigned lingering : 1; /* write side shut, draining input */
   unsigned eof : 1;       /* the client shut its write side */
   unsigned closing : 1;   /* uv_close called */
-  int err_status;         /* 413/414/431 chosen by a callback */
-  size_t hdr_bytes;
-  size_t body_bytes;
-  size_t url_len;
-  char url[URL_MAX];
   size_t rlen; /* unparsed bytes at rbuf[0] while paused */
   char rbuf[RBUF_SIZE];
 };
@@ -109,7 +102,6 @@ typedef struct {
   char bytes[];
 } wreq_t;
 
-static const http_parser_settings *settings(void);
 static void conn_parse(conn_t *c);
 
 /* ---- lifecycle ---------------------------------------------------------- */
@@ -231,7 +223,7 @@ static void maybe_finish(conn_t *c) {
 
 static void resume(conn_t *c) {
   c->paused = 0;
-  http_parser_pause(&c->parser, 0);
+  mlpd_httpreq_pause(&c->req, 0);
   if (c->rlen > 0)
     conn_parse(c);
   if (!c->paused && !c->final && !c->closing)
@@ -261,58 +253,14 @@ static void on_write(uv_write_t *req, int status) {
 
 /* ---- responses ---------------------------------------------------------- */
 
-static const char *reason(int status) {
-  switch (status) {
-  case 200:
-    return "OK";
-  case 400:
-    return "Bad Request";
-  case 404:
-    return "Not Found";
-  case 405:
-    return "Method Not Allowed";
-  case 413:
-    return "Content Too Large";
-  case 414:
-    return "URI Too Long";
-  case 431:
-    return "Request Header Fields Too Large";
-  case 500:
-    return "Internal Server Error";
-  case 503:
-    return "Service Unavailable";
-  default:
-    return "Unknown";
-  }
-}
-
 /* Queues one response. HEAD gets the headers GET would get, body omitted.
  * Returns 0, or -1 after closing the connection. */
 static int respond(conn_t *c, int status, const char *ctype, const char *extra,
                    const char *body, size_t blen, int head, int close) {
-  char date[64];
-  time_t now = time(NULL);
-  struct tm tm;
-  gmtime_r(&now, &tm);
-  strftime(date, sizeof(date), "%a, %d %b %Y %H:%M:%S GMT", &tm);
-
-  /* HTTP/1.0 clients assume close unless told otherwise. */
-  const char *conn_hdr = "";
-  if (close)
-    conn_hdr = "Connection: close\r\n";
-  else if (c->parser.http_major == 1 && c->parser.http_minor == 0)
-    conn_hdr = "Connection: keep-alive\r\n";
   char hdr[512];
-  int hlen = snprintf(hdr, sizeof(hdr),
-                      "HTTP/1.1 %d %s\r\n"
-                      "Date: %s\r\n"
-                      "Content-Type: %s\r\n"
-                      "Content-Length: %zu\r\n"
-                      "Cache-Control: no-store\r\n"
-                      "%s%s\r\n",
-                      status, reason(status), date, ctype, blen,
-                      extra ? extra : "", conn_hdr);
-  if (hlen < 0 || (size_t)hlen >= sizeof(hdr)) {
+  int hlen = mlpd_httpreq_head(hdr, sizeof(hdr), &c->req, status, ctype,
+                               extra, blen, close, time(NULL));
+  if (hlen < 0) {
     conn_close(c);
     return -1;
   }
@@ -340,18 +288,17 @@ static int respond(conn_t *c, int status, const char *ctype, const char *extra,
 
 static void respond_text(conn_t *c, int status, const char *text, int head,
                          int close) {
-  (void)respond(c, status, "text/plain; charset=utf-8", NULL, text,
-                strlen(text), head, close);
+  (void)respond(c, status, MLPD_HTTP_TEXT, NULL, text, strlen(text), head,
+                close);
 }
 
 /* An unparseable or oversized request: answer, then close. */
 static void respond_error(conn_t *c, int status) {
   char msg[96];
-  snprintf(msg, sizeof(msg), "%d %s\n", status, reason(status));
+  snprintf(msg, sizeof(msg), "%d %s\n", status, mlpd_httpreq_reason(status));
   c->final = 1;
   read_stop(c);
-  if (respond(c, status, "text/plain; charset=utf-8", NULL, msg, strlen(msg), 0,
-              1) == 0)
+  if (respond(c, status, MLPD_HTTP_TEXT, NULL, msg, strlen(msg), 0, 1) == 0)
     maybe_finish(c);
 }
 
@@ -365,168 +312,53 @@ static void serve_metrics(conn_t *c, int head, int close) {
     respond_text(c, 500, "cannot render metrics\n", head, close);
     return;
   }
-  (void)respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", NULL,
-                h->mbuf, need, head, close);
+  (void)respond(c, 200, MLPD_HTTP_METRICS_TYPE, NULL, h->mbuf, need, head,
+                close);
 }
 
-static void route(conn_t *c, int method, int close) {
+static void route(conn_t *c, int close) {
   mlpd_http_t *h = c->srv;
-  struct http_parser_url u;
-  http_parser_url_init(&u);
-  if (http_parser_parse_url(c->url, c->url_len, method == HTTP_CONNECT, &u) !=
-      0) {
-    respond_text(c, 400, "bad request target\n", 0, close);
-    return;
-  }
-  const char *path = "";
-  size_t plen = 0;
-  if (u.field_set & (1u << UF_PATH)) {
-    path = c->url + u.field_data[UF_PATH].off;
-    plen = u.field_data[UF_PATH].len;
-  }
-  enum { HEALTHZ, READYZ, METRICS, NONE } which = NONE;
-  if (plen == 8 && memcmp(path, "/healthz", 8) == 0)
-    which = HEALTHZ;
-  else if (plen == 7 && memcmp(path, "/readyz", 7) == 0)
-    which = READYZ;
-  else if (plen == 8 && memcmp(path, "/metrics", 8) == 0 &&
-           h->hd.metrics != NULL)
-    which = METRICS;
-  if (which == NONE) {
-    respond_text(c, 404, "not found\n", method == HTTP_HEAD, close);
-    return;
-  }
-  if (method != HTTP_GET && method != HTTP_HEAD) {
-    const char *msg = "method not allowed\n";
-    (void)respond(c, 405, "text/plain; charset=utf-8", "Allow: GET, HEAD\r\n",
-                  msg, strlen(msg), 0, close);
-    return;
-  }
-  int head = method == HTTP_HEAD;
-  if (which == METRICS) {
-    serve_metrics(c, head, close);
-    return;
-  }
-  /* Without a health handler the process is live but never ready. */
-  int live = 1, ready = 0;
-  const char *state = NULL;
-  if (h->hd.health != NULL)
-    h->hd.health(h->hd.ud, &live, &ready, &state);
-  char body[96];
-  if (which == HEALTHZ) {
-    if (live)
-      respond_text(c, 200, "ok\n", head, close);
-    else {
-      snprintf(body, sizeof(body), "%s\n", state ? state : "not live");
-      respond_text(c, 503, body, head, close);
-    }
-  } else {
-    if (ready)
-      respond_text(c, 200, "ready\n", head, close);
-    else {
-      snprintf(body, sizeof(body), "%s\n", state ? state : "not ready");
-      respond_text(c, 503, body, head, close);
-    }
-  }
+  mlpd_http_reply_t rep;
+  mlpd_httpreq_route(&c->req, h->hd.metrics != NULL, h->hd.health, h->hd.ud,
+                     &rep);
+  if (rep.metrics)
+    serve_metrics(c, rep.head, close);
+  else
+    (void)respond(c, rep.status, rep.ctype, rep.extra, rep.body,
+                  rep.body_len, rep.head, close);
 }
 
 /* ---- parsing ------------------------------------------------------------ */
 
-static int on_message_begin(http_parser *p) {
-  conn_t *c = p->data;
-  c->err_status = 0;
-  c->hdr_bytes = 0;
-  c->body_bytes = 0;
-  c->url_len = 0;
-  return 0;
-}
-
-static int count_header(conn_t *c, size_t len) {
-  c->hdr_bytes += len;
-  if (c->hdr_bytes > HDR_MAX) {
-    c->err_status = 431;
-    return -1;
-  }
-  return 0;
-}
-
-static int on_url(http_parser *p, const char *at, size_t len) {
-  conn_t *c = p->data;
-  if (c->url_len + len >= sizeof(c->url)) {
-    c->err_status = 414;
-    return -1;
-  }
-  memcpy(c->url + c->url_len, at, len);
-  c->url_len += len;
-  return count_header(c, len);
-}
-
-static int on_header_data(http_parser *p, const char *at, size_t len) {
-  (void)at;
-  return count_header(p->data, len);
-}
-
-static int on_headers_complete(http_parser *p) {
-  conn_t *c = p->data;
-  if ((p->flags & F_CONTENTLENGTH) && p->content_length > BODY_MAX) {
-    c->err_status = 413;
-    return -1;
-  }
-  return 0;
-}
-
-static int on_body(http_parser *p, const char *at, size_t len) {
-  (void)at;
-  conn_t *c = p->data;
-  c->body_bytes += len;
-  if (c->body_bytes > BODY_MAX) {
-    c->err_status = 413;
-    return -1;
-  }
-  return 0;
-}
-
-static int on_message_complete(http_parser *p) {
-  conn_t *c = p->data;
+/* A complete request (mlpd_httpreq_cb). */
+static int on_request(mlpd_httpreq_t *r, void *ud) {
+  conn_t *c = ud;
   if (c->closing)
     return -1;
   /* An upgrade request leaves the rest of the stream in another protocol,
    * which we do not speak: answer it and close. */
-  int close = !http_should_keep_alive(p) || p->upgrade || c->srv->stopping;
-  route(c, p->method, close);
+  int close = mlpd_httpreq_wants_close(r) || c->srv->stopping;
+  route(c, close);
   if (c->closing)
     return -1;
   touch(c);
   if (close) {
     c->final = 1;
-    http_parser_pause(p, 1);
+    mlpd_httpreq_pause(r, 1);
   } else if (uv_stream_get_write_queue_size(&c->io.stream) > WRITE_HIGH) {
     c->paused = 1;
-    http_parser_pause(p, 1);
+    mlpd_httpreq_pause(r, 1);
   }
   return 0;
-}
-
-static const http_parser_settings *settings(void) {
-  static const http_parser_settings s = {
-      .on_message_begin = on_message_begin,
-      .on_url = on_url,
-      .on_header_field = on_header_data,
-      .on_header_value = on_header_data,
-      .on_headers_complete = on_headers_complete,
-      .on_body = on_body,
-      .on_message_complete = on_message_complete,
-  };
-  return &s;
 }
 
 /* Feeds rbuf[0..rlen) to the parser. A pause (ours: final response or too
  * much unsent output) keeps the unparsed rest for resume(). */
 static void conn_parse(conn_t *c) {
-  size_t n = http_parser_execute(&c->parser, settings(), c->rbuf, c->rlen);
+  size_t n = mlpd_httpreq_execute(&c->req, c->rbuf, c->rlen);
   if (c->closing)
     return;
-  enum http_errno e = HTTP_PARSER_ERRNO(&c->parser);
+  enum http_errno e = HTTP_PARSER_ERRNO(&c->req.parser);
   if (e == HPE_PAUSED) {
     read_stop(c);
     if (c->final) {
@@ -543,7 +375,7 @@ static void conn_parse(conn_t *c) {
   c->rlen = 0;
   if (e != HPE_OK) {
     MLPD_LOGD("http: rejecting a request: %s", http_errno_name(e));
-    respond_error(c, c->err_status ? c->err_status : 400);
+    respond_error(c, mlpd_httpreq_error_status(&c->req));
     return;
   }
 }
@@ -615,8 +447,7 @@ static void on_connection(uv_stream_t *server, int status) {
   }
   if (!h->is_unix)
     uv_tcp_nodelay(&c->io.tcp, 1);
-  http_parser_init(&c->parser, HTTP_REQUEST);
-  c->parser.data = c;
+  mlpd_httpreq_init(&c->req, on_request, c);
   touch(c);
   read_start(c);
 }

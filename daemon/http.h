@@ -1,11 +1,13 @@
 /* http.h - the optional HTTP listener for probes and scraping:
  *   GET /healthz  200 "ok\n" while the process is live, else 503
- *   GET /readyz   200 "ready\n" when ready, else 503 with the state
- *                 ("loading\n", "draining\n")
+ *   GET /readyz   200 with the state when ready ("ready\n", or
+ *                 "degraded ...\n" while serving on fewer devices), else
+ *                 503 with the state ("loading\n", "draining\n")
  *   GET /metrics  200, Content-Type: text/plain; version=0.0.4
  * Anything else: 404 (unknown path) or 405 (method other than GET/HEAD),
  * 400 for requests http_parser rejects. HEAD answers like GET without a
- * body. Keep-alive and pipelined requests are served in order.
+ * body. Keep-alive and pipelined requests are served in order. Parsing,
+ * bounds and the choice of response are httpreq.h's.
  * Bounds (added with http.c): 431 past 8 KiB of request line and headers,
  * 414 past a 1 KiB target, 413 past an 8 KiB body; an error response
  * closes the connection. At most 256 connections; one that completes no
@@ -28,7 +30,7 @@
 
 typedef struct mlpd_http_handlers_s {
   /* Current state: *live and *ready 0/1, *state a static string such as
-   * "loading", "ready", "draining". */
+   * "loading", "ready", "degraded ...", "draining" (mlpd_http_health_fn). */
   void (*health)(void *ud, int *live, int *ready, const char **state);
   /* Prometheus text into buf, with snprintf's return convention (see
    * mlpd_metrics_render and mlpd_metrics_render_into). */

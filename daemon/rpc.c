@@ -3,12 +3,53 @@
 
 #include "frame.h"
 #include "mlpd.pb.h"
+#include "pbcheck.h"
 
 #include <pb_decode.h>
 #include <pb_encode.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+
+/* Field names for pbcheck's messages, as the proto spells them. */
+static const mlpd_pbcheck_name_t request_names[] = {
+    {&mlpd_v1_Request_msg, mlpd_v1_Request_id_tag, "id"},
+    {&mlpd_v1_Request_msg, mlpd_v1_Request_infer_tag, "infer"},
+    {&mlpd_v1_Request_msg, mlpd_v1_Request_health_tag, "health"},
+    {&mlpd_v1_Request_msg, mlpd_v1_Request_metrics_tag, "metrics"},
+    {&mlpd_v1_Request_msg, mlpd_v1_Request_model_info_tag, "model_info"},
+    {&mlpd_v1_Request_msg, mlpd_v1_Request_register_region_tag,
+     "register_region"},
+    {&mlpd_v1_Request_msg, mlpd_v1_Request_unregister_region_tag,
+     "unregister_region"},
+    {&mlpd_v1_InferRequest_msg, mlpd_v1_InferRequest_input_tag, "input"},
+    {&mlpd_v1_InferRequest_msg, mlpd_v1_InferRequest_timeout_ms_tag,
+     "timeout_ms"},
+    {&mlpd_v1_InferRequest_msg, mlpd_v1_InferRequest_output_dtype_tag,
+     "output_dtype"},
+    {&mlpd_v1_InferRequest_msg, mlpd_v1_InferRequest_output_region_tag,
+     "output_region"},
+    {&mlpd_v1_Tensor_msg, mlpd_v1_Tensor_dtype_tag, "dtype"},
+    {&mlpd_v1_Tensor_msg, mlpd_v1_Tensor_shape_tag, "shape"},
+    {&mlpd_v1_Tensor_msg, mlpd_v1_Tensor_data_tag, "data"},
+    {&mlpd_v1_Tensor_msg, mlpd_v1_Tensor_region_tag, "region"},
+    {&mlpd_v1_RegionRef_msg, mlpd_v1_RegionRef_region_tag, "region"},
+    {&mlpd_v1_RegionRef_msg, mlpd_v1_RegionRef_offset_tag, "offset"},
+    {&mlpd_v1_RegionRef_msg, mlpd_v1_RegionRef_length_tag, "length"},
+    {&mlpd_v1_RegisterRegionRequest_msg, mlpd_v1_RegisterRegionRequest_name_tag,
+     "name"},
+    {&mlpd_v1_RegisterRegionRequest_msg, mlpd_v1_RegisterRegionRequest_size_tag,
+     "size"},
+    {&mlpd_v1_UnregisterRegionRequest_msg,
+     mlpd_v1_UnregisterRegionRequest_name_tag, "name"},
+    {NULL, 0, NULL},
+};
+
+/* How strict the request decoder is (see rpc.h for the reasons):
+ * every field at most once, unknown fields skipped only at the top level,
+ * where a newer client's request kind must reach the dispatcher as
+ * MLPD_RPC_NONE (UNIMPLEMENTED) rather than as a decode error. */
+#define REQUEST_CHECKS (MLPD_PBCHECK_ONCE | MLPD_PBCHECK_UNKNOWN_TOP)
 
 typedef struct {
   const uint8_t *frame; /* the frame being decoded */
@@ -23,7 +64,9 @@ typedef struct {
  * also calls a bytes callback for a field sent with a varint or fixed wire
  * type, over a copy of the value in a buffer on its own stack: such bytes
  * are not in the frame, and keeping a pointer to them would read freed
- * stack later. Only bytes that lie inside the frame are accepted. */
+ * stack later. mlpd_pbcheck refuses those wire types before nanopb runs;
+ * this check stays as the last line, so that no pointer outside the frame
+ * can ever be kept. */
 static bool decode_data_ref(pb_istream_t *stream, const pb_field_t *field,
                             void **arg) {
   (void)field;
@@ -32,6 +75,8 @@ static bool decode_data_ref(pb_istream_t *stream, const pb_field_t *field,
   uintptr_t hi = lo + ref->frame_len;
   if (p < lo || p > hi || stream->bytes_left > hi - p)
     PB_RETURN_ERROR(stream, "tensor data is not a length-delimited field");
+  if (ref->seen)
+    PB_RETURN_ERROR(stream, "tensor data sent more than once");
   ref->data = stream->state;
   ref->len = stream->bytes_left;
   ref->seen = 1;
@@ -70,9 +115,17 @@ static int take_region(const mlpd_v1_RegionRef *w, mlpd_rpc_region_ref_t *r,
                        const char *what, mlpd_err_t *err) {
   if (!region_name_ok(w->region))
     return mlpd_errf(err, MLPD_EINVAL,
-                     "%s region name must be 1..%d characters of A-Z a-z "
+                     "%s: region name must be 1..%d characters of A-Z a-z "
                      "0-9 . _ - : /",
                      what, MLPD_RPC_REGION_NAME_MAX);
+  /* A window that wraps around 2^64 lies in no region; refusing it here
+   * means no later bounds check has to think about the overflow. */
+  if (w->length > UINT64_MAX - w->offset)
+    return mlpd_errf(err, MLPD_EINVAL,
+                     "%s: window of %llu bytes at offset %llu overflows 64 "
+                     "bits",
+                     what, (unsigned long long)w->length,
+                     (unsigned long long)w->offset);
   r->set = 1;
   snprintf(r->name, sizeof(r->name), "%s", w->region);
   r->offset = w->offset;
@@ -112,22 +165,23 @@ static int check_infer(const mlpd_v1_InferRequest *ir, const data_ref_t *ref,
                        mlpd_rpc_request_t *req, mlpd_err_t *err) {
   const mlpd_v1_Tensor *t = &ir->input;
   if (!ir->has_input)
-    return mlpd_errf(err, MLPD_EINVAL, "infer request has no input tensor");
+    return mlpd_errf(err, MLPD_EINVAL,
+                     "infer request has no input tensor (infer.input)");
   if (dtype_from_wire(t->dtype, &req->in_dtype) != 0)
     return mlpd_errf(err, MLPD_EINVAL,
-                     "input dtype %d is not DTYPE_F32, DTYPE_F16 or "
-                     "DTYPE_BF16",
+                     "input dtype %d (infer.input.dtype) is not DTYPE_F32, "
+                     "DTYPE_F16 or DTYPE_BF16",
                      (int)t->dtype);
   if (t->shape_count != 2)
     return mlpd_errf(err, MLPD_EINVAL,
-                     "input shape has %d dimensions; expected 2 [rows, "
-                     "in_features]",
+                     "input shape (infer.input.shape) has %d dimensions; "
+                     "expected 2 [rows, in_features]",
                      (int)t->shape_count);
   if (t->shape[0] < 1 || t->shape[0] > INT32_MAX || t->shape[1] < 1 ||
       t->shape[1] > MLPD_MAX_WIDTH)
     return mlpd_errf(err, MLPD_EINVAL,
-                     "input shape [%lld, %lld] is out of range (rows >= 1, "
-                     "1 <= in_features <= %d)",
+                     "input shape [%lld, %lld] (infer.input.shape) is out "
+                     "of range (rows 1..2^31-1, in_features 1..%d)",
                      (long long)t->shape[0], (long long)t->shape[1],
                      MLPD_MAX_WIDTH);
   req->rows = (int)t->shape[0];
@@ -138,21 +192,23 @@ static int check_infer(const mlpd_v1_InferRequest *ir, const data_ref_t *ref,
   if (t->has_region) {
     if (ref->seen && ref->len > 0)
       return mlpd_errf(err, MLPD_EINVAL,
-                       "input has both inline data and a region; set one");
-    if ((rc = take_region(&t->region, &req->in_region, "input", err)) != 0)
+                       "input has both inline data and a region "
+                       "(infer.input.data, infer.input.region); set one");
+    if ((rc = take_region(&t->region, &req->in_region,
+                          "input (infer.input.region)", err)) != 0)
       return rc;
     if (t->region.length != want)
       return mlpd_errf(err, MLPD_EINVAL,
-                       "input region window is %llu bytes; shape [%d, %d] "
-                       "of %s needs %llu",
+                       "input region window (infer.input.region.length) is "
+                       "%llu bytes; shape [%d, %d] of %s needs %llu",
                        (unsigned long long)t->region.length, req->rows,
                        req->cols, mlpd_dtype_name(req->in_dtype),
                        (unsigned long long)want);
   } else {
     if (!ref->seen || ref->len != want)
       return mlpd_errf(err, MLPD_EINVAL,
-                       "input data is %zu bytes; shape [%d, %d] of %s needs "
-                       "%llu",
+                       "input data (infer.input.data) is %zu bytes; shape "
+                       "[%d, %d] of %s needs %llu",
                        ref->seen ? ref->len : 0, req->rows, req->cols,
                        mlpd_dtype_name(req->in_dtype),
                        (unsigned long long)want);
@@ -164,14 +220,45 @@ static int check_infer(const mlpd_v1_InferRequest *ir, const data_ref_t *ref,
     req->out_dtype = req->in_dtype;
   else if (dtype_from_wire(ir->output_dtype, &req->out_dtype) != 0)
     return mlpd_errf(err, MLPD_EINVAL,
-                     "output dtype %d is not DTYPE_F32, DTYPE_F16 or "
-                     "DTYPE_BF16",
+                     "output dtype %d (infer.output_dtype) is not "
+                     "DTYPE_F32, DTYPE_F16 or DTYPE_BF16",
                      (int)ir->output_dtype);
   if (ir->has_output_region &&
-      (rc = take_region(&ir->output_region, &req->out_region, "output",
-                        err)) != 0)
+      (rc = take_region(&ir->output_region, &req->out_region,
+                        "output (infer.output_region)", err)) != 0)
     return rc;
   return 0;
+}
+
+static mlpd_rpc_kind_t kind_of(pb_size_t which) {
+  switch (which) {
+  case mlpd_v1_Request_infer_tag:
+    return MLPD_RPC_INFER;
+  case mlpd_v1_Request_health_tag:
+    return MLPD_RPC_HEALTH;
+  case mlpd_v1_Request_metrics_tag:
+    return MLPD_RPC_METRICS;
+  case mlpd_v1_Request_model_info_tag:
+    return MLPD_RPC_MODEL_INFO;
+  case mlpd_v1_Request_register_region_tag:
+    return MLPD_RPC_REGISTER_REGION;
+  case mlpd_v1_Request_unregister_region_tag:
+    return MLPD_RPC_UNREGISTER_REGION;
+  default:
+    return MLPD_RPC_NONE;
+  }
+}
+
+/* After a refused frame: the id and kind, when nanopb can read them, so
+ * that the error reply carries them. No callback is set, so nothing from
+ * the frame is kept. */
+static void peek_envelope(const uint8_t *frame, size_t len,
+                          mlpd_rpc_request_t *req) {
+  mlpd_v1_Request msg = mlpd_v1_Request_init_zero;
+  pb_istream_t in = pb_istream_from_buffer(frame, len);
+  (void)pb_decode(&in, mlpd_v1_Request_fields, &msg);
+  req->id = msg.id;
+  req->kind = kind_of(msg.which_kind);
 }
 
 int mlpd_rpc_decode(const uint8_t *frame, size_t len, mlpd_rpc_request_t *req,
@@ -179,56 +266,59 @@ int mlpd_rpc_decode(const uint8_t *frame, size_t len, mlpd_rpc_request_t *req,
   memset(req, 0, sizeof(*req));
   data_ref_t ref = {.frame = frame, .frame_len = len};
   mlpd_v1_Request msg = mlpd_v1_Request_init_zero;
+  int rc = mlpd_pbcheck(frame, len, mlpd_v1_Request_fields, &msg,
+                        REQUEST_CHECKS, request_names,
+                        "request does not decode", err);
+  if (rc != 0) {
+    peek_envelope(frame, len, req);
+    return rc;
+  }
   msg.cb_kind.funcs.decode = on_request_kind;
   msg.cb_kind.arg = &ref;
   pb_istream_t in = pb_istream_from_buffer(frame, len);
   if (!pb_decode(&in, mlpd_v1_Request_fields, &msg)) {
-    req->id = msg.id;
+    /* pbcheck let it through, so this is a gap in pbcheck (the fuzz
+     * harness looks for these); refuse all the same. */
+    peek_envelope(frame, len, req);
     return mlpd_errf(err, MLPD_EPROTO, "request does not decode: %s",
                      PB_GET_ERROR(&in));
   }
   req->id = msg.id;
-  switch (msg.which_kind) {
-  case mlpd_v1_Request_infer_tag:
-    req->kind = MLPD_RPC_INFER;
+  req->kind = kind_of(msg.which_kind);
+  switch (req->kind) {
+  case MLPD_RPC_INFER:
     return check_infer(&msg.kind.infer, &ref, req, err);
-  case mlpd_v1_Request_health_tag:
-    req->kind = MLPD_RPC_HEALTH;
-    return 0;
-  case mlpd_v1_Request_metrics_tag:
-    req->kind = MLPD_RPC_METRICS;
-    return 0;
-  case mlpd_v1_Request_model_info_tag:
-    req->kind = MLPD_RPC_MODEL_INFO;
-    return 0;
-  case mlpd_v1_Request_register_region_tag: {
+  case MLPD_RPC_REGISTER_REGION: {
     const mlpd_v1_RegisterRegionRequest *rr = &msg.kind.register_region;
-    req->kind = MLPD_RPC_REGISTER_REGION;
     if (!region_name_ok(rr->name))
       return mlpd_errf(err, MLPD_EINVAL,
-                       "region name must be 1..%d characters of A-Z a-z 0-9 "
-                       ". _ - : /",
+                       "region name (register_region.name) must be 1..%d "
+                       "characters of A-Z a-z 0-9 . _ - : /",
                        MLPD_RPC_REGION_NAME_MAX);
     if (rr->size < 1)
-      return mlpd_errf(err, MLPD_EINVAL, "region size must be >= 1 byte");
+      return mlpd_errf(err, MLPD_EINVAL,
+                       "region size (register_region.size) must be >= 1 "
+                       "byte");
     snprintf(req->region_name, sizeof(req->region_name), "%s", rr->name);
     req->region_size = rr->size;
     return 0;
   }
-  case mlpd_v1_Request_unregister_region_tag:
-    req->kind = MLPD_RPC_UNREGISTER_REGION;
+  case MLPD_RPC_UNREGISTER_REGION:
     if (!region_name_ok(msg.kind.unregister_region.name))
       return mlpd_errf(err, MLPD_EINVAL,
-                       "region name must be 1..%d characters of A-Z a-z 0-9 "
-                       ". _ - : /",
+                       "region name (unregister_region.name) must be 1..%d "
+                       "characters of A-Z a-z 0-9 . _ - : /",
                        MLPD_RPC_REGION_NAME_MAX);
     snprintf(req->region_name, sizeof(req->region_name), "%s",
              msg.kind.unregister_region.name);
     return 0;
-  default:
-    req->kind = MLPD_RPC_NONE;
+  case MLPD_RPC_HEALTH:
+  case MLPD_RPC_METRICS:
+  case MLPD_RPC_MODEL_INFO:
+  case MLPD_RPC_NONE:
     return 0;
   }
+  return 0;
 }
 
 typedef struct {
@@ -243,11 +333,71 @@ static bool encode_bytes_ref(pb_ostream_t *stream, const pb_field_t *field,
          pb_encode_string(stream, ref->data, ref->len);
 }
 
-/* Copies a C string into a bounded nanopb field, truncating. */
+/* Length of the prefix of s[0..n) that can go into a proto3 string as is:
+ * valid UTF-8 without NUL bytes (a NUL is valid UTF-8, but C clients cut
+ * the string there, and pbcheck refuses it). */
+static size_t clean_prefix(const uint8_t *s, size_t n) {
+  size_t ok = mlpd_utf8_valid_prefix(s, n);
+  const uint8_t *nul = memchr(s, 0, ok);
+  return nul != NULL ? (size_t)(nul - s) : ok;
+}
+
+/* A string field from a byte buffer (the metrics text): each byte that is
+ * not part of valid UTF-8 goes out as '?', so the length, computed before
+ * the bytes, stays the same and nothing is copied. */
+static bool encode_text_ref(pb_ostream_t *stream, const pb_field_t *field,
+                            void *const *arg) {
+  const bytes_ref_t *ref = *arg;
+  if (!pb_encode_tag_for_field(stream, field) ||
+      !pb_encode_varint(stream, ref->len))
+    return false;
+  size_t i = 0;
+  while (i < ref->len) {
+    size_t ok = clean_prefix(ref->data + i, ref->len - i);
+    if (ok > 0 && !pb_write(stream, ref->data + i, ok))
+      return false;
+    i += ok;
+    if (i < ref->len) {
+      if (!pb_write(stream, (const pb_byte_t *)"?", 1))
+        return false;
+      i++;
+    }
+  }
+  return true;
+}
+
+/* Copies a C string into a bounded nanopb string field. proto3 strings
+ * must be valid UTF-8 (Python's protobuf refuses the whole response
+ * otherwise), and these come from file paths, device names and messages
+ * that may quote anything: invalid bytes become '?', and truncation never
+ * cuts a character in two. */
 static void set_string(char *dst, size_t cap, const char *src) {
-  size_t n = src != NULL ? strnlen(src, cap - 1) : 0;
-  if (n > 0)
-    memcpy(dst, src, n);
+  size_t n = 0, len = src != NULL ? strlen(src) : 0, i = 0;
+  while (i < len) {
+    const uint8_t *s = (const uint8_t *)src + i;
+    size_t ok = clean_prefix(s, len - i);
+    if (ok == 0) {
+      if (n + 1 > cap - 1)
+        break;
+      dst[n++] = '?';
+      i++;
+      continue;
+    }
+    /* Copy whole characters while they fit. */
+    size_t take = 0;
+    while (take < ok) {
+      size_t cl = s[take] < 0x80 ? 1 : s[take] < 0xe0 ? 2 : s[take] < 0xf0 ? 3
+                                                                          : 4;
+      if (n + take + cl > cap - 1)
+        break;
+      take += cl;
+    }
+    memcpy(dst + n, s, take);
+    n += take;
+    i += take;
+    if (take < ok)
+      break;
+  }
   dst[n] = '\0';
 }
 
@@ -330,7 +480,7 @@ static void build(const mlpd_rpc_response_t *r, mlpd_v1_Response *msg,
     msg->which_kind = mlpd_v1_Response_metrics_tag;
     ref->data = (const uint8_t *)r->text;
     ref->len = r->text_len;
-    msg->kind.metrics.text.funcs.encode = encode_bytes_ref;
+    msg->kind.metrics.text.funcs.encode = encode_text_ref;
     msg->kind.metrics.text.arg = ref;
     break;
   case MLPD_RPC_MODEL_INFO:

@@ -3,8 +3,21 @@
  *
  * Decoding never copies tensor data: an inline tensor points into the
  * frame, and the batcher copies rows from there straight into staging.
- * Every field is checked for its wire type and every data reference for
- * lying inside the frame; what cannot be vouched for is MLPD_EPROTO.
+ *
+ * Before nanopb sees a frame, mlpd_pbcheck (pbcheck.h) walks it and
+ * refuses with MLPD_EPROTO, naming the field ("infer.input.data"),
+ * whatever cannot be vouched for: a field with a wire type its type does
+ * not have (tensor data sent as a varint or fixed value above all: nanopb
+ * would hand it over from a copy on its own stack); a singular field, a
+ * submessage or the request kind sent twice (protobuf would merge or
+ * overwrite them, so what was validated need not be what is used); a
+ * string past its max_size or with a NUL or invalid UTF-8; a repeated
+ * field past its max_count; a value too large for its type; a truncated
+ * field; groups. Unknown fields are refused inside a request kind (a field
+ * this daemon does not know could change what the request means) and
+ * skipped at the top level, so that a newer client's request kind decodes
+ * as MLPD_RPC_NONE and is answered UNIMPLEMENTED. Every data reference is
+ * then checked again for lying inside the frame.
  * Encoding writes the varint frame header and the message into one caller
  * buffer, taking output tensor bytes and metrics text through nanopb
  * callbacks.

@@ -49,7 +49,8 @@ typedef struct mlpd_safetensors_s {
   char path[1024];             /* as given to open, for messages */
   void *map;                   /* owned: munmap'ed by close */
   size_t map_len;              /* file size */
-  mlpd_st_tensor_t *tensors;   /* owned, sorted by data offset */
+  mlpd_st_tensor_t *tensors;   /* owned, in header order (jansson keeps
+                                  a JSON object's key order) */
   int ntensors;
   mlpd_st_meta_t *meta;        /* owned, in file order */
   int nmeta;

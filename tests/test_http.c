@@ -359,6 +359,10 @@ static void test_health_and_ready(void **state) {
   atomic_store(&fx.state, "ready");
   atomic_store(&fx.ready, 1);
   roundtrip(c, "GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n", 200, "ready\n");
+  /* Degraded (a device out of rotation) is ready, and the body says so. */
+  atomic_store(&fx.state, "degraded: cuda:1 out of rotation");
+  roundtrip(c, "GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n", 200,
+            "degraded: cuda:1 out of rotation\n");
   atomic_store(&fx.state, "draining");
   atomic_store(&fx.ready, 0);
   roundtrip(c, "GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n", 503, "draining\n");
@@ -369,6 +373,7 @@ static void test_health_and_ready(void **state) {
   roundtrip(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 503, "stuck\n");
   /* A query string does not change the route. */
   atomic_store(&fx.ready, 1);
+  atomic_store(&fx.state, "ready");
   roundtrip(c, "GET /readyz?verbose=1 HTTP/1.1\r\nHost: x\r\n\r\n", 200,
             "ready\n");
   client_close(c);
@@ -522,6 +527,7 @@ static void test_byte_by_byte(void **state) {
   (void)state;
   fx_reset();
   start_tcp();
+  atomic_store(&fx.state, "ready");
   atomic_store(&fx.ready, 1);
   client_t *c = connect_tcp();
   const char *req = "GET /readyz HTTP/1.1\r\nHost: localhost\r\n"

@@ -315,6 +315,37 @@ static void test_random_corruption_never_crashes(void **state) {
   free(buf);
 }
 
+/* Error messages are one line (error.h) even when the file puts line
+ * breaks or other control bytes in what they quote: a tensor name, a dtype
+ * string, the activation list. A crafted file cannot add log lines. */
+static void test_messages_are_one_line(void **state) {
+  (void)state;
+  static const char *const headers[] = {
+      "{\"0.weight\\n1970-01-01T00:00:00Z mlpd[1] info: ready\":"
+      "{\"dtype\":\"F32\",\"shape\":[1,1],\"data_offsets\":[0,4]}}",
+      "{\"0.weight\":{\"dtype\":\"F\\r32\",\"shape\":[1,1],"
+      "\"data_offsets\":[0,4]}}",
+      "{\"__metadata__\":{\"mlpd.activations\":\"gelu\\u001b[2J\"},"
+      "\"0.weight\":{\"dtype\":\"F32\",\"shape\":[1,1],"
+      "\"data_offsets\":[0,4]},\"0.bias\":{\"dtype\":\"F32\","
+      "\"shape\":[1],\"data_offsets\":[4,8]}}",
+  };
+  for (size_t i = 0; i < MLPD_ARRAY_SIZE(headers); i++) {
+    tu_write_safetensors(path_for("ctl.safetensors"), headers[i],
+                         good_data, i == 2 ? 8 : 4);
+    mlpd_err_t err = {0};
+    mlpd_model_t *m = NULL;
+    assert_int_not_equal(
+        mlpd_model_load(&m, path_for("ctl.safetensors"), NULL, &err), 0);
+    for (const char *p = err.msg; *p != '\0'; p++) {
+      if ((unsigned char)*p < 0x20 || *p == 0x7f)
+        fail_msg("case %zu: control byte 0x%02x in \"%s\"", i,
+                 (unsigned char)*p, err.msg);
+    }
+    assert_non_null(strchr(err.msg, '?'));
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_byte_by_byte_file_is_accepted),
@@ -322,6 +353,7 @@ int main(void) {
       cmocka_unit_test(test_malformed_files_are_rejected),
       cmocka_unit_test(test_missing_file),
       cmocka_unit_test(test_random_corruption_never_crashes),
+      cmocka_unit_test(test_messages_are_one_line),
   };
   return cmocka_run_group_tests(tests, tu_group_setup, tu_group_teardown);
 }

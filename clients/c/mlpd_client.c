@@ -3,7 +3,9 @@
  * Wire path: a request is encoded with nanopb into the client's send buffer
  * behind its varint length (daemon/frame.h) and written with send(); bytes
  * from the daemon are read into a receive buffer until it holds a whole
- * frame, which is decoded in place (pb_istream_from_buffer). The tensor bytes
+ * frame, which is checked by the daemon's strict wire pass (pbcheck.h: wire
+ * types, duplicates, bounds, strings) and then decoded in place
+ * (pb_istream_from_buffer). The tensor bytes
  * of a response go from the frame into the result in one copy, plus one
  * conversion when the caller asked for fp32.
  *
@@ -23,6 +25,7 @@
 
 #include "frame.h"
 #include "mlpd.pb.h"
+#include "pbcheck.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -109,6 +112,17 @@ static mlpd_v1_DType dtype_to_wire(int t) {
   case MLPD_DTYPE_BF16: return mlpd_v1_DType_DTYPE_BF16;
   default: return mlpd_v1_DType_DTYPE_UNSPECIFIED;
   }
+}
+
+/* The daemon's message, for quoting in an mlpd_err_t (one line of text,
+ * error.h): control bytes become '?'. */
+static void quote(char *dst, size_t cap, const char *src) {
+  size_t i = 0;
+  for (; src[i] != '\0' && i + 1 < cap; i++) {
+    unsigned char ch = (unsigned char)src[i];
+    dst[i] = ch < 0x20 || ch == 0x7f ? '?' : (char)ch;
+  }
+  dst[i] = '\0';
 }
 
 /* ---- connection state ---- */
@@ -433,6 +447,42 @@ static bool on_metrics_text(pb_istream_t *s, const pb_field_t *f,
   return true;
 }
 
+/* Field names for pbcheck's messages, as the proto spells them (the ones
+ * a client reads; others show as #tag). */
+static const mlpd_pbcheck_name_t response_names[] = {
+    {&mlpd_v1_Response_msg, mlpd_v1_Response_id_tag, "id"},
+    {&mlpd_v1_Response_msg, mlpd_v1_Response_status_tag, "status"},
+    {&mlpd_v1_Response_msg, mlpd_v1_Response_message_tag, "message"},
+    {&mlpd_v1_Response_msg, mlpd_v1_Response_infer_tag, "infer"},
+    {&mlpd_v1_Response_msg, mlpd_v1_Response_health_tag, "health"},
+    {&mlpd_v1_Response_msg, mlpd_v1_Response_metrics_tag, "metrics"},
+    {&mlpd_v1_Response_msg, mlpd_v1_Response_model_info_tag, "model_info"},
+    {&mlpd_v1_Response_msg, mlpd_v1_Response_register_region_tag,
+     "register_region"},
+    {&mlpd_v1_Response_msg, mlpd_v1_Response_unregister_region_tag,
+     "unregister_region"},
+    {&mlpd_v1_InferResponse_msg, mlpd_v1_InferResponse_output_tag, "output"},
+    {&mlpd_v1_InferResponse_msg, mlpd_v1_InferResponse_device_tag, "device"},
+    {&mlpd_v1_Tensor_msg, mlpd_v1_Tensor_dtype_tag, "dtype"},
+    {&mlpd_v1_Tensor_msg, mlpd_v1_Tensor_shape_tag, "shape"},
+    {&mlpd_v1_Tensor_msg, mlpd_v1_Tensor_data_tag, "data"},
+    {&mlpd_v1_HealthResponse_msg, mlpd_v1_HealthResponse_state_tag, "state"},
+    {&mlpd_v1_MetricsResponse_msg, mlpd_v1_MetricsResponse_text_tag, "text"},
+    {&mlpd_v1_ModelInfoResponse_msg, mlpd_v1_ModelInfoResponse_path_tag,
+     "path"},
+    {&mlpd_v1_ModelInfoResponse_msg, mlpd_v1_ModelInfoResponse_layers_tag,
+     "layers"},
+    {&mlpd_v1_ModelInfoResponse_msg, mlpd_v1_ModelInfoResponse_devices_tag,
+     "devices"},
+    {NULL, 0, NULL},
+};
+
+/* Responses: every field once and of its own wire type, strings bounded
+ * and UTF-8; unknown fields skipped anywhere, so that a newer daemon's
+ * additions do not break this client. */
+#define RESPONSE_CHECKS                                                        \
+  (MLPD_PBCHECK_ONCE | MLPD_PBCHECK_UNKNOWN_TOP | MLPD_PBCHECK_UNKNOWN_NESTED)
+
 /* Called once nanopb knows which oneof member arrived, after it cleared the
  * member: the only moment the callbacks inside it can be set. */
 static bool on_kind(pb_istream_t *s, const pb_field_t *f, void **arg) {
@@ -475,8 +525,15 @@ static int next_response(mlpd_client_t *c, uint64_t deadline,
     r->cb_kind.arg = d;
     d->have_data = 0;
     d->data_len = 0;
+    char what[64];
+    snprintf(what, sizeof(what), "response of %llu bytes does not decode",
+             (unsigned long long)blen);
+    mlpd_err_t why = {0};
+    bool ok = mlpd_pbcheck(body, (size_t)blen, mlpd_v1_Response_fields, r,
+                           RESPONSE_CHECKS, response_names, what, &why) == 0;
     pb_istream_t is = pb_istream_from_buffer(body, (size_t)blen);
-    bool ok = pb_decode(&is, mlpd_v1_Response_fields, r);
+    if (ok)
+      ok = pb_decode(&is, mlpd_v1_Response_fields, r);
     c->rpos += hlen + (size_t)blen;
     if (c->rpos == c->rlen)
       c->rpos = c->rlen = 0;
@@ -485,6 +542,8 @@ static int next_response(mlpd_client_t *c, uint64_t deadline,
     if (!ok) {
       if (d->oom)
         return mlpd_errf(err, -ENOMEM, "out of memory decoding a response");
+      if (why.code != 0)
+        return mlpd_errf(err, MLPD_EPROTO, "%s", why.msg);
       return mlpd_errf(err, MLPD_EPROTO,
                        "response of %llu bytes does not decode: %s",
                        (unsigned long long)blen, PB_GET_ERROR(&is));
@@ -573,12 +632,17 @@ static void last_word(mlpd_client_t *c, char *buf, size_t cap,
       break;
     mlpd_v1_Response r;
     memset(&r, 0, sizeof(r));
-    pb_istream_t is = pb_istream_from_buffer(RBUF(c) + pos + hlen,
-                                             (size_t)blen);
-    if (pb_decode(&is, mlpd_v1_Response_fields, &r) &&
+    const uint8_t *body = RBUF(c) + pos + hlen;
+    pb_istream_t is = pb_istream_from_buffer(body, (size_t)blen);
+    /* Only a response that passes the strict pass is quoted. */
+    if (mlpd_pbcheck(body, (size_t)blen, mlpd_v1_Response_fields, &r,
+                     RESPONSE_CHECKS, NULL, "response", NULL) == 0 &&
+        pb_decode(&is, mlpd_v1_Response_fields, &r) &&
         r.status != mlpd_v1_Status_OK) {
+      char msg[sizeof(r.message)];
+      quote(msg, sizeof(msg), r.message);
       snprintf(buf, cap, "; it answered %s: %s",
-               mlpd_status_name((int)r.status), r.message);
+               mlpd_status_name((int)r.status), msg);
       if (r.id == 0)
         *refusal = (int)r.status;
     }
@@ -996,9 +1060,10 @@ static int status_error(const mlpd_v1_Response *r, const char *what,
   case mlpd_v1_Status_INTERNAL: code = MLPD_EINTERNAL; break;
   default: code = MLPD_EPROTO; break;
   }
+  char msg[sizeof(r->message)];
+  quote(msg, sizeof(msg), r->message[0] ? r->message : "(no message)");
   return mlpd_errf(err, code, "%s: daemon answered %s: %s", what,
-                   mlpd_status_name((int)r->status),
-                   r->message[0] ? r->message : "(no message)");
+                   mlpd_status_name((int)r->status), msg);
 }
 
 static int simple_call(mlpd_client_t *c, pb_size_t kind, const char *what,

@@ -1,0 +1,239 @@
+/* httpreq.c - see httpreq.h. Parsing is libhttp-parser's, never by hand;
+ * this file adds the bounds (through the parser's callbacks) and the
+ * routing. */
+#include "httpreq.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static int on_message_begin(http_parser *p) {
+  mlpd_httpreq_t *r = p->data;
+  r->err_status = 0;
+  r->hdr_bytes = 0;
+  r->body_bytes = 0;
+  r->url_len = 0;
+  return 0;
+}
+
+static int count_header(mlpd_httpreq_t *r, size_t len) {
+  r->hdr_bytes += len;
+  if (r->hdr_bytes > MLPD_HTTPREQ_HDR_MAX) {
+    r->err_status = 431;
+    return -1;
+  }
+  return 0;
+}
+
+/* The target may arrive in pieces (one per read); it is kept whole for
+ * route(), up to the bound. */
+static int on_url(http_parser *p, const char *at, size_t len) {
+  mlpd_httpreq_t *r = p->data;
+  if (r->url_len + len >= sizeof(r->url)) {
+    r->err_status = 414;
+    return -1;
+  }
+  memcpy(r->url + r->url_len, at, len);
+  r->url_len += len;
+  return count_header(r, len);
+}
+
+static int on_header_data(http_parser *p, const char *at, size_t len) {
+  (void)at;
+  return count_header(p->data, len);
+}
+
+static int on_headers_complete(http_parser *p) {
+  mlpd_httpreq_t *r = p->data;
+  if ((p->flags & F_CONTENTLENGTH) &&
+      p->content_length > MLPD_HTTPREQ_BODY_MAX) {
+    r->err_status = 413;
+    return -1;
+  }
+  return 0;
+}
+
+static int on_body(http_parser *p, const char *at, size_t len) {
+  (void)at;
+  mlpd_httpreq_t *r = p->data;
+  r->body_bytes += len;
+  if (r->body_bytes > MLPD_HTTPREQ_BODY_MAX) {
+    r->err_status = 413;
+    return -1;
+  }
+  return 0;
+}
+
+static int on_message_complete(http_parser *p) {
+  mlpd_httpreq_t *r = p->data;
+  return r->on_request != NULL ? r->on_request(r, r->ud) : 0;
+}
+
+static const http_parser_settings *settings(void) {
+  static const http_parser_settings s = {
+      .on_message_begin = on_message_begin,
+      .on_url = on_url,
+      .on_header_field = on_header_data,
+      .on_header_value = on_header_data,
+      .on_headers_complete = on_headers_complete,
+      .on_body = on_body,
+      .on_message_complete = on_message_complete,
+  };
+  return &s;
+}
+
+void mlpd_httpreq_init(mlpd_httpreq_t *r, mlpd_httpreq_cb on_request,
+                       void *ud) {
+  memset(r, 0, sizeof(*r));
+  http_parser_init(&r->parser, HTTP_REQUEST);
+  r->parser.data = r;
+  r->on_request = on_request;
+  r->ud = ud;
+}
+
+size_t mlpd_httpreq_execute(mlpd_httpreq_t *r, const char *buf, size_t len) {
+  return http_parser_execute(&r->parser, settings(), buf, len);
+}
+
+void mlpd_httpreq_pause(mlpd_httpreq_t *r, int paused) {
+  http_parser_pause(&r->parser, paused);
+}
+
+int mlpd_httpreq_error_status(const mlpd_httpreq_t *r) {
+  return r->err_status ? r->err_status : 400;
+}
+
+int mlpd_httpreq_wants_close(const mlpd_httpreq_t *r) {
+  return !http_should_keep_alive(&r->parser) || r->parser.upgrade;
+}
+
+const char *mlpd_httpreq_reason(int status) {
+  switch (status) {
+  case 200:
+    return "OK";
+  case 400:
+    return "Bad Request";
+  case 404:
+    return "Not Found";
+  case 405:
+    return "Method Not Allowed";
+  case 413:
+    return "Content Too Large";
+  case 414:
+    return "URI Too Long";
+  case 431:
+    return "Request Header Fields Too Large";
+  case 500:
+    return "Internal Server Error";
+  case 503:
+    return "Service Unavailable";
+  default:
+    return "Unknown";
+  }
+}
+
+static void reply_text(mlpd_http_reply_t *out, int status, const char *text,
+                       int head) {
+  out->status = status;
+  out->ctype = MLPD_HTTP_TEXT;
+  out->body = text;
+  out->body_len = strlen(text);
+  out->head = head;
+}
+
+/* One line: the state (or a default when the handler gave none). */
+static void reply_state(mlpd_http_reply_t *out, int status, const char *state,
+                        const char *dflt, int head) {
+  snprintf(out->buf, sizeof(out->buf), "%.*s\n", (int)sizeof(out->buf) - 2,
+           state != NULL ? state : dflt);
+  reply_text(out, status, out->buf, head);
+}
+
+void mlpd_httpreq_route(const mlpd_httpreq_t *r, int have_metrics,
+                        mlpd_http_health_fn health, void *ud,
+                        mlpd_http_reply_t *out) {
+  memset(out, 0, sizeof(*out));
+  int method = r->parser.method;
+  struct http_parser_url u;
+  http_parser_url_init(&u);
+  if (http_parser_parse_url(r->url, r->url_len, method == HTTP_CONNECT, &u) !=
+      0) {
+    reply_text(out, 400, "bad request target\n", 0);
+    return;
+  }
+  const char *path = "";
+  size_t plen = 0;
+  if (u.field_set & (1u << UF_PATH)) {
+    path = r->url + u.field_data[UF_PATH].off;
+    plen = u.field_data[UF_PATH].len;
+  }
+  enum { HEALTHZ, READYZ, METRICS, NONE } which = NONE;
+  if (plen == 8 && memcmp(path, "/healthz", 8) == 0)
+    which = HEALTHZ;
+  else if (plen == 7 && memcmp(path, "/readyz", 7) == 0)
+    which = READYZ;
+  else if (plen == 8 && memcmp(path, "/metrics", 8) == 0 && have_metrics)
+    which = METRICS;
+  if (which == NONE) {
+    reply_text(out, 404, "not found\n", method == HTTP_HEAD);
+    return;
+  }
+  if (method != HTTP_GET && method != HTTP_HEAD) {
+    reply_text(out, 405, "method not allowed\n", 0);
+    out->extra = "Allow: GET, HEAD\r\n";
+    return;
+  }
+  int head = method == HTTP_HEAD;
+  if (which == METRICS) {
+    out->status = 200;
+    out->ctype = MLPD_HTTP_METRICS_TYPE;
+    out->head = head;
+    out->metrics = 1;
+    return;
+  }
+  /* Without a health handler the process is live but never ready. */
+  int live = 1, ready = 0;
+  const char *state = NULL;
+  if (health != NULL)
+    health(ud, &live, &ready, &state);
+  if (which == HEALTHZ) {
+    if (live)
+      reply_text(out, 200, "ok\n", head);
+    else
+      reply_state(out, 503, state, "not live", head);
+  } else {
+    /* Ready answers with the state too: "degraded ..." is ready (serving
+     * on fewer devices), and a probe's log should say so. */
+    if (ready)
+      reply_state(out, 200, state, "ready", head);
+    else
+      reply_state(out, 503, state, "not ready", head);
+  }
+}
+
+int mlpd_httpreq_head(char *buf, size_t cap, const mlpd_httpreq_t *r,
+                      int status, const char *ctype, const char *extra,
+                      size_t blen, int close, time_t now) {
+  char date[64];
+  struct tm tm;
+  gmtime_r(&now, &tm);
+  strftime(date, sizeof(date), "%a, %d %b %Y %H:%M:%S GMT", &tm);
+
+  /* HTTP/1.0 clients assume close unless told otherwise. */
+  const char *conn_hdr = "";
+  if (close)
+    conn_hdr = "Connection: close\r\n";
+  else if (r->parser.http_major == 1 && r->parser.http_minor == 0)
+    conn_hdr = "Connection: keep-alive\r\n";
+  int n = snprintf(buf, cap,
+                   "HTTP/1.1 %d %s\r\n"
+                   "Date: %s\r\n"
+                   "Content-Type: %s\r\n"
+                   "Content-Length: %zu\r\n"
+                   "Cache-Control: no-store\r\n"
+                   "%s%s\r\n",
+                   status, mlpd_httpreq_reason(status), date, ctype, blen,
+                   extra ? extra : "", conn_hdr);
+  if (n < 0 || (size_t)n >= cap)
+    return -1;
+  return n;
+}

@@ -1,0 +1,108 @@
+/* httpreq.h - the request side of the HTTP probe listener (http.h), with
+ * no socket and no event loop: bytes in through Debian's libhttp-parser
+ * with mlpd's bounds, and for each complete request the choice of
+ * response.
+ *
+ * http.c owns connections, timers and writes and calls this module; the
+ * split exists so that everything a client's bytes can reach is a pure
+ * function that unit tests and the fuzz harness (tests/fuzz/fuzz_http.c)
+ * drive directly.
+ *
+ * Bounds: 8 KiB of request line and headers (431), a 1 KiB request target
+ * (414), an 8 KiB body (413). Routes: GET|HEAD /healthz, /readyz and
+ * /metrics (when the caller has metrics); 404 elsewhere, 405 for other
+ * methods on a known path, 400 for a target http_parser cannot split. */
+#ifndef MLPD_HTTPREQ_H
+#define MLPD_HTTPREQ_H
+
+#include "mlpd.h"
+
+#include <http_parser.h>
+#include <time.h>
+
+#define MLPD_HTTPREQ_HDR_MAX (8 * 1024) /* request line + header bytes */
+#define MLPD_HTTPREQ_URL_MAX 1024       /* request target */
+#define MLPD_HTTPREQ_BODY_MAX                                                  \
+  (8 * 1024) /* we need none; tolerate a small one */
+
+/* The health handler's contract (mlpd_http_handlers_t.health): *live and
+ * *ready 0/1, *state a static string ("loading", "ready", "degraded ...",
+ * "draining") or NULL. */
+typedef void (*mlpd_http_health_fn)(void *ud, int *live, int *ready,
+                                    const char **state);
+
+typedef struct mlpd_httpreq_s mlpd_httpreq_t;
+
+/* Called by mlpd_httpreq_execute for each complete request, in order.
+ * Return 0 to go on (the callback may pause the parser with
+ * mlpd_httpreq_pause, and execute then returns), or -1 to stop with an
+ * error (execute returns; HTTP_PARSER_ERRNO says HPE_CB_message_complete). */
+typedef int (*mlpd_httpreq_cb)(mlpd_httpreq_t *r, void *ud);
+
+struct mlpd_httpreq_s {
+  http_parser parser;         /* data = this; method, version, flags after a
+                                 request completes */
+  mlpd_httpreq_cb on_request; /* borrowed */
+  void *ud;
+  int err_status;   /* 413/414/431 chosen by a bound, else 0 */
+  size_t hdr_bytes; /* of the request being parsed */
+  size_t body_bytes;
+  size_t url_len;
+  char url[MLPD_HTTPREQ_URL_MAX]; /* the request target, not terminated */
+};
+
+/* Starts a request stream. */
+void mlpd_httpreq_init(mlpd_httpreq_t *r, mlpd_httpreq_cb on_request, void *ud);
+
+/* Feeds len bytes; returns how many were parsed. Fewer than len means a
+ * pause (HTTP_PARSER_ERRNO(&r->parser) == HPE_PAUSED; the rest must be fed
+ * again after mlpd_httpreq_pause(r, 0)) or an error (any other errno; the
+ * response is mlpd_httpreq_error_status). */
+size_t mlpd_httpreq_execute(mlpd_httpreq_t *r, const char *buf, size_t len);
+
+void mlpd_httpreq_pause(mlpd_httpreq_t *r, int paused);
+
+/* After a parse error: the status to answer it with (413, 414, 431 for a
+ * bound, else 400). */
+int mlpd_httpreq_error_status(const mlpd_httpreq_t *r);
+
+/* For the request just completed: must the connection close after the
+ * response (no keep-alive, or an upgrade we do not speak)? */
+int mlpd_httpreq_wants_close(const mlpd_httpreq_t *r);
+
+/* The response to a complete request. */
+typedef struct mlpd_http_reply_s {
+  int status;
+  const char *ctype;
+  const char *extra; /* extra header lines ("Allow: GET, HEAD\r\n"), NULL */
+  const char *body;  /* static or in buf; unset when metrics */
+  size_t body_len;
+  int head;      /* send the headers only (HEAD) */
+  int metrics;   /* the caller renders /metrics as the 200 body */
+  char buf[256]; /* backing store for a body made from the state */
+} mlpd_http_reply_t;
+
+#define MLPD_HTTP_TEXT "text/plain; charset=utf-8"
+#define MLPD_HTTP_METRICS_TYPE "text/plain; version=0.0.4; charset=utf-8"
+
+/* Chooses the response to the request just completed. have_metrics: the
+ * caller serves /metrics (else it is 404). health may be NULL: live, never
+ * ready. /healthz: 200 "ok" when live, else 503 with the state. /readyz:
+ * 200 with the state ("ready", "degraded ...") when ready, else 503 with
+ * the state ("loading", "draining"); one line each. */
+void mlpd_httpreq_route(const mlpd_httpreq_t *r, int have_metrics,
+                        mlpd_http_health_fn health, void *ud,
+                        mlpd_http_reply_t *out);
+
+/* "OK", "Not Found", ... for the statuses mlpd sends; "Unknown" else. */
+const char *mlpd_httpreq_reason(int status);
+
+/* Formats a response head into buf: status line, Date (from now),
+ * Content-Type, Content-Length blen, Cache-Control: no-store, extra, and
+ * the Connection header close and the request's HTTP version call for.
+ * Returns its length, or -1 when it does not fit. */
+int mlpd_httpreq_head(char *buf, size_t cap, const mlpd_httpreq_t *r,
+                      int status, const char *ctype, const char *extra,
+                      size_t blen, int close, time_t now);
+
+#endif
