@@ -570,15 +570,16 @@ static void test_windows(void **state) {
   w.offset = size - out_b + 1;
   shm_infer(c, &req, &in, &w, &res);
   expect_refused(&res, MLPD_STATUS_INVALID_ARGUMENT, "'win'", "outside");
-  /* offset + length wraps around 2^64: still outside. */
+  /* offset + length wraps around 2^64: the codec refuses it before any
+   * region is looked at. */
   w = in;
   w.offset = UINT64_MAX - 16;
   shm_infer(c, &req, &w, NULL, &res);
-  expect_refused(&res, MLPD_STATUS_INVALID_ARGUMENT, "'win'", "outside");
+  expect_refused(&res, MLPD_STATUS_INVALID_ARGUMENT, "input", "overflows");
   w = out;
   w.offset = UINT64_MAX - 16;
   shm_infer(c, &req, &in, &w, &res);
-  expect_refused(&res, MLPD_STATUS_INVALID_ARGUMENT, "'win'", "outside");
+  expect_refused(&res, MLPD_STATUS_INVALID_ARGUMENT, "output", "overflows");
   /* Windows of the wrong size: the answer says the size needed. */
   w = in;
   w.length = in_b - 4;
