@@ -688,16 +688,17 @@ int mlpd_daemon_run(const mlpd_config_t *cfg) {
    * connect. */
   if ((rc = listen_socket(d, &metrics_fd, &err)) != 0)
     goto fail;
-  if (metrics_fd >= 0 && cfg->metrics_listen == NULL) {
-    MLPD_LOGW("socket activation passed a metrics socket; this build "
-              "serves HTTP only with --metrics-listen");
-    close(metrics_fd);
-  }
-  if (cfg->metrics_listen != NULL) {
+  if (metrics_fd >= 0 || cfg->metrics_listen != NULL) {
+    /* A socket systemd passed (FileDescriptorName=metrics) wins over the
+     * flag: it outlives our restarts like the protocol socket. */
     mlpd_http_handlers_t hh = {
         .health = health, .metrics = render_metrics, .ud = d};
-    if ((rc = mlpd_http_start(&d->http, &d->loop, cfg->metrics_listen, &hh,
-                              &err)) != 0)
+    if (metrics_fd >= 0)
+      rc = mlpd_http_start_fd(&d->http, &d->loop, metrics_fd, &hh, &err);
+    else
+      rc = mlpd_http_start(&d->http, &d->loop, cfg->metrics_listen, &hh,
+                           &err);
+    if (rc != 0)
       goto fail;
   }
   d->nshards = nshards;

@@ -685,30 +685,11 @@ err_fd:
   return rc;
 }
 
-int mlpd_http_start(mlpd_http_t **out, uv_loop_t *loop, const char *listen,
-                    const mlpd_http_handlers_t *handlers, mlpd_err_t *err) {
-  *out = NULL;
-  if (listen == NULL || listen[0] == '\0')
-    return mlpd_errf(err, MLPD_EINVAL, "HTTP listener: empty address");
-  mlpd_http_t *h = calloc(1, sizeof(*h));
-  if (h == NULL)
-    return mlpd_errf(err, -ENOMEM, "HTTP listener: out of memory");
-  h->loop = loop;
-  if (handlers != NULL)
-    h->hd = *handlers;
-  h->idle_ms = IDLE_MS_DEFAULT;
-
-  const char *path = NULL;
-  if (strncmp(listen, "unix:", 5) == 0)
-    path = listen + 5;
-  else if (listen[0] == '/' || listen[0] == '.')
-    path = listen;
-  int fd = -1;
-  int rc = path ? open_unix(h, listen, path, &fd, err)
-                : open_tcp(h, listen, &fd, err);
-  if (rc != 0)
-    goto err_free;
-
+/* Listens on fd (bound, h->is_unix set) with libuv; label names it in
+ * messages. Frees h on failure. */
+static int serve_on(mlpd_http_t *h, uv_loop_t *loop, int fd,
+                    const char *label, mlpd_err_t *err) {
+  int rc;
   /* The socket is bound and listening; from here only libuv can fail, and
    * once a handle exists it must be closed through the loop. */
   if (h->is_unix) {
@@ -725,20 +706,91 @@ int mlpd_http_start(mlpd_http_t **out, uv_loop_t *loop, const char *listen,
     rc = uv_listen(&h->listener.stream, BACKLOG, on_connection);
   }
   if (rc != 0) {
-    mlpd_errf(err, rc, "HTTP listener \"%s\": %s", listen, uv_strerror(rc));
+    mlpd_errf(err, rc, "HTTP listener \"%s\": %s", label, uv_strerror(rc));
     h->stopping = 1; /* try_finish frees h and unlinks the socket file */
     uv_close(&h->listener.handle, on_listener_closed);
     return rc;
   }
   if (h->is_unix)
-    MLPD_LOGI("http: listening on unix:%s", h->path);
+    MLPD_LOGI("http: listening on unix:%s", h->path[0] ? h->path : label);
   else
-    MLPD_LOGI("http: listening on %s (port %d)", listen, h->port);
+    MLPD_LOGI("http: listening on %s (port %d)", label, h->port);
+  return 0;
+}
+
+static mlpd_http_t *new_listener(uv_loop_t *loop,
+                                 const mlpd_http_handlers_t *handlers) {
+  mlpd_http_t *h = calloc(1, sizeof(*h));
+  if (h == NULL)
+    return NULL;
+  h->loop = loop;
+  if (handlers != NULL)
+    h->hd = *handlers;
+  h->idle_ms = IDLE_MS_DEFAULT;
+  return h;
+}
+
+int mlpd_http_start(mlpd_http_t **out, uv_loop_t *loop, const char *listen,
+                    const mlpd_http_handlers_t *handlers, mlpd_err_t *err) {
+  *out = NULL;
+  if (listen == NULL || listen[0] == '\0')
+    return mlpd_errf(err, MLPD_EINVAL, "HTTP listener: empty address");
+  mlpd_http_t *h = new_listener(loop, handlers);
+  if (h == NULL)
+    return mlpd_errf(err, -ENOMEM, "HTTP listener: out of memory");
+  const char *path = NULL;
+  if (strncmp(listen, "unix:", 5) == 0)
+    path = listen + 5;
+  else if (listen[0] == '/' || listen[0] == '.')
+    path = listen;
+  int fd = -1;
+  int rc = path ? open_unix(h, listen, path, &fd, err)
+                : open_tcp(h, listen, &fd, err);
+  if (rc != 0) {
+    free(h);
+    return rc;
+  }
+  if ((rc = serve_on(h, loop, fd, listen, err)) != 0)
+    return rc;
   *out = h;
   return 0;
-err_free:
-  free(h);
-  return rc;
+}
+
+int mlpd_http_start_fd(mlpd_http_t **out, uv_loop_t *loop, int fd,
+                       const mlpd_http_handlers_t *handlers,
+                       mlpd_err_t *err) {
+  *out = NULL;
+  struct sockaddr_storage ss;
+  socklen_t len = sizeof(ss);
+  if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0)
+    return mlpd_errf(err, -errno, "HTTP listener fd %d: %s", fd,
+                     strerror(errno));
+  int loopback = 0;
+  if (ss.ss_family == AF_INET)
+    loopback = (ntohl(((struct sockaddr_in *)&ss)->sin_addr.s_addr) >> 24) ==
+               127;
+  else if (ss.ss_family == AF_INET6)
+    loopback = IN6_IS_ADDR_LOOPBACK(&((struct sockaddr_in6 *)&ss)->sin6_addr);
+  if (ss.ss_family != AF_UNIX && !loopback)
+    return mlpd_errf(err, MLPD_EINVAL,
+                     "HTTP listener fd %d: not a Unix or loopback socket "
+                     "(the endpoint has no authentication)",
+                     fd);
+  mlpd_http_t *h = new_listener(loop, handlers);
+  if (h == NULL)
+    return mlpd_errf(err, -ENOMEM, "HTTP listener: out of memory");
+  /* The file (if any) is systemd's: h->path stays empty, so nothing is
+   * unlinked at stop. */
+  h->is_unix = ss.ss_family == AF_UNIX;
+  if (!h->is_unix)
+    h->port = ntohs(ss.ss_family == AF_INET
+                        ? ((struct sockaddr_in *)&ss)->sin_port
+                        : ((struct sockaddr_in6 *)&ss)->sin6_port);
+  int rc = serve_on(h, loop, fd, "socket from systemd", err);
+  if (rc != 0)
+    return rc;
+  *out = h;
+  return 0;
 }
 
 void mlpd_http_stop(mlpd_http_t *h, void (*done)(void *ud), void *ud) {

@@ -46,6 +46,13 @@ int mlpd_http_start(mlpd_http_t **out, uv_loop_t *loop, const char *listen,
                     const mlpd_http_handlers_t *handlers,
                     mlpd_err_t *err) MLPD_MUST_CHECK;
 
+/* The same on a listening socket handed over by systemd's socket
+ * activation (a Unix socket, or a loopback TCP one; anything else is
+ * refused). The socket file, if any, is systemd's and is left alone. */
+int mlpd_http_start_fd(mlpd_http_t **out, uv_loop_t *loop, int fd,
+                       const mlpd_http_handlers_t *handlers,
+                       mlpd_err_t *err) MLPD_MUST_CHECK;
+
 /* Stops listening, closes every connection, and frees everything once the
  * handles are closed, then calls done(ud) (may be NULL) from the loop. */
 void mlpd_http_stop(mlpd_http_t *h, void (*done)(void *ud), void *ud);

@@ -43,21 +43,21 @@ static struct sockaddr_un unix_addr(const char *path) {
 
 static void spawn(td_daemon_t *d, const char *model, int notify,
                   uint64_t watchdog_usec, const char *const *args,
-                  const char *const *env, int listen_fd);
+                  const char *const *env, int listen_fd, int metrics_fd);
 
 void td_spawn(td_daemon_t *d, const char *model, int notify,
               uint64_t watchdog_usec, const char *const *args) {
-  spawn(d, model, notify, watchdog_usec, args, NULL, -1);
+  spawn(d, model, notify, watchdog_usec, args, NULL, -1, -1);
 }
 
 void td_spawn_ex(td_daemon_t *d, const char *model, const char *const *args,
-                 const char *const *env, int listen_fd) {
-  spawn(d, model, 0, 0, args, env, listen_fd);
+                 const char *const *env, int listen_fd, int metrics_fd) {
+  spawn(d, model, 0, 0, args, env, listen_fd, metrics_fd);
 }
 
 static void spawn(td_daemon_t *d, const char *model, int notify,
                   uint64_t watchdog_usec, const char *const *args,
-                  const char *const *env, int listen_fd) {
+                  const char *const *env, int listen_fd, int metrics_fd) {
   memset(d, 0, sizeof(*d));
   d->notify_fd = -1;
   tu_mkdtemp(d->dir, sizeof(d->dir));
@@ -114,14 +114,19 @@ static void spawn(td_daemon_t *d, const char *model, int notify,
     for (int i = 0; env != NULL && env[i] != NULL; i++)
       putenv((char *)env[i]);
     if (listen_fd >= 0) {
-      if (listen_fd != 3 && (dup2(listen_fd, 3) != 3 || close(listen_fd)))
+      /* Out of the way of fds 3 and 4 first, then into place. */
+      int l = fcntl(listen_fd, F_DUPFD, 10);
+      int m = metrics_fd >= 0 ? fcntl(metrics_fd, F_DUPFD, 10) : -1;
+      if (l < 0 || dup2(l, 3) != 3 || (m >= 0 && dup2(m, 4) != 4))
         _exit(126);
       fcntl(3, F_SETFD, 0); /* inherited across exec, as systemd does */
+      if (m >= 0)
+        fcntl(4, F_SETFD, 0);
       char v[32];
       snprintf(v, sizeof(v), "%ld", (long)getpid());
       setenv("LISTEN_PID", v, 1);
-      setenv("LISTEN_FDS", "1", 1);
-      setenv("LISTEN_FDNAMES", "mlpd", 1);
+      setenv("LISTEN_FDS", m >= 0 ? "2" : "1", 1);
+      setenv("LISTEN_FDNAMES", m >= 0 ? "mlpd:metrics" : "mlpd", 1);
     }
     execv(bin, (char *const *)argv);
     _exit(127);

@@ -29,9 +29,10 @@ void td_spawn(td_daemon_t *d, const char *model, int notify,
 /* td_spawn with more: the environment entries in env ("NAME=value",
  * NULL-terminated, may be NULL), and, with listen_fd >= 0, that listening
  * socket passed as systemd's socket activation passes it (fd 3,
- * LISTEN_FDS=1, LISTEN_PID, LISTEN_FDNAMES=mlpd). */
+ * LISTEN_FDS, LISTEN_PID, LISTEN_FDNAMES=mlpd), with metrics_fd >= 0 as a
+ * second one named "metrics" (fd 4). */
 void td_spawn_ex(td_daemon_t *d, const char *model, const char *const *args,
-                 const char *const *env, int listen_fd);
+                 const char *const *env, int listen_fd, int metrics_fd);
 
 /* Waits until the daemon answers Health with ready (fails the test after
  * timeout_ms). */

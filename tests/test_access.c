@@ -339,26 +339,61 @@ static void *one_by_one(void *arg) {
   return NULL;
 }
 
+/* A listening Unix socket at path (the caller owns it). */
+static int listening(const char *path) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  memcpy(sa.sun_path, path, strlen(path) + 1);
+  assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+  assert_int_equal(listen(fd, 128), 0);
+  return fd;
+}
+
+/* GET path over the HTTP listener at sock: the status code; the body in
+ * buf. */
+static int http_get(const char *sock, const char *path, char *buf,
+                    size_t cap) {
+  int fd = td_connect(sock);
+  assert_true(fd >= 0);
+  char req[160];
+  int n = snprintf(req, sizeof(req),
+                   "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                   path);
+  td_write_all(fd, req, (size_t)n);
+  size_t got = 0;
+  ssize_t k;
+  while (got + 1 < cap && (k = recv(fd, buf + got, cap - 1 - got, 0)) > 0)
+    got += (size_t)k;
+  buf[got] = '\0';
+  close(fd);
+  int code = 0;
+  assert_int_equal(sscanf(buf, "HTTP/1.%*d %d", &code), 1);
+  char *body = strstr(buf, "\r\n\r\n");
+  if (body != NULL)
+    memmove(buf, body + 4, strlen(body + 4) + 1);
+  return code;
+}
+
 static void test_restart_under_socket_activation(void **state) {
   (void)state;
   /* The test plays systemd: it owns the listening socket and passes it to
    * each daemon it starts. */
-  char dir[256], path[100];
+  char dir[256], path[100], http[100], body[512];
   tu_mkdtemp(dir, sizeof(dir));
-  if (snprintf(path, sizeof(path), "%s/mlpd.sock", dir) >= (int)sizeof(path))
+  if (snprintf(path, sizeof(path), "%s/mlpd.sock", dir) >= (int)sizeof(path) ||
+      snprintf(http, sizeof(http), "%s/http.sock", dir) >= (int)sizeof(http))
     skip();
-  int lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  struct sockaddr_un sa = {.sun_family = AF_UNIX};
-  memcpy(sa.sun_path, path, strlen(path) + 1);
-  assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-  assert_int_equal(listen(lfd, 128), 0);
+  int lfd = listening(path), hfd = listening(http);
   td_daemon_t a, b;
-  td_spawn_ex(&a, DIGITS, NULL, NULL, lfd);
+  td_spawn_ex(&a, DIGITS, NULL, NULL, lfd, hfd);
   /* td_spawn_ex names its own socket path; the daemon serves the passed
    * one, so probe that. */
   memcpy(a.sock, path, strlen(path) + 1);
   td_wait_ready(&a, TIMEOUT);
   assert_true(log_contains(&a, "socket activation"));
+  /* The metrics listener came the same way (FileDescriptorName=metrics). */
+  assert_int_equal(http_get(http, "/readyz", body, sizeof(body)), 200);
+  assert_non_null(strstr(body, "ready"));
   float x[64];
   for (int i = 0; i < 64; i++)
     x[i] = (float)i / 64.0f;
@@ -377,7 +412,7 @@ static void test_restart_under_socket_activation(void **state) {
     td_cleanup(&a, 1);
   assert_int_equal(rc, 0);
   usleep(200000);
-  td_spawn_ex(&b, DIGITS, NULL, NULL, lfd);
+  td_spawn_ex(&b, DIGITS, NULL, NULL, lfd, hfd);
   memcpy(b.sock, path, strlen(path) + 1);
   int total = 0, retried = 0, bad = 0;
   for (int i = 0; i < NCLIENT; i++) {
@@ -391,13 +426,16 @@ static void test_restart_under_socket_activation(void **state) {
                 total, NCLIENT * EACH, retried);
   assert_int_equal(bad, 0);
   assert_int_equal(total, NCLIENT * EACH);
-  /* The socket file is systemd's: no daemon removed it. */
+  /* The socket files are systemd's: no daemon removed them. */
   struct stat st;
   assert_int_equal(stat(path, &st), 0);
+  assert_int_equal(stat(http, &st), 0);
+  assert_int_equal(http_get(http, "/healthz", body, sizeof(body)), 200);
   assert_int_equal(td_stop(&b, SIGTERM, TIMEOUT), 0);
   td_cleanup(&a, 0);
   td_cleanup(&b, 0);
   close(lfd);
+  close(hfd);
   tu_rmtree(dir);
 }
 

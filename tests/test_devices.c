@@ -211,7 +211,7 @@ static void test_failing_device_leaves_rotation(void **state) {
   /* cpu:1 fails every batch after its 3rd (the warm-up is its first). */
   const char *env[] = {"MLPD_TEST_ENGINE_FAIL=cpu:1=3", NULL};
   td_daemon_t d;
-  td_spawn_ex(&d, DIGITS, args, env, -1);
+  td_spawn_ex(&d, DIGITS, args, env, -1, -1);
   td_wait_ready(&d, TIMEOUT);
   int ok, bad;
   run_load(d.sock, 8, 60, 16, &ok, &bad);
@@ -250,7 +250,7 @@ static void test_no_device_left_exits_1(void **state) {
                         NULL};
   const char *env[] = {"MLPD_TEST_ENGINE_FAIL=2", NULL};
   td_daemon_t d;
-  td_spawn_ex(&d, DIGITS, args, env, -1);
+  td_spawn_ex(&d, DIGITS, args, env, -1, -1);
   td_wait_ready(&d, TIMEOUT);
   int ok, bad;
   run_load(d.sock, 2, 20, 4, &ok, &bad);
