@@ -24,7 +24,8 @@
 #   bench/serve.sh [BUILD_DIR]        # default build-bench
 # Environment: MODEL (default: writes mlp-4k), DEVICE (default cuda:0),
 # MAX_BATCH (256), DURATION (s per load, 3), SAT (default 8:8:16), DTYPE (of
-# the rows sent, f32), OUTDIR (scratch), PYTHON.
+# the rows sent, f32), DAEMON_ARGS (more `mlpd serve` flags, e.g.
+# "--io-threads 8"), OUTDIR (scratch), PYTHON.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build-bench}
@@ -49,7 +50,7 @@ start() { # $1 = log file; sets pid and ready_ms
   t0=$(date +%s%N)
   "$BUILD/daemon/mlpd" serve --model "$MODEL" --socket "$sock" \
     --device "$DEVICE" --max-batch "$MAX_BATCH" --plan-cache "$cache" \
-    --metrics-listen "$OUTDIR/http.sock" >"$1" 2>&1 &
+    --metrics-listen "$OUTDIR/http.sock" ${DAEMON_ARGS:-} >"$1" 2>&1 &
   pid=$!
   until "$mlpctl" --socket "$sock" ready >/dev/null 2>&1; do
     kill -0 $pid 2>/dev/null || { echo "mlpd failed:"; tail "$1"; exit 1; }
