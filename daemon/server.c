@@ -207,13 +207,36 @@ int mlpd_server_write(mlpd_conn_t *c, uint8_t *buf, size_t len) {
   return 0;
 }
 
-int mlpd_server_take_fd(mlpd_conn_t *c) {
-  if (c->nfds == 0)
-    return -1;
-  int fd = c->fds[0];
-  memmove(&c->fds[0], &c->fds[1], (size_t)(c->nfds - 1) * sizeof(int));
+static void drop_fd(mlpd_conn_t *c, int i) {
+  memmove(&c->fds[i], &c->fds[i + 1], (size_t)(c->nfds - i - 1) * sizeof(int));
+  memmove(&c->fd_at[i], &c->fd_at[i + 1],
+          (size_t)(c->nfds - i - 1) * sizeof(uint64_t));
   c->nfds--;
-  return fd;
+}
+
+int mlpd_server_take_fd(mlpd_conn_t *c) {
+  for (int i = 0; i < c->nfds; i++) {
+    if (c->fd_at[i] >= c->frame_lo && c->fd_at[i] < c->frame_hi) {
+      int fd = c->fds[i];
+      drop_fd(c, i);
+      return fd;
+    }
+  }
+  return -1;
+}
+
+/* Closes the descriptors that came with bytes before `end` and were not
+ * claimed: their frame has been handled. */
+static void close_stale_fds(mlpd_conn_t *c, uint64_t end) {
+  for (int i = 0; i < c->nfds;) {
+    if (c->fd_at[i] < end) {
+      if (c->fds[i] >= 0)
+        close(c->fds[i]);
+      drop_fd(c, i);
+    } else {
+      i++;
+    }
+  }
 }
 
 void mlpd_server_refuse(mlpd_conn_t *c, mlpd_status_t status,
@@ -263,7 +286,11 @@ static void process(mlpd_conn_t *c) {
       break;
     }
     c->active_ns = mlpd_now_ns();
+    c->frame_lo = c->rx_off + pos;
+    c->frame_hi = c->frame_lo + hl + bl;
     s->cb.on_frame(s->cb.ud, c, c->rbuf + pos + hl, (size_t)bl);
+    if (!c->closing)
+      close_stale_fds(c, c->frame_hi);
     pos += hl + (size_t)bl;
     c->frame_ns = 0;
   }
@@ -272,6 +299,7 @@ static void process(mlpd_conn_t *c) {
   if (pos > 0) {
     memmove(c->rbuf, c->rbuf + pos, c->rlen - pos);
     c->rlen -= pos;
+    c->rx_off += pos;
   }
   if (c->rlen > 0 && c->frame_ns == 0)
     c->frame_ns = mlpd_now_ns();
@@ -331,6 +359,7 @@ static ssize_t read_some(mlpd_conn_t *c, size_t limit) {
       for (int i = 0; i < k; i++)
         close(fds[i]);
     if (c->nfds < MLPD_CONN_MAX_FDS) {
+      c->fd_at[c->nfds] = c->rx_off + c->rlen; /* this read's first byte */
       c->fds[c->nfds++] = entry;
     } else {
       if (entry >= 0)

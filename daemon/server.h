@@ -6,13 +6,16 @@
  * responses. The socket I/O is its own (recvmsg/writev on a uv_poll_t)
  * rather than libuv's streams, because clients pass file descriptors with
  * SCM_RIGHTS (shared-memory regions): descriptors that arrive with a frame's
- * bytes wait, in arrival order, until the owner claims them for the frame
- * (mlpd_server_take_fd); a connection may hold at most
- * MLPD_CONN_MAX_FDS unclaimed, and a message carrying more than fit is a
- * protocol error. One sendmsg carries one frame's descriptor: a message
- * that carried several is kept as one entry saying so (its descriptors
- * closed), so that its frame is refused and the next frame does not
- * claim a leftover that was never meant for it.
+ * bytes wait until the owner claims them for that frame
+ * (mlpd_server_take_fd). A descriptor belongs to the frame whose bytes it
+ * arrived with (the kernel hands it over with the first byte of its
+ * sendmsg; the server records that byte's place in the stream): a frame
+ * can claim only its own, and what a frame did not claim is closed once
+ * the frame is handled, so a later frame never gets a descriptor that was
+ * not sent for it. A connection may hold at most MLPD_CONN_MAX_FDS
+ * unclaimed, and a message carrying more than fit is a protocol error. A
+ * message that carried several is kept as one entry saying so (its
+ * descriptors closed), so that its frame is refused.
  *
  * Admission. Every accepted peer is checked against access.h (credentials,
  * connection caps); a refused peer gets one status frame saying which rule
@@ -88,7 +91,10 @@ struct mlpd_conn_s {
   size_t need;              /* bytes the frame at rbuf[0] needs, if known */
   int fds[MLPD_CONN_MAX_FDS]; /* owned: received, not yet claimed; -N
                                 for a message that carried N > 1 */
+  uint64_t fd_at[MLPD_CONN_MAX_FDS]; /* stream offset each arrived at */
   int nfds;
+  uint64_t rx_off;          /* stream offset of rbuf[0] */
+  uint64_t frame_lo, frame_hi; /* the frame being handled, stream offsets */
   mlpd_wbuf_t *whead, *wtail; /* owned: queued writes */
   size_t unsent;            /* bytes queued, with their overhead */
   int events;               /* what the poll watches now */
@@ -152,9 +158,10 @@ void mlpd_server_free_write(uint8_t *buf);
  * or an error when the connection is closing (buf is freed). */
 int mlpd_server_write(mlpd_conn_t *c, uint8_t *buf, size_t len);
 
-/* The oldest descriptor received on c and not yet claimed (the caller owns
- * it), -1 when there is none, or -N (N >= 2) when the oldest message
- * carried N descriptors at once (already closed). */
+/* During on_frame: the oldest descriptor that arrived with this frame's
+ * bytes and is not yet claimed (the caller owns it), -1 when there is
+ * none, or -N (N >= 2) when its message carried N descriptors at once
+ * (already closed). */
 int mlpd_server_take_fd(mlpd_conn_t *c);
 
 /* Answers `status`/`msg` (id 0) and closes the connection once written. */

@@ -450,6 +450,26 @@ static void test_bad_fds(void **state) {
   raw_response(raw, &r);
   raw_expect(&r, 1, MLPD_STATUS_INVALID_ARGUMENT, "no file descriptor");
 
+  /* A descriptor sent with another frame (Health) belongs to that frame:
+   * it is closed once that frame is answered, and a RegisterRegion sent
+   * later without one does not pick it up. */
+  int stray = memfd_with(4096, NULL, 0, F_SEAL_SHRINK);
+  len = 0;
+  q = (mlpd_v1_Request)mlpd_v1_Request_init_zero;
+  q.id = 5;
+  q.which_kind = mlpd_v1_Request_health_tag;
+  raw_encode(buf, sizeof(buf), &len, &q);
+  raw_send(raw, buf, len, &stray, 1);
+  close(stray);
+  raw_response(raw, &r);
+  raw_expect(&r, 5, MLPD_STATUS_OK, NULL);
+  len = 0;
+  q = raw_register(6, "stray", 4096);
+  raw_encode(buf, sizeof(buf), &len, &q);
+  raw_send(raw, buf, len, NULL, 0);
+  raw_response(raw, &r);
+  raw_expect(&r, 6, MLPD_STATUS_INVALID_ARGUMENT, "no file descriptor");
+
   /* A pipe. */
   int pfd[2];
   assert_int_equal(pipe(pfd), 0);
