@@ -454,3 +454,38 @@ void td_output_f32(const td_response_t *r, float *out) {
   size_t n = r->data_len / mlpd_dtype_size(t);
   mlpd_dtype_convert(out, MLPD_DTYPE_F32, r->data, t, n);
 }
+
+int td_log_contains(const td_daemon_t *d, const char *needle) {
+  FILE *f = fopen(d->log, "r");
+  char line[2048];
+  int found = 0;
+  while (f != NULL && !found && fgets(line, sizeof(line), f) != NULL)
+    found = strstr(line, needle) != NULL;
+  if (f)
+    fclose(f);
+  return found;
+}
+
+int td_http_get(const char *sock, const char *path, char *buf, size_t cap) {
+  int fd = td_connect(sock);
+  if (fd < 0)
+    return -1;
+  char req[256];
+  int n = snprintf(req, sizeof(req),
+                   "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                   path);
+  td_write_all(fd, req, (size_t)n);
+  size_t got = 0;
+  ssize_t k;
+  while (got + 1 < cap && (k = recv(fd, buf + got, cap - 1 - got, 0)) > 0)
+    got += (size_t)k;
+  buf[got] = '\0';
+  close(fd);
+  int code = 0;
+  if (sscanf(buf, "HTTP/1.%*d %d", &code) != 1)
+    return -1;
+  char *body = strstr(buf, "\r\n\r\n");
+  if (body != NULL)
+    memmove(buf, body + 4, strlen(body + 4) + 1);
+  return code;
+}

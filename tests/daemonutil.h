@@ -46,6 +46,13 @@ int td_stop(td_daemon_t *d, int sig, int timeout_ms);
  * `show_log`. */
 void td_cleanup(td_daemon_t *d, int show_log);
 
+/* 1 when a line of the daemon's log contains needle. */
+int td_log_contains(const td_daemon_t *d, const char *needle);
+
+/* GET path over an HTTP listener on the Unix socket sock: the status code
+ * (-1 when there is no answer), the body in buf. */
+int td_http_get(const char *sock, const char *path, char *buf, size_t cap);
+
 /* Receives one notify datagram into buf (NUL-terminated); returns its length
  * or -1 after timeout_ms. */
 int td_notify_recv(td_daemon_t *d, char *buf, size_t cap, int timeout_ms);

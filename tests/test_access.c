@@ -35,17 +35,6 @@
 #define TIMEOUT 30000
 #define NOBODY 65534
 
-static int log_contains(const td_daemon_t *d, const char *needle) {
-  FILE *f = fopen(d->log, "r");
-  char line[2048];
-  int found = 0;
-  while (f != NULL && !found && fgets(line, sizeof(line), f) != NULL)
-    found = strstr(line, needle) != NULL;
-  if (f)
-    fclose(f);
-  return found;
-}
-
 static void health(int fd, td_response_t *r) {
   size_t len;
   uint8_t *f = td_simple_frame(7, 1, &len);
@@ -117,8 +106,8 @@ static void test_peer_credentials(void **state) {
   /* Not 4242, not in 4343: refused with a status frame that says why. */
   assert_int_equal(as_other_uid(d.sock, -1),
                    mlpd_v1_Status_PERMISSION_DENIED);
-  assert_true(log_contains(&d, "refused a connection from uid 65534"));
-  assert_true(log_contains(&d, "pid "));
+  assert_true(td_log_contains(&d, "refused a connection from uid 65534"));
+  assert_true(td_log_contains(&d, "pid "));
   /* In group 4343 (supplementary): allowed. */
   assert_int_equal(as_other_uid(d.sock, 4343), 0);
   /* Root always is; and the request metrics carry the peers' uids. */
@@ -349,31 +338,6 @@ static int listening(const char *path) {
   return fd;
 }
 
-/* GET path over the HTTP listener at sock: the status code; the body in
- * buf. */
-static int http_get(const char *sock, const char *path, char *buf,
-                    size_t cap) {
-  int fd = td_connect(sock);
-  assert_true(fd >= 0);
-  char req[160];
-  int n = snprintf(req, sizeof(req),
-                   "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-                   path);
-  td_write_all(fd, req, (size_t)n);
-  size_t got = 0;
-  ssize_t k;
-  while (got + 1 < cap && (k = recv(fd, buf + got, cap - 1 - got, 0)) > 0)
-    got += (size_t)k;
-  buf[got] = '\0';
-  close(fd);
-  int code = 0;
-  assert_int_equal(sscanf(buf, "HTTP/1.%*d %d", &code), 1);
-  char *body = strstr(buf, "\r\n\r\n");
-  if (body != NULL)
-    memmove(buf, body + 4, strlen(body + 4) + 1);
-  return code;
-}
-
 static void test_restart_under_socket_activation(void **state) {
   (void)state;
   /* The test plays systemd: it owns the listening socket and passes it to
@@ -390,9 +354,9 @@ static void test_restart_under_socket_activation(void **state) {
    * one, so probe that. */
   memcpy(a.sock, path, strlen(path) + 1);
   td_wait_ready(&a, TIMEOUT);
-  assert_true(log_contains(&a, "socket activation"));
+  assert_true(td_log_contains(&a, "socket activation"));
   /* The metrics listener came the same way (FileDescriptorName=metrics). */
-  assert_int_equal(http_get(http, "/readyz", body, sizeof(body)), 200);
+  assert_int_equal(td_http_get(http, "/readyz", body, sizeof(body)), 200);
   assert_non_null(strstr(body, "ready"));
   float x[64];
   for (int i = 0; i < 64; i++)
@@ -430,7 +394,7 @@ static void test_restart_under_socket_activation(void **state) {
   struct stat st;
   assert_int_equal(stat(path, &st), 0);
   assert_int_equal(stat(http, &st), 0);
-  assert_int_equal(http_get(http, "/healthz", body, sizeof(body)), 200);
+  assert_int_equal(td_http_get(http, "/healthz", body, sizeof(body)), 200);
   assert_int_equal(td_stop(&b, SIGTERM, TIMEOUT), 0);
   td_cleanup(&a, 0);
   td_cleanup(&b, 0);

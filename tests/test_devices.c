@@ -28,17 +28,6 @@
 #define DIGITS MLPD_MODELS_DIR "/digits.safetensors"
 #define TIMEOUT 30000
 
-static int log_contains(const td_daemon_t *d, const char *needle) {
-  FILE *f = fopen(d->log, "r");
-  char line[2048];
-  int found = 0;
-  while (f != NULL && !found && fgets(line, sizeof(line), f) != NULL)
-    found = strstr(line, needle) != NULL;
-  if (f)
-    fclose(f);
-  return found;
-}
-
 /* The metrics text (caller frees). */
 static char *metrics(const char *sock) {
   int fd = td_connect(sock);
@@ -227,7 +216,7 @@ static void test_failing_device_leaves_rotation(void **state) {
   assert_true(metric(t, "mlpd_batches_retried_total ") >= 1);
   assert_true(metric(t, "mlpd_ready ") == 1);
   free(t);
-  assert_true(log_contains(&d, "cpu:1 failed 3 batches in a row"));
+  assert_true(td_log_contains(&d, "cpu:1 failed 3 batches in a row"));
   /* Health says degraded, still ready. */
   int fd = td_connect(d.sock);
   size_t len;
@@ -259,7 +248,7 @@ static void test_no_device_left_exits_1(void **state) {
   assert_true(bad > 0);
   int rc = td_stop(&d, 0, TIMEOUT);
   assert_int_equal(rc, 1);
-  assert_true(log_contains(&d, "no device is left in rotation"));
+  assert_true(td_log_contains(&d, "no device is left in rotation"));
   td_cleanup(&d, 0);
 }
 
@@ -269,7 +258,7 @@ static void test_io_threads(void **state) {
   td_daemon_t d;
   td_spawn(&d, DIGITS, 0, 0, args);
   td_wait_ready(&d, TIMEOUT);
-  assert_true(log_contains(&d, "3 I/O threads"));
+  assert_true(td_log_contains(&d, "3 I/O threads"));
   int ok, bad;
   run_load(d.sock, 12, 40, 5, &ok, &bad);
   assert_int_equal(bad, 0);

@@ -46,33 +46,6 @@ static int simple(int fd, uint64_t id, int kind, td_response_t *r) {
   return td_recv(fd, r, TIMEOUT);
 }
 
-/* GET over the daemon's HTTP listener on a Unix socket; returns the status
- * code and the body in buf. */
-static int http_get(const char *sock, const char *path, char *buf,
-                    size_t cap) {
-  int fd = td_connect(sock);
-  if (fd < 0)
-    return -1;
-  char req[256];
-  int n = snprintf(req, sizeof(req),
-                   "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-                   path);
-  td_write_all(fd, req, (size_t)n);
-  size_t got = 0;
-  ssize_t k;
-  while (got + 1 < cap && (k = recv(fd, buf + got, cap - 1 - got, 0)) > 0)
-    got += (size_t)k;
-  buf[got] = '\0';
-  close(fd);
-  int code = 0;
-  if (sscanf(buf, "HTTP/1.%*d %d", &code) != 1)
-    return -1;
-  char *body = strstr(buf, "\r\n\r\n");
-  if (body != NULL)
-    memmove(buf, body + 4, strlen(body + 4) + 1);
-  return code;
-}
-
 /* Collects notify datagrams until one contains `want` (returns 1) or the
  * timeout passes (0). Everything seen is appended to log. */
 static int wait_notify(td_daemon_t *d, const char *want, int timeout_ms,
@@ -91,17 +64,6 @@ static int wait_notify(td_daemon_t *d, const char *want, int timeout_ms,
       return 1;
   }
   return 0;
-}
-
-static int log_contains(const td_daemon_t *d, const char *needle) {
-  FILE *f = fopen(d->log, "r");
-  char line[2048];
-  int found = 0;
-  while (f != NULL && !found && fgets(line, sizeof(line), f) != NULL)
-    found = strstr(line, needle) != NULL;
-  if (f)
-    fclose(f);
-  return found;
 }
 
 static void test_live_not_ready_while_loading(void **state) {
@@ -141,8 +103,8 @@ static void test_live_not_ready_while_loading(void **state) {
   assert_int_equal(r.status, mlpd_v1_Status_UNAVAILABLE);
 
   char body[4096];
-  assert_int_equal(http_get(http, "/healthz", body, sizeof(body)), 200);
-  assert_int_equal(http_get(http, "/readyz", body, sizeof(body)), 503);
+  assert_int_equal(td_http_get(http, "/healthz", body, sizeof(body)), 200);
+  assert_int_equal(td_http_get(http, "/readyz", body, sizeof(body)), 503);
   assert_non_null(strstr(body, "loading"));
 
   /* systemd hears what is going on, and is asked for more time. */
@@ -159,7 +121,7 @@ static void test_live_not_ready_while_loading(void **state) {
   assert_true(w >= 0);
   close(w);
   assert_int_equal(td_stop(&d, 0, TIMEOUT), 1);
-  assert_true(log_contains(&d, "not a regular file"));
+  assert_true(td_log_contains(&d, "not a regular file"));
   close(fd);
   td_cleanup(&d, 0);
   tu_rmtree(dir);
@@ -246,7 +208,7 @@ static void test_not_ready_while_draining(void **state) {
   }
   assert_true(draining);
   char body[1024];
-  int code = http_get(http, "/readyz", body, sizeof(body));
+  int code = td_http_get(http, "/readyz", body, sizeof(body));
   assert_true(code == 503 || code == -1); /* -1: already stopped */
   assert_true(td_connect(d.sock) < 0);
   /* Every accepted request is answered before the daemon exits 0. */
@@ -505,7 +467,7 @@ static void test_sighup_under_load_fails_nothing(void **state) {
                 "%d unanswered; generation %llu\n",
                 sent, ok, bad, wrong, lost, (unsigned long long)r.generation);
   assert_int_equal(r.generation, 4); /* 1 + three good reloads */
-  assert_true(log_contains(&d, "reload failed"));
+  assert_true(td_log_contains(&d, "reload failed"));
   assert_true(ok > 100);
   assert_int_equal(ok, sent);
   assert_int_equal(bad, 0);
