@@ -77,6 +77,12 @@ int mlpd_errf(mlpd_err_t *err, int code, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
   va_end(ap);
+  /* One line of text: messages quote what files and peers said (tensor
+   * names, jansson's text, a daemon's message), and a control byte there
+   * must not become a forged log line. */
+  for (char *p = err->msg; *p != '\0'; p++)
+    if ((unsigned char)*p < 0x20 || *p == 0x7f)
+      *p = '?';
   return code;
 }
 

@@ -10,25 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int failf(mlpd_err_t *err, int code, const char *fmt, ...)
-    MLPD_PRINTF(3, 4);
-
-/* Records an error as one line of text (error.h): the names and the
- * activation list quoted come from the file, and control bytes in them
- * become '?'. */
-static int failf(mlpd_err_t *err, int code, const char *fmt, ...) {
-  char msg[MLPD_ERRMSG_MAX];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof(msg), fmt, ap);
-  va_end(ap);
-  for (char *p = msg; *p != '\0'; p++) {
-    if ((unsigned char)*p < 0x20 || *p == 0x7f)
-      *p = '?';
-  }
-  return mlpd_errf(err, code, "%s", msg);
-}
-
 const char *mlpd_act_name(mlpd_act_t act) {
   return act == MLPD_ACT_GELU_TANH ? "gelu_tanh" : "none";
 }
@@ -73,7 +54,7 @@ static int parse_acts(const char *list, mlpd_act_t *acts, int nlayers,
                       const char *file, const char *source, mlpd_err_t *err) {
   char buf[1024];
   if (strlen(list) >= sizeof(buf))
-    return failf(err, MLPD_EBADMODEL, "%s: %s is too long", file, source);
+    return mlpd_errf(err, MLPD_EBADMODEL, "%s: %s is too long", file, source);
   snprintf(buf, sizeof(buf), "%s", list);
   int n = 0;
   char *save = NULL;
@@ -85,7 +66,7 @@ static int parse_acts(const char *list, mlpd_act_t *acts, int nlayers,
     while (e > tok && isspace((unsigned char)e[-1]))
       *--e = '\0';
     if (n >= nlayers)
-      return failf(err, MLPD_EBADMODEL,
+      return mlpd_errf(err, MLPD_EBADMODEL,
                        "%s: %s lists more activations than the %d layers",
                        file, source, nlayers);
     if (!strcmp(tok, "gelu_tanh") || !strcmp(tok, "gelu"))
@@ -94,14 +75,14 @@ static int parse_acts(const char *list, mlpd_act_t *acts, int nlayers,
              !strcmp(tok, "linear"))
       acts[n] = MLPD_ACT_NONE;
     else
-      return failf(err, MLPD_EBADMODEL,
+      return mlpd_errf(err, MLPD_EBADMODEL,
                        "%s: %s: unknown activation '%.32s' for layer %d "
                        "(known: gelu_tanh, gelu, none)",
                        file, source, tok, n);
     n++;
   }
   if (n != nlayers)
-    return failf(err, MLPD_EBADMODEL,
+    return mlpd_errf(err, MLPD_EBADMODEL,
                      "%s: %s lists %d activations for %d layers", file, source,
                      n, nlayers);
   return 0;
@@ -122,13 +103,13 @@ static int collect_layers(const mlpd_safetensors_t *st, layer_ref_t *refs,
     int scheme;
     if (!split_name(t->name, &index, &kind, &scheme) ||
         (strcmp(kind, "weight") != 0 && strcmp(kind, "bias") != 0))
-      return failf(err, MLPD_EBADMODEL,
+      return mlpd_errf(err, MLPD_EBADMODEL,
                        "%s: tensor '%s': not a layer tensor (expected "
                        "'N.weight', 'N.bias', 'layers.N.weight' or "
                        "'layers.N.bias')",
                        file, t->name);
     if (scheme_seen >= 0 && scheme != scheme_seen)
-      return failf(err, MLPD_EBADMODEL,
+      return mlpd_errf(err, MLPD_EBADMODEL,
                        "%s: tensor '%s': mixes 'layers.N' and 'N' naming",
                        file, t->name);
     scheme_seen = scheme;
@@ -139,7 +120,7 @@ static int collect_layers(const mlpd_safetensors_t *st, layer_ref_t *refs,
     }
     if (k == *nrefs) {
       if (*nrefs == MLPD_MAX_LAYERS)
-        return failf(err, MLPD_EBADMODEL, "%s: more than %d layers", file,
+        return mlpd_errf(err, MLPD_EBADMODEL, "%s: more than %d layers", file,
                          MLPD_MAX_LAYERS);
       refs[k].index = index;
       refs[k].w = refs[k].b = NULL;
@@ -151,7 +132,7 @@ static int collect_layers(const mlpd_safetensors_t *st, layer_ref_t *refs,
       refs[k].b = t;
   }
   if (*nrefs == 0)
-    return failf(err, MLPD_EBADMODEL, "%s: empty model: no layer tensors",
+    return mlpd_errf(err, MLPD_EBADMODEL, "%s: empty model: no layer tensors",
                      file);
   qsort(refs, (size_t)*nrefs, sizeof(*refs), ref_cmp);
   return 0;
@@ -167,33 +148,33 @@ static int check_layer(const layer_ref_t *r, const layer_ref_t *prev,
   snprintf(wname, sizeof(wname), "%s%ld.weight", pre, r->index);
   snprintf(bname, sizeof(bname), "%s%ld.bias", pre, r->index);
   if (r->w == NULL)
-    return failf(err, MLPD_EBADMODEL,
+    return mlpd_errf(err, MLPD_EBADMODEL,
                      "%s: tensor '%s': missing (layer %ld has a bias only)",
                      file, wname, r->index);
   if (r->b == NULL)
-    return failf(err, MLPD_EBADMODEL,
+    return mlpd_errf(err, MLPD_EBADMODEL,
                      "%s: tensor '%s': missing (every layer needs a bias)",
                      file, bname);
   const mlpd_st_tensor_t *w = r->w, *b = r->b;
   if (w->ndim != 2 || w->shape[0] < 1 || w->shape[1] < 1 ||
       w->shape[0] > MLPD_MAX_WIDTH || w->shape[1] > MLPD_MAX_WIDTH)
-    return failf(err, MLPD_EBADMODEL,
+    return mlpd_errf(err, MLPD_EBADMODEL,
                      "%s: tensor '%s': weight must be 2-D [out, in] with "
                      "sizes 1..%d",
                      file, w->name, MLPD_MAX_WIDTH);
   if (b->ndim != 1 || b->shape[0] != w->shape[0])
-    return failf(err, MLPD_EBADMODEL,
+    return mlpd_errf(err, MLPD_EBADMODEL,
                      "%s: tensor '%s': bias must be 1-D [%lld] to match "
                      "weight '%s' [%lld, %lld]",
                      file, b->name, (long long)w->shape[0], w->name,
                      (long long)w->shape[0], (long long)w->shape[1]);
   if (b->dtype != w->dtype)
-    return failf(err, MLPD_EBADMODEL,
+    return mlpd_errf(err, MLPD_EBADMODEL,
                      "%s: tensor '%s': dtype %s differs from weight's %s",
                      file, b->name, mlpd_dtype_name(b->dtype),
                      mlpd_dtype_name(w->dtype));
   if (prev != NULL && prev->w->shape[0] != w->shape[1])
-    return failf(err, MLPD_EBADMODEL,
+    return mlpd_errf(err, MLPD_EBADMODEL,
                      "%s: tensor '%s': in_features %lld does not match the "
                      "previous layer's out_features %lld ('%s')",
                      file, w->name, (long long)w->shape[1],
@@ -217,7 +198,7 @@ int mlpd_model_from_safetensors(mlpd_model_t **out,
     if ((rc = check_layer(&refs[i], i ? &refs[i - 1] : NULL, file, err)) != 0)
       return rc;
     if (refs[i].w->dtype != refs[0].w->dtype)
-      return failf(err, MLPD_EBADMODEL,
+      return mlpd_errf(err, MLPD_EBADMODEL,
                        "%s: tensor '%s': dtype %s differs from the first "
                        "layer's %s",
                        file, refs[i].w->name,
@@ -237,7 +218,7 @@ int mlpd_model_from_safetensors(mlpd_model_t **out,
 
   m = calloc(1, sizeof(*m));
   if (m == NULL)
-    return failf(err, -ENOMEM, "%s: out of memory", file);
+    return mlpd_errf(err, -ENOMEM, "%s: out of memory", file);
   snprintf(m->path, sizeof(m->path), "%s", file);
   m->file_dtype = refs[0].w->dtype;
   m->nlayers = n;
@@ -252,7 +233,7 @@ int mlpd_model_from_safetensors(mlpd_model_t **out,
     m->nparams += wn + bn;
   }
   if (posix_memalign((void **)&m->slab, 64, total * sizeof(float)) != 0) {
-    rc = failf(err, -ENOMEM, "%s: out of memory for %zu weights (%zu MiB)",
+    rc = mlpd_errf(err, -ENOMEM, "%s: out of memory for %zu weights (%zu MiB)",
                    file, m->nparams, total * sizeof(float) >> 20);
     free(m);
     return rc;

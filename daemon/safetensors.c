@@ -20,26 +20,6 @@ static const char *const known_unsupported[] = {
     "F64", "I64", "I32", "I16", "I8", "U64", "U32", "U16", "U8", "BOOL",
     "F8_E4M3", "F8_E5M2", "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4", "C64"};
 
-static int failf(mlpd_err_t *err, int code, const char *fmt, ...)
-    MLPD_PRINTF(3, 4);
-
-/* Records an error. Messages are one line of text (error.h), but they
- * quote what the file says (tensor names, dtype strings, metadata keys,
- * jansson's description of bad JSON, which may hold any JSON escape):
- * control bytes become '?', so a crafted file cannot add log lines. */
-static int failf(mlpd_err_t *err, int code, const char *fmt, ...) {
-  char msg[MLPD_ERRMSG_MAX];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof(msg), fmt, ap);
-  va_end(ap);
-  for (char *p = msg; *p != '\0'; p++) {
-    if ((unsigned char)*p < 0x20 || *p == 0x7f)
-      *p = '?';
-  }
-  return mlpd_errf(err, code, "%s", msg);
-}
-
 static int bad(mlpd_err_t *err, const char *file, const char *tensor,
                const char *fmt, ...) MLPD_PRINTF(4, 5);
 
@@ -52,9 +32,9 @@ static int bad(mlpd_err_t *err, const char *file, const char *tensor,
   vsnprintf(what, sizeof(what), fmt, ap);
   va_end(ap);
   if (tensor != NULL)
-    return failf(err, MLPD_EBADMODEL, "%.100s: tensor '%.80s': %s", file,
+    return mlpd_errf(err, MLPD_EBADMODEL, "%.100s: tensor '%.80s': %s", file,
                  tensor, what);
-  return failf(err, MLPD_EBADMODEL, "%.100s: %s", file, what);
+  return mlpd_errf(err, MLPD_EBADMODEL, "%.100s: %s", file, what);
 }
 
 static int parse_dtype(const char *s, mlpd_dtype_t *out) {
@@ -101,11 +81,11 @@ static int parse_tensor(mlpd_st_tensor_t *t, const char *key, json_t *v,
   const char *ds = json_string_value(dt);
   if (parse_dtype(ds, &t->dtype) != 0) {
     if (is_known_unsupported(ds))
-      return failf(err, MLPD_EDTYPE,
+      return mlpd_errf(err, MLPD_EDTYPE,
                        "%.100s: tensor '%.80s': dtype %s is not supported "
                        "(mlpd reads F32, F16 and BF16)",
                        file, key, ds);
-    return failf(err, MLPD_EDTYPE,
+    return mlpd_errf(err, MLPD_EDTYPE,
                      "%.100s: tensor '%.80s': unknown dtype '%.32s'", file, key,
                      ds);
   }
@@ -167,7 +147,7 @@ static int parse_metadata(mlpd_safetensors_t *st, json_t *v, const char *file,
                MLPD_ST_MAX_META);
   st->meta = calloc(n ? n : 1, sizeof(*st->meta));
   if (st->meta == NULL)
-    return failf(err, -ENOMEM, "%s: out of memory", file);
+    return mlpd_errf(err, -ENOMEM, "%s: out of memory", file);
   const char *key;
   json_t *val;
   json_object_foreach(v, key, val) {
@@ -179,7 +159,7 @@ static int parse_metadata(mlpd_safetensors_t *st, json_t *v, const char *file,
     m->value = strdup(json_string_value(val));
     st->nmeta++;
     if (m->key == NULL || m->value == NULL)
-      return failf(err, -ENOMEM, "%s: out of memory", file);
+      return mlpd_errf(err, -ENOMEM, "%s: out of memory", file);
   }
   return 0;
 }
@@ -284,7 +264,7 @@ static int parse(mlpd_safetensors_t *st, const unsigned char *buf, size_t len,
   st->tensors = calloc(ntensors ? ntensors : 1, sizeof(*st->tensors));
   spans = calloc(ntensors ? ntensors : 1, sizeof(*spans));
   if (st->tensors == NULL || spans == NULL) {
-    rc = failf(err, -ENOMEM, "%s: out of memory", file);
+    rc = mlpd_errf(err, -ENOMEM, "%s: out of memory", file);
     goto fail;
   }
 
@@ -337,15 +317,15 @@ int mlpd_safetensors_open(mlpd_safetensors_t *st, const char *path,
 
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0)
-    return failf(err, -errno, "%s: cannot open: %s", path,
+    return mlpd_errf(err, -errno, "%s: cannot open: %s", path,
                      strerror(errno));
   struct stat sb;
   if (fstat(fd, &sb) != 0) {
-    rc = failf(err, -errno, "%s: cannot stat: %s", path, strerror(errno));
+    rc = mlpd_errf(err, -errno, "%s: cannot stat: %s", path, strerror(errno));
     goto fail_fd;
   }
   if (!S_ISREG(sb.st_mode)) {
-    rc = failf(err, MLPD_EBADMODEL, "%s: not a regular file", path);
+    rc = mlpd_errf(err, MLPD_EBADMODEL, "%s: not a regular file", path);
     goto fail_fd;
   }
   st->map_len = (size_t)sb.st_size;
@@ -358,7 +338,7 @@ int mlpd_safetensors_open(mlpd_safetensors_t *st, const char *path,
   st->map = mmap(NULL, st->map_len, PROT_READ, MAP_PRIVATE, fd, 0);
   if (st->map == MAP_FAILED) {
     st->map = NULL;
-    rc = failf(err, -errno, "%s: cannot map: %s", path, strerror(errno));
+    rc = mlpd_errf(err, -errno, "%s: cannot map: %s", path, strerror(errno));
     goto fail_fd;
   }
   close(fd);

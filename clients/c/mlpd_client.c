@@ -114,17 +114,6 @@ static mlpd_v1_DType dtype_to_wire(int t) {
   }
 }
 
-/* The daemon's message, for quoting in an mlpd_err_t (one line of text,
- * error.h): control bytes become '?'. */
-static void quote(char *dst, size_t cap, const char *src) {
-  size_t i = 0;
-  for (; src[i] != '\0' && i + 1 < cap; i++) {
-    unsigned char ch = (unsigned char)src[i];
-    dst[i] = ch < 0x20 || ch == 0x7f ? '?' : (char)ch;
-  }
-  dst[i] = '\0';
-}
-
 /* ---- connection state ---- */
 
 /* Records why the stream became unusable; every later call repeats it. */
@@ -639,10 +628,9 @@ static void last_word(mlpd_client_t *c, char *buf, size_t cap,
                      RESPONSE_CHECKS, NULL, "response", NULL) == 0 &&
         pb_decode(&is, mlpd_v1_Response_fields, &r) &&
         r.status != mlpd_v1_Status_OK) {
-      char msg[sizeof(r.message)];
-      quote(msg, sizeof(msg), r.message);
+      /* mlpd_errf makes the quoted message one line (error.h). */
       snprintf(buf, cap, "; it answered %s: %s",
-               mlpd_status_name((int)r.status), msg);
+               mlpd_status_name((int)r.status), r.message);
       if (r.id == 0)
         *refusal = (int)r.status;
     }
@@ -1060,10 +1048,9 @@ static int status_error(const mlpd_v1_Response *r, const char *what,
   case mlpd_v1_Status_INTERNAL: code = MLPD_EINTERNAL; break;
   default: code = MLPD_EPROTO; break;
   }
-  char msg[sizeof(r->message)];
-  quote(msg, sizeof(msg), r->message[0] ? r->message : "(no message)");
   return mlpd_errf(err, code, "%s: daemon answered %s: %s", what,
-                   mlpd_status_name((int)r->status), msg);
+                   mlpd_status_name((int)r->status),
+                   r->message[0] ? r->message : "(no message)");
 }
 
 static int simple_call(mlpd_client_t *c, pb_size_t kind, const char *what,

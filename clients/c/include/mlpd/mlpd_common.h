@@ -75,7 +75,8 @@ typedef struct mlpd_err_s {
 } mlpd_err_t;
 
 /* Records `code` and a printf-style message in `err` unless one is already
- * there; `err` may be NULL. Returns `code`, so callers can write
+ * there; `err` may be NULL. The message is kept to one line: control bytes
+ * in it become '?'. Returns `code`, so callers can write
  * `return mlpd_errf(err, MLPD_EINVAL, "...")`. */
 int mlpd_errf(mlpd_err_t *err, int code, const char *fmt, ...)
     MLPD_PRINTF(3, 4);
