@@ -198,10 +198,9 @@ static void reload(mlpd_daemon_t *d);
 
 static void load_after(uv_work_t *w, int status);
 
-static int queue_load(mlpd_daemon_t *d, int is_reload) {
+static int queue_load(mlpd_daemon_t *d) {
   memset(&d->load, 0, sizeof(d->load));
   d->load.d = d;
-  d->load.is_reload = is_reload;
   atomic_store(&d->progress_ns, mlpd_now_ns());
   int rc = uv_queue_work(&d->loop, &d->load.work, load_work, load_after);
   if (rc == 0)
@@ -432,7 +431,7 @@ static void reload(mlpd_daemon_t *d) {
   }
   MLPD_LOGI("SIGHUP: reloading %s", d->cfg.model_path);
   mlpd_notify_reloading();
-  int rc = queue_load(d, 1);
+  int rc = queue_load(d);
   if (rc != 0) {
     MLPD_LOGE("reload: cannot queue the load: %s", uv_strerror(rc));
     mlpd_notify_ready();
@@ -719,7 +718,7 @@ int mlpd_daemon_run(const mlpd_config_t *cfg) {
   MLPD_LOGI("mlpd %s: listening on %s with %d I/O thread%s, loading %s",
             MLPD_VERSION, cfg->socket_path, d->nshards,
             d->nshards == 1 ? "" : "s", cfg->model_path);
-  if ((rc = queue_load(d, 0)) != 0) {
+  if ((rc = queue_load(d)) != 0) {
     mlpd_errf(&err, rc, "cannot queue the model load: %s", uv_strerror(rc));
     goto fail;
   }
@@ -742,7 +741,6 @@ cleanup:;
   if (uv_loop_close(&d->loop) != 0)
     MLPD_LOGW("loop closed with handles still open");
   free(d->shards);
-  free(d->metrics_buf);
   mlpd_access_free(&d->access);
   pthread_mutex_destroy(&d->mu);
   free(d);

@@ -64,7 +64,6 @@ typedef struct mlpd_load_s {
   mlpd_pool_t *pool;           /* result, owned until taken */
   int rc;
   mlpd_err_t err;
-  int is_reload;
 } mlpd_load_t;
 
 typedef struct mlpd_daemon_s {
@@ -102,8 +101,6 @@ typedef struct mlpd_daemon_s {
   int closed_shards;            /* CLOSED received while stopping */
   uint64_t reloads_ok, reloads_failed;
 
-  char *metrics_buf;            /* HTTP's render buffer, grows */
-  size_t metrics_cap;
   char model_labels[256];       /* "64-128-128-10" */
 
   uv_signal_t sig_term, sig_int, sig_hup;

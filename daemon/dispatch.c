@@ -36,14 +36,14 @@ static void send_response(mlpd_dispatch_t *d, mlpd_conn_t *c,
                           const mlpd_rpc_response_t *r) {
   if (c == NULL || c->closing)
     return;
-  size_t cap = mlpd_rpc_encoded_size(r);
-  uint8_t *buf = cap ? mlpd_server_alloc_write(cap) : NULL;
+  uint8_t *buf = NULL;
   size_t len = 0;
-  if (buf == NULL || mlpd_rpc_encode(r, buf, cap, &len) != 0) {
+  int rc = mlpd_rpc_encode_alloc(r, mlpd_server_alloc_write, &buf, &len);
+  if (rc != 0) {
     /* Out of memory for one response: that client loses its connection,
      * which it can see; nobody else is affected. */
-    MLPD_LOGW("conn %llu: cannot encode a %zu-byte response; closing",
-              (unsigned long long)c->serial, cap);
+    MLPD_LOGW("conn %llu: cannot encode a response (%s); closing",
+              (unsigned long long)c->serial, mlpd_err_name(rc));
     mlpd_server_free_write(buf);
     mlpd_server_close_conn(c, 0);
     return;
@@ -94,7 +94,6 @@ static size_t encode_status(void *ud, mlpd_status_t st, const char *msg,
 static void tell_daemon(mlpd_dispatch_t *d, int type) {
   mlpd_dispatch_msg_t *m = &d->to_daemon[type - MLPD_MSG_SWITCHED];
   m->msg.type = type;
-  m->from = d;
   mlpd_mailbox_post(d->daemon_mb, &m->msg);
 }
 
@@ -873,7 +872,6 @@ void mlpd_dispatch_post(mlpd_dispatch_t *d, int type, mlpd_pool_t *pool) {
   mlpd_dispatch_msg_t *m = &d->from_daemon[type - MLPD_MSG_USE_POOL];
   m->msg.type = type;
   m->pool = pool;
-  m->from = NULL;
   mlpd_mailbox_post(&d->mb, &m->msg);
 }
 

@@ -85,7 +85,6 @@ enum {
 
 typedef struct mlpd_dispatch_msg_s {
   mlpd_msg_t msg;              /* first */
-  struct mlpd_dispatch_s *from;
   mlpd_pool_t *pool;           /* USE_POOL */
 } mlpd_dispatch_msg_t;
 

@@ -105,7 +105,7 @@ int mlpd_pool_open(mlpd_pool_t **out, const char *model_path,
     goto fail;
   }
   for (int i = 0; i < ndevices; i++)
-    if ((rc = mlpd_worker_start(&p->workers[i], p->engines[i], i, err)) != 0)
+    if ((rc = mlpd_worker_start(&p->workers[i], p->engines[i], err)) != 0)
       goto fail;
   *out = p;
   return 0;

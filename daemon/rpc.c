@@ -7,6 +7,7 @@
 
 #include <pb_decode.h>
 #include <pb_encode.h>
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -509,6 +510,21 @@ size_t mlpd_rpc_encoded_size(const mlpd_rpc_response_t *r) {
   return n + MLPD_FRAME_HEADER_MAX;
 }
 
+/* Writes the frame header and the built message of `body` bytes. */
+static int write_frame(const mlpd_v1_Response *msg, size_t body, uint8_t *buf,
+                       size_t cap, size_t *len) {
+  uint8_t hdr[MLPD_FRAME_HEADER_MAX];
+  size_t hl = mlpd_frame_encode_header(hdr, body);
+  if (hl + body > cap)
+    return MLPD_EINTERNAL;
+  memcpy(buf, hdr, hl);
+  pb_ostream_t out = pb_ostream_from_buffer(buf + hl, cap - hl);
+  if (!pb_encode(&out, mlpd_v1_Response_fields, msg))
+    return MLPD_EINTERNAL;
+  *len = hl + out.bytes_written;
+  return 0;
+}
+
 int mlpd_rpc_encode(const mlpd_rpc_response_t *r, uint8_t *buf, size_t cap,
                     size_t *len) {
   mlpd_v1_Response msg;
@@ -517,15 +533,22 @@ int mlpd_rpc_encode(const mlpd_rpc_response_t *r, uint8_t *buf, size_t cap,
   size_t body = 0;
   if (!pb_get_encoded_size(&body, mlpd_v1_Response_fields, &msg))
     return MLPD_EINTERNAL;
-  uint8_t hdr[MLPD_FRAME_HEADER_MAX];
-  size_t hl = mlpd_frame_encode_header(hdr, body);
-  if (hl + body > cap)
+  return write_frame(&msg, body, buf, cap, len);
+}
+
+int mlpd_rpc_encode_alloc(const mlpd_rpc_response_t *r,
+                          uint8_t *(*alloc)(size_t), uint8_t **buf,
+                          size_t *len) {
+  mlpd_v1_Response msg;
+  bytes_ref_t ref = {0};
+  *buf = NULL;
+  build(r, &msg, &ref);
+  size_t body = 0;
+  if (!pb_get_encoded_size(&body, mlpd_v1_Response_fields, &msg))
     return MLPD_EINTERNAL;
-  memcpy(buf, hdr, hl);
-  pb_ostream_t out = pb_ostream_from_buffer(buf + hl, cap - hl);
-  if (!pb_encode(&out, mlpd_v1_Response_fields, &msg))
-    return MLPD_EINTERNAL;
-  *len = hl + out.bytes_written;
-  return 0;
+  size_t cap = body + MLPD_FRAME_HEADER_MAX;
+  if ((*buf = alloc(cap)) == NULL)
+    return -ENOMEM;
+  return write_frame(&msg, body, *buf, cap, len);
 }
 

@@ -154,6 +154,14 @@ size_t mlpd_rpc_encoded_size(const mlpd_rpc_response_t *r);
 int mlpd_rpc_encode(const mlpd_rpc_response_t *r, uint8_t *buf, size_t cap,
                     size_t *len) MLPD_MUST_CHECK;
 
+/* Builds the response once, gets a buffer of the size it needs from
+ * alloc, and encodes into it: 0 with the buffer in *buf (the caller's, also
+ * on MLPD_EINTERNAL) and the length in *len, or -ENOMEM when alloc
+ * returned NULL (*buf is NULL). The daemon's path: one build per answer. */
+int mlpd_rpc_encode_alloc(const mlpd_rpc_response_t *r,
+                          uint8_t *(*alloc)(size_t), uint8_t **buf,
+                          size_t *len) MLPD_MUST_CHECK;
+
 /* Bytes an infer response adds to its output tensor at most: ids, status,
  * message, shape, times, device, tags and lengths. */
 #define MLPD_RPC_INFER_ENVELOPE_MAX 768

@@ -134,11 +134,10 @@ static void *worker_main(void *arg) {
   return NULL;
 }
 
-int mlpd_worker_start(mlpd_worker_t *w, mlpd_engine_t *engine, int index,
+int mlpd_worker_start(mlpd_worker_t *w, mlpd_engine_t *engine,
                       mlpd_err_t *err) {
   memset(w, 0, sizeof(*w));
   w->engine = engine;
-  w->index = index;
   atomic_init(&w->todo_n, 0);
   atomic_init(&w->load, 0);
   atomic_init(&w->in_rotation, 1);

@@ -50,7 +50,6 @@ struct mlpd_job_s {
 
 typedef struct mlpd_worker_s {
   mlpd_engine_t *engine;     /* borrowed: the pool owns it */
-  int index;                 /* in the pool */
   pthread_t thread;
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -76,7 +75,7 @@ typedef struct mlpd_worker_s {
 } mlpd_worker_t;
 
 /* Starts the thread for `engine`. */
-int mlpd_worker_start(mlpd_worker_t *w, mlpd_engine_t *engine, int index,
+int mlpd_worker_start(mlpd_worker_t *w, mlpd_engine_t *engine,
                       mlpd_err_t *err) MLPD_MUST_CHECK;
 
 /* Reserves room for one job: 1 when the worker is in rotation and fewer
