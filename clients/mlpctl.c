@@ -5,6 +5,8 @@
  * Everything goes through libmlpd-client over the daemon's socket; mlpctl
  * never loads a model itself (that is `mlpd infer`). It is a tool, not a
  * load generator: for sustained load with many connections use mlpd-bench. */
+#include "dtype.h"
+#include "error.h"
 #include "latency.h"
 #include "mlpd.h"
 #include "mlpd_client.h"

@@ -22,6 +22,8 @@
  * (no coordinated omission). One thread and one client per connection; it
  * does not drive other servers and does not check outputs (mlpctl and the
  * tests do that). */
+#include "dtype.h"
+#include "error.h"
 #include "latency.h"
 #include "mlpd.h"
 #include "mlpd_client.h"

@@ -15,6 +15,25 @@ fail() { echo "FAIL: $*"; [ -f "$out/mlpd.log" ] && tail -20 "$out/mlpd.log"; ex
 # Nothing listens yet: the probe says so, with the path.
 if "$mlpctl" ready 2>"$out/err"; then fail "ready without a daemon"; fi
 grep -q "$sock" "$out/err" || fail "no socket path in: $(cat "$out/err")"
+grep -q '(ENOENT)' "$out/err" || fail "no errno name in: $(cat "$out/err")"
+
+# A stale socket file (bound, then its process gone, nobody listening):
+# connect() says ECONNREFUSED, and mlpctl names it (it used to print
+# "UNKNOWN" for every errno outside a short list).
+stale=$out/stale.sock
+/usr/bin/python3 -c 'import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind(sys.argv[1])' "$stale"
+[ -S "$stale" ] || fail "could not make a stale socket file"
+if MLPD_SOCKET=$stale "$mlpctl" ready 2>"$out/err-stale"; then
+  fail "ready on a stale socket"
+fi
+grep -q "$stale" "$out/err-stale" ||
+  fail "no socket path in: $(cat "$out/err-stale")"
+grep -q '(ECONNREFUSED)$' "$out/err-stale" ||
+  fail "no ECONNREFUSED in: $(cat "$out/err-stale")"
+! grep -q UNKNOWN "$out/err-stale" ||
+  fail "UNKNOWN in: $(cat "$out/err-stale")"
 
 "$mlpd" serve --model "$src/models/digits.safetensors" --socket "$sock" \
   --device cpu --max-delay-us 200 >"$out/mlpd.log" 2>&1 &

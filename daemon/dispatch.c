@@ -528,7 +528,7 @@ static void on_frame(void *ud, mlpd_conn_t *c, const uint8_t *body,
 
 static void on_stream_error(void *ud, mlpd_conn_t *c, int rc, uint64_t len) {
   mlpd_dispatch_t *d = ud;
-  if (rc == MLPD_EFRAME2BIG)
+  if (rc == MLPD_EMSGSIZE)
     send_error(d, c, 0, MLPD_RPC_NONE, MLPD_STATUS_RESOURCE_EXHAUSTED,
                "frame of %llu bytes exceeds the maximum frame size of %zu "
                "bytes (--max-frame); closing the connection",

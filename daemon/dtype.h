@@ -10,10 +10,23 @@
 
 #include "mlpd.h"
 
-/* mlpd_dtype_t (F32, F16, BF16), MLPD_DTYPE_COUNT, and the conversions the
- * client library exports (mlpd_dtype_size/name/parse/convert and the
- * element conversions) are declared in mlpd/mlpd_common.h, through mlpd.h.
- * What follows is the daemon's own. */
+/* mlpd_dtype_t (F32, F16, BF16), MLPD_DTYPE_COUNT, mlpd_dtype_size(),
+ * mlpd_dtype_name() and mlpd_dtype_parse() are declared in
+ * mlpd/mlpd_common.h, through mlpd.h: the client library exports them.
+ * The conversions below are internal to the daemon, the tools and the
+ * client library (which uses them but does not export them). */
+
+/* One element, rounding to nearest even and keeping NaN a NaN, as cuBLASLt
+ * and PyTorch do. */
+float mlpd_bf16_to_f32(uint16_t h);
+uint16_t mlpd_f32_to_bf16(float f);
+float mlpd_f16_to_f32(uint16_t h);
+uint16_t mlpd_f32_to_f16(float f);
+
+/* Converts n elements from `src` (type `st`, any alignment) to `dst` (type
+ * `dt`). Same types is a memcpy. The buffers must not overlap. */
+void mlpd_dtype_convert(void *dst, mlpd_dtype_t dt, const void *src,
+                        mlpd_dtype_t st, size_t n);
 
 /* Converts `rows` rows of `cols` elements between buffers whose rows are
  * dst_stride and src_stride elements apart (padded staging, padded weights);

@@ -1,4 +1,12 @@
-/* error.c - names and messages for mlpd_errno_t, and mlpd_err_t helpers. */
+/* error.c - names and messages for mlpd's codes, and mlpd_err_t helpers.
+ *
+ * Shared by the daemon and the client library. The library is built with
+ * MLPD_ERROR_CLIENT_ONLY and names only the codes its callers can receive
+ * (MLPD_CLIENT_ERRNO_MAP); the daemon names its own as well. Either names
+ * every errno through the C library, so no -errno is ever "UNKNOWN". */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* strerrorname_np, strerrordesc_np (glibc >= 2.32) */
+#endif
 #include "error.h"
 
 #include <errno.h>
@@ -6,10 +14,18 @@
 #include <stdio.h>
 #include <string.h>
 
-/* libuv's own codes outside the errno range that can reach us through the
- * server (values from include/uv/errno.h on Linux). Kept here so that the
- * client library, which does not link libuv, shares this file. */
+#ifdef MLPD_ERROR_CLIENT_ONLY
+#define NAMED_MAP(XX) MLPD_CLIENT_ERRNO_MAP(XX)
+#else
+#define NAMED_MAP(XX) MLPD_ERRNO_MAP(XX)
+/* libuv's end-of-stream code, outside the errno range, can reach the
+ * daemon's logs through the server (include/uv/errno.h on Linux). The
+ * client library does not use libuv, so it never returns it. */
 #define UV_EOF_CODE (-4095)
+#endif
+
+/* errno values are below 4096 on Linux (the kernel's MAX_ERRNO). */
+#define IS_ERRNO(code) ((code) < 0 && (code) > -4096)
 
 const char *mlpd_strerror(int code) {
   switch (code) {
@@ -18,17 +34,20 @@ const char *mlpd_strerror(int code) {
 #define XX(name, value, msg)                                                   \
   case value:                                                                  \
     return msg;
-    MLPD_ERRNO_MAP(XX)
+    NAMED_MAP(XX)
 #undef XX
+#ifdef UV_EOF_CODE
   case UV_EOF_CODE:
     return "end of file";
+#endif
   default:
     break;
   }
-  if (code < 0 && code > -4096) {
-    /* strerror() is not thread-safe in theory; glibc's returns static
-     * strings for known codes, which is all we pass it. */
-    return strerror(-code);
+  if (IS_ERRNO(code)) {
+    /* Unlike strerror(), a static string or NULL: thread-safe. */
+    const char *s = strerrordesc_np(-code);
+    if (s != NULL)
+      return s;
   }
   return "unknown error";
 }
@@ -40,33 +59,21 @@ const char *mlpd_err_name(int code) {
 #define XX(name, value, msg)                                                   \
   case value:                                                                  \
     return #name;
-    MLPD_ERRNO_MAP(XX)
+    NAMED_MAP(XX)
 #undef XX
+#ifdef UV_EOF_CODE
   case UV_EOF_CODE:
     return "EOF";
-  case -ENOENT:
-    return "ENOENT";
-  case -ENOMEM:
-    return "ENOMEM";
-  case -EINVAL:
-    return "EINVAL";
-  case -EACCES:
-    return "EACCES";
-  case -EADDRINUSE:
-    return "EADDRINUSE";
-  case -EPIPE:
-    return "EPIPE";
-  case -ECONNRESET:
-    return "ECONNRESET";
-  case -EIO:
-    return "EIO";
-  case -ENAMETOOLONG:
-    return "ENAMETOOLONG";
-  case -ETIMEDOUT:
-    return "ETIMEDOUT";
+#endif
   default:
-    return "UNKNOWN";
+    break;
   }
+  if (IS_ERRNO(code)) {
+    const char *s = strerrorname_np(-code);
+    if (s != NULL)
+      return s;
+  }
+  return "UNKNOWN";
 }
 
 int mlpd_errf(mlpd_err_t *err, int code, const char *fmt, ...) {

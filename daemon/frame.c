@@ -17,7 +17,7 @@ int mlpd_frame_parse_header(const uint8_t *buf, size_t len, size_t max_body,
     if ((b & 0x80) == 0) {
       *header_len = i + 1;
       *body_len = v;
-      return v > max_body ? MLPD_EFRAME2BIG : 1;
+      return v > max_body ? MLPD_EMSGSIZE : 1;
     }
   }
   return MLPD_EPROTO;

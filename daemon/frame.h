@@ -21,7 +21,7 @@
  *   1  prefix complete: *header_len bytes of varint, body of *body_len bytes;
  *   0  need more bytes (nothing is wrong yet);
  *   MLPD_EPROTO      the varint is longer than 10 bytes or overflows 64 bits;
- *   MLPD_EFRAME2BIG  the body would exceed max_body (*body_len is set).
+ *   MLPD_EMSGSIZE    the body would exceed max_body (*body_len is set).
  * A zero-length body is valid framing (an empty message). */
 int mlpd_frame_parse_header(const uint8_t *buf, size_t len, size_t max_body,
                             size_t *header_len, uint64_t *body_len);

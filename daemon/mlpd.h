@@ -10,11 +10,18 @@
 #include <time.h>
 
 /* What the daemon shares with its clients, from the client library's public
- * headers (clients/c/include): MLPD_MUST_CHECK and MLPD_PRINTF (every
- * function that returns an error code is marked, so an ignored error is a
- * compile error under -Werror), mlpd_err_t and the error codes clients see,
- * mlpd_dtype_t, mlpd_status_t. */
+ * headers (clients/c/include): MLPD_MUST_CHECK (every function that returns
+ * an error code is marked, so an ignored error is a compile error under
+ * -Werror), mlpd_err_t and the error codes clients see, mlpd_dtype_t,
+ * mlpd_status_t. */
 #include "mlpd/mlpd_common.h"
+
+/* printf-style checking of format strings (log, mlpd_errf). */
+#if defined(__GNUC__)
+#define MLPD_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define MLPD_PRINTF(f, a)
+#endif
 
 #define MLPD_VERSION "0.1.0"
 

@@ -274,7 +274,7 @@ static void process(mlpd_conn_t *c) {
     if (r < 0) {
       c->close_after_write = 1;
       c->closing_ns = mlpd_now_ns();
-      s->cb.on_stream_error(s->cb.ud, c, r, r == MLPD_EFRAME2BIG ? bl : 0);
+      s->cb.on_stream_error(s->cb.ud, c, r, r == MLPD_EMSGSIZE ? bl : 0);
       if (c->whead == NULL)
         mlpd_server_close_conn(c, 0);
       else

@@ -54,7 +54,7 @@ typedef struct mlpd_server_callbacks_s {
    * the call. */
   void (*on_frame)(void *ud, mlpd_conn_t *c, const uint8_t *body, size_t len);
   /* The stream cannot go on: a frame header announced more than max_frame
-   * bytes (rc MLPD_EFRAME2BIG, len set) or is not a valid varint (rc
+   * bytes (rc MLPD_EMSGSIZE, len set) or is not a valid varint (rc
    * MLPD_EPROTO). The server has stopped reading; the owner may write one
    * answer and the server closes the connection once that is written. */
   void (*on_stream_error)(void *ud, mlpd_conn_t *c, int rc, uint64_t len);

@@ -31,7 +31,8 @@ set_tests_properties(test_client_python_pb2 PROPERTIES SKIP_RETURN_CODE 77)
 add_test(NAME test_client_install
   COMMAND sh ${PROJECT_SOURCE_DIR}/clients/c/check_install.sh
           ${PROJECT_BINARY_DIR} ${CMAKE_CURRENT_BINARY_DIR}/client-install
-          ${CMAKE_C_COMPILER} "${MLPD_SANITIZE}" ${PROJECT_SOURCE_DIR})
+          ${CMAKE_C_COMPILER} "${MLPD_SANITIZE}" ${PROJECT_SOURCE_DIR}
+          ${MLPD_CLIENT_SOVERSION})
 set_tests_properties(test_client_install PROPERTIES
   SKIP_RETURN_CODE 77 TIMEOUT 120 ENVIRONMENT "${MLPD_TEST_ENV}")
 

@@ -628,7 +628,7 @@ static void test_misbehaving_daemon(void **state) {
     int code;
     const char *msg;
   } cases[] = {
-      {BAD_HUGE, MLPD_EFRAME2BIG, "exceeds the client's limit"},
+      {BAD_HUGE, MLPD_EMSGSIZE, "exceeds the client's limit"},
       {BAD_HANGUP_MID, -ECONNRESET, "in the middle of a response"},
       {BAD_HANGUP, -ECONNRESET, "1 request(s) unanswered"},
       {BAD_GARBAGE, MLPD_EPROTO, "does not decode"},
@@ -809,7 +809,7 @@ static void test_frame_limits(void **state) {
   mlpd_client_result_t res;
   mlpd_client_result_init(&res);
   int rc = mlpd_client_infer(c, &req, &res, &err);
-  assert_int_equal(rc, MLPD_EFRAME2BIG);
+  assert_int_equal(rc, MLPD_EMSGSIZE);
   assert_non_null(strstr(err.msg, "exceeds the frame limit of 1000 bytes"));
   /* Nothing went out; the connection is fine. */
   mlpd_err_clear(&err);

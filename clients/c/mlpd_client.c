@@ -23,6 +23,8 @@
  * Not here: event loops, reconnecting, retries, locking. */
 #include "mlpd_client.h"
 
+#include "dtype.h"
+#include "error.h"
 #include "frame.h"
 #include "mlpd.pb.h"
 #include "pbcheck.h"
@@ -281,8 +283,8 @@ static int frame_ready(mlpd_client_t *c, size_t *hlen, uint64_t *blen,
                        mlpd_err_t *err) {
   int r = mlpd_frame_parse_header(RBUF(c) + c->rpos, c->rlen - c->rpos,
                                   c->max_recv, hlen, blen);
-  if (r == MLPD_EFRAME2BIG)
-    return breakf(c, err, MLPD_EFRAME2BIG,
+  if (r == MLPD_EMSGSIZE)
+    return breakf(c, err, MLPD_EMSGSIZE,
                   "response frame of %llu bytes exceeds the client's limit "
                   "of %zu bytes (raise it with mlpd_client_set_max_frame)",
                   (unsigned long long)*blen, c->max_recv);
@@ -563,7 +565,7 @@ static int encode_frame(mlpd_client_t *c, const mlpd_v1_Request *msg,
   if (!pb_get_encoded_size(&body, mlpd_v1_Request_fields, msg))
     return mlpd_errf(err, MLPD_EINTERNAL, "cannot size the request");
   if (body > c->max_send)
-    return mlpd_errf(err, MLPD_EFRAME2BIG,
+    return mlpd_errf(err, MLPD_EMSGSIZE,
                      "request of %zu bytes exceeds the frame limit of %zu "
                      "bytes; send fewer rows per request (or raise the "
                      "limit on both sides: --max-frame, "
@@ -587,7 +589,7 @@ static int refusal_code(int status) {
   switch (status) {
   case mlpd_v1_Status_PERMISSION_DENIED: return MLPD_EPERM;
   case mlpd_v1_Status_RESOURCE_EXHAUSTED: return MLPD_ELIMIT;
-  case mlpd_v1_Status_DEADLINE_EXCEEDED: return MLPD_ETIMEDOUT;
+  case mlpd_v1_Status_DEADLINE_EXCEEDED: return MLPD_EEXPIRED;
   case mlpd_v1_Status_UNAVAILABLE: return MLPD_EBUSY;
   case mlpd_v1_Status_INVALID_ARGUMENT: return MLPD_EINVAL;
   default: return MLPD_EPROTO;
@@ -753,7 +755,7 @@ static int check_infer(const mlpd_client_infer_t *req, int inline_data,
                      (long long)req->rows, (long long)req->cols);
   if (req->cols != 0 &&
       (uint64_t)req->rows > SIZE_MAX / 4 / (uint64_t)req->cols)
-    return mlpd_errf(err, MLPD_EFRAME2BIG, "shape [%lld, %lld] is too large",
+    return mlpd_errf(err, MLPD_EMSGSIZE, "shape [%lld, %lld] is too large",
                      (long long)req->rows, (long long)req->cols);
   if (inline_data && req->data == NULL && req->rows * req->cols != 0)
     return mlpd_errf(err, MLPD_EINVAL, "input data is NULL");
@@ -1040,7 +1042,7 @@ static int status_error(const mlpd_v1_Response *r, const char *what,
   int code;
   switch (r->status) {
   case mlpd_v1_Status_INVALID_ARGUMENT: code = MLPD_EINVAL; break;
-  case mlpd_v1_Status_DEADLINE_EXCEEDED: code = MLPD_ETIMEDOUT; break;
+  case mlpd_v1_Status_DEADLINE_EXCEEDED: code = MLPD_EEXPIRED; break;
   case mlpd_v1_Status_PERMISSION_DENIED: code = MLPD_EPERM; break;
   case mlpd_v1_Status_RESOURCE_EXHAUSTED: code = exhausted; break;
   case mlpd_v1_Status_UNIMPLEMENTED: code = MLPD_ENOTBUILT; break;
@@ -1065,7 +1067,7 @@ static int simple_call(mlpd_client_t *c, pb_size_t kind, const char *what,
   if ((rc = roundtrip(c, &call, r, d, err)) != 0)
     return rc;
   if (r->status != mlpd_v1_Status_OK)
-    return status_error(r, what, MLPD_EFRAME2BIG, err);
+    return status_error(r, what, MLPD_EMSGSIZE, err);
   pb_size_t want = kind == mlpd_v1_Request_health_tag
                        ? mlpd_v1_Response_health_tag
                    : kind == mlpd_v1_Request_metrics_tag

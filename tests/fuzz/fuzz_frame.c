@@ -16,7 +16,7 @@ static void one(const uint8_t *data, size_t size, size_t max) {
   size_t hlen = 0;
   uint64_t blen = 0;
   int r = mlpd_frame_parse_header(data, size, max, &hlen, &blen);
-  FUZZ_CHECK(r == 1 || r == 0 || r == MLPD_EPROTO || r == MLPD_EFRAME2BIG);
+  FUZZ_CHECK(r == 1 || r == 0 || r == MLPD_EPROTO || r == MLPD_EMSGSIZE);
   if (r == 0) {
     /* Incomplete: fewer than 10 bytes, each with the continuation bit. */
     FUZZ_CHECK(size < MLPD_FRAME_HEADER_MAX);

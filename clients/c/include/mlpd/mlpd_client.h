@@ -7,11 +7,14 @@
  * (give each thread its own client; connections are cheap).
  *
  * Errors. Every function that can fail returns 0 or a negative code: an
- * MLPD_E* code from mlpd_common.h or -errno (-ENOENT, -ECONNREFUSED, -ETIMEDOUT,
- * -ECONNRESET, -EPIPE, -ENOMEM, ...), and records a one-line message in the
+ * MLPD_E* code of MLPD_CLIENT_ERRNO_MAP (mlpd_common.h) or another -errno.
+ * Codes with an errno meaning are -errno (MLPD_ENOENT == -ENOENT, and so
+ * -ECONNREFUSED, -ETIMEDOUT for the I/O timeout, -ECONNRESET, -EPIPE,
+ * -ENOMEM, ...); mlpd's own (MLPD_EEXPIRED for a deadline, MLPD_EDTYPE, ...)
+ * lie from -20000 down. A failing call records a one-line message in the
  * caller's mlpd_err_t (which may be NULL; the first error recorded wins, so
  * clear it with mlpd_err_clear() before reusing it). mlpd_strerror() and
- * mlpd_err_name() name any code.
+ * mlpd_err_name() name any code, every errno included.
  *
  * Statuses are not errors. A request the daemon answered is a success of the
  * transport even when the daemon refused it: mlpd_client_infer() and
@@ -35,7 +38,7 @@
  *
  * Installed as <mlpd/mlpd_client.h> with the one header it includes,
  * <mlpd/mlpd_common.h> (errors, dtypes, statuses); everything the two
- * declare is exported by libmlpd-client.so.0, and nothing else is. Link
+ * declare is exported by libmlpd-client.so.1, and nothing else is. Link
  * with `pkg-config --cflags --libs mlpd-client`, or in CMake
  * find_package(mlpd-client) and the target mlpd-client::mlpd-client
  * (mlpd-client::mlpd-client-static for the static library). */
@@ -88,9 +91,9 @@ int mlpd_client_fd(const mlpd_client_t *c);
 void mlpd_client_set_timeout(mlpd_client_t *c, int timeout_ms);
 
 /* Frame limits, 0 = keep the current value. A request whose encoded size is
- * over max_send is refused with MLPD_EFRAME2BIG before anything is sent
+ * over max_send is refused with MLPD_EMSGSIZE before anything is sent
  * (the connection stays usable); a response frame over max_recv fails with
- * MLPD_EFRAME2BIG and breaks the connection. Both default to
+ * MLPD_EMSGSIZE and breaks the connection. Both default to
  * MLPD_CLIENT_DEFAULT_MAX_FRAME. */
 void mlpd_client_set_max_frame(mlpd_client_t *c, size_t max_send,
                                size_t max_recv);
@@ -197,7 +200,7 @@ int mlpd_client_wait(mlpd_client_t *c, int timeout_ms,
  * Blocking; like mlpd_client_infer() they refuse to run while pipelined
  * requests are in flight. A non-OK status from the daemon for these is an
  * error (the answer carries nothing else): MLPD_EBUSY for UNAVAILABLE,
- * MLPD_EINVAL, MLPD_ETIMEDOUT, MLPD_EFRAME2BIG, MLPD_ENOTBUILT
+ * MLPD_EINVAL, MLPD_EEXPIRED, MLPD_EMSGSIZE, MLPD_ENOTBUILT
  * (UNIMPLEMENTED), MLPD_EINTERNAL, MLPD_EPERM (PERMISSION_DENIED), with the
  * daemon's message.
  *
@@ -205,7 +208,7 @@ int mlpd_client_wait(mlpd_client_t *c, int timeout_ms,
  * a frame over --max-frame, idle or slow-frame timeouts) gets one answer
  * with id 0 and is closed: a blocking call returns its status as a code
  * (MLPD_EPERM for PERMISSION_DENIED, MLPD_ELIMIT for RESOURCE_EXHAUSTED,
- * MLPD_EBUSY for UNAVAILABLE, MLPD_ETIMEDOUT for DEADLINE_EXCEEDED) with
+ * MLPD_EBUSY for UNAVAILABLE, MLPD_EEXPIRED for DEADLINE_EXCEEDED) with
  * the daemon's reason, whether the answer was read or the send failed
  * first (and a pipelined send that finds the connection closed does the
  * same), and the client is broken.

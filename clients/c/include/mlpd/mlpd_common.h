@@ -1,23 +1,26 @@
 /* mlpd_common.h - what the mlpd client library's API shares with the
- * daemon: the error convention (mlpd_err_t and the codes a client can be
- * given), element types, and the status codes a response carries. Part of
- * libmlpd-client's public headers; include <mlpd/mlpd_client.h>, which
- * includes this one.
+ * daemon: the error codes a client can be given, the caller's error record
+ * (mlpd_err_t), element types, and the status codes a response carries.
+ * Part of libmlpd-client's public headers; include <mlpd/mlpd_client.h>,
+ * which includes this one.
  *
  * The daemon builds on the same definitions (its internal error.h, dtype.h
- * and status.h include this file and add what only the daemon uses), so the
- * two can never disagree on a number or a name. Every function declared
- * here is exported by libmlpd-client.so.0; nothing the library does not
- * export is declared.
+ * and status.h include this file and add what only the daemon uses: its
+ * own codes, mlpd_errf(), row conversions), so the two can never disagree
+ * on a number or a name. Every function declared here is exported by
+ * libmlpd-client.so.1; nothing the library does not export is declared.
  *
- * Errors follow libuv: 0 is success, system errors are -errno, and mlpd's
- * own codes live in a block from -20000 down, so they never collide with
- * errno (or libuv's codes). The daemon has more codes than these (for
- * model files and GPUs); mlpd_strerror() and mlpd_err_name() name them all,
- * but a client call returns only -errno or a code listed here. */
+ * Errors follow libuv (include/uv/errno.h): 0 is success, and a code that
+ * has an errno meaning *is* -errno (MLPD_EINVAL == -EINVAL, MLPD_ETIMEDOUT
+ * == -ETIMEDOUT), so a caller never has to ask which table a number came
+ * from. Only mlpd's own conditions (a deadline that passed, an unsupported
+ * dtype, ...) have codes of their own, from -20000 down, clear of errno and
+ * of libuv's codes. A client call returns a code of MLPD_CLIENT_ERRNO_MAP
+ * or some other -errno; mlpd_err_name() and mlpd_strerror() name both. */
 #ifndef MLPD_COMMON_H
 #define MLPD_COMMON_H
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -29,27 +32,43 @@ extern "C" {
  * warning (an error under -Werror), as nanopb's `checkreturn`. */
 #if defined(__GNUC__)
 #define MLPD_MUST_CHECK __attribute__((warn_unused_result))
-#define MLPD_PRINTF(f, a) __attribute__((format(printf, f, a)))
 #else
 #define MLPD_MUST_CHECK
-#define MLPD_PRINTF(f, a)
 #endif
 
 /* ---- Errors ---- */
 
-/* The codes a client call can return besides -errno: XX(name, value,
- * message) for each, as libuv's UV_ERRNO_MAP. */
+/* The codes a client call can return: XX(name, value, message) for each,
+ * as libuv's UV_ERRNO_MAP. First the errno codes the library returns with
+ * a meaning of its own (each is -errno; any other -errno, from connect(),
+ * mmap() and the like, can come too and is named all the same), then
+ * mlpd's own. A non-OK status in the answer to a blocking call that
+ * carries nothing else becomes one of these:
+ *   INVALID_ARGUMENT -> MLPD_EINVAL       DEADLINE_EXCEEDED -> MLPD_EEXPIRED
+ *   PERMISSION_DENIED -> MLPD_EPERM       RESOURCE_EXHAUSTED -> MLPD_ELIMIT
+ *   UNAVAILABLE -> MLPD_EBUSY             UNIMPLEMENTED -> MLPD_ENOTBUILT
+ *   INTERNAL -> MLPD_EINTERNAL            anything else -> MLPD_EPROTO
+ * MLPD_ETIMEDOUT is the client's own I/O timeout (mlpd_client_set_timeout),
+ * never a daemon's deadline. */
 #define MLPD_CLIENT_ERRNO_MAP(XX)                                              \
-  XX(EPROTO, -20001, "protocol error")                                         \
-  XX(EFRAME2BIG, -20002, "frame larger than the maximum frame size")           \
-  XX(EBUSY, -20005, "queue full")                                              \
+  XX(EPERM, -EPERM, "not permitted")                                           \
+  XX(ENOENT, -ENOENT, "no such file or directory")                             \
+  XX(ENOMEM, -ENOMEM, "out of memory")                                         \
+  XX(EACCES, -EACCES, "permission denied")                                     \
+  XX(EBUSY, -EBUSY, "busy: queue full or not ready, try again")                \
+  XX(EINVAL, -EINVAL, "invalid argument")                                      \
+  XX(EPIPE, -EPIPE, "broken pipe")                                             \
+  XX(ENAMETOOLONG, -ENAMETOOLONG, "name too long")                             \
+  XX(EPROTO, -EPROTO, "protocol error")                                        \
+  XX(EMSGSIZE, -EMSGSIZE, "frame larger than the maximum frame size")          \
+  XX(ECONNRESET, -ECONNRESET, "connection reset by peer")                      \
+  XX(ETIMEDOUT, -ETIMEDOUT, "timed out")                                       \
+  XX(ECONNREFUSED, -ECONNREFUSED, "connection refused")                        \
   XX(EDTYPE, -20006, "unsupported data type")                                  \
-  XX(ETIMEDOUT, -20008, "deadline exceeded")                                   \
+  XX(EEXPIRED, -20008, "deadline exceeded")                                    \
   XX(ENOTBUILT, -20010, "feature not built into this binary")                  \
-  XX(EINVAL, -20012, "invalid argument")                                       \
   XX(EINTERNAL, -20014, "internal error")                                      \
-  XX(ELIMIT, -20016, "over a configured limit")                                \
-  XX(EPERM, -20017, "not permitted")
+  XX(ELIMIT, -20016, "over a configured limit")
 
 typedef enum {
 #define MLPD_XX_(name, value, msg) MLPD_##name = (value),
@@ -57,29 +76,25 @@ typedef enum {
 #undef MLPD_XX_
 } mlpd_client_errno_t;
 
-/* Static description of any code: mlpd's own, -errno, or a libuv code.
- * Never NULL. */
+/* Static description of a code: the message of MLPD_CLIENT_ERRNO_MAP, or
+ * the C library's text for any other -errno; "unknown error" for numbers
+ * that are neither. Never NULL, thread-safe. */
 const char *mlpd_strerror(int code);
 
-/* Symbolic name ("EFRAME2BIG", "ENOENT"); "UNKNOWN" for codes it does not
- * know. Never NULL. */
+/* Symbolic name: "OK" for 0, the table's name ("EEXPIRED", "EINVAL"), or
+ * the errno name of any other -errno ("ECONNREFUSED", "EHOSTUNREACH");
+ * "UNKNOWN" only for numbers that are neither. Never NULL. */
 const char *mlpd_err_name(int code);
 
 /* Detail for one failure: the code and a one-line message naming what went
- * wrong. Owned by the caller, so reporting an error never allocates. The
- * first error recorded wins: deep code knows best what went wrong. */
+ * wrong, filled by the library. Owned by the caller, so reporting an error
+ * never allocates. The first error recorded wins (deep code knows best
+ * what went wrong): clear it with mlpd_err_clear() before reusing it. */
 #define MLPD_ERRMSG_MAX 512
 typedef struct mlpd_err_s {
   int code;                  /* 0 until an error is recorded */
   char msg[MLPD_ERRMSG_MAX]; /* one line, no trailing newline */
 } mlpd_err_t;
-
-/* Records `code` and a printf-style message in `err` unless one is already
- * there; `err` may be NULL. The message is kept to one line: control bytes
- * in it become '?'. Returns `code`, so callers can write
- * `return mlpd_errf(err, MLPD_EINVAL, "...")`. */
-int mlpd_errf(mlpd_err_t *err, int code, const char *fmt, ...)
-    MLPD_PRINTF(3, 4);
 
 /* Forgets a recorded error, so that err can be reused. */
 void mlpd_err_clear(mlpd_err_t *err);
@@ -106,18 +121,6 @@ const char *mlpd_dtype_name(mlpd_dtype_t t);
 /* Accepts the safetensors spelling and the lower-case flag spelling
  * ("f32", "fp32", "f16", "fp16", "bf16"). Returns 0 or MLPD_EDTYPE. */
 int mlpd_dtype_parse(const char *s, mlpd_dtype_t *out) MLPD_MUST_CHECK;
-
-/* One element, rounding to nearest even and keeping NaN a NaN, as cuBLASLt
- * and PyTorch do. */
-float mlpd_bf16_to_f32(uint16_t h);
-uint16_t mlpd_f32_to_bf16(float f);
-float mlpd_f16_to_f32(uint16_t h);
-uint16_t mlpd_f32_to_f16(float f);
-
-/* Converts n elements from `src` (type `st`, any alignment) to `dst` (type
- * `dt`). Same types is a memcpy. The buffers must not overlap. */
-void mlpd_dtype_convert(void *dst, mlpd_dtype_t dt, const void *src,
-                        mlpd_dtype_t st, size_t n);
 
 /* ---- Statuses ---- */
 
