@@ -10,7 +10,7 @@
 #                                  the digits model, mlpd.proto, docs
 #   mlpd-cuda           cuda       the CUDA engine plugin, ${libdir}/mlpd/
 #                                  mlpd-cuda.so (only with the CUDA toolkit)
-#   libmlpd-client0     libclient  libmlpd-client.so.0 (shlibs, ldconfig
+#   libmlpd-client1     libclient  libmlpd-client.so.1 (shlibs, ldconfig
 #                                  trigger)
 #   libmlpd-client-dev  dev        headers, .so link, .a, pkg-config file,
 #                                  CMake package
@@ -106,7 +106,7 @@ mlpd_gzip(${MLPD_DEPLOY_DIR}/debian/changelog
 # ---- CPack: one .deb per component ---------------------------------------
 set(MLPD_DEB_COMPONENTS daemon libclient dev python)
 set(MLPD_DEB_PKG_daemon mlpd)
-set(MLPD_DEB_PKG_libclient libmlpd-client0)
+set(MLPD_DEB_PKG_libclient libmlpd-client1)
 set(MLPD_DEB_PKG_dev libmlpd-client-dev)
 set(MLPD_DEB_PKG_python python3-mlpd)
 if(TARGET mlpd_cuda)
@@ -189,10 +189,10 @@ needs NVIDIA's CUDA runtime and cuBLASLt and the NVIDIA driver.")
   set(CPACK_DEBIAN_CUDA_PACKAGE_ENHANCES "mlpd")
 endif()
 
-# libmlpd-client0: the shared library; shlibs and the ldconfig trigger.
-install(FILES ${MLPD_DEPLOY_DIR}/debian/libmlpd-client0/lintian-overrides
+# libmlpd-client1: the shared library; shlibs and the ldconfig trigger.
+install(FILES ${MLPD_DEPLOY_DIR}/debian/libmlpd-client1/lintian-overrides
         DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/lintian/overrides
-        RENAME libmlpd-client0 COMPONENT libclient)
+        RENAME libmlpd-client1 COMPONENT libclient)
 set(CPACK_DEBIAN_LIBCLIENT_PACKAGE_SECTION "libs")
 set(CPACK_COMPONENT_LIBCLIENT_DESCRIPTION
 "C client library for the mlpd inference daemon
@@ -200,9 +200,9 @@ libmlpd-client talks to mlpd over its Unix socket: blocking and pipelined
 inference requests, health, metrics and model information, in f32, f16
 and bf16.")
 set(CPACK_DEBIAN_LIBCLIENT_PACKAGE_CONTROL_EXTRA
-    ${MLPD_DEPLOY_DIR}/debian/libmlpd-client0/triggers
-    ${MLPD_DEPLOY_DIR}/debian/libmlpd-client0/postinst
-    ${MLPD_DEPLOY_DIR}/debian/libmlpd-client0/postrm)
+    ${MLPD_DEPLOY_DIR}/debian/libmlpd-client1/triggers
+    ${MLPD_DEPLOY_DIR}/debian/libmlpd-client1/postinst
+    ${MLPD_DEPLOY_DIR}/debian/libmlpd-client1/postrm)
 
 # libmlpd-client-dev.
 set(CPACK_DEBIAN_DEV_PACKAGE_SECTION "libdevel")
@@ -212,7 +212,7 @@ Headers (mlpd/mlpd_client.h), the static library, the pkg-config file
 (mlpd-client) and the CMake package (find_package(mlpd-client)) for
 libmlpd-client.")
 set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS
-    "libmlpd-client0 (= ${MLPD_DEB_VERSION}), libnanopb-dev")
+    "libmlpd-client1 (= ${MLPD_DEB_VERSION}), libnanopb-dev")
 
 # python3-mlpd.
 set(CPACK_DEBIAN_PYTHON_PACKAGE_SECTION "python")

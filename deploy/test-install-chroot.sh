@@ -5,7 +5,7 @@
 #
 #   1. builds the packages (Release, prefix /usr) unless --debs names them;
 #   2. debootstraps a minimal Debian 12 (bookworm) into a scratch directory;
-#   3. installs mlpd and libmlpd-client0 there with apt, which pulls their
+#   3. installs mlpd and libmlpd-client1 there with apt, which pulls their
 #      Debian dependencies only (and systemd, which mlpd recommends, so the
 #      package's postinst creates the mlpd user and directories as on a real
 #      host), then checks that no CUDA/NVIDIA package or library came along;
@@ -60,7 +60,7 @@ if [ -z "$debs" ]; then
   debs=$src/build-deb
 fi
 debs=$(cd "$debs" && pwd)
-ls "$debs"/mlpd_*.deb "$debs"/libmlpd-client0_*.deb >/dev/null
+ls "$debs"/mlpd_*.deb "$debs"/libmlpd-client1_*.deb >/dev/null
 
 # ---- 2. a minimal Debian 12 --------------------------------------------------
 mounted=""
@@ -94,7 +94,7 @@ in_root() { chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
 rm -rf "$root/tmp/debs" && mkdir -p "$root/tmp/debs"
 cp "$debs"/*.deb "$root/tmp/debs/"
 pkgs="/tmp/debs/$(basename "$debs"/mlpd_*.deb)"
-pkgs="$pkgs /tmp/debs/$(basename "$debs"/libmlpd-client0_*.deb)"
+pkgs="$pkgs /tmp/debs/$(basename "$debs"/libmlpd-client1_*.deb)"
 if [ $all = 1 ]; then
   pkgs="$pkgs /tmp/debs/$(basename "$debs"/libmlpd-client-dev_*.deb)"
   pkgs="$pkgs /tmp/debs/$(basename "$debs"/python3-mlpd_*.deb) gcc libc6-dev pkg-config"

@@ -323,7 +323,7 @@ deb() {
     fail "no package mlpd"
     return
   }
-  pkgs="mlpd libmlpd-client0 libmlpd-client-dev python3-mlpd"
+  pkgs="mlpd libmlpd-client1 libmlpd-client-dev python3-mlpd"
   cuda_built=0
   if [ -n "$(deb_of mlpd-cuda)" ]; then
     pkgs="$pkgs mlpd-cuda"
@@ -403,11 +403,11 @@ deb() {
   fi
 
   # ---- the client library --------------------------------------------------
-  has_files libmlpd-client0 "$lib/libmlpd-client.so.0"
-  grep -q '^libmlpd-client 0 libmlpd-client0' "$tmp/ctrl.libmlpd-client0/shlibs" ||
-    fail "libmlpd-client0: no shlibs entry"
-  grep -qx 'activate-noawait ldconfig' "$tmp/ctrl.libmlpd-client0/triggers" ||
-    fail "libmlpd-client0: no ldconfig trigger"
+  has_files libmlpd-client1 "$lib/libmlpd-client.so.1"
+  grep -q '^libmlpd-client 1 libmlpd-client1' "$tmp/ctrl.libmlpd-client1/shlibs" ||
+    fail "libmlpd-client1: no shlibs entry"
+  grep -qx 'activate-noawait ldconfig' "$tmp/ctrl.libmlpd-client1/triggers" ||
+    fail "libmlpd-client1: no ldconfig trigger"
   has_files libmlpd-client-dev /usr/include/mlpd/mlpd_client.h \
     /usr/include/mlpd/mlpd_common.h "$lib/libmlpd-client.so" \
     "$lib/libmlpd-client.a" "$lib/pkgconfig/mlpd-client.pc" \
@@ -417,8 +417,8 @@ deb() {
     fail "libmlpd-client-dev ships headers besides mlpd_client.h and mlpd_common.h"
   fi
   dpkg-deb -f "$(deb_of libmlpd-client-dev)" Depends |
-    grep -q "libmlpd-client0 (= $version)" ||
-    fail "libmlpd-client-dev: Depends lacks libmlpd-client0 (= $version)"
+    grep -q "libmlpd-client1 (= $version)" ||
+    fail "libmlpd-client-dev: Depends lacks libmlpd-client1 (= $version)"
 
   # ---- python3-mlpd -------------------------------------------------------------
   has_files python3-mlpd /usr/lib/python3/dist-packages/mlpd_client/__init__.py \
