@@ -401,16 +401,36 @@ typedef struct {
   int oom;
 } dec_t;
 
+/* A result's memory (mlpd_client_result_t.store): the tensor bytes as they
+ * came off the wire, and their conversion to fp32 when the caller asked for
+ * it (as_f32). Both grow and are reused from call to call. */
+struct mlpd_client_store_s {
+  void *wire;
+  size_t wire_cap;
+  void *f32;
+  size_t f32_cap;
+};
+
+static int store_get(mlpd_client_result_t *res) {
+  if (res->store == NULL) {
+    res->store = calloc(1, sizeof(*res->store));
+    if (res->store == NULL)
+      return -ENOMEM;
+  }
+  return 0;
+}
+
 static bool on_tensor_data(pb_istream_t *s, const pb_field_t *f,
                            void **arg) {
   (void)f;
   dec_t *d = *arg;
   size_t n = s->bytes_left;
-  if (grow(&d->res->buf_[0], &d->res->cap_[0], n ? n : 1) != 0) {
+  if (store_get(d->res) != 0 ||
+      grow(&d->res->store->wire, &d->res->store->wire_cap, n ? n : 1) != 0) {
     d->oom = 1;
     return false;
   }
-  if (!pb_read(s, d->res->buf_[0], n))
+  if (!pb_read(s, d->res->store->wire, n))
     return false;
   d->data_len = n;
   d->have_data = 1;
@@ -837,13 +857,16 @@ void mlpd_client_result_init(mlpd_client_result_t *r) {
 void mlpd_client_result_free(mlpd_client_result_t *r) {
   if (r == NULL)
     return;
-  free(r->buf_[0]);
-  free(r->buf_[1]);
+  if (r->store != NULL) {
+    free(r->store->wire);
+    free(r->store->f32);
+    free(r->store);
+  }
   memset(r, 0, sizeof(*r));
 }
 
 /* Fills *res from a decoded response whose tensor bytes (if any) are in
- * res->buf_[0]. */
+ * res->store->wire. */
 static int fill_result(mlpd_client_t *c, const mlpd_v1_Response *r,
                        const dec_t *d, mlpd_client_result_t *res,
                        mlpd_err_t *err) {
@@ -907,16 +930,19 @@ static int fill_result(mlpd_client_t *c, const mlpd_v1_Response *r,
   res->cols = (int64_t)cols;
   res->wire_dtype = (mlpd_dtype_t)dt;
   res->dtype = (mlpd_dtype_t)dt;
-  res->data = res->buf_[0];
+  /* An empty output may come without a data field, and so before the
+   * store exists. */
+  res->data = res->store != NULL ? res->store->wire : NULL;
   res->nbytes = have;
   if (res->as_f32 && dt != MLPD_DTYPE_F32) {
     size_t n = (size_t)(rows * cols);
-    if (grow(&res->buf_[1], &res->cap_[1],
+    if (store_get(res) != 0 ||
+        grow(&res->store->f32, &res->store->f32_cap,
              n > 0 ? n * sizeof(float) : 1) != 0)
       return mlpd_errf(err, -ENOMEM, "out of memory converting the output");
-    mlpd_dtype_convert(res->buf_[1], MLPD_DTYPE_F32, res->buf_[0],
+    mlpd_dtype_convert(res->store->f32, MLPD_DTYPE_F32, res->store->wire,
                        (mlpd_dtype_t)dt, n);
-    res->data = res->buf_[1];
+    res->data = res->store->f32;
     res->dtype = MLPD_DTYPE_F32;
     res->nbytes = n * sizeof(float);
   }

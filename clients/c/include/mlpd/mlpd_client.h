@@ -151,9 +151,11 @@ typedef struct mlpd_client_result_s {
   int to_region;
   char device[160];      /* the device that computed it, "" if not said */
 
-  /* Private. */
-  void *buf_[2];
-  size_t cap_[2];
+  /* The memory data points into, owned by the result and released by
+   * mlpd_client_result_free(): an opaque handle, NULL until a response
+   * first carries data. Its layout is the library's business, so it can
+   * change without changing this struct. */
+  struct mlpd_client_store_s *store;
 } mlpd_client_result_t;
 
 void mlpd_client_result_init(mlpd_client_result_t *r);
