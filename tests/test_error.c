@@ -6,11 +6,11 @@
  * object, which names the daemon's codes too, and test_error_client against
  * libmlpd-client.so alone (MLPD_TEST_CLIENT_LIB), which must name every
  * code a client can receive and none of the daemon's own. */
+#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <cmocka.h>
 
 #include "error.h"
 
@@ -68,8 +68,7 @@ static void check_entry(const entry_t *e) {
     for (int i = 1; i < 4096; i++) {
       const char *n = strerrorname_np(i);
       if (n != NULL && strcmp(n, e->name) == 0)
-        fail_msg("%s (%d) is also the name of errno %d", e->name, e->value,
-                 i);
+        fail_msg("%s (%d) is also the name of errno %d", e->name, e->value, i);
     }
   }
   assert_string_equal(mlpd_err_name(e->value), e->name);
