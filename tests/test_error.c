@@ -6,11 +6,11 @@
  * object, which names the daemon's codes too, and test_error_client against
  * libmlpd-client.so alone (MLPD_TEST_CLIENT_LIB), which must name every
  * code a client can receive and none of the daemon's own. */
-#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <cmocka.h>
 
 #include "error.h"
 
