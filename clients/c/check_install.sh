@@ -141,7 +141,7 @@ static int bad;
 
 /* Every public code: its name and message from the library are the
  * table's, and a code is either -errno of the same name or mlpd's own,
- * below -20000 down to -29999. */
+ * from -20000 down to -29999. */
 static void check(int code, const char *name, const char *msg) {
   int own = code <= -20000 && code > -30000;
   int errno_code = code < 0 && code > -4096;
