@@ -644,19 +644,47 @@ static int putf(mlpd_oip_buf_t *b, const char *fmt, ...) {
   return put(b, tmp, (size_t)n);
 }
 
-/* A JSON string: quotes, \" \\ and control bytes escaped. Other bytes are
- * copied; names reach here validated as UTF-8 (route, jansson). */
+/* The JSON spelling of the character at p: quotes, backslashes and
+ * control bytes escaped, a valid UTF-8 sequence copied whole, any other
+ * byte (a stray continuation, a cut or overlong sequence: messages quote
+ * jansson's view of a client's bytes) written as '?', so that every body
+ * is valid JSON. Returns the bytes written into e (at most 6) and sets
+ * *adv to the input bytes consumed. */
+static size_t json_char(const unsigned char *p, char e[8], size_t *adv) {
+  *adv = 1;
+  if (*p == '"' || *p == '\\') {
+    e[0] = '\\', e[1] = (char)*p;
+    return 2;
+  }
+  if (*p < 0x20 || *p == 0x7f)
+    return (size_t)snprintf(e, 8, "\\u%04x", *p);
+  if (*p < 0x80) {
+    e[0] = (char)*p;
+    return 1;
+  }
+  size_t n = (*p & 0xe0) == 0xc0 ? 2 : (*p & 0xf0) == 0xe0 ? 3
+             : (*p & 0xf8) == 0xf0 ? 4 : 0;
+  size_t have = 1;
+  while (have < n && p[have] != 0)
+    have++;
+  if (n == 0 || have < n || !utf8_valid(p, n)) {
+    e[0] = '?';
+    return 1;
+  }
+  memcpy(e, p, n);
+  *adv = n;
+  return n;
+}
+
+/* A JSON string (json_char for each character). */
 static int put_jstr(mlpd_oip_buf_t *b, const char *s) {
   int rc = put(b, "\"", 1);
-  for (const unsigned char *p = (const unsigned char *)s; rc == 0 && *p; p++) {
-    if (*p == '"' || *p == '\\') {
-      char e[2] = {'\\', (char)*p};
-      rc = put(b, e, 2);
-    } else if (*p < 0x20 || *p == 0x7f) {
-      rc = putf(b, "\\u%04x", *p);
-    } else {
-      rc = put(b, p, 1);
-    }
+  const unsigned char *p = (const unsigned char *)s;
+  while (rc == 0 && *p) {
+    char e[8];
+    size_t adv, n = json_char(p, e, &adv);
+    rc = put(b, e, n);
+    p += adv;
   }
   return rc ? rc : put(b, "\"", 1);
 }
@@ -734,29 +762,17 @@ int mlpd_oip_error_body(mlpd_oip_buf_t *b, const char *msg) {
   if (rc)
     return rc;
   /* Escaped a character at a time, each written whole or not at all, with
-   * room kept for the closing "} so that a long message is cut, not lost.
-   * A cut never splits a UTF-8 character: a lead byte waits for its
-   * continuation bytes. */
+   * room kept for the closing "} so that a long message is cut, not lost
+   * (and never inside an escape or a UTF-8 character). */
   const unsigned char *p = (const unsigned char *)msg;
   while (*p) {
     char e[8];
-    size_t n;
-    if (*p == '"' || *p == '\\') {
-      e[0] = '\\', e[1] = (char)*p, n = 2;
-    } else if (*p < 0x20 || *p == 0x7f) {
-      n = (size_t)snprintf(e, sizeof(e), "\\u%04x", *p);
-    } else {
-      n = 1;
-      if (*p >= 0xc0)
-        while (n < 4 && (p[n] & 0xc0) == 0x80)
-          n++;
-      memcpy(e, p, n);
-    }
+    size_t adv, n = json_char(p, e, &adv);
     if (b->len + n + 2 > b->max || reserve(b, n + 2) != 0)
       break;
     memcpy(b->p + b->len, e, n);
     b->len += n;
-    p += *p >= 0xc0 ? n : 1;
+    p += adv;
   }
   return put(b, "\"}", 2);
 }

@@ -662,6 +662,19 @@ static void test_error_body(void **state) {
   assert_int_equal(b.len, strlen(want));
   assert_memory_equal(b.p, want, b.len);
   mlpd_oip_buf_free(&b);
+  /* Bytes that are not UTF-8 (jansson's message quotes a client's bytes,
+   * cut anywhere) become '?': the body stays JSON. Found by fuzz_oip
+   * (corpus regress-invalid-utf8-in-message). */
+  assert_int_equal(mlpd_oip_buf_init(&b, 64, 1024), 0);
+  assert_int_equal(
+      mlpd_oip_error_body(&b, "near '\xdb\xbc\xcc\xa4" "B\xc5\x8d\\\xdb\xbc"
+                              "\xcc' \xe9t\xc3"),
+      0);
+  want = "{\"error\":\"near '\xdb\xbc\xcc\xa4" "B\xc5\x8d\\\\\xdb\xbc?' ?t?\"}";
+  assert_int_equal(b.len, strlen(want));
+  assert_memory_equal(b.p, want, b.len);
+  json_decref(load(&b, b.len));
+  mlpd_oip_buf_free(&b);
   /* Cut to fit, still JSON, never inside an escape or a character. */
   char mem[64];
   char msg[200];
