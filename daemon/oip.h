@@ -190,7 +190,9 @@ typedef struct mlpd_oip_response_s {
  * Binary output: parameters.binary_data_size in the JSON and the raw
  * little-endian bytes appended after it in b; *json_len is then the
  * Inference-Header-Content-Length value (else the whole length). The
- * Content-Type is application/json in both cases (as Triton sends). */
+ * Content-Type to send: application/octet-stream when binary bytes follow
+ * the JSON (Triton's choice; clients split the body by the header, not by
+ * the type), else application/json. */
 int mlpd_oip_encode_infer(mlpd_oip_buf_t *b, const mlpd_oip_response_t *r,
                           size_t *json_len) MLPD_MUST_CHECK;
 
