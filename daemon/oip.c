@@ -95,8 +95,8 @@ static int utf8_valid(const unsigned char *s, size_t n) {
 }
 
 /* One path segment, %-decoded into out (MLPD_OIP_NAME_MAX bytes). */
-static int decode_segment(const char *s, size_t n, char *out,
-                          const char *what, mlpd_err_t *err) {
+static int decode_segment(const char *s, size_t n, char *out, const char *what,
+                          mlpd_err_t *err) {
   size_t o = 0;
   if (n == 0)
     return mlpd_errf(err, MLPD_EINVAL, "empty %s in the path", what);
@@ -129,8 +129,7 @@ static int seg_is(const char *s, size_t n, const char *lit) {
   return strlen(lit) == n && memcmp(s, lit, n) == 0;
 }
 
-static int check_method(const char *method, int post,
-                        mlpd_err_t *err) {
+static int check_method(const char *method, int post, mlpd_err_t *err) {
   int ok = post ? strcmp(method, "POST") == 0
                 : (strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0);
   if (!ok)
@@ -147,8 +146,7 @@ int mlpd_oip_route(const char *method, const char *target, size_t len,
   out->kind = 0;
   out->model[0] = '\0';
   out->version[0] = '\0';
-  if (len < 3 || memcmp(target, "/v2", 3) != 0 ||
-      (len > 3 && target[3] != '/'))
+  if (len < 3 || memcmp(target, "/v2", 3) != 0 || (len > 3 && target[3] != '/'))
     return mlpd_errf(err, -ENOENT, "not a v2 route");
   /* Segments after "/v2"; an empty one (a doubled or trailing slash) makes
    * the route unknown, as it would on Triton. */
@@ -271,8 +269,8 @@ static int copy_string(json_t *v, char *dst, size_t cap, const char *what,
 static int put_number(json_t *v, void *dst, size_t i, mlpd_dtype_t t,
                       mlpd_err_t *err) {
   if (!json_is_number(v))
-    return mlpd_errf(err, MLPD_EINVAL,
-                     "inputs[0].data[%zu] is not a number", i);
+    return mlpd_errf(err, MLPD_EINVAL, "inputs[0].data[%zu] is not a number",
+                     i);
   double d = json_number_value(v);
   /* jansson refuses NaN and infinity in its input, so d is finite here. */
   float f = (float)d;
@@ -293,8 +291,10 @@ static int put_number(json_t *v, void *dst, size_t i, mlpd_dtype_t t,
   }
   return 0;
 range:
-  return mlpd_errf(err, MLPD_EINVAL, "inputs[0].data[%zu] = %g is out of "
-                   "range for %s", i, d, mlpd_oip_datatype(t));
+  return mlpd_errf(err, MLPD_EINVAL,
+                   "inputs[0].data[%zu] = %g is out of "
+                   "range for %s",
+                   i, d, mlpd_oip_datatype(t));
 }
 
 /* data: rows*cols numbers flat, or rows arrays of cols numbers (only for a
@@ -307,20 +307,26 @@ static int read_data(json_t *data, size_t rank, size_t rows, size_t cols,
   size_t total = rows * cols;
   if (n > 0 && json_is_array(json_array_get(data, 0))) {
     if (rank != 2)
-      return mlpd_errf(err, MLPD_EINVAL, "inputs[0].data is nested deeper "
+      return mlpd_errf(err, MLPD_EINVAL,
+                       "inputs[0].data is nested deeper "
                        "than its shape");
     if (n != rows)
-      return mlpd_errf(err, MLPD_EINVAL, "inputs[0].data has %zu rows; shape "
-                       "says %zu", n, rows);
+      return mlpd_errf(err, MLPD_EINVAL,
+                       "inputs[0].data has %zu rows; shape "
+                       "says %zu",
+                       n, rows);
     for (size_t r = 0; r < rows; r++) {
       json_t *row = json_array_get(data, r);
       if (!json_is_array(row))
-        return mlpd_errf(err, MLPD_EINVAL, "inputs[0].data[%zu] is not an "
-                         "array like data[0]", r);
+        return mlpd_errf(err, MLPD_EINVAL,
+                         "inputs[0].data[%zu] is not an "
+                         "array like data[0]",
+                         r);
       if (json_array_size(row) != cols)
-        return mlpd_errf(err, MLPD_EINVAL, "inputs[0].data[%zu] has %zu "
-                         "elements; shape says %zu", r,
-                         json_array_size(row), cols);
+        return mlpd_errf(err, MLPD_EINVAL,
+                         "inputs[0].data[%zu] has %zu "
+                         "elements; shape says %zu",
+                         r, json_array_size(row), cols);
       for (size_t c = 0; c < cols; c++) {
         int rc = put_number(json_array_get(row, c), dst, r * cols + c, t, err);
         if (rc)
@@ -330,8 +336,10 @@ static int read_data(json_t *data, size_t rank, size_t rows, size_t cols,
     return 0;
   }
   if (n != total)
-    return mlpd_errf(err, MLPD_EINVAL, "inputs[0].data has %zu elements; "
-                     "shape says %zu", n, total);
+    return mlpd_errf(err, MLPD_EINVAL,
+                     "inputs[0].data has %zu elements; "
+                     "shape says %zu",
+                     n, total);
   for (size_t i = 0; i < n; i++) {
     int rc = put_number(json_array_get(data, i), dst, i, t, err);
     if (rc)
@@ -346,36 +354,44 @@ static int read_shape(json_t *shape, const mlpd_oip_model_t *m, size_t *rank,
     return mlpd_errf(err, MLPD_EINVAL, "inputs[0].shape must be an array");
   size_t n = json_array_size(shape);
   if (n != 1 && n != 2)
-    return mlpd_errf(err, MLPD_EINVAL, "inputs[0].shape has %zu dimensions; "
-                     "mlpd takes [rows, %zu] or [%zu]", n, m->in_features,
-                     m->in_features);
+    return mlpd_errf(err, MLPD_EINVAL,
+                     "inputs[0].shape has %zu dimensions; "
+                     "mlpd takes [rows, %zu] or [%zu]",
+                     n, m->in_features, m->in_features);
   json_int_t d[2];
   for (size_t i = 0; i < n; i++) {
     json_t *v = json_array_get(shape, i);
     if (!json_is_integer(v))
-      return mlpd_errf(err, MLPD_EINVAL, "inputs[0].shape[%zu] must be an "
-                       "integer", i);
+      return mlpd_errf(err, MLPD_EINVAL,
+                       "inputs[0].shape[%zu] must be an "
+                       "integer",
+                       i);
     d[i] = json_integer_value(v);
     if (d[i] < 1)
-      return mlpd_errf(err, MLPD_EINVAL, "inputs[0].shape[%zu] = %lld; "
-                       "dimensions must be at least 1", i, (long long)d[i]);
+      return mlpd_errf(err, MLPD_EINVAL,
+                       "inputs[0].shape[%zu] = %lld; "
+                       "dimensions must be at least 1",
+                       i, (long long)d[i]);
   }
   *rank = n;
   *rows = n == 2 ? (size_t)d[0] : 1;
   json_int_t c = d[n - 1];
   if (n == 2 && d[0] > (json_int_t)MLPD_OIP_ROWS_MAX)
-    return mlpd_errf(err, MLPD_EINVAL, "inputs[0].shape[0] = %lld rows; at "
-                     "most %u", (long long)d[0], MLPD_OIP_ROWS_MAX);
+    return mlpd_errf(err, MLPD_EINVAL,
+                     "inputs[0].shape[0] = %lld rows; at "
+                     "most %u",
+                     (long long)d[0], MLPD_OIP_ROWS_MAX);
   if (c > (json_int_t)MLPD_OIP_COLS_MAX || (size_t)c != m->in_features)
-    return mlpd_errf(err, MLPD_EINVAL, "inputs[0].shape: %lld features; "
-                     "model '%s' takes %zu", (long long)c, m->name,
-                     m->in_features);
+    return mlpd_errf(err, MLPD_EINVAL,
+                     "inputs[0].shape: %lld features; "
+                     "model '%s' takes %zu",
+                     (long long)c, m->name, m->in_features);
   *cols = (size_t)c;
   return 0;
 }
 
-static int parse_hdr_len(const char *s, size_t n, size_t body_len,
-                         size_t *out, mlpd_err_t *err) {
+static int parse_hdr_len(const char *s, size_t n, size_t body_len, size_t *out,
+                         mlpd_err_t *err) {
   size_t v = 0;
   /* Optional whitespace around the digits, as HTTP allows. */
   while (n > 0 && (s[0] == ' ' || s[0] == '\t'))
@@ -383,24 +399,27 @@ static int parse_hdr_len(const char *s, size_t n, size_t body_len,
   while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\t'))
     n--;
   if (n == 0 || n > 19)
-    return mlpd_errf(err, MLPD_EINVAL, "Inference-Header-Content-Length is "
+    return mlpd_errf(err, MLPD_EINVAL,
+                     "Inference-Header-Content-Length is "
                      "not a number");
   for (size_t i = 0; i < n; i++) {
     if (s[i] < '0' || s[i] > '9')
-      return mlpd_errf(err, MLPD_EINVAL, "Inference-Header-Content-Length "
+      return mlpd_errf(err, MLPD_EINVAL,
+                       "Inference-Header-Content-Length "
                        "is not a number");
     v = v * 10 + (size_t)(s[i] - '0');
   }
   if (v > body_len)
-    return mlpd_errf(err, MLPD_EINVAL, "Inference-Header-Content-Length %zu "
-                     "is past the body's %zu bytes", v, body_len);
+    return mlpd_errf(err, MLPD_EINVAL,
+                     "Inference-Header-Content-Length %zu "
+                     "is past the body's %zu bytes",
+                     v, body_len);
   *out = v;
   return 0;
 }
 
-static int read_outputs(json_t *root, const mlpd_oip_model_t *m,
-                        int all_binary, mlpd_oip_infer_t *out,
-                        mlpd_err_t *err) {
+static int read_outputs(json_t *root, const mlpd_oip_model_t *m, int all_binary,
+                        mlpd_oip_infer_t *out, mlpd_err_t *err) {
   const char *oname = m->output_name ? m->output_name : "output";
   json_t *outs = json_object_get(root, "outputs");
   out->binary_output = all_binary;
@@ -410,8 +429,10 @@ static int read_outputs(json_t *root, const mlpd_oip_model_t *m,
     return mlpd_errf(err, MLPD_EINVAL, "outputs must be an array");
   size_t n = json_array_size(outs);
   if (n > 1)
-    return mlpd_errf(err, MLPD_EINVAL, "outputs lists %zu tensors; model "
-                     "'%s' has one, '%s'", n, m->name, oname);
+    return mlpd_errf(err, MLPD_EINVAL,
+                     "outputs lists %zu tensors; model "
+                     "'%s' has one, '%s'",
+                     n, m->name, oname);
   for (size_t i = 0; i < n; i++) {
     json_t *o = json_array_get(outs, i);
     mlpd_oip_output_req_t *r = &out->outputs[i];
@@ -422,8 +443,10 @@ static int read_outputs(json_t *root, const mlpd_oip_model_t *m,
                           "outputs[].name", err)))
       return rc;
     if (strcmp(r->name, oname) != 0)
-      return mlpd_errf(err, MLPD_EINVAL, "unknown output '%s'; model '%s' has "
-                       "'%s'", r->name, m->name, oname);
+      return mlpd_errf(err, MLPD_EINVAL,
+                       "unknown output '%s'; model '%s' has "
+                       "'%s'",
+                       r->name, m->name, oname);
     json_t *params;
     if ((rc = get_params(o, &params, "outputs[]", err)))
       return rc;
@@ -462,16 +485,18 @@ static int parse_tree(json_t *root, const char *bin, size_t bin_len,
   if ((rc = get_params(root, &params, "request", err)))
     return rc;
   int all_binary = 0;
-  if ((rc = get_bool_param(params, "binary_data_output", &all_binary,
-                           "request", err)))
+  if ((rc = get_bool_param(params, "binary_data_output", &all_binary, "request",
+                           err)))
     return rc;
 
   json_t *inputs = json_object_get(root, "inputs");
   if (!json_is_array(inputs))
     return mlpd_errf(err, MLPD_EINVAL, "inputs must be an array");
   if (json_array_size(inputs) != 1)
-    return mlpd_errf(err, MLPD_EINVAL, "inputs has %zu tensors; model '%s' "
-                     "takes one", json_array_size(inputs), m->name);
+    return mlpd_errf(err, MLPD_EINVAL,
+                     "inputs has %zu tensors; model '%s' "
+                     "takes one",
+                     json_array_size(inputs), m->name);
   json_t *in = json_array_get(inputs, 0);
   if (!json_is_object(in))
     return mlpd_errf(err, MLPD_EINVAL, "inputs[0] must be an object");
@@ -480,15 +505,19 @@ static int parse_tree(json_t *root, const char *bin, size_t bin_len,
                         sizeof(out->input_name), "inputs[0].name", err)))
     return rc;
   if (strcmp(out->input_name, iname) != 0)
-    return mlpd_errf(err, MLPD_EINVAL, "unknown input '%s'; model '%s' has "
-                     "'%s'", out->input_name, m->name, iname);
+    return mlpd_errf(err, MLPD_EINVAL,
+                     "unknown input '%s'; model '%s' has "
+                     "'%s'",
+                     out->input_name, m->name, iname);
   char dt[16];
   if ((rc = copy_string(json_object_get(in, "datatype"), dt, sizeof(dt),
                         "inputs[0].datatype", err)))
     return rc;
   if (parse_datatype(dt, &out->dtype) != 0)
-    return mlpd_errf(err, MLPD_EINVAL, "inputs[0].datatype '%s' is not "
-                     "supported; mlpd takes FP32, FP16 or BF16", dt);
+    return mlpd_errf(err, MLPD_EINVAL,
+                     "inputs[0].datatype '%s' is not "
+                     "supported; mlpd takes FP32, FP16 or BF16",
+                     dt);
   size_t rank;
   if ((rc = read_shape(json_object_get(in, "shape"), m, &rank, &out->rows,
                        &out->cols, err)))
@@ -504,23 +533,30 @@ static int parse_tree(json_t *root, const char *bin, size_t bin_len,
   json_t *data = json_object_get(in, "data");
   if (bsz != NULL) {
     if (!have_hdr)
-      return mlpd_errf(err, MLPD_EINVAL, "inputs[0].parameters."
+      return mlpd_errf(err, MLPD_EINVAL,
+                       "inputs[0].parameters."
                        "binary_data_size without an "
                        "Inference-Header-Content-Length header");
     if (data != NULL)
-      return mlpd_errf(err, MLPD_EINVAL, "inputs[0] has both data and "
+      return mlpd_errf(err, MLPD_EINVAL,
+                       "inputs[0] has both data and "
                        "binary_data_size");
     if (!json_is_integer(bsz) || json_integer_value(bsz) < 0)
-      return mlpd_errf(err, MLPD_EINVAL, "inputs[0].parameters."
+      return mlpd_errf(err, MLPD_EINVAL,
+                       "inputs[0].parameters."
                        "binary_data_size must be a non-negative integer");
     json_int_t b = json_integer_value(bsz);
     if ((uint64_t)b != (uint64_t)bytes)
-      return mlpd_errf(err, MLPD_EINVAL, "inputs[0].parameters."
+      return mlpd_errf(err, MLPD_EINVAL,
+                       "inputs[0].parameters."
                        "binary_data_size = %lld; shape and datatype make "
-                       "%zu bytes", (long long)b, bytes);
+                       "%zu bytes",
+                       (long long)b, bytes);
     if (bytes > bin_len)
-      return mlpd_errf(err, MLPD_EINVAL, "inputs[0]: %zu bytes of binary "
-                       "data, %zu after the JSON", bytes, bin_len);
+      return mlpd_errf(err, MLPD_EINVAL,
+                       "inputs[0]: %zu bytes of binary "
+                       "data, %zu after the JSON",
+                       bytes, bin_len);
     out->data = bin;
     out->data_bytes = bytes;
     out->data_binary = 1;
@@ -528,25 +564,27 @@ static int parse_tree(json_t *root, const char *bin, size_t bin_len,
     if (data == NULL)
       return mlpd_errf(err, MLPD_EINVAL, "inputs[0] has no data");
     if (bytes > scratch_len)
-      return mlpd_errf(err, MLPD_ELIMIT, "inputs[0]: %zu bytes as %s; at most "
-                       "%zu in JSON (send binary data)", bytes, dt,
-                       scratch_len);
-    if ((rc = read_data(data, rank, out->rows, out->cols, out->dtype,
-                        scratch, err)))
+      return mlpd_errf(err, MLPD_ELIMIT,
+                       "inputs[0]: %zu bytes as %s; at most "
+                       "%zu in JSON (send binary data)",
+                       bytes, dt, scratch_len);
+    if ((rc = read_data(data, rank, out->rows, out->cols, out->dtype, scratch,
+                        err)))
       return rc;
     out->data = scratch;
     out->data_bytes = bytes;
   }
   size_t used = out->data_binary ? out->data_bytes : 0;
   if (have_hdr && used != bin_len)
-    return mlpd_errf(err, MLPD_EINVAL, "%zu bytes after the JSON header; the "
-                     "inputs take %zu", bin_len, used);
+    return mlpd_errf(err, MLPD_EINVAL,
+                     "%zu bytes after the JSON header; the "
+                     "inputs take %zu",
+                     bin_len, used);
   return read_outputs(root, m, all_binary, out, err);
 }
 
-int mlpd_oip_parse_infer(const char *body, size_t body_len,
-                         const char *hdr_len, size_t hdr_len_n,
-                         const mlpd_oip_route_t *route,
+int mlpd_oip_parse_infer(const char *body, size_t body_len, const char *hdr_len,
+                         size_t hdr_len_n, const mlpd_oip_route_t *route,
                          mlpd_oip_lookup_fn lookup, void *ud, void *scratch,
                          size_t scratch_len, mlpd_oip_infer_t *out,
                          mlpd_err_t *err) {
@@ -662,8 +700,10 @@ static size_t json_char(const unsigned char *p, char e[8], size_t *adv) {
     e[0] = (char)*p;
     return 1;
   }
-  size_t n = (*p & 0xe0) == 0xc0 ? 2 : (*p & 0xf0) == 0xe0 ? 3
-             : (*p & 0xf8) == 0xf0 ? 4 : 0;
+  size_t n = (*p & 0xe0) == 0xc0   ? 2
+             : (*p & 0xf0) == 0xe0 ? 3
+             : (*p & 0xf8) == 0xf0 ? 4
+                                   : 0;
   size_t have = 1;
   while (have < n && p[have] != 0)
     have++;
@@ -740,8 +780,7 @@ int mlpd_oip_encode_infer(mlpd_oip_buf_t *b, const mlpd_oip_response_t *r,
     } else {
       uint16_t h;
       memcpy(&h, (const uint16_t *)r->data + i, 2);
-      f = r->dtype == MLPD_DTYPE_F16 ? mlpd_f16_to_f32(h)
-                                     : mlpd_bf16_to_f32(h);
+      f = r->dtype == MLPD_DTYPE_F16 ? mlpd_f16_to_f32(h) : mlpd_bf16_to_f32(h);
     }
     if (i)
       P(put(b, ",", 1));
@@ -790,8 +829,8 @@ int mlpd_oip_server_meta(mlpd_oip_buf_t *b, const char *name,
   return 0;
 }
 
-static int put_tensor_meta(mlpd_oip_buf_t *b, const char *name,
-                           mlpd_dtype_t t, size_t width) {
+static int put_tensor_meta(mlpd_oip_buf_t *b, const char *name, mlpd_dtype_t t,
+                           size_t width) {
   int rc;
   if ((rc = puts_(b, "[{\"name\":")) || (rc = put_jstr(b, name)) ||
       (rc = putf(b, ",\"datatype\":\"%s\",\"shape\":[-1,%zu]}]",

@@ -43,8 +43,9 @@
 
 #define MLPD_OIP_NAME_MAX 128 /* model name, version, tensor name, with NUL */
 #define MLPD_OIP_ID_MAX 256   /* request id, with NUL */
-#define MLPD_OIP_OUTPUTS_MAX 4 /* requested outputs (one exists; repeats
-                                  refused) */
+#define MLPD_OIP_OUTPUTS_MAX                                                   \
+  4 /* requested outputs (one exists; repeats                                  \
+       refused) */
 #define MLPD_OIP_ROWS_MAX 2147483647u /* as the native protocol */
 #define MLPD_OIP_COLS_MAX (1u << 20)
 
@@ -113,8 +114,8 @@ typedef struct mlpd_oip_output_req_s {
 } mlpd_oip_output_req_t;
 
 typedef struct mlpd_oip_infer_s {
-  mlpd_oip_model_t model;       /* from the lookup */
-  char id[MLPD_OIP_ID_MAX];     /* "" when the request has none */
+  mlpd_oip_model_t model;   /* from the lookup */
+  char id[MLPD_OIP_ID_MAX]; /* "" when the request has none */
   int has_id;
   char input_name[MLPD_OIP_NAME_MAX];
   size_t rows, cols;
@@ -149,9 +150,8 @@ typedef struct mlpd_oip_infer_s {
  * bytes after the JSON, none past the end; outputs named as the model's
  * output, each at most once. Unknown model or version: -ENOENT (404).
  * Returns 0 with *out filled; out->data points into body or scratch. */
-int mlpd_oip_parse_infer(const char *body, size_t body_len,
-                         const char *hdr_len, size_t hdr_len_n,
-                         const mlpd_oip_route_t *route,
+int mlpd_oip_parse_infer(const char *body, size_t body_len, const char *hdr_len,
+                         size_t hdr_len_n, const mlpd_oip_route_t *route,
                          mlpd_oip_lookup_fn lookup, void *ud, void *scratch,
                          size_t scratch_len, mlpd_oip_infer_t *out,
                          mlpd_err_t *err) MLPD_MUST_CHECK;

@@ -52,9 +52,8 @@ static int parse_hdr(const char *body, size_t len, const char *hdr,
                      mlpd_oip_infer_t *out, mlpd_err_t *err) {
   mlpd_oip_route_t r = infer_route("mlp", "");
   mlpd_err_clear(err);
-  return mlpd_oip_parse_infer(body, len, hdr, hdr ? strlen(hdr) : 0, &r,
-                              lookup, NULL, scratch, sizeof(scratch), out,
-                              err);
+  return mlpd_oip_parse_infer(body, len, hdr, hdr ? strlen(hdr) : 0, &r, lookup,
+                              NULL, scratch, sizeof(scratch), out, err);
 }
 
 static int parse(const char *body, mlpd_oip_infer_t *out, mlpd_err_t *err) {
@@ -197,8 +196,8 @@ static void test_bad_requests(void **state) {
       {"{\"id\":4,\"inputs\":[]}", MLPD_EINVAL, "id must be a string"},
       {"{\"parameters\":1,\"inputs\":[]}", MLPD_EINVAL,
        "request.parameters must be an object"},
-      {"{\"parameters\":{\"binary_data_output\":1},\"inputs\":[]}",
-       MLPD_EINVAL, "binary_data_output must be a boolean"},
+      {"{\"parameters\":{\"binary_data_output\":1},\"inputs\":[]}", MLPD_EINVAL,
+       "binary_data_output must be a boolean"},
       {"{\"inputs\":[{\"shape\":[1,2],\"datatype\":\"FP32\",\"data\":[1,2]}]}",
        MLPD_EINVAL, "inputs[0].name must be a string"},
       {"{\"inputs\":[{\"name\":\"x\",\"shape\":[1,2],\"datatype\":\"FP32\","
@@ -370,8 +369,8 @@ static void test_binary_errors(void **state) {
   snprintf(hdr, sizeof(hdr), "%zu", jl + 9);
   assert_int_equal(parse_hdr(body, jl + 8, hdr, &in, &err), MLPD_EINVAL);
   assert_non_null(strstr(err.msg, "past the body"));
-  const char *bad_hdrs[] = {"", "  ", "12a", "-3", "0x10",
-                            "99999999999999999999999"};
+  const char *bad_hdrs[] = {"",   "  ",   "12a",
+                            "-3", "0x10", "99999999999999999999999"};
   for (size_t i = 0; i < sizeof(bad_hdrs) / sizeof(bad_hdrs[0]); i++) {
     assert_int_equal(parse_hdr(body, jl + 8, bad_hdrs[i], &in, &err),
                      MLPD_EINVAL);
@@ -415,23 +414,23 @@ static void test_unknown_model(void **state) {
   mlpd_oip_infer_t in;
   mlpd_err_t err = {0};
   mlpd_oip_route_t r = infer_route("nope", "");
-  assert_int_equal(mlpd_oip_parse_infer(body, strlen(body), NULL, 0, &r,
-                                        lookup, NULL, scratch,
-                                        sizeof(scratch), &in, &err),
+  assert_int_equal(mlpd_oip_parse_infer(body, strlen(body), NULL, 0, &r, lookup,
+                                        NULL, scratch, sizeof(scratch), &in,
+                                        &err),
                    -ENOENT);
   assert_string_equal(err.msg, "unknown model 'nope'");
   assert_int_equal(mlpd_oip_http_status(-ENOENT), 404);
   r = infer_route("mlp", "7");
   mlpd_err_clear(&err);
-  assert_int_equal(mlpd_oip_parse_infer(body, strlen(body), NULL, 0, &r,
-                                        lookup, NULL, scratch,
-                                        sizeof(scratch), &in, &err),
+  assert_int_equal(mlpd_oip_parse_infer(body, strlen(body), NULL, 0, &r, lookup,
+                                        NULL, scratch, sizeof(scratch), &in,
+                                        &err),
                    -ENOENT);
   assert_string_equal(err.msg, "model 'mlp' has no version '7'");
   r = infer_route("mlp", "2");
-  assert_int_equal(mlpd_oip_parse_infer(body, strlen(body), NULL, 0, &r,
-                                        lookup, NULL, scratch,
-                                        sizeof(scratch), &in, &err),
+  assert_int_equal(mlpd_oip_parse_infer(body, strlen(body), NULL, 0, &r, lookup,
+                                        NULL, scratch, sizeof(scratch), &in,
+                                        &err),
                    0);
   assert_string_equal(in.model.version, "2");
 }
@@ -451,11 +450,10 @@ static void test_routes(void **state) {
       {"GET", "/v2/health/live", 0, MLPD_OIP_HEALTH_LIVE, "", ""},
       {"GET", "/v2/health/ready", 0, MLPD_OIP_HEALTH_READY, "", ""},
       {"GET", "/v2/models/mlp", 0, MLPD_OIP_MODEL_META, "mlp", ""},
-      {"GET", "/v2/models/mlp/versions/3", 0, MLPD_OIP_MODEL_META, "mlp",
-       "3"},
+      {"GET", "/v2/models/mlp/versions/3", 0, MLPD_OIP_MODEL_META, "mlp", "3"},
       {"GET", "/v2/models/mlp/ready", 0, MLPD_OIP_MODEL_READY, "mlp", ""},
-      {"GET", "/v2/models/a%20b/versions/v%2F1/ready", 0,
-       MLPD_OIP_MODEL_READY, "a b", "v/1"},
+      {"GET", "/v2/models/a%20b/versions/v%2F1/ready", 0, MLPD_OIP_MODEL_READY,
+       "a b", "v/1"},
       {"POST", "/v2/models/mlp/infer", 0, MLPD_OIP_INFER, "mlp", ""},
       {"POST", "/v2/models/mlp/versions/1/infer?q", 0, MLPD_OIP_INFER, "mlp",
        "1"},
@@ -465,8 +463,7 @@ static void test_routes(void **state) {
       {"GET", "/v2/models/versions", 0, MLPD_OIP_MODEL_META, "versions", ""},
       {"GET", "/v2/models/infer", 0, MLPD_OIP_MODEL_META, "infer", ""},
       {"POST", "/v2/repository/index", 0, MLPD_OIP_REPO_INDEX, "", ""},
-      {"POST", "/v2/repository/models/m/load", 0, MLPD_OIP_REPO_LOAD, "m",
-       ""},
+      {"POST", "/v2/repository/models/m/load", 0, MLPD_OIP_REPO_LOAD, "m", ""},
       {"POST", "/v2/repository/models/m/unload", 0, MLPD_OIP_REPO_UNLOAD, "m",
        ""},
       /* Wrong methods. */
@@ -523,8 +520,7 @@ static void test_routes(void **state) {
   assert_int_equal(mlpd_oip_route("GET", t, strlen(t), &r, &err), 0);
   assert_int_equal(strlen(r.model), 127);
   strcat(t, "m");
-  assert_int_equal(mlpd_oip_route("GET", t, strlen(t), &r, &err),
-                   MLPD_ELIMIT);
+  assert_int_equal(mlpd_oip_route("GET", t, strlen(t), &r, &err), MLPD_ELIMIT);
   assert_int_equal(mlpd_oip_http_status(MLPD_ELIMIT), 413);
   assert_int_equal(mlpd_oip_http_status(-EOPNOTSUPP), 405);
   assert_int_equal(mlpd_oip_http_status(MLPD_EBUSY), 503);
@@ -565,9 +561,8 @@ static void test_encode_json(void **state) {
   assert_memory_equal(b.p, want, b.len);
   /* "%.9g" reads back to the same float, for every element. */
   json_t *j = load(&b, jl);
-  json_t *data = json_object_get(json_array_get(json_object_get(j, "outputs"),
-                                                0),
-                                 "data");
+  json_t *data =
+      json_object_get(json_array_get(json_object_get(j, "outputs"), 0), "data");
   for (size_t i = 0; i < 6; i++)
     assert_true((float)json_number_value(json_array_get(data, i)) == y[i]);
   json_decref(j);
@@ -666,11 +661,12 @@ static void test_error_body(void **state) {
    * cut anywhere) become '?': the body stays JSON. Found by fuzz_oip
    * (corpus regress-invalid-utf8-in-message). */
   assert_int_equal(mlpd_oip_buf_init(&b, 64, 1024), 0);
-  assert_int_equal(
-      mlpd_oip_error_body(&b, "near '\xdb\xbc\xcc\xa4" "B\xc5\x8d\\\xdb\xbc"
-                              "\xcc' \xe9t\xc3"),
-      0);
-  want = "{\"error\":\"near '\xdb\xbc\xcc\xa4" "B\xc5\x8d\\\\\xdb\xbc?' ?t?\"}";
+  assert_int_equal(mlpd_oip_error_body(&b, "near '\xdb\xbc\xcc\xa4"
+                                           "B\xc5\x8d\\\xdb\xbc"
+                                           "\xcc' \xe9t\xc3"),
+                   0);
+  want = "{\"error\":\"near '\xdb\xbc\xcc\xa4"
+         "B\xc5\x8d\\\\\xdb\xbc?' ?t?\"}";
   assert_int_equal(b.len, strlen(want));
   assert_memory_equal(b.p, want, b.len);
   json_decref(load(&b, b.len));

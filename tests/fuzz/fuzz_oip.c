@@ -90,8 +90,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     FUZZ_CHECK(mlpd_oip_model_ready(&b, r.model, 1) == 0);
     check_json(&b, b.len);
     const char *v[1] = {r.version};
-    mlpd_oip_model_t m = {.name = r.model, .in_features = 1,
-                          .out_features = 1};
+    mlpd_oip_model_t m = {.name = r.model, .in_features = 1, .out_features = 1};
     FUZZ_CHECK(mlpd_oip_model_meta(&b, &m, v, 1) == 0);
     check_json(&b, b.len);
   }
