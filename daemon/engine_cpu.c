@@ -151,6 +151,13 @@ static void forward(cpu_engine_t *e, const float *x, float *out, int rows) {
       if (L->act == MLPD_ACT_GELU_TANH) {
         for (int j = 0; j < L->out; j++)
           row[j] = gelu_tanh(row[j] + L->b[j]);
+      } else if (L->act == MLPD_ACT_RELU) {
+        /* Written so that NaN compares false and stays NaN, as
+         * torch.relu does. */
+        for (int j = 0; j < L->out; j++) {
+          float v = row[j] + L->b[j];
+          row[j] = v < 0.0f ? 0.0f : v;
+        }
       } else {
         for (int j = 0; j < L->out; j++)
           row[j] += L->b[j];

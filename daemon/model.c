@@ -11,7 +11,14 @@
 #include <string.h>
 
 const char *mlpd_act_name(mlpd_act_t act) {
-  return act == MLPD_ACT_GELU_TANH ? "gelu_tanh" : "none";
+  switch (act) {
+  case MLPD_ACT_GELU_TANH:
+    return "gelu_tanh";
+  case MLPD_ACT_RELU:
+    return "relu";
+  default:
+    return "none";
+  }
 }
 
 typedef struct {
@@ -71,13 +78,15 @@ static int parse_acts(const char *list, mlpd_act_t *acts, int nlayers,
                        file, source, nlayers);
     if (!strcmp(tok, "gelu_tanh") || !strcmp(tok, "gelu"))
       acts[n] = MLPD_ACT_GELU_TANH;
+    else if (!strcmp(tok, "relu"))
+      acts[n] = MLPD_ACT_RELU;
     else if (!strcmp(tok, "none") || !strcmp(tok, "identity") ||
              !strcmp(tok, "linear"))
       acts[n] = MLPD_ACT_NONE;
     else
       return mlpd_errf(err, MLPD_EBADMODEL,
                        "%s: %s: unknown activation '%.32s' for layer %d "
-                       "(known: gelu_tanh, gelu, none)",
+                       "(known: gelu_tanh, gelu, relu, none)",
                        file, source, tok, n);
     n++;
   }

@@ -10,7 +10,7 @@
  *
  * Activations: the "mlpd.activations" metadata value, a comma list with one
  * entry per layer ("gelu_tanh", "gelu" - computed in the tanh form, see
- * README - or "none"), unless the caller overrides it; with neither, GELU on
+ * README - "relu" or "none"), unless the caller overrides it; with neither, GELU on
  * every hidden layer and none on the last.
  *
  * Weights are converted to fp32 once at load, whatever the file holds, and
@@ -26,9 +26,11 @@
 typedef enum {
   MLPD_ACT_NONE = 0,
   MLPD_ACT_GELU_TANH = 1, /* 0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3))) */
+  MLPD_ACT_RELU = 2,      /* x < 0 ? 0 : x (NaN stays NaN, as in PyTorch) */
 } mlpd_act_t;
 
-const char *mlpd_act_name(mlpd_act_t act); /* "none", "gelu_tanh" */
+/* "none", "gelu_tanh", "relu" */
+const char *mlpd_act_name(mlpd_act_t act);
 
 typedef struct mlpd_layer_s {
   int in;          /* in_features */

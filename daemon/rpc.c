@@ -23,6 +23,10 @@ static const mlpd_pbcheck_name_t request_names[] = {
      "register_region"},
     {&mlpd_v1_Request_msg, mlpd_v1_Request_unregister_region_tag,
      "unregister_region"},
+    {&mlpd_v1_Request_msg, mlpd_v1_Request_list_models_tag, "list_models"},
+    {&mlpd_v1_InferRequest_msg, mlpd_v1_InferRequest_model_tag, "model"},
+    {&mlpd_v1_ModelInfoRequest_msg, mlpd_v1_ModelInfoRequest_name_tag,
+     "name"},
     {&mlpd_v1_InferRequest_msg, mlpd_v1_InferRequest_input_tag, "input"},
     {&mlpd_v1_InferRequest_msg, mlpd_v1_InferRequest_timeout_ms_tag,
      "timeout_ms"},
@@ -134,6 +138,23 @@ static int take_region(const mlpd_v1_RegionRef *w, mlpd_rpc_region_ref_t *r,
   return 0;
 }
 
+/* Model names reach logs, metrics labels and error messages: UTF-8
+ * (pbcheck's pass already refused invalid UTF-8 and NUL) without control
+ * characters, within the bound the options file sets. */
+static int take_model(const char *s, mlpd_rpc_request_t *req,
+                      const char *field, mlpd_err_t *err) {
+  size_t n = strlen(s);
+  if (n > MLPD_RPC_MODEL_NAME_MAX)
+    return mlpd_errf(err, MLPD_EINVAL, "model name (%s) is over %d bytes",
+                     field, MLPD_RPC_MODEL_NAME_MAX);
+  for (size_t i = 0; i < n; i++)
+    if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
+      return mlpd_errf(err, MLPD_EINVAL,
+                       "model name (%s) has a control character", field);
+  memcpy(req->model, s, n + 1);
+  return 0;
+}
+
 static int dtype_from_wire(mlpd_v1_DType w, mlpd_dtype_t *out) {
   switch (w) {
   case mlpd_v1_DType_DTYPE_F32:
@@ -216,6 +237,8 @@ static int check_infer(const mlpd_v1_InferRequest *ir, const data_ref_t *ref,
     req->data = ref->data;
     req->data_len = ref->len;
   }
+  if ((rc = take_model(ir->model, req, "infer.model", err)) != 0)
+    return rc;
   req->timeout_ms = ir->timeout_ms;
   if (ir->output_dtype == mlpd_v1_DType_DTYPE_UNSPECIFIED)
     req->out_dtype = req->in_dtype;
@@ -313,10 +336,13 @@ int mlpd_rpc_decode(const uint8_t *frame, size_t len, mlpd_rpc_request_t *req,
     snprintf(req->region_name, sizeof(req->region_name), "%s",
              msg.kind.unregister_region.name);
     return 0;
+  case MLPD_RPC_MODEL_INFO:
+    return take_model(msg.kind.model_info.name, req, "model_info.name", err);
+  case MLPD_RPC_NONE:
+    req->list_models = msg.which_kind == mlpd_v1_Request_list_models_tag;
+    return 0;
   case MLPD_RPC_HEALTH:
   case MLPD_RPC_METRICS:
-  case MLPD_RPC_MODEL_INFO:
-  case MLPD_RPC_NONE:
     return 0;
   }
   return 0;

@@ -43,6 +43,10 @@ typedef enum {
   MLPD_RPC_UNREGISTER_REGION,
 } mlpd_rpc_kind_t;
 
+/* Model names (infer.model, model_info.name) are 0..MLPD_RPC_MODEL_NAME_MAX
+ * bytes of UTF-8 without control characters; empty names the default. */
+#define MLPD_RPC_MODEL_NAME_MAX 127
+
 /* Region names are 1..MLPD_RPC_REGION_NAME_MAX bytes. */
 #define MLPD_RPC_REGION_NAME_MAX 63
 
@@ -69,6 +73,13 @@ typedef struct mlpd_rpc_request_s {
   uint32_t timeout_ms;
   mlpd_dtype_t out_dtype;            /* the input's dtype when unspecified */
   mlpd_rpc_region_ref_t out_region;  /* set: write the output there */
+  /* infer and model_info: the model the request names (infer.model,
+   * model_info.name); "" = the only or default model. */
+  char model[MLPD_RPC_MODEL_NAME_MAX + 1];
+  /* A ListModels request. Its kind is MLPD_RPC_NONE (answered
+   * UNIMPLEMENTED) until the dispatcher serves several models and
+   * MLPD_RPC_LIST_MODELS joins mlpd_rpc_kind_t with its case there. */
+  int list_models;
   /* register_region / unregister_region */
   char region_name[MLPD_RPC_REGION_NAME_MAX + 1];
   uint64_t region_size;              /* register: bytes to map, >= 1 */

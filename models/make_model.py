@@ -8,6 +8,7 @@ run faster than real data). Not committed: generate them where needed.
   make_model.py mlp-4k -o mlp-4k.safetensors          # 4 x 4096x4096, BF16
   make_model.py mlp-1k -o mlp-1k.safetensors          # 4 x 1024x1024, BF16
   make_model.py --widths 100,257,33,10 --dtype F32 -o odd.safetensors
+  make_model.py digits-shape --hidden relu -o relu.safetensors  # ReLU MLP
 """
 import argparse
 import sys
@@ -15,6 +16,10 @@ import sys
 import numpy as np
 
 import stio
+
+# What the daemon's loader accepts (daemon/model.c); "gelu" is computed in
+# the tanh form.
+ACTIVATIONS = ["gelu_tanh", "gelu", "relu", "none"]
 
 PRESETS = {
     "mlp-4k": [4096] * 5,
@@ -32,8 +37,10 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--naming", default="sequential", choices=["sequential", "layers"],
                     help="'0.weight, 2.weight, ...' or 'layers.N.weight'")
-    ap.add_argument("--activations", help="metadata mlpd.activations (default: "
-                    "gelu_tanh on hidden layers, none on the last)")
+    ap.add_argument("--activations", help="metadata mlpd.activations, one per "
+                    "layer (default: --hidden on hidden layers, none on the last)")
+    ap.add_argument("--hidden", default="gelu_tanh", choices=ACTIVATIONS,
+                    help="activation of the hidden layers (gelu_tanh)")
     ap.add_argument("-o", "--output", required=True)
     args = ap.parse_args(argv)
 
@@ -55,7 +62,10 @@ def main(argv=None):
         b = rng.standard_normal(widths[i + 1], dtype=np.float32) * np.float32(0.1)
         name = f"layers.{i}" if args.naming == "layers" else str(2 * i)
         tensors += [(f"{name}.weight", w), (f"{name}.bias", b)]
-    acts = args.activations or ",".join(["gelu_tanh"] * (n - 1) + ["none"])
+    acts = args.activations or ",".join([args.hidden] * (n - 1) + ["none"])
+    listed = [a.strip() for a in acts.split(",")]
+    if len(listed) != n or any(a not in ACTIVATIONS for a in listed):
+        ap.error(f"--activations needs {n} of {','.join(ACTIVATIONS)}")
     stio.write(args.output, tensors,
                {"mlpd.activations": acts, "mlpd.seed": str(args.seed),
                 "mlpd.widths": ",".join(map(str, widths))},

@@ -54,6 +54,15 @@ PB_BIND(mlpd_v1_DeviceInfo, mlpd_v1_DeviceInfo, AUTO)
 PB_BIND(mlpd_v1_ModelInfoResponse, mlpd_v1_ModelInfoResponse, 2)
 
 
+PB_BIND(mlpd_v1_ListModelsRequest, mlpd_v1_ListModelsRequest, AUTO)
+
+
+PB_BIND(mlpd_v1_ModelStatus, mlpd_v1_ModelStatus, 2)
+
+
+PB_BIND(mlpd_v1_ListModelsResponse, mlpd_v1_ListModelsResponse, 4)
+
+
 PB_BIND(mlpd_v1_Request, mlpd_v1_Request, 2)
 
 

@@ -69,6 +69,10 @@ typedef struct _mlpd_v1_InferRequest {
  then carries the output's dtype and shape and no data. */
     bool has_output_region;
     mlpd_v1_RegionRef output_region;
+    /* The model to run, by the name the daemon serves it under (ListModels);
+ empty: the only model, or the daemon's default one. Up to 127 bytes.
+ A daemon that serves one model may ignore it. */
+    char model[128];
 } mlpd_v1_InferRequest;
 
 typedef struct _mlpd_v1_InferResponse {
@@ -133,13 +137,13 @@ typedef struct _mlpd_v1_MetricsResponse {
 } mlpd_v1_MetricsResponse;
 
 typedef struct _mlpd_v1_ModelInfoRequest {
-    char dummy_field;
+    char name[128]; /* the model; empty: the only or default model */
 } mlpd_v1_ModelInfoRequest;
 
 typedef struct _mlpd_v1_LayerInfo {
     uint32_t in_features;
     uint32_t out_features;
-    char activation[16]; /* "gelu_tanh" or "none" */
+    char activation[16]; /* "gelu_tanh", "relu" or "none" */
 } mlpd_v1_LayerInfo;
 
 /* One device the daemon computes on (an engine instance). */
@@ -168,6 +172,26 @@ typedef struct _mlpd_v1_ModelInfoResponse {
     mlpd_v1_DeviceInfo devices[16]; /* every device; device above is the first */
 } mlpd_v1_ModelInfoResponse;
 
+/* The models the daemon serves (several per daemon, issue 16). */
+typedef struct _mlpd_v1_ListModelsRequest {
+    char dummy_field;
+} mlpd_v1_ListModelsRequest;
+
+typedef struct _mlpd_v1_ModelStatus {
+    char name[128]; /* what InferRequest.model names */
+    pb_size_t versions_count;
+    char versions[4][32]; /* e.g. "1"; empty when unversioned */
+    /* "loading", "ready", "unloading", "failed" (message says why) */
+    char state[16];
+    bool ready; /* infer requests are served now */
+    char message[128]; /* why it is not ready, or empty */
+} mlpd_v1_ModelStatus;
+
+typedef struct _mlpd_v1_ListModelsResponse {
+    pb_size_t models_count;
+    mlpd_v1_ModelStatus models[32];
+} mlpd_v1_ListModelsResponse;
+
 typedef struct _mlpd_v1_Request {
     uint64_t id; /* chosen by the client, echoed in the response */
     pb_callback_t cb_kind;
@@ -179,6 +203,7 @@ typedef struct _mlpd_v1_Request {
         mlpd_v1_ModelInfoRequest model_info;
         mlpd_v1_RegisterRegionRequest register_region;
         mlpd_v1_UnregisterRegionRequest unregister_region;
+        mlpd_v1_ListModelsRequest list_models;
     } kind;
 } mlpd_v1_Request;
 
@@ -195,6 +220,7 @@ typedef struct _mlpd_v1_Response {
         mlpd_v1_ModelInfoResponse model_info;
         mlpd_v1_RegisterRegionResponse register_region;
         mlpd_v1_UnregisterRegionResponse unregister_region;
+        mlpd_v1_ListModelsResponse list_models;
     } kind;
 } mlpd_v1_Response;
 
@@ -233,13 +259,16 @@ extern "C" {
 #define mlpd_v1_ModelInfoResponse_compute_dtype_ENUMTYPE mlpd_v1_DType
 
 
+
+
+
 #define mlpd_v1_Response_status_ENUMTYPE mlpd_v1_Status
 
 
 /* Initializer values for message structs */
 #define mlpd_v1_RegionRef_init_default           {"", 0, 0}
 #define mlpd_v1_Tensor_init_default              {_mlpd_v1_DType_MIN, 0, {0, 0, 0, 0, 0, 0, 0, 0}, {{NULL}, NULL}, false, mlpd_v1_RegionRef_init_default}
-#define mlpd_v1_InferRequest_init_default        {false, mlpd_v1_Tensor_init_default, 0, _mlpd_v1_DType_MIN, false, mlpd_v1_RegionRef_init_default}
+#define mlpd_v1_InferRequest_init_default        {false, mlpd_v1_Tensor_init_default, 0, _mlpd_v1_DType_MIN, false, mlpd_v1_RegionRef_init_default, ""}
 #define mlpd_v1_InferResponse_init_default       {false, mlpd_v1_Tensor_init_default, 0, 0, 0, ""}
 #define mlpd_v1_RegisterRegionRequest_init_default {"", 0}
 #define mlpd_v1_RegisterRegionResponse_init_default {0}
@@ -249,15 +278,18 @@ extern "C" {
 #define mlpd_v1_HealthResponse_init_default      {0, 0, ""}
 #define mlpd_v1_MetricsRequest_init_default      {0}
 #define mlpd_v1_MetricsResponse_init_default     {{{NULL}, NULL}}
-#define mlpd_v1_ModelInfoRequest_init_default    {0}
+#define mlpd_v1_ModelInfoRequest_init_default    {""}
 #define mlpd_v1_LayerInfo_init_default           {0, 0, ""}
 #define mlpd_v1_DeviceInfo_init_default          {"", 0, 0, 0}
 #define mlpd_v1_ModelInfoResponse_init_default   {"", 0, {mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default, mlpd_v1_LayerInfo_init_default}, 0, 0, _mlpd_v1_DType_MIN, _mlpd_v1_DType_MIN, "", "", 0, 0, 0, 0, 0, {mlpd_v1_DeviceInfo_init_default, mlpd_v1_DeviceInfo_init_default, mlpd_v1_DeviceInfo_init_default, mlpd_v1_DeviceInfo_init_default, mlpd_v1_DeviceInfo_init_default, mlpd_v1_DeviceInfo_init_default, mlpd_v1_DeviceInfo_init_default, mlpd_v1_DeviceInfo_init_default, mlpd_v1_DeviceInfo_init_default, mlpd_v1_DeviceInfo_init_default, mlpd_v1_DeviceInfo_init_default, mlpd_v1_DeviceInfo_init_default, mlpd_v1_DeviceInfo_init_default, mlpd_v1_DeviceInfo_init_default, mlpd_v1_DeviceInfo_init_default, mlpd_v1_DeviceInfo_init_default}}
+#define mlpd_v1_ListModelsRequest_init_default   {0}
+#define mlpd_v1_ModelStatus_init_default         {"", 0, {"", "", "", ""}, "", 0, ""}
+#define mlpd_v1_ListModelsResponse_init_default  {0, {mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default}}
 #define mlpd_v1_Request_init_default             {0, {{NULL}, NULL}, 0, {mlpd_v1_InferRequest_init_default}}
 #define mlpd_v1_Response_init_default            {0, _mlpd_v1_Status_MIN, "", {{NULL}, NULL}, 0, {mlpd_v1_InferResponse_init_default}}
 #define mlpd_v1_RegionRef_init_zero              {"", 0, 0}
 #define mlpd_v1_Tensor_init_zero                 {_mlpd_v1_DType_MIN, 0, {0, 0, 0, 0, 0, 0, 0, 0}, {{NULL}, NULL}, false, mlpd_v1_RegionRef_init_zero}
-#define mlpd_v1_InferRequest_init_zero           {false, mlpd_v1_Tensor_init_zero, 0, _mlpd_v1_DType_MIN, false, mlpd_v1_RegionRef_init_zero}
+#define mlpd_v1_InferRequest_init_zero           {false, mlpd_v1_Tensor_init_zero, 0, _mlpd_v1_DType_MIN, false, mlpd_v1_RegionRef_init_zero, ""}
 #define mlpd_v1_InferResponse_init_zero          {false, mlpd_v1_Tensor_init_zero, 0, 0, 0, ""}
 #define mlpd_v1_RegisterRegionRequest_init_zero  {"", 0}
 #define mlpd_v1_RegisterRegionResponse_init_zero {0}
@@ -267,10 +299,13 @@ extern "C" {
 #define mlpd_v1_HealthResponse_init_zero         {0, 0, ""}
 #define mlpd_v1_MetricsRequest_init_zero         {0}
 #define mlpd_v1_MetricsResponse_init_zero        {{{NULL}, NULL}}
-#define mlpd_v1_ModelInfoRequest_init_zero       {0}
+#define mlpd_v1_ModelInfoRequest_init_zero       {""}
 #define mlpd_v1_LayerInfo_init_zero              {0, 0, ""}
 #define mlpd_v1_DeviceInfo_init_zero             {"", 0, 0, 0}
 #define mlpd_v1_ModelInfoResponse_init_zero      {"", 0, {mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero, mlpd_v1_LayerInfo_init_zero}, 0, 0, _mlpd_v1_DType_MIN, _mlpd_v1_DType_MIN, "", "", 0, 0, 0, 0, 0, {mlpd_v1_DeviceInfo_init_zero, mlpd_v1_DeviceInfo_init_zero, mlpd_v1_DeviceInfo_init_zero, mlpd_v1_DeviceInfo_init_zero, mlpd_v1_DeviceInfo_init_zero, mlpd_v1_DeviceInfo_init_zero, mlpd_v1_DeviceInfo_init_zero, mlpd_v1_DeviceInfo_init_zero, mlpd_v1_DeviceInfo_init_zero, mlpd_v1_DeviceInfo_init_zero, mlpd_v1_DeviceInfo_init_zero, mlpd_v1_DeviceInfo_init_zero, mlpd_v1_DeviceInfo_init_zero, mlpd_v1_DeviceInfo_init_zero, mlpd_v1_DeviceInfo_init_zero, mlpd_v1_DeviceInfo_init_zero}}
+#define mlpd_v1_ListModelsRequest_init_zero      {0}
+#define mlpd_v1_ModelStatus_init_zero            {"", 0, {"", "", "", ""}, "", 0, ""}
+#define mlpd_v1_ListModelsResponse_init_zero     {0, {mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero}}
 #define mlpd_v1_Request_init_zero                {0, {{NULL}, NULL}, 0, {mlpd_v1_InferRequest_init_zero}}
 #define mlpd_v1_Response_init_zero               {0, _mlpd_v1_Status_MIN, "", {{NULL}, NULL}, 0, {mlpd_v1_InferResponse_init_zero}}
 
@@ -286,6 +321,7 @@ extern "C" {
 #define mlpd_v1_InferRequest_timeout_ms_tag      2
 #define mlpd_v1_InferRequest_output_dtype_tag    3
 #define mlpd_v1_InferRequest_output_region_tag   4
+#define mlpd_v1_InferRequest_model_tag           5
 #define mlpd_v1_InferResponse_output_tag         1
 #define mlpd_v1_InferResponse_queue_us_tag       2
 #define mlpd_v1_InferResponse_compute_us_tag     3
@@ -299,6 +335,7 @@ extern "C" {
 #define mlpd_v1_HealthResponse_ready_tag         2
 #define mlpd_v1_HealthResponse_state_tag         3
 #define mlpd_v1_MetricsResponse_text_tag         1
+#define mlpd_v1_ModelInfoRequest_name_tag        1
 #define mlpd_v1_LayerInfo_in_features_tag        1
 #define mlpd_v1_LayerInfo_out_features_tag       2
 #define mlpd_v1_LayerInfo_activation_tag         3
@@ -319,6 +356,12 @@ extern "C" {
 #define mlpd_v1_ModelInfoResponse_host_memory_bytes_tag 11
 #define mlpd_v1_ModelInfoResponse_generation_tag 12
 #define mlpd_v1_ModelInfoResponse_devices_tag    13
+#define mlpd_v1_ModelStatus_name_tag             1
+#define mlpd_v1_ModelStatus_versions_tag         2
+#define mlpd_v1_ModelStatus_state_tag            3
+#define mlpd_v1_ModelStatus_ready_tag            4
+#define mlpd_v1_ModelStatus_message_tag          5
+#define mlpd_v1_ListModelsResponse_models_tag    1
 #define mlpd_v1_Request_id_tag                   1
 #define mlpd_v1_Request_infer_tag                2
 #define mlpd_v1_Request_health_tag               3
@@ -326,6 +369,7 @@ extern "C" {
 #define mlpd_v1_Request_model_info_tag           5
 #define mlpd_v1_Request_register_region_tag      6
 #define mlpd_v1_Request_unregister_region_tag    7
+#define mlpd_v1_Request_list_models_tag          8
 #define mlpd_v1_Response_id_tag                  1
 #define mlpd_v1_Response_status_tag              2
 #define mlpd_v1_Response_message_tag             3
@@ -335,6 +379,7 @@ extern "C" {
 #define mlpd_v1_Response_model_info_tag          7
 #define mlpd_v1_Response_register_region_tag     8
 #define mlpd_v1_Response_unregister_region_tag   9
+#define mlpd_v1_Response_list_models_tag         10
 
 /* Struct field encoding specification for nanopb */
 #define mlpd_v1_RegionRef_FIELDLIST(X, a) \
@@ -357,7 +402,8 @@ X(a, STATIC,   OPTIONAL, MESSAGE,  region,            4)
 X(a, STATIC,   OPTIONAL, MESSAGE,  input,             1) \
 X(a, STATIC,   SINGULAR, UINT32,   timeout_ms,        2) \
 X(a, STATIC,   SINGULAR, UENUM,    output_dtype,      3) \
-X(a, STATIC,   OPTIONAL, MESSAGE,  output_region,     4)
+X(a, STATIC,   OPTIONAL, MESSAGE,  output_region,     4) \
+X(a, STATIC,   SINGULAR, STRING,   model,             5)
 #define mlpd_v1_InferRequest_CALLBACK NULL
 #define mlpd_v1_InferRequest_DEFAULT NULL
 #define mlpd_v1_InferRequest_input_MSGTYPE mlpd_v1_Tensor
@@ -417,7 +463,7 @@ X(a, CALLBACK, SINGULAR, STRING,   text,              1)
 #define mlpd_v1_MetricsResponse_DEFAULT NULL
 
 #define mlpd_v1_ModelInfoRequest_FIELDLIST(X, a) \
-
+X(a, STATIC,   SINGULAR, STRING,   name,              1)
 #define mlpd_v1_ModelInfoRequest_CALLBACK NULL
 #define mlpd_v1_ModelInfoRequest_DEFAULT NULL
 
@@ -455,6 +501,26 @@ X(a, STATIC,   REPEATED, MESSAGE,  devices,          13)
 #define mlpd_v1_ModelInfoResponse_layers_MSGTYPE mlpd_v1_LayerInfo
 #define mlpd_v1_ModelInfoResponse_devices_MSGTYPE mlpd_v1_DeviceInfo
 
+#define mlpd_v1_ListModelsRequest_FIELDLIST(X, a) \
+
+#define mlpd_v1_ListModelsRequest_CALLBACK NULL
+#define mlpd_v1_ListModelsRequest_DEFAULT NULL
+
+#define mlpd_v1_ModelStatus_FIELDLIST(X, a) \
+X(a, STATIC,   SINGULAR, STRING,   name,              1) \
+X(a, STATIC,   REPEATED, STRING,   versions,          2) \
+X(a, STATIC,   SINGULAR, STRING,   state,             3) \
+X(a, STATIC,   SINGULAR, BOOL,     ready,             4) \
+X(a, STATIC,   SINGULAR, STRING,   message,           5)
+#define mlpd_v1_ModelStatus_CALLBACK NULL
+#define mlpd_v1_ModelStatus_DEFAULT NULL
+
+#define mlpd_v1_ListModelsResponse_FIELDLIST(X, a) \
+X(a, STATIC,   REPEATED, MESSAGE,  models,            1)
+#define mlpd_v1_ListModelsResponse_CALLBACK NULL
+#define mlpd_v1_ListModelsResponse_DEFAULT NULL
+#define mlpd_v1_ListModelsResponse_models_MSGTYPE mlpd_v1_ModelStatus
+
 #define mlpd_v1_Request_FIELDLIST(X, a) \
 X(a, STATIC,   SINGULAR, UINT64,   id,                1) \
 X(a, STATIC,   ONEOF,    MSG_W_CB, (kind,infer,kind.infer),   2) \
@@ -462,7 +528,8 @@ X(a, STATIC,   ONEOF,    MSG_W_CB, (kind,health,kind.health),   3) \
 X(a, STATIC,   ONEOF,    MSG_W_CB, (kind,metrics,kind.metrics),   4) \
 X(a, STATIC,   ONEOF,    MSG_W_CB, (kind,model_info,kind.model_info),   5) \
 X(a, STATIC,   ONEOF,    MSG_W_CB, (kind,register_region,kind.register_region),   6) \
-X(a, STATIC,   ONEOF,    MSG_W_CB, (kind,unregister_region,kind.unregister_region),   7)
+X(a, STATIC,   ONEOF,    MSG_W_CB, (kind,unregister_region,kind.unregister_region),   7) \
+X(a, STATIC,   ONEOF,    MSG_W_CB, (kind,list_models,kind.list_models),   8)
 #define mlpd_v1_Request_CALLBACK NULL
 #define mlpd_v1_Request_DEFAULT NULL
 #define mlpd_v1_Request_kind_infer_MSGTYPE mlpd_v1_InferRequest
@@ -471,6 +538,7 @@ X(a, STATIC,   ONEOF,    MSG_W_CB, (kind,unregister_region,kind.unregister_regio
 #define mlpd_v1_Request_kind_model_info_MSGTYPE mlpd_v1_ModelInfoRequest
 #define mlpd_v1_Request_kind_register_region_MSGTYPE mlpd_v1_RegisterRegionRequest
 #define mlpd_v1_Request_kind_unregister_region_MSGTYPE mlpd_v1_UnregisterRegionRequest
+#define mlpd_v1_Request_kind_list_models_MSGTYPE mlpd_v1_ListModelsRequest
 
 #define mlpd_v1_Response_FIELDLIST(X, a) \
 X(a, STATIC,   SINGULAR, UINT64,   id,                1) \
@@ -481,7 +549,8 @@ X(a, STATIC,   ONEOF,    MSG_W_CB, (kind,health,kind.health),   5) \
 X(a, STATIC,   ONEOF,    MSG_W_CB, (kind,metrics,kind.metrics),   6) \
 X(a, STATIC,   ONEOF,    MSG_W_CB, (kind,model_info,kind.model_info),   7) \
 X(a, STATIC,   ONEOF,    MSG_W_CB, (kind,register_region,kind.register_region),   8) \
-X(a, STATIC,   ONEOF,    MSG_W_CB, (kind,unregister_region,kind.unregister_region),   9)
+X(a, STATIC,   ONEOF,    MSG_W_CB, (kind,unregister_region,kind.unregister_region),   9) \
+X(a, STATIC,   ONEOF,    MSG_W_CB, (kind,list_models,kind.list_models),  10)
 #define mlpd_v1_Response_CALLBACK NULL
 #define mlpd_v1_Response_DEFAULT NULL
 #define mlpd_v1_Response_kind_infer_MSGTYPE mlpd_v1_InferResponse
@@ -490,6 +559,7 @@ X(a, STATIC,   ONEOF,    MSG_W_CB, (kind,unregister_region,kind.unregister_regio
 #define mlpd_v1_Response_kind_model_info_MSGTYPE mlpd_v1_ModelInfoResponse
 #define mlpd_v1_Response_kind_register_region_MSGTYPE mlpd_v1_RegisterRegionResponse
 #define mlpd_v1_Response_kind_unregister_region_MSGTYPE mlpd_v1_UnregisterRegionResponse
+#define mlpd_v1_Response_kind_list_models_MSGTYPE mlpd_v1_ListModelsResponse
 
 extern const pb_msgdesc_t mlpd_v1_RegionRef_msg;
 extern const pb_msgdesc_t mlpd_v1_Tensor_msg;
@@ -507,6 +577,9 @@ extern const pb_msgdesc_t mlpd_v1_ModelInfoRequest_msg;
 extern const pb_msgdesc_t mlpd_v1_LayerInfo_msg;
 extern const pb_msgdesc_t mlpd_v1_DeviceInfo_msg;
 extern const pb_msgdesc_t mlpd_v1_ModelInfoResponse_msg;
+extern const pb_msgdesc_t mlpd_v1_ListModelsRequest_msg;
+extern const pb_msgdesc_t mlpd_v1_ModelStatus_msg;
+extern const pb_msgdesc_t mlpd_v1_ListModelsResponse_msg;
 extern const pb_msgdesc_t mlpd_v1_Request_msg;
 extern const pb_msgdesc_t mlpd_v1_Response_msg;
 
@@ -527,6 +600,9 @@ extern const pb_msgdesc_t mlpd_v1_Response_msg;
 #define mlpd_v1_LayerInfo_fields &mlpd_v1_LayerInfo_msg
 #define mlpd_v1_DeviceInfo_fields &mlpd_v1_DeviceInfo_msg
 #define mlpd_v1_ModelInfoResponse_fields &mlpd_v1_ModelInfoResponse_msg
+#define mlpd_v1_ListModelsRequest_fields &mlpd_v1_ListModelsRequest_msg
+#define mlpd_v1_ModelStatus_fields &mlpd_v1_ModelStatus_msg
+#define mlpd_v1_ListModelsResponse_fields &mlpd_v1_ListModelsResponse_msg
 #define mlpd_v1_Request_fields &mlpd_v1_Request_msg
 #define mlpd_v1_Response_fields &mlpd_v1_Response_msg
 
@@ -541,9 +617,12 @@ extern const pb_msgdesc_t mlpd_v1_Response_msg;
 #define mlpd_v1_HealthRequest_size               0
 #define mlpd_v1_HealthResponse_size              21
 #define mlpd_v1_LayerInfo_size                   29
+#define mlpd_v1_ListModelsRequest_size           0
+#define mlpd_v1_ListModelsResponse_size          13248
 #define mlpd_v1_MetricsRequest_size              0
-#define mlpd_v1_ModelInfoRequest_size            0
+#define mlpd_v1_ModelInfoRequest_size            130
 #define mlpd_v1_ModelInfoResponse_size           5492
+#define mlpd_v1_ModelStatus_size                 411
 #define mlpd_v1_RegionRef_size                   87
 #define mlpd_v1_RegisterRegionRequest_size       76
 #define mlpd_v1_RegisterRegionResponse_size      11

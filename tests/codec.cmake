@@ -1,6 +1,7 @@
 # Suites that link one library and cmocka, nothing of the serving core: the
 # codec (request decoding with its strict wire pass, response encoding; the
-# pass alone on every field type), the HTTP listener's request side, and
+# pass alone on every field type), the HTTP listener's request side, the
+# Open Inference Protocol codec, and
 # the tools' row files.
 function(mlpd_unit_test name)
   cmake_parse_arguments(T "" "" "LIBS" ${ARGN})
@@ -14,4 +15,5 @@ endfunction()
 mlpd_unit_test(test_rpc LIBS mlpd_codec)
 mlpd_unit_test(test_pbcheck LIBS mlpd_codec)
 mlpd_unit_test(test_httpreq LIBS mlpd_httpreq)
+mlpd_unit_test(test_oip LIBS mlpd_oip)
 mlpd_unit_test(test_rowsfile LIBS mlpd_base)

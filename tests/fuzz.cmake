@@ -6,7 +6,7 @@
 #   ctest --test-dir build-fuzz -L fuzz
 #
 # The libraries a harness links (mlpd_base, mlpd_codec, mlpd_proto,
-# mlpd_engine, mlpd_httpreq, the client objects) get coverage
+# mlpd_engine, mlpd_httpreq, mlpd_oip, the client objects) get coverage
 # instrumentation and ASan/UBSan; the harnesses link libFuzzer's main.
 # Each harness is also a ctest test (label "fuzz") that runs a fixed number
 # of inputs with a fixed seed over its checked-in corpus, so a run is
@@ -25,7 +25,7 @@ set(MLPD_FUZZ_SAN address,undefined)
 set(MLPD_FUZZ_CFLAGS -fsanitize=fuzzer-no-link,${MLPD_FUZZ_SAN}
     -fno-sanitize-recover=all -fno-omit-frame-pointer -g)
 foreach(lib mlpd_base mlpd_codec mlpd_proto mlpd_engine mlpd_httpreq
-            mlpd_client_obj)
+            mlpd_oip mlpd_client_obj)
   target_compile_options(${lib} PRIVATE ${MLPD_FUZZ_CFLAGS})
 endforeach()
 
@@ -62,7 +62,7 @@ function(mlpd_fuzz name)
 endfunction()
 
 # Runs chosen for about 5 s each on the project's 2-core machine (ctest
-# -j2), so that the six stay well under a minute.
+# -j2), so that the seven stay well under a minute.
 mlpd_fuzz(fuzz_frame RUNS 500000 MAX_LEN 64 LIBS mlpd_base)
 mlpd_fuzz(fuzz_rpc RUNS 150000 MAX_LEN 4096 LIBS mlpd_codec)
 mlpd_fuzz(fuzz_safetensors RUNS 150000 MAX_LEN 4096 LIBS mlpd_engine)
@@ -72,3 +72,4 @@ mlpd_fuzz(fuzz_http RUNS 60000 MAX_LEN 4096 LIBS mlpd_httpreq)
 mlpd_fuzz(fuzz_client RUNS 8000 MAX_LEN 4096 LIBS mlpd_client_static
   ARGS -use_cmp=0)
 mlpd_fuzz(fuzz_rows RUNS 100000 MAX_LEN 4096 LIBS mlpd_base)
+mlpd_fuzz(fuzz_oip RUNS 60000 MAX_LEN 4096 LIBS mlpd_oip)

@@ -270,12 +270,62 @@ static void test_device_selection(void **state) {
   tu_free_mlp(&ref);
 }
 
+/* ReLU against values worked by hand: the 3 -> 2 -> 1 model with
+ * W0 = [[1,2,3],[4,5,6]], b0 = [-1, 0.5], W1 = [[7,8]], b1 = [9] and
+ * "relu,none".
+ *   x = [1, -1, 0.5]: h = [1-2+1.5-1, 4-5+3+0.5] = [-0.5, 2.5]
+ *                     relu -> [0, 2.5], y = 8*2.5 + 9 = 29
+ *   x = [0, 0, 0]:    h = [-1, 0.5] -> [0, 0.5], y = 8*0.5 + 9 = 13
+ *   x = [2, 0, 0]:    h = [1, 8.5] (nothing clipped), y = 7 + 68 + 9 = 84
+ *   x = [NaN, 0, 0]:  NaN stays NaN through ReLU, as in torch.relu. */
+static void test_relu_by_hand(void **state) {
+  (void)state;
+  static const char header[] =
+      "{\"__metadata__\":{\"mlpd.activations\":\"relu,none\"},"
+      "\"0.weight\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":"
+      "[0,24]},"
+      "\"0.bias\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[24,32]},"
+      "\"2.weight\":{\"dtype\":\"F32\",\"shape\":[1,2],\"data_offsets\":"
+      "[32,40]},"
+      "\"2.bias\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[40,44]}}";
+  static const float wb[11] = {1, 2, 3, 4, 5, 6, -1, 0.5f, 7, 8, 9};
+  size_t hl = strlen(header);
+  unsigned char buf[1024];
+  for (int i = 0; i < 8; i++)
+    buf[i] = (unsigned char)(hl >> (8 * i));
+  memcpy(buf + 8, header, hl);
+  memcpy(buf + 8 + hl, wb, sizeof(wb));
+  char path[512];
+  snprintf(path, sizeof(path), "%s/relu.safetensors", tu_dir);
+  tu_write_file(path, buf, 8 + hl + sizeof(wb));
+
+  mlpd_err_t err = {0};
+  mlpd_model_t *m = NULL;
+  assert_int_equal(mlpd_model_load(&m, path, NULL, &err), 0);
+  mlpd_engine_opts_t o;
+  mlpd_engine_opts_init(&o);
+  mlpd_engine_t *e = NULL;
+  assert_int_equal(mlpd_engine_open(&e, "cpu", m, &o, &err), 0);
+  const float x[12] = {1, -1, 0.5f, 0, 0, 0, 2, 0, 0, NAN, 0, 0};
+  float y[4];
+  assert_int_equal(
+      mlpd_engine_forward(e, x, MLPD_DTYPE_F32, y, MLPD_DTYPE_F32, 4, &err),
+      0);
+  assert_true(y[0] == 29.0f);
+  assert_true(y[1] == 13.0f);
+  assert_true(y[2] == 84.0f);
+  assert_true(isnan(y[3]));
+  mlpd_engine_close(e);
+  mlpd_model_free(m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_matches_reference_odd_widths),
       cmocka_unit_test(test_16bit_batches),
       cmocka_unit_test(test_submit_wait_contract),
       cmocka_unit_test(test_device_selection),
+      cmocka_unit_test(test_relu_by_hand),
   };
   return cmocka_run_group_tests(tests, tu_group_setup, tu_group_teardown);
 }

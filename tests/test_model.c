@@ -101,6 +101,55 @@ static void test_naming_schemes_and_order(void **state) {
   tu_free_mlp(&ref);
 }
 
+/* "relu" per layer, from the metadata and from an override, and back out
+ * through the activation string. */
+static void test_relu_activation(void **state) {
+  (void)state;
+  static const char relu_header[] =
+      "{\"__metadata__\":{\"mlpd.activations\":\"relu, none\"},"
+      "\"0.weight\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":"
+      "[0,24]},"
+      "\"0.bias\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[24,32]},"
+      "\"2.weight\":{\"dtype\":\"F32\",\"shape\":[1,2],\"data_offsets\":"
+      "[32,40]},"
+      "\"2.bias\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[40,44]}}";
+  size_t hl = strlen(relu_header);
+  unsigned char buf[1024];
+  for (int i = 0; i < 8; i++)
+    buf[i] = (unsigned char)(hl >> (8 * i));
+  memcpy(buf + 8, relu_header, hl);
+  memcpy(buf + 8 + hl, good_data, sizeof(good_data));
+  tu_write_file(path_for("relu.safetensors"), buf, 8 + hl + sizeof(good_data));
+
+  mlpd_err_t err = {0};
+  mlpd_model_t *m = NULL;
+  assert_int_equal(
+      mlpd_model_load(&m, path_for("relu.safetensors"), NULL, &err), 0);
+  assert_int_equal(m->layers[0].act, MLPD_ACT_RELU);
+  assert_int_equal(m->layers[1].act, MLPD_ACT_NONE);
+  char acts[64];
+  mlpd_model_act_string(m, acts, sizeof(acts));
+  assert_string_equal(acts, "relu,none");
+  assert_string_equal(mlpd_act_name(MLPD_ACT_RELU), "relu");
+  mlpd_model_free(m);
+
+  assert_int_equal(mlpd_model_load(&m, path_for("relu.safetensors"),
+                                   "gelu,relu", &err),
+                   0);
+  assert_int_equal(m->layers[0].act, MLPD_ACT_GELU_TANH);
+  assert_int_equal(m->layers[1].act, MLPD_ACT_RELU);
+  mlpd_model_act_string(m, acts, sizeof(acts));
+  assert_string_equal(acts, "gelu_tanh,relu");
+  mlpd_model_free(m);
+
+  /* Spelled only one way: "ReLU" is not an activation mlpd knows. */
+  assert_int_equal(mlpd_model_load(&m, path_for("relu.safetensors"),
+                                   "ReLU,none", &err),
+                   MLPD_EBADMODEL);
+  assert_non_null(strstr(err.msg, "unknown activation 'ReLU' for layer 0 "
+                                  "(known: gelu_tanh, gelu, relu, none)"));
+}
+
 typedef struct {
   const char *name;
   const char *header;  /* NULL: raw bytes below */
@@ -222,7 +271,7 @@ static const bad_case_t bad_cases[] = {
     {"unknown activation in override",
      "{" W("0.weight", "F32", "[1,1]", 0, 4) "," W("0.bias", "F32", "[1]", 4,
                                                    8) "}",
-     NULL, 0, 8, MLPD_EBADMODEL, "unknown activation 'relu'", "relu"},
+     NULL, 0, 8, MLPD_EBADMODEL, "unknown activation 'swish'", "swish"},
     {"metadata not strings",
      "{\"__metadata__\":{\"a\":1}," W("0.weight", "F32", "[1,1]", 0,
                                       4) "," W("0.bias", "F32", "[1]", 4,
@@ -350,6 +399,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_byte_by_byte_file_is_accepted),
       cmocka_unit_test(test_naming_schemes_and_order),
+      cmocka_unit_test(test_relu_activation),
       cmocka_unit_test(test_malformed_files_are_rejected),
       cmocka_unit_test(test_missing_file),
       cmocka_unit_test(test_random_corruption_never_crashes),

@@ -278,16 +278,17 @@ static void test_other_kinds(void **state) {
     assert_int_equal(q.id, 100 + i);
   }
 
-  /* No kind, and a kind from a newer protocol (field 8): MLPD_RPC_NONE
+  /* No kind, and a kind from a newer protocol (field 20): MLPD_RPC_NONE
    * with the id, for an UNIMPLEMENTED answer. */
   pbw_t w = {0};
   w_uint(&w, 1, 5);
   q = expect(&w, 0, NULL);
   assert_int_equal(q.kind, MLPD_RPC_NONE);
   assert_int_equal(q.id, 5);
+  assert_false(q.list_models);
   pbw_t sub = {0};
   w_uint(&sub, 1, 1);
-  w_msg(&w, 8, &sub);
+  w_msg(&w, 20, &sub);
   w_fixed32(&w, 99, 0); /* and a newer top-level scalar */
   q = expect(&w, 0, NULL);
   assert_int_equal(q.kind, MLPD_RPC_NONE);
@@ -295,6 +296,72 @@ static void test_other_kinds(void **state) {
   /* The empty frame is an empty Request. */
   assert_int_equal(mlpd_rpc_decode(buf, 0, &q, &err), 0);
   assert_int_equal(q.kind, MLPD_RPC_NONE);
+}
+
+/* Issue 16's fields: infer.model and model_info.name name the model (empty
+ * or absent, as an older client sends: the default), ListModels decodes
+ * (as MLPD_RPC_NONE with list_models set until the dispatcher serves it);
+ * bad names are refused with the field named. */
+static void test_model_names(void **state) {
+  (void)state;
+  static const float x = 1;
+  pbw_t t, req, extra = {0};
+  w_tensor(&t, mlpd_v1_DType_DTYPE_F32, 1, 1, &x, sizeof(x));
+  w_infer_req(&req, 1, &t, NULL);
+  mlpd_rpc_request_t q = expect(&req, 0, NULL);
+  assert_string_equal(q.model, "");
+  w_str(&extra, mlpd_v1_InferRequest_model_tag, "digits-v2");
+  w_infer_req(&req, 1, &t, &extra);
+  q = expect(&req, 0, NULL);
+  assert_int_equal(q.kind, MLPD_RPC_INFER);
+  assert_string_equal(q.model, "digits-v2");
+
+  char name[200];
+  memset(name, 'n', sizeof(name));
+  name[127] = '\0';
+  memset(&extra, 0, sizeof(extra));
+  w_str(&extra, mlpd_v1_InferRequest_model_tag, name);
+  w_infer_req(&req, 1, &t, &extra);
+  q = expect(&req, 0, NULL);
+  assert_int_equal(strlen(q.model), 127);
+  name[127] = 'n';
+  name[128] = '\0';
+  memset(&extra, 0, sizeof(extra));
+  w_str(&extra, mlpd_v1_InferRequest_model_tag, name);
+  w_infer_req(&req, 1, &t, &extra);
+  expect(&req, MLPD_EPROTO, "infer.model");
+  memset(&extra, 0, sizeof(extra));
+  w_str(&extra, mlpd_v1_InferRequest_model_tag, "a\tb");
+  w_infer_req(&req, 1, &t, &extra);
+  expect(&req, MLPD_EINVAL, "model name (infer.model) has a control");
+
+  pbw_t mi = {0};
+  memset(&req, 0, sizeof(req));
+  w_uint(&req, mlpd_v1_Request_id_tag, 3);
+  w_str(&mi, mlpd_v1_ModelInfoRequest_name_tag, "digits");
+  w_msg(&req, mlpd_v1_Request_model_info_tag, &mi);
+  q = expect(&req, 0, NULL);
+  assert_int_equal(q.kind, MLPD_RPC_MODEL_INFO);
+  assert_string_equal(q.model, "digits");
+  memset(&req, 0, sizeof(req));
+  memset(&mi, 0, sizeof(mi));
+  w_str(&mi, mlpd_v1_ModelInfoRequest_name_tag, "\x7f");
+  w_msg(&req, mlpd_v1_Request_model_info_tag, &mi);
+  expect(&req, MLPD_EINVAL, "model name (model_info.name)");
+
+  pbw_t lm = {0};
+  memset(&req, 0, sizeof(req));
+  w_uint(&req, mlpd_v1_Request_id_tag, 4);
+  w_msg(&req, mlpd_v1_Request_list_models_tag, &lm);
+  q = expect(&req, 0, NULL);
+  assert_int_equal(q.kind, MLPD_RPC_NONE);
+  assert_true(q.list_models);
+  assert_int_equal(q.id, 4);
+  /* Its fields are checked like every request kind's. */
+  w_uint(&lm, 1, 1);
+  memset(&req, 0, sizeof(req));
+  w_msg(&req, mlpd_v1_Request_list_models_tag, &lm);
+  expect(&req, MLPD_EPROTO, "field list_models.#1: unknown field");
 }
 
 static void test_packed_and_unpacked_shape(void **state) {
@@ -1093,6 +1160,7 @@ int main(void) {
       cmocka_unit_test(test_infer_inline),
       cmocka_unit_test(test_infer_regions),
       cmocka_unit_test(test_other_kinds),
+      cmocka_unit_test(test_model_names),
       cmocka_unit_test(test_packed_and_unpacked_shape),
       cmocka_unit_test(test_finding_data_as_varint),
       cmocka_unit_test(test_wrong_wire_types),

@@ -3,7 +3,8 @@
 Frames are protobuf's delimited convention (varint length, then the
 message). One Client is one connection, used by one thread at a time; it
 supports blocking calls and pipelining (many requests in flight, answered in
-any order, matched by id). Not here: reconnecting, retries, asyncio.
+any order, matched by id). asyncio: AsyncClient (aio.py). Not here:
+reconnecting, retries.
 
 Errors:
   * TransportError: no answer was obtained (connect failure, I/O error,
@@ -554,6 +555,22 @@ class Region:
             self.name, self.size, "" if self.writable else ", read-only")
 
 
+MODEL_NAME_MAX = 127  # bytes of UTF-8 (proto/mlpd.options)
+
+
+def _set_model(ir, model):
+    """InferRequest.model; left unset when empty, so that a daemon from
+    before the field existed (which refuses fields it does not know inside
+    a request) still serves the request."""
+    if not model:
+        return
+    if not isinstance(model, str):
+        raise TypeError("model must be a str, not %s" % type(model).__name__)
+    if len(model.encode("utf-8")) > MODEL_NAME_MAX:
+        raise ValueError("model name over %d bytes" % MODEL_NAME_MAX)
+    ir.model = model
+
+
 def _varint(n):
     out = bytearray()
     while True:
@@ -853,9 +870,11 @@ class Client:
                               % (r.id, msg.id))
         return r
 
-    def _simple(self, kind):
+    def _simple(self, kind, name=None):
         req = pb.Request()
         getattr(req, kind).SetInParent()
+        if name:
+            getattr(req, kind).name = name
         r = self._roundtrip(req)
         if r.status != pb.OK:
             raise _status_error(r.status, r.message, r.id)
@@ -878,8 +897,10 @@ class Client:
         """The Prometheus text exposition."""
         return self._simple("metrics").text
 
-    def model_info(self):
-        return ModelInfo(self._simple("model_info"))
+    def model_info(self, name=None):
+        """ModelInfo of the model called name (None: the only or default
+        one)."""
+        return ModelInfo(self._simple("model_info", name))
 
     def register_region(self, name, size, fd=None):
         """Creates a shared-memory region of size bytes and registers it on
@@ -962,9 +983,10 @@ class Client:
         return None
 
     def _infer_request(self, rows, dtype, output_dtype, timeout_ms,
-                       out=None):
+                       out=None, model=None):
         req = pb.Request()
         ir = req.infer
+        _set_model(ir, model)
         where = self._in_region(rows)
         if where is not None and rows.flags.c_contiguous:
             # Sent as a reference to its bytes, which are sent as they are.
@@ -1021,9 +1043,11 @@ class Client:
         return req
 
     def infer(self, rows, dtype=None, output_dtype=None, timeout_ms=0,
-              out=None):
+              out=None, model=None):
         """Runs the model on rows and waits for the answer.
 
+        model: the name of the model to run, for a daemon serving several
+        (None or "": the only or default one).
         rows: a 2-D numpy array (or 1-D for one row) or a list of rows.
         dtype: wire dtype of the input, 'f32' (default; float16 arrays
         default to 'f16'), 'f16' or 'bf16'. output_dtype: the same choices,
@@ -1041,18 +1065,19 @@ class Client:
         to_region is then True and its output views out.
         """
         r = self._roundtrip(self._infer_request(rows, dtype, output_dtype,
-                                                timeout_ms, out))
+                                                timeout_ms, out, model))
         return InferResult(r, out).raise_for_status()
 
     def send(self, rows, id, dtype=None, output_dtype=None, timeout_ms=0,
-             out=None):
+             out=None, model=None):
         """Pipelining: sends an infer request tagged with id (an integer
         below 2**63, unique among requests in flight) without waiting.
-        Collect answers with recv(). rows and out as for infer()."""
+        Collect answers with recv(). rows, out and model as for infer()."""
         self._check()
         if not 0 <= id < _BLOCKING_BIT:
             raise ValueError("id must be in [0, 2**63)")
-        req = self._infer_request(rows, dtype, output_dtype, timeout_ms, out)
+        req = self._infer_request(rows, dtype, output_dtype, timeout_ms, out,
+                                  model)
         req.id = id
         self._send(req, self._deadline())
         self._inflight += 1

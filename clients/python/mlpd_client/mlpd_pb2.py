@@ -13,51 +13,57 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\nmlpd.proto\x12\x07mlpd.v1\";\n\tRegionRef\x12\x0e\n\x06region\x18\x01 \x01(\t\x12\x0e\n\x06offset\x18\x02 \x01(\x04\x12\x0e\n\x06length\x18\x03 \x01(\x04\"h\n\x06Tensor\x12\x1d\n\x05\x64type\x18\x01 \x01(\x0e\x32\x0e.mlpd.v1.DType\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\x12\"\n\x06region\x18\x04 \x01(\x0b\x32\x12.mlpd.v1.RegionRef\"\x93\x01\n\x0cInferRequest\x12\x1e\n\x05input\x18\x01 \x01(\x0b\x32\x0f.mlpd.v1.Tensor\x12\x12\n\ntimeout_ms\x18\x02 \x01(\r\x12$\n\x0coutput_dtype\x18\x03 \x01(\x0e\x32\x0e.mlpd.v1.DType\x12)\n\routput_region\x18\x04 \x01(\x0b\x32\x12.mlpd.v1.RegionRef\"z\n\rInferResponse\x12\x1f\n\x06output\x18\x01 \x01(\x0b\x32\x0f.mlpd.v1.Tensor\x12\x10\n\x08queue_us\x18\x02 \x01(\x04\x12\x12\n\ncompute_us\x18\x03 \x01(\x04\x12\x12\n\nbatch_rows\x18\x04 \x01(\r\x12\x0e\n\x06\x64\x65vice\x18\x05 \x01(\t\"3\n\x15RegisterRegionRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04size\x18\x02 \x01(\x04\"&\n\x16RegisterRegionResponse\x12\x0c\n\x04size\x18\x01 \x01(\x04\"\'\n\x17UnregisterRegionRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x1a\n\x18UnregisterRegionResponse\"\x0f\n\rHealthRequest\"<\n\x0eHealthResponse\x12\x0c\n\x04live\x18\x01 \x01(\x08\x12\r\n\x05ready\x18\x02 \x01(\x08\x12\r\n\x05state\x18\x03 \x01(\t\"\x10\n\x0eMetricsRequest\"\x1f\n\x0fMetricsResponse\x12\x0c\n\x04text\x18\x01 \x01(\t\"\x12\n\x10ModelInfoRequest\"J\n\tLayerInfo\x12\x13\n\x0bin_features\x18\x01 \x01(\r\x12\x14\n\x0cout_features\x18\x02 \x01(\r\x12\x12\n\nactivation\x18\x03 \x01(\t\"_\n\nDeviceInfo\x12\x0e\n\x06\x64\x65vice\x18\x01 \x01(\t\x12\x13\n\x0bin_rotation\x18\x02 \x01(\x08\x12\x0f\n\x07\x62\x61tches\x18\x03 \x01(\x04\x12\x1b\n\x13\x64\x65vice_memory_bytes\x18\x04 \x01(\x04\"\xe0\x02\n\x11ModelInfoResponse\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\"\n\x06layers\x18\x02 \x03(\x0b\x32\x12.mlpd.v1.LayerInfo\x12\x13\n\x0bin_features\x18\x03 \x01(\r\x12\x14\n\x0cout_features\x18\x04 \x01(\r\x12\"\n\nfile_dtype\x18\x05 \x01(\x0e\x32\x0e.mlpd.v1.DType\x12%\n\rcompute_dtype\x18\x06 \x01(\x0e\x32\x0e.mlpd.v1.DType\x12\x0e\n\x06\x65ngine\x18\x07 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x08 \x01(\t\x12\x11\n\tmax_batch\x18\t \x01(\r\x12\x1b\n\x13\x64\x65vice_memory_bytes\x18\n \x01(\x04\x12\x19\n\x11host_memory_bytes\x18\x0b \x01(\x04\x12\x12\n\ngeneration\x18\x0c \x01(\x04\x12$\n\x07\x64\x65vices\x18\r \x03(\x0b\x32\x13.mlpd.v1.DeviceInfo\"\xc6\x02\n\x07Request\x12\n\n\x02id\x18\x01 \x01(\x04\x12&\n\x05infer\x18\x02 \x01(\x0b\x32\x15.mlpd.v1.InferRequestH\x00\x12(\n\x06health\x18\x03 \x01(\x0b\x32\x16.mlpd.v1.HealthRequestH\x00\x12*\n\x07metrics\x18\x04 \x01(\x0b\x32\x17.mlpd.v1.MetricsRequestH\x00\x12/\n\nmodel_info\x18\x05 \x01(\x0b\x32\x19.mlpd.v1.ModelInfoRequestH\x00\x12\x39\n\x0fregister_region\x18\x06 \x01(\x0b\x32\x1e.mlpd.v1.RegisterRegionRequestH\x00\x12=\n\x11unregister_region\x18\x07 \x01(\x0b\x32 .mlpd.v1.UnregisterRegionRequestH\x00\x42\x06\n\x04kind\"\xff\x02\n\x08Response\x12\n\n\x02id\x18\x01 \x01(\x04\x12\x1f\n\x06status\x18\x02 \x01(\x0e\x32\x0f.mlpd.v1.Status\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\'\n\x05infer\x18\x04 \x01(\x0b\x32\x16.mlpd.v1.InferResponseH\x00\x12)\n\x06health\x18\x05 \x01(\x0b\x32\x17.mlpd.v1.HealthResponseH\x00\x12+\n\x07metrics\x18\x06 \x01(\x0b\x32\x18.mlpd.v1.MetricsResponseH\x00\x12\x30\n\nmodel_info\x18\x07 \x01(\x0b\x32\x1a.mlpd.v1.ModelInfoResponseH\x00\x12:\n\x0fregister_region\x18\x08 \x01(\x0b\x32\x1f.mlpd.v1.RegisterRegionResponseH\x00\x12>\n\x11unregister_region\x18\t \x01(\x0b\x32!.mlpd.v1.UnregisterRegionResponseH\x00\x42\x06\n\x04kind*\xad\x01\n\x06Status\x12\x06\n\x02OK\x10\x00\x12\r\n\tCANCELLED\x10\x01\x12\x14\n\x10INVALID_ARGUMENT\x10\x03\x12\x15\n\x11\x44\x45\x41\x44LINE_EXCEEDED\x10\x04\x12\x15\n\x11PERMISSION_DENIED\x10\x07\x12\x16\n\x12RESOURCE_EXHAUSTED\x10\x08\x12\x11\n\rUNIMPLEMENTED\x10\x0c\x12\x0c\n\x08INTERNAL\x10\r\x12\x0f\n\x0bUNAVAILABLE\x10\x0e*L\n\x05\x44Type\x12\x15\n\x11\x44TYPE_UNSPECIFIED\x10\x00\x12\r\n\tDTYPE_F32\x10\x01\x12\r\n\tDTYPE_F16\x10\x02\x12\x0e\n\nDTYPE_BF16\x10\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\nmlpd.proto\x12\x07mlpd.v1\";\n\tRegionRef\x12\x0e\n\x06region\x18\x01 \x01(\t\x12\x0e\n\x06offset\x18\x02 \x01(\x04\x12\x0e\n\x06length\x18\x03 \x01(\x04\"h\n\x06Tensor\x12\x1d\n\x05\x64type\x18\x01 \x01(\x0e\x32\x0e.mlpd.v1.DType\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\x12\"\n\x06region\x18\x04 \x01(\x0b\x32\x12.mlpd.v1.RegionRef\"\xa2\x01\n\x0cInferRequest\x12\x1e\n\x05input\x18\x01 \x01(\x0b\x32\x0f.mlpd.v1.Tensor\x12\x12\n\ntimeout_ms\x18\x02 \x01(\r\x12$\n\x0coutput_dtype\x18\x03 \x01(\x0e\x32\x0e.mlpd.v1.DType\x12)\n\routput_region\x18\x04 \x01(\x0b\x32\x12.mlpd.v1.RegionRef\x12\r\n\x05model\x18\x05 \x01(\t\"z\n\rInferResponse\x12\x1f\n\x06output\x18\x01 \x01(\x0b\x32\x0f.mlpd.v1.Tensor\x12\x10\n\x08queue_us\x18\x02 \x01(\x04\x12\x12\n\ncompute_us\x18\x03 \x01(\x04\x12\x12\n\nbatch_rows\x18\x04 \x01(\r\x12\x0e\n\x06\x64\x65vice\x18\x05 \x01(\t\"3\n\x15RegisterRegionRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04size\x18\x02 \x01(\x04\"&\n\x16RegisterRegionResponse\x12\x0c\n\x04size\x18\x01 \x01(\x04\"\'\n\x17UnregisterRegionRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x1a\n\x18UnregisterRegionResponse\"\x0f\n\rHealthRequest\"<\n\x0eHealthResponse\x12\x0c\n\x04live\x18\x01 \x01(\x08\x12\r\n\x05ready\x18\x02 \x01(\x08\x12\r\n\x05state\x18\x03 \x01(\t\"\x10\n\x0eMetricsRequest\"\x1f\n\x0fMetricsResponse\x12\x0c\n\x04text\x18\x01 \x01(\t\" \n\x10ModelInfoRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"J\n\tLayerInfo\x12\x13\n\x0bin_features\x18\x01 \x01(\r\x12\x14\n\x0cout_features\x18\x02 \x01(\r\x12\x12\n\nactivation\x18\x03 \x01(\t\"_\n\nDeviceInfo\x12\x0e\n\x06\x64\x65vice\x18\x01 \x01(\t\x12\x13\n\x0bin_rotation\x18\x02 \x01(\x08\x12\x0f\n\x07\x62\x61tches\x18\x03 \x01(\x04\x12\x1b\n\x13\x64\x65vice_memory_bytes\x18\x04 \x01(\x04\"\xe0\x02\n\x11ModelInfoResponse\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\"\n\x06layers\x18\x02 \x03(\x0b\x32\x12.mlpd.v1.LayerInfo\x12\x13\n\x0bin_features\x18\x03 \x01(\r\x12\x14\n\x0cout_features\x18\x04 \x01(\r\x12\"\n\nfile_dtype\x18\x05 \x01(\x0e\x32\x0e.mlpd.v1.DType\x12%\n\rcompute_dtype\x18\x06 \x01(\x0e\x32\x0e.mlpd.v1.DType\x12\x0e\n\x06\x65ngine\x18\x07 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x08 \x01(\t\x12\x11\n\tmax_batch\x18\t \x01(\r\x12\x1b\n\x13\x64\x65vice_memory_bytes\x18\n \x01(\x04\x12\x19\n\x11host_memory_bytes\x18\x0b \x01(\x04\x12\x12\n\ngeneration\x18\x0c \x01(\x04\x12$\n\x07\x64\x65vices\x18\r \x03(\x0b\x32\x13.mlpd.v1.DeviceInfo\"\x13\n\x11ListModelsRequest\"\\\n\x0bModelStatus\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08versions\x18\x02 \x03(\t\x12\r\n\x05state\x18\x03 \x01(\t\x12\r\n\x05ready\x18\x04 \x01(\x08\x12\x0f\n\x07message\x18\x05 \x01(\t\":\n\x12ListModelsResponse\x12$\n\x06models\x18\x01 \x03(\x0b\x32\x14.mlpd.v1.ModelStatus\"\xf9\x02\n\x07Request\x12\n\n\x02id\x18\x01 \x01(\x04\x12&\n\x05infer\x18\x02 \x01(\x0b\x32\x15.mlpd.v1.InferRequestH\x00\x12(\n\x06health\x18\x03 \x01(\x0b\x32\x16.mlpd.v1.HealthRequestH\x00\x12*\n\x07metrics\x18\x04 \x01(\x0b\x32\x17.mlpd.v1.MetricsRequestH\x00\x12/\n\nmodel_info\x18\x05 \x01(\x0b\x32\x19.mlpd.v1.ModelInfoRequestH\x00\x12\x39\n\x0fregister_region\x18\x06 \x01(\x0b\x32\x1e.mlpd.v1.RegisterRegionRequestH\x00\x12=\n\x11unregister_region\x18\x07 \x01(\x0b\x32 .mlpd.v1.UnregisterRegionRequestH\x00\x12\x31\n\x0blist_models\x18\x08 \x01(\x0b\x32\x1a.mlpd.v1.ListModelsRequestH\x00\x42\x06\n\x04kind\"\xb3\x03\n\x08Response\x12\n\n\x02id\x18\x01 \x01(\x04\x12\x1f\n\x06status\x18\x02 \x01(\x0e\x32\x0f.mlpd.v1.Status\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\'\n\x05infer\x18\x04 \x01(\x0b\x32\x16.mlpd.v1.InferResponseH\x00\x12)\n\x06health\x18\x05 \x01(\x0b\x32\x17.mlpd.v1.HealthResponseH\x00\x12+\n\x07metrics\x18\x06 \x01(\x0b\x32\x18.mlpd.v1.MetricsResponseH\x00\x12\x30\n\nmodel_info\x18\x07 \x01(\x0b\x32\x1a.mlpd.v1.ModelInfoResponseH\x00\x12:\n\x0fregister_region\x18\x08 \x01(\x0b\x32\x1f.mlpd.v1.RegisterRegionResponseH\x00\x12>\n\x11unregister_region\x18\t \x01(\x0b\x32!.mlpd.v1.UnregisterRegionResponseH\x00\x12\x32\n\x0blist_models\x18\n \x01(\x0b\x32\x1b.mlpd.v1.ListModelsResponseH\x00\x42\x06\n\x04kind*\xad\x01\n\x06Status\x12\x06\n\x02OK\x10\x00\x12\r\n\tCANCELLED\x10\x01\x12\x14\n\x10INVALID_ARGUMENT\x10\x03\x12\x15\n\x11\x44\x45\x41\x44LINE_EXCEEDED\x10\x04\x12\x15\n\x11PERMISSION_DENIED\x10\x07\x12\x16\n\x12RESOURCE_EXHAUSTED\x10\x08\x12\x11\n\rUNIMPLEMENTED\x10\x0c\x12\x0c\n\x08INTERNAL\x10\r\x12\x0f\n\x0bUNAVAILABLE\x10\x0e*L\n\x05\x44Type\x12\x15\n\x11\x44TYPE_UNSPECIFIED\x10\x00\x12\r\n\tDTYPE_F32\x10\x01\x12\r\n\tDTYPE_F16\x10\x02\x12\x0e\n\nDTYPE_BF16\x10\x03\x62\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'mlpd_pb2', globals())
 if _descriptor._USE_C_DESCRIPTORS == False:
 
   DESCRIPTOR._options = None
-  _STATUS._serialized_start=2020
-  _STATUS._serialized_end=2193
-  _DTYPE._serialized_start=2195
-  _DTYPE._serialized_end=2271
+  _STATUS._serialized_start=2327
+  _STATUS._serialized_end=2500
+  _DTYPE._serialized_start=2502
+  _DTYPE._serialized_end=2578
   _REGIONREF._serialized_start=23
   _REGIONREF._serialized_end=82
   _TENSOR._serialized_start=84
   _TENSOR._serialized_end=188
   _INFERREQUEST._serialized_start=191
-  _INFERREQUEST._serialized_end=338
-  _INFERRESPONSE._serialized_start=340
-  _INFERRESPONSE._serialized_end=462
-  _REGISTERREGIONREQUEST._serialized_start=464
-  _REGISTERREGIONREQUEST._serialized_end=515
-  _REGISTERREGIONRESPONSE._serialized_start=517
-  _REGISTERREGIONRESPONSE._serialized_end=555
-  _UNREGISTERREGIONREQUEST._serialized_start=557
-  _UNREGISTERREGIONREQUEST._serialized_end=596
-  _UNREGISTERREGIONRESPONSE._serialized_start=598
-  _UNREGISTERREGIONRESPONSE._serialized_end=624
-  _HEALTHREQUEST._serialized_start=626
-  _HEALTHREQUEST._serialized_end=641
-  _HEALTHRESPONSE._serialized_start=643
-  _HEALTHRESPONSE._serialized_end=703
-  _METRICSREQUEST._serialized_start=705
-  _METRICSREQUEST._serialized_end=721
-  _METRICSRESPONSE._serialized_start=723
-  _METRICSRESPONSE._serialized_end=754
-  _MODELINFOREQUEST._serialized_start=756
-  _MODELINFOREQUEST._serialized_end=774
-  _LAYERINFO._serialized_start=776
-  _LAYERINFO._serialized_end=850
-  _DEVICEINFO._serialized_start=852
-  _DEVICEINFO._serialized_end=947
-  _MODELINFORESPONSE._serialized_start=950
-  _MODELINFORESPONSE._serialized_end=1302
-  _REQUEST._serialized_start=1305
-  _REQUEST._serialized_end=1631
-  _RESPONSE._serialized_start=1634
-  _RESPONSE._serialized_end=2017
+  _INFERREQUEST._serialized_end=353
+  _INFERRESPONSE._serialized_start=355
+  _INFERRESPONSE._serialized_end=477
+  _REGISTERREGIONREQUEST._serialized_start=479
+  _REGISTERREGIONREQUEST._serialized_end=530
+  _REGISTERREGIONRESPONSE._serialized_start=532
+  _REGISTERREGIONRESPONSE._serialized_end=570
+  _UNREGISTERREGIONREQUEST._serialized_start=572
+  _UNREGISTERREGIONREQUEST._serialized_end=611
+  _UNREGISTERREGIONRESPONSE._serialized_start=613
+  _UNREGISTERREGIONRESPONSE._serialized_end=639
+  _HEALTHREQUEST._serialized_start=641
+  _HEALTHREQUEST._serialized_end=656
+  _HEALTHRESPONSE._serialized_start=658
+  _HEALTHRESPONSE._serialized_end=718
+  _METRICSREQUEST._serialized_start=720
+  _METRICSREQUEST._serialized_end=736
+  _METRICSRESPONSE._serialized_start=738
+  _METRICSRESPONSE._serialized_end=769
+  _MODELINFOREQUEST._serialized_start=771
+  _MODELINFOREQUEST._serialized_end=803
+  _LAYERINFO._serialized_start=805
+  _LAYERINFO._serialized_end=879
+  _DEVICEINFO._serialized_start=881
+  _DEVICEINFO._serialized_end=976
+  _MODELINFORESPONSE._serialized_start=979
+  _MODELINFORESPONSE._serialized_end=1331
+  _LISTMODELSREQUEST._serialized_start=1333
+  _LISTMODELSREQUEST._serialized_end=1352
+  _MODELSTATUS._serialized_start=1354
+  _MODELSTATUS._serialized_end=1446
+  _LISTMODELSRESPONSE._serialized_start=1448
+  _LISTMODELSRESPONSE._serialized_end=1506
+  _REQUEST._serialized_start=1509
+  _REQUEST._serialized_end=1886
+  _RESPONSE._serialized_start=1889
+  _RESPONSE._serialized_end=2324
 # @@protoc_insertion_point(module_scope)

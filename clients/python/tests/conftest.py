@@ -42,8 +42,8 @@ def read_safetensors(path):
 
 
 class Reference:
-    """The served MLP in float64 numpy: Y = act(X W^T + b) per layer, tanh
-    GELU where the file's mlpd.activations says so."""
+    """The served MLP in float64 numpy: Y = act(X W^T + b) per layer, ReLU
+    or tanh GELU where the file's mlpd.activations says so."""
 
     def __init__(self, path):
         t, meta = read_safetensors(path)
@@ -59,7 +59,9 @@ class Reference:
         y = np.asarray(x, dtype="f8")
         for (w, b), act in zip(self.layers, self.acts):
             y = y @ w.T + b
-            if act != "none":
+            if act == "relu":
+                y = np.maximum(y, 0)
+            elif act != "none":
                 y = 0.5 * y * (1 + np.tanh(np.sqrt(2 / np.pi) *
                                            (y + 0.044715 * y ** 3)))
         return y
