@@ -4,8 +4,8 @@
 # markers: no tracked text file holds a merge-conflict marker: a line
 #   starting "<<<<<<< " or ">>>>>>> ", or a line "=======" in a file that
 #   also has a "<<<<<<<" line (alone, "=======" is a setext heading).
-# truth: every --flag, metric name and HTTP endpoint that README.md,
-#   CONTRIBUTING.md and docs/*.md name exists:
+# truth: every relative link, --flag, metric name and HTTP endpoint that
+#   README.md, CONTRIBUTING.md, docs/*.md and deploy/README.md name exists:
 #   - a flag is in the --help of mlpd, mlpd serve, mlpd infer, mlpctl or
 #     mlpd-bench (any token --[a-z][a-z0-9-]* there), unless it is one of
 #     the other tools' flags the docs show (cmake, ctest, curl, ...);
@@ -51,20 +51,33 @@ markers() {
   echo "checked $(git -C "$src" ls-files | wc -l) tracked files ($n with a candidate line)"
 }
 
-# Flags of other tools that the docs show in commands.
+# Flags of other tools that the docs show in commands (cmake, ctest, curl,
+# systemd-run, systemctl, lintian, kube-rbac-proxy, models/make_model.py,
+# deploy/install-deps, deploy/test-install-chroot.sh).
 foreign_flags='--build --install --prefix --component --test-dir --output-on-failure
 --repeat --unix-socket --wait --pty --allow-root --fail-on --widths --help
---version --all --test --config --target --parallel --verbose'
+--version --all --test --config --target --parallel --verbose --now
+--ignore-paths'
 
 truth() {
   mlpd=$3
   mlpctl=$4
   bench=$5
   command -v curl >/dev/null 2>&1 || skip "no curl"
-  docs="$src/README.md $src/CONTRIBUTING.md $(ls "$src"/docs/*.md)"
+  docs="$src/README.md $src/CONTRIBUTING.md $(ls "$src"/docs/*.md) $src/deploy/README.md"
   tmp=$(mktemp -d "${TMPDIR:-/tmp}/mlpd-docs.XXXXXX") || exit 1
   pid=""
   trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$tmp"' EXIT
+
+  # ---- links -----------------------------------------------------------------
+  # Every relative link [text](path) points at a file or folder that exists.
+  for d in $docs; do
+    dir=$(dirname "$d")
+    for l in $(grep -o -E '\]\([^)#]*' "$d" | sed 's/^](//' | sort -u); do
+      case $l in http:* | https:* | mailto:* | '') continue ;; esac
+      [ -e "$dir/$l" ] || fail "${d#"$src"/} links to $l, which does not exist"
+    done
+  done
 
   # ---- flags -----------------------------------------------------------------
   {
@@ -122,7 +135,7 @@ truth() {
   # ---- metrics ---------------------------------------------------------------
   metricish='_(total|seconds|bytes|rows|info|fds|regions|connections|requests|ready|generation|rotation|bucket|sum|count)$'
   for d in $docs; do
-    for m in $(grep -o -E '\b(mlpd|process)_[a-z0-9_]*[a-z0-9]\b' "$d" | sort -u); do
+    for m in $(grep -o -E '\b(mlpd|process)_[a-z][a-z0-9_]*[a-z0-9]\b' "$d" | sort -u); do
       grep -qx "$m" "$tmp/metrics" && continue
       if ! printf '%s\n' "$m" | grep -Eq "$metricish"; then
         # Not shaped like a metric: an identifier of the code will do.
