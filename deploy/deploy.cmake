@@ -7,7 +7,8 @@
 #   mlpd                daemon     mlpd, mlpctl, mlpd-bench, CPU engine, the
 #                                  units (service + socket), sysusers,
 #                                  tmpfiles, /etc/default/mlpd, man pages,
-#                                  the digits model, mlpd.proto, docs
+#                                  the digits model, mlpd.proto, docs,
+#                                  NOTICE
 #   mlpd-cuda           cuda       the CUDA engine plugin, ${libdir}/mlpd/
 #                                  mlpd-cuda.so (only with the CUDA toolkit)
 #   libmlpd-client1     libclient  libmlpd-client.so.1 (shlibs, ldconfig
@@ -23,7 +24,8 @@
 # mlpd installs without any CUDA package: it links no CUDA library and only
 # Suggests mlpd-cuda, which alone depends on NVIDIA's CUDA runtime and
 # cuBLASLt packages. Every package carries /usr/share/doc/<package>/
-# copyright and changelog.Debian.gz; binaries are stripped; Depends come
+# copyright (DEP-5: Apache-2.0 for the project, CC-BY-4.0 for the digits
+# data) and changelog.Debian.gz, mlpd the NOTICE too; binaries are stripped; Depends come
 # from dpkg-shlibdeps. tests/test_deploy.sh checks the result and runs
 # lintian on it. Included from the top-level CMakeLists.txt (OPTIONAL),
 # after the targets whose install() rules it packages. Not here: signing, a
@@ -54,11 +56,41 @@ install(FILES ${MLPD_DEPLOY_DIR}/mlpd.sysusers
         DESTINATION ${MLPD_SYSUSERSDIR} RENAME mlpd.conf COMPONENT daemon)
 install(FILES ${MLPD_DEPLOY_DIR}/mlpd.tmpfiles
         DESTINATION ${MLPD_TMPFILESDIR} RENAME mlpd.conf COMPONENT daemon)
-# Absolute, whatever the prefix: the unit reads /etc/default/mlpd.
-set(MLPD_DEFAULTS_DIR "/etc/default" CACHE PATH
-    "Where the EnvironmentFile mlpd.service reads is installed")
-install(FILES ${MLPD_DEPLOY_DIR}/mlpd.default
-        DESTINATION ${MLPD_DEFAULTS_DIR} RENAME mlpd COMPONENT daemon)
+# /etc/default/mlpd, which the unit reads. Where it goes is decided when
+# installing, from the prefix then in force, so that `cmake --install
+# --prefix DIR` stays inside DIR: PREFIX/etc/default, except that a prefix
+# ending in /usr puts it in the etc/ beside that usr/ (/usr -> /etc, as
+# GNUInstallDirs does; cpack's staging .../usr -> .../etc). An existing
+# copy that differs is the operator's: it is kept, and the new one is
+# written beside it as mlpd.new. In the .deb it is a conffile (below), so
+# dpkg asks before replacing an edited one.
+install(CODE "
+  set(_pfx \"\${CMAKE_INSTALL_PREFIX}\")
+  string(REGEX REPLACE \"/+$\" \"\" _pfx \"\${_pfx}\")
+  if(_pfx MATCHES \"^(.*)/usr$\")
+    set(_dir \"\${CMAKE_MATCH_1}/etc/default\")
+  else()
+    set(_dir \"\${_pfx}/etc/default\")
+  endif()
+  set(_dst \"\$ENV{DESTDIR}\${_dir}/mlpd\")
+  set(_src \"${MLPD_DEPLOY_DIR}/mlpd.default\")
+  set(_keep OFF)
+  if(EXISTS \"\${_dst}\")
+    file(READ \"\${_dst}\" _old)
+    file(READ \"\${_src}\" _new)
+    if(NOT _old STREQUAL _new)
+      set(_keep ON)
+    endif()
+  endif()
+  if(_keep)
+    message(STATUS \"Keeping edited: \${_dst} (new one: \${_dst}.new)\")
+    configure_file(\"\${_src}\" \"\${_dst}.new\" COPYONLY)
+  else()
+    # file(INSTALL) puts DESTDIR in front by itself.
+    file(INSTALL DESTINATION \"\${_dir}\" TYPE FILE
+         RENAME mlpd FILES \"\${_src}\")
+  endif()
+" COMPONENT daemon)
 install(FILES ${PROJECT_SOURCE_DIR}/models/digits.safetensors
               ${PROJECT_SOURCE_DIR}/models/digits-heldout.safetensors
         DESTINATION ${CMAKE_INSTALL_DATADIR}/mlpd COMPONENT daemon)
@@ -68,6 +100,18 @@ install(FILES ${PROJECT_SOURCE_DIR}/README.md
 install(FILES ${MLPD_DEPLOY_DIR}/README.md
         DESTINATION ${CMAKE_INSTALL_DOCDIR} RENAME deploy.md
         COMPONENT daemon)
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/docs/
+        DESTINATION ${CMAKE_INSTALL_DOCDIR}/docs COMPONENT daemon
+        FILES_MATCHING PATTERN "*.md")
+# Apache-2.0, section 4(d): the NOTICE goes with the binaries. The licence
+# text itself is in every package's copyright file (Debian points at
+# /usr/share/common-licenses/Apache-2.0 rather than shipping another copy,
+# which lintian flags); a plain `cmake --install` gets LICENSE too, from a
+# component no package holds.
+install(FILES ${PROJECT_SOURCE_DIR}/NOTICE
+        DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT daemon)
+install(FILES ${PROJECT_SOURCE_DIR}/LICENSE
+        DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT license)
 install(DIRECTORY ${MLPD_DEPLOY_DIR}/examples/
         DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples COMPONENT daemon)
 
@@ -161,7 +205,7 @@ daemon serves on the CPU.")
 set(CPACK_DEBIAN_DAEMON_PACKAGE_RECOMMENDS "systemd")
 set(CPACK_DEBIAN_DAEMON_PACKAGE_SUGGESTS "mlpd-cuda")
 # /etc/default/mlpd is the operator's: dpkg keeps their edits on upgrade.
-file(WRITE ${MLPD_DEB_GEN}/conffiles "${MLPD_DEFAULTS_DIR}/mlpd\n")
+file(WRITE ${MLPD_DEB_GEN}/conffiles "/etc/default/mlpd\n")
 set(CPACK_DEBIAN_DAEMON_PACKAGE_CONTROL_EXTRA
     ${MLPD_DEPLOY_DIR}/debian/mlpd/postinst
     ${MLPD_DEPLOY_DIR}/debian/mlpd/prerm

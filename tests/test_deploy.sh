@@ -11,7 +11,10 @@
 # deb: builds the packages with cpack and checks each one's files, control
 # fields and scripts: mlpd installs without any CUDA package, mlpd-cuda
 # holds the plugin and depends on NVIDIA's libraries, the client library
-# has its shlibs and ldconfig trigger, binaries are stripped.
+# has its shlibs and ldconfig trigger, binaries are stripped; every
+# package carries the project's copyright file (Apache-2.0), mlpd the
+# NOTICE; `cmake --install --prefix DIR` writes /etc/default/mlpd under DIR
+# and keeps an edited copy.
 # lintian: builds them and runs lintian over them: no errors.
 #
 #   test_deploy.sh units   SOURCE_DIR MLPD MLPCTL MLPD_BENCH
@@ -209,6 +212,36 @@ units() {
     done
   fi
 
+  # ---- the licence -------------------------------------------------------------
+  # LICENSE is the Apache-2.0 text as Debian ships it; the copyright file
+  # is DEP-5, Apache-2.0 for the project, the digits data's own stanza
+  # kept, and a License paragraph for every licence a Files paragraph names.
+  [ -f "$src/LICENSE" ] || fail "no LICENSE"
+  if [ -f /usr/share/common-licenses/Apache-2.0 ]; then
+    cmp -s "$src/LICENSE" /usr/share/common-licenses/Apache-2.0 ||
+      fail "LICENSE is not /usr/share/common-licenses/Apache-2.0"
+  else
+    grep -q 'Apache License' "$src/LICENSE" || fail "LICENSE is not Apache-2.0"
+  fi
+  [ -f "$src/NOTICE" ] || fail "no NOTICE"
+  cr=$deploy/debian/copyright
+  head -n 1 "$cr" | grep -qx \
+    'Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/' ||
+    fail "copyright: not DEP-5 (Format: line)"
+  awk '/^Files: \*$/ {f = 1; next} f && /^License:/ {print $2; exit}' "$cr" |
+    grep -qx Apache-2.0 || fail "copyright: Files: * is not Apache-2.0"
+  grep -q '^Files: .*models/digits.safetensors' "$cr" ||
+    fail "copyright: the digits data's stanza is missing"
+  grep -q 'Alpaydin' "$cr" || fail "copyright: the digits data's attribution is missing"
+  for l in $(awk '/^Files:/ {f = 1; next} f && /^License:/ {print $2; f = 0}' "$cr" | sort -u); do
+    awk -v l="$l" 'BEGIN {p = 1} /^$/ {p = 1; next}
+      p && $0 == "License: " l {found = 1} {p = 0} END {exit !found}' "$cr" ||
+      fail "copyright: no standalone License: $l paragraph"
+  done
+  if grep -Eqi 'unlicensed|no license|all rights reserved' "$cr"; then
+    fail "copyright still says no licence was chosen"
+  fi
+
   # ---- maintainer scripts ----------------------------------------------------
   for s in "$deploy"/debian/*/postinst "$deploy"/debian/*/prerm \
     "$deploy"/debian/*/postrm; do
@@ -343,6 +376,10 @@ deb() {
     mkdir -p "$tmp/ctrl.$p" "$tmp/root.$p"
     dpkg-deb -e "$d" "$tmp/ctrl.$p"
     dpkg-deb -x "$d" "$tmp/root.$p"
+    # The licence: the project's DEP-5 copyright file, Apache-2.0.
+    cmp -s "$tmp/root.$p/usr/share/doc/$p/copyright" \
+      "$deploy/debian/copyright" ||
+      fail "$p: its copyright file is not deploy/debian/copyright"
     # Stripped: no symbol table in any ELF file.
     find "$tmp/root.$p" -type f >"$tmp/all.$p"
     while read -r f; do
@@ -379,6 +416,13 @@ deb() {
   done
   grep -qx /etc/default/mlpd "$tmp/ctrl.mlpd/conffiles" ||
     fail "/etc/default/mlpd is not a conffile"
+  has_files mlpd /usr/share/doc/mlpd/NOTICE
+  cmp -s "$tmp/root.mlpd/usr/share/doc/mlpd/NOTICE" "$src/NOTICE" ||
+    fail "packaged NOTICE differs from NOTICE"
+  for f in /usr/share/doc/mlpd/docs/architecture.md \
+    /usr/share/doc/mlpd/README.md; do
+    has_files mlpd "$f"
+  done
   for s in postinst prerm postrm; do
     [ -x "$tmp/ctrl.mlpd/$s" ] || fail "mlpd lacks an executable $s"
   done
@@ -419,6 +463,26 @@ deb() {
   dpkg-deb -f "$(deb_of libmlpd-client-dev)" Depends |
     grep -q "libmlpd-client1 (= $version)" ||
     fail "libmlpd-client-dev: Depends lacks libmlpd-client1 (= $version)"
+
+  # ---- cmake --install --prefix DIR stays inside DIR ---------------------------
+  # /etc/default/mlpd goes to DIR/etc/default, and a second install keeps
+  # an operator's edits (writing mlpd.new beside them).
+  pfx=$tmp/prefix
+  if cmake --install "$build" --prefix "$pfx" --component daemon \
+    >"$tmp/install.log" 2>&1; then
+    [ -f "$pfx/etc/default/mlpd" ] ||
+      fail "cmake --install --prefix DIR: no DIR/etc/default/mlpd"
+    echo '# edited by the operator' >>"$pfx/etc/default/mlpd"
+    cmake --install "$build" --prefix "$pfx" --component daemon \
+      >"$tmp/install.log" 2>&1 || fail "second cmake --install failed"
+    grep -q '^# edited by the operator' "$pfx/etc/default/mlpd" ||
+      fail "cmake --install overwrote an edited /etc/default/mlpd"
+    cmp -s "$pfx/etc/default/mlpd.new" "$deploy/mlpd.default" ||
+      fail "cmake --install did not put the new defaults in mlpd.new"
+  else
+    cat "$tmp/install.log" >&2
+    fail "cmake --install --prefix $pfx --component daemon failed"
+  fi
 
   # ---- python3-mlpd -------------------------------------------------------------
   has_files python3-mlpd /usr/lib/python3/dist-packages/mlpd_client/__init__.py \
