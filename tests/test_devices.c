@@ -1,10 +1,12 @@
 /* test_devices.c - one daemon on several devices, with CPU engine
  * instances standing in for GPUs (--device cpu:0,cpu:1): batches spread
- * over both; a device that fails is taken out of rotation while its failed
+ * over both; a reload swaps both engines; several I/O threads serve
+ * pipelined connections correctly. Failures are injected by the fake CUDA
+ * plugin (plugin_fake.c, --device cuda:0,cuda:1), never by the daemon
+ * itself: a device that fails is taken out of rotation while its failed
  * batches run again on the other, so no request fails, and the daemon
- * reports itself degraded instead of dying; a reload swaps both engines;
- * with every device failing the daemon exits 1 to be restarted; and
- * several I/O threads serve pipelined connections correctly. */
+ * reports itself degraded instead of dying; with every device failing the
+ * daemon exits 1 to be restarted. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -193,12 +195,19 @@ static void test_batches_spread_over_devices(void **state) {
   td_cleanup(&d, 0);
 }
 
+/* The fake CUDA plugin (tests/plugin_fake.c) as the daemon's CUDA engine:
+ * two "GPUs" computing on the CPU, which fail as `fail` says
+ * (MLPD_FAKE_CUDA_FAIL, read by the plugin only). */
+#define FAKE_GPU_ENV(fail)                                                     \
+  {"MLPD_PLUGIN_DIR=" MLPD_FAKE_PLUGIN_DIR,                                    \
+   "LD_LIBRARY_PATH=" MLPD_FAKE_DRIVER_DIR, "MLPD_FAKE_CUDA_FAIL=" fail, NULL}
+
 static void test_failing_device_leaves_rotation(void **state) {
   (void)state;
-  const char *args[] = {"--device", "cpu:0,cpu:1", "--max-batch", "16",
-                        "--cpu-threads", "1", "--max-queue", "20000", NULL};
-  /* cpu:1 fails every batch after its 3rd (the warm-up is its first). */
-  const char *env[] = {"MLPD_TEST_ENGINE_FAIL=cpu:1=3", NULL};
+  const char *args[] = {"--device", "cuda:0,cuda:1", "--max-batch", "16",
+                        "--max-queue", "20000", NULL};
+  /* cuda:1 fails every batch after its 3rd (the warm-up is its first). */
+  const char *env[] = FAKE_GPU_ENV("cuda:1=3");
   td_daemon_t d;
   td_spawn_ex(&d, DIGITS, args, env, -1, -1);
   td_wait_ready(&d, TIMEOUT);
@@ -208,15 +217,15 @@ static void test_failing_device_leaves_rotation(void **state) {
   assert_int_equal(bad, 0);
   assert_int_equal(ok, 8 * 60);
   char *t = metrics(d.sock);
-  print_message("cpu:1 failures %.0f, retried %.0f\n",
-                metric(t, "mlpd_device_failures_total{device=\"cpu:1\"} "),
+  print_message("cuda:1 failures %.0f, retried %.0f\n",
+                metric(t, "mlpd_device_failures_total{device=\"cuda:1\"} "),
                 metric(t, "mlpd_batches_retried_total "));
-  assert_true(metric(t, "mlpd_device_in_rotation{device=\"cpu:1\"} ") == 0);
-  assert_true(metric(t, "mlpd_device_in_rotation{device=\"cpu:0\"} ") == 1);
+  assert_true(metric(t, "mlpd_device_in_rotation{device=\"cuda:1\"} ") == 0);
+  assert_true(metric(t, "mlpd_device_in_rotation{device=\"cuda:0\"} ") == 1);
   assert_true(metric(t, "mlpd_batches_retried_total ") >= 1);
   assert_true(metric(t, "mlpd_ready ") == 1);
   free(t);
-  assert_true(td_log_contains(&d, "cpu:1 failed 3 batches in a row"));
+  assert_true(td_log_contains(&d, "cuda:1 failed 3 batches in a row"));
   /* Health says degraded, still ready. */
   int fd = td_connect(d.sock);
   size_t len;
@@ -235,9 +244,9 @@ static void test_failing_device_leaves_rotation(void **state) {
 
 static void test_no_device_left_exits_1(void **state) {
   (void)state;
-  const char *args[] = {"--device", "cpu:0,cpu:1", "--max-batch", "4",
+  const char *args[] = {"--device", "cuda:0,cuda:1", "--max-batch", "4",
                         NULL};
-  const char *env[] = {"MLPD_TEST_ENGINE_FAIL=2", NULL};
+  const char *env[] = FAKE_GPU_ENV("2");
   td_daemon_t d;
   td_spawn_ex(&d, DIGITS, args, env, -1, -1);
   td_wait_ready(&d, TIMEOUT);
