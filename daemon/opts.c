@@ -28,7 +28,7 @@ static void fmt_range(char *buf, size_t cap, double min, double max) {
     return;
   }
   fmt_bound(b, sizeof(b), max);
-  snprintf(buf, cap, "%s..%s", a, b);
+  snprintf(buf, cap, "in %s..%s", a, b);
 }
 
 /* Digits only: no sign, no leading blanks, no base prefixes (strtoull
@@ -54,7 +54,7 @@ int mlpd_opts_parse_u64(const char *s, double min, double max,
       (double)v > max) {
     char r[80];
     fmt_range(r, sizeof(r), min, max);
-    return mlpd_errf(err, MLPD_EINVAL, "not a whole number in %s", r);
+    return mlpd_errf(err, MLPD_EINVAL, "not a whole number %s", r);
   }
   *out = v;
   return 0;
@@ -81,7 +81,7 @@ int mlpd_opts_parse_size(const char *s, double min, double max,
     char r[80];
     fmt_range(r, sizeof(r), min, max);
     return mlpd_errf(err, MLPD_EINVAL,
-                     "not a size in %s bytes (suffixes K, M, G, T allowed)",
+                     "not a size %s bytes (suffixes K, M, G, T allowed)",
                      r);
   }
   *out = v;
@@ -97,7 +97,7 @@ int mlpd_opts_parse_number(const char *s, double min, double max,
       !isfinite(v) || v < min || v > max) {
     char r[80];
     fmt_range(r, sizeof(r), min, max);
-    return mlpd_errf(err, MLPD_EINVAL, "not a number in %s", r);
+    return mlpd_errf(err, MLPD_EINVAL, "not a number %s", r);
   }
   *out = v;
   return 0;
@@ -133,7 +133,7 @@ static int apply(const mlpd_opt_t *o, const char *value, mlpd_err_t *err) {
     if (mlpd_opts_parse_number(value, o->min, o->max, &d, NULL) != 0) {
       char r[80];
       fmt_range(r, sizeof(r), o->min, o->max);
-      return mlpd_errf(err, MLPD_EINVAL, "not a number of seconds in %s", r);
+      return mlpd_errf(err, MLPD_EINVAL, "not a number of seconds %s", r);
     }
     if (o->kind == MLPD_OPT_SECONDS)
       *(double *)o->dest = d;
@@ -182,7 +182,9 @@ static int usage_error(const mlpd_opts_t *spec, const char *fmt, ...) {
   return MLPD_EINVAL;
 }
 
-static void print_opt(FILE *f, int col, char sh, const char *name,
+/* One option's lines. With short letters in the table, long-only options
+ * are indented to line up with the long names after "-x, ". */
+static void print_opt(FILE *f, int col, int shorts, char sh, const char *name,
                       const char *meta, const char *help) {
   char left[128];
   int n;
@@ -190,8 +192,8 @@ static void print_opt(FILE *f, int col, char sh, const char *name,
     n = snprintf(left, sizeof(left), "  -%c, --%s%s%s", sh, name,
                  meta ? " " : "", meta ? meta : "");
   else
-    n = snprintf(left, sizeof(left), "  --%s%s%s", name, meta ? " " : "",
-                 meta ? meta : "");
+    n = snprintf(left, sizeof(left), "  %s--%s%s%s", shorts ? "    " : "",
+                 name, meta ? " " : "", meta ? meta : "");
   fputs(left, f);
   fprintf(f, "%*s", n < col ? col - n : 1, "");
   for (const char *h = help != NULL ? help : "";;) {
@@ -207,12 +209,16 @@ static void print_opt(FILE *f, int col, char sh, const char *name,
 
 void mlpd_opts_usage(const mlpd_opts_t *spec, FILE *f) {
   int col = spec->help_column > 0 ? spec->help_column : DEFAULT_COLUMN;
+  int shorts = 0;
+  for (const mlpd_opt_t *o = spec->opts; o->kind != MLPD_OPT_END; o++)
+    shorts |= o->short_name != 0;
   fputs(spec->usage, f);
   for (const mlpd_opt_t *o = spec->opts; o->kind != MLPD_OPT_END; o++)
-    print_opt(f, col, o->short_name, o->name, o->meta, o->help);
+    print_opt(f, col, shorts, o->short_name, o->name, o->meta, o->help);
   if (spec->version != NULL)
-    print_opt(f, col, 0, "version", NULL, "print the version and exit");
-  print_opt(f, col, 0, "help", NULL, "print this help and exit");
+    print_opt(f, col, shorts, 0, "version", NULL,
+              "print the version and exit");
+  print_opt(f, col, shorts, 0, "help", NULL, "print this help and exit");
   if (spec->footer != NULL)
     fputs(spec->footer, f);
 }
