@@ -1,7 +1,8 @@
 /* test_devices.c - one daemon on several devices, with CPU engine
  * instances standing in for GPUs (--device cpu:0,cpu:1): batches spread
  * over both; a reload swaps both engines; several I/O threads serve
- * pipelined connections correctly. Failures are injected by the fake CUDA
+ * pipelined connections correctly; --dtype on CPU devices is reported, not
+ * silently ignored. Failures are injected by the fake CUDA
  * plugin (plugin_fake.c, --device cuda:0,cuda:1), never by the daemon
  * itself: a device that fails is taken out of rotation while its failed
  * batches run again on the other, so no request fails, and the daemon
@@ -261,6 +262,33 @@ static void test_no_device_left_exits_1(void **state) {
   td_cleanup(&d, 0);
 }
 
+/* --dtype is a GPU setting: CPU devices compute in f32 anyway, say so at
+ * startup (once per device) and report F32 in ModelInfo. */
+static void test_dtype_on_cpu_devices(void **state) {
+  (void)state;
+  const char *args[] = {"--device", "cpu:0,cpu:1", "--dtype", "fp8", NULL};
+  td_daemon_t d;
+  td_spawn(&d, DIGITS, 0, 0, args);
+  td_wait_ready(&d, TIMEOUT);
+  assert_true(td_log_contains(&d, "cpu:0: the CPU engine computes in F32 "
+                                  "from F32 weights; dtype FP8 applies to "
+                                  "GPUs only"));
+  assert_true(td_log_contains(&d, "cpu:1: the CPU engine computes in F32"));
+  int fd = td_connect(d.sock);
+  size_t len;
+  uint8_t *f = td_simple_frame(1, 3, &len);
+  td_write_all(fd, f, len);
+  free(f);
+  td_response_t r;
+  assert_int_equal(td_recv(fd, &r, TIMEOUT), 1);
+  assert_int_equal(r.status, 0);
+  assert_int_equal(r.compute_dtype, mlpd_v1_DType_DTYPE_F32);
+  td_response_free(&r);
+  close(fd);
+  assert_int_equal(td_stop(&d, SIGTERM, TIMEOUT), 0);
+  td_cleanup(&d, 0);
+}
+
 static void test_io_threads(void **state) {
   (void)state;
   const char *args[] = {"--io-threads", "3", "--max-batch", "32", "--max-queue", "20000", NULL};
@@ -287,6 +315,7 @@ int main(void) {
       cmocka_unit_test(test_batches_spread_over_devices),
       cmocka_unit_test(test_failing_device_leaves_rotation),
       cmocka_unit_test(test_no_device_left_exits_1),
+      cmocka_unit_test(test_dtype_on_cpu_devices),
       cmocka_unit_test(test_io_threads),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
