@@ -29,8 +29,9 @@ typedef enum {
   MLPD_OPT_END = 0, /* terminates the table */
   MLPD_OPT_FLAG,    /* no value; sets int *dest to 1 */
   MLPD_OPT_STRING,  /* const char **dest: the argument itself (not copied) */
-  MLPD_OPT_INT,     /* int *dest, a whole number in [min, max] */
-  MLPD_OPT_U64,     /* uint64_t *dest, a whole number in [min, max] */
+  MLPD_OPT_INT,     /* int *dest, a whole number in [min, max] (decimal
+                       digits only: no sign, no 0x, min >= 0) */
+  MLPD_OPT_U64,     /* uint64_t *dest, likewise */
   MLPD_OPT_SIZE,    /* size_t *dest, bytes in [min, max]; K, M, G, T
                        suffixes (powers of 1024, "KiB" and "K" alike) */
   MLPD_OPT_NUMBER,  /* double *dest, a finite number in [min, max] */

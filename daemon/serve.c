@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- value handlers (opts.h's mlpd_opt_fn) --------------------------------- */
+/* ---- value handlers (opts.h's mlpd_opt_fn) ------------------------------ */
 
 static int device_fn(void *dest, const char *v, mlpd_err_t *err) {
   mlpd_device_t dev[MLPD_MAX_DEVICES];
@@ -84,7 +84,7 @@ static int log_level_fn(void *dest, const char *v, mlpd_err_t *err) {
   return 0;
 }
 
-/* ---- the command line -------------------------------------------------------- */
+/* ---- the command line --------------------------------------------------- */
 
 static const char usage_head[] =
     "usage: mlpd serve --model FILE [options]\n"
