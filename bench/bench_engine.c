@@ -30,11 +30,11 @@
 #include "engine_cuda.h"
 #include "log.h"
 #include "model.h"
+#include "opts.h"
 #include "rowsfile.h"
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
-#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -236,51 +236,49 @@ out:
 int main(int argc, char **argv) {
   const char *model_path = NULL, *label = "model", *cache = NULL;
   const char *digits_model = NULL, *heldout = NULL;
-  char batches_s[256] = "1,16,128,1024,8192", pipe_s[128] = "128,256,1024";
+  const char *batches_arg = "1,16,128,1024,8192", *pipe_arg = "128,256,1024";
+  char batches_s[256], pipe_s[128]; /* strtok's copies */
   int reps = 200, fp8 = 0, cmp = 0;
-  enum { O_FP8 = 256, O_CMP, O_DIGITS, O_HELDOUT, O_PIPE };
-  static const struct option longopts[] = {
-      {"model", required_argument, 0, 'm'},
-      {"label", required_argument, 0, 'l'},
-      {"batches", required_argument, 0, 'b'},
-      {"pipeline-batches", required_argument, 0, O_PIPE},
-      {"reps", required_argument, 0, 'r'},
-      {"plan-cache", required_argument, 0, 'c'},
-      {"fp8", no_argument, 0, O_FP8},
-      {"compare-bf16", no_argument, 0, O_CMP},
-      {"digits", required_argument, 0, O_DIGITS},
-      {"heldout", required_argument, 0, O_HELDOUT},
-      {0, 0, 0, 0}};
-  int c;
-  while ((c = getopt_long(argc, argv, "m:l:b:r:c:", longopts, NULL)) != -1) {
-    switch (c) {
-    case 'm': model_path = optarg; break;
-    case 'l': label = optarg; break;
-    case 'b': snprintf(batches_s, sizeof(batches_s), "%s", optarg); break;
-    case O_PIPE: snprintf(pipe_s, sizeof(pipe_s), "%s", optarg); break;
-    case 'r': reps = atoi(optarg); break;
-    case 'c': cache = optarg; break;
-    case O_FP8: fp8 = 1; break;
-    case O_CMP: cmp = 1; break;
-    case O_DIGITS: digits_model = optarg; break;
-    case O_HELDOUT: heldout = optarg; break;
-    default:
-      fprintf(stderr, "usage: bench_engine --model F [--label L] [--batches "
-                      "1,16,...] [--pipeline-batches 128,...] [--reps N] "
-                      "[--plan-cache F] [--fp8 [--compare-bf16]]\n"
-                      "       bench_engine --digits MODEL --heldout FILE\n");
-      return 2;
-    }
-  }
+  const mlpd_opt_t table[] = {
+      {"model", 'm', MLPD_OPT_STRING, &model_path, .meta = "F",
+       .help = "the model to time"},
+      {"label", 'l', MLPD_OPT_STRING, &label, .meta = "L",
+       .help = "its name in the results (default model)"},
+      {"batches", 'b', MLPD_OPT_STRING, &batches_arg, .meta = "1,16,...",
+       .help = "batch sizes (default 1,16,128,1024,8192)"},
+      {"pipeline-batches", 0, MLPD_OPT_STRING, &pipe_arg, .meta = "128,...",
+       .help = "batch sizes of the pipelined runs (default 128,256,1024)"},
+      {"reps", 'r', MLPD_OPT_INT, &reps, 5, 1 << 24, .meta = "N",
+       .help = "repetitions per measurement (default 200)"},
+      {"plan-cache", 'c', MLPD_OPT_STRING, &cache, .meta = "F",
+       .help = "autotuning cache, for the warm start"},
+      {"fp8", 0, MLPD_OPT_FLAG, &fp8, .help = "FP8 weights"},
+      {"compare-bf16", 0, MLPD_OPT_FLAG, &cmp,
+       .help = "with --fp8: compare outputs with a bf16 engine's"},
+      {"digits", 0, MLPD_OPT_STRING, &digits_model, .meta = "MODEL",
+       .help = "with --heldout: held-out accuracy, CPU, bf16 and FP8"},
+      {"heldout", 0, MLPD_OPT_STRING, &heldout, .meta = "FILE",
+       .help = "held-out rows for --digits"},
+      {0}};
+  const mlpd_opts_t spec = {
+      .prog = "bench_engine",
+      .usage = "usage: bench_engine --model F [options]\n"
+               "       bench_engine --digits MODEL --heldout FILE\n",
+      .help_column = 34,
+      .opts = table};
+  int prc = mlpd_opts_parse(&spec, argc, argv, NULL);
+  if (prc != 0)
+    return mlpd_opts_exit_status(prc);
+  snprintf(batches_s, sizeof(batches_s), "%s", batches_arg);
+  snprintf(pipe_s, sizeof(pipe_s), "%s", pipe_arg);
   /* The autotuner's reasoning (candidates, fused vs per layer) on stderr. */
   if (getenv("MLPD_BENCH_DEBUG") != NULL)
     mlpd_log_set_level(MLPD_LOG_DEBUG);
   if (digits_model != NULL && heldout != NULL)
     return digits(digits_model, heldout);
-  if (model_path == NULL || reps < 5) {
-    fprintf(stderr, "bench_engine: --model is required, --reps >= 5\n");
-    return 2;
-  }
+  if (model_path == NULL)
+    return mlpd_opts_error(&spec, "--model (or --digits and --heldout) is "
+                                  "required");
   int batches[32], nb = 0, pipes[8], np = 0, max_batch = 1;
   for (char *t = strtok(batches_s, ","); t && nb < 32; t = strtok(NULL, ",")) {
     batches[nb] = atoi(t);

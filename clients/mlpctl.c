@@ -10,10 +10,9 @@
 #include "latency.h"
 #include "mlpd.h"
 #include "mlpd_client.h"
+#include "opts.h"
 #include "rowsfile.h"
 
-#include <errno.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +23,8 @@
  * daemon does not dominate the latency being reported. */
 #define DEFAULT_CONCURRENCY 16
 #define DEFAULT_IO_TIMEOUT_MS 60000
+#define XSTR(x) #x
+#define STR(x) XSTR(x)
 
 typedef struct {
   const char *socket;
@@ -32,60 +33,10 @@ typedef struct {
   int concurrency;
   int in_dtype;  /* mlpd_dtype_t */
   int out_dtype; /* mlpd_dtype_t or MLPD_CLIENT_DTYPE_SAME */
-  unsigned timeout_ms;
+  uint64_t timeout_ms; /* fits a uint32_t (the option's range) */
   int io_timeout_ms;
   int print;
 } opts_t;
-
-static void usage(FILE *f) {
-  fprintf(
-      f,
-      "usage: mlpctl [--socket PATH] COMMAND [options]\n"
-      "commands:\n"
-      "  health            print live/ready/state; exit 0 if the daemon is "
-      "live\n"
-      "  ready             exit 0 if the daemon is ready, 1 if not (probes)\n"
-      "  metrics           print the Prometheus metrics text\n"
-      "  info [--json]     describe the loaded model and its devices\n"
-      "  infer FILE        classify rows from FILE (.safetensors with "
-      "'inputs'\n"
-      "                    [rows, cols] and optional 'labels', or text: one "
-      "row\n"
-      "                    per line); prints accuracy when there are "
-      "labels,\n"
-      "                    throughput and latency percentiles\n"
-      "options:\n"
-      "  --socket PATH       daemon socket (default $MLPD_SOCKET, else "
-      MLPD_CLIENT_DEFAULT_SOCKET ")\n"
-      "  --batch N           infer: rows per request (default 1)\n"
-      "  --concurrency N     infer: requests in flight, pipelined on one\n"
-      "                      connection (default %d)\n"
-      "  --input-dtype T     infer: f32 (default), f16 or bf16 on the wire\n"
-      "  --output-dtype T    infer: f32, f16 or bf16 (default: as input)\n"
-      "  --timeout-ms N      infer: server-side deadline per request "
-      "(default none)\n"
-      "  --io-timeout-ms N   give up waiting on the socket after N ms "
-      "(default %d,\n"
-      "                      0 = forever)\n"
-      "  --print             infer: print every row's outputs\n"
-      "  --json              info: print JSON\n"
-      "  --version           print mlpctl's version and exit\n"
-      "exit status: 0 success, 1 failure (for ready: not ready), 2 usage\n",
-      DEFAULT_CONCURRENCY, DEFAULT_IO_TIMEOUT_MS);
-}
-
-static int parse_int(const char *s, const char *what, int min, int *out) {
-  char *end;
-  errno = 0;
-  long v = strtol(s, &end, 10);
-  if (errno != 0 || end == s || *end != '\0' || v < min || v > 1 << 30) {
-    fprintf(stderr, "mlpctl: %s must be an integer >= %d, not '%s'\n", what,
-            min, s);
-    return -1;
-  }
-  *out = (int)v;
-  return 0;
-}
 
 static int connect_or_report(const opts_t *o, mlpd_client_t **c) {
   mlpd_err_t err = {0};
@@ -401,16 +352,20 @@ done:
   return status;
 }
 
-static int parse_dtype(const char *s, const char *what, int *out) {
-  mlpd_dtype_t t;
-  if (mlpd_dtype_parse(s, &t) != 0) {
-    fprintf(stderr, "mlpctl: %s must be f32, f16 or bf16, not '%s'\n", what,
-            s);
-    return -1;
-  }
-  *out = (int)t;
-  return 0;
-}
+static const char usage_head[] =
+    "usage: mlpctl [--socket PATH] COMMAND [options]\n"
+    "commands:\n"
+    "  health            print live/ready/state; exit 0 if the daemon is "
+    "live\n"
+    "  ready             exit 0 if the daemon is ready, 1 if not (probes)\n"
+    "  metrics           print the Prometheus metrics text\n"
+    "  info [--json]     describe the loaded model and its devices\n"
+    "  infer FILE        classify rows from FILE (.safetensors with 'inputs'\n"
+    "                    [rows, cols] and optional 'labels', or text: one "
+    "row\n"
+    "                    per line); prints accuracy when there are labels,\n"
+    "                    throughput and latency percentiles\n"
+    "options:\n";
 
 int main(int argc, char **argv) {
   opts_t o = {
@@ -423,81 +378,64 @@ int main(int argc, char **argv) {
   };
   if (o.socket == NULL || o.socket[0] == '\0')
     o.socket = MLPD_CLIENT_DEFAULT_SOCKET;
-  static const struct option longopts[] = {
-      {"socket", required_argument, 0, 's'},
-      {"json", no_argument, 0, 'j'},
-      {"batch", required_argument, 0, 'b'},
-      {"concurrency", required_argument, 0, 'c'},
-      {"input-dtype", required_argument, 0, 'I'},
-      {"output-dtype", required_argument, 0, 'O'},
-      {"timeout-ms", required_argument, 0, 't'},
-      {"io-timeout-ms", required_argument, 0, 'T'},
-      {"print", no_argument, 0, 'p'},
-      {"help", no_argument, 0, 'h'},
-      {"version", no_argument, 0, 'V'},
-      {0, 0, 0, 0}};
-  int ch, v;
-  while ((ch = getopt_long(argc, argv, "s:jb:c:t:ph", longopts, NULL)) != -1) {
-    switch (ch) {
-    case 's': o.socket = optarg; break;
-    case 'j': o.json = 1; break;
-    case 'p': o.print = 1; break;
-    case 'b':
-      if (parse_int(optarg, "--batch", 1, &o.batch) != 0)
-        return 2;
-      break;
-    case 'c':
-      if (parse_int(optarg, "--concurrency", 1, &o.concurrency) != 0)
-        return 2;
-      break;
-    case 't':
-      if (parse_int(optarg, "--timeout-ms", 0, &v) != 0)
-        return 2;
-      o.timeout_ms = (unsigned)v;
-      break;
-    case 'T':
-      if (parse_int(optarg, "--io-timeout-ms", 0, &o.io_timeout_ms) != 0)
-        return 2;
-      break;
-    case 'I':
-      if (parse_dtype(optarg, "--input-dtype", &o.in_dtype) != 0)
-        return 2;
-      break;
-    case 'O':
-      if (parse_dtype(optarg, "--output-dtype", &o.out_dtype) != 0)
-        return 2;
-      break;
-    case 'h': usage(stdout); return 0;
-    case 'V': printf("mlpctl %s\n", MLPD_VERSION); return 0;
-    default: usage(stderr); return 2;
-    }
-  }
-  if (optind >= argc) {
-    usage(stderr);
-    return 2;
-  }
-  const char *cmd = argv[optind];
-  int nargs = argc - optind - 1;
+  const mlpd_opt_t table[] = {
+      {"socket", 's', MLPD_OPT_STRING, &o.socket, .meta = "PATH",
+       .help = "daemon socket (default $MLPD_SOCKET, else "
+               MLPD_CLIENT_DEFAULT_SOCKET ")"},
+      {"batch", 'b', MLPD_OPT_INT, &o.batch, 1, 1 << 30, .meta = "N",
+       .help = "infer: rows per request (default 1)"},
+      {"concurrency", 'c', MLPD_OPT_INT, &o.concurrency, 1, 1 << 30,
+       .meta = "N",
+       .help = "infer: requests in flight, pipelined on one\nconnection "
+               "(default " STR(DEFAULT_CONCURRENCY) ")"},
+      {"input-dtype", 0, MLPD_OPT_DTYPE, &o.in_dtype, .meta = "T",
+       .help = "infer: f32 (default), f16 or bf16 on the wire"},
+      {"output-dtype", 0, MLPD_OPT_DTYPE, &o.out_dtype, .meta = "T",
+       .help = "infer: f32, f16 or bf16 (default: as input)"},
+      {"timeout-ms", 't', MLPD_OPT_U64, &o.timeout_ms, 0, UINT32_MAX,
+       .meta = "N",
+       .help = "infer: server-side deadline per request (default none)"},
+      {"io-timeout-ms", 0, MLPD_OPT_INT, &o.io_timeout_ms, 0, 1 << 30,
+       .meta = "N",
+       .help = "give up waiting on the socket after N ms (default "
+               STR(DEFAULT_IO_TIMEOUT_MS) ",\n0 = forever)"},
+      {"print", 'p', MLPD_OPT_FLAG, &o.print,
+       .help = "infer: print every row's outputs"},
+      {"json", 'j', MLPD_OPT_FLAG, &o.json, .help = "info: print JSON"},
+      {0}};
+  const mlpd_opts_t spec = {
+      .prog = "mlpctl",
+      .usage = usage_head,
+      .footer = "exit status: 0 success, 1 failure (for ready: not ready), "
+                "2 usage\n",
+      .version = "mlpctl " MLPD_VERSION,
+      .help_column = 26,
+      .opts = table};
+  int nargs, rc = mlpd_opts_parse(&spec, argc, argv, &nargs);
+  if (rc != 0)
+    return mlpd_opts_exit_status(rc);
+  if (nargs < 1)
+    return mlpd_opts_error(&spec, "no command (health, ready, metrics, "
+                                  "info or infer)");
+  /* The options may come before or after the command: `mlpctl info
+   * --json`, `mlpctl infer --batch 64 FILE`. */
+  const char *cmd = argv[1];
+  nargs--;
   if (strcmp(cmd, "infer") == 0) {
-    if (nargs != 1) {
-      fprintf(stderr, "mlpctl: infer takes one FILE of rows\n");
-      return 2;
-    }
-    return cmd_infer(&o, argv[optind + 1]);
+    if (nargs != 1)
+      return mlpd_opts_error(&spec, "infer takes one FILE of rows");
+    return cmd_infer(&o, argv[2]);
   }
-  if (nargs != 0) {
-    fprintf(stderr, "mlpctl: %s takes no arguments\n", cmd);
-    return 2;
-  }
+  if (strcmp(cmd, "health") != 0 && strcmp(cmd, "ready") != 0 &&
+      strcmp(cmd, "metrics") != 0 && strcmp(cmd, "info") != 0)
+    return mlpd_opts_error(&spec, "unknown command '%.64s'", cmd);
+  if (nargs != 0)
+    return mlpd_opts_error(&spec, "%s takes no arguments", cmd);
   if (strcmp(cmd, "health") == 0)
     return cmd_health(&o, 0);
   if (strcmp(cmd, "ready") == 0)
     return cmd_health(&o, 1);
   if (strcmp(cmd, "metrics") == 0)
     return cmd_metrics(&o);
-  if (strcmp(cmd, "info") == 0)
-    return cmd_info(&o);
-  fprintf(stderr, "mlpctl: unknown command '%s'\n", cmd);
-  usage(stderr);
-  return 2;
+  return cmd_info(&o);
 }

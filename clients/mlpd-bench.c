@@ -27,9 +27,9 @@
 #include "latency.h"
 #include "mlpd.h"
 #include "mlpd_client.h"
+#include "opts.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -46,12 +46,12 @@ typedef struct {
   int depth;
   int rows;
   double duration_s;
-  long long requests; /* > 0: stop after this many measured requests */
+  uint64_t requests;  /* > 0: stop after this many measured requests */
   double warmup_s;
   double rate;        /* total requests/s, 0 = closed loop */
   int in_dtype;
   int out_dtype;
-  unsigned timeout_ms;
+  uint64_t timeout_ms; /* fits a uint32_t (the option's range) */
   int json;
   int shm;            /* inputs and outputs in a shared-memory region */
   uint64_t seed;
@@ -77,39 +77,6 @@ typedef struct {
   mlpd_err_t err;
   pthread_t th;
 } worker_t;
-
-static void usage(FILE *f) {
-  fprintf(f,
-          "usage: mlpd-bench [options]\n"
-          "  --socket PATH       daemon socket (default $MLPD_SOCKET, else "
-          MLPD_CLIENT_DEFAULT_SOCKET ")\n"
-          "  --connections N     connections, one thread each (default 1)\n"
-          "  --depth D           requests in flight per connection "
-          "(default 1)\n"
-          "  --rows R            rows per request (default 1)\n"
-          "  --duration S        measure for S seconds (default 10)\n"
-          "  --requests N        measure N requests instead of a duration\n"
-          "  --warmup S          unmeasured warm-up first (default 1)\n"
-          "  --rate R            open loop: R requests/s in total on a fixed\n"
-          "                      schedule (default: closed loop)\n"
-          "  --dtype T           dtype of the rows sent: f32 (default), f16, "
-          "bf16\n"
-          "                      (--input-dtype is the same)\n"
-          "  --output-dtype T    f32, f16, bf16 (default: as input)\n"
-          "  --shm               shared memory: each connection registers "
-          "one region\n"
-          "                      with depth x rows of input and output and "
-          "every\n"
-          "                      request names windows of it (default: "
-          "inline bytes)\n"
-          "  --timeout-ms N      server-side deadline per request\n"
-          "  --seed N            random inputs' seed (default 1)\n"
-          "  --json              machine-readable report\n"
-          "  --version           print mlpd-bench's version and exit\n"
-          "exit status: 0 when every connection ran to the end (requests the\n"
-          "daemon refused are counted by status, not fatal), 1 on a "
-          "transport\nerror, 2 on a usage error\n");
-}
 
 /* xorshift64* and Box-Muller: deterministic per connection. */
 static uint64_t rng_next(uint64_t *s) {
@@ -317,30 +284,11 @@ static const char *json_str(char *out, size_t cap, const char *s) {
   return out;
 }
 
-static int parse_num(const char *s, const char *what, double min,
-                     double *out) {
-  char *end;
-  errno = 0;
-  double v = strtod(s, &end);
-  if (errno != 0 || end == s || *end != '\0' || !(v >= min)) {
-    fprintf(stderr, "mlpd-bench: %s must be a number >= %g, not '%s'\n",
-            what, min, s);
-    return -1;
-  }
-  *out = v;
-  return 0;
-}
-
-static int parse_dtype(const char *s, const char *what, int *out) {
-  mlpd_dtype_t t;
-  if (mlpd_dtype_parse(s, &t) != 0) {
-    fprintf(stderr, "mlpd-bench: %s must be f32, f16 or bf16, not '%s'\n",
-            what, s);
-    return -1;
-  }
-  *out = (int)t;
-  return 0;
-}
+static const char usage_head[] = "usage: mlpd-bench [options]\n";
+static const char usage_foot[] =
+    "exit status: 0 when every connection ran to the end (requests the\n"
+    "daemon refused are counted by status, not fatal), 1 on a transport\n"
+    "error, 2 on a usage error\n";
 
 int main(int argc, char **argv) {
   cfg_t cfg = {
@@ -356,98 +304,59 @@ int main(int argc, char **argv) {
   };
   if (cfg.socket == NULL || cfg.socket[0] == '\0')
     cfg.socket = MLPD_CLIENT_DEFAULT_SOCKET;
-  static const struct option longopts[] = {
-      {"socket", required_argument, 0, 's'},
-      {"connections", required_argument, 0, 'c'},
-      {"depth", required_argument, 0, 'd'},
-      {"rows", required_argument, 0, 'r'},
-      {"duration", required_argument, 0, 'D'},
-      {"requests", required_argument, 0, 'n'},
-      {"warmup", required_argument, 0, 'w'},
-      {"rate", required_argument, 0, 'R'},
-      {"input-dtype", required_argument, 0, 'I'},
-      {"dtype", required_argument, 0, 'I'},
-      {"shm", no_argument, 0, 'M'},
-      {"output-dtype", required_argument, 0, 'O'},
-      {"timeout-ms", required_argument, 0, 't'},
-      {"seed", required_argument, 0, 'S'},
-      {"json", no_argument, 0, 'j'},
-      {"help", no_argument, 0, 'h'},
-      {"version", no_argument, 0, 'V'},
-      {0, 0, 0, 0}};
-  int ch;
-  double v;
-  while ((ch = getopt_long(argc, argv, "s:c:d:r:D:n:w:R:t:S:jh", longopts,
-                           NULL)) != -1) {
-    switch (ch) {
-    case 's': cfg.socket = optarg; break;
-    case 'j': cfg.json = 1; break;
-    case 'M': cfg.shm = 1; break;
-    case 'c':
-      if (parse_num(optarg, "--connections", 1, &v) != 0 || v > 4096)
-        return 2;
-      cfg.connections = (int)v;
-      break;
-    case 'd':
-      if (parse_num(optarg, "--depth", 1, &v) != 0 || v > (1 << SLOT_BITS))
-        return 2;
-      cfg.depth = (int)v;
-      break;
-    case 'r':
-      if (parse_num(optarg, "--rows", 1, &v) != 0 || v > (1 << 24))
-        return 2;
-      cfg.rows = (int)v;
-      break;
-    case 'D':
-      if (parse_num(optarg, "--duration", 0.001, &cfg.duration_s) != 0)
-        return 2;
-      break;
-    case 'n':
-      if (parse_num(optarg, "--requests", 1, &v) != 0)
-        return 2;
-      cfg.requests = (long long)v;
-      break;
-    case 'w':
-      if (parse_num(optarg, "--warmup", 0, &cfg.warmup_s) != 0)
-        return 2;
-      break;
-    case 'R':
-      if (parse_num(optarg, "--rate", 0.001, &cfg.rate) != 0)
-        return 2;
-      break;
-    case 't':
-      if (parse_num(optarg, "--timeout-ms", 0, &v) != 0)
-        return 2;
-      cfg.timeout_ms = (unsigned)v;
-      break;
-    case 'S':
-      if (parse_num(optarg, "--seed", 0, &v) != 0)
-        return 2;
-      cfg.seed = (uint64_t)v;
-      break;
-    case 'I':
-      if (parse_dtype(optarg, "--dtype", &cfg.in_dtype) != 0)
-        return 2;
-      break;
-    case 'O':
-      if (parse_dtype(optarg, "--output-dtype", &cfg.out_dtype) != 0)
-        return 2;
-      break;
-    case 'h': usage(stdout); return 0;
-    case 'V': printf("mlpd-bench %s\n", MLPD_VERSION); return 0;
-    default: usage(stderr); return 2;
-    }
-  }
-  if (optind != argc) {
-    usage(stderr);
-    return 2;
-  }
+  const double inf = HUGE_VAL;
+  const mlpd_opt_t table[] = {
+      {"socket", 's', MLPD_OPT_STRING, &cfg.socket, .meta = "PATH",
+       .help = "daemon socket (default $MLPD_SOCKET, else "
+               MLPD_CLIENT_DEFAULT_SOCKET ")"},
+      {"connections", 'c', MLPD_OPT_INT, &cfg.connections, 1, 4096,
+       .meta = "N", .help = "connections, one thread each (default 1)"},
+      {"depth", 'd', MLPD_OPT_INT, &cfg.depth, 1, 1 << SLOT_BITS,
+       .meta = "D", .help = "requests in flight per connection (default 1)"},
+      {"rows", 'r', MLPD_OPT_INT, &cfg.rows, 1, 1 << 24, .meta = "R",
+       .help = "rows per request (default 1)"},
+      {"duration", 'D', MLPD_OPT_SECONDS, &cfg.duration_s, 0.001, inf,
+       .meta = "S", .help = "measure for S seconds (default 10)"},
+      {"requests", 'n', MLPD_OPT_U64, &cfg.requests, 1, (double)(1ull << 62),
+       .meta = "N", .help = "measure N requests instead of a duration"},
+      {"warmup", 'w', MLPD_OPT_SECONDS, &cfg.warmup_s, 0, inf, .meta = "S",
+       .help = "unmeasured warm-up first (default 1)"},
+      {"rate", 'R', MLPD_OPT_NUMBER, &cfg.rate, 0.001, inf, .meta = "R",
+       .help = "open loop: R requests/s in total on a fixed\nschedule "
+               "(default: closed loop)"},
+      {"dtype", 0, MLPD_OPT_DTYPE, &cfg.in_dtype, .meta = "T",
+       .help = "dtype of the rows sent: f32 (default), f16, bf16\n"
+               "(--input-dtype is the same)"},
+      {"input-dtype", 0, MLPD_OPT_DTYPE, &cfg.in_dtype, .meta = "T",
+       .help = "the same as --dtype"},
+      {"output-dtype", 0, MLPD_OPT_DTYPE, &cfg.out_dtype, .meta = "T",
+       .help = "f32, f16, bf16 (default: as input)"},
+      {"shm", 0, MLPD_OPT_FLAG, &cfg.shm,
+       .help = "shared memory: each connection registers one region\nwith "
+               "depth x rows of input and output and every\nrequest names "
+               "windows of it (default: inline bytes)"},
+      {"timeout-ms", 't', MLPD_OPT_U64, &cfg.timeout_ms, 0, UINT32_MAX,
+       .meta = "N", .help = "server-side deadline per request"},
+      {"seed", 'S', MLPD_OPT_U64, &cfg.seed, 0, (double)UINT64_MAX,
+       .meta = "N", .help = "random inputs' seed (default 1)"},
+      {"json", 'j', MLPD_OPT_FLAG, &cfg.json,
+       .help = "machine-readable report"},
+      {0}};
+  const mlpd_opts_t spec = {.prog = "mlpd-bench",
+                            .usage = usage_head,
+                            .footer = usage_foot,
+                            .version = "mlpd-bench " MLPD_VERSION,
+                            .help_column = 26,
+                            .opts = table};
+  int rc = mlpd_opts_parse(&spec, argc, argv, NULL);
+  if (rc != 0)
+    return mlpd_opts_exit_status(rc);
 
   /* The model's width, from the daemon itself. */
   mlpd_err_t err = {0};
   mlpd_client_t *c = NULL;
   mlpd_client_model_info_t info;
-  int rc = mlpd_client_connect(cfg.socket, &c, &err);
+  rc = mlpd_client_connect(cfg.socket, &c, &err);
   if (rc == 0) {
     mlpd_client_set_timeout(c, 60000);
     rc = mlpd_client_model_info(c, &info, &err);
@@ -490,7 +399,7 @@ int main(int argc, char **argv) {
     }
   }
 
-  atomic_llong budget = cfg.requests;
+  atomic_llong budget = (long long)cfg.requests;
   uint64_t t_start = mlpd_now_ns();
   uint64_t t_measure = t_start + (uint64_t)(cfg.warmup_s * 1e9);
   uint64_t t_stop = t_measure + (uint64_t)(cfg.duration_s * 1e9);

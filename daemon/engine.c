@@ -13,7 +13,18 @@ void mlpd_engine_opts_init(mlpd_engine_opts_t *o) {
   o->max_batch = 256;
   o->dtype = MLPD_DTYPE_BF16;
   o->autotune = 1;
-  o->fail_ordinal = -1;
+}
+
+int mlpd_engine_parse_dtype(const char *s, mlpd_engine_opts_t *o,
+                            mlpd_err_t *err) {
+  mlpd_dtype_t t = MLPD_DTYPE_BF16;
+  int fp8 = strcmp(s, "fp8") == 0;
+  if (!fp8 && mlpd_dtype_parse(s, &t) != 0)
+    return mlpd_errf(err, MLPD_EINVAL, "not bf16, fp16, fp32 or fp8");
+  o->dtype = t;
+  o->fp8 = fp8;
+  o->dtype_given = 1;
+  return 0;
 }
 
 /* The CUDA engine, when this program has it linked in (the
@@ -63,6 +74,20 @@ static int parse_one(const char *s, size_t len, mlpd_device_t *d) {
   return 0;
 }
 
+/* Why cuda:all found nothing: the reason the CUDA engine cannot be loaded
+ * (not installed, no NVIDIA driver, built for another mlpd: plugin.c's
+ * words), or, when it loads, that the driver reports no device. */
+static int no_cuda_device(mlpd_err_t *err) {
+  mlpd_err_t why = {0};
+  const mlpd_engine_ops_t *cuda = mlpd_engine_ops_for("cuda", &why);
+  if (cuda == NULL)
+    return mlpd_errf(err, MLPD_ENODEV, "device cuda:all: no CUDA device: %s",
+                     mlpd_err_msg(&why, why.code));
+  return mlpd_errf(err, MLPD_ENODEV,
+                   "device cuda:all: no CUDA device: the NVIDIA driver is "
+                   "loaded but reports no usable GPU (see nvidia-smi)");
+}
+
 int mlpd_engine_parse_devices(const char *spec, int cuda_count,
                               mlpd_device_t *dev, int *n, mlpd_err_t *err) {
   *n = 0;
@@ -73,7 +98,7 @@ int mlpd_engine_parse_devices(const char *spec, int cuda_count,
   }
   if (strcmp(spec, "cuda:all") == 0) {
     if (cuda_count < 1)
-      return mlpd_errf(err, MLPD_ENODEV, "device cuda:all: no CUDA device");
+      return no_cuda_device(err);
     for (int i = 0; i < cuda_count && i < MLPD_MAX_DEVICES; i++)
       dev[(*n)++] = (mlpd_device_t){.kind = MLPD_DEVICE_CUDA, .ordinal = i};
     return 0;

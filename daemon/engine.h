@@ -56,11 +56,9 @@ typedef struct mlpd_engine_opts_s {
   int fp8;                /* CUDA: weights in FP8 E4M3 with one scale per
                              output channel, activations in dtype (bf16);
                              refused where the GPU has no FP8 */
-  int fail_after;         /* FOR TESTS (MLPD_TEST_ENGINE_FAIL): the CPU
-                             engine fails every batch after this many; 0 =
-                             never */
-  int fail_ordinal;       /* ... only the engine of device cpu:N; -1 = every
-                             one */
+  int dtype_given;        /* dtype or fp8 was asked for, not defaulted: an
+                             engine that computes in another dtype (the CPU
+                             engine) says so in a warning when it opens */
   /* Startup progress, one short line at a time ("autotuning layer 2/4"),
    * for logs and sd_notify STATUS=. May be NULL. Called on the thread that
    * calls open. */
@@ -68,8 +66,14 @@ typedef struct mlpd_engine_opts_s {
   void *progress_ud;
 } mlpd_engine_opts_t;
 
-/* Defaults: max_batch 256, dtype BF16, autotune 1, fail_ordinal -1. */
+/* Defaults: max_batch 256, dtype BF16, autotune 1. */
 void mlpd_engine_opts_init(mlpd_engine_opts_t *o);
+
+/* Reads a --dtype value into o: "bf16", "fp16"/"f16", "fp32"/"f32" (TF32 on
+ * GPUs) or "fp8" (FP8 E4M3 weights, bf16 activations); sets dtype, fp8 and
+ * dtype_given. MLPD_EINVAL, with the accepted values in err, otherwise. */
+int mlpd_engine_parse_dtype(const char *s, mlpd_engine_opts_t *o,
+                            mlpd_err_t *err) MLPD_MUST_CHECK;
 
 #define MLPD_DTYPE_BIT(t) (1u << (unsigned)(t))
 
@@ -163,8 +167,10 @@ enum { MLPD_DEVICE_AUTO = 0, MLPD_DEVICE_CPU = 1, MLPD_DEVICE_CUDA = 2 };
  * "cuda:N", "cuda:all", or a comma-separated list of cpu/cuda entries of
  * one kind ("cuda:0,cuda:1", "cpu:0,cpu:1"). "cuda:all" expands to every
  * CUDA device the machine has (cuda_count, from the CUDA ops'
- * device_count). Returns 0 and the devices in dev[0..*n), or MLPD_EINVAL
- * with a message naming the entry. */
+ * device_count); with none, it is MLPD_ENODEV with the reason (the plugin
+ * not installed, no NVIDIA driver, or a driver that reports no device).
+ * Returns 0 and the devices in dev[0..*n), or MLPD_EINVAL with a message
+ * naming the entry. */
 int mlpd_engine_parse_devices(const char *spec, int cuda_count,
                               mlpd_device_t *dev, int *n,
                               mlpd_err_t *err) MLPD_MUST_CHECK;

@@ -10,6 +10,7 @@
  * The contract's pipeline has depth 1 here: submit computes the batch
  * before it returns (the CPU is the device), and wait retires it. */
 #include "engine.h"
+#include "log.h"
 
 #include <cblas.h>
 #include <errno.h>
@@ -25,11 +26,8 @@ typedef struct {
   float *act[2];             /* owned: [max_batch][max_width] ping-pong */
   float *xin;                /* owned: [max_batch][in] converted input */
   float *yout;               /* owned: [max_batch][out] before conversion */
-  int outstanding;           /* a submitted batch not yet retired */
-  int result;                /* its result: 0 or the error code */
-  char msg[MLPD_ERRMSG_MAX]; /* its error message */
-  uint64_t batches;          /* submitted so far (fail_after) */
-  int fail_after;            /* opts->fail_after */
+  int outstanding;           /* a submitted batch not yet retired (it
+                                cannot fail once submitted) */
 } cpu_engine_t;
 
 /* OpenBLAS's thread control is not in cblas.h's portable part. */
@@ -99,8 +97,6 @@ static int cpu_open(mlpd_engine_t **out, const mlpd_model_t *m,
   mlpd_engine_t *b = &e->base;
   b->ops = &mlpd_engine_cpu_ops;
   e->model = m;
-  if (o->fail_ordinal < 0 || o->fail_ordinal == ordinal)
-    e->fail_after = o->fail_after;
   if (o->cpu_threads > 0)
     set_blas_threads(o->cpu_threads);
 
@@ -129,6 +125,13 @@ static int cpu_open(mlpd_engine_t **out, const mlpd_model_t *m,
   in->out_features = in->out_stride = m->out_features;
   in->max_batch = o->max_batch;
   in->depth = 1;
+  /* --dtype is a GPU setting; a CPU device (asked for, or the fallback of
+   * auto) that silently computed in f32 would leave the operator believing
+   * in fp8 or bf16 numbers. ModelInfo reports the f32 too. */
+  if (o->dtype_given)
+    MLPD_LOGW("%s: the CPU engine computes in F32 from F32 weights; dtype "
+              "%s applies to GPUs only",
+              in->name, o->fp8 ? "FP8" : mlpd_dtype_name(o->dtype));
   *out = b;
   return 0;
 
@@ -182,15 +185,6 @@ static int cpu_submit(mlpd_engine_t *base, const mlpd_engine_batch_t *b,
                      b->rows, mlpd_dtype_name(b->in_dtype),
                      mlpd_dtype_name(b->out_dtype), in->max_batch);
   e->outstanding = 1;
-  e->result = 0;
-  e->msg[0] = '\0';
-  if (e->fail_after > 0 && ++e->batches > (uint64_t)e->fail_after) {
-    e->result = MLPD_EINTERNAL;
-    snprintf(e->msg, sizeof(e->msg),
-             "cpu engine %s: injected failure (MLPD_TEST_ENGINE_FAIL)",
-             in->name);
-    return 0;
-  }
   size_t n = (size_t)b->rows;
   const float *x = b->in;
   if (b->in_dtype != MLPD_DTYPE_F32) {
@@ -214,8 +208,6 @@ static int cpu_wait(mlpd_engine_t *base, int block, mlpd_err_t *err) {
   if (!e->outstanding)
     return mlpd_errf(err, MLPD_EINVAL, "cpu engine: nothing outstanding");
   e->outstanding = 0;
-  if (e->result != 0)
-    return mlpd_errf(err, e->result, "%s", e->msg);
   return 1;
 }
 

@@ -5,26 +5,15 @@
 #include "latency.h"
 #include "log.h"
 #include "model.h"
+#include "opts.h"
 #include "rowsfile.h"
 
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static void usage(FILE *f) {
-  fprintf(f,
-          "usage: mlpd infer --model FILE --input FILE [options]\n"
-          "  --model FILE         safetensors MLP\n"
-          "  --input FILE         rows: .safetensors ('inputs', optional "
-          "'labels') or text\n"
-          "  --device SPEC        auto (default), cpu, cuda:N\n"
-          "  --batch N            rows per engine run (default 64)\n"
-          "  --dtype T            GPU dtype: bf16 (default), fp16, fp32\n"
-          "  --activations LIST   override per-layer activations\n"
-          "  --repeat N           passes over the input for timing (default "
-          "1)\n"
-          "  --print              print each row's outputs\n");
+static int dtype_fn(void *dest, const char *v, mlpd_err_t *err) {
+  return mlpd_engine_parse_dtype(v, dest, err);
 }
 
 static void on_progress(void *ud, const char *status) {
@@ -39,44 +28,34 @@ int mlpd_infer_main(int argc, char **argv) {
   mlpd_engine_opts_t opts;
   mlpd_engine_opts_init(&opts);
 
-  static const struct option longopts[] = {
-      {"model", required_argument, 0, 'm'},
-      {"input", required_argument, 0, 'i'},
-      {"device", required_argument, 0, 'd'},
-      {"batch", required_argument, 0, 'b'},
-      {"dtype", required_argument, 0, 't'},
-      {"activations", required_argument, 0, 'a'},
-      {"repeat", required_argument, 0, 'r'},
-      {"print", no_argument, 0, 'p'},
-      {"help", no_argument, 0, 'h'},
-      {0, 0, 0, 0}};
-  int c;
-  optind = 1;
-  while ((c = getopt_long(argc, argv, "m:i:d:b:t:a:r:ph", longopts, NULL)) !=
-         -1) {
-    switch (c) {
-    case 'm': model_path = optarg; break;
-    case 'i': input_path = optarg; break;
-    case 'd': device = optarg; break;
-    case 'b': batch = atoi(optarg); break;
-    case 'a': acts = optarg; break;
-    case 'r': repeat = atoi(optarg); break;
-    case 'p': print = 1; break;
-    case 't':
-      if (mlpd_dtype_parse(optarg, &opts.dtype) != 0) {
-        fprintf(stderr, "mlpd infer: --dtype %s is not bf16, fp16 or fp32\n",
-                optarg);
-        return 2;
-      }
-      break;
-    case 'h': usage(stdout); return 0;
-    default: usage(stderr); return 2;
-    }
-  }
-  if (model_path == NULL || input_path == NULL || batch < 1 || repeat < 1) {
-    usage(stderr);
-    return 2;
-  }
+  const mlpd_opt_t table[] = {
+      {"model", 'm', MLPD_OPT_STRING, &model_path, .meta = "FILE",
+       .help = "safetensors MLP"},
+      {"input", 'i', MLPD_OPT_STRING, &input_path, .meta = "FILE",
+       .help = "rows: .safetensors ('inputs', optional 'labels') or text"},
+      {"device", 'd', MLPD_OPT_STRING, &device, .meta = "SPEC",
+       .help = "auto (default), cpu, cuda:N"},
+      {"batch", 'b', MLPD_OPT_INT, &batch, 1, 1 << 24, .meta = "N",
+       .help = "rows per engine run (default 64)"},
+      {"dtype", 't', MLPD_OPT_FUNC, &opts, .fn = dtype_fn, .meta = "T",
+       .help = "GPU dtype: bf16 (default), fp16, fp32, fp8"},
+      {"activations", 'a', MLPD_OPT_STRING, &acts, .meta = "LIST",
+       .help = "override per-layer activations"},
+      {"repeat", 'r', MLPD_OPT_INT, &repeat, 1, 1 << 20, .meta = "N",
+       .help = "passes over the input for timing (default 1)"},
+      {"print", 'p', MLPD_OPT_FLAG, &print,
+       .help = "print each row's outputs"},
+      {0}};
+  const mlpd_opts_t spec = {
+      .prog = "mlpd infer",
+      .usage = "usage: mlpd infer --model FILE --input FILE [options]\n",
+      .help_column = 28,
+      .opts = table};
+  int prc = mlpd_opts_parse(&spec, argc, argv, NULL);
+  if (prc != 0)
+    return mlpd_opts_exit_status(prc);
+  if (model_path == NULL || input_path == NULL)
+    return mlpd_opts_error(&spec, "--model and --input are required");
 
   int status = 1, rc;
   mlpd_err_t err = {0};

@@ -2,10 +2,13 @@
  * turns errors into an exit status. */
 #include "infer.h"
 #include "mlpd.h"
+#include "opts.h"
 #include "serve.h"
 
 #include <stdio.h>
 #include <string.h>
+
+static const mlpd_opts_t top = {.prog = "mlpd"};
 
 static void usage(FILE *f) {
   fprintf(f, "usage: mlpd <command> [options]\n"
@@ -16,10 +19,8 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
-  if (argc < 2) {
-    usage(stderr);
-    return 2;
-  }
+  if (argc < 2)
+    return mlpd_opts_error(&top, "no command (serve, infer or version)");
   const char *cmd = argv[1];
   if (strcmp(cmd, "serve") == 0)
     return mlpd_serve_main(argc - 1, argv + 1);
@@ -33,7 +34,5 @@ int main(int argc, char **argv) {
     usage(stdout);
     return 0;
   }
-  fprintf(stderr, "mlpd: unknown command '%s'\n", cmd);
-  usage(stderr);
-  return 2;
+  return mlpd_opts_error(&top, "unknown command '%.64s'", cmd);
 }

@@ -23,6 +23,9 @@ static const char *const known_unsupported[] = {
 static int bad(mlpd_err_t *err, const char *file, const char *tensor,
                const char *fmt, ...) MLPD_PRINTF(4, 5);
 
+/* The start of the messages about a file that is no safetensors at all. */
+#define NOT_SAFETENSORS "not a safetensors file: "
+
 /* Formats "<file>: tensor '<name>': <problem>" (or without the tensor part). */
 static int bad(mlpd_err_t *err, const char *file, const char *tensor,
                const char *fmt, ...) {
@@ -222,22 +225,28 @@ static int parse(mlpd_safetensors_t *st, const unsigned char *buf, size_t len,
   json_t *root = NULL;
   span_t *spans = NULL;
 
+  /* Until the header parses, the likeliest story is the wrong file (a text
+   * file's first 8 bytes read as a length of 10^18), so say that first. */
   if (len < 8)
     return bad(err, file, NULL,
-               "file is %zu bytes, shorter than the 8-byte header length",
-               len);
+               NOT_SAFETENSORS "it is %zu bytes, shorter than the 8-byte "
+               "header length", len);
   uint64_t hlen = 0;
   for (int i = 7; i >= 0; i--)
     hlen = (hlen << 8) | buf[i];
   if (hlen > MLPD_ST_MAX_HEADER)
-    return bad(err, file, NULL, "header length %llu exceeds the %u-byte limit",
+    return bad(err, file, NULL,
+               NOT_SAFETENSORS "the header length in its first 8 bytes, "
+               "%llu, exceeds the %u-byte limit",
                (unsigned long long)hlen, MLPD_ST_MAX_HEADER);
   if (hlen > len - 8)
     return bad(err, file, NULL,
-               "header length %llu runs past the end of the file (%zu bytes)",
+               NOT_SAFETENSORS "the header length %llu runs past the end of "
+               "the file (%zu bytes)",
                (unsigned long long)hlen, len);
   if (hlen < 2 || buf[8] != '{')
-    return bad(err, file, NULL, "header does not start with a JSON object");
+    return bad(err, file, NULL,
+               NOT_SAFETENSORS "the header does not start with a JSON object");
 
   json_error_t jerr;
   root = json_loadb((const char *)buf + 8, (size_t)hlen,
@@ -331,8 +340,8 @@ int mlpd_safetensors_open(mlpd_safetensors_t *st, const char *path,
   st->map_len = (size_t)sb.st_size;
   if (st->map_len < 8) {
     rc = bad(err, path, NULL,
-             "file is %zu bytes, shorter than the 8-byte header length",
-             st->map_len);
+             NOT_SAFETENSORS "it is %zu bytes, shorter than the 8-byte header "
+             "length", st->map_len);
     goto fail_fd;
   }
   st->map = mmap(NULL, st->map_len, PROT_READ, MAP_PRIVATE, fd, 0);

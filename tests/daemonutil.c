@@ -436,6 +436,7 @@ int td_recv(int fd, td_response_t *r, int timeout_ms) {
     r->in_features = msg.kind.model_info.in_features;
     r->out_features = msg.kind.model_info.out_features;
     r->generation = msg.kind.model_info.generation;
+    r->compute_dtype = (int)msg.kind.model_info.compute_dtype;
   }
   return 1;
 }

@@ -89,6 +89,7 @@ typedef struct {
   /* model info */
   uint32_t in_features, out_features;
   uint64_t generation;
+  int compute_dtype;   /* wire DType */
 } td_response_t;
 
 /* Reads one Response frame. Returns 1, 0 on EOF before a frame, -1 on

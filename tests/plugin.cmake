@@ -57,3 +57,9 @@ foreach(c ${_cases})
   set_tests_properties(${t} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 120
     ENVIRONMENT "${MLPD_TEST_ENV};${env}")
 endforeach()
+
+# test_devices (daemon.cmake) runs the daemon on this fake plugin to make
+# devices fail (MLPD_FAKE_CUDA_FAIL): the shipped daemon has no such hook.
+target_compile_definitions(test_devices PRIVATE
+  MLPD_FAKE_PLUGIN_DIR="${_pd}/fake" MLPD_FAKE_DRIVER_DIR="${_pd}/driver")
+add_dependencies(test_devices plugin_fake plugin_fake_driver)

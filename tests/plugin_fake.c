@@ -7,7 +7,18 @@
  * symbols and the shared structs without a GPU.
  *
  * With FAKE_STALE_ABI defined it carries a stamp from another mlpd version
- * (it is then linked without plugin_abi.c), for the loader's refusal. */
+ * (it is then linked without plugin_abi.c), for the loader's refusal.
+ *
+ * It is also where the daemon's tests inject faults, so that the shipped
+ * daemon and engines carry none: test_devices runs `mlpd serve --device
+ * cuda:0,cuda:1` on it (MLPD_PLUGIN_DIR pointing here) and configures it
+ * through its environment, read by this plugin only:
+ *   MLPD_FAKE_CUDA_FAIL=N       every device fails each batch after its
+ *                               N-th (the daemon's warm-up is the first)
+ *   MLPD_FAKE_CUDA_FAIL=cuda:K=N  only device cuda:K does
+ *   MLPD_FAKE_CUDA_DEVICES=N    how many devices it reports (default 2;
+ *                               0: a driver with no GPU)
+ * A failed batch is reported by wait, as a GPU's asynchronous error is. */
 #include "engine.h"
 #include "log.h"
 #include "plugin.h"
@@ -33,7 +44,26 @@ typedef struct {
   const mlpd_model_t *m;
   float *a, *b; /* [max_batch][max_width] */
   int outstanding;
+  int failed;         /* the outstanding batch failed */
+  long fail_after;    /* MLPD_FAKE_CUDA_FAIL for this device, 0 = never */
+  long batches;       /* submitted so far */
 } fake_t;
+
+/* MLPD_FAKE_CUDA_FAIL's count for device cuda:ordinal, 0 when it is not
+ * to fail. */
+static long fail_after(int ordinal) {
+  const char *v = getenv("MLPD_FAKE_CUDA_FAIL");
+  if (v == NULL || *v == '\0')
+    return 0;
+  int k;
+  const char *eq = strchr(v, '=');
+  if (eq != NULL) {
+    if (sscanf(v, "cuda:%d=", &k) != 1 || k != ordinal)
+      return 0;
+    v = eq + 1;
+  }
+  return strtol(v, NULL, 10);
+}
 
 /* Runs once when the loader opens the plugin: the test counts these lines
  * to see that concurrent first calls load it once. */
@@ -41,7 +71,10 @@ __attribute__((constructor)) static void loaded(void) {
   MLPD_LOGW("fake cuda plugin: loaded");
 }
 
-static int fake_count(void) { return FAKE_DEVICES; }
+static int fake_count(void) {
+  const char *v = getenv("MLPD_FAKE_CUDA_DEVICES");
+  return v != NULL && *v != '\0' ? atoi(v) : FAKE_DEVICES;
+}
 
 static void *fake_host_alloc(mlpd_engine_t *e, size_t bytes) {
   (void)e;
@@ -66,7 +99,7 @@ static int fake_open(mlpd_engine_t **out, const mlpd_model_t *m,
                      const mlpd_engine_opts_t *o, int ordinal,
                      mlpd_err_t *err) {
   *out = NULL;
-  if (ordinal < 0 || ordinal >= FAKE_DEVICES)
+  if (ordinal < 0 || ordinal >= fake_count())
     return mlpd_errf(err, MLPD_ENODEV,
                      "fake cuda engine: cuda:%d does not exist", ordinal);
   fake_t *e = calloc(1, sizeof(*e));
@@ -76,6 +109,7 @@ static int fake_open(mlpd_engine_t **out, const mlpd_model_t *m,
     return mlpd_errf(err, -12, "fake cuda engine: out of memory");
   }
   e->m = m;
+  e->fail_after = fail_after(ordinal);
   e->base.ops = &mlpd_engine_cuda_ops;
   mlpd_engine_info_t *in = &e->base.info;
   strcpy(in->kind, "cuda");
@@ -104,6 +138,11 @@ static int fake_submit(mlpd_engine_t *base, const mlpd_engine_batch_t *bt,
   if (bt->rows < 1 || bt->rows > base->info.max_batch)
     return mlpd_errf(err, MLPD_EINVAL, "fake cuda engine: %d rows",
                      bt->rows);
+  if (e->fail_after > 0 && ++e->batches > e->fail_after) {
+    e->failed = 1;
+    e->outstanding = 1;
+    return 0;
+  }
   mlpd_dtype_convert_rows(e->a, MLPD_DTYPE_F32, (size_t)m->max_width, bt->in,
                           bt->in_dtype, (size_t)base->info.in_stride,
                           (size_t)bt->rows, (size_t)m->in_features);
@@ -141,6 +180,13 @@ static int fake_wait(mlpd_engine_t *base, int block, mlpd_err_t *err) {
   if (!e->outstanding)
     return mlpd_errf(err, MLPD_EINVAL, "fake cuda engine: nothing to wait");
   e->outstanding = 0;
+  if (e->failed) {
+    e->failed = 0;
+    return mlpd_errf(err, MLPD_ECUDA,
+                     "fake cuda engine %s: injected failure "
+                     "(MLPD_FAKE_CUDA_FAIL)",
+                     base->info.name);
+  }
   return 1;
 }
 

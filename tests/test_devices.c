@@ -1,10 +1,13 @@
 /* test_devices.c - one daemon on several devices, with CPU engine
  * instances standing in for GPUs (--device cpu:0,cpu:1): batches spread
- * over both; a device that fails is taken out of rotation while its failed
+ * over both; a reload swaps both engines; several I/O threads serve
+ * pipelined connections correctly; --dtype on CPU devices is reported, not
+ * silently ignored. Failures are injected by the fake CUDA
+ * plugin (plugin_fake.c, --device cuda:0,cuda:1), never by the daemon
+ * itself: a device that fails is taken out of rotation while its failed
  * batches run again on the other, so no request fails, and the daemon
- * reports itself degraded instead of dying; a reload swaps both engines;
- * with every device failing the daemon exits 1 to be restarted; and
- * several I/O threads serve pipelined connections correctly. */
+ * reports itself degraded instead of dying; with every device failing the
+ * daemon exits 1 to be restarted. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -193,12 +196,19 @@ static void test_batches_spread_over_devices(void **state) {
   td_cleanup(&d, 0);
 }
 
+/* The fake CUDA plugin (tests/plugin_fake.c) as the daemon's CUDA engine:
+ * two "GPUs" computing on the CPU, which fail as `fail` says
+ * (MLPD_FAKE_CUDA_FAIL, read by the plugin only). */
+#define FAKE_GPU_ENV(fail)                                                     \
+  {"MLPD_PLUGIN_DIR=" MLPD_FAKE_PLUGIN_DIR,                                    \
+   "LD_LIBRARY_PATH=" MLPD_FAKE_DRIVER_DIR, "MLPD_FAKE_CUDA_FAIL=" fail, NULL}
+
 static void test_failing_device_leaves_rotation(void **state) {
   (void)state;
-  const char *args[] = {"--device", "cpu:0,cpu:1", "--max-batch", "16",
-                        "--cpu-threads", "1", "--max-queue", "20000", NULL};
-  /* cpu:1 fails every batch after its 3rd (the warm-up is its first). */
-  const char *env[] = {"MLPD_TEST_ENGINE_FAIL=cpu:1=3", NULL};
+  const char *args[] = {"--device", "cuda:0,cuda:1", "--max-batch", "16",
+                        "--max-queue", "20000", NULL};
+  /* cuda:1 fails every batch after its 3rd (the warm-up is its first). */
+  const char *env[] = FAKE_GPU_ENV("cuda:1=3");
   td_daemon_t d;
   td_spawn_ex(&d, DIGITS, args, env, -1, -1);
   td_wait_ready(&d, TIMEOUT);
@@ -208,15 +218,15 @@ static void test_failing_device_leaves_rotation(void **state) {
   assert_int_equal(bad, 0);
   assert_int_equal(ok, 8 * 60);
   char *t = metrics(d.sock);
-  print_message("cpu:1 failures %.0f, retried %.0f\n",
-                metric(t, "mlpd_device_failures_total{device=\"cpu:1\"} "),
+  print_message("cuda:1 failures %.0f, retried %.0f\n",
+                metric(t, "mlpd_device_failures_total{device=\"cuda:1\"} "),
                 metric(t, "mlpd_batches_retried_total "));
-  assert_true(metric(t, "mlpd_device_in_rotation{device=\"cpu:1\"} ") == 0);
-  assert_true(metric(t, "mlpd_device_in_rotation{device=\"cpu:0\"} ") == 1);
+  assert_true(metric(t, "mlpd_device_in_rotation{device=\"cuda:1\"} ") == 0);
+  assert_true(metric(t, "mlpd_device_in_rotation{device=\"cuda:0\"} ") == 1);
   assert_true(metric(t, "mlpd_batches_retried_total ") >= 1);
   assert_true(metric(t, "mlpd_ready ") == 1);
   free(t);
-  assert_true(td_log_contains(&d, "cpu:1 failed 3 batches in a row"));
+  assert_true(td_log_contains(&d, "cuda:1 failed 3 batches in a row"));
   /* Health says degraded, still ready. */
   int fd = td_connect(d.sock);
   size_t len;
@@ -235,9 +245,9 @@ static void test_failing_device_leaves_rotation(void **state) {
 
 static void test_no_device_left_exits_1(void **state) {
   (void)state;
-  const char *args[] = {"--device", "cpu:0,cpu:1", "--max-batch", "4",
+  const char *args[] = {"--device", "cuda:0,cuda:1", "--max-batch", "4",
                         NULL};
-  const char *env[] = {"MLPD_TEST_ENGINE_FAIL=2", NULL};
+  const char *env[] = FAKE_GPU_ENV("2");
   td_daemon_t d;
   td_spawn_ex(&d, DIGITS, args, env, -1, -1);
   td_wait_ready(&d, TIMEOUT);
@@ -252,6 +262,33 @@ static void test_no_device_left_exits_1(void **state) {
   td_cleanup(&d, 0);
 }
 
+/* --dtype is a GPU setting: CPU devices compute in f32 anyway, say so at
+ * startup (once per device) and report F32 in ModelInfo. */
+static void test_dtype_on_cpu_devices(void **state) {
+  (void)state;
+  const char *args[] = {"--device", "cpu:0,cpu:1", "--dtype", "fp8", NULL};
+  td_daemon_t d;
+  td_spawn(&d, DIGITS, 0, 0, args);
+  td_wait_ready(&d, TIMEOUT);
+  assert_true(td_log_contains(&d, "cpu:0: the CPU engine computes in F32 "
+                                  "from F32 weights; dtype FP8 applies to "
+                                  "GPUs only"));
+  assert_true(td_log_contains(&d, "cpu:1: the CPU engine computes in F32"));
+  int fd = td_connect(d.sock);
+  size_t len;
+  uint8_t *f = td_simple_frame(1, 3, &len);
+  td_write_all(fd, f, len);
+  free(f);
+  td_response_t r;
+  assert_int_equal(td_recv(fd, &r, TIMEOUT), 1);
+  assert_int_equal(r.status, 0);
+  assert_int_equal(r.compute_dtype, mlpd_v1_DType_DTYPE_F32);
+  td_response_free(&r);
+  close(fd);
+  assert_int_equal(td_stop(&d, SIGTERM, TIMEOUT), 0);
+  td_cleanup(&d, 0);
+}
+
 static void test_io_threads(void **state) {
   (void)state;
   const char *args[] = {"--io-threads", "3", "--max-batch", "32", "--max-queue", "20000", NULL};
@@ -263,11 +300,21 @@ static void test_io_threads(void **state) {
   run_load(d.sock, 12, 40, 5, &ok, &bad);
   assert_int_equal(bad, 0);
   assert_int_equal(ok, 12 * 40);
-  char *t = metrics(d.sock);
-  /* The threads' metrics add up: 480 infer answers, every one OK. */
-  assert_true(metric(t, "mlpd_rows_total ") == 12 * 40 * 5);
-  assert_true(metric(t, "mlpd_connections ") == 1);
-  free(t);
+  /* The threads' metrics add up: 480 infer answers, every one OK. The
+   * load's connections are closed, but each I/O thread sees its EOFs in
+   * its own time: wait until only the metrics request's own connection is
+   * counted. */
+  double rows = 0, conns = -1;
+  for (int i = 0; i < TIMEOUT / 20 && conns != 1; i++) {
+    if (i > 0)
+      usleep(20000);
+    char *t = metrics(d.sock);
+    rows = metric(t, "mlpd_rows_total ");
+    conns = metric(t, "mlpd_connections ");
+    free(t);
+  }
+  assert_true(rows == 12 * 40 * 5);
+  assert_true(conns == 1);
   assert_int_equal(td_stop(&d, SIGTERM, TIMEOUT), 0);
   td_cleanup(&d, 0);
 }
@@ -278,6 +325,7 @@ int main(void) {
       cmocka_unit_test(test_batches_spread_over_devices),
       cmocka_unit_test(test_failing_device_leaves_rotation),
       cmocka_unit_test(test_no_device_left_exits_1),
+      cmocka_unit_test(test_dtype_on_cpu_devices),
       cmocka_unit_test(test_io_threads),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -165,6 +165,9 @@ static const unsigned char truncated[] = {0x10, 0, 0, 0, 0};
 static const unsigned char len_past_end[] = {0xff, 0x00, 0, 0, 0, 0, 0, 0,
                                              '{',  '}'};
 static const unsigned char len_huge[] = {0, 0, 0, 0, 0, 0, 0, 0x10, '{', '}'};
+/* /etc/hostname given as a model, short and long. */
+static const unsigned char text_short[] = "myhost\n";
+static const unsigned char text_long[] = "build-server-07.example.org\n";
 
 #define W(name, dt, shape, b, e)                                               \
   "\"" name "\":{\"dtype\":\"" dt "\",\"shape\":" shape                        \
@@ -177,6 +180,10 @@ static const bad_case_t bad_cases[] = {
      0, MLPD_EBADMODEL, "runs past the end of the file", NULL},
     {"header length over the limit", NULL, len_huge, sizeof(len_huge), 0,
      MLPD_EBADMODEL, "exceeds", NULL},
+    {"a short text file", NULL, text_short, sizeof(text_short) - 1, 0,
+     MLPD_EBADMODEL, "not a safetensors file: it is 7 bytes", NULL},
+    {"a text file", NULL, text_long, sizeof(text_long) - 1, 0,
+     MLPD_EBADMODEL, "not a safetensors file: the header length", NULL},
     {"bad JSON", "{\"0.weight\": {\"dtype\": \"F32\",", NULL, 0, 0,
      MLPD_EBADMODEL, "not valid JSON", NULL},
     {"header not an object", "[1, 2, 3]", NULL, 0, 0, MLPD_EBADMODEL,

@@ -12,8 +12,9 @@
  *             (skipped where a driver is installed)
  *   fake      plugin_fake.c's engine behind a stand-in libcuda.so.1: loaded
  *             once under concurrent first calls, its calls into the program
- *             reach the program's log and error code, and its results equal
- *             the CPU engine's
+ *             reach the program's log and error code, its results equal
+ *             the CPU engine's, and the faults it injects for the daemon's
+ *             tests behave as they expect
  *   stale     a plugin stamped for another mlpd version: refused
  *   real      the real mlpd-cuda.so (when built) loads in such a program:
  *             every symbol it imports resolves, its stamp matches, and
@@ -148,6 +149,17 @@ static void test_absent(void **state) {
   assert_non_null(strstr(err.msg, "cuda:0: "));
   assert_non_null(strstr(err.msg, "not installed"));
   mlpd_model_free(m);
+
+  /* cuda:all says why there is no device: here, no plugin. */
+  mlpd_device_t dev[MLPD_MAX_DEVICES];
+  int n;
+  mlpd_err_clear(&err);
+  assert_int_equal(mlpd_engine_parse_devices("cuda:all", 0, dev, &n, &err),
+                   MLPD_ENODEV);
+  print_message("  cuda:all: %s\n", err.msg);
+  assert_non_null(strstr(err.msg, "no CUDA device: the CUDA engine is not "
+                                  "installed"));
+  assert_non_null(strstr(err.msg, "package mlpd-cuda"));
 }
 
 static void test_nodriver(void **state) {
@@ -160,6 +172,14 @@ static void test_nodriver(void **state) {
   assert_int_equal(err.code, MLPD_ENODEV);
   assert_non_null(strstr(err.msg, "NVIDIA driver"));
   assert_non_null(strstr(err.msg, "libcuda.so.1"));
+  /* ... and cuda:all says so, rather than only "no CUDA device". */
+  mlpd_device_t dev[MLPD_MAX_DEVICES];
+  int n;
+  mlpd_err_clear(&err);
+  assert_int_equal(mlpd_engine_parse_devices("cuda:all", 0, dev, &n, &err),
+                   MLPD_ENODEV);
+  print_message("  cuda:all: %s\n", err.msg);
+  assert_non_null(strstr(err.msg, "the NVIDIA driver is not installed"));
 }
 
 static void *first_call(void *arg) {
@@ -241,6 +261,47 @@ static void test_fake(void **state) {
   assert_true(maxdiff < 1e-4);
   mlpd_engine_close(cpu);
   mlpd_engine_close(e);
+
+  /* The faults test_devices injects: cuda:1 fails each batch after its
+   * 2nd, reported at wait with the engine's message; cuda:0 does not. */
+  setenv("MLPD_FAKE_CUDA_FAIL", "cuda:1=2", 1);
+  mlpd_engine_t *e0 = NULL;
+  assert_int_equal(mlpd_engine_open(&e, "cuda:1", m, &o, &err), 0);
+  assert_int_equal(mlpd_engine_open(&e0, "cuda:0", m, &o, &err), 0);
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(mlpd_engine_forward(e, x, MLPD_DTYPE_F32, y,
+                                         MLPD_DTYPE_F32, 1, &err),
+                     0);
+  for (int i = 0; i < 2; i++) {
+    mlpd_err_clear(&err);
+    assert_int_equal(mlpd_engine_forward(e, x, MLPD_DTYPE_F32, y,
+                                         MLPD_DTYPE_F32, 1, &err),
+                     MLPD_ECUDA);
+    assert_non_null(strstr(err.msg, "cuda:1: injected failure"));
+  }
+  for (int i = 0; i < 4; i++)
+    assert_int_equal(mlpd_engine_forward(e0, x, MLPD_DTYPE_F32, y,
+                                         MLPD_DTYPE_F32, 1, &err),
+                     0);
+  mlpd_engine_close(e0);
+  mlpd_engine_close(e);
+  unsetenv("MLPD_FAKE_CUDA_FAIL");
+
+  /* A driver that loads but reports no GPU: cuda:all says that. */
+  mlpd_device_t dev[MLPD_MAX_DEVICES];
+  int n;
+  assert_int_equal(mlpd_engine_parse_devices("cuda:all", ops->device_count(),
+                                             dev, &n, &err),
+                   0);
+  assert_int_equal(n, 2);
+  setenv("MLPD_FAKE_CUDA_DEVICES", "0", 1);
+  mlpd_err_clear(&err);
+  assert_int_equal(mlpd_engine_parse_devices("cuda:all", ops->device_count(),
+                                             dev, &n, &err),
+                   MLPD_ENODEV);
+  print_message("  cuda:all: %s\n", err.msg);
+  assert_non_null(strstr(err.msg, "reports no usable GPU"));
+  unsetenv("MLPD_FAKE_CUDA_DEVICES");
   mlpd_model_free(m);
 }
 
