@@ -2,6 +2,9 @@
  * parse returns); JSON out written by hand into a reused buffer. */
 #include "oip.h"
 
+#include "dtype.h"
+#include "error.h"
+
 #include <errno.h>
 #include <float.h>
 #include <jansson.h>
