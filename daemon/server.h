@@ -132,13 +132,6 @@ struct mlpd_server_s {
   int refused_this_s;
 };
 
-/* Binds a Unix stream socket at path (a stale socket file nobody accepts
- * on is replaced; a live one, or something else at the path, is an error),
- * sets its mode and, when group >= 0, its group, and listens. The caller
- * owns *fd. */
-int mlpd_server_bind(const char *path, int mode, long group, int *fd,
-                     mlpd_err_t *err) MLPD_MUST_CHECK;
-
 /* Starts serving on `listen_fd` (a listening Unix socket; the server owns
  * it from here, the caller keeps its own duplicate if it wants one). */
 int mlpd_server_start(mlpd_server_t *s, uv_loop_t *loop, int listen_fd,
