@@ -12,8 +12,8 @@ void mlpd_board_init(mlpd_board_t *b, mlpd_access_t *access, int nshards) {
   atomic_init(&b->state, MLPD_STATE_LOADING);
   atomic_init(&b->shm_mapped, 0);
   b->access = access;
-  b->nshards = nshards < MLPD_BOARD_MAX_SHARDS ? nshards
-                                               : MLPD_BOARD_MAX_SHARDS;
+  b->nshards =
+      nshards < MLPD_BOARD_MAX_SHARDS ? nshards : MLPD_BOARD_MAX_SHARDS;
   pthread_mutex_init(&b->mu, NULL);
   for (int i = 0; i < MLPD_BOARD_MAX_SHARDS; i++) {
     pthread_mutex_init(&b->shards[i].mu, NULL);
@@ -35,14 +35,12 @@ mlpd_state_t mlpd_board_state(mlpd_board_t *b) {
   return (mlpd_state_t)atomic_load(&b->state);
 }
 
-void mlpd_board_publish(mlpd_board_t *b, mlpd_pool_t *pool,
-                        uint64_t generation, uint64_t reloads_ok,
-                        uint64_t reloads_failed) {
+void mlpd_board_publish(mlpd_board_t *b, mlpd_pool_t *pool, uint64_t generation,
+                        uint64_t reloads_ok, uint64_t reloads_failed) {
   char layers[sizeof(b->layers)] = "";
   if (pool != NULL) {
     const mlpd_model_t *m = pool->model;
-    size_t pos = (size_t)snprintf(layers, sizeof(layers), "%d",
-                                  m->in_features);
+    size_t pos = (size_t)snprintf(layers, sizeof(layers), "%d", m->in_features);
     for (int i = 0; i < m->nlayers && pos < sizeof(layers); i++)
       pos += (size_t)snprintf(layers + pos, sizeof(layers) - pos, "-%d",
                               m->layers[i].out);
@@ -98,8 +96,8 @@ static void add_model(mlpd_board_t *b, mlpd_metrics_t *m) {
                          pd->model->in_features, pd->model->out_features,
                          pd->max_batch);
   m->gpu_memory_bytes = strcmp(pd->kind, "cuda") == 0 ? pd->device_bytes : 0;
-  m->ndevices = pd->n < MLPD_METRICS_MAX_DEVICES ? pd->n
-                                                 : MLPD_METRICS_MAX_DEVICES;
+  m->ndevices =
+      pd->n < MLPD_METRICS_MAX_DEVICES ? pd->n : MLPD_METRICS_MAX_DEVICES;
   for (int i = 0; i < m->ndevices; i++) {
     const mlpd_pool_device_t *dv = &pd->devices[i];
     mlpd_metrics_device_t *md = &m->devices[i];

@@ -34,8 +34,8 @@ typedef enum {
 
 /* One I/O thread's counters. */
 typedef struct mlpd_board_shard_s {
-  pthread_mutex_t mu;          /* guards m: written by its thread, read by
-                                  any thread rendering */
+  pthread_mutex_t mu; /* guards m: written by its thread, read by
+                         any thread rendering */
   mlpd_metrics_t m;
 } mlpd_board_shard_t;
 
@@ -49,7 +49,7 @@ typedef struct mlpd_board_s {
   mlpd_pool_t *pool;               /* published: the pool being served */
   uint64_t generation;             /* 1 + successful reloads, 0 before */
   uint64_t reloads_ok, reloads_failed;
-  char layers[256];                /* "64-128-128-10", of pool's model */
+  char layers[256]; /* "64-128-128-10", of pool's model */
   mlpd_board_shard_t shards[MLPD_BOARD_MAX_SHARDS];
 } mlpd_board_t;
 
@@ -62,9 +62,8 @@ mlpd_state_t mlpd_board_state(mlpd_board_t *b);
 
 /* The daemon publishes the pool it serves, before it retires the old one
  * (NULL: none). */
-void mlpd_board_publish(mlpd_board_t *b, mlpd_pool_t *pool,
-                        uint64_t generation, uint64_t reloads_ok,
-                        uint64_t reloads_failed);
+void mlpd_board_publish(mlpd_board_t *b, mlpd_pool_t *pool, uint64_t generation,
+                        uint64_t reloads_ok, uint64_t reloads_failed);
 
 /* I/O thread i's counter block. */
 mlpd_board_shard_t *mlpd_board_shard(mlpd_board_t *b, int i);

@@ -239,8 +239,8 @@ static void switched(mlpd_daemon_t *d) {
     MLPD_LOGI("reloaded %s: generation %llu, %d layers %d->%d on %d "
               "device%s",
               m->path, (unsigned long long)d->generation, m->nlayers,
-              m->in_features, m->out_features, d->pool->n,
-              d->pool->n == 1 ? "" : "s");
+              m->in_features, m->out_features, pd->n,
+              pd->n == 1 ? "" : "s");
     retire(d, old);
     mlpd_notify_ready();
   } else if (state_of(d) == MLPD_STATE_LOADING) {
@@ -248,7 +248,7 @@ static void switched(mlpd_daemon_t *d) {
     char devs[256];
     size_t pos = 0;
     devs[0] = '\0';
-    for (int i = 0; i < d->pool->n && pos < sizeof(devs); i++)
+    for (int i = 0; i < pd->n && pos < sizeof(devs); i++)
       pos += (size_t)snprintf(devs + pos, sizeof(devs) - pos, "%s%s",
                               i ? ", " : "", pd->devices[i].device);
     MLPD_LOGI("ready: %s, %d layers %d->%d, %s on %s, max batch %d, delay "

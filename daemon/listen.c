@@ -33,9 +33,9 @@ static int clear_stale(const char *label, const struct sockaddr_un *sa,
                        mlpd_err_t *err) {
   struct stat st;
   if (lstat(sa->sun_path, &st) != 0)
-    return errno == ENOENT ? 0
-                           : mlpd_errf(err, -errno, "%s: %s", label,
-                                       strerror(errno));
+    return errno == ENOENT
+               ? 0
+               : mlpd_errf(err, -errno, "%s: %s", label, strerror(errno));
   if (!S_ISSOCK(st.st_mode))
     return mlpd_errf(err, -EEXIST,
                      "%s: the path exists and is not a socket; not "
@@ -50,10 +50,10 @@ static int clear_stale(const char *label, const struct sockaddr_un *sa,
   /* EAGAIN: a listener whose backlog is full is very much alive. */
   if (r == 0 || e == EAGAIN)
     return mlpd_errf(err, -EADDRINUSE,
-                     "%s: another process is listening on this socket",
-                     label);
+                     "%s: another process is listening on this socket", label);
   if (e != ECONNREFUSED && e != ENOENT)
-    return mlpd_errf(err, -e, "%s: cannot tell if the old socket is in use: "
+    return mlpd_errf(err, -e,
+                     "%s: cannot tell if the old socket is in use: "
                      "%s",
                      label, strerror(e));
   if (unlink(sa->sun_path) != 0 && errno != ENOENT)
@@ -63,9 +63,9 @@ static int clear_stale(const char *label, const struct sockaddr_un *sa,
   return 0;
 }
 
-int mlpd_listen_unix(const char *label, const char *path, int mode,
-                     long group, int backlog, int *fdp,
-                     mlpd_listen_file_t *file, mlpd_err_t *err) {
+int mlpd_listen_unix(const char *label, const char *path, int mode, long group,
+                     int backlog, int *fdp, mlpd_listen_file_t *file,
+                     mlpd_err_t *err) {
   int rc;
   struct sockaddr_un sa = {.sun_family = AF_UNIX};
   *fdp = -1;
@@ -124,8 +124,7 @@ int mlpd_listen_tcp(const char *label, const struct sockaddr *sa,
                     mlpd_err_t *err) {
   int rc;
   *fdp = -1;
-  int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK,
-                  0);
+  int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0)
     return mlpd_errf(err, -errno, "%s: socket: %s", label, strerror(errno));
   int one = 1;
@@ -157,7 +156,7 @@ err_fd:
 
 void mlpd_listen_unlink(const char *path, const mlpd_listen_file_t *file) {
   struct stat st;
-  if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode) &&
-      st.st_dev == file->dev && st.st_ino == file->ino)
+  if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_dev == file->dev &&
+      st.st_ino == file->ino)
     unlink(path);
 }

@@ -37,10 +37,9 @@ typedef struct mlpd_listen_file_s {
  * and its mode, then listens. On success *fd is the caller's and, when
  * `file` is not NULL, it identifies the file; on failure *fd is -1 and
  * nothing is left at the path. */
-int mlpd_listen_unix(const char *label, const char *path, int mode,
-                     long group, int backlog, int *fd,
-                     mlpd_listen_file_t *file, mlpd_err_t *err)
-    MLPD_MUST_CHECK;
+int mlpd_listen_unix(const char *label, const char *path, int mode, long group,
+                     int backlog, int *fd, mlpd_listen_file_t *file,
+                     mlpd_err_t *err) MLPD_MUST_CHECK;
 
 /* Binds a non-blocking, close-on-exec TCP socket to `sa` (SO_REUSEADDR, so
  * that a restart does not wait for TIME_WAIT; IPv6 only for an IPv6

@@ -177,7 +177,11 @@ int mlpd_pool_can_retry(mlpd_pool_t *p, int e) {
 }
 
 const char *mlpd_pool_engine_name(mlpd_pool_t *p, int i) {
-  return p->engines[i]->info.name;
+  return i >= 0 && i < p->n ? p->engines[i]->info.name : NULL;
+}
+
+const mlpd_batcher_shape_t *mlpd_pool_shape(const mlpd_pool_t *p) {
+  return &p->shape;
 }
 
 void mlpd_pool_unreserve(mlpd_pool_t *p, int e) {

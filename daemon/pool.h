@@ -7,7 +7,7 @@
  * allocate their staging from it), and closes a pool once every dispatcher
  * has moved off it. All engines of a pool are alike (one kind, one model),
  * so a batch may go to any of them; mlpd_pool_shape says what the batcher
- * needs to know about them.
+ * needs to know about them, mlpd_pool_describe what everyone else may.
  *
  * Threads: open and close run off the loop (libuv's thread pool); the rest
  * is safe from any thread. */
@@ -67,8 +67,12 @@ int mlpd_pool_engine_in_rotation(mlpd_pool_t *p, int i);
  * may run again there. */
 int mlpd_pool_can_retry(mlpd_pool_t *p, int i);
 
-/* Engine i's name for messages ("cuda:0 (NVIDIA H200)"). */
+/* Engine i's name for messages ("cuda:0 (NVIDIA H200)"); NULL when there
+ * is no engine i. */
 const char *mlpd_pool_engine_name(mlpd_pool_t *p, int i);
+
+/* What the batcher needs to know of the engines, common to all of them. */
+const mlpd_batcher_shape_t *mlpd_pool_shape(const mlpd_pool_t *p);
 
 /* Gives back a reservation of engine e that was not used. */
 void mlpd_pool_unreserve(mlpd_pool_t *p, int e);

@@ -15,11 +15,11 @@
  * ties it to its connection and regions; inline output rows follow the
  * struct in the same block. */
 typedef struct {
-  mlpd_req_t r;              /* first */
-  mlpd_conn_t *conn;         /* NULL once the connection is gone */
-  mlpd_region_t *in_region;  /* references held while in flight */
+  mlpd_req_t r;             /* first */
+  mlpd_conn_t *conn;        /* NULL once the connection is gone */
+  mlpd_region_t *in_region; /* references held while in flight */
   mlpd_region_t *out_region;
-  uint8_t *src_copy;         /* owned copy of inline rows still queued */
+  uint8_t *src_copy; /* owned copy of inline rows still queued */
   int uid_slot;
 } dreq_t;
 
@@ -31,7 +31,8 @@ typedef struct {
 
 static dreq_t *dreq_of(mlpd_req_t *r) { return (dreq_t *)r; }
 
-/* ---- counters --------------------------------------------------------------- */
+/* ---- counters ---------------------------------------------------------------
+ */
 
 /* Every counter of this thread changes under its block's lock, here. */
 #define STATS(r, ...)                                                          \
@@ -46,7 +47,8 @@ static void count(mlpd_requests_t *r, mlpd_conn_t *c, mlpd_status_t st) {
   STATS(r, mlpd_metrics_count_uid(m, c != NULL ? c->peer.uid_label : -1, st));
 }
 
-/* ---- responses ------------------------------------------------------------ */
+/* ---- responses ------------------------------------------------------------
+ */
 
 static void send_response(mlpd_conn_t *c, const mlpd_rpc_response_t *resp) {
   if (c == NULL || c->closing)
@@ -74,19 +76,19 @@ static void send_ok(mlpd_requests_t *r, mlpd_conn_t *c,
 }
 
 static void send_error(mlpd_requests_t *r, mlpd_conn_t *c, uint64_t id,
-                       mlpd_rpc_kind_t kind, mlpd_status_t st,
-                       const char *fmt, ...) MLPD_PRINTF(6, 7);
+                       mlpd_rpc_kind_t kind, mlpd_status_t st, const char *fmt,
+                       ...) MLPD_PRINTF(6, 7);
 
 static void send_error(mlpd_requests_t *r, mlpd_conn_t *c, uint64_t id,
-                       mlpd_rpc_kind_t kind, mlpd_status_t st,
-                       const char *fmt, ...) {
+                       mlpd_rpc_kind_t kind, mlpd_status_t st, const char *fmt,
+                       ...) {
   char msg[256];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
-  mlpd_rpc_response_t resp = {.id = id, .status = st, .message = msg,
-                              .kind = kind};
+  mlpd_rpc_response_t resp = {
+      .id = id, .status = st, .message = msg, .kind = kind};
   count(r, c, st);
   send_response(c, &resp);
 }
@@ -103,7 +105,8 @@ static size_t encode_status(void *ud, mlpd_status_t st, const char *msg,
   return len;
 }
 
-/* ---- connections ---------------------------------------------------------- */
+/* ---- connections ----------------------------------------------------------
+ */
 
 static void link_req(conn_state_t *cs, dreq_t *q) {
   q->r.owner_prev = NULL;
@@ -166,7 +169,8 @@ static void on_close(void *ud, mlpd_conn_t *c) {
   mlpd_scheduler_kick(r->sched);
 }
 
-/* ---- finished requests ---------------------------------------------------- */
+/* ---- finished requests ----------------------------------------------------
+ */
 
 static void count_done(mlpd_requests_t *r, const dreq_t *q,
                        mlpd_status_t status, uint64_t now) {
@@ -210,9 +214,8 @@ void mlpd_requests_on_done(void *ud, mlpd_req_t *req, mlpd_status_t status,
   count_done(r, q, status, mlpd_now_ns());
   if (status != MLPD_STATUS_CANCELLED) {
     mlpd_pool_t *p = mlpd_scheduler_pool(r->sched);
-    const char *device = NULL;
-    if (req->engine >= 0 && p != NULL && req->engine < p->n)
-      device = mlpd_pool_engine_name(p, req->engine);
+    const char *device =
+        p != NULL ? mlpd_pool_engine_name(p, req->engine) : NULL;
     mlpd_rpc_response_t resp = {
         .id = req->id,
         .status = status,
@@ -234,13 +237,13 @@ void mlpd_requests_on_done(void *ud, mlpd_req_t *req, mlpd_status_t status,
   r->inflight--;
 }
 
-/* ---- Infer ---------------------------------------------------------------- */
+/* ---- Infer ----------------------------------------------------------------
+ */
 
 /* The shape an infer request is checked against, or NULL after refusing
  * it (shutting down, loading, wrong width, answer too large). */
-static const mlpd_batcher_shape_t *check_infer(mlpd_requests_t *r,
-                                               mlpd_conn_t *c,
-                                               const mlpd_rpc_request_t *q) {
+static const mlpd_batcher_shape_t *
+check_infer(mlpd_requests_t *r, mlpd_conn_t *c, const mlpd_rpc_request_t *q) {
   mlpd_state_t state = mlpd_board_state(r->board);
   if (r->draining || state == MLPD_STATE_DRAINING ||
       state == MLPD_STATE_STOPPED) {
@@ -315,8 +318,8 @@ static void admitted(mlpd_requests_t *r, mlpd_conn_t *c, dreq_t *d,
   link_req(c->owner_data, d);
   c->busy++;
   r->inflight++;
-  size_t in_bytes = (size_t)q->rows * (size_t)q->cols *
-                    mlpd_dtype_size(q->in_dtype);
+  size_t in_bytes =
+      (size_t)q->rows * (size_t)q->cols * mlpd_dtype_size(q->in_dtype);
   STATS(r, {
     m->inflight_requests++;
     if (d->in_region != NULL)
@@ -358,8 +361,8 @@ static void handle_infer(mlpd_requests_t *r, mlpd_conn_t *c,
   memset(d, 0, sizeof(*d));
   mlpd_err_t err = {0};
   if (bind_io(c->owner_data, d, q, sh, out_bytes, &err) != 0) {
-    send_error(r, c, q->id, MLPD_RPC_INFER, MLPD_STATUS_INVALID_ARGUMENT,
-               "%s", err.msg);
+    send_error(r, c, q->id, MLPD_RPC_INFER, MLPD_STATUS_INVALID_ARGUMENT, "%s",
+               err.msg);
     goto err_req;
   }
   d->conn = c;
@@ -393,7 +396,8 @@ err_req:
   free_req(d);
 }
 
-/* ---- regions -------------------------------------------------------------- */
+/* ---- regions --------------------------------------------------------------
+ */
 
 static void handle_register(mlpd_requests_t *r, mlpd_conn_t *c,
                             const mlpd_rpc_request_t *q) {
@@ -425,7 +429,8 @@ static void handle_register(mlpd_requests_t *r, mlpd_conn_t *c,
     return;
   }
   STATS(r, m->shm_regions++);
-  mlpd_rpc_response_t resp = {.id = q->id, .kind = MLPD_RPC_REGISTER_REGION,
+  mlpd_rpc_response_t resp = {.id = q->id,
+                              .kind = MLPD_RPC_REGISTER_REGION,
                               .region_size = q->region_size};
   send_ok(r, c, &resp);
 }
@@ -440,12 +445,12 @@ static void handle_unregister(mlpd_requests_t *r, mlpd_conn_t *c,
     return;
   }
   STATS(r, m->shm_regions--);
-  mlpd_rpc_response_t resp = {.id = q->id,
-                              .kind = MLPD_RPC_UNREGISTER_REGION};
+  mlpd_rpc_response_t resp = {.id = q->id, .kind = MLPD_RPC_UNREGISTER_REGION};
   send_ok(r, c, &resp);
 }
 
-/* ---- ModelInfo, Health, Metrics --------------------------------------------- */
+/* ---- ModelInfo, Health, Metrics ---------------------------------------------
+ */
 
 static void fill_model_info(mlpd_requests_t *r, mlpd_pool_t *p,
                             const mlpd_pool_desc_t *pd,
@@ -466,9 +471,10 @@ static void fill_model_info(mlpd_requests_t *r, mlpd_pool_t *p,
   in->device = pd->device;
   in->max_batch = (uint32_t)pd->max_batch;
   in->device_memory_bytes = pd->device_bytes;
-  in->host_memory_bytes =
-      (uint64_t)r->board->nshards * (uint64_t)r->cfg.nslots *
-      (mlpd_batcher_in_bytes(&p->shape) + mlpd_batcher_out_bytes(&p->shape));
+  in->host_memory_bytes = (uint64_t)r->board->nshards *
+                          (uint64_t)r->cfg.nslots *
+                          (mlpd_batcher_in_bytes(mlpd_pool_shape(p)) +
+                           mlpd_batcher_out_bytes(mlpd_pool_shape(p)));
   in->generation = pd->generation;
   in->ndevices = pd->n < MLPD_RPC_MAX_DEVICES ? pd->n : MLPD_RPC_MAX_DEVICES;
   for (int i = 0; i < in->ndevices; i++) {
@@ -479,8 +485,7 @@ static void fill_model_info(mlpd_requests_t *r, mlpd_pool_t *p,
   }
 }
 
-static void handle_model_info(mlpd_requests_t *r, mlpd_conn_t *c,
-                              uint64_t id) {
+static void handle_model_info(mlpd_requests_t *r, mlpd_conn_t *c, uint64_t id) {
   mlpd_pool_t *p = mlpd_scheduler_pool(r->sched);
   if (p == NULL) {
     send_error(r, c, id, MLPD_RPC_MODEL_INFO, MLPD_STATUS_UNAVAILABLE,
@@ -496,8 +501,8 @@ static void handle_model_info(mlpd_requests_t *r, mlpd_conn_t *c,
   }
   mlpd_pool_describe(p, mlpd_now_ns(), pd);
   fill_model_info(r, p, pd, in);
-  mlpd_rpc_response_t resp = {.id = id, .kind = MLPD_RPC_MODEL_INFO,
-                              .info = in};
+  mlpd_rpc_response_t resp = {
+      .id = id, .kind = MLPD_RPC_MODEL_INFO, .info = in};
   send_ok(r, c, &resp);
 out:
   free(pd);
@@ -519,12 +524,15 @@ static void handle_metrics(mlpd_requests_t *r, mlpd_conn_t *c, uint64_t id) {
                "cannot render metrics: %s", mlpd_strerror(rc));
     return;
   }
-  mlpd_rpc_response_t resp = {.id = id, .kind = MLPD_RPC_METRICS,
-                              .text = r->text_buf, .text_len = need};
+  mlpd_rpc_response_t resp = {.id = id,
+                              .kind = MLPD_RPC_METRICS,
+                              .text = r->text_buf,
+                              .text_len = need};
   send_ok(r, c, &resp);
 }
 
-/* ---- frames ------------------------------------------------------------------ */
+/* ---- frames
+ * ------------------------------------------------------------------ */
 
 static void on_frame(void *ud, mlpd_conn_t *c, const uint8_t *body,
                      size_t len) {
@@ -545,8 +553,7 @@ static void on_frame(void *ud, mlpd_conn_t *c, const uint8_t *body,
       if (fd >= 0)
         close(fd);
     }
-    send_error(r, c, q.id, q.kind, MLPD_STATUS_INVALID_ARGUMENT, "%s",
-               err.msg);
+    send_error(r, c, q.id, q.kind, MLPD_STATUS_INVALID_ARGUMENT, "%s", err.msg);
     return;
   }
   switch (q.kind) {
@@ -588,10 +595,10 @@ static void on_stream_error(void *ud, mlpd_conn_t *c, int rc, uint64_t len) {
                "closing the connection");
 }
 
-/* ---- setup ------------------------------------------------------------------- */
+/* ---- setup
+ * ------------------------------------------------------------------- */
 
-void mlpd_requests_init(mlpd_requests_t *r,
-                        const mlpd_requests_config_t *cfg,
+void mlpd_requests_init(mlpd_requests_t *r, const mlpd_requests_config_t *cfg,
                         mlpd_board_t *board, mlpd_board_shard_t *stats,
                         mlpd_scheduler_t *sched) {
   memset(r, 0, sizeof(*r));
@@ -601,8 +608,7 @@ void mlpd_requests_init(mlpd_requests_t *r,
   r->sched = sched;
 }
 
-void mlpd_requests_callbacks(mlpd_requests_t *r,
-                             mlpd_server_callbacks_t *cb) {
+void mlpd_requests_callbacks(mlpd_requests_t *r, mlpd_server_callbacks_t *cb) {
   *cb = (mlpd_server_callbacks_t){
       .on_frame = on_frame,
       .on_stream_error = on_stream_error,

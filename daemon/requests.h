@@ -24,26 +24,25 @@
 #include "server.h"
 
 typedef struct mlpd_requests_config_s {
-  size_t max_frame;            /* an inline answer must fit one */
-  int max_queue;               /* rows (the scheduler's), for messages */
-  int nslots;                  /* staging slots per thread, for ModelInfo */
-  int max_regions;             /* per connection */
-  uint64_t max_shm_bytes;      /* all connections of the daemon */
+  size_t max_frame;       /* an inline answer must fit one */
+  int max_queue;          /* rows (the scheduler's), for messages */
+  int nslots;             /* staging slots per thread, for ModelInfo */
+  int max_regions;        /* per connection */
+  uint64_t max_shm_bytes; /* all connections of the daemon */
 } mlpd_requests_config_t;
 
 typedef struct mlpd_requests_s {
   mlpd_requests_config_t cfg;
-  mlpd_board_t *board;         /* borrowed: the daemon's */
-  mlpd_board_shard_t *stats;   /* borrowed: this thread's counters */
-  mlpd_scheduler_t *sched;         /* borrowed: this thread's scheduler */
-  int draining;                /* infer is refused */
-  uint64_t inflight;           /* infer requests admitted, not answered */
-  char *text_buf;              /* Metrics message rendering, grows */
+  mlpd_board_t *board;       /* borrowed: the daemon's */
+  mlpd_board_shard_t *stats; /* borrowed: this thread's counters */
+  mlpd_scheduler_t *sched;   /* borrowed: this thread's scheduler */
+  int draining;              /* infer is refused */
+  uint64_t inflight;         /* infer requests admitted, not answered */
+  char *text_buf;            /* Metrics message rendering, grows */
   size_t text_cap;
 } mlpd_requests_t;
 
-void mlpd_requests_init(mlpd_requests_t *r,
-                        const mlpd_requests_config_t *cfg,
+void mlpd_requests_init(mlpd_requests_t *r, const mlpd_requests_config_t *cfg,
                         mlpd_board_t *board, mlpd_board_shard_t *stats,
                         mlpd_scheduler_t *sched);
 
@@ -57,9 +56,7 @@ void mlpd_requests_on_done(void *ud, mlpd_req_t *req, mlpd_status_t status,
 
 /* From now on infer is refused (UNAVAILABLE); what was admitted is still
  * answered. */
-static inline void mlpd_requests_drain(mlpd_requests_t *r) {
-  r->draining = 1;
-}
+static inline void mlpd_requests_drain(mlpd_requests_t *r) { r->draining = 1; }
 
 /* Every admitted infer request has been answered. */
 static inline int mlpd_requests_idle(const mlpd_requests_t *r) {

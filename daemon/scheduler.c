@@ -9,9 +9,9 @@
 #include <string.h>
 
 void mlpd_scheduler_init(mlpd_scheduler_t *s, int index,
-                     const mlpd_scheduler_config_t *cfg, mlpd_mailbox_t *reply,
-                     mlpd_board_shard_t *stats, mlpd_batcher_done_cb done,
-                     void *done_ud) {
+                         const mlpd_scheduler_config_t *cfg,
+                         mlpd_mailbox_t *reply, mlpd_board_shard_t *stats,
+                         mlpd_batcher_done_cb done, void *done_ud) {
   memset(s, 0, sizeof(*s));
   s->index = index;
   s->cfg = *cfg;
@@ -22,7 +22,7 @@ void mlpd_scheduler_init(mlpd_scheduler_t *s, int index,
 }
 
 const mlpd_batcher_shape_t *mlpd_scheduler_shape(const mlpd_scheduler_t *s) {
-  return s->pool != NULL && s->batcher_ready ? &s->pool->shape : NULL;
+  return s->pool != NULL && s->batcher_ready ? mlpd_pool_shape(s->pool) : NULL;
 }
 
 mlpd_pool_t *mlpd_scheduler_pool(const mlpd_scheduler_t *s) { return s->pool; }
@@ -43,7 +43,8 @@ int mlpd_scheduler_queue_rows(const mlpd_scheduler_t *s) {
   return s->batcher_ready ? s->batcher.queue_rows : 0;
 }
 
-/* ---- staging and pools ---------------------------------------------------- */
+/* ---- staging and pools ----------------------------------------------------
+ */
 
 static void free_staging(mlpd_scheduler_t *s, mlpd_pool_t *p) {
   for (int i = 0; i < MLPD_BATCHER_MAX_SLOTS; i++) {
@@ -56,8 +57,8 @@ static void free_staging(mlpd_scheduler_t *s, mlpd_pool_t *p) {
 }
 
 static int alloc_staging(mlpd_scheduler_t *s, mlpd_pool_t *p) {
-  size_t ib = mlpd_batcher_in_bytes(&p->shape);
-  size_t ob = mlpd_batcher_out_bytes(&p->shape);
+  size_t ib = mlpd_batcher_in_bytes(mlpd_pool_shape(p));
+  size_t ob = mlpd_batcher_out_bytes(mlpd_pool_shape(p));
   for (int i = 0; i < s->cfg.nslots; i++) {
     s->in[i] = mlpd_pool_host_alloc(p, ib);
     s->out[i] = mlpd_pool_host_alloc(p, ob);
@@ -115,20 +116,21 @@ int mlpd_scheduler_try_switch(mlpd_scheduler_t *s) {
                                 .nslots = s->cfg.nslots,
                                 .max_attempts = 2};
     mlpd_err_t err = {0};
-    if (mlpd_batcher_init(&s->batcher, &p->shape, &bc, s->in, s->out,
+    if (mlpd_batcher_init(&s->batcher, mlpd_pool_shape(p), &bc, s->in, s->out,
                           s->done, s->done_ud, &err) == 0)
       s->batcher_ready = 1;
     else
       MLPD_LOGE("dispatcher %d: %s", s->index, err.msg);
   } else {
-    mlpd_batcher_set_shape(&s->batcher, &p->shape, s->in, s->out);
+    mlpd_batcher_set_shape(&s->batcher, mlpd_pool_shape(p), s->in, s->out);
     mlpd_batcher_set_flush(&s->batcher, s->flush);
   }
   s->due = 1;
   return 1;
 }
 
-/* ---- batches -------------------------------------------------------------- */
+/* ---- batches --------------------------------------------------------------
+ */
 
 /* A device for slot i, or -1 when none has room. A batch that failed on a
  * device avoids it, unless it is the only one left. */
@@ -147,8 +149,7 @@ static void hand_over(mlpd_scheduler_t *s, int i, int e, uint64_t now) {
   mlpd_job_t *job = &s->jobs[i];
   void *in, *out;
   mlpd_dtype_t idt, odt;
-  int rows = mlpd_batcher_start(&s->batcher, i, e, now, &in, &idt, &out,
-                                &odt);
+  int rows = mlpd_batcher_start(&s->batcher, i, e, now, &in, &idt, &out, &odt);
   if (rows == 0) {
     if (e >= 0)
       mlpd_pool_unreserve(s->pool, e);
@@ -158,8 +159,7 @@ static void hand_over(mlpd_scheduler_t *s, int i, int e, uint64_t now) {
     /* No device left: fail rather than hold requests forever; the daemon
      * stops and is restarted. */
     (void)mlpd_batcher_complete(&s->batcher, i, MLPD_ENODEV,
-                                "no device is left in rotation", 0, now,
-                                now);
+                                "no device is left in rotation", 0, now, now);
     return;
   }
   double waited = s->ready_ns[i] ? (double)(now - s->ready_ns[i]) / 1e9 : 0;
@@ -169,8 +169,8 @@ static void hand_over(mlpd_scheduler_t *s, int i, int e, uint64_t now) {
   pthread_mutex_unlock(&s->stats->mu);
   memset(job, 0, sizeof(*job));
   job->msg.type = MLPD_MSG_JOB;
-  job->batch = (mlpd_engine_batch_t){.in = in, .in_dtype = idt, .out = out,
-                                     .out_dtype = odt, .rows = rows};
+  job->batch = (mlpd_engine_batch_t){
+      .in = in, .in_dtype = idt, .out = out, .out_dtype = odt, .rows = rows};
   job->reply = s->reply;
   job->cookie = (void *)(intptr_t)i;
   job->engine = e;
@@ -189,8 +189,7 @@ uint64_t mlpd_scheduler_run(mlpd_scheduler_t *s, int arriving) {
   int blocked = 0, mine = b->nrunning;
   for (;;) {
     int dead = mlpd_pool_in_rotation(p) == 0;
-    int i = mlpd_batcher_ready(b, now, dead || mlpd_pool_any_idle(p),
-                               arriving);
+    int i = mlpd_batcher_ready(b, now, dead || mlpd_pool_any_idle(p), arriving);
     if (i < 0)
       break;
     int e = dead ? -1 : pick_engine(s, i);
@@ -237,8 +236,8 @@ void mlpd_scheduler_on_job(mlpd_scheduler_t *s, mlpd_job_t *job) {
   int retry = 0;
   if (job->rc != 0) {
     MLPD_LOGE("%s failed a batch of %d rows: %s (%s)",
-              mlpd_pool_engine_name(p, job->engine), job->batch.rows,
-              job->why, mlpd_err_name(job->rc));
+              mlpd_pool_engine_name(p, job->engine), job->batch.rows, job->why,
+              mlpd_err_name(job->rc));
     /* Another device may run it: the rows are still in staging. */
     retry = mlpd_pool_can_retry(p, job->engine);
   }
@@ -260,7 +259,9 @@ int mlpd_scheduler_poll_hot(const mlpd_scheduler_t *s) {
          s->on_gpu;
 }
 
-void mlpd_scheduler_free_staging(mlpd_scheduler_t *s) { free_staging(s, s->pool); }
+void mlpd_scheduler_free_staging(mlpd_scheduler_t *s) {
+  free_staging(s, s->pool);
+}
 
 void mlpd_scheduler_free(mlpd_scheduler_t *s) {
   if (s->batcher_ready)

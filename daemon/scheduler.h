@@ -21,35 +21,35 @@
 
 typedef struct mlpd_scheduler_config_s {
   uint64_t max_delay_ns;
-  int max_queue;               /* rows admitted and not handed over */
-  int nslots;                  /* staging slots */
+  int max_queue; /* rows admitted and not handed over */
+  int nslots;    /* staging slots */
 } mlpd_scheduler_config_t;
 
 typedef struct mlpd_scheduler_s {
-  int index;                   /* the I/O thread's, for messages */
+  int index; /* the I/O thread's, for messages */
   mlpd_scheduler_config_t cfg;
-  mlpd_mailbox_t *reply;       /* borrowed: where finished jobs come back */
-  mlpd_board_shard_t *stats;   /* borrowed: this thread's counters */
-  mlpd_batcher_done_cb done;   /* answers a request (requests.h) */
+  mlpd_mailbox_t *reply;     /* borrowed: where finished jobs come back */
+  mlpd_board_shard_t *stats; /* borrowed: this thread's counters */
+  mlpd_batcher_done_cb done; /* answers a request (requests.h) */
   void *done_ud;
-  mlpd_pool_t *pool;           /* borrowed: the pool being served */
-  mlpd_pool_t *next_pool;      /* borrowed: switching to it */
-  mlpd_batcher_t batcher;      /* valid once batcher_ready */
+  mlpd_pool_t *pool;      /* borrowed: the pool being served */
+  mlpd_pool_t *next_pool; /* borrowed: switching to it */
+  mlpd_batcher_t batcher; /* valid once batcher_ready */
   int batcher_ready;
-  int flush;                   /* draining: partial slots go at once */
-  int due;                     /* something changed: run before sleeping */
-  void *in[MLPD_BATCHER_MAX_SLOTS];  /* staging, from pool host_alloc */
+  int flush;                        /* draining: partial slots go at once */
+  int due;                          /* something changed: run before sleeping */
+  void *in[MLPD_BATCHER_MAX_SLOTS]; /* staging, from pool host_alloc */
   void *out[MLPD_BATCHER_MAX_SLOTS];
-  mlpd_job_t jobs[MLPD_BATCHER_MAX_SLOTS]; /* one per slot */
+  mlpd_job_t jobs[MLPD_BATCHER_MAX_SLOTS];   /* one per slot */
   uint64_t ready_ns[MLPD_BATCHER_MAX_SLOTS]; /* slot ready, no engine yet */
-  int next_engine;             /* round-robin hint */
-  int on_gpu;                  /* the pool's engines are not the CPU's */
+  int next_engine;                           /* round-robin hint */
+  int on_gpu; /* the pool's engines are not the CPU's */
 } mlpd_scheduler_t;
 
 void mlpd_scheduler_init(mlpd_scheduler_t *s, int index,
-                     const mlpd_scheduler_config_t *cfg, mlpd_mailbox_t *reply,
-                     mlpd_board_shard_t *stats, mlpd_batcher_done_cb done,
-                     void *done_ud);
+                         const mlpd_scheduler_config_t *cfg,
+                         mlpd_mailbox_t *reply, mlpd_board_shard_t *stats,
+                         mlpd_batcher_done_cb done, void *done_ud);
 
 /* What the batcher checks requests against, or NULL while there is no
  * pool (or no staging for it): infer is then UNAVAILABLE. */
@@ -62,7 +62,7 @@ mlpd_pool_t *mlpd_scheduler_pool(const mlpd_scheduler_t *s);
 /* Admits a request into the batcher (mlpd_batcher_admit); only while
  * mlpd_scheduler_shape is not NULL. */
 int mlpd_scheduler_admit(mlpd_scheduler_t *s, mlpd_req_t *req,
-                     uint64_t now) MLPD_MUST_CHECK;
+                         uint64_t now) MLPD_MUST_CHECK;
 
 /* Takes a request back (mlpd_batcher_cancel). */
 void mlpd_scheduler_cancel(mlpd_scheduler_t *s, mlpd_req_t *req);

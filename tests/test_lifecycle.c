@@ -527,10 +527,44 @@ static void test_sighup_to_another_output_width(void **state) {
   tu_rmtree(dir);
 }
 
+/* The listening socket's errors name what is wrong: a directory that does
+ * not exist (named), and a socket another daemon serves (left alone). */
+static void test_socket_errors(void **state) {
+  (void)state;
+  td_daemon_t live;
+  td_spawn(&live, DIGITS, 0, 0, NULL);
+  td_wait_ready(&live, TIMEOUT);
+
+  char missing[400], want[420];
+  snprintf(missing, sizeof(missing), "%s/missing/mlpd.sock", live.dir);
+  snprintf(want, sizeof(want), "directory %s/missing does not exist",
+           live.dir);
+  const char *args_missing[] = {"--socket", missing, NULL};
+  td_daemon_t d;
+  td_spawn(&d, DIGITS, 0, 0, args_missing);
+  assert_int_equal(td_stop(&d, 0, TIMEOUT), 1);
+  assert_true(td_log_contains(&d, want));
+  td_cleanup(&d, 0);
+
+  const char *args_taken[] = {"--socket", live.sock, NULL};
+  td_spawn(&d, DIGITS, 0, 0, args_taken);
+  assert_int_equal(td_stop(&d, 0, TIMEOUT), 1);
+  assert_true(td_log_contains(&d, "another process is listening"));
+  td_cleanup(&d, 0);
+  /* ... and the first one still serves on it. */
+  int fd = td_connect(live.sock);
+  assert_true(fd >= 0);
+  close(fd);
+  td_wait_ready(&live, TIMEOUT);
+  assert_int_equal(td_stop(&live, SIGTERM, TIMEOUT), 0);
+  td_cleanup(&live, 0);
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_live_not_ready_while_loading),
+      cmocka_unit_test(test_socket_errors),
       cmocka_unit_test(test_notify_ready_reload_watchdog_stop),
       cmocka_unit_test(test_not_ready_while_draining),
       cmocka_unit_test(test_sigterm_under_load_loses_nothing),
