@@ -30,7 +30,8 @@
  * from until they drain below half of it.
  *
  * Several servers (one per I/O thread) may listen on duplicates of one
- * listening socket: each accepts what it can. Connection lifetime: created
+ * listening socket (opened by listen.h, or passed by systemd): each accepts
+ * what it can. Connection lifetime: created
  * on accept, freed in exactly one place, the uv_close callback; the owner's
  * on_close runs once before that, from libuv's close phase. All on the
  * server's loop thread. */
