@@ -1,8 +1,9 @@
 /* daemon.c - the daemon's life cycle: startup, loading pools on the thread
  * pool, warm-up, readiness, SIGHUP reload with a switch between batches on
  * every I/O thread, SIGTERM drain, systemd notification, the watchdog, and
- * the daemon-wide metrics. Request handling is in dispatch.c; this file
- * does not parse or encode frames. */
+ * publishing its state and pool on the board (board.c renders health and
+ * metrics from it). Request handling is in requests.c, batching in
+ * scheduler.c; this file does not parse or encode frames. */
 #include "daemon.h"
 
 #include "listen.h"
