@@ -254,11 +254,12 @@ static void *load_thread(void *arg) {
   uint64_t *sent_ms = calloc(MAXREQ, sizeof(uint64_t));
   char *answered = calloc(MAXREQ, 1);
   float x[3 * 64];
-  int inflight = 0;
+  int inflight = 0, closed = 0;
   tu_rng_t rng;
   tu_rng_seed(&rng, (uint64_t)l->index + 5);
   for (;;) {
-    while (!atomic_load(l->stop) && inflight < DEPTH && l->sent < MAXREQ) {
+    while (!atomic_load(l->stop) && !closed && inflight < DEPTH &&
+           l->sent < MAXREQ) {
       /* The rows are a function of the id, so answers can be checked. */
       tu_rng_t rr;
       tu_rng_seed(&rr, (uint64_t)l->index * MAXREQ + (uint64_t)l->sent);
@@ -267,8 +268,19 @@ static void *load_thread(void *arg) {
       size_t len;
       uint8_t *f = td_infer_frame((uint64_t)l->sent, x, MLPD_DTYPE_F32, ROWS,
                                   64, 0, 0, &len);
-      td_write_all(fd, f, len);
+      int rc = td_send_all(fd, f, len);
       free(f);
+      if (rc != 0) {
+        /* Once the daemon has answered everything it read and stopped, it
+         * closes the connection: a request sent after that, before this
+         * client read the refusal that tells it to stop, cannot arrive.
+         * The answers already received are still read below. Before the
+         * signal, a closed connection is a failure. */
+        if (atomic_load(l->kill_ms) == 0)
+          l->other++;
+        closed = 1;
+        break;
+      }
       sent_ms[l->sent++] = now_ms();
       inflight++;
     }
