@@ -183,13 +183,6 @@ void mlpd_access_release(mlpd_access_t *a, uid_t uid) {
   pthread_mutex_unlock(&a->mu);
 }
 
-size_t mlpd_access_count(mlpd_access_t *a) {
-  pthread_mutex_lock(&a->mu);
-  size_t n = a->total;
-  pthread_mutex_unlock(&a->mu);
-  return n;
-}
-
 const char *mlpd_access_uid_name(mlpd_access_t *a, int i, char *buf,
                                  size_t len) {
   pthread_mutex_lock(&a->mu);

@@ -83,9 +83,6 @@ int mlpd_access_admit(mlpd_access_t *a, mlpd_peer_t *p, mlpd_status_t *status,
 
 void mlpd_access_release(mlpd_access_t *a, uid_t uid);
 
-/* Connections admitted now. */
-size_t mlpd_access_count(mlpd_access_t *a);
-
 /* The label of index i ("1000", or "other" past the table); i from
  * mlpd_peer_t.uid_label. Writes into buf. */
 const char *mlpd_access_uid_name(mlpd_access_t *a, int i, char *buf,

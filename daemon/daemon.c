@@ -1,10 +1,12 @@
 /* daemon.c - the daemon's life cycle: startup, loading pools on the thread
  * pool, warm-up, readiness, SIGHUP reload with a switch between batches on
  * every I/O thread, SIGTERM drain, systemd notification, the watchdog, and
- * the daemon-wide metrics. Request handling is in dispatch.c; this file
- * does not parse or encode frames. */
+ * publishing its state and pool on the board (board.c renders health and
+ * metrics from it). Request handling is in requests.c, batching in
+ * scheduler.c; this file does not parse or encode frames. */
 #include "daemon.h"
 
+#include "listen.h"
 #include "log.h"
 #include "notify.h"
 #include "procmetrics.h"
@@ -41,85 +43,18 @@ void mlpd_config_init(mlpd_config_t *c) {
 }
 
 static mlpd_state_t state_of(mlpd_daemon_t *d) {
-  return (mlpd_state_t)atomic_load(d->state);
+  return mlpd_board_state(&d->board);
 }
 
 static void set_state(mlpd_daemon_t *d, mlpd_state_t s) {
-  atomic_store(d->state, (int)s);
+  mlpd_board_set_state(&d->board, s);
 }
 
-/* ---- health and metrics, for any thread ----------------------------------- */
-
-static void health(void *ud, int *live, int *ready, const char **state) {
-  mlpd_daemon_t *d = ud;
-  mlpd_state_t s = state_of(d);
-  *live = s != MLPD_STATE_STOPPED;
-  *ready = s == MLPD_STATE_READY;
-  switch (s) {
-  case MLPD_STATE_LOADING:
-    *state = "loading";
-    break;
-  case MLPD_STATE_READY:
-    *state = "ready";
-    pthread_mutex_lock(&d->mu);
-    if (d->pool != NULL && mlpd_pool_in_rotation(d->pool) < d->pool->n)
-      *state = "degraded";
-    pthread_mutex_unlock(&d->mu);
-    break;
-  default:
-    *state = "draining";
-    break;
-  }
-}
-
-static size_t render_metrics(void *ud, char *buf, size_t cap) {
-  mlpd_daemon_t *d = ud;
-  mlpd_metrics_t *m = malloc(sizeof(*m));
-  if (m == NULL)
-    return 0;
-  mlpd_metrics_init(m);
-  int live = atomic_load(&d->shards_live);
-  for (int i = 0; i < live; i++)
-    mlpd_dispatch_metrics(&d->shards[i], m);
-  for (int u = 0; u < MLPD_UID_SLOTS; u++)
-    mlpd_access_uid_name(&d->access, u, m->uid_names[u],
-                         sizeof(m->uid_names[u]));
-  m->ready = state_of(d) == MLPD_STATE_READY;
-  m->shm_mapped_bytes = atomic_load(&d->shared.shm_mapped);
-  m->extra = mlpd_procmetrics_render; /* process_*: client_golang's names */
-  pthread_mutex_lock(&d->mu);
-  m->model_generation = d->generation;
-  m->reloads_ok = d->reloads_ok;
-  m->reloads_failed = d->reloads_failed;
-  mlpd_pool_t *p = d->pool;
-  if (p != NULL) {
-    const mlpd_engine_info_t *e = &p->engines[0]->info;
-    mlpd_metrics_set_model(m, p->model->path, e->kind, e->device,
-                           mlpd_dtype_name(e->compute_dtype), d->model_labels,
-                           p->model->in_features, p->model->out_features,
-                           e->max_batch);
-    m->gpu_memory_bytes = strcmp(e->kind, "cuda") == 0 ? p->device_bytes : 0;
-    m->ndevices = p->n < MLPD_METRICS_MAX_DEVICES ? p->n
-                                                  : MLPD_METRICS_MAX_DEVICES;
-    uint64_t now = mlpd_now_ns();
-    for (int i = 0; i < m->ndevices; i++) {
-      mlpd_worker_t *w = &p->workers[i];
-      mlpd_metrics_device_t *md = &m->devices[i];
-      snprintf(md->name, sizeof(md->name), "%s", p->engines[i]->info.name);
-      md->in_rotation = atomic_load(&w->in_rotation);
-      md->batches = atomic_load(&w->batches);
-      md->rows = atomic_load(&w->rows);
-      md->failures = atomic_load(&w->failures);
-      md->busy_seconds =
-          (double)(atomic_load(&w->busy_ns) + mlpd_worker_busy_ns(w, now)) /
-          1e9;
-      md->memory_bytes = p->engines[i]->info.device_bytes;
-    }
-  }
-  pthread_mutex_unlock(&d->mu);
-  size_t n = mlpd_metrics_render(m, buf, cap);
-  free(m);
-  return n;
+/* What every other thread reads of the pool and the reloads: published
+ * whenever one of them changes, before an old pool is retired. */
+static void publish(mlpd_daemon_t *d) {
+  mlpd_board_publish(&d->board, d->pool, d->generation, d->reloads_ok,
+                     d->reloads_failed);
 }
 
 /* ---- shards ----------------------------------------------------------------- */
@@ -218,9 +153,8 @@ static void drop_next(mlpd_daemon_t *d, const char *why) {
     } else {
       MLPD_LOGE("reload failed, still serving generation %llu: %s",
                 (unsigned long long)d->generation, why);
-      pthread_mutex_lock(&d->mu); /* metrics read it from other threads */
       d->reloads_failed++;
-      pthread_mutex_unlock(&d->mu);
+      publish(d);
       mlpd_notify_ready();
     }
   }
@@ -236,33 +170,10 @@ static void drop_next(mlpd_daemon_t *d, const char *why) {
  * requests do not pay for lazy initialisation (Triton's ModelWarmup). The
  * staging row is zeroed at allocation; one row touches every layer. */
 static void start_warmup(mlpd_daemon_t *d) {
-  mlpd_pool_t *p = d->next_pool;
-  mlpd_dtype_t in = p->shape.in_dtypes & MLPD_DTYPE_BIT(MLPD_DTYPE_F32)
-                        ? MLPD_DTYPE_F32
-                        : p->shape.compute_dtype;
-  mlpd_dtype_t out = p->shape.out_dtypes & MLPD_DTYPE_BIT(MLPD_DTYPE_F32)
-                         ? MLPD_DTYPE_F32
-                         : p->shape.compute_dtype;
   d->warm_failed = 0;
-  d->warming = 0;
-  for (int i = 0; i < p->n; i++) {
-    /* The workers are fresh: each has room. Every device reads the one
-     * input row and writes its own output row. */
-    if (!mlpd_worker_reserve(&p->workers[i])) {
-      d->warm_failed = 1;
-      continue;
-    }
-    mlpd_job_t *j = &d->warm[i];
-    memset(j, 0, sizeof(*j));
-    j->msg.type = MLPD_MSG_JOB;
-    j->batch = (mlpd_engine_batch_t){.in = p->warm_in, .in_dtype = in,
-                                     .out = p->warm_out[i], .out_dtype = out,
-                                     .rows = 1};
-    j->reply = &d->mb;
-    j->engine = i;
-    d->warming++;
-    mlpd_worker_submit(&p->workers[i], j);
-  }
+  d->warming = mlpd_pool_warm_up(d->next_pool, d->warm, &d->mb);
+  if (d->warming < d->next_pool->n)
+    d->warm_failed = 1;
   if (d->warming == 0)
     drop_next(d, "warm-up: no engine took the batch");
 }
@@ -296,15 +207,6 @@ static void load_after(uv_work_t *w, int status) {
 
 /* ---- switching pools ---------------------------------------------------------- */
 
-static void set_labels(mlpd_daemon_t *d, const mlpd_model_t *m) {
-  size_t pos = (size_t)snprintf(d->model_labels, sizeof(d->model_labels),
-                                "%d", m->in_features);
-  for (int i = 0; i < m->nlayers && pos < sizeof(d->model_labels); i++)
-    pos += (size_t)snprintf(d->model_labels + pos,
-                            sizeof(d->model_labels) - pos, "-%d",
-                            m->layers[i].out);
-}
-
 static void warmed(mlpd_daemon_t *d) {
   if (d->warm_failed) {
     drop_next(d, "warm-up batch failed");
@@ -324,23 +226,22 @@ static void warmed(mlpd_daemon_t *d) {
 
 static void switched(mlpd_daemon_t *d) {
   mlpd_pool_t *old = d->pool;
-  pthread_mutex_lock(&d->mu);
   d->pool = d->next_pool;
   d->next_pool = NULL;
   d->generation++;
   if (old != NULL)
     d->reloads_ok++;
-  set_labels(d, d->pool->model);
-  pthread_mutex_unlock(&d->mu);
+  publish(d); /* before the old pool is retired: nobody reads it after */
   d->switching = 0;
-  const mlpd_engine_info_t *e = &d->pool->engines[0]->info;
-  const mlpd_model_t *m = d->pool->model;
+  mlpd_pool_describe(d->pool, 0, &d->desc);
+  const mlpd_pool_desc_t *pd = &d->desc;
+  const mlpd_model_t *m = pd->model;
   if (old != NULL) {
     MLPD_LOGI("reloaded %s: generation %llu, %d layers %d->%d on %d "
               "device%s",
               m->path, (unsigned long long)d->generation, m->nlayers,
-              m->in_features, m->out_features, d->pool->n,
-              d->pool->n == 1 ? "" : "s");
+              m->in_features, m->out_features, pd->n,
+              pd->n == 1 ? "" : "s");
     retire(d, old);
     mlpd_notify_ready();
   } else if (state_of(d) == MLPD_STATE_LOADING) {
@@ -348,13 +249,13 @@ static void switched(mlpd_daemon_t *d) {
     char devs[256];
     size_t pos = 0;
     devs[0] = '\0';
-    for (int i = 0; i < d->pool->n && pos < sizeof(devs); i++)
+    for (int i = 0; i < pd->n && pos < sizeof(devs); i++)
       pos += (size_t)snprintf(devs + pos, sizeof(devs) - pos, "%s%s",
-                              i ? ", " : "", d->pool->engines[i]->info.device);
+                              i ? ", " : "", pd->devices[i].device);
     MLPD_LOGI("ready: %s, %d layers %d->%d, %s on %s, max batch %d, delay "
               "%llu us, queue %d rows, %d I/O thread%s, socket %s",
               m->path, m->nlayers, m->in_features, m->out_features,
-              mlpd_dtype_name(e->compute_dtype), devs, e->max_batch,
+              mlpd_dtype_name(pd->compute_dtype), devs, pd->max_batch,
               (unsigned long long)d->cfg.max_delay_us, d->cfg.max_queue,
               d->nshards, d->nshards == 1 ? "" : "s", d->cfg.socket_path);
     mlpd_notify_ready();
@@ -377,12 +278,12 @@ static void on_msg(mlpd_mailbox_t *mb, mlpd_msg_t *msg) {
       return; /* a warm-up that outlived its pool's start */
     if (j->rc != 0) {
       MLPD_LOGE("warm-up batch on %s failed: %s (%s)",
-                d->next_pool->engines[j->engine]->info.name, j->why,
+                mlpd_pool_engine_name(d->next_pool, j->engine), j->why,
                 mlpd_err_name(j->rc));
       d->warm_failed = 1;
     } else {
       MLPD_LOGI("warm-up batch on %s ran in %.1f us",
-                d->next_pool->engines[j->engine]->info.name,
+                mlpd_pool_engine_name(d->next_pool, j->engine),
                 (double)(j->end_ns - j->start_ns) / 1e3);
     }
     if (--d->warming == 0)
@@ -406,15 +307,11 @@ static void on_msg(mlpd_mailbox_t *mb, mlpd_msg_t *msg) {
     uv_timer_stop(&d->stop_timer);
     if (!uv_is_closing((uv_handle_t *)&d->stop_timer))
       uv_close((uv_handle_t *)&d->stop_timer, NULL);
-    for (int k = 0; k < 2; k++) {
-      mlpd_pool_t *p = k == 0 ? d->pool : d->next_pool;
-      for (int i = 0; p != NULL && i < p->n; i++)
-        mlpd_worker_stop(&p->workers[i]);
-    }
+    mlpd_pool_stop_workers(d->pool);
+    mlpd_pool_stop_workers(d->next_pool);
     post_all(d, MLPD_MSG_EXIT, NULL);
     for (int i = 0; i < d->nshards; i++)
       mlpd_dispatch_join(&d->shards[i]);
-    atomic_store(&d->shards_live, 0);
     mlpd_mailbox_close(&d->mb, NULL);
     return;
   }
@@ -538,12 +435,11 @@ static void on_tick(uv_timer_t *t) {
   uint64_t busy = 0;
   int alive = 1;
   if (d->pool != NULL) {
-    for (int i = 0; i < d->pool->n; i++) {
-      uint64_t b = mlpd_worker_busy_ns(&d->pool->workers[i], now);
-      if (b > busy)
-        busy = b;
-    }
-    alive = mlpd_pool_in_rotation(d->pool) > 0;
+    mlpd_pool_describe(d->pool, now, &d->desc);
+    for (int i = 0; i < d->desc.n; i++)
+      if (d->desc.devices[i].max_busy_ns > busy)
+        busy = d->desc.devices[i].max_busy_ns;
+    alive = d->desc.in_rotation > 0;
   }
   if (d->watchdog_usec != 0 &&
       now - d->last_ping_ns >= d->watchdog_usec * 1000u / 2) {
@@ -610,13 +506,12 @@ static int start_shards(mlpd_daemon_t *d, mlpd_err_t *err) {
     int fd = fcntl(d->listen_fd, F_DUPFD_CLOEXEC, 3);
     if (fd < 0)
       return mlpd_errf(err, -errno, "dup: %s", strerror(errno));
-    int rc = mlpd_dispatch_start(&d->shards[i], i, &dc, &d->shared, &d->mb,
-                                 fd, err);
+    int rc = mlpd_dispatch_start(&d->shards[i], i, &dc, &d->board,
+                                 &d->access, &d->mb, fd, err);
     if (rc != 0) {
       d->nshards = i;
       return rc;
     }
-    atomic_store(&d->shards_live, i + 1);
   }
   return 0;
 }
@@ -634,8 +529,11 @@ static int listen_socket(mlpd_daemon_t *d, int *metrics_fd, mlpd_err_t *err) {
               d->listen_fd);
     return 0;
   }
-  rc = mlpd_server_bind(d->cfg.socket_path, d->cfg.socket_mode,
-                        d->cfg.socket_group, &d->listen_fd, err);
+  char label[160];
+  snprintf(label, sizeof(label), "socket %s", d->cfg.socket_path);
+  rc = mlpd_listen_unix(label, d->cfg.socket_path, d->cfg.socket_mode,
+                        d->cfg.socket_group, MLPD_LISTEN_BACKLOG,
+                        &d->listen_fd, NULL, err);
   d->bound_socket = rc == 0;
   return rc;
 }
@@ -650,22 +548,15 @@ int mlpd_daemon_run(const mlpd_config_t *cfg) {
   mlpd_err_t err = {0};
   d->cfg = *cfg;
   d->listen_fd = -1;
-  pthread_mutex_init(&d->mu, NULL);
   mlpd_access_init(&d->access, &cfg->access);
-  d->shared = (mlpd_shared_t){.access = &d->access,
-                              .nshards = nshards,
-                              .health = health,
-                              .render_metrics = render_metrics,
-                              .ud = d};
-  atomic_init(&d->shared.state, MLPD_STATE_LOADING);
-  atomic_init(&d->shared.shm_mapped, 0);
-  d->state = &d->shared.state;
+  mlpd_board_init(&d->board, &d->access, nshards);
   signal(SIGPIPE, SIG_IGN); /* a vanished client is a write error, not death */
   uv_loop_init(&d->loop);
   d->loop.data = d;
   if ((rc = mlpd_mailbox_init(&d->mb, &d->loop, on_msg, d, &err)) != 0) {
     MLPD_LOGE("cannot start: %s", err.msg);
     uv_loop_close(&d->loop);
+    mlpd_board_free(&d->board);
     mlpd_access_free(&d->access);
     free(d);
     return 1;
@@ -690,8 +581,9 @@ int mlpd_daemon_run(const mlpd_config_t *cfg) {
   if (metrics_fd >= 0 || cfg->metrics_listen != NULL) {
     /* A socket systemd passed (FileDescriptorName=metrics) wins over the
      * flag: it outlives our restarts like the protocol socket. */
-    mlpd_http_handlers_t hh = {
-        .health = health, .metrics = render_metrics, .ud = d};
+    mlpd_http_handlers_t hh = {.health = mlpd_board_health,
+                               .metrics = mlpd_board_render,
+                               .ud = &d->board};
     if (metrics_fd >= 0)
       rc = mlpd_http_start_fd(&d->http, &d->loop, metrics_fd, &hh, &err);
     else
@@ -741,8 +633,8 @@ cleanup:;
   if (uv_loop_close(&d->loop) != 0)
     MLPD_LOGW("loop closed with handles still open");
   free(d->shards);
+  mlpd_board_free(&d->board);
   mlpd_access_free(&d->access);
-  pthread_mutex_destroy(&d->mu);
   free(d);
   return code;
 }

@@ -1,20 +1,29 @@
 /* daemon.h - the serving daemon's life cycle, owned in one place: the
- * listening socket (bound here, or handed over by systemd socket
- * activation), the I/O threads (dispatch.h), the pools of engines
+ * listening socket (bound through listen.h, or handed over by systemd
+ * socket activation), the I/O threads (dispatch.h), the pools of engines
  * (pool.h: load, warm up, reload, retire), readiness, drain and stop,
- * systemd notification and the watchdog, and the metrics text.
+ * systemd notification and the watchdog, and what it publishes on the
+ * board (board.h) for health and metrics.
  *
  * Threads: the daemon's own loop runs signals, timers, the HTTP probe
  * listener and the life cycle; each I/O thread runs a dispatcher with its
  * connections and batcher; each device has a worker thread; libuv's thread
  * pool loads models and opens engines (startup and SIGHUP reload) so the
- * loop keeps answering probes meanwhile. The daemon talks to dispatchers
- * only through their mailboxes, and they to it only through its mailbox.
- * Nothing here is global: a test could run two daemons in one process. */
+ * loop keeps answering probes meanwhile.
+ *
+ * Who calls whom: the daemon starts and joins dispatchers
+ * (mlpd_dispatch_start / _join) and otherwise talks to them only through
+ * their mailboxes (mlpd_dispatch_post); they answer only through its
+ * mailbox and never call it. It drives pools through pool.h (open,
+ * warm-up, stop the workers, close), never their workers directly. Health
+ * and metrics are read by the dispatchers and the HTTP listener from the
+ * board, where the daemon publishes its state and pool. Nothing here is
+ * global: a test could run two daemons in one process. */
 #ifndef MLPD_DAEMON_H
 #define MLPD_DAEMON_H
 
 #include "access.h"
+#include "board.h"
 #include "dispatch.h"
 #include "engine.h"
 #include "http.h"
@@ -69,10 +78,10 @@ typedef struct mlpd_load_s {
 typedef struct mlpd_daemon_s {
   mlpd_config_t cfg;            /* copy of the caller's; strings borrowed */
   uv_loop_t loop;
-  atomic_int *state;            /* &shared.state (mlpd_state_t) */
   int exit_code;                /* what mlpd_daemon_run returns */
 
-  mlpd_shared_t shared;         /* what the dispatchers read */
+  mlpd_board_t board;           /* what every other thread reads: state,
+                                   the published pool, counters */
   mlpd_access_t access;
   mlpd_mailbox_t mb;            /* from dispatchers, and warm-up jobs */
   int listen_fd;                /* owned until the dispatchers have theirs */
@@ -80,13 +89,10 @@ typedef struct mlpd_daemon_s {
   int bound_socket;             /* we made the socket file: remove it */
   int nshards;
   mlpd_dispatch_t *shards;      /* owned, nshards */
-  atomic_int shards_live;        /* dispatchers started: other threads'
-                                   metrics read that many */
   mlpd_http_t *http;            /* owned; NULL when --metrics-listen is off */
 
-  pthread_mutex_t mu;           /* guards pool (read by other threads'
-                                   health and metrics) */
-  mlpd_pool_t *pool;            /* owned: the generation being served */
+  mlpd_pool_t *pool;            /* owned: the generation being served
+                                   (published on the board) */
   mlpd_pool_t *next_pool;       /* owned: warming up or switching to */
   uint64_t generation;          /* 1 + successful reloads */
   mlpd_load_t load;             /* the load in progress, if loading */
@@ -100,8 +106,7 @@ typedef struct mlpd_daemon_s {
   int idle_shards;              /* IDLE received while draining */
   int closed_shards;            /* CLOSED received while stopping */
   uint64_t reloads_ok, reloads_failed;
-
-  char model_labels[256];       /* "64-128-128-10" */
+  mlpd_pool_desc_t desc;        /* scratch for describing pool */
 
   uv_signal_t sig_term, sig_int, sig_hup;
   uv_timer_t tick;              /* 1 s: watchdog, EXTEND_TIMEOUT, drain */

@@ -23,6 +23,7 @@
 #include "http.h"
 
 #include "httpreq.h"
+#include "listen.h"
 #include "log.h"
 #include "metrics.h"
 
@@ -64,8 +65,8 @@ struct mlpd_http_s {
   int nconns;
   int is_unix;
   char path[sizeof(((struct sockaddr_un *)0)->sun_path)]; /* Unix only */
-  dev_t dev;  /* the socket file we created, so that stop */
-  ino_t ino;  /* unlinks only ours */
+  mlpd_listen_file_t file; /* the socket file we created, so that stop
+                              unlinks only ours */
   int port;   /* TCP only, as bound */
   char *mbuf; /* /metrics scratch, grown as needed */
   size_t mcap;
@@ -109,12 +110,8 @@ static void conn_parse(conn_t *c);
 static void try_finish(mlpd_http_t *h) {
   if (!h->stopping || !h->listener_closed || h->conns != NULL)
     return;
-  if (h->is_unix) {
-    struct stat st;
-    if (lstat(h->path, &st) == 0 && S_ISSOCK(st.st_mode) &&
-        st.st_dev == h->dev && st.st_ino == h->ino)
-      unlink(h->path);
-  }
+  if (h->is_unix && h->path[0] != '\0')
+    mlpd_listen_unlink(h->path, &h->file);
   void (*done)(void *) = h->done;
   void *ud = h->done_ud;
   free(h->mbuf);
@@ -555,134 +552,24 @@ static int open_tcp(mlpd_http_t *h, const char *spec, int *fdp,
   int rc = parse_tcp(spec, &ss, &sslen, err);
   if (rc != 0)
     return rc;
-  int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (fd < 0)
-    return mlpd_errf(err, -errno, "HTTP listener \"%s\": socket: %s", spec,
-                     strerror(errno));
-  int one = 1;
-  /* A restart must not wait for the last run's TIME_WAIT connections. */
-  (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  if (ss.ss_family == AF_INET6)
-    (void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
-  if (bind(fd, (struct sockaddr *)&ss, sslen) != 0) {
-    rc = mlpd_errf(err, -errno, "HTTP listener \"%s\": bind: %s", spec,
-                   strerror(errno));
-    goto err_fd;
-  }
-  if (listen(fd, BACKLOG) != 0) {
-    rc = mlpd_errf(err, -errno, "HTTP listener \"%s\": listen: %s", spec,
-                   strerror(errno));
-    goto err_fd;
-  }
-  struct sockaddr_storage bound;
-  socklen_t blen = sizeof(bound);
-  if (getsockname(fd, (struct sockaddr *)&bound, &blen) == 0)
-    h->port = ntohs(bound.ss_family == AF_INET6
-                        ? ((struct sockaddr_in6 *)&bound)->sin6_port
-                        : ((struct sockaddr_in *)&bound)->sin_port);
-  *fdp = fd;
-  return 0;
-err_fd:
-  close(fd);
-  return rc;
-}
-
-/* A socket file is replaced only when nobody answers on it (a daemon that
- * died without unlinking); a live listener or a non-socket file is an
- * error, never deleted. */
-static int clear_stale(const char *spec, const struct sockaddr_un *sa,
-                       mlpd_err_t *err) {
-  struct stat st;
-  if (lstat(sa->sun_path, &st) != 0)
-    return errno == ENOENT ? 0
-                           : mlpd_errf(err, -errno, "HTTP listener \"%s\": %s",
-                                       spec, strerror(errno));
-  if (!S_ISSOCK(st.st_mode))
-    return mlpd_errf(err, -EEXIST,
-                     "HTTP listener \"%s\": the path exists and is not a"
-                     " socket; not replacing it",
-                     spec);
-  int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (probe < 0)
-    return mlpd_errf(err, -errno, "HTTP listener \"%s\": socket: %s", spec,
-                     strerror(errno));
-  int r = connect(probe, (const struct sockaddr *)sa, sizeof(*sa));
-  int e = errno;
-  close(probe);
-  if (r == 0 || e == EAGAIN)
-    return mlpd_errf(err, -EADDRINUSE,
-                     "HTTP listener \"%s\": another process is listening on"
-                     " this socket",
-                     spec);
-  if (e != ECONNREFUSED && e != ENOENT)
-    return mlpd_errf(err, -e,
-                     "HTTP listener \"%s\": probing the old socket:"
-                     " %s",
-                     spec, strerror(e));
-  if (unlink(sa->sun_path) != 0 && errno != ENOENT)
-    return mlpd_errf(err, -errno,
-                     "HTTP listener \"%s\": removing the stale socket: %s",
-                     spec, strerror(errno));
-  MLPD_LOGI("http: replaced the stale socket %s", sa->sun_path);
-  return 0;
+  char label[300];
+  snprintf(label, sizeof(label), "HTTP listener \"%s\"", spec);
+  return mlpd_listen_tcp(label, (struct sockaddr *)&ss, sslen, BACKLOG, fdp,
+                         &h->port, err);
 }
 
 static int open_unix(mlpd_http_t *h, const char *spec, const char *path,
                      int *fdp, mlpd_err_t *err) {
-  struct sockaddr_un sa;
-  memset(&sa, 0, sizeof(sa));
-  sa.sun_family = AF_UNIX;
-  size_t n = strlen(path);
-  if (n == 0)
-    return mlpd_errf(err, MLPD_EINVAL, "HTTP listener \"%s\": empty path",
-                     spec);
-  if (n >= sizeof(sa.sun_path))
-    return mlpd_errf(err, -ENAMETOOLONG,
-                     "HTTP listener \"%s\": a Unix socket path has at most"
-                     " %zu bytes",
-                     spec, sizeof(sa.sun_path) - 1);
-  memcpy(sa.sun_path, path, n + 1);
-  int rc = clear_stale(spec, &sa, err);
+  char label[300];
+  snprintf(label, sizeof(label), "HTTP listener \"%s\"", spec);
+  /* Group-readable: the scraper runs in the daemon's group. */
+  int rc = mlpd_listen_unix(label, path, 0660, -1, BACKLOG, fdp, &h->file,
+                            err);
   if (rc != 0)
     return rc;
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (fd < 0)
-    return mlpd_errf(err, -errno, "HTTP listener \"%s\": socket: %s", spec,
-                     strerror(errno));
-  if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
-    rc = mlpd_errf(err, -errno, "HTTP listener \"%s\": bind: %s", spec,
-                   strerror(errno));
-    goto err_fd;
-  }
-  /* bind() created the file under the umask (0077 in the unit, so nobody
-   * else could connect meanwhile); widen it to the group only now. */
-  if (chmod(path, 0660) != 0) {
-    rc = mlpd_errf(err, -errno, "HTTP listener \"%s\": chmod 0660: %s", spec,
-                   strerror(errno));
-    goto err_unlink;
-  }
-  struct stat st;
-  if (stat(path, &st) != 0) {
-    rc = mlpd_errf(err, -errno, "HTTP listener \"%s\": %s", spec,
-                   strerror(errno));
-    goto err_unlink;
-  }
-  if (listen(fd, BACKLOG) != 0) {
-    rc = mlpd_errf(err, -errno, "HTTP listener \"%s\": listen: %s", spec,
-                   strerror(errno));
-    goto err_unlink;
-  }
-  memcpy(h->path, path, n + 1);
-  h->dev = st.st_dev;
-  h->ino = st.st_ino;
+  snprintf(h->path, sizeof(h->path), "%s", path);
   h->is_unix = 1;
-  *fdp = fd;
   return 0;
-err_unlink:
-  unlink(path);
-err_fd:
-  close(fd);
-  return rc;
 }
 
 /* Listens on fd (bound, h->is_unix set) with libuv; label names it in

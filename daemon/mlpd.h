@@ -33,10 +33,6 @@
  * arithmetic in BLAS calls. */
 #define MLPD_MAX_WIDTH (1 << 20)
 
-/* Staging sets an engine may be asked for; the batcher fills one while the
- * engine runs another, more only deepen the queue. */
-#define MLPD_MAX_SLOTS 16
-
 #define MLPD_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
 /* Monotonic nanoseconds, for durations only. (Guarded for strict ISO C

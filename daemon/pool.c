@@ -165,6 +165,95 @@ int mlpd_pool_reserve(mlpd_pool_t *p, int hint, int avoid) {
   return -1;
 }
 
+int mlpd_pool_engine_in_rotation(mlpd_pool_t *p, int i) {
+  return atomic_load(&p->workers[i].in_rotation);
+}
+
+int mlpd_pool_can_retry(mlpd_pool_t *p, int e) {
+  for (int i = 0; i < p->n; i++)
+    if (i != e && atomic_load(&p->workers[i].in_rotation))
+      return 1;
+  return 0;
+}
+
+const char *mlpd_pool_engine_name(mlpd_pool_t *p, int i) {
+  return i >= 0 && i < p->n ? p->engines[i]->info.name : NULL;
+}
+
+const mlpd_batcher_shape_t *mlpd_pool_shape(const mlpd_pool_t *p) {
+  return &p->shape;
+}
+
+void mlpd_pool_unreserve(mlpd_pool_t *p, int e) {
+  mlpd_worker_unreserve(&p->workers[e]);
+}
+
+void mlpd_pool_submit(mlpd_pool_t *p, int e, mlpd_job_t *job) {
+  mlpd_worker_submit(&p->workers[e], job);
+}
+
+int mlpd_pool_warm_up(mlpd_pool_t *p, mlpd_job_t *jobs,
+                      mlpd_mailbox_t *reply) {
+  mlpd_dtype_t in = p->shape.in_dtypes & MLPD_DTYPE_BIT(MLPD_DTYPE_F32)
+                        ? MLPD_DTYPE_F32
+                        : p->shape.compute_dtype;
+  mlpd_dtype_t out = p->shape.out_dtypes & MLPD_DTYPE_BIT(MLPD_DTYPE_F32)
+                         ? MLPD_DTYPE_F32
+                         : p->shape.compute_dtype;
+  int n = 0;
+  for (int i = 0; i < p->n; i++) {
+    /* The workers are fresh: each has room. Every device reads the one
+     * input row (zeroed at allocation) and writes its own output row. */
+    if (!mlpd_worker_reserve(&p->workers[i]))
+      continue;
+    mlpd_job_t *j = &jobs[i];
+    memset(j, 0, sizeof(*j));
+    j->msg.type = MLPD_MSG_JOB;
+    j->batch = (mlpd_engine_batch_t){.in = p->warm_in, .in_dtype = in,
+                                     .out = p->warm_out[i], .out_dtype = out,
+                                     .rows = 1};
+    j->reply = reply;
+    j->engine = i;
+    n++;
+    mlpd_worker_submit(&p->workers[i], j);
+  }
+  return n;
+}
+
+void mlpd_pool_stop_workers(mlpd_pool_t *p) {
+  for (int i = 0; p != NULL && i < p->n; i++)
+    mlpd_worker_stop(&p->workers[i]);
+}
+
+void mlpd_pool_describe(mlpd_pool_t *p, uint64_t now,
+                        mlpd_pool_desc_t *out) {
+  const mlpd_engine_info_t *e0 = &p->engines[0]->info;
+  out->model = p->model;
+  out->kind = e0->kind;
+  out->device = e0->device;
+  out->compute_dtype = e0->compute_dtype;
+  out->max_batch = e0->max_batch;
+  out->device_bytes = p->device_bytes;
+  out->generation = p->generation;
+  out->n = p->n;
+  out->in_rotation = 0;
+  for (int i = 0; i < p->n; i++) {
+    mlpd_worker_t *w = &p->workers[i];
+    mlpd_pool_device_t *d = &out->devices[i];
+    uint64_t running = mlpd_worker_busy_ns(w, now);
+    d->name = p->engines[i]->info.name;
+    d->device = p->engines[i]->info.device;
+    d->in_rotation = atomic_load(&w->in_rotation);
+    d->batches = atomic_load(&w->batches);
+    d->rows = atomic_load(&w->rows);
+    d->failures = atomic_load(&w->failures);
+    d->busy_ns = atomic_load(&w->busy_ns) + running;
+    d->max_busy_ns = running;
+    d->memory_bytes = p->engines[i]->info.device_bytes;
+    out->in_rotation += d->in_rotation;
+  }
+}
+
 void mlpd_pool_close(mlpd_pool_t *p) {
   if (p == NULL)
     return;

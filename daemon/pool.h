@@ -7,7 +7,7 @@
  * allocate their staging from it), and closes a pool once every dispatcher
  * has moved off it. All engines of a pool are alike (one kind, one model),
  * so a batch may go to any of them; mlpd_pool_shape says what the batcher
- * needs to know about them.
+ * needs to know about them, mlpd_pool_describe what everyone else may.
  *
  * Threads: open and close run off the loop (libuv's thread pool); the rest
  * is safe from any thread. */
@@ -59,6 +59,68 @@ int mlpd_pool_reserve(mlpd_pool_t *p, int hint, int avoid);
 
 /* 1 when some engine in rotation has nothing reserved or in flight. */
 int mlpd_pool_any_idle(mlpd_pool_t *p);
+
+/* 1 when engine i is still in rotation. */
+int mlpd_pool_engine_in_rotation(mlpd_pool_t *p, int i);
+
+/* 1 when some engine other than i is in rotation: a batch that failed on i
+ * may run again there. */
+int mlpd_pool_can_retry(mlpd_pool_t *p, int i);
+
+/* Engine i's name for messages ("cuda:0 (NVIDIA H200)"); NULL when there
+ * is no engine i. */
+const char *mlpd_pool_engine_name(mlpd_pool_t *p, int i);
+
+/* What the batcher needs to know of the engines, common to all of them. */
+const mlpd_batcher_shape_t *mlpd_pool_shape(const mlpd_pool_t *p);
+
+/* Gives back a reservation of engine e that was not used. */
+void mlpd_pool_unreserve(mlpd_pool_t *p, int e);
+
+/* Hands job (for which engine e was reserved) to e's worker; it comes back
+ * through job->reply. Any thread. */
+void mlpd_pool_submit(mlpd_pool_t *p, int e, mlpd_job_t *job);
+
+/* Runs one batch of one (zero) row through every engine, so the first
+ * requests do not pay for lazy initialisation; each job of jobs[] (one per
+ * engine) comes back through `reply`. Returns the number of jobs handed
+ * over; fewer than p->n means an engine had no room. */
+int mlpd_pool_warm_up(mlpd_pool_t *p, mlpd_job_t *jobs,
+                      mlpd_mailbox_t *reply);
+
+/* Stops the workers after the jobs handed to them (they come back through
+ * their mailboxes); the engines stay open. */
+void mlpd_pool_stop_workers(mlpd_pool_t *p);
+
+/* One engine of a pool, as the rest of the daemon may see it. */
+typedef struct mlpd_pool_device_s {
+  const char *name;            /* "cuda:0 (NVIDIA H200)"; the pool's */
+  const char *device;          /* "cuda:0" */
+  int in_rotation;
+  uint64_t batches, rows, failures;
+  uint64_t busy_ns;            /* in flight so far, the current batch too */
+  uint64_t memory_bytes;       /* on the device */
+  uint64_t max_busy_ns;        /* the batch in flight now, 0 when none */
+} mlpd_pool_device_t;
+
+/* A pool as metrics, health, ModelInfo and the watchdog see it. Strings
+ * point into the pool: valid while the caller may use the pool. */
+typedef struct mlpd_pool_desc_s {
+  const mlpd_model_t *model;
+  const char *kind;            /* "cpu", "cuda" (every engine alike) */
+  const char *device;          /* the first engine's */
+  mlpd_dtype_t compute_dtype;
+  int max_batch;
+  uint64_t device_bytes;       /* all engines together */
+  uint64_t generation;
+  int n;                       /* engines */
+  int in_rotation;             /* engines still in rotation */
+  mlpd_pool_device_t devices[MLPD_MAX_DEVICES];
+} mlpd_pool_desc_t;
+
+/* Fills *out from the pool's engines and its workers' counters (atomics,
+ * so any thread; `now` is mlpd_now_ns() for the busy times). */
+void mlpd_pool_describe(mlpd_pool_t *p, uint64_t now, mlpd_pool_desc_t *out);
 
 /* Stops the workers (after the jobs handed to them), closes the engines and
  * frees the model. Safe on NULL. */

@@ -30,7 +30,8 @@
  * from until they drain below half of it.
  *
  * Several servers (one per I/O thread) may listen on duplicates of one
- * listening socket: each accepts what it can. Connection lifetime: created
+ * listening socket (opened by listen.h, or passed by systemd): each accepts
+ * what it can. Connection lifetime: created
  * on accept, freed in exactly one place, the uv_close callback; the owner's
  * on_close runs once before that, from libuv's close phase. All on the
  * server's loop thread. */
@@ -131,13 +132,6 @@ struct mlpd_server_s {
   uint64_t refused_logged_s;     /* rate limit of refusal log lines */
   int refused_this_s;
 };
-
-/* Binds a Unix stream socket at path (a stale socket file nobody accepts
- * on is replaced; a live one, or something else at the path, is an error),
- * sets its mode and, when group >= 0, its group, and listens. The caller
- * owns *fd. */
-int mlpd_server_bind(const char *path, int mode, long group, int *fd,
-                     mlpd_err_t *err) MLPD_MUST_CHECK;
 
 /* Starts serving on `listen_fd` (a listening Unix socket; the server owns
  * it from here, the caller keeps its own duplicate if it wants one). */

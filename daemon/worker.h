@@ -32,6 +32,9 @@
 
 #define MLPD_WORKER_MAX_FAILURES 3
 
+/* The mailbox message type of a finished job (mlpd_job_t.msg). */
+enum { MLPD_MSG_JOB = 1 };
+
 typedef struct mlpd_job_s mlpd_job_t;
 struct mlpd_job_s {
   mlpd_msg_t msg;            /* first: how the job comes back */

@@ -5,6 +5,8 @@ target_link_libraries(mlpd_daemonutil PUBLIC mlpd_testutil mlpd_proto)
 target_compile_definitions(mlpd_daemonutil PRIVATE
   MLPD_BINARY_DIR="${PROJECT_BINARY_DIR}")
 mlpd_test(test_batcher)
+mlpd_test(test_listen)
+mlpd_test(test_board)
 mlpd_test(test_daemon LIBS mlpd_daemonutil TIMEOUT 600)
 add_dependencies(test_daemon mlpd)
 mlpd_test(test_lifecycle LIBS mlpd_daemonutil TIMEOUT 600)

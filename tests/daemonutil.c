@@ -247,17 +247,26 @@ int td_notify_recv(td_daemon_t *d, char *buf, size_t cap, int timeout_ms) {
   return (int)n;
 }
 
-void td_write_all(int fd, const void *buf, size_t len) {
+int td_send_all(int fd, const void *buf, size_t len) {
   const uint8_t *p = buf;
   while (len > 0) {
     ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
     if (n < 0) {
       if (errno == EINTR)
         continue;
-      fatal("send");
+      return -errno;
     }
     p += n;
     len -= (size_t)n;
+  }
+  return 0;
+}
+
+void td_write_all(int fd, const void *buf, size_t len) {
+  int rc = td_send_all(fd, buf, len);
+  if (rc != 0) {
+    errno = -rc;
+    fatal("send");
   }
 }
 

@@ -62,6 +62,10 @@ int td_connect(const char *sock);
 /* Full write/read with a timeout; abort the test on error. */
 void td_write_all(int fd, const void *buf, size_t len);
 
+/* The same, for a peer that may have closed: 0, or -errno (EPIPE once the
+ * daemon has closed the connection). */
+int td_send_all(int fd, const void *buf, size_t len);
+
 /* Encodes an infer Request frame into a malloc'ed buffer. */
 uint8_t *td_infer_frame(uint64_t id, const void *data, mlpd_dtype_t dtype,
                         int rows, int cols, int out_dtype, uint32_t timeout_ms,

@@ -1028,6 +1028,11 @@ static void test_unix_socket(void **state) {
   /* A directory that does not exist. */
   snprintf(spec, sizeof(spec), "%s/missing/http.sock", dir);
   expect_refused(spec, -ENOENT, "bind");
+  /* ... which the message names, since bind() does not. */
+  char missing[320];
+  snprintf(missing, sizeof(missing), "directory %s/missing does not exist",
+           dir);
+  expect_refused(spec, -ENOENT, missing);
   tu_rmtree(dir);
 }
 

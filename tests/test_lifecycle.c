@@ -254,11 +254,12 @@ static void *load_thread(void *arg) {
   uint64_t *sent_ms = calloc(MAXREQ, sizeof(uint64_t));
   char *answered = calloc(MAXREQ, 1);
   float x[3 * 64];
-  int inflight = 0;
+  int inflight = 0, closed = 0;
   tu_rng_t rng;
   tu_rng_seed(&rng, (uint64_t)l->index + 5);
   for (;;) {
-    while (!atomic_load(l->stop) && inflight < DEPTH && l->sent < MAXREQ) {
+    while (!atomic_load(l->stop) && !closed && inflight < DEPTH &&
+           l->sent < MAXREQ) {
       /* The rows are a function of the id, so answers can be checked. */
       tu_rng_t rr;
       tu_rng_seed(&rr, (uint64_t)l->index * MAXREQ + (uint64_t)l->sent);
@@ -267,8 +268,19 @@ static void *load_thread(void *arg) {
       size_t len;
       uint8_t *f = td_infer_frame((uint64_t)l->sent, x, MLPD_DTYPE_F32, ROWS,
                                   64, 0, 0, &len);
-      td_write_all(fd, f, len);
+      int rc = td_send_all(fd, f, len);
       free(f);
+      if (rc != 0) {
+        /* Once the daemon has answered everything it read and stopped, it
+         * closes the connection: a request sent after that, before this
+         * client read the refusal that tells it to stop, cannot arrive.
+         * The answers already received are still read below. Before the
+         * signal, a closed connection is a failure. */
+        if (atomic_load(l->kill_ms) == 0)
+          l->other++;
+        closed = 1;
+        break;
+      }
       sent_ms[l->sent++] = now_ms();
       inflight++;
     }
@@ -527,10 +539,44 @@ static void test_sighup_to_another_output_width(void **state) {
   tu_rmtree(dir);
 }
 
+/* The listening socket's errors name what is wrong: a directory that does
+ * not exist (named), and a socket another daemon serves (left alone). */
+static void test_socket_errors(void **state) {
+  (void)state;
+  td_daemon_t live;
+  td_spawn(&live, DIGITS, 0, 0, NULL);
+  td_wait_ready(&live, TIMEOUT);
+
+  char missing[400], want[420];
+  snprintf(missing, sizeof(missing), "%s/missing/mlpd.sock", live.dir);
+  snprintf(want, sizeof(want), "directory %s/missing does not exist",
+           live.dir);
+  const char *args_missing[] = {"--socket", missing, NULL};
+  td_daemon_t d;
+  td_spawn(&d, DIGITS, 0, 0, args_missing);
+  assert_int_equal(td_stop(&d, 0, TIMEOUT), 1);
+  assert_true(td_log_contains(&d, want));
+  td_cleanup(&d, 0);
+
+  const char *args_taken[] = {"--socket", live.sock, NULL};
+  td_spawn(&d, DIGITS, 0, 0, args_taken);
+  assert_int_equal(td_stop(&d, 0, TIMEOUT), 1);
+  assert_true(td_log_contains(&d, "another process is listening"));
+  td_cleanup(&d, 0);
+  /* ... and the first one still serves on it. */
+  int fd = td_connect(live.sock);
+  assert_true(fd >= 0);
+  close(fd);
+  td_wait_ready(&live, TIMEOUT);
+  assert_int_equal(td_stop(&live, SIGTERM, TIMEOUT), 0);
+  td_cleanup(&live, 0);
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_live_not_ready_while_loading),
+      cmocka_unit_test(test_socket_errors),
       cmocka_unit_test(test_notify_ready_reload_watchdog_stop),
       cmocka_unit_test(test_not_ready_while_draining),
       cmocka_unit_test(test_sigterm_under_load_loses_nothing),

@@ -1,0 +1,80 @@
+/* board.h - what the daemon publishes for every thread to read: its state,
+ * the pool being served with its generation and reload counts, and one
+ * block of counters per I/O thread; from these it answers health and
+ * renders the metrics text, for the Health and Metrics messages
+ * (requests.h) and for the HTTP probes (http.h) alike.
+ *
+ * The daemon (daemon.c) is the only writer of the state and of the
+ * published pool: it publishes a new pool before it retires the old one, so
+ * a reader holding the board's lock never sees a freed pool. Each I/O thread
+ * writes only its own counter block, under that block's lock. Readers never
+ * call into the daemon or the dispatchers: the board sits below both.
+ *
+ * Deliberately not here: deciding anything (the daemon does), and any state
+ * of requests or batches beyond their counters. */
+#ifndef MLPD_BOARD_H
+#define MLPD_BOARD_H
+
+#include "access.h"
+#include "metrics.h"
+#include "pool.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+/* The daemon's state, as every thread reads it. */
+typedef enum {
+  MLPD_STATE_LOADING = 0, /* live, not ready */
+  MLPD_STATE_READY,       /* serving */
+  MLPD_STATE_DRAINING,    /* stopping: finishing accepted requests */
+  MLPD_STATE_STOPPED,     /* handles closing */
+} mlpd_state_t;
+
+#define MLPD_BOARD_MAX_SHARDS 16
+
+/* One I/O thread's counters. */
+typedef struct mlpd_board_shard_s {
+  pthread_mutex_t mu; /* guards m: written by its thread, read by
+                         any thread rendering */
+  mlpd_metrics_t m;
+} mlpd_board_shard_t;
+
+typedef struct mlpd_board_s {
+  atomic_int state;                /* mlpd_state_t; the daemon's */
+  atomic_uint_fast64_t shm_mapped; /* bytes of regions mapped, every
+                                      connection (region.h adds to it) */
+  mlpd_access_t *access;           /* borrowed: uid labels */
+  int nshards;                     /* I/O threads */
+  pthread_mutex_t mu;              /* guards the published part below */
+  mlpd_pool_t *pool;               /* published: the pool being served */
+  uint64_t generation;             /* 1 + successful reloads, 0 before */
+  uint64_t reloads_ok, reloads_failed;
+  char layers[256]; /* "64-128-128-10", of pool's model */
+  mlpd_board_shard_t shards[MLPD_BOARD_MAX_SHARDS];
+} mlpd_board_t;
+
+/* nshards at most MLPD_BOARD_MAX_SHARDS. */
+void mlpd_board_init(mlpd_board_t *b, mlpd_access_t *access, int nshards);
+void mlpd_board_free(mlpd_board_t *b);
+
+void mlpd_board_set_state(mlpd_board_t *b, mlpd_state_t s);
+mlpd_state_t mlpd_board_state(mlpd_board_t *b);
+
+/* The daemon publishes the pool it serves, before it retires the old one
+ * (NULL: none). */
+void mlpd_board_publish(mlpd_board_t *b, mlpd_pool_t *pool, uint64_t generation,
+                        uint64_t reloads_ok, uint64_t reloads_failed);
+
+/* I/O thread i's counter block. */
+mlpd_board_shard_t *mlpd_board_shard(mlpd_board_t *b, int i);
+
+/* Health as a probe sees it: *live and *ready 0/1, *state "loading",
+ * "ready", "degraded" (serving on fewer devices than loaded) or "draining".
+ * Any thread; ud is the board (the shape of mlpd_http_handlers_t). */
+void mlpd_board_health(void *ud, int *live, int *ready, const char **state);
+
+/* The whole metrics text, with mlpd_metrics_render's return convention.
+ * Any thread; ud is the board. */
+size_t mlpd_board_render(void *ud, char *buf, size_t cap);
+
+#endif

@@ -1,0 +1,626 @@
+/* requests.c - see requests.h. */
+#include "requests.h"
+
+#include "log.h"
+#include "rpc.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* A request as this module keeps it: the batcher's part first, then what
+ * ties it to its connection and regions; inline output rows follow the
+ * struct in the same block. */
+typedef struct {
+  mlpd_req_t r;             /* first */
+  mlpd_conn_t *conn;        /* NULL once the connection is gone */
+  mlpd_region_t *in_region; /* references held while in flight */
+  mlpd_region_t *out_region;
+  uint8_t *src_copy; /* owned copy of inline rows still queued */
+  int uid_slot;
+} dreq_t;
+
+/* Per connection: its requests in flight and its regions. */
+typedef struct {
+  dreq_t *head;
+  mlpd_regions_t regions;
+} conn_state_t;
+
+static dreq_t *dreq_of(mlpd_req_t *r) { return (dreq_t *)r; }
+
+/* ---- counters ---------------------------------------------------------------
+ */
+
+/* Every counter of this thread changes under its block's lock, here. */
+#define STATS(r, ...)                                                          \
+  do {                                                                         \
+    pthread_mutex_lock(&(r)->stats->mu);                                       \
+    mlpd_metrics_t *m = &(r)->stats->m;                                        \
+    __VA_ARGS__;                                                               \
+    pthread_mutex_unlock(&(r)->stats->mu);                                     \
+  } while (0)
+
+static void count(mlpd_requests_t *r, mlpd_conn_t *c, mlpd_status_t st) {
+  STATS(r, mlpd_metrics_count_uid(m, c != NULL ? c->peer.uid_label : -1, st));
+}
+
+/* ---- responses ------------------------------------------------------------
+ */
+
+static void send_response(mlpd_conn_t *c, const mlpd_rpc_response_t *resp) {
+  if (c == NULL || c->closing)
+    return;
+  uint8_t *buf = NULL;
+  size_t len = 0;
+  int rc = mlpd_rpc_encode_alloc(resp, mlpd_server_alloc_write, &buf, &len);
+  if (rc != 0) {
+    /* Out of memory for one response: that client loses its connection,
+     * which it can see; nobody else is affected. */
+    MLPD_LOGW("conn %llu: cannot encode a response (%s); closing",
+              (unsigned long long)c->serial, mlpd_err_name(rc));
+    mlpd_server_free_write(buf);
+    mlpd_server_close_conn(c, 0);
+    return;
+  }
+  (void)mlpd_server_write(c, buf, len);
+}
+
+/* Counts and sends a successful answer. */
+static void send_ok(mlpd_requests_t *r, mlpd_conn_t *c,
+                    const mlpd_rpc_response_t *resp) {
+  count(r, c, MLPD_STATUS_OK);
+  send_response(c, resp);
+}
+
+static void send_error(mlpd_requests_t *r, mlpd_conn_t *c, uint64_t id,
+                       mlpd_rpc_kind_t kind, mlpd_status_t st, const char *fmt,
+                       ...) MLPD_PRINTF(6, 7);
+
+static void send_error(mlpd_requests_t *r, mlpd_conn_t *c, uint64_t id,
+                       mlpd_rpc_kind_t kind, mlpd_status_t st, const char *fmt,
+                       ...) {
+  char msg[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  mlpd_rpc_response_t resp = {
+      .id = id, .status = st, .message = msg, .kind = kind};
+  count(r, c, st);
+  send_response(c, &resp);
+}
+
+static size_t encode_status(void *ud, mlpd_status_t st, const char *msg,
+                            uint8_t *buf, size_t cap) {
+  mlpd_requests_t *r = ud;
+  mlpd_rpc_response_t resp = {.status = st, .message = msg};
+  size_t len = 0;
+  STATS(r, mlpd_metrics_count(m, st));
+  if (mlpd_rpc_encoded_size(&resp) > cap ||
+      mlpd_rpc_encode(&resp, buf, cap, &len))
+    return 0;
+  return len;
+}
+
+/* ---- connections ----------------------------------------------------------
+ */
+
+static void link_req(conn_state_t *cs, dreq_t *q) {
+  q->r.owner_prev = NULL;
+  q->r.owner_next = cs->head ? &cs->head->r : NULL;
+  if (cs->head != NULL)
+    cs->head->r.owner_prev = &q->r;
+  cs->head = q;
+}
+
+static void unlink_req(dreq_t *q) {
+  mlpd_conn_t *c = q->conn;
+  if (c == NULL)
+    return;
+  conn_state_t *cs = c->owner_data;
+  if (q->r.owner_prev != NULL)
+    q->r.owner_prev->owner_next = q->r.owner_next;
+  else
+    cs->head = q->r.owner_next ? dreq_of(q->r.owner_next) : NULL;
+  if (q->r.owner_next != NULL)
+    q->r.owner_next->owner_prev = q->r.owner_prev;
+  q->conn = NULL;
+  c->busy--;
+}
+
+static void on_open(void *ud, mlpd_conn_t *c) {
+  mlpd_requests_t *r = ud;
+  conn_state_t *cs = calloc(1, sizeof(*cs));
+  if (cs == NULL) {
+    MLPD_LOGW("conn %llu: out of memory", (unsigned long long)c->serial);
+    mlpd_server_close_conn(c, 0);
+    return;
+  }
+  mlpd_regions_init(&cs->regions, r->cfg.max_regions, r->cfg.max_shm_bytes,
+                    &r->board->shm_mapped);
+  c->owner_data = cs;
+  STATS(r, m->connections++);
+}
+
+static void on_close(void *ud, mlpd_conn_t *c) {
+  mlpd_requests_t *r = ud;
+  conn_state_t *cs = c->owner_data;
+  if (cs == NULL)
+    return;
+  /* Drop what the client can no longer receive before it costs engine time;
+   * rows already on a device are computed and discarded. */
+  while (cs->head != NULL) {
+    dreq_t *q = cs->head;
+    unlink_req(q);
+    mlpd_scheduler_cancel(r->sched, &q->r);
+  }
+  STATS(r, {
+    m->shm_regions -= (uint64_t)cs->regions.count;
+    m->connections--;
+  });
+  /* Regions go with their connection; a mapping a cancelled request still
+   * holds is unmapped when that request is freed. */
+  mlpd_regions_clear(&cs->regions);
+  free(cs);
+  c->owner_data = NULL;
+  mlpd_scheduler_kick(r->sched);
+}
+
+/* ---- finished requests ----------------------------------------------------
+ */
+
+static void count_done(mlpd_requests_t *r, const dreq_t *q,
+                       mlpd_status_t status, uint64_t now) {
+  const mlpd_req_t *req = &q->r;
+  size_t out_bytes = (size_t)req->rows * (size_t)req->out_cols *
+                     mlpd_dtype_size(req->out_dtype);
+  STATS(r, {
+    mlpd_metrics_count_uid(m, q->uid_slot, status);
+    if (status != MLPD_STATUS_CANCELLED) {
+      if (req->start_ns != 0)
+        mlpd_hist_observe(&m->queue_duration,
+                          (double)(req->start_ns - req->arrival_ns) / 1e9);
+      mlpd_hist_observe(&m->request_duration,
+                        (double)(now - req->arrival_ns) / 1e9);
+    }
+    if (status == MLPD_STATUS_OK) {
+      if (q->out_region != NULL)
+        m->shm_out_bytes += out_bytes;
+      else
+        m->inline_out_bytes += out_bytes;
+    }
+    m->inflight_requests--;
+  });
+}
+
+static void free_req(dreq_t *q) {
+  if (q->in_region != NULL)
+    mlpd_region_unref(q->in_region);
+  if (q->out_region != NULL)
+    mlpd_region_unref(q->out_region);
+  free(q->src_copy);
+  free(q);
+}
+
+void mlpd_requests_on_done(void *ud, mlpd_req_t *req, mlpd_status_t status,
+                           const char *msg) {
+  mlpd_requests_t *r = ud;
+  dreq_t *q = dreq_of(req);
+  mlpd_conn_t *c = q->conn;
+  unlink_req(q);
+  count_done(r, q, status, mlpd_now_ns());
+  if (status != MLPD_STATUS_CANCELLED) {
+    mlpd_pool_t *p = mlpd_scheduler_pool(r->sched);
+    const char *device =
+        p != NULL ? mlpd_pool_engine_name(p, req->engine) : NULL;
+    mlpd_rpc_response_t resp = {
+        .id = req->id,
+        .status = status,
+        .message = msg,
+        .kind = MLPD_RPC_INFER,
+        .out_dtype = req->out_dtype,
+        .rows = req->rows,
+        .cols = req->out_cols,
+        .out = q->out_region != NULL ? NULL : req->out,
+        .queue_us =
+            req->start_ns ? (req->start_ns - req->arrival_ns) / 1000u : 0,
+        .compute_us = req->compute_ns / 1000u,
+        .batch_rows = (uint32_t)req->batch_rows,
+        .device = device,
+    };
+    send_response(c, &resp);
+  }
+  free_req(q);
+  r->inflight--;
+}
+
+/* ---- Infer ----------------------------------------------------------------
+ */
+
+/* The shape an infer request is checked against, or NULL after refusing
+ * it (shutting down, loading, wrong width, answer too large). */
+static const mlpd_batcher_shape_t *
+check_infer(mlpd_requests_t *r, mlpd_conn_t *c, const mlpd_rpc_request_t *q) {
+  mlpd_state_t state = mlpd_board_state(r->board);
+  if (r->draining || state == MLPD_STATE_DRAINING ||
+      state == MLPD_STATE_STOPPED) {
+    send_error(r, c, q->id, MLPD_RPC_INFER, MLPD_STATUS_UNAVAILABLE,
+               "daemon is shutting down");
+    return NULL;
+  }
+  const mlpd_batcher_shape_t *sh = mlpd_scheduler_shape(r->sched);
+  if (sh == NULL) {
+    send_error(r, c, q->id, MLPD_RPC_INFER, MLPD_STATUS_UNAVAILABLE,
+               "model is still loading; retry when ready");
+    return NULL;
+  }
+  if (q->cols != sh->in_features) {
+    send_error(r, c, q->id, MLPD_RPC_INFER, MLPD_STATUS_INVALID_ARGUMENT,
+               "input has %d columns; the model takes %d (shape [rows, %d])",
+               q->cols, sh->in_features, sh->in_features);
+    return NULL;
+  }
+  size_t out_bytes = (size_t)q->rows * (size_t)sh->out_features *
+                     mlpd_dtype_size(q->out_dtype);
+  /* An inline answer, with its envelope, must fit a frame the client
+   * accepts; refusing here also keeps a narrow-in, wide-out model from
+   * allocating without bound. */
+  if (!q->out_region.set &&
+      out_bytes + MLPD_RPC_INFER_ENVELOPE_MAX > r->cfg.max_frame) {
+    send_error(r, c, q->id, MLPD_RPC_INFER, MLPD_STATUS_RESOURCE_EXHAUSTED,
+               "output of %d rows is %zu bytes, over the maximum frame size "
+               "of %zu bytes (--max-frame); send fewer rows per request or "
+               "use an output region",
+               q->rows, out_bytes, r->cfg.max_frame);
+    return NULL;
+  }
+  return sh;
+}
+
+/* Points the request at its input and output: the frame or the regions it
+ * names (taking references on them). */
+static int bind_io(conn_state_t *cs, dreq_t *d, const mlpd_rpc_request_t *q,
+                   const mlpd_batcher_shape_t *sh, size_t out_bytes,
+                   mlpd_err_t *err) {
+  uint8_t *in_p = NULL, *out_p = (uint8_t *)(d + 1);
+  if (q->in_region.set &&
+      mlpd_region_window(&cs->regions, q->in_region.name, q->in_region.offset,
+                         q->in_region.length, 0, &in_p, &d->in_region,
+                         err) != 0)
+    return MLPD_EINVAL;
+  if (q->out_region.set) {
+    if (q->out_region.length != out_bytes)
+      return mlpd_errf(err, MLPD_EINVAL,
+                       "output region window is %llu bytes; [%d, %d] of %s "
+                       "needs %zu",
+                       (unsigned long long)q->out_region.length, q->rows,
+                       sh->out_features, mlpd_dtype_name(q->out_dtype),
+                       out_bytes);
+    if (mlpd_region_window(&cs->regions, q->out_region.name,
+                           q->out_region.offset, q->out_region.length, 1,
+                           &out_p, &d->out_region, err) != 0)
+      return MLPD_EINVAL;
+  }
+  d->r.src = in_p != NULL ? in_p : q->data;
+  d->r.src_stable = in_p != NULL; /* the region stays mapped while we hold
+                                     our reference */
+  d->r.out = out_p;
+  return 0;
+}
+
+/* After admission: counts the request and, when rows of it wait in the
+ * queue, gives them their own copy (the frame is about to be reused). */
+static void admitted(mlpd_requests_t *r, mlpd_conn_t *c, dreq_t *d,
+                     const mlpd_rpc_request_t *q) {
+  link_req(c->owner_data, d);
+  c->busy++;
+  r->inflight++;
+  size_t in_bytes =
+      (size_t)q->rows * (size_t)q->cols * mlpd_dtype_size(q->in_dtype);
+  STATS(r, {
+    m->inflight_requests++;
+    if (d->in_region != NULL)
+      m->shm_in_bytes += in_bytes;
+    else
+      m->inline_in_bytes += in_bytes;
+  });
+  if (!mlpd_batcher_needs_copy(&d->r))
+    return;
+  d->src_copy = malloc(q->data_len);
+  if (d->src_copy == NULL) {
+    unlink_req(d);
+    mlpd_scheduler_cancel(r->sched, &d->r); /* frees d via on_done */
+    send_error(r, c, q->id, MLPD_RPC_INFER, MLPD_STATUS_RESOURCE_EXHAUSTED,
+               "out of memory queueing %zu bytes", q->data_len);
+    return;
+  }
+  memcpy(d->src_copy, q->data, q->data_len);
+  d->r.src = d->src_copy;
+  d->r.src_stable = 1;
+}
+
+static void handle_infer(mlpd_requests_t *r, mlpd_conn_t *c,
+                         const mlpd_rpc_request_t *q, uint64_t now) {
+  const mlpd_batcher_shape_t *sh = check_infer(r, c, q);
+  if (sh == NULL)
+    return;
+  size_t out_bytes = (size_t)q->rows * (size_t)sh->out_features *
+                     mlpd_dtype_size(q->out_dtype);
+  int inline_out = !q->out_region.set;
+  /* Only the struct is zeroed: inline output rows are all written before
+   * they are read, and zeroing megabytes would cost page faults. */
+  dreq_t *d = malloc(sizeof(*d) + (inline_out ? out_bytes : 0));
+  if (d == NULL) {
+    send_error(r, c, q->id, MLPD_RPC_INFER, MLPD_STATUS_RESOURCE_EXHAUSTED,
+               "out of memory for %d output rows", q->rows);
+    return;
+  }
+  memset(d, 0, sizeof(*d));
+  mlpd_err_t err = {0};
+  if (bind_io(c->owner_data, d, q, sh, out_bytes, &err) != 0) {
+    send_error(r, c, q->id, MLPD_RPC_INFER, MLPD_STATUS_INVALID_ARGUMENT, "%s",
+               err.msg);
+    goto err_req;
+  }
+  d->conn = c;
+  d->uid_slot = c->peer.uid_label;
+  d->r.id = q->id;
+  d->r.owner = c;
+  d->r.rows = q->rows;
+  d->r.cols = q->cols;
+  d->r.out_cols = sh->out_features;
+  d->r.in_dtype = q->in_dtype;
+  d->r.out_dtype = q->out_dtype;
+  d->r.arrival_ns = now;
+  d->r.deadline_ns =
+      q->timeout_ms ? now + (uint64_t)q->timeout_ms * 1000000u : 0;
+  int rc = mlpd_scheduler_admit(r->sched, &d->r, now);
+  if (rc == MLPD_EBUSY) {
+    send_error(r, c, q->id, MLPD_RPC_INFER, MLPD_STATUS_UNAVAILABLE,
+               "queue full: %d rows queued, limit %d (--max-queue); retry",
+               mlpd_scheduler_queue_rows(r->sched), r->cfg.max_queue);
+    goto err_req;
+  }
+  if (rc != 0) {
+    send_error(r, c, q->id, MLPD_RPC_INFER, MLPD_STATUS_INVALID_ARGUMENT,
+               "request not admitted: %s", mlpd_strerror(rc));
+    goto err_req;
+  }
+  admitted(r, c, d, q);
+  return;
+
+err_req:
+  free_req(d);
+}
+
+/* ---- regions --------------------------------------------------------------
+ */
+
+static void handle_register(mlpd_requests_t *r, mlpd_conn_t *c,
+                            const mlpd_rpc_request_t *q) {
+  conn_state_t *cs = c->owner_data;
+  int fd = mlpd_server_take_fd(c);
+  if (fd == -1) {
+    send_error(r, c, q->id, MLPD_RPC_REGISTER_REGION,
+               MLPD_STATUS_INVALID_ARGUMENT,
+               "no file descriptor came with RegisterRegion; send the memfd "
+               "with SCM_RIGHTS in the same sendmsg as the frame");
+    return;
+  }
+  if (fd < 0) {
+    send_error(r, c, q->id, MLPD_RPC_REGISTER_REGION,
+               MLPD_STATUS_INVALID_ARGUMENT,
+               "RegisterRegion '%s' came with %d file descriptors; send "
+               "exactly one, the memfd",
+               q->region_name, -fd);
+    return;
+  }
+  mlpd_err_t err = {0};
+  int rc = mlpd_region_register(&cs->regions, q->region_name, fd,
+                                q->region_size, &err);
+  if (rc != 0) {
+    send_error(r, c, q->id, MLPD_RPC_REGISTER_REGION,
+               rc == MLPD_ELIMIT ? MLPD_STATUS_RESOURCE_EXHAUSTED
+                                 : MLPD_STATUS_INVALID_ARGUMENT,
+               "%s", err.msg);
+    return;
+  }
+  STATS(r, m->shm_regions++);
+  mlpd_rpc_response_t resp = {.id = q->id,
+                              .kind = MLPD_RPC_REGISTER_REGION,
+                              .region_size = q->region_size};
+  send_ok(r, c, &resp);
+}
+
+static void handle_unregister(mlpd_requests_t *r, mlpd_conn_t *c,
+                              const mlpd_rpc_request_t *q) {
+  conn_state_t *cs = c->owner_data;
+  mlpd_err_t err = {0};
+  if (mlpd_region_unregister(&cs->regions, q->region_name, &err) != 0) {
+    send_error(r, c, q->id, MLPD_RPC_UNREGISTER_REGION,
+               MLPD_STATUS_INVALID_ARGUMENT, "%s", err.msg);
+    return;
+  }
+  STATS(r, m->shm_regions--);
+  mlpd_rpc_response_t resp = {.id = q->id, .kind = MLPD_RPC_UNREGISTER_REGION};
+  send_ok(r, c, &resp);
+}
+
+/* ---- ModelInfo, Health, Metrics ---------------------------------------------
+ */
+
+static void fill_model_info(mlpd_requests_t *r, mlpd_pool_t *p,
+                            const mlpd_pool_desc_t *pd,
+                            mlpd_rpc_model_info_t *in) {
+  const mlpd_model_t *m = pd->model;
+  in->path = m->path;
+  in->nlayers = m->nlayers;
+  for (int i = 0; i < m->nlayers && i < MLPD_MAX_LAYERS; i++) {
+    in->layers[i].in_features = (uint32_t)m->layers[i].in;
+    in->layers[i].out_features = (uint32_t)m->layers[i].out;
+    in->layers[i].activation = mlpd_act_name(m->layers[i].act);
+  }
+  in->in_features = (uint32_t)m->in_features;
+  in->out_features = (uint32_t)m->out_features;
+  in->file_dtype = m->file_dtype;
+  in->compute_dtype = pd->compute_dtype;
+  in->engine = pd->kind;
+  in->device = pd->device;
+  in->max_batch = (uint32_t)pd->max_batch;
+  in->device_memory_bytes = pd->device_bytes;
+  in->host_memory_bytes = (uint64_t)r->board->nshards *
+                          (uint64_t)r->cfg.nslots *
+                          (mlpd_batcher_in_bytes(mlpd_pool_shape(p)) +
+                           mlpd_batcher_out_bytes(mlpd_pool_shape(p)));
+  in->generation = pd->generation;
+  in->ndevices = pd->n < MLPD_RPC_MAX_DEVICES ? pd->n : MLPD_RPC_MAX_DEVICES;
+  for (int i = 0; i < in->ndevices; i++) {
+    in->devices[i].device = pd->devices[i].device;
+    in->devices[i].in_rotation = pd->devices[i].in_rotation;
+    in->devices[i].batches = pd->devices[i].batches;
+    in->devices[i].device_memory_bytes = pd->devices[i].memory_bytes;
+  }
+}
+
+static void handle_model_info(mlpd_requests_t *r, mlpd_conn_t *c, uint64_t id) {
+  mlpd_pool_t *p = mlpd_scheduler_pool(r->sched);
+  if (p == NULL) {
+    send_error(r, c, id, MLPD_RPC_MODEL_INFO, MLPD_STATUS_UNAVAILABLE,
+               "model is still loading");
+    return;
+  }
+  mlpd_rpc_model_info_t *in = calloc(1, sizeof(*in)); /* large */
+  mlpd_pool_desc_t *pd = malloc(sizeof(*pd));
+  if (in == NULL || pd == NULL) {
+    send_error(r, c, id, MLPD_RPC_MODEL_INFO, MLPD_STATUS_RESOURCE_EXHAUSTED,
+               "out of memory");
+    goto out;
+  }
+  mlpd_pool_describe(p, mlpd_now_ns(), pd);
+  fill_model_info(r, p, pd, in);
+  mlpd_rpc_response_t resp = {
+      .id = id, .kind = MLPD_RPC_MODEL_INFO, .info = in};
+  send_ok(r, c, &resp);
+out:
+  free(pd);
+  free(in);
+}
+
+static void handle_health(mlpd_requests_t *r, mlpd_conn_t *c, uint64_t id) {
+  mlpd_rpc_response_t resp = {.id = id, .kind = MLPD_RPC_HEALTH};
+  mlpd_board_health(r->board, &resp.live, &resp.ready, &resp.state);
+  send_ok(r, c, &resp);
+}
+
+static void handle_metrics(mlpd_requests_t *r, mlpd_conn_t *c, uint64_t id) {
+  size_t need = 0;
+  int rc = mlpd_metrics_render_into(mlpd_board_render, r->board, &r->text_buf,
+                                    &r->text_cap, &need);
+  if (rc != 0) {
+    send_error(r, c, id, MLPD_RPC_METRICS, MLPD_STATUS_INTERNAL,
+               "cannot render metrics: %s", mlpd_strerror(rc));
+    return;
+  }
+  mlpd_rpc_response_t resp = {.id = id,
+                              .kind = MLPD_RPC_METRICS,
+                              .text = r->text_buf,
+                              .text_len = need};
+  send_ok(r, c, &resp);
+}
+
+/* ---- frames
+ * ------------------------------------------------------------------ */
+
+static void on_frame(void *ud, mlpd_conn_t *c, const uint8_t *body,
+                     size_t len) {
+  mlpd_requests_t *r = ud;
+  uint64_t now = mlpd_now_ns();
+  if (len == 0) {
+    send_error(r, c, 0, MLPD_RPC_NONE, MLPD_STATUS_INVALID_ARGUMENT,
+               "empty frame: a Request needs at least a kind");
+    return;
+  }
+  mlpd_rpc_request_t q;
+  mlpd_err_t err = {0};
+  int rc = mlpd_rpc_decode(body, len, &q, &err);
+  if (rc != 0) {
+    /* A RegisterRegion that does not decode still used up its fd. */
+    if (q.kind == MLPD_RPC_REGISTER_REGION) {
+      int fd = mlpd_server_take_fd(c);
+      if (fd >= 0)
+        close(fd);
+    }
+    send_error(r, c, q.id, q.kind, MLPD_STATUS_INVALID_ARGUMENT, "%s", err.msg);
+    return;
+  }
+  switch (q.kind) {
+  case MLPD_RPC_INFER:
+    handle_infer(r, c, &q, now);
+    return;
+  case MLPD_RPC_HEALTH:
+    handle_health(r, c, q.id);
+    return;
+  case MLPD_RPC_METRICS:
+    handle_metrics(r, c, q.id);
+    return;
+  case MLPD_RPC_MODEL_INFO:
+    handle_model_info(r, c, q.id);
+    return;
+  case MLPD_RPC_REGISTER_REGION:
+    handle_register(r, c, &q);
+    return;
+  case MLPD_RPC_UNREGISTER_REGION:
+    handle_unregister(r, c, &q);
+    return;
+  case MLPD_RPC_NONE:
+    send_error(r, c, q.id, MLPD_RPC_NONE, MLPD_STATUS_UNIMPLEMENTED,
+               "request kind not set or not known to this daemon");
+    return;
+  }
+}
+
+static void on_stream_error(void *ud, mlpd_conn_t *c, int rc, uint64_t len) {
+  mlpd_requests_t *r = ud;
+  if (rc == MLPD_EMSGSIZE)
+    send_error(r, c, 0, MLPD_RPC_NONE, MLPD_STATUS_RESOURCE_EXHAUSTED,
+               "frame of %llu bytes exceeds the maximum frame size of %zu "
+               "bytes (--max-frame); closing the connection",
+               (unsigned long long)len, r->cfg.max_frame);
+  else
+    send_error(r, c, 0, MLPD_RPC_NONE, MLPD_STATUS_INVALID_ARGUMENT,
+               "malformed frame length (varint longer than 10 bytes); "
+               "closing the connection");
+}
+
+/* ---- setup
+ * ------------------------------------------------------------------- */
+
+void mlpd_requests_init(mlpd_requests_t *r, const mlpd_requests_config_t *cfg,
+                        mlpd_board_t *board, mlpd_board_shard_t *stats,
+                        mlpd_scheduler_t *sched) {
+  memset(r, 0, sizeof(*r));
+  r->cfg = *cfg;
+  r->board = board;
+  r->stats = stats;
+  r->sched = sched;
+}
+
+void mlpd_requests_callbacks(mlpd_requests_t *r, mlpd_server_callbacks_t *cb) {
+  *cb = (mlpd_server_callbacks_t){
+      .on_frame = on_frame,
+      .on_stream_error = on_stream_error,
+      .on_open = on_open,
+      .on_close = on_close,
+      .encode_status = encode_status,
+      .ud = r,
+  };
+}
+
+void mlpd_requests_free(mlpd_requests_t *r) {
+  free(r->text_buf);
+  r->text_buf = NULL;
+  r->text_cap = 0;
+}

@@ -1,0 +1,68 @@
+/* requests.h - the request half of an I/O thread: every frame its server
+ * (server.h) reads is decoded, checked and answered here. Infer requests
+ * are checked against the model's shape, tied to their connection and
+ * shared-memory regions (region.h) and admitted into the scheduler
+ * (scheduler.h); their answers come back through mlpd_requests_on_done, the
+ * batcher's done callback. Health and Metrics are answered from what the
+ * daemon publishes on the board (board.h), ModelInfo from the pool's
+ * description (mlpd_pool_describe); RegisterRegion / UnregisterRegion
+ * change the connection's regions.
+ *
+ * Every bad input gets a status and a message naming what is wrong;
+ * nothing a client sends can stop another client's request. It never
+ * calls the daemon: what it knows of the daemon is on the board.
+ *
+ * Deliberately not here: batching, devices and pools (scheduler.h), the loop,
+ * its thread and the daemon's messages (dispatch.h). Single-threaded: the
+ * I/O thread's loop; counters go to its block on the board. */
+#ifndef MLPD_REQUESTS_H
+#define MLPD_REQUESTS_H
+
+#include "board.h"
+#include "region.h"
+#include "scheduler.h"
+#include "server.h"
+
+typedef struct mlpd_requests_config_s {
+  size_t max_frame;       /* an inline answer must fit one */
+  int max_queue;          /* rows (the scheduler's), for messages */
+  int nslots;             /* staging slots per thread, for ModelInfo */
+  int max_regions;        /* per connection */
+  uint64_t max_shm_bytes; /* all connections of the daemon */
+} mlpd_requests_config_t;
+
+typedef struct mlpd_requests_s {
+  mlpd_requests_config_t cfg;
+  mlpd_board_t *board;       /* borrowed: the daemon's */
+  mlpd_board_shard_t *stats; /* borrowed: this thread's counters */
+  mlpd_scheduler_t *sched;   /* borrowed: this thread's scheduler */
+  int draining;              /* infer is refused */
+  uint64_t inflight;         /* infer requests admitted, not answered */
+  char *text_buf;            /* Metrics message rendering, grows */
+  size_t text_cap;
+} mlpd_requests_t;
+
+void mlpd_requests_init(mlpd_requests_t *r, const mlpd_requests_config_t *cfg,
+                        mlpd_board_t *board, mlpd_board_shard_t *stats,
+                        mlpd_scheduler_t *sched);
+
+/* The server callbacks that feed it (ud = r). */
+void mlpd_requests_callbacks(mlpd_requests_t *r, mlpd_server_callbacks_t *cb);
+
+/* The batcher's done callback (ud = r): answers the request unless it was
+ * cancelled, and frees it. */
+void mlpd_requests_on_done(void *ud, mlpd_req_t *req, mlpd_status_t status,
+                           const char *msg);
+
+/* From now on infer is refused (UNAVAILABLE); what was admitted is still
+ * answered. */
+static inline void mlpd_requests_drain(mlpd_requests_t *r) { r->draining = 1; }
+
+/* Every admitted infer request has been answered. */
+static inline int mlpd_requests_idle(const mlpd_requests_t *r) {
+  return r->inflight == 0;
+}
+
+void mlpd_requests_free(mlpd_requests_t *r);
+
+#endif
