@@ -5,8 +5,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/stream-out}
 mkdir -p "$OUT" /tmp/sb
-F="-std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Idaemon/cuda"
-for f in bench/stream_bench.cu daemon/cuda/cuda_stream.cu daemon/cuda/cuda_k_bf16.cu daemon/cuda/cuda_k_fp8.cu; do
+F="-std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Idaemon/cuda -Ibench"
+for f in bench/stream_bench.cu bench/stream_kernel.cu daemon/cuda/cuda_k_bf16.cu daemon/cuda/cuda_k_fp8.cu; do
   nvcc $F -c $f -o /tmp/sb/$(basename $f).o &
 done
 wait

@@ -1,5 +1,5 @@
 /* stream_bench.cu - standalone check and microbenchmark of mlpd's
- * weight-streaming kernel (daemon/cuda/cuda_stream.cu) on one GPU, in one
+ * weight-streaming kernel (bench/stream_kernel.cu) on one GPU, in one
  * run: correctness against a CPU reference (every mode, activation,
  * variant, bucket up to 64 rows, odd widths), then device times of an
  * mlp-4k-shaped chain (4 layers 4096 x 4096, 128 MiB of bf16 weights, so
@@ -7,12 +7,12 @@
  * dependent launch, against the old per-layer kernel (cuda_kern.cuh) and
  * a kernel that only reads the same bytes.
  *
- *   nvcc -std=c++17 -O3 -arch=sm_90 -Idaemon/cuda bench/stream_bench.cu \
- *     daemon/cuda/cuda_stream.cu daemon/cuda/cuda_k_bf16.cu \
+ *   nvcc -std=c++17 -O3 -arch=sm_90 -Idaemon/cuda -Ibench bench/stream_bench.cu \
+ *     bench/stream_kernel.cu daemon/cuda/cuda_k_bf16.cu \
  *     daemon/cuda/cuda_k_fp8.cu -o stream_bench && ./stream_bench
  *
  * Prints one line per measurement; exits 1 when a check fails. */
-#include "cuda_kernels.h"
+#include "stream_kernel.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
@@ -32,6 +32,13 @@ int mlpd__k_small_fp8(int variant, int rows, int n, int k, const void *x,
                       const void *w, const void *b, const float *ws, void *y,
                       int gelu, int pdl, const void *nw, int nn, int nk,
                       cudaStream_t st);
+
+int mlpd__cuda_stream_gemm_cfg(int mode, int kbox, int bps, int ring_kib,
+                               int flags, int rows, int n, int k,
+                               const void *x, const void *w, const void *b,
+                               const float *wscale, void *y, int act, int pdl,
+                               float *ws, size_t ws_bytes, unsigned *cnt,
+                               int ncnt, int sms, cudaStream_t stream);
 
 #define CK(x)                                                                  \
   do {                                                                         \
@@ -200,6 +207,7 @@ static double time_graph(cudaGraphExec_t ge, cudaStream_t st) {
 
 struct chain_t {
   int mode, rows, n, k, nl, variant, old; /* old: the per-layer kernel */
+  int cfg, kbox, bps, ring, flags;        /* cfg: explicit configuration */
   void *w[8], *b[8], *act[2], *x;
   float *sc[8];
 };
@@ -213,6 +221,12 @@ static int enqueue_chain(const chain_t *c, cudaStream_t st) {
       ce = (c->mode == MLPD_KMODE_FP8 ? mlpd__k_small_fp8 : mlpd__k_small_bf16)(
           c->variant, c->rows, c->n, c->k, in, c->w[l], c->b[l], c->sc[l],
           out, l + 1 < c->nl, l > 0, NULL, 0, 0, st);
+    else if (c->cfg)
+      ce = mlpd__cuda_stream_gemm_cfg(
+          c->mode, c->kbox, c->bps, c->ring, c->flags & 7, c->rows, c->n,
+          c->k, in, c->w[l], c->b[l], c->sc[l], out,
+          l + 1 < c->nl ? MLPD_KACT_GELU : 0, l > 0 && !(c->flags & 8), g_ws,
+          g_ws_bytes, g_cnt, g_ncnt, g_sms, st);
     else
       ce = mlpd_cuda_stream_gemm(c->mode, c->variant, c->rows, c->n, c->k,
                                  in, c->w[l], c->b[l], c->sc[l], out,
@@ -258,7 +272,7 @@ int main(int argc, char **argv) {
   int fails = 0;
   if (!only_time) {
     const int rowss[] = {1, 3, 8, 13, 16, 31, 32, 50, 64};
-    const int shapes[][2] = {{4096, 4096}, {1000, 1032}, {72, 200},
+    const int shapes[][2] = {{4096, 4096}, {1000, 1040}, {72, 208},
                              {8, 16},      {520, 4112},  {4104, 64}};
     for (int mode = 0; mode < 3; mode++)
       for (int si = 0; si < 6; si++)
@@ -270,7 +284,7 @@ int main(int argc, char **argv) {
           fails += check(mode, rows, n, k, (ri + si) % 3, v);
         }
     for (int v = 0; v < MLPD_STREAM_VARIANTS; v++)
-      fails += check(0, 16, 1000, 1032, 1, v) + check(2, 5, 520, 4112, 2, v);
+      fails += check(0, 16, 1000, 1040, 1, v) + check(2, 5, 520, 4112, 2, v);
     printf("CHECKS %s (%d failed)\n", fails ? "FAILED" : "passed", fails);
   }
 
@@ -334,6 +348,33 @@ int main(int argc, char **argv) {
       cudaGraphDestroy(g);
     }
     cudaFree(big);
+  }
+
+  /* Configuration experiments at 1 row. */
+  {
+    const int ex[][5] = {/* kbox bps ring flags */
+                         {1, 1, 100, 0}, {2, 1, 100, 0}, {4, 1, 100, 0},
+                         {1, 2, 100, 0}, {2, 2, 100, 0}, {4, 2, 100, 0},
+                         {4, 1, 64, 0},  {4, 1, 200, 0}, {4, 2, 64, 0},
+                         {1, 1, 100, 1}, {4, 1, 100, 1}, {4, 2, 100, 1},
+                         {1, 1, 100, 2}, {4, 1, 100, 2}, {4, 1, 100, 4},
+                         {4, 1, 100, 8}, {4, 2, 100, 8}, {4, 2, 100, 6},
+                         {8, 1, 200, 0}, {8, 1, 150, 0}, {8, 1, 200, 1},
+                         {8, 2, 110, 0}, {8, 1, 200, 8}};
+    for (int mode = 0; mode < 3; mode += 2)
+      for (size_t i = 0; i < sizeof(ex) / sizeof(ex[0]); i++) {
+        for (int l = 0; l < NL; l++)
+          c.w[l] = mode == MLPD_KMODE_FP8 ? w8[l] : w16[l];
+        c.mode = mode, c.rows = 1, c.old = 0, c.cfg = 1;
+        c.kbox = ex[i][0], c.bps = ex[i][1], c.ring = ex[i][2];
+        c.flags = ex[i][3];
+        double us = time_chain(&c, st);
+        printf("EXP %s rows 1 kbox %d bps %d ring %3dK flags %d: %7.1f us "
+               "%.2f TB/s\n",
+               mode ? "fp8 " : "bf16", c.kbox, c.bps, c.ring, c.flags, us,
+               (double)NL * N * K * (mode ? 1 : 2) / us / 1e6);
+      }
+    c.cfg = 0;
   }
 
   const int trows[] = {1, 8, 16, 32, 64};

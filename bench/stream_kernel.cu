@@ -1,6 +1,7 @@
-/* cuda_stream.cu - mlpd's weight-streaming kernel for one layer at buckets
- * of at most MLPD_STREAM_MAX_ROWS rows (see cuda_kernels.h for the
- * contract), on sm_90.
+/* stream_kernel.cu - an EXPERIMENT, not part of mlpd (bench/RESULTS.md,
+ * "Retired", has the numbers that kept it out of the daemon): a
+ * weight-streaming kernel for one layer at buckets of at most
+ * MLPD_STREAM_MAX_ROWS rows (contract in stream_kernel.h), on sm_90.
  *
  * At such batch sizes a layer is a stream over its weights: 32 MiB of bf16
  * for a 4096 x 4096 layer against a few KiB of activations. The kernel is
@@ -45,7 +46,7 @@
  * runs out of issue slots against the weight stream there: cuBLASLt's
  * wgmma kernels take over), widths that are not multiples of 8 (16 for
  * FP8; the engine pads), or run on anything but sm_90 (it probes). */
-#include "cuda_kernels.h"
+#include "stream_kernel.h"
 
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -53,13 +54,14 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 namespace mlpd_s {
 
 constexpr int TM = 64;          /* output features a unit (4 warps x 16) */
-constexpr int BOXB = 128;       /* bytes of K a unit (one swizzle row) */
-constexpr int WBOX = TM * BOXB; /* weight bytes a unit */
+constexpr int BOXB = 128;       /* bytes of K a box (one swizzle row) */
+constexpr int WBOX = TM * BOXB; /* weight bytes a box */
 constexpr int CONSUMERS = 4;    /* consumer warps */
 constexpr int THREADS = 32 * (CONSUMERS + 1);
 
@@ -208,10 +210,11 @@ struct args_t {
   unsigned *cnt;         /* [n / 64 rounded up] counters, zero */
   int rows, n, k, act;
   int stages;            /* ring depth */
+  int flags;             /* experiments (bench only): 1 = no math */
 };
 
 /* One CTA. NT: n8 tiles of rows (rows <= 8 * NT). */
-template <int MODE, int NT>
+template <int MODE, int NT, int KBOX>
 __global__ void __launch_bounds__(THREADS, 1)
     stream_kernel(const __grid_constant__ CUtensorMap tmw,
                   const __grid_constant__ CUtensorMap tmx,
@@ -219,7 +222,9 @@ __global__ void __launch_bounds__(THREADS, 1)
 #if __CUDA_ARCH__ >= 900
   constexpr bool FP8 = MODE == MLPD_KMODE_FP8;
   constexpr bool F16 = MODE != MLPD_KMODE_BF16; /* mma type */
-  constexpr int KB = FP8 ? 128 : 64;            /* k values a unit */
+  constexpr int KW = FP8 ? 128 : 64;            /* k values a weight box */
+  constexpr int KB = KBOX * KW;                 /* k values a unit */
+  constexpr int WST = KBOX * WBOX;              /* weight bytes a unit */
   constexpr int XBOX = NT * 8 * 128;            /* one activation box */
   constexpr int XB = (KB / 64) * XBOX;          /* activation bytes a unit */
   constexpr int RP = NT * 8;                    /* rows of a partial */
@@ -227,11 +232,11 @@ __global__ void __launch_bounds__(THREADS, 1)
   const int S = a.stages;
   uint8_t *base = reinterpret_cast<uint8_t *>(
       (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~(uintptr_t)1023);
-  const uint32_t sw = smem_u32(base);                   /* S x WBOX */
-  const uint32_t sx = sw + (uint32_t)S * WBOX;          /* S x XB */
+  const uint32_t sw = smem_u32(base);                   /* S x WST */
+  const uint32_t sx = sw + (uint32_t)S * WST;           /* S x XB */
   const uint32_t sbar = sx + (uint32_t)S * XB;          /* full, empty */
   volatile int *flag = reinterpret_cast<volatile int *>(
-      base + (size_t)S * (WBOX + XB) + 16 * S);
+      base + (size_t)S * (WST + XB) + 16 * S);
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int KU = (a.k + KB - 1) / KB;             /* units a tile */
@@ -257,8 +262,12 @@ __global__ void __launch_bounds__(THREADS, 1)
     if (lane != 0)
       return;
     uint64_t pol;
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;"
-                 : "=l"(pol));
+    if (a.flags & 4)
+      asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;"
+                   : "=l"(pol));
+    else
+      asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;"
+                   : "=l"(pol));
     uint64_t pol_x;
     asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;"
                  : "=l"(pol_x));
@@ -266,9 +275,11 @@ __global__ void __launch_bounds__(THREADS, 1)
     /* Weights first: they do not depend on the layer before. */
     for (int i = 0; i < pre; i++) {
       const int u = u0 + i;
-      mbar_expect_tx(sbar + 8 * i, WBOX + XB);
-      tma_2d(sw + i * WBOX, &tmw, (u % KU) * KB, (u / KU) * TM, sbar + 8 * i,
-             pol);
+      mbar_expect_tx(sbar + 8 * i, WST + XB);
+#pragma unroll
+      for (int j = 0; j < KBOX; j++)
+        tma_2d(sw + i * WST + j * WBOX, &tmw, (u % KU) * KB + j * KW,
+               (u / KU) * TM, sbar + 8 * i, pol);
     }
     asm volatile("griddepcontrol.wait;" ::: "memory");
     for (int i = 0; i < nu; i++) {
@@ -276,8 +287,11 @@ __global__ void __launch_bounds__(THREADS, 1)
       const uint32_t full = sbar + 8 * s;
       if (i >= pre) {
         mbar_wait(sbar + 8 * (S + s), (unsigned)((i / S) - 1) & 1u);
-        mbar_expect_tx(full, WBOX + XB);
-        tma_2d(sw + s * WBOX, &tmw, (u % KU) * KB, (u / KU) * TM, full, pol);
+        mbar_expect_tx(full, WST + XB);
+#pragma unroll
+        for (int j = 0; j < KBOX; j++)
+          tma_2d(sw + s * WST + j * WBOX, &tmw, (u % KU) * KB + j * KW,
+                 (u / KU) * TM, full, pol);
       }
 #pragma unroll
       for (int j = 0; j < KB / 64; j++)
@@ -301,8 +315,11 @@ __global__ void __launch_bounds__(THREADS, 1)
         acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
     }
     mbar_wait(sbar + 8 * s, (unsigned)(i / S) & 1u);
-    const uint32_t wst = sw + s * WBOX, xst = sx + s * XB;
     const int ar = 16 * warp + (lane & 15); /* this lane's ldmatrix row */
+#pragma unroll
+    for (int bx = 0; bx < KBOX && !(a.flags & 1); bx++) {
+    const uint32_t wst = sw + s * WST + bx * WBOX;
+    const uint32_t xst = sx + s * XB + bx * (KW / 64) * XBOX;
     if (!FP8) {
 #pragma unroll
       for (int kk = 0; kk < 4; kk++) {
@@ -350,6 +367,7 @@ __global__ void __launch_bounds__(THREADS, 1)
           }
         }
       }
+    }
     }
     __syncwarp();
     if (lane == 0)
@@ -445,36 +463,48 @@ __global__ void __launch_bounds__(THREADS, 1)
 
 typedef void (*kern_t)(CUtensorMap, CUtensorMap, args_t);
 
+/* [rows class][boxes a unit: 1, 2, 4, 8] */
 template <int MODE> struct table {
-  static constexpr kern_t k[4] = {
-      stream_kernel<MODE, 1>, stream_kernel<MODE, 2>, stream_kernel<MODE, 4>,
-      stream_kernel<MODE, 8>};
+  static constexpr kern_t k[4][4] = {
+      {stream_kernel<MODE, 1, 1>, stream_kernel<MODE, 1, 2>,
+       stream_kernel<MODE, 1, 4>, stream_kernel<MODE, 1, 8>},
+      {stream_kernel<MODE, 2, 1>, stream_kernel<MODE, 2, 2>,
+       stream_kernel<MODE, 2, 4>, stream_kernel<MODE, 2, 8>},
+      {stream_kernel<MODE, 4, 1>, stream_kernel<MODE, 4, 2>,
+       stream_kernel<MODE, 4, 4>, stream_kernel<MODE, 4, 8>},
+      {stream_kernel<MODE, 8, 1>, stream_kernel<MODE, 8, 2>,
+       stream_kernel<MODE, 8, 4>, stream_kernel<MODE, 8, 8>}};
 };
 
 inline int nt_index(int rows) {
   return rows <= 8 ? 0 : rows <= 16 ? 1 : rows <= 32 ? 2 : 3;
 }
 
-kern_t kernel_for(int mode, int rows) {
-  const int i = nt_index(rows);
+inline int kbox_index(int kbox) {
+  return kbox <= 1 ? 0 : kbox == 2 ? 1 : kbox == 4 ? 2 : 3;
+}
+
+kern_t kernel_for(int mode, int rows, int kbox) {
+  const int i = nt_index(rows), j = kbox_index(kbox);
   switch (mode) {
   case MLPD_KMODE_BF16:
-    return table<MLPD_KMODE_BF16>::k[i];
+    return table<MLPD_KMODE_BF16>::k[i][j];
   case MLPD_KMODE_F16:
-    return table<MLPD_KMODE_F16>::k[i];
+    return table<MLPD_KMODE_F16>::k[i][j];
   default:
-    return table<MLPD_KMODE_FP8>::k[i];
+    return table<MLPD_KMODE_FP8>::k[i][j];
   }
 }
 
-/* Variants: CTAs per SM and the shared memory a CTA's ring may use. One CTA
- * of ~100 KiB leaves room on the SM for the next layer's CTA (programmatic
- * dependent launch); ~200 KiB keeps more in flight but does not. */
+/* Variants: weight boxes a unit (64 features x 128 bytes each), CTAs per
+ * SM and the shared memory a CTA's ring may use. One CTA of ~100 KiB
+ * leaves room on the SM for the next layer's CTA (programmatic dependent
+ * launch). */
 struct variant_t {
-  int bps, ring_kib;
+  int kbox, bps, ring_kib;
 };
 const variant_t variants[MLPD_STREAM_VARIANTS] = {
-    {1, 100}, {1, 64}, {2, 100}, {1, 200}};
+    {4, 1, 100}, {2, 1, 100}, {4, 2, 100}, {1, 2, 100}};
 
 /* cuTensorMapEncodeTiled through the runtime, so nothing links libcuda;
  * looked up once (thread-safe static initialisation). */
@@ -496,7 +526,7 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
 /* A row-major [outer][inner] matrix of `esz`-byte elements, boxes of
  * box_inner x box_outer, 128-byte swizzle. */
 bool make_map(CUtensorMap *m, const void *p, int esz, int inner, int outer,
-              int box_inner, int box_outer) {
+              int box_inner, int box_outer, CUtensorMapL2promotion promo) {
   PFN_cuTensorMapEncodeTiled_v12000 enc = encode_fn();
   if (enc == nullptr)
     return false;
@@ -507,8 +537,7 @@ bool make_map(CUtensorMap *m, const void *p, int esz, int inner, int outer,
   return enc(m, esz == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
                          : CU_TENSOR_MAP_DATA_TYPE_UINT16,
              2, const_cast<void *>(p), dims, strides, box, estr,
-             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-             CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, promo,
              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
@@ -516,16 +545,15 @@ struct geometry_t {
   int grid, stages, smem, tiles, maxseg;
 };
 
-/* Grid and ring of variant v for a layer; false when it does not apply. */
-bool geometry(int mode, int variant, int rows, int n, int k, int sms,
+/* Grid and ring of a configuration for a layer; false when it does not
+ * apply. */
+bool geometry(int mode, variant_t v, int rows, int n, int k, int sms,
               geometry_t *gm) {
-  if (variant < 0 || variant >= MLPD_STREAM_VARIANTS || rows < 1 ||
-      rows > MLPD_STREAM_MAX_ROWS || sms < 1 || n < 1 || k < 1)
+  if (rows < 1 || rows > MLPD_STREAM_MAX_ROWS || sms < 1 || n < 1 || k < 1)
     return false;
   const int nt = 1 << nt_index(rows);
-  const int kb = mode == MLPD_KMODE_FP8 ? 128 : 64;
-  const int stage = WBOX + (kb / 64) * nt * 8 * 128;
-  const variant_t v = variants[variant];
+  const int kb = (mode == MLPD_KMODE_FP8 ? 128 : 64) * v.kbox;
+  const int stage = v.kbox * WBOX + (kb / 64) * nt * 8 * 128;
   int stages = (v.ring_kib * 1024) / stage;
   if (stages < 2)
     stages = 2;
@@ -542,98 +570,36 @@ bool geometry(int mode, int variant, int rows, int n, int k, int sms,
   return gm->smem <= 227 * 1024;
 }
 
-} // namespace mlpd_s
-
-using namespace mlpd_s;
-
-extern "C" {
-
-int mlpd_cuda_stream_variants(int rows) {
-  return rows >= 1 && rows <= MLPD_STREAM_MAX_ROWS ? MLPD_STREAM_VARIANTS : 0;
+size_t ws_bytes_for(int mode, variant_t v, int rows, int n, int k, int sms) {
+  geometry_t gm;
+  if (!geometry(mode, v, rows, n, k, sms, &gm))
+    return 0;
+  const size_t rp = (size_t)8 << nt_index(rows);
+  return (size_t)gm.tiles * gm.maxseg * TM * rp * sizeof(float);
 }
 
-const char *mlpd_cuda_stream_name(int rows, int variant) {
-  static const char *names[4][MLPD_STREAM_VARIANTS] = {
-      {"stream rows<=8 1/SM 100K", "stream rows<=8 1/SM 64K",
-       "stream rows<=8 2/SM 100K", "stream rows<=8 1/SM 200K"},
-      {"stream rows<=16 1/SM 100K", "stream rows<=16 1/SM 64K",
-       "stream rows<=16 2/SM 100K", "stream rows<=16 1/SM 200K"},
-      {"stream rows<=32 1/SM 100K", "stream rows<=32 1/SM 64K",
-       "stream rows<=32 2/SM 100K", "stream rows<=32 1/SM 200K"},
-      {"stream rows<=64 1/SM 100K", "stream rows<=64 1/SM 64K",
-       "stream rows<=64 2/SM 100K", "stream rows<=64 1/SM 200K"}};
-  if (rows < 1 || rows > MLPD_STREAM_MAX_ROWS || variant < 0 ||
-      variant >= MLPD_STREAM_VARIANTS)
-    return "stream (none)";
-  return names[nt_index(rows)][variant];
-}
-
-int mlpd_cuda_stream_probe(int *ptx, int *bin) {
-  int p = 1 << 30, b = 1 << 30;
-  for (int m = 0; m < MLPD_KMODE_COUNT; m++)
-    for (int r = 1; r <= MLPD_STREAM_MAX_ROWS; r *= 2) {
-      cudaFuncAttributes fa;
-      cudaError_t ce = cudaFuncGetAttributes(
-          &fa, reinterpret_cast<const void *>(kernel_for(m, r)));
-      if (ce != cudaSuccess) {
-        (void)cudaGetLastError();
-        return (int)ce;
-      }
-      p = fa.ptxVersion < p ? fa.ptxVersion : p;
-      b = fa.binaryVersion < b ? fa.binaryVersion : b;
-    }
-  if (encode_fn() == nullptr)
-    return (int)cudaErrorNotSupported;
-  /* Raised here, once, rather than at launch: launches are captured into
-   * graphs, and attribute calls have no business inside a capture. */
-  for (int m = 0; m < MLPD_KMODE_COUNT; m++)
-    for (int r = 1; r <= MLPD_STREAM_MAX_ROWS; r *= 2) {
-      cudaError_t ce = cudaFuncSetAttribute(
-          reinterpret_cast<const void *>(kernel_for(m, r)),
-          cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024);
-      if (ce != cudaSuccess) {
-        (void)cudaGetLastError();
-        return (int)ce;
-      }
-    }
-  *ptx = p;
-  *bin = b;
-  return 0;
-}
-
-size_t mlpd_cuda_stream_ws_bytes(int mode, int rows, int n, int k, int sms) {
-  size_t most = 0;
-  for (int v = 0; v < MLPD_STREAM_VARIANTS; v++) {
-    geometry_t gm;
-    if (!geometry(mode, v, rows, n, k, sms, &gm))
-      continue;
-    const size_t rp = (size_t)8 << nt_index(rows);
-    const size_t b = (size_t)gm.tiles * gm.maxseg * TM * rp * sizeof(float);
-    most = b > most ? b : most;
-  }
-  return most;
-}
-
-int mlpd_cuda_stream_gemm(int mode, int variant, int rows, int n, int k,
-                          const void *x, const void *w, const void *b,
-                          const float *wscale, void *y, int act, int pdl,
-                          float *ws, size_t ws_bytes, unsigned *cnt,
-                          int ncnt, int sms, cudaStream_t stream) {
+int launch(int mode, variant_t v, int flags, int rows, int n, int k,
+           const void *x, const void *w, const void *b, const float *wscale,
+           void *y, int act, int pdl, float *ws, size_t ws_bytes,
+           unsigned *cnt, int ncnt, int sms, cudaStream_t stream) {
   const int kq = mode == MLPD_KMODE_FP8 ? 16 : 8;
   geometry_t gm;
   if (mode < 0 || mode >= MLPD_KMODE_COUNT || (n & 7) || k % kq ||
       (mode == MLPD_KMODE_FP8 && wscale == NULL) || act < 0 ||
-      act > MLPD_KACT_RELU ||
-      !geometry(mode, variant, rows, n, k, sms, &gm) || gm.tiles > ncnt ||
-      mlpd_cuda_stream_ws_bytes(mode, rows, n, k, sms) > ws_bytes)
+      act > MLPD_KACT_RELU || !geometry(mode, v, rows, n, k, sms, &gm) ||
+      gm.tiles > ncnt || ws_bytes_for(mode, v, rows, n, k, sms) > ws_bytes)
     return (int)cudaErrorInvalidValue;
   const int nt = 1 << nt_index(rows);
-  const int kb = mode == MLPD_KMODE_FP8 ? 128 : 64;
+  const int kw = mode == MLPD_KMODE_FP8 ? 128 : 64;
+  const CUtensorMapL2promotion promo =
+      (flags & 2) ? CU_TENSOR_MAP_L2_PROMOTION_NONE
+                  : CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
   CUtensorMap tmw, tmx;
-  if (!make_map(&tmw, w, mode == MLPD_KMODE_FP8 ? 1 : 2, k, n, kb, TM) ||
-      !make_map(&tmx, x, 2, k, rows, 64, nt * 8))
+  if (!make_map(&tmw, w, mode == MLPD_KMODE_FP8 ? 1 : 2, k, n, kw, TM,
+                promo) ||
+      !make_map(&tmx, x, 2, k, rows, 64, nt * 8, promo))
     return (int)cudaErrorInvalidValue;
-  kern_t kern = kernel_for(mode, rows);
+  kern_t kern = kernel_for(mode, rows, v.kbox);
   args_t a;
   memset(&a, 0, sizeof(a));
   a.b = static_cast<const uint16_t *>(b);
@@ -646,6 +612,7 @@ int mlpd_cuda_stream_gemm(int mode, int variant, int rows, int n, int k,
   a.k = k;
   a.act = act;
   a.stages = gm.stages;
+  a.flags = flags;
   cudaLaunchConfig_t cfg = {};
   cudaLaunchAttribute attr[1];
   cfg.gridDim = dim3((unsigned)gm.grid);
@@ -661,4 +628,91 @@ int mlpd_cuda_stream_gemm(int mode, int variant, int rows, int n, int k,
   return (int)cudaLaunchKernelEx(&cfg, kern, tmw, tmx, a);
 }
 
+} // namespace mlpd_s
+
+using namespace mlpd_s;
+
+extern "C" {
+
+int mlpd_cuda_stream_variants(int rows) {
+  return rows >= 1 && rows <= MLPD_STREAM_MAX_ROWS ? MLPD_STREAM_VARIANTS : 0;
+}
+
+const char *mlpd_cuda_stream_name(int rows, int variant) {
+  static char names[4][MLPD_STREAM_VARIANTS][64];
+  static const int lim[4] = {8, 16, 32, 64};
+  if (rows < 1 || rows > MLPD_STREAM_MAX_ROWS || variant < 0 ||
+      variant >= MLPD_STREAM_VARIANTS)
+    return "stream (none)";
+  char *p = names[nt_index(rows)][variant];
+  if (p[0] == '\0') { /* constant per slot: a racing writer writes the same */
+    const variant_t v = variants[variant];
+    char tmp[64];
+    snprintf(tmp, sizeof(tmp), "stream rows<=%d %dx128B %d/SM %dK",
+             lim[nt_index(rows)], v.kbox, v.bps, v.ring_kib);
+    memcpy(p, tmp, sizeof(tmp));
+  }
+  return p;
+}
+
+int mlpd_cuda_stream_probe(int *ptx, int *bin) {
+  int p = 1 << 30, b = 1 << 30;
+  if (encode_fn() == nullptr)
+    return (int)cudaErrorNotSupported;
+  for (int m = 0; m < MLPD_KMODE_COUNT; m++)
+    for (int r = 1; r <= MLPD_STREAM_MAX_ROWS; r *= 2)
+      for (int kb = 1; kb <= 8; kb *= 2) {
+        const void *f = reinterpret_cast<const void *>(kernel_for(m, r, kb));
+        cudaFuncAttributes fa;
+        cudaError_t ce = cudaFuncGetAttributes(&fa, f);
+        /* Raised here, once, rather than at launch: launches are captured
+         * into graphs, and attribute calls have no business there. */
+        if (ce == cudaSuccess)
+          ce = cudaFuncSetAttribute(
+              f, cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024);
+        if (ce != cudaSuccess) {
+          (void)cudaGetLastError();
+          return (int)ce;
+        }
+        p = fa.ptxVersion < p ? fa.ptxVersion : p;
+        b = fa.binaryVersion < b ? fa.binaryVersion : b;
+      }
+  *ptx = p;
+  *bin = b;
+  return 0;
+}
+
+size_t mlpd_cuda_stream_ws_bytes(int mode, int rows, int n, int k, int sms) {
+  size_t most = 0;
+  for (int v = 0; v < MLPD_STREAM_VARIANTS; v++) {
+    const size_t b = ws_bytes_for(mode, variants[v], rows, n, k, sms);
+    most = b > most ? b : most;
+  }
+  return most;
+}
+
+int mlpd_cuda_stream_gemm(int mode, int variant, int rows, int n, int k,
+                          const void *x, const void *w, const void *b,
+                          const float *wscale, void *y, int act, int pdl,
+                          float *ws, size_t ws_bytes, unsigned *cnt,
+                          int ncnt, int sms, cudaStream_t stream) {
+  if (variant < 0 || variant >= MLPD_STREAM_VARIANTS)
+    return (int)cudaErrorInvalidValue;
+  return launch(mode, variants[variant], 0, rows, n, k, x, w, b, wscale, y,
+                act, pdl, ws, ws_bytes, cnt, ncnt, sms, stream);
+}
+
 } /* extern "C" */
+
+/* For bench/stream_bench.cu only: any configuration, and experiment flags
+ * (1: skip the math, 2: no L2 promotion, 4: weights evict_normal). */
+int mlpd__cuda_stream_gemm_cfg(int mode, int kbox, int bps, int ring_kib,
+                               int flags, int rows, int n, int k,
+                               const void *x, const void *w, const void *b,
+                               const float *wscale, void *y, int act, int pdl,
+                               float *ws, size_t ws_bytes, unsigned *cnt,
+                               int ncnt, int sms, cudaStream_t stream) {
+  return launch(mode, variant_t{kbox, bps, ring_kib}, flags, rows, n, k, x,
+                w, b, wscale, y, act, pdl, ws, ws_bytes, cnt, ncnt, sms,
+                stream);
+}
