@@ -26,6 +26,7 @@
 typedef enum {
   MLPD_ACT_NONE = 0,
   MLPD_ACT_GELU_TANH = 1, /* 0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3))) */
+  MLPD_ACT_RELU = 2,      /* x < 0 ? 0 : x (NaN stays NaN, as in PyTorch) */
 } mlpd_act_t;
 
 const char *mlpd_act_name(mlpd_act_t act); /* "none", "gelu_tanh" */
