@@ -26,15 +26,13 @@
 
 int mlpd__k_small_bf16(int variant, int rows, int n, int k, const void *x,
                        const void *w, const void *b, const float *ws, void *y,
-                       int gelu, int pdl, const void *nw, int nn, int nk,
-                       cudaStream_t st);
+                       int act, int pdl, cudaStream_t st);
 int mlpd__k_small_fp8(int variant, int rows, int n, int k, const void *x,
                       const void *w, const void *b, const float *ws, void *y,
-                      int gelu, int pdl, const void *nw, int nn, int nk,
-                      cudaStream_t st);
+                      int act, int pdl, cudaStream_t st);
 
 int mlpd__cuda_stream_gemm_cfg(int mode, int kbox, int bps, int ring_kib,
-                               int flags, int rows, int n, int k,
+                               int flags, int tmr, int rows, int n, int k,
                                const void *x, const void *w, const void *b,
                                const float *wscale, void *y, int act, int pdl,
                                float *ws, size_t ws_bytes, unsigned *cnt,
@@ -207,7 +205,7 @@ static double time_graph(cudaGraphExec_t ge, cudaStream_t st) {
 
 struct chain_t {
   int mode, rows, n, k, nl, variant, old; /* old: the per-layer kernel */
-  int cfg, kbox, bps, ring, flags;        /* cfg: explicit configuration */
+  int cfg, kbox, bps, ring, flags, tmr;   /* cfg: explicit configuration */
   void *w[8], *b[8], *act[2], *x;
   float *sc[8];
 };
@@ -220,10 +218,11 @@ static int enqueue_chain(const chain_t *c, cudaStream_t st) {
     if (c->old)
       ce = (c->mode == MLPD_KMODE_FP8 ? mlpd__k_small_fp8 : mlpd__k_small_bf16)(
           c->variant, c->rows, c->n, c->k, in, c->w[l], c->b[l], c->sc[l],
-          out, l + 1 < c->nl, l > 0, NULL, 0, 0, st);
+          out, l + 1 < c->nl ? MLPD_KACT_GELU : MLPD_KACT_NONE, l > 0, st);
     else if (c->cfg)
       ce = mlpd__cuda_stream_gemm_cfg(
-          c->mode, c->kbox, c->bps, c->ring, c->flags & 7, c->rows, c->n,
+          c->mode, c->kbox, c->bps, c->ring, c->flags & 7, c->tmr, c->rows,
+          c->n,
           c->k, in, c->w[l], c->b[l], c->sc[l], out,
           l + 1 < c->nl ? MLPD_KACT_GELU : 0, l > 0 && !(c->flags & 8), g_ws,
           g_ws_bytes, g_cnt, g_ncnt, g_sms, st);
@@ -256,7 +255,9 @@ static double time_chain(const chain_t *c, cudaStream_t st) {
 }
 
 int main(int argc, char **argv) {
-  int only_time = argc > 1 && strcmp(argv[1], "time") == 0;
+  /* "time": no checks; "exp": no checks, the experiments only. */
+  int only_exp = argc > 1 && strcmp(argv[1], "exp") == 0;
+  int only_time = only_exp || (argc > 1 && strcmp(argv[1], "time") == 0);
   cudaDeviceProp p;
   CK(cudaGetDeviceProperties(&p, 0));
   g_sms = p.multiProcessorCount;
@@ -352,31 +353,32 @@ int main(int argc, char **argv) {
 
   /* Configuration experiments at 1 row. */
   {
-    const int ex[][5] = {/* kbox bps ring flags */
-                         {1, 1, 100, 0}, {2, 1, 100, 0}, {4, 1, 100, 0},
-                         {1, 2, 100, 0}, {2, 2, 100, 0}, {4, 2, 100, 0},
-                         {4, 1, 64, 0},  {4, 1, 200, 0}, {4, 2, 64, 0},
-                         {1, 1, 100, 1}, {4, 1, 100, 1}, {4, 2, 100, 1},
-                         {1, 1, 100, 2}, {4, 1, 100, 2}, {4, 1, 100, 4},
-                         {4, 1, 100, 8}, {4, 2, 100, 8}, {4, 2, 100, 6},
-                         {8, 1, 200, 0}, {8, 1, 150, 0}, {8, 1, 200, 1},
-                         {8, 2, 110, 0}, {8, 1, 200, 8}};
+    const int ex[][5] = {/* kbox bps ring flags tmr */
+                         {8, 1, 200, 1, 0},   {8, 1, 200, 0, 0},
+                         {8, 1, 100, 1, 16},  {16, 1, 100, 1, 16},
+                         {32, 1, 200, 1, 16}, {16, 1, 200, 1, 16},
+                         {16, 2, 100, 1, 16}, {32, 1, 200, 1, 8},
+                         {64, 1, 200, 1, 8},  {8, 1, 200, 1, 32},
+                         {16, 1, 200, 1, 32}, {16, 1, 64, 1, 16}};
     for (int mode = 0; mode < 3; mode += 2)
       for (size_t i = 0; i < sizeof(ex) / sizeof(ex[0]); i++) {
         for (int l = 0; l < NL; l++)
           c.w[l] = mode == MLPD_KMODE_FP8 ? w8[l] : w16[l];
         c.mode = mode, c.rows = 1, c.old = 0, c.cfg = 1;
         c.kbox = ex[i][0], c.bps = ex[i][1], c.ring = ex[i][2];
-        c.flags = ex[i][3];
+        c.flags = ex[i][3], c.tmr = ex[i][4];
         double us = time_chain(&c, st);
-        printf("EXP %s rows 1 kbox %d bps %d ring %3dK flags %d: %7.1f us "
-               "%.2f TB/s\n",
-               mode ? "fp8 " : "bf16", c.kbox, c.bps, c.ring, c.flags, us,
+        printf("EXP %s rows 1 box rows %d kbox %d bps %d ring %3dK flags %d: "
+               "%7.1f us %.2f TB/s\n",
+               mode ? "fp8 " : "bf16", c.tmr ? c.tmr : 64, c.kbox, c.bps,
+               c.ring, c.flags, us,
                (double)NL * N * K * (mode ? 1 : 2) / us / 1e6);
       }
     c.cfg = 0;
   }
 
+  if (only_exp)
+    return 0;
   const int trows[] = {1, 8, 16, 32, 64};
   for (int mode = 0; mode < 3; mode += 2) {
     for (int l = 0; l < NL; l++)

@@ -211,6 +211,8 @@ struct args_t {
   int rows, n, k, act;
   int stages;            /* ring depth */
   int flags;             /* experiments (bench only): 1 = no math */
+  int tmr, kbr;          /* experiment (with flags & 1): boxes of tmr rows,
+                            kbr boxes a unit, no activations */
 };
 
 /* One CTA. NT: n8 tiles of rows (rows <= 8 * NT). */
@@ -232,15 +234,20 @@ __global__ void __launch_bounds__(THREADS, 1)
   const int S = a.stages;
   uint8_t *base = reinterpret_cast<uint8_t *>(
       (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~(uintptr_t)1023);
+  /* The layout experiment's runtime shape, else the compiled one. */
+  const bool ex = a.tmr != 0;
+  const int tmr = ex ? a.tmr : TM, nbox = ex ? a.kbr : KBOX;
+  const int kbu = ex ? a.kbr * KW : KB;
+  const int wst = ex ? a.kbr * a.tmr * 128 : WST, xb = ex ? 0 : XB;
   const uint32_t sw = smem_u32(base);                   /* S x WST */
-  const uint32_t sx = sw + (uint32_t)S * WST;           /* S x XB */
-  const uint32_t sbar = sx + (uint32_t)S * XB;          /* full, empty */
+  const uint32_t sx = sw + (uint32_t)S * wst;           /* S x XB */
+  const uint32_t sbar = sx + (uint32_t)S * xb;          /* full, empty */
   volatile int *flag = reinterpret_cast<volatile int *>(
-      base + (size_t)S * (WST + XB) + 16 * S);
+      base + (size_t)S * (wst + xb) + 16 * S);
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int KU = (a.k + KB - 1) / KB;             /* units a tile */
-  const int tiles = (a.n + TM - 1) / TM;
+  const int KU = (a.k + kbu - 1) / kbu;           /* units a tile */
+  const int tiles = (a.n + tmr - 1) / tmr;
   const int U = KU * tiles, G = gridDim.x;
   const int u0 = (int)((long long)blockIdx.x * U / G);
   const int u1 = (int)((long long)(blockIdx.x + 1) * U / G);
@@ -275,11 +282,10 @@ __global__ void __launch_bounds__(THREADS, 1)
     /* Weights first: they do not depend on the layer before. */
     for (int i = 0; i < pre; i++) {
       const int u = u0 + i;
-      mbar_expect_tx(sbar + 8 * i, WST + XB);
-#pragma unroll
-      for (int j = 0; j < KBOX; j++)
-        tma_2d(sw + i * WST + j * WBOX, &tmw, (u % KU) * KB + j * KW,
-               (u / KU) * TM, sbar + 8 * i, pol);
+      mbar_expect_tx(sbar + 8 * i, wst + xb);
+      for (int j = 0; j < nbox; j++)
+        tma_2d(sw + i * wst + j * tmr * 128, &tmw, (u % KU) * kbu + j * KW,
+               (u / KU) * tmr, sbar + 8 * i, pol);
     }
     asm volatile("griddepcontrol.wait;" ::: "memory");
     for (int i = 0; i < nu; i++) {
@@ -287,14 +293,13 @@ __global__ void __launch_bounds__(THREADS, 1)
       const uint32_t full = sbar + 8 * s;
       if (i >= pre) {
         mbar_wait(sbar + 8 * (S + s), (unsigned)((i / S) - 1) & 1u);
-        mbar_expect_tx(full, WST + XB);
-#pragma unroll
-        for (int j = 0; j < KBOX; j++)
-          tma_2d(sw + s * WST + j * WBOX, &tmw, (u % KU) * KB + j * KW,
-                 (u / KU) * TM, full, pol);
+        mbar_expect_tx(full, wst + xb);
+        for (int j = 0; j < nbox; j++)
+          tma_2d(sw + s * wst + j * tmr * 128, &tmw, (u % KU) * kbu + j * KW,
+                 (u / KU) * tmr, full, pol);
       }
 #pragma unroll
-      for (int j = 0; j < KB / 64; j++)
+      for (int j = 0; j < (ex ? 0 : KB / 64); j++)
         tma_2d(sx + s * XB + j * XBOX, &tmx, (u % KU) * KB + 64 * j, 0, full,
                pol_x);
     }
@@ -315,6 +320,12 @@ __global__ void __launch_bounds__(THREADS, 1)
         acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
     }
     mbar_wait(sbar + 8 * s, (unsigned)(i / S) & 1u);
+    if (ex) { /* the layout experiment streams only */
+      __syncwarp();
+      if (lane == 0)
+        mbar_arrive(sbar + 8 * (S + s));
+      continue;
+    }
     const int ar = 16 * warp + (lane & 15); /* this lane's ldmatrix row */
 #pragma unroll
     for (int bx = 0; bx < KBOX && !(a.flags & 1); bx++) {
@@ -502,9 +513,11 @@ kern_t kernel_for(int mode, int rows, int kbox) {
  * launch). */
 struct variant_t {
   int kbox, bps, ring_kib;
+  int tmr; /* the layout experiment (0: none): boxes of tmr rows, kbox of
+              them a unit, no activations, no math */
 };
 const variant_t variants[MLPD_STREAM_VARIANTS] = {
-    {4, 1, 100}, {2, 1, 100}, {4, 2, 100}, {1, 2, 100}};
+    {4, 1, 100, 0}, {2, 1, 100, 0}, {4, 2, 100, 0}, {1, 2, 100, 0}};
 
 /* cuTensorMapEncodeTiled through the runtime, so nothing links libcuda;
  * looked up once (thread-safe static initialisation). */
@@ -553,11 +566,13 @@ bool geometry(int mode, variant_t v, int rows, int n, int k, int sms,
     return false;
   const int nt = 1 << nt_index(rows);
   const int kb = (mode == MLPD_KMODE_FP8 ? 128 : 64) * v.kbox;
-  const int stage = v.kbox * WBOX + (kb / 64) * nt * 8 * 128;
+  const int stage = v.tmr ? v.kbox * v.tmr * 128
+                         : v.kbox * WBOX + (kb / 64) * nt * 8 * 128;
   int stages = (v.ring_kib * 1024) / stage;
   if (stages < 2)
     stages = 2;
-  const int ku = (k + kb - 1) / kb, tiles = (n + TM - 1) / TM;
+  const int tmr = v.tmr ? v.tmr : TM;
+  const int ku = (k + kb - 1) / kb, tiles = (n + tmr - 1) / tmr;
   const long long units = (long long)ku * tiles;
   long long grid = (long long)sms * v.bps;
   if (grid > units)
@@ -595,11 +610,11 @@ int launch(int mode, variant_t v, int flags, int rows, int n, int k,
       (flags & 2) ? CU_TENSOR_MAP_L2_PROMOTION_NONE
                   : CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
   CUtensorMap tmw, tmx;
-  if (!make_map(&tmw, w, mode == MLPD_KMODE_FP8 ? 1 : 2, k, n, kw, TM,
-                promo) ||
+  if (!make_map(&tmw, w, mode == MLPD_KMODE_FP8 ? 1 : 2, k, n, kw,
+                v.tmr ? v.tmr : TM, promo) ||
       !make_map(&tmx, x, 2, k, rows, 64, nt * 8, promo))
     return (int)cudaErrorInvalidValue;
-  kern_t kern = kernel_for(mode, rows, v.kbox);
+  kern_t kern = kernel_for(mode, rows, v.tmr ? 1 : v.kbox);
   args_t a;
   memset(&a, 0, sizeof(a));
   a.b = static_cast<const uint16_t *>(b);
@@ -613,6 +628,10 @@ int launch(int mode, variant_t v, int flags, int rows, int n, int k,
   a.act = act;
   a.stages = gm.stages;
   a.flags = flags;
+  a.tmr = v.tmr;
+  a.kbr = v.tmr ? v.kbox : 0;
+  if (v.tmr && !(flags & 1))
+    return (int)cudaErrorInvalidValue;
   cudaLaunchConfig_t cfg = {};
   cudaLaunchAttribute attr[1];
   cfg.gridDim = dim3((unsigned)gm.grid);
@@ -707,12 +726,12 @@ int mlpd_cuda_stream_gemm(int mode, int variant, int rows, int n, int k,
 /* For bench/stream_bench.cu only: any configuration, and experiment flags
  * (1: skip the math, 2: no L2 promotion, 4: weights evict_normal). */
 int mlpd__cuda_stream_gemm_cfg(int mode, int kbox, int bps, int ring_kib,
-                               int flags, int rows, int n, int k,
+                               int flags, int tmr, int rows, int n, int k,
                                const void *x, const void *w, const void *b,
                                const float *wscale, void *y, int act, int pdl,
                                float *ws, size_t ws_bytes, unsigned *cnt,
                                int ncnt, int sms, cudaStream_t stream) {
-  return launch(mode, variant_t{kbox, bps, ring_kib}, flags, rows, n, k, x,
+  return launch(mode, variant_t{kbox, bps, ring_kib, tmr}, flags, rows, n, k, x,
                 w, b, wscale, y, act, pdl, ws, ws_bytes, cnt, ncnt, sms,
                 stream);
 }
