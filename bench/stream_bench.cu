@@ -10,10 +10,14 @@
  *   nvcc -std=c++17 -O3 -arch=sm_90 -Idaemon/cuda -Ibench bench/stream_bench.cu \
  *     bench/stream_kernel.cu daemon/cuda/cuda_k_bf16.cu \
  *     daemon/cuda/cuda_k_fp8.cu -o stream_bench && ./stream_bench
+ * and the second kernel (16/32 features x 2 KiB units): -DV2 with
+ * bench/stream2_kernel.cu instead of bench/stream_kernel.cu.
+ * and the second kernel (16/32 features x 2 KiB units): -DV2 with
+ * bench/stream2_kernel.cu instead of bench/stream_kernel.cu.
  *
  * Prints one line per measurement; exits 1 when a check fails. */
-#ifdef V2 /* the daemon's kernel, daemon/cuda/cuda_stream.cu */
-#include "cuda_kernels.h"
+#ifdef V2 /* the second experiment, bench/stream2_kernel.cu */
+#include "stream2_kernel.h"
 #else /* the first experiment, bench/stream_kernel.cu */
 #include "stream_kernel.h"
 #endif

@@ -637,11 +637,8 @@ static void check_forced(mlpd_dtype_t dt, int fp8, const char *acts,
   const int nl = 3;
   const int maxb = dt == MLPD_DTYPE_F32 ? MLPD_F32_MAX_ROWS
                                         : MLPD_SMALL_MAX_ROWS;
-  /* The small-batch kernel's variants, then the streaming kernel's (at
-   * buckets of at most MLPD_STREAM_MAX_ROWS rows). */
-  const int nsmall = mlpd_cuda_small_variants(1);
   const int nv = dt == MLPD_DTYPE_F32 ? mlpd_cuda_f32_variants(1)
-                                      : nsmall + MLPD_STREAM_VARIANTS;
+                                      : mlpd_cuda_small_variants(1);
   const double tol = dt == MLPD_DTYPE_F32 ? 1e-3 : 1e-2;
   model_t mm;
   model_make(&mm, w, nl, acts, seed);
@@ -678,30 +675,20 @@ static void check_forced(mlpd_dtype_t dt, int fp8, const char *acts,
       mlpd_engine_close(e);
       break;
     }
-    /* A streaming variant applies only up to its rows; the buckets above
-     * are planned as usual. */
-    const int stream = dt != MLPD_DTYPE_F32 && v >= nsmall;
-    const int lim = stream ? MLPD_STREAM_MAX_ROWS : maxb;
     assert_int_equal(st.forced_small, v);
     assert_int_equal(st.cache_state, MLPD_PLAN_CACHE_UNUSED);
-    if (!stream) {
-      assert_int_equal(st.candidates_timed, 0);
-      assert_int_equal(st.plans_small_kernel, st.nbuckets * st.nlayers);
-    }
+    assert_int_equal(st.candidates_timed, 0);
+    assert_int_equal(st.plans_small_kernel, st.nbuckets * st.nlayers);
     /* Every plan fused: mlpd's kernels run their epilogue in-kernel. */
     assert_int_equal(st.plans_unfused, 0);
     for (int b = 0; b < st.nbuckets; b++) {
       mlpd_engine_cuda_plan_t p;
       assert_int_equal(mlpd_engine_cuda_plan(e, b, 0, &p), 0);
-      if (p.rows > lim)
-        continue;
-      assert_int_equal(p.small_kernel, 1);
       /* The captured graph runs mlpd's kernel, not a cuBLASLt one. */
       if (p.kernels[0] != '\0')
         assert_non_null(strstr(p.kernels, dt == MLPD_DTYPE_F32
                                               ? "mlpd_f32_gemm_kernel"
-                                          : stream ? "stream_kernel"
-                                                   : "mlpd_small_gemm_kernel"));
+                                              : "mlpd_small_gemm_kernel"));
     }
     hostbuf_t h;
     hb_init(&h, e);
@@ -730,8 +717,7 @@ static void check_forced(mlpd_dtype_t dt, int fp8, const char *acts,
                   "every bucket <= %d rows: every batch 1..%d and every row "
                   "within %.0e; worst batch %.3g, worst row %.3g\n",
                   mlpd_dtype_name(dt), fp8 ? " fp8" : "", checked,
-                  "own-kernel (small-batch, streaming <= 16 rows)", maxb,
-                  maxb, tol, worst, worst_row);
+                  "per-layer kernel", maxb, maxb, tol, worst, worst_row);
   free(x);
   free(ref);
   free(y);
@@ -1193,9 +1179,9 @@ static void test_bad_arguments(void **state) {
   assert_int_equal(mlpd_engine_cuda_set_io(e, 0, 0), MLPD_EINVAL);
   mlpd_engine_close(e);
   /* Only existing variants can be forced. */
-  assert_int_equal(mlpd_engine_cuda_open_forced(
-                       &e, mm.m, &o, 0,
-                       MLPD_SMALL_MAX_VARIANTS + MLPD_STREAM_VARIANTS, &err),
+  assert_int_equal(mlpd_engine_cuda_open_forced(&e, mm.m, &o, 0,
+                                                MLPD_SMALL_MAX_VARIANTS,
+                                                &err),
                    MLPD_EINVAL);
   assert_null(e);
   mlpd_err_clear(&err);

@@ -13,7 +13,6 @@
 #define MLPD_CUDA_ENGINE_PRIV_H
 
 #include "cuda_check.h"
-#include "cuda_kernels.h"
 #include "engine.h"
 #include "engine_cuda.h"
 #include "error.h"
@@ -29,18 +28,13 @@
 #define MAX_CAND 16   /* heuristic candidates asked for per plan */
 #define SLAB_ALIGN 256
 #define PIPE_DEPTH 3  /* batches in flight (info.depth) */
-/* mlpd's own kernel variants at a bucket at most: the small-batch kernel's,
- * then the streaming kernel's (cuda_kernels.h), one numbering. */
-#define MAX_OWN (MLPD_SMALL_MAX_VARIANTS + MLPD_STREAM_VARIANTS)
-#define STREAM_COUNTERS 16384 /* the streaming kernel's split-K counters */
 
 /* One layer's plan at one bucket. */
 typedef struct {
   int small;                 /* 1: mlpd's per-layer kernel (the 16-bit/FP8
-                                small-batch or streaming kernel, or the
-                                fp32 GEMV), 0: cuBLASLt */
-  int variant;               /* small: own-kernel variant (MAX_OWN
-                                numbering); else candidate rank */
+                                small-batch kernel, or the fp32 GEMV), 0:
+                                cuBLASLt */
+  int variant;               /* small: kernel variant; else candidate rank */
   cublasLtMatmulAlgo_t algo; /* cuBLASLt only */
 } choice_t;
 
@@ -120,8 +114,6 @@ typedef struct {
   uint8_t *xq;         /* FP8: [max_rows][widest in_p] quantized input of
                           a cuBLASLt layer */
   float *xs;           /* FP8: [max_rows] its row scales */
-  unsigned *cnt;       /* STREAM_COUNTERS zeroed counters of the streaming
-                          kernel (its partials go to ws) */
   lane_t lane[PIPE_DEPTH];
   void *vbuf[2];       /* tuning scratch (cuda_tune.c), freed after
                           planning; vbuf[1] lies inside vbuf[0]'s block */
@@ -134,8 +126,6 @@ typedef struct {
    * (PTX >= 90), so chained per-layer kernels may start early; f32_ok =
    * the fp32 GEMV has one. */
   int small_ok, pdl_ok, f32_ok;
-  int stream_ok; /* the streaming kernel has an sm_90 image and the driver
-                    the tensor-map encoder */
   int forced_small; /* the variant mlpd_engine_cuda_open_forced asked this
                        engine to use everywhere it applies; -1: none */
   /* Pipeline state (engine_cuda.c, submit/wait thread only). */
@@ -162,9 +152,7 @@ static inline void *layer_out(const cuda_engine_t *e, int lane, int l) {
   return l == e->nlayers - 1 ? e->lane[lane].y16 : e->act[l & 1];
 }
 
-/* How many of mlpd's own per-layer kernel variants apply at this bucket
- * (MAX_OWN numbering: the small-batch kernel's first, then the streaming
- * kernel's). */
+/* Whether mlpd's per-layer kernel family has a variant for this bucket. */
 int mlpd__cuda_small_variants(const cuda_engine_t *e, int rows);
 
 /* Its description, static. */

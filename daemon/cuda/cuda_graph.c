@@ -19,21 +19,13 @@
 int mlpd__cuda_small_variants(const cuda_engine_t *e, int rows) {
   if (e->kmode < 0)
     return e->f32_ok ? mlpd_cuda_f32_variants(rows) : 0;
-  if (!e->small_ok)
-    return 0;
-  /* The streaming kernel's variants come after the small-batch kernel's,
-   * which exist at every bucket the streaming kernel serves. */
-  return mlpd_cuda_small_variants(rows) +
-         (e->stream_ok ? mlpd_cuda_stream_variants(rows) : 0);
+  return e->small_ok ? mlpd_cuda_small_variants(rows) : 0;
 }
 
 const char *mlpd__cuda_small_name(const cuda_engine_t *e, int rows,
                                   int variant) {
-  if (e->kmode < 0)
-    return mlpd_cuda_f32_name(rows, variant);
-  int ns = mlpd_cuda_small_variants(rows);
-  return variant < ns ? mlpd_cuda_small_name(rows, variant)
-                      : mlpd_cuda_stream_name(rows, variant - ns);
+  return e->kmode < 0 ? mlpd_cuda_f32_name(rows, variant)
+                      : mlpd_cuda_small_name(rows, variant);
 }
 
 /* ---- enqueueing layers and capturing graphs ----------------------------- */
@@ -44,25 +36,13 @@ int mlpd_cuda_graph_enqueue_layer(cuda_engine_t *e, const bucket_t *bk,
   const layer_t *L = &e->L[l];
   int ce;
   if (c->small) {
-    const int ns = mlpd_cuda_small_variants(bk->rows);
     if (e->kmode < 0)
       ce = mlpd_cuda_f32_gemm(c->variant, bk->rows, L->out_p, L->in_p, x,
                               L->w, L->b, y, L->act, e->st);
-    else if (c->variant < ns)
+    else
       ce = mlpd_cuda_small_gemm(e->kmode, c->variant, bk->rows, L->out_p,
                                 L->in_p, x, L->w, L->b, L->ws, y, L->act,
                                 pdl && e->pdl_ok, e->st);
-    else if (e->stream_ok)
-      /* Its split-K partials share cuBLASLt's workspace: one stream runs
-       * one layer at a time, and a chained streaming kernel writes only
-       * after the layer before it has finished. */
-      ce = mlpd_cuda_stream_gemm(e->kmode, c->variant - ns, bk->rows,
-                                 L->out_p, L->in_p, x, L->w, L->b, L->ws, y,
-                                 L->act, pdl && e->pdl_ok, (float *)e->ws,
-                                 WS_BYTES, e->cnt, STREAM_COUNTERS, e->sms,
-                                 e->st);
-    else
-      ce = (int)cudaErrorInvalidValue;
     if (ce != 0)
       return mlpd__cuda_fail(err, (cudaError_t)ce, __FILE__, __LINE__,
                              "%s, layer %d at %d rows",

@@ -67,16 +67,9 @@ static void probe_kernels(cuda_engine_t *e) {
   e->small_ok = 1;
   e->pdl_ok = ptx >= 90 && e->cc_major >= 9;
   e->stats.small_kernel_ptx = ptx;
-  int sptx = 0, sbin = 0;
-  ce = e->pdl_ok ? mlpd_cuda_stream_probe(&sptx, &sbin) : 0;
-  e->stream_ok = e->pdl_ok && ce == 0 && sptx >= 90;
-  if (e->pdl_ok && !e->stream_ok)
-    MLPD_LOGW("cuda engine: the streaming kernel cannot run here (%s)",
-              ce != 0 ? cudaGetErrorString((cudaError_t)ce)
-                      : "no sm_90 image");
   MLPD_LOGD("cuda engine: small-batch kernels from PTX %d, binary sm_%d; "
-            "chained launches %s, streaming kernel %s",
-            ptx, bin, e->pdl_ok ? "on" : "off", e->stream_ok ? "on" : "off");
+            "chained launches %s",
+            ptx, bin, e->pdl_ok ? "on" : "off");
 }
 
 /* Fills n elements of device memory with N(0,1)-like values (a sum of three
@@ -293,11 +286,7 @@ static int make_buffers(cuda_engine_t *e, mlpd_err_t *err) {
        "allocate %zu bytes for activations", e->act_bytes);
   CU(cudaMalloc(&e->vbuf[0], 2 * e->vbuf_bytes), "allocate scratch");
   e->vbuf[1] = (char *)e->vbuf[0] + e->vbuf_bytes;
-  CU(cudaMalloc((void **)&e->cnt, STREAM_COUNTERS * sizeof(unsigned)),
-     "allocate counters");
-  CU(cudaMemsetAsync(e->cnt, 0, STREAM_COUNTERS * sizeof(unsigned), e->st),
-     "clear counters");
-  e->scratch_bytes = STREAM_COUNTERS * sizeof(unsigned);
+  e->scratch_bytes = 256;
   if (e->fp8) {
     size_t xq = align_up(rows * (size_t)kmax, SLAB_ALIGN);
     CU(cudaMalloc((void **)&e->xq, xq), "allocate FP8 scratch");
@@ -480,7 +469,6 @@ void mlpd_cuda_setup_free(cuda_engine_t *e) {
   }
   cudaFree(e->slab);
   cudaFree(e->ws);
-  cudaFree(e->cnt);
   cudaFree(e->act[0]);
   cudaFree(e->act[1]);
   cudaFree(e->vbuf[0]);

@@ -383,8 +383,8 @@ static int autotune(cuda_engine_t *e, bucket_t *bk, int bi, int nv,
                     const cublasLtMatmulAlgo_t *lc, const int *nlc,
                     mlpd_err_t *err) {
   int rc = 0;
-  cand_t *cand = calloc(MAX_CAND + MAX_OWN, sizeof(*cand));
-  signed char(*agree)[MAX_OWN] =
+  cand_t *cand = calloc(MAX_CAND + MLPD_SMALL_MAX_VARIANTS, sizeof(*cand));
+  signed char(*agree)[MLPD_SMALL_MAX_VARIANTS] =
       calloc((size_t)e->nlayers, sizeof(*agree));
   if (cand == NULL || agree == NULL) {
     rc = mlpd_errf(err, -ENOMEM, "cuda engine: out of host memory");
@@ -409,8 +409,8 @@ int mlpd_cuda_tune_bucket(cuda_engine_t *e, bucket_t *bk, int bi,
                           mlpd_err_t *err) {
   int rc = 0;
   int nv = mlpd__cuda_small_variants(e, bk->rows);
-  if (nv > MAX_OWN)
-    nv = MAX_OWN;
+  if (nv > MLPD_SMALL_MAX_VARIANTS)
+    nv = MLPD_SMALL_MAX_VARIANTS;
   cublasLtMatmulAlgo_t *lc =
       calloc((size_t)e->nlayers * MAX_CAND, sizeof(*lc));
   int *nlc = calloc((size_t)e->nlayers, sizeof(*nlc));

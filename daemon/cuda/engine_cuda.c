@@ -468,7 +468,7 @@ int mlpd_engine_cuda_open_forced(mlpd_engine_t **out, const mlpd_model_t *m,
                                  const mlpd_engine_opts_t *o, int ordinal,
                                  int variant, mlpd_err_t *err) {
   *out = NULL;
-  if (variant < -1 || variant >= MAX_OWN)
+  if (variant < -1 || variant >= MLPD_SMALL_MAX_VARIANTS)
     return mlpd_errf(err, MLPD_EINVAL,
                      "cuda engine: no small-kernel variant %d", variant);
   return open_engine(out, m, o, ordinal, variant, err);

@@ -89,11 +89,8 @@ int mlpd_engine_cuda_stats(const mlpd_engine_t *e,
  * usual; -1 is a normal open. The choice belongs to this engine alone (no
  * process state), so the tests can check every variant, in the serving
  * graphs with their chained launches, against the CPU engine; autotuning
- * alone picks only the fastest. Variants number the small-batch kernel's
- * (0 .. MLPD_SMALL_MAX_VARIANTS - 1) then the streaming kernel's
- * (MLPD_SMALL_MAX_VARIANTS .. + MLPD_STREAM_VARIANTS - 1, buckets of at
- * most MLPD_STREAM_MAX_ROWS rows); fp32 engines have their GEMV's.
- * MLPD_EINVAL for a variant that does not exist. */
+ * alone picks only the fastest. MLPD_EINVAL for a variant that does not
+ * exist (< -1 or >= MLPD_SMALL_MAX_VARIANTS). */
 int mlpd_engine_cuda_open_forced(mlpd_engine_t **out, const mlpd_model_t *m,
                                  const mlpd_engine_opts_t *o, int ordinal,
                                  int variant, mlpd_err_t *err) MLPD_MUST_CHECK;

@@ -1,5 +1,9 @@
-/* cuda_stream.cu - mlpd's weight-streaming kernel: one layer at buckets of
- * at most MLPD_STREAM_MAX_ROWS rows on sm_90 (contract in cuda_kernels.h).
+/* stream2_kernel.cu - an EXPERIMENT, not part of mlpd: the second
+ * weight-streaming kernel (bench/RESULTS.md, "Retired", has the numbers
+ * that kept it out of the daemon). One layer at buckets of at most
+ * MLPD_STREAM_MAX_ROWS rows on sm_90 (contract in stream2_kernel.h); it
+ * was wired into the engine's autotuner as own-kernel variants 8-11 for
+ * one test run (commit b3a5683, reverted).
  *
  * At such batch sizes a layer is a stream over its weights (32 MiB of bf16
  * for 4096 x 4096, against a few KiB of activations), and the kernel is
@@ -44,7 +48,7 @@
  * boxes would outgrow the weights in every stage; the small-batch kernel
  * and cuBLASLt take those buckets), widths that are not multiples of 8 (16
  * for FP8; the engine pads), or run below sm_90 (it probes). */
-#include "cuda_kernels.h"
+#include "stream2_kernel.h"
 #include "cuda_tile.cuh"
 
 #include <cuda.h>
