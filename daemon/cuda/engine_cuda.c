@@ -6,7 +6,7 @@
  *   cuda_check.c        CUDA/cuBLASLt errors as mlpd errors, progress
  *   cuda_setup.c        device, weights (FP8 quantization), buffers,
  *                       descriptors
- *   cuda_algos.c        cuBLASLt candidates (heuristic and enumerated)
+ *   cuda_algos.c        cuBLASLt candidates (the heuristic's list)
  *   cuda_tune.c         choosing plans (autotuning), checking fusion
  *   cuda_graph.c        enqueueing layers, capturing graphs, kernel names
  *   cuda_plancache.c    the plan cache file
