@@ -271,7 +271,7 @@ int main(int argc, char **argv) {
     return mlpd_opts_exit_status(prc);
   snprintf(batches_s, sizeof(batches_s), "%s", batches_arg);
   snprintf(pipe_s, sizeof(pipe_s), "%s", pipe_arg);
-  /* The autotuner's reasoning (candidates, fused vs per layer) on stderr. */
+  /* The autotuner's reasoning (candidates per layer) on stderr. */
   if (getenv("MLPD_BENCH_DEBUG") != NULL)
     mlpd_log_set_level(MLPD_LOG_DEBUG);
   if (digits_model != NULL && heldout != NULL)
@@ -335,15 +335,13 @@ int main(int argc, char **argv) {
         goto fail;
       /* Kernel names are plain identifiers: no JSON escaping needed. */
       printf("{\"model\":\"%s\",\"kind\":\"plan\",\"batch\":%d,"
-             "\"layer\":%d,\"what\":\"%s\",\"fused\":%d,\"small\":%d,"
-             "\"extra\":%d,\"candidates\":%d,\"nextra\":%d,"
+             "\"layer\":%d,\"what\":\"%s\",\"small\":%d,"
+             "\"candidates\":%d,"
              "\"us_chosen\":%.2f,\"us_first\":%.2f,\"us_lt\":%.2f,"
-             "\"us_small\":%.2f,\"us_layers\":%.2f,\"us_fused\":%.2f,"
-             "\"kernels\":\"%s\"}\n",
-             label, p.rows, l + 1, p.what, p.fused, p.small_kernel, p.extra,
-             p.ncandidates, p.nextra, fin(p.us_chosen), fin(p.us_first),
-             fin(p.us_lt), fin(p.us_small), fin(p.us_layers),
-             fin(p.us_fused), p.kernels);
+             "\"us_small\":%.2f,\"kernels\":\"%s\"}\n",
+             label, p.rows, l + 1, p.what, p.small_kernel, p.ncandidates,
+             fin(p.us_chosen), fin(p.us_first), fin(p.us_lt),
+             fin(p.us_small), p.kernels);
     }
   }
   if (cache != NULL) {
@@ -360,18 +358,17 @@ int main(int argc, char **argv) {
   printf("{\"model\":\"%s\",\"kind\":\"open\",\"device\":\"%s\","
          "\"weights\":\"%s\",\"driver\":%d,\"runtime\":%d,\"cublaslt\":%zu,"
          "\"load_ms\":%.1f,\"open_tuned_ms\":%.1f,\"tune_ms\":%.1f,"
-         "\"timed\":%d,\"extra_timed\":%d,\"extra_won\":%d,"
+         "\"timed\":%d,"
          "\"open_cached_ms\":%.1f,\"cache_state\":%d,\"small_plans\":%d,"
-         "\"fused_buckets\":%d,\"fused\":%d,\"unfused\":%d,"
-         "\"unverified\":%d,\"small_rejected\":%d,\"fused_rejected\":%d,"
+         "\"fused\":%d,\"unfused\":%d,"
+         "\"unverified\":%d,\"small_rejected\":%d,"
          "\"small_kernel_ptx\":%d,\"pdl\":%d,\"depth\":%d,"
          "\"weight_bytes\":%llu,\"device_bytes\":%llu}\n",
          label, b.e->info.device, b.e->info.weights, drv, rt,
          cublasLtGetVersion(), load_ms, st1.open_ms, st1.tune_ms,
-         st1.candidates_timed, st1.extra_candidates, st1.extra_won,
-         st2.open_ms, (int)st2.cache_state, st1.plans_small_kernel,
-         st1.buckets_fused, st1.plans_fused, st1.plans_unfused,
-         st1.plans_unverified, st1.small_rejected, st1.fused_rejected,
+         st1.candidates_timed, st2.open_ms, (int)st2.cache_state,
+         st1.plans_small_kernel, st1.plans_fused, st1.plans_unfused,
+         st1.plans_unverified, st1.small_rejected,
          st1.small_kernel ? st1.small_kernel_ptx : 0, st1.pdl,
          b.e->info.depth, (unsigned long long)b.e->info.weight_bytes,
          (unsigned long long)b.e->info.device_bytes);

@@ -499,7 +499,7 @@ def report(args, batches):
                "queued back to back behind a GPU sleep, one CUDA event "
                "between replays, the same method for mlpd and PyTorch; "
                "random N(0,1) inputs, N(0,1/in) weights. mlpd device = one "
-               "lane's serving graph (the layers, or the fused forward), "
+               "lane's serving graph (the layers), "
                "device-resident. mlpd was timed before and after PyTorch "
                "(cached plans) and the table shows the mean of the two.")
     for name in sorted(l2_resident):
@@ -556,38 +556,26 @@ def report(args, batches):
         gen.append(f"- {name} ({d.get('weights', '?')} weights) startup: "
                    f"load {d['load_ms']:.0f} ms; open with autotuning "
                    f"{d['open_tuned_ms']:.0f} ms ({d['timed']} candidates "
-                   f"timed, {d.get('extra_timed', 0)} of them enumerated "
-                   f"cuBLASLt configurations, {d.get('extra_won', 0)} of "
-                   f"those won a layer); open from the plan cache "
+                   f"timed); open from the plan cache "
                    f"{d['open_cached_ms']:.0f} ms; {d['small_plans']} layer "
-                   f"plans use mlpd's own kernel, {d.get('fused_buckets', 0)} "
-                   f"buckets its fused forward ({kern}); fused epilogue "
+                   f"plans use mlpd's own kernel ({kern}); fused epilogue "
                    f"{d['fused']}, unfused {d['unfused']}, unverified "
-                   f"{d['unverified']}; rejected own/fused variants "
-                   f"{d.get('small_rejected', 0)}/"
-                   f"{d.get('fused_rejected', 0)}.")
+                   f"{d['unverified']}; rejected own variants "
+                   f"{d.get('small_rejected', 0)}.")
     gen.append("")
     gen.append("Plans autotune picked (per layer at the benchmark batches; "
                "tuned forward time with this plan vs the heuristic's first "
-               "choice, µs; for a fused bucket, per-layer plans vs fused "
-               "forward):")
+               "choice, µs):")
     gen.append("")
     for (name, B), ps in sorted(R["plan"].items()):
         for p in ps:
-            if p.get("fused", -1) >= 0:
-                gen.append(f"- {name} batch {B}: {p['what']} (per-layer "
-                           f"plans {p['us_layers']:.1f}, fused "
-                           f"{p['us_fused']:.1f}): `{p['kernels'][:90]}`")
-                break
             sm = p.get("us_small", -1)
-            fu = p.get("us_fused", 0)
             gen.append(f"- {name} batch {B} layer {p['layer']}: {p['what']} "
-                       f"({p['candidates']} candidates, {p.get('nextra', 0)} "
-                       f"enumerated; {p['us_chosen']:.1f} vs "
+                       f"({p['candidates']} candidates; "
+                       f"{p['us_chosen']:.1f} vs "
                        f"{p['us_first']:.1f}; first round best cuBLASLt "
                        f"{p.get('us_lt', -1):.1f}, best mlpd kernel "
-                       f"{'-' if sm <= 0 else '%.1f' % sm}"
-                       f"{'' if fu <= 0 else ', best fused %.1f' % fu}): "
+                       f"{'-' if sm <= 0 else '%.1f' % sm}): "
                        f"`{p['kernels'][:90]}`")
     gen.append("")
     gen.append("Kernels of PyTorch's graph (torch.profiler, one replay):")

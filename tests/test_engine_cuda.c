@@ -14,8 +14,9 @@
  *    not multiples of 8 or 16, at every batch size 1..max_batch (so every
  *    bucket), autotuned (mlpd's kernels where they won) and heuristic-only;
  *  - every variant of mlpd's per-layer kernels (bf16, fp16, FP8 weights,
- *    fp32) and of the fused forward (bf16, fp16, FP8) forced at every
- *    bucket they apply to, every batch size, against the CPU engine;
+ *    fp32) forced (mlpd_engine_cuda_open_forced, per engine) at every
+ *    bucket they apply to, every batch size, against the CPU engine; with
+ *    ReLU layers too where the model loader knows "relu";
  *  - FP8 weights: against the CPU engine on the same dequantized weights
  *    (1e-2 where only the weights are FP8, 6e-2 where cuBLASLt also
  *    quantizes the activations), the digits model's held-out accuracy, and
@@ -318,14 +319,10 @@ static void print_plans(const mlpd_engine_t *e, int bucket_rows) {
     for (int l = 0; l < st.nlayers; l++) {
       mlpd_engine_cuda_plan_t p;
       assert_int_equal(mlpd_engine_cuda_plan(e, b, l, &p), 0);
-      print_message("    %4d rows layer %d: %s, %d candidates (%d "
-                    "enumerated), %.2f us (first %.2f; best cuBLASLt %.2f, "
-                    "own %.2f; layers %.2f, fused %.2f): %.70s\n",
-                    p.rows, l + 1, p.what, p.ncandidates, p.nextra,
-                    p.us_chosen, p.us_first, p.us_lt, p.us_small,
-                    p.us_layers, p.us_fused, p.kernels);
-      if (p.fused >= 0)
-        break;
+      print_message("    %4d rows layer %d: %s, %d candidates, %.2f us "
+                    "(first %.2f; best cuBLASLt %.2f, own %.2f): %.70s\n",
+                    p.rows, l + 1, p.what, p.ncandidates, p.us_chosen,
+                    p.us_first, p.us_lt, p.us_small, p.kernels);
     }
   }
 }
@@ -380,21 +377,17 @@ static void check_every_batch(const int *widths, int nlayers,
   mlpd_engine_cuda_stats_t st;
   assert_int_equal(mlpd_engine_cuda_stats(e, &st), 0);
   print_message("  %s%s widths %d..%d max_batch %d: %d buckets, %d plans "
-                "(%d own-kernel layers, %d fused-forward buckets, %d "
-                "fused, %d unfused, %d unverified), %d timings (%d "
-                "enumerated cuBLASLt, %d won), %d own/%d fused variants "
-                "rejected, open %.0f ms\n",
+                "(%d own-kernel layers, %d fused, %d unfused, %d "
+                "unverified), %d timings, %d own variants rejected, open "
+                "%.0f ms\n",
                 mlpd_dtype_name(a->dt), a->fp8 ? " fp8" : "", widths[0],
                 widths[nlayers], a->max_batch, st.nbuckets,
                 st.nbuckets * st.nlayers, st.plans_small_kernel,
-                st.buckets_fused, st.plans_fused, st.plans_unfused,
-                st.plans_unverified, st.candidates_timed,
-                st.extra_candidates, st.extra_won, st.small_rejected,
-                st.fused_rejected, st.open_ms);
+                st.plans_fused, st.plans_unfused, st.plans_unverified,
+                st.candidates_timed, st.small_rejected, st.open_ms);
   /* Every variant of mlpd's kernels matched cuBLASLt on every layer and
    * small bucket (the autotuner checks each before timing it). */
   assert_int_equal(st.small_rejected, 0);
-  assert_int_equal(st.fused_rejected, 0);
   assert_int_equal(st.fp8, a->fp8);
   print_plans(e, 1);
   print_plans(e, 16);
@@ -519,7 +512,6 @@ static void test_heuristic_only(void **state) {
   assert_int_equal(mlpd_engine_cuda_stats(e, &st), 0);
   assert_int_equal(st.candidates_timed, 0);
   assert_int_equal(st.plans_small_kernel, 0);
-  assert_int_equal(st.buckets_fused, 0);
   mlpd_engine_close(e);
   model_free(&mm);
 }
@@ -634,20 +626,19 @@ static void test_pipeline(void **state) {
 
 /* ---- forced variants ----------------------------------------------------- */
 
-/* One variant of mlpd's per-layer kernel (small) or fused forward (fused)
- * forced at every bucket it applies to: every batch size through the
- * serving graphs (chained launches, f32 rows in and out) against the CPU
- * engine, on 3 layers whose widths are not multiples of 8 or 16. A forced
- * open neither reads nor writes the plan cache. */
-static void check_forced(int fused, mlpd_dtype_t dt, int fp8,
-                         const char *acts, uint64_t seed) {
+/* Each variant of mlpd's per-layer kernel forced at every bucket it
+ * applies to (mlpd_engine_cuda_open_forced: this engine only): every batch
+ * size through the serving graphs (chained launches, f32 rows in and out)
+ * against the CPU engine, on 3 layers whose widths are not multiples of 8
+ * or 16. A forced open neither reads nor writes the plan cache. */
+static void check_forced(mlpd_dtype_t dt, int fp8, const char *acts,
+                         uint64_t seed) {
   const int w[] = {300, 515, 1001, 77};
   const int nl = 3;
   const int maxb = dt == MLPD_DTYPE_F32 ? MLPD_F32_MAX_ROWS
                                         : MLPD_SMALL_MAX_ROWS;
-  const int nv = fused ? MLPD_FUSED_MAX_VARIANTS
-                 : dt == MLPD_DTYPE_F32 ? mlpd_cuda_f32_variants(1)
-                                        : mlpd_cuda_small_variants(1);
+  const int nv = dt == MLPD_DTYPE_F32 ? mlpd_cuda_f32_variants(1)
+                                      : mlpd_cuda_small_variants(1);
   const double tol = dt == MLPD_DTYPE_F32 ? 1e-3 : 1e-2;
   model_t mm;
   model_make(&mm, w, nl, acts, seed);
@@ -669,34 +660,33 @@ static void check_forced(int fused, mlpd_dtype_t dt, int fp8,
   for (int v = 0; v < nv; v++) {
     mlpd_engine_t *e = NULL;
     mlpd_engine_cuda_stats_t st;
-    assert_int_equal(fused ? mlpd_engine_cuda_force_fused(v)
-                           : mlpd_engine_cuda_force_small(v),
+    mlpd_engine_opts_t o;
+    mlpd_engine_opts_init(&o);
+    o.max_batch = maxb;
+    o.dtype = dt;
+    o.fp8 = fp8;
+    o.plan_cache = cache;
+    assert_int_equal(mlpd_engine_cuda_open_forced(&e, mm.m, &o, 0, v, &err),
                      0);
-    open_t oa = {.dt = dt, .fp8 = fp8, .max_batch = maxb, .autotune = 1,
-                 .cache = cache};
-    assert_int_equal(open_cuda(&e, mm.m, &oa, &err), 0);
     assert_int_equal(mlpd_engine_cuda_stats(e, &st), 0);
-    if (!st.small_kernel || (fused && !st.pdl)) {
+    if (!st.small_kernel) {
       print_message("  mlpd's kernels have no (sm_90) image for this GPU: "
                     "forced variants not checked\n");
       mlpd_engine_close(e);
       break;
     }
-    assert_int_equal(fused ? st.forced_fused : st.forced_small, v);
+    assert_int_equal(st.forced_small, v);
     assert_int_equal(st.cache_state, MLPD_PLAN_CACHE_UNUSED);
     assert_int_equal(st.candidates_timed, 0);
-    if (fused)
-      assert_int_equal(st.buckets_fused, st.nbuckets);
-    else
-      assert_int_equal(st.plans_small_kernel, st.nbuckets * st.nlayers);
+    assert_int_equal(st.plans_small_kernel, st.nbuckets * st.nlayers);
+    /* Every plan fused: mlpd's kernels run their epilogue in-kernel. */
+    assert_int_equal(st.plans_unfused, 0);
     for (int b = 0; b < st.nbuckets; b++) {
       mlpd_engine_cuda_plan_t p;
       assert_int_equal(mlpd_engine_cuda_plan(e, b, 0, &p), 0);
-      assert_int_equal(p.fused, fused ? v : -1);
       /* The captured graph runs mlpd's kernel, not a cuBLASLt one. */
       if (p.kernels[0] != '\0')
-        assert_non_null(strstr(p.kernels, fused ? "mlpd_fused_kernel"
-                                          : dt == MLPD_DTYPE_F32
+        assert_non_null(strstr(p.kernels, dt == MLPD_DTYPE_F32
                                               ? "mlpd_f32_gemm_kernel"
                                               : "mlpd_small_gemm_kernel"));
     }
@@ -707,9 +697,8 @@ static void check_forced(int fused, mlpd_dtype_t dt, int fp8,
       double wr;
       snprintf(what, sizeof(what), "%s%s, %s forced", mlpd_dtype_name(dt),
                fp8 ? " fp8" : "",
-               fused ? mlpd_cuda_fused_name(rows, v)
-               : dt == MLPD_DTYPE_F32 ? mlpd_cuda_f32_name(rows, v)
-                                      : mlpd_cuda_small_name(rows, v));
+               dt == MLPD_DTYPE_F32 ? mlpd_cuda_f32_name(rows, v)
+                                    : mlpd_cuda_small_name(rows, v));
       gpu_run(e, &h, x, rows, MLPD_DTYPE_F32, MLPD_DTYPE_F32, y);
       double r = check_close(y, ref, rows, w[nl], tol, tol, what, &wr);
       worst = r > worst ? r : worst;
@@ -719,8 +708,6 @@ static void check_forced(int fused, mlpd_dtype_t dt, int fp8,
     mlpd_engine_close(e);
     checked++;
   }
-  assert_int_equal(mlpd_engine_cuda_force_small(-1), 0);
-  assert_int_equal(mlpd_engine_cuda_force_fused(-1), 0);
   FILE *f = fopen(cache, "rb");
   if (f != NULL)
     fclose(f);
@@ -730,8 +717,7 @@ static void check_forced(int fused, mlpd_dtype_t dt, int fp8,
                   "every bucket <= %d rows: every batch 1..%d and every row "
                   "within %.0e; worst batch %.3g, worst row %.3g\n",
                   mlpd_dtype_name(dt), fp8 ? " fp8" : "", checked,
-                  fused ? "fused-forward" : "per-layer kernel", maxb, maxb,
-                  tol, worst, worst_row);
+                  "per-layer kernel", maxb, maxb, tol, worst, worst_row);
   free(x);
   free(ref);
   free(y);
@@ -739,24 +725,35 @@ static void check_forced(int fused, mlpd_dtype_t dt, int fp8,
   model_free(&mm);
 }
 
+/* Whether this tree's model loader knows the "relu" activation (issue 16;
+ * the GPU side supports it either way). */
+static int loader_has_relu(void) {
+  const int w[] = {16, 8};
+  model_t mm;
+  snprintf(mm.path, sizeof(mm.path), "%s/relu-probe.safetensors", tu_dir);
+  tu_make_mlp(&mm.ref, mm.path, 1, w, MLPD_DTYPE_F32, 88, 0, "relu");
+  mlpd_err_t err = {0};
+  mlpd_model_t *m = NULL;
+  int ok = mlpd_model_load(&m, mm.path, NULL, &err) == 0;
+  mlpd_model_free(m);
+  tu_free_mlp(&mm.ref);
+  return ok;
+}
+
 static void test_forced_small_kernel(void **state) {
   (void)state;
-  check_forced(0, MLPD_DTYPE_BF16, 0, NULL, 81);
-  check_forced(0, MLPD_DTYPE_F16, 0, "gelu_tanh,none,gelu", 82);
-  check_forced(0, MLPD_DTYPE_BF16, 1, NULL, 83);
-  check_forced(0, MLPD_DTYPE_F32, 0, NULL, 84);
-}
-
-static void test_forced_fused(void **state) {
-  (void)state;
-  check_forced(1, MLPD_DTYPE_BF16, 0, NULL, 85);
-  check_forced(1, MLPD_DTYPE_F16, 0, "gelu_tanh,none,gelu", 86);
-  check_forced(1, MLPD_DTYPE_BF16, 1, NULL, 87);
-}
-
-static int forced_teardown(void **state) {
-  (void)state;
-  return mlpd_engine_cuda_force_small(-1) | mlpd_engine_cuda_force_fused(-1);
+  check_forced(MLPD_DTYPE_BF16, 0, NULL, 81);
+  check_forced(MLPD_DTYPE_F16, 0, "gelu_tanh,none,gelu", 82);
+  check_forced(MLPD_DTYPE_BF16, 1, NULL, 83);
+  check_forced(MLPD_DTYPE_F32, 0, NULL, 84);
+  if (loader_has_relu()) {
+    check_forced(MLPD_DTYPE_BF16, 0, "relu,gelu_tanh,relu", 85);
+    check_forced(MLPD_DTYPE_BF16, 1, "relu,relu,none", 86);
+    check_forced(MLPD_DTYPE_F32, 0, "relu,none,relu", 87);
+  } else {
+    print_message("  the model loader does not know \"relu\" in this "
+                  "tree: ReLU layers not checked\n");
+  }
 }
 
 /* ---- FP8 on the digits model --------------------------------------------- */
@@ -1182,12 +1179,15 @@ static void test_bad_arguments(void **state) {
   assert_int_equal(mlpd_engine_cuda_set_io(e, 0, 0), MLPD_EINVAL);
   mlpd_engine_close(e);
   /* Only existing variants can be forced. */
-  assert_int_equal(mlpd_engine_cuda_force_small(MLPD_SMALL_MAX_VARIANTS),
+  assert_int_equal(mlpd_engine_cuda_open_forced(&e, mm.m, &o, 0,
+                                                MLPD_SMALL_MAX_VARIANTS,
+                                                &err),
                    MLPD_EINVAL);
-  assert_int_equal(mlpd_engine_cuda_force_small(-2), MLPD_EINVAL);
-  assert_int_equal(mlpd_engine_cuda_force_fused(MLPD_FUSED_MAX_VARIANTS),
+  assert_null(e);
+  mlpd_err_clear(&err);
+  assert_int_equal(mlpd_engine_cuda_open_forced(&e, mm.m, &o, 0, -2, &err),
                    MLPD_EINVAL);
-  assert_int_equal(mlpd_engine_cuda_force_small(-1), 0);
+  mlpd_err_clear(&err);
   model_free(&mm);
 }
 
@@ -1220,13 +1220,17 @@ static void test_no_gpu_fails_cleanly(void **state) {
   mlpd_engine_opts_init(&o);
   assert_int_equal(mlpd_engine_open(&e, "auto", mm.m, &o, &err), 0);
   assert_string_equal(e->info.kind, "cpu");
-  /* The test-only forcing of variants checks its argument without a GPU
-   * too. */
-  assert_int_equal(mlpd_engine_cuda_force_small(MLPD_SMALL_MAX_VARIANTS),
-                   MLPD_EINVAL);
-  assert_int_equal(mlpd_engine_cuda_force_fused(-3), MLPD_EINVAL);
-  assert_int_equal(mlpd_engine_cuda_force_small(-1), 0);
   mlpd_engine_close(e);
+  e = NULL;
+  /* The test-only forced open checks its argument without a GPU too, and
+   * fails cleanly without one. */
+  assert_int_equal(mlpd_engine_cuda_open_forced(&e, mm.m, &o, 0, -3, &err),
+                   MLPD_EINVAL);
+  mlpd_err_clear(&err);
+  assert_int_equal(mlpd_engine_cuda_open_forced(&e, mm.m, &o, 0, 1, &err),
+                   MLPD_ENODEV);
+  assert_null(e);
+  mlpd_err_clear(&err);
   model_free(&mm);
 }
 
@@ -1248,8 +1252,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bad_arguments),
       cmocka_unit_test(test_pipeline),
-      cmocka_unit_test_teardown(test_forced_small_kernel, forced_teardown),
-      cmocka_unit_test_teardown(test_forced_fused, forced_teardown),
+      cmocka_unit_test(test_forced_small_kernel),
       cmocka_unit_test(test_bf16_every_batch),
       cmocka_unit_test(test_fp16_every_batch),
       cmocka_unit_test(test_tf32_every_batch),

@@ -26,7 +26,6 @@
 #define WS_BYTES ((size_t)32 << 20) /* cuBLAS's advice for Hopper */
 #define MAX_BUCKETS 32
 #define MAX_CAND 16   /* heuristic candidates asked for per plan */
-#define MAX_EXTRA 24  /* enumerated candidates added per plan (cuda_algos) */
 #define SLAB_ALIGN 256
 #define PIPE_DEPTH 3  /* batches in flight (info.depth) */
 
@@ -36,8 +35,6 @@ typedef struct {
                                 small-batch kernel, or the fp32 GEMV), 0:
                                 cuBLASLt */
   int variant;               /* small: kernel variant; else candidate rank */
-  int extra;                 /* cuBLASLt: an enumerated candidate
-                                (cuda_algos.h), not the heuristic's */
   cublasLtMatmulAlgo_t algo; /* cuBLASLt only */
 } choice_t;
 
@@ -49,20 +46,12 @@ typedef struct {
   cublasLtMatrixLayout_t lx[MLPD_MAX_LAYERS]; /* X: K x rows, ld K */
   cublasLtMatrixLayout_t ly[MLPD_MAX_LAYERS]; /* Y: N x rows, ld N */
   choice_t ch[MLPD_MAX_LAYERS]; /* cuda_tune.c or cuda_plancache.c */
-  int fused;                    /* >= 0: the fused-forward variant that runs
-                                   this bucket instead of ch (cuda_tune.c or
-                                   cuda_plancache.c); -1: the layers */
   cudaGraphExec_t exec[PIPE_DEPTH]; /* the layers of lane i */
   /* What tuning found, for stats and logs (cuda_tune.c; zero when the
    * plans came from the cache or autotuning is off). */
   int ncand[MLPD_MAX_LAYERS];
   float us_chosen[MLPD_MAX_LAYERS], us_first[MLPD_MAX_LAYERS];
   float us_lt[MLPD_MAX_LAYERS], us_small[MLPD_MAX_LAYERS]; /* round one */
-  int nextra[MLPD_MAX_LAYERS];  /* enumerated cuBLASLt candidates among
-                                   ncand */
-  float us_layers, us_fused;    /* forward with the per-layer plans, and
-                                   with the best fused variant (0: not
-                                   timed) */
   /* What fusion verification found (cuda_tune.c, always). */
   int fusedk[MLPD_MAX_LAYERS]; /* 1 fused, 0 separate epilogue, -1 unknown */
   char kernels[MLPD_MAX_LAYERS][192];
@@ -73,7 +62,7 @@ typedef struct {
 typedef struct {
   int in, out;     /* real widths */
   int in_p, out_p; /* padded to e->pad */
-  int gelu;
+  int act;         /* MLPD_KACT_* */
   void *w;         /* device, in the slab: [out_p][in_p] weights */
   void *b;         /* [out_p] bias in the activation dtype */
   float *ws;       /* [out_p] FP8 dequantization scales, else NULL */
@@ -125,7 +114,6 @@ typedef struct {
   uint8_t *xq;         /* FP8: [max_rows][widest in_p] quantized input of
                           a cuBLASLt layer */
   float *xs;           /* FP8: [max_rows] its row scales */
-  unsigned *bar;       /* the fused kernel's grid barrier, 2 words */
   lane_t lane[PIPE_DEPTH];
   void *vbuf[2];       /* tuning scratch (cuda_tune.c), freed after
                           planning; vbuf[1] lies inside vbuf[0]'s block */
@@ -133,15 +121,13 @@ typedef struct {
   const mlpd_engine_opts_t *opts; /* valid during open only */
   char gpu[256];
   int cc_major, cc_minor, sms;
-  /* From the kernel probes at open: small_ok = mlpd's 16-bit/FP8 kernels
-   * (per-layer and fused) have an image here; pdl_ok = that image waits
-   * for the kernel before it and can prefetch (PTX >= 90), so chained
-   * per-layer kernels may start early and the fused kernel may run;
-   * f32_ok = the fp32 GEMV has one. */
+  /* From the kernel probes at open: small_ok = mlpd's 16-bit/FP8 kernel
+   * has an image here; pdl_ok = that image waits for the kernel before it
+   * (PTX >= 90), so chained per-layer kernels may start early; f32_ok =
+   * the fp32 GEMV has one. */
   int small_ok, pdl_ok, f32_ok;
-  int forced_small; /* mlpd_engine_cuda_force_small's variant, read once at
-                       open; -1: none */
-  int forced_fused; /* mlpd_engine_cuda_force_fused's; -1: none */
+  int forced_small; /* the variant mlpd_engine_cuda_open_forced asked this
+                       engine to use everywhere it applies; -1: none */
   /* Pipeline state (engine_cuda.c, submit/wait thread only). */
   int head;         /* lane of the oldest outstanding batch */
   int nout;         /* outstanding batches */
@@ -150,8 +136,8 @@ typedef struct {
   int lone;         /* a batch submitted to an idle engine runs on the
                        compute stream alone (no cross-stream events) */
   /* Written during open by the module that finds each number: cuda_tune.c
-   * (candidates_timed, small_rejected, plans_fused/unfused/unverified,
-   * fused_*), cuda_plancache.c (cache_state, cache_why), the rest by
+   * (candidates_timed, small_rejected, plans_fused/unfused/unverified),
+   * cuda_plancache.c (cache_state, cache_why), the rest by
    * engine_cuda.c. */
   mlpd_engine_cuda_stats_t stats;
 } cuda_engine_t;
@@ -173,8 +159,5 @@ int mlpd__cuda_small_variants(const cuda_engine_t *e, int rows);
 const char *mlpd__cuda_small_name(const cuda_engine_t *e, int rows,
                                   int variant);
 
-/* Whether the fused forward can run this engine at `rows` rows: how many
- * variants it has there (0: none). */
-int mlpd__cuda_fused_variants(const cuda_engine_t *e, int rows);
 
 #endif

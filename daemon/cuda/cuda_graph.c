@@ -3,7 +3,7 @@
  * and verifies is exactly what serving replays.
  *
  * What it deliberately does not do: decide anything. Plans come in as
- * choice_t and fused variants; timing and the checks on kernel names are
+ * choice_t; timing and the checks on kernel names are
  * cuda_tune.c's. */
 #include "cuda_graph.h"
 
@@ -28,13 +28,6 @@ const char *mlpd__cuda_small_name(const cuda_engine_t *e, int rows,
                       : mlpd_cuda_small_name(rows, variant);
 }
 
-int mlpd__cuda_fused_variants(const cuda_engine_t *e, int rows) {
-  if (e->kmode < 0 || !e->small_ok || !e->pdl_ok ||
-      e->nlayers > MLPD_FUSED_MAX_LAYERS)
-    return 0;
-  return mlpd_cuda_fused_variants(rows);
-}
-
 /* ---- enqueueing layers and capturing graphs ----------------------------- */
 
 int mlpd_cuda_graph_enqueue_layer(cuda_engine_t *e, const bucket_t *bk,
@@ -45,14 +38,11 @@ int mlpd_cuda_graph_enqueue_layer(cuda_engine_t *e, const bucket_t *bk,
   if (c->small) {
     if (e->kmode < 0)
       ce = mlpd_cuda_f32_gemm(c->variant, bk->rows, L->out_p, L->in_p, x,
-                              L->w, L->b, y, L->gelu, e->st);
-    else {
-      const layer_t *N = l + 1 < e->nlayers ? &e->L[l + 1] : NULL;
-      ce = mlpd_cuda_small_gemm(
-          e->kmode, c->variant, bk->rows, L->out_p, L->in_p, x, L->w, L->b,
-          L->ws, y, L->gelu, pdl && e->pdl_ok, N != NULL ? N->w : NULL,
-          N != NULL ? N->out_p : 0, N != NULL ? N->in_p : 0, e->st);
-    }
+                              L->w, L->b, y, L->act, e->st);
+    else
+      ce = mlpd_cuda_small_gemm(e->kmode, c->variant, bk->rows, L->out_p,
+                                L->in_p, x, L->w, L->b, L->ws, y, L->act,
+                                pdl && e->pdl_ok, e->st);
     if (ce != 0)
       return mlpd__cuda_fail(err, (cudaError_t)ce, __FILE__, __LINE__,
                              "%s, layer %d at %d rows",
@@ -84,46 +74,15 @@ int mlpd_cuda_graph_enqueue_layer(cuda_engine_t *e, const bucket_t *bk,
   return 0;
 }
 
-int mlpd_cuda_graph_enqueue_fused(cuda_engine_t *e, const bucket_t *bk,
-                                  int v, int lane, mlpd_err_t *err) {
-  mlpd_fused_args_t a;
-  memset(&a, 0, sizeof(a));
-  if (e->nlayers > MLPD_FUSED_MAX_LAYERS)
-    return mlpd_errf(err, MLPD_EINVAL,
-                     "cuda engine: %d layers are too many for the fused "
-                     "forward",
-                     e->nlayers);
-  a.x = e->lane[lane].x16;
-  a.y = e->lane[lane].y16;
-  a.act[0] = e->act[0];
-  a.act[1] = e->act[1];
-  a.bar = e->bar;
-  a.rows = bk->rows;
-  a.nl = e->nlayers;
-  for (int l = 0; l < e->nlayers; l++) {
-    const layer_t *L = &e->L[l];
-    a.L[l] = (mlpd_fused_layer_t){.w = L->w, .b = L->b, .wscale = L->ws,
-                                  .n = L->out_p, .k = L->in_p,
-                                  .gelu = L->gelu};
-  }
-  int ce = mlpd_cuda_fused_forward(e->kmode, v, &a, e->sms, e->st);
-  if (ce != 0)
-    return mlpd__cuda_fail(err, (cudaError_t)ce, __FILE__, __LINE__, "%s",
-                           mlpd_cuda_fused_name(bk->rows, v));
-  return 0;
-}
-
 int mlpd_cuda_graph_capture(cuda_engine_t *e, const bucket_t *bk,
-                            const choice_t *ch, int fused, int l0, int l1,
-                            int lane, cudaGraph_t *out, mlpd_err_t *err) {
+                            const choice_t *ch, int l0, int l1, int lane,
+                            cudaGraph_t *out, mlpd_err_t *err) {
   int rc = 0;
   cudaGraph_t g = NULL;
   *out = NULL;
   CU(cudaStreamBeginCapture(e->st, cudaStreamCaptureModeThreadLocal),
      "begin graph capture (%d rows)", bk->rows);
-  if (fused >= 0)
-    rc = mlpd_cuda_graph_enqueue_fused(e, bk, fused, lane, err);
-  for (int l = l0; fused < 0 && l < l1 && rc == 0; l++)
+  for (int l = l0; l < l1 && rc == 0; l++)
     rc = mlpd_cuda_graph_enqueue_layer(
         e, bk, l, &ch[l], layer_in(e, lane, l), layer_out(e, lane, l),
         l > l0 && ch[l - 1].small && ch[l].small, err);

@@ -1,5 +1,5 @@
-/* cuda_graph.h - INTERNAL to the CUDA engine: putting a bucket's layers (or
- * its fused forward) on the engine's compute stream and capturing them
+/* cuda_graph.h - INTERNAL to the CUDA engine: putting a bucket's layers on
+ * the engine's compute stream and capturing them
  * into CUDA graphs, the one path by which tuning, fusion verification,
  * serving and the benchmark timer all build their graphs; reading back the
  * kernel names of a graph; and which of mlpd's kernels apply where.
@@ -22,19 +22,12 @@ int mlpd_cuda_graph_enqueue_layer(cuda_engine_t *e, const bucket_t *bk,
                                   void *y, int pdl,
                                   mlpd_err_t *err) MLPD_MUST_CHECK;
 
-/* Enqueues the fused forward, variant v, of bucket bk for lane `lane`
- * (reads its x16, writes its y16). */
-int mlpd_cuda_graph_enqueue_fused(cuda_engine_t *e, const bucket_t *bk,
-                                  int v, int lane,
-                                  mlpd_err_t *err) MLPD_MUST_CHECK;
-
-/* Captures layers [l0, l1) of bucket bk for lane `lane` with choices ch,
- * or, with fused >= 0 (and l0 = 0, l1 = nlayers), that fused variant. The
- * stream is out of capture mode again on return, whatever happened. *out
- * is the caller's to destroy. */
+/* Captures layers [l0, l1) of bucket bk for lane `lane` with choices ch.
+ * The stream is out of capture mode again on return, whatever happened.
+ * *out is the caller's to destroy. */
 int mlpd_cuda_graph_capture(cuda_engine_t *e, const bucket_t *bk,
-                            const choice_t *ch, int fused, int l0, int l1,
-                            int lane, cudaGraph_t *out,
+                            const choice_t *ch, int l0, int l1, int lane,
+                            cudaGraph_t *out,
                             mlpd_err_t *err) MLPD_MUST_CHECK;
 
 /* Instantiates g into *x (NULL on failure); rows is for the message. */

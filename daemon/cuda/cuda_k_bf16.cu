@@ -1,4 +1,4 @@
-/* cuda_k_bf16.cu - mlpd's small-batch and fused kernels for
+/* cuda_k_bf16.cu - mlpd's small-batch kernel for
  * MLPD_KMODE_BF16 (see cuda_kern.cuh); one file per mode so the modes
  * compile in parallel. */
 #include "cuda_kern.cuh"

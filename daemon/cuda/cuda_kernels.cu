@@ -1,5 +1,5 @@
 /* cuda_kernels.cu - see cuda_kernels.h. The C entry points: dispatch of the
- * small-batch and fused kernels to their per-mode files (cuda_k_*.cu,
+ * small-batch kernel to its per-mode files (cuda_k_*.cu,
  * templates in cuda_kern.cuh), and the kernels small enough to live here:
  * the fp32 GEMV, row conversion, FP8 quantization, the spin kernel.
  *
@@ -13,6 +13,7 @@
  *
  * What it deliberately does not do: keep any state. */
 #include "cuda_kernels.h"
+#include "cuda_tile.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -22,9 +23,7 @@
 #define MLPD_K_DECLARE(NAME)                                                   \
   int mlpd__k_small_##NAME(int variant, int rows, int n, int k,               \
                            const void *x, const void *w, const void *b,       \
-                           const float *ws, void *y, int gelu, int pdl,       \
-                           const void *nw, int nn, int nk, cudaStream_t st);  \
-  int mlpd__k_fused_##NAME(int variant, const mlpd_fused_args_t *a, int sms,  \
+                           const float *ws, void *y, int act, int pdl,        \
                            cudaStream_t st);                                   \
   int mlpd__k_probe_##NAME(int *ptx, int *bin);
 MLPD_K_DECLARE(bf16)
@@ -34,11 +33,6 @@ MLPD_K_DECLARE(fp8)
 
 namespace {
 
-__device__ __forceinline__ float gelu_tanh(float x) {
-  const float k = 0.7978845608028654f; /* sqrt(2/pi) */
-  return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
-}
-
 /* ---- fp32 GEMV ---------------------------------------------------------- */
 
 template <int NB, int S>
@@ -46,7 +40,7 @@ __global__ void __launch_bounds__(S * 32)
     mlpd_f32_gemm_kernel(const float *__restrict__ x,
                          const float *__restrict__ w,
                          const float *__restrict__ b, float *__restrict__ y,
-                         int rows, int n, int k, int gelu) {
+                         int rows, int n, int k, int act) {
   constexpr int R = 8; /* output features a block */
   __shared__ float red[S][R][NB];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -107,8 +101,7 @@ __global__ void __launch_bounds__(S * 32)
       s += red[v][r][j];
     if (m < n && j < rows) {
       float v = s + b[m];
-      if (gelu)
-        v = gelu_tanh(v);
+      v = mlpd_k::activate(v, act);
       y[(size_t)j * n + m] = v;
     }
   }
@@ -283,7 +276,7 @@ int launch(void (*kern)(P...), int grid, int threads, cudaStream_t st,
 
 } // namespace
 
-/* ---- small-batch and fused kernels -------------------------------------- */
+/* ---- small-batch kernel ------------------------------------------------- */
 
 extern "C" int mlpd_cuda_small_variants(int rows) {
   return rows >= 1 && rows <= MLPD_SMALL_MAX_ROWS ? MLPD_SMALL_MAX_VARIANTS
@@ -296,7 +289,7 @@ extern "C" const char *mlpd_cuda_small_name(int rows, int variant) {
   T "splitk=4 lines" P,   T "splitk=8 lines" P,   T "splitk=16 lines" P,      \
   T "splitk=4 lines 2m" P, T "splitk=8 lines 2m" P
 #define NAMES(T)                                                               \
-  {SHAPES(T, ""), SHAPES(T, " pf1k"), SHAPES(T, " pf4k")}
+  { SHAPES(T, "") }
   static const char *const names[3][MLPD_SMALL_MAX_VARIANTS] = {
       NAMES("mlpd mma rows<=8 "), NAMES("mlpd mma rows<=16 "),
       NAMES("mlpd mma rows<=32 ")};
@@ -320,51 +313,18 @@ extern "C" int mlpd_cuda_small_probe(int mode, int *ptx, int *bin) {
 extern "C" int mlpd_cuda_small_gemm(int mode, int variant, int rows, int n,
                                     int k, const void *x, const void *w,
                                     const void *b, const float *wscale,
-                                    void *y, int gelu, int pdl,
-                                    const void *nw, int nn, int nk,
+                                    void *y, int act, int pdl,
                                     cudaStream_t st) {
   switch (mode) {
   case MLPD_KMODE_BF16:
-    return mlpd__k_small_bf16(variant, rows, n, k, x, w, b, wscale, y, gelu,
-                              pdl, nw, nn, nk, st);
+    return mlpd__k_small_bf16(variant, rows, n, k, x, w, b, wscale, y, act,
+                              pdl, st);
   case MLPD_KMODE_F16:
-    return mlpd__k_small_f16(variant, rows, n, k, x, w, b, wscale, y, gelu,
-                             pdl, nw, nn, nk, st);
+    return mlpd__k_small_f16(variant, rows, n, k, x, w, b, wscale, y, act,
+                             pdl, st);
   case MLPD_KMODE_FP8:
-    return mlpd__k_small_fp8(variant, rows, n, k, x, w, b, wscale, y, gelu,
-                             pdl, nw, nn, nk, st);
-  default: return (int)cudaErrorInvalidValue;
-  }
-}
-
-extern "C" int mlpd_cuda_fused_variants(int rows) {
-  return rows >= 1 && rows <= MLPD_SMALL_MAX_ROWS ? MLPD_FUSED_MAX_VARIANTS
-                                                  : 0;
-}
-
-extern "C" const char *mlpd_cuda_fused_name(int rows, int variant) {
-#define NAMES(T)                                                               \
-  {T "splitk=8 2/SM pf1k",  T "splitk=16 1/SM pf1k",                          \
-   T "splitk=16 2/SM pf1k", T "splitk=8 lines 2/SM pf1k",                     \
-   T "splitk=4 4/SM pf1k",  T "splitk=8 2m 2/SM pf1k",                        \
-   T "splitk=16 2/SM pf4k", T "splitk=8 2/SM"}
-  static const char *const names[3][MLPD_FUSED_MAX_VARIANTS] = {
-      NAMES("mlpd fused rows<=8 "), NAMES("mlpd fused rows<=16 "),
-      NAMES("mlpd fused rows<=32 ")};
-#undef NAMES
-  if (mlpd_cuda_fused_variants(rows) == 0 || variant < 0 ||
-      variant >= MLPD_FUSED_MAX_VARIANTS)
-    return "none";
-  return names[rows <= 8 ? 0 : rows <= 16 ? 1 : 2][variant];
-}
-
-extern "C" int mlpd_cuda_fused_forward(int mode, int variant,
-                                       const mlpd_fused_args_t *a, int sms,
-                                       cudaStream_t st) {
-  switch (mode) {
-  case MLPD_KMODE_BF16: return mlpd__k_fused_bf16(variant, a, sms, st);
-  case MLPD_KMODE_F16: return mlpd__k_fused_f16(variant, a, sms, st);
-  case MLPD_KMODE_FP8: return mlpd__k_fused_fp8(variant, a, sms, st);
+    return mlpd__k_small_fp8(variant, rows, n, k, x, w, b, wscale, y, act,
+                             pdl, st);
   default: return (int)cudaErrorInvalidValue;
   }
 }
@@ -386,7 +346,7 @@ extern "C" const char *mlpd_cuda_f32_name(int rows, int variant) {
 
 extern "C" int mlpd_cuda_f32_gemm(int variant, int rows, int n, int k,
                                   const float *x, const float *w,
-                                  const float *b, float *y, int gelu,
+                                  const float *b, float *y, int act,
                                   cudaStream_t st) {
   if (mlpd_cuda_f32_variants(rows) == 0 || variant < 0 ||
       variant >= MLPD_F32_MAX_VARIANTS || n < 1 || k < 8 || (n & 7) ||
@@ -394,7 +354,7 @@ extern "C" int mlpd_cuda_f32_gemm(int variant, int rows, int n, int k,
     return (int)cudaErrorInvalidValue;
   f32_kernel_t kern = f32_kernels[f32_index(rows)][variant];
   return launch(kern, (n + 7) / 8, f32_warps[variant] * 32, st, x, w, b, y,
-                rows, n, k, gelu);
+                rows, n, k, act);
 }
 
 extern "C" int mlpd_cuda_convert(void *dst, int dt, const void *src, int st_,

@@ -1,11 +1,9 @@
 /* cuda_kernels.h - mlpd's own CUDA kernels, callable from C:
- *   - the small-batch GEMM + bias + GELU of one layer (16-bit weights, or
- *     FP8 E4M3 weights with per-feature scales), for buckets of at most 32
- *     rows, where every layer is a stream over its weights;
- *   - the fused forward: all layers of such a bucket in one cooperative
- *     launch with a grid-wide barrier between layers;
- *   - an fp32 (CUDA-core) GEMV + bias + GELU for buckets of at most 8 rows,
- *     where cuBLASLt does not fuse its fp32/TF32 epilogue;
+ *   - the small-batch GEMM + bias + activation of one layer (16-bit
+ *     weights, or FP8 E4M3 weights with per-feature scales), for buckets
+ *     of at most 32 rows, where every layer is a stream over its weights;
+ *   - an fp32 (CUDA-core) GEMV + bias + activation for buckets of at most
+ *     8 rows, where cuBLASLt does not fuse its fp32/TF32 epilogue;
  *   - dtype conversion of rows (f32 <-> bf16/f16) for the pipeline, also
  *     straight from or into pinned host memory;
  *   - FP8 quantization: weights per output feature at load, activations
@@ -31,9 +29,12 @@ extern "C" {
 
 /* Changes whenever the meaning of a variant number changes: the engine's
  * plan cache stores variant numbers and keys on this. */
-#define MLPD_KERNELS_VERSION 4
+#define MLPD_KERNELS_VERSION 5
 
-/* Weight / activation modes of the small-batch and fused kernels. */
+/* Activations of mlpd's kernels (the model's mlpd_act_t, as numbers). */
+enum { MLPD_KACT_NONE = 0, MLPD_KACT_GELU = 1, MLPD_KACT_RELU = 2 };
+
+/* Weight / activation modes of the small-batch kernel. */
 enum {
   MLPD_KMODE_BF16 = 0, /* bf16 weights and activations */
   MLPD_KMODE_F16 = 1,  /* fp16 weights and activations */
@@ -43,85 +44,44 @@ enum {
   MLPD_KMODE_COUNT = 3
 };
 
-/* Rows (a bucket) the small-batch and fused kernels accept at most. */
+/* Rows (a bucket) the small-batch kernel accepts at most. */
 #define MLPD_SMALL_MAX_ROWS 32
 
 /* Variants of the small-batch kernel there are at most. */
-#define MLPD_SMALL_MAX_VARIANTS 24
+#define MLPD_SMALL_MAX_VARIANTS 8
 
 /* How many small-batch variants exist for `rows` rows; 0 when none applies
  * (rows > MLPD_SMALL_MAX_ROWS or < 1). Variants differ in how many warps
  * split one layer's K, how many bytes a thread loads at once, and how many
- * 16-feature tiles a block owns, and how much of the next layer's weights
- * a finished block asks L2 for. The same for every mode. */
+ * 16-feature tiles a block owns. The same for every mode. */
 int mlpd_cuda_small_variants(int rows);
 
 /* "mma rows<=8 splitk=8"-style description of a variant, static. */
 const char *mlpd_cuda_small_name(int rows, int variant);
 
-/* Asks the runtime for every small-batch and fused kernel image of `mode`
+/* Asks the runtime for every small-batch kernel image of `mode`
  * on the current device. Returns 0 and the lowest PTX (virtual
  * architecture) and binary versions among them (major * 10 + minor), or
  * the cudaError_t when one has no image for this device (a build for other
  * architectures); the error is cleared. Use the kernels only after this
- * returned 0; programmatic dependent launch (pdl) and the fused kernel's
- * L2 bulk prefetch only when *ptx_version >= 90 (older images neither wait
- * for the kernel before them nor prefetch). */
+ * returned 0; programmatic dependent launch (pdl) only when
+ * *ptx_version >= 90 (older images do not wait for the kernel before
+ * them). */
 int mlpd_cuda_small_probe(int mode, int *ptx_version, int *binary_version);
 
 /* Enqueues y[rows][n] = act((x[rows][k] . w[n][k]^T) * s[n] + b[n]) on
  * `stream`: s = wscale in MLPD_KMODE_FP8 (w is E4M3 bytes), 1 otherwise;
- * fp32 accumulation, the tanh GELU when gelu != 0, rounded to the
- * activation dtype once at the end. n a multiple of 8; k a multiple of 8
- * (16 for FP8); row strides k (x, w) and n (y). pdl != 0 launches it as a
- * programmatic dependent of the kernel before it on the stream, which must
- * be this same kernel (it signals its dependents early, and its dependents
- * wait for it); only where mlpd_cuda_small_probe allowed it. next_w
- * [next_n][next_k] (or NULL): the next layer's weights, which variants
- * with a tail prefetch start bringing into L2 (a hint; never read). */
+ * fp32 accumulation, act one of MLPD_KACT_* (GELU in the tanh form),
+ * rounded to the activation dtype once at the end. n a multiple of 8; k a
+ * multiple of 8 (16 for FP8); row strides k (x, w) and n (y). pdl != 0
+ * launches it as a programmatic dependent of the kernel before it on the
+ * stream, which must be this same kernel (it signals its dependents early,
+ * and its dependents wait for it); only where mlpd_cuda_small_probe
+ * allowed it. */
 int mlpd_cuda_small_gemm(int mode, int variant, int rows, int n, int k,
                          const void *x, const void *w, const void *b,
-                         const float *wscale, void *y, int gelu, int pdl,
-                         const void *next_w, int next_n, int next_k,
+                         const float *wscale, void *y, int act, int pdl,
                          cudaStream_t stream);
-
-/* ---- the fused forward -------------------------------------------------- */
-
-#define MLPD_FUSED_MAX_LAYERS 16
-#define MLPD_FUSED_MAX_VARIANTS 8
-
-typedef struct mlpd_fused_layer_s {
-  const void *w;        /* [n][k] in the mode's weight type */
-  const void *b;        /* [n] activation dtype */
-  const float *wscale;  /* [n], MLPD_KMODE_FP8 only */
-  int n, k, gelu, pad_;
-} mlpd_fused_layer_t;
-
-/* Layer l reads x (l = 0) or act[(l-1) & 1] and writes y (the last) or
- * act[l & 1]; every buffer [rows][width of that point]. bar: two unsigned
- * ints of device memory, zeroed once, owned by one engine and used by one
- * launch at a time (the grid barrier, see cuda_kern.cuh). */
-typedef struct mlpd_fused_args_s {
-  const void *x;
-  void *y;
-  void *act[2];
-  unsigned *bar;
-  int rows, nl;
-  int prefetch; /* set by the launcher: bytes of each next row to prefetch */
-  int pad_;
-  mlpd_fused_layer_t L[MLPD_FUSED_MAX_LAYERS];
-} mlpd_fused_args_t;
-
-/* Variants of the fused forward for `rows` rows (0 when none applies). */
-int mlpd_cuda_fused_variants(int rows);
-const char *mlpd_cuda_fused_name(int rows, int variant);
-
-/* Enqueues the whole forward as one cooperative launch on at most
- * sms * (the variant's blocks per SM) blocks. Widths as for
- * mlpd_cuda_small_gemm. Fails (cudaErrorCooperativeLaunchTooLarge) where
- * the variant's blocks cannot all be resident. */
-int mlpd_cuda_fused_forward(int mode, int variant, const mlpd_fused_args_t *a,
-                            int sms, cudaStream_t stream);
 
 /* ---- fp32 ---------------------------------------------------------------- */
 
@@ -131,10 +91,10 @@ int mlpd_cuda_fused_forward(int mode, int variant, const mlpd_fused_args_t *a,
 int mlpd_cuda_f32_variants(int rows);
 const char *mlpd_cuda_f32_name(int rows, int variant);
 
-/* y[rows][n] = act(x[rows][k] . w[n][k]^T + b[n]) in fp32 with fp32 FMAs;
- * n, k multiples of 8. */
+/* y[rows][n] = act(x[rows][k] . w[n][k]^T + b[n]) in fp32 with fp32 FMAs,
+ * act one of MLPD_KACT_*; n, k multiples of 8. */
 int mlpd_cuda_f32_gemm(int variant, int rows, int n, int k, const float *x,
-                       const float *w, const float *b, float *y, int gelu,
+                       const float *w, const float *b, float *y, int act,
                        cudaStream_t stream);
 
 /* ---- conversions and FP8 quantization ----------------------------------- */

@@ -23,14 +23,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define CACHE_MAGIC "MLPDPLN2"
+#define CACHE_MAGIC "MLPDPLN3" /* 3: no fused-forward records (issue 17) */
 #define CACHE_MAX_BYTES ((size_t)64 << 20)
 
-enum { REC_LT = 0, REC_SMALL = 1, REC_BUCKET = 2 };
+enum { REC_LT = 0, REC_SMALL = 1 };
 
 /* One record; its layout is the file format. */
 typedef struct {
-  int32_t kind, variant, extra, pad_;
+  int32_t kind, variant, reserved_, pad_;
   uint64_t algo[8];
 } cache_rec_t;
 
@@ -65,7 +65,9 @@ int mlpd_plancache_key(const cuda_engine_t *e, char *key, size_t len) {
   for (int l = 0; l < e->nlayers && n < len; l++)
     n += (size_t)snprintf(key + n, len - n, "%s%dx%d%s", l ? "," : "",
                           e->L[l].in_p, e->L[l].out_p,
-                          e->L[l].gelu ? "g" : "");
+                          e->L[l].act == MLPD_KACT_GELU   ? "g"
+                          : e->L[l].act == MLPD_KACT_RELU ? "r"
+                                                          : "");
   if (n < len)
     n += (size_t)snprintf(key + n, len - n, ";");
   return n < len ? 0 : -1;
@@ -212,11 +214,11 @@ out:
   return rc;
 }
 
-/* Checks entry `en` against this engine and fills ch/fused from it:
- * 1, or 0 with why. */
+/* Checks entry `en` against this engine and fills ch from it: 1, or 0
+ * with why. */
 static int use_entry(cuda_engine_t *e, const entry_t *en, choice_t *ch,
-                     int *fused, char *why, size_t wlen) {
-  size_t want = (size_t)e->nbuckets * (size_t)(e->nlayers + 1);
+                     char *why, size_t wlen) {
+  size_t want = (size_t)e->nbuckets * (size_t)e->nlayers;
   if (en->nrec != want) {
     snprintf(why, wlen, "holds %u plans, expected %zu", en->nrec, want);
     return 0;
@@ -225,23 +227,11 @@ static int use_entry(cuda_engine_t *e, const entry_t *en, choice_t *ch,
   for (int b = 0; b < e->nbuckets; b++) {
     const bucket_t *bk = &e->bk[b];
     cache_rec_t r;
-    memcpy(&r, p, sizeof(r));
-    p += sizeof(r);
-    fused[b] = r.variant;
-    if (r.kind != REC_BUCKET ||
-        (r.variant >= 0 &&
-         r.variant >= mlpd__cuda_fused_variants(e, bk->rows)) ||
-        r.variant < -1) {
-      snprintf(why, wlen, "%d rows: fused variant %d unknown or unavailable",
-               bk->rows, r.variant);
-      return 0;
-    }
     for (int l = 0; l < e->nlayers; l++, p += sizeof(r)) {
       choice_t *c = &ch[(size_t)b * e->nlayers + l];
       memcpy(&r, p, sizeof(r));
       c->small = r.kind == REC_SMALL;
       c->variant = r.variant;
-      c->extra = r.extra != 0;
       memcpy(c->algo.data, r.algo, sizeof(r.algo));
       if (r.kind != REC_LT && r.kind != REC_SMALL) {
         snprintf(why, wlen, "layer %d at %d rows: bad record", l + 1,
@@ -282,7 +272,7 @@ int mlpd_plancache_load(cuda_engine_t *e, const char *key, mlpd_err_t *err) {
   uint32_t ne = 0;
   char why[160];
   choice_t *ch = NULL;
-  int *fused = NULL, rc = 0;
+  int rc = 0;
   size_t klen = strlen(key);
   int r = read_file(path, &buf, &ents, &ne, why, sizeof(why));
   if (r == -2)
@@ -317,17 +307,15 @@ int mlpd_plancache_load(cuda_engine_t *e, const char *key, mlpd_err_t *err) {
     goto out;
   }
   ch = calloc((size_t)e->nbuckets * e->nlayers, sizeof(*ch));
-  fused = calloc((size_t)e->nbuckets, sizeof(*fused));
-  if (ch == NULL || fused == NULL) {
+  if (ch == NULL) {
     rc = mlpd_errf(err, -ENOMEM, "cuda engine: out of host memory");
     goto out;
   }
-  if (!use_entry(e, mine, ch, fused, why, sizeof(why))) {
+  if (!use_entry(e, mine, ch, why, sizeof(why))) {
     cache_state(e, MLPD_PLAN_CACHE_REJECTED, "%s", why);
     goto out;
   }
   for (int b = 0; b < e->nbuckets; b++) {
-    e->bk[b].fused = fused[b];
     for (int l = 0; l < e->nlayers; l++)
       e->bk[b].ch[l] = ch[(size_t)b * e->nlayers + l];
   }
@@ -338,7 +326,6 @@ out:
   free(buf);
   free(ents);
   free(ch);
-  free(fused);
   return rc;
 }
 
@@ -392,23 +379,17 @@ void mlpd_plancache_save(cuda_engine_t *e, const char *key) {
       goto done;
   }
   uint32_t k32 = (uint32_t)klen;
-  uint32_t n32 = (uint32_t)(e->nbuckets * (e->nlayers + 1));
+  uint32_t n32 = (uint32_t)(e->nbuckets * e->nlayers);
   if (put(&out, &len, &cap, &k32, 4) || put(&out, &len, &cap, key, klen) ||
       put(&out, &len, &cap, &n32, 4))
     goto done;
   for (int b = 0; b < e->nbuckets; b++) {
     cache_rec_t r;
-    memset(&r, 0, sizeof(r));
-    r.kind = REC_BUCKET;
-    r.variant = e->bk[b].fused;
-    if (put(&out, &len, &cap, &r, sizeof(r)))
-      goto done;
     for (int l = 0; l < e->nlayers; l++) {
       const choice_t *c = &e->bk[b].ch[l];
       memset(&r, 0, sizeof(r));
       r.kind = c->small ? REC_SMALL : REC_LT;
       r.variant = c->variant;
-      r.extra = c->extra;
       if (!c->small)
         memcpy(r.algo, c->algo.data, sizeof(r.algo));
       if (put(&out, &len, &cap, &r, sizeof(r)))

@@ -9,9 +9,9 @@
  * weight format, workspace, mlpd's kernel version, buckets, padded layer
  * shapes and activations).
  *
- * The file: "MLPDPLN2", u32 entry count, then per entry u32 key length,
- * the key, u32 record count and the records (per bucket one record for the
- * bucket - its fused variant - then one per layer), and an FNV-1a checksum
+ * The file: "MLPDPLN3", u32 entry count, then per entry u32 key length,
+ * the key, u32 record count and the records (per bucket one per layer),
+ * and an FNV-1a checksum
  * of all before it; native byte order. Saving rewrites the whole file
  * (temporary file + fsync + rename, under an flock on "<path>.lock"), so a
  * reader never sees half a file and concurrent savers do not lose each

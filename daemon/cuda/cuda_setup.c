@@ -1,6 +1,6 @@
 /* cuda_setup.c - see cuda_setup.h.
  *
- * Layout (see CUBLASLT.md): row-major W[N][K] is column-major K x N, so each
+ * Layout (see docs/cuda-engine.md): row-major W[N][K] is column-major K x N, so each
  * layer computes Y(N x rows) = W^T . X(K x rows) with TRANSA = T, and the
  * bias has length N. Widths are padded to multiples of 8 (16 with FP8
  * weights, cuBLASLt's FP8 rule) at upload, with zero weights and bias in
@@ -50,7 +50,6 @@ static int check_device(int ordinal, mlpd_err_t *err) {
 /* Which of mlpd's kernels have an image for this GPU (see the stats). */
 static void probe_kernels(cuda_engine_t *e) {
   int ptx = 0, bin = 0;
-  e->forced_small = e->forced_fused = -1;
   if (e->kmode < 0) {
     /* The fp32 GEMV lives in cuda_kernels.cu with the conversions, which
      * the pipeline needs anyway: it has an image wherever they do. */
@@ -69,7 +68,7 @@ static void probe_kernels(cuda_engine_t *e) {
   e->pdl_ok = ptx >= 90 && e->cc_major >= 9;
   e->stats.small_kernel_ptx = ptx;
   MLPD_LOGD("cuda engine: small-batch kernels from PTX %d, binary sm_%d; "
-            "chained launches and the fused forward %s",
+            "chained launches %s",
             ptx, bin, e->pdl_ok ? "on" : "off");
 }
 
@@ -196,8 +195,11 @@ static int make_descriptors(cuda_engine_t *e, mlpd_err_t *err) {
   cudaDataType_t wt = e->fp8 ? CUDA_R_8F_E4M3 : e->cdt;
   for (int l = 0; l < e->nlayers; l++) {
     layer_t *L = &e->L[l];
-    cublasLtEpilogue_t ep =
-        L->gelu ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
+    cublasLtEpilogue_t ep = L->act == MLPD_KACT_GELU
+                                ? CUBLASLT_EPILOGUE_GELU_BIAS
+                            : L->act == MLPD_KACT_RELU
+                                ? CUBLASLT_EPILOGUE_RELU_BIAS
+                                : CUBLASLT_EPILOGUE_BIAS;
     LT(cublasLtMatmulDescCreate(&L->desc, e->ctype, CUDA_R_32F),
        "create matmul descriptor");
     LT(cublasLtMatmulDescSetAttribute(L->desc, CUBLASLT_MATMUL_DESC_TRANSA,
@@ -284,8 +286,6 @@ static int make_buffers(cuda_engine_t *e, mlpd_err_t *err) {
        "allocate %zu bytes for activations", e->act_bytes);
   CU(cudaMalloc(&e->vbuf[0], 2 * e->vbuf_bytes), "allocate scratch");
   e->vbuf[1] = (char *)e->vbuf[0] + e->vbuf_bytes;
-  CU(cudaMalloc((void **)&e->bar, 256), "allocate the grid barrier");
-  CU(cudaMemsetAsync(e->bar, 0, 256, e->st), "clear the grid barrier");
   e->scratch_bytes = 256;
   if (e->fp8) {
     size_t xq = align_up(rows * (size_t)kmax, SLAB_ALIGN);
@@ -400,8 +400,6 @@ int mlpd_cuda_setup(cuda_engine_t *e, const mlpd_model_t *m,
       e->bk[e->nbuckets++].rows = last;
   }
   e->max_rows = e->bk[e->nbuckets - 1].rows;
-  for (int b = 0; b < e->nbuckets; b++)
-    e->bk[b].fused = -1;
 
   for (int l = 0; l < e->nlayers; l++) {
     const mlpd_layer_t *M = &m->layers[l];
@@ -410,7 +408,9 @@ int mlpd_cuda_setup(cuda_engine_t *e, const mlpd_model_t *m,
     L->out = M->out;
     L->in_p = pad_to(M->in, e->pad);
     L->out_p = pad_to(M->out, e->pad);
-    L->gelu = M->act == MLPD_ACT_GELU_TANH;
+    L->act = M->act == MLPD_ACT_GELU_TANH ? MLPD_KACT_GELU
+             : M->act == MLPD_ACT_RELU    ? MLPD_KACT_RELU
+                                          : MLPD_KACT_NONE;
   }
 
   CU(cudaStreamCreateWithFlags(&e->st, cudaStreamNonBlocking),
@@ -472,7 +472,6 @@ void mlpd_cuda_setup_free(cuda_engine_t *e) {
   cudaFree(e->act[0]);
   cudaFree(e->act[1]);
   cudaFree(e->vbuf[0]);
-  cudaFree(e->bar);
   cudaFree(e->xq);
   cudaFree(e->xs);
   for (int i = 0; i < 2; i++)

@@ -1,7 +1,8 @@
-/* cuda_tile.cuh - INTERNAL to mlpd's CUDA kernels: the one tile routine
- * that both the per-layer small-batch kernel (cuda_small*.cu) and the
- * fused whole-forward kernel (cuda_fused*.cu) run, and the device helpers
- * around it (loads, mma, conversions, the tanh GELU, L2 bulk prefetch).
+/* cuda_tile.cuh - INTERNAL to mlpd's CUDA kernels: the tile routine of the
+ * per-layer small-batch kernel (cuda_kern.cuh, instantiated per mode in
+ * cuda_k_<mode>.cu) and the device helpers around it (loads, mma,
+ * conversions, the one definition of the activations that every kernel of
+ * mlpd applies).
  *
  * A tile is 16*MT output features of one layer for all rows of the batch
  * (at most 8*NT rows): y[r][m0 .. m0+16*MT) = act(x[r] . W[m]^T * s[m] +
@@ -35,6 +36,8 @@
 #ifndef MLPD_CUDA_TILE_CUH
 #define MLPD_CUDA_TILE_CUH
 
+#include "cuda_kernels.h"
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -62,24 +65,10 @@ __device__ __forceinline__ uint4 ld_weights(const uint4 *p, bool pred) {
 /* Inputs are the previous layer's output. Under programmatic dependent
  * launch that kernel may still run when this one starts, so these loads
  * must stay after griddepcontrol.wait: volatile + "memory" keeps the
- * compiler from hoisting them above it. COH (the fused kernel, whose
- * inputs were written by other blocks of the same grid) reads through L2
- * only (.cg): the read-only path and L1 may hold stale lines of a buffer
- * an earlier layer of the same launch wrote. */
-template <bool COH>
+ * compiler from hoisting them above it. */
 __device__ __forceinline__ uint4 ld_inputs(const uint4 *p, bool pred) {
   uint4 r;
-  if (COH)
-    asm volatile("{\n\t.reg .pred p;\n\t"
-                 "setp.ne.b32 p, %5, 0;\n\t"
-                 "mov.b32 %0, 0;\n\tmov.b32 %1, 0;\n\t"
-                 "mov.b32 %2, 0;\n\tmov.b32 %3, 0;\n\t"
-                 "@p ld.global.cg.v4.u32 {%0,%1,%2,%3}, [%4];\n\t}"
-                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-                 : "l"(p), "r"((int)pred)
-                 : "memory");
-  else
-    asm volatile("{\n\t.reg .pred p;\n\t"
+  asm volatile("{\n\t.reg .pred p;\n\t"
                  "setp.ne.b32 p, %5, 0;\n\t"
                  "mov.b32 %0, 0;\n\tmov.b32 %1, 0;\n\t"
                  "mov.b32 %2, 0;\n\tmov.b32 %3, 0;\n\t"
@@ -135,35 +124,16 @@ __device__ __forceinline__ uint16_t act_from_f32(float v) {
   return __bfloat16_as_ushort(__float2bfloat16_rn(v));
 }
 
-/* The form cuBLASLt's GELU epilogue and the CPU engine compute. */
-__device__ __forceinline__ float gelu_tanh(float x) {
-  const float k = 0.7978845608028654f; /* sqrt(2/pi) */
-  return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
-}
-
-/* Asks L2 for the first `bytes` of each of the rows [m0, m0 + nr) of a
- * weight matrix w [n][k] (calling warp, one bulk prefetch per row and lane,
- * up to 32 rows a call). Weights do not depend on the previous layer, so a
- * block can have the start of its next rows on the way to L2 while it (or
- * the grid before it) is still busy; only the start, since whole tiles on
- * their way compete with the reads that are needed now (measured on the
- * H200: prefetching every block's whole 128 KiB tile at launch made an
- * mlp-4k layer 15% slower). sm_90 and newer; a no-op elsewhere. */
-template <int WB>
-__device__ __forceinline__ void prefetch_rows(const void *w, int n, int k,
-                                              int m0, int nr, int bytes) {
-#if __CUDA_ARCH__ >= 900
-  const int lane = threadIdx.x & 31;
-  const size_t row = (size_t)k * WB;
-  const uint32_t len = (uint32_t)(row < (size_t)bytes ? row : (size_t)bytes);
-  for (int r = lane; r < nr && m0 + r < n && len > 0; r += 32)
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(
-                     static_cast<const char *>(w) + (size_t)(m0 + r) * row),
-                 "r"(len)
-                 : "memory");
-#else
-  (void)w, (void)n, (void)k, (void)m0, (void)nr, (void)bytes;
-#endif
+/* The activation (MLPD_KACT_*), as cuBLASLt's epilogues and the CPU engine
+ * compute it: GELU in the tanh form, ReLU, or none. */
+__device__ __forceinline__ float activate(float x, int act) {
+  if (act == MLPD_KACT_GELU) {
+    const float k = 0.7978845608028654f; /* sqrt(2/pi) */
+    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+  }
+  if (act == MLPD_KACT_RELU)
+    return x < 0.0f ? 0.0f : x; /* NaN stays NaN */
+  return x;
 }
 
 /* Bytes of one weight element. */
@@ -218,11 +188,11 @@ __device__ __forceinline__ void prefetch_head(const void *wv, int n, int k,
  * S warps split K; each thread loads U chunks ahead of its first mma, a
  * chunk being V 16-byte weight vectors of each of its 2*MT weight rows and
  * the matching inputs of its NT batch rows. */
-template <int MODE, int NT, int S, int U, int V, int MT, bool COH>
+template <int MODE, int NT, int S, int U, int V, int MT>
 __device__ __forceinline__ void
 tile_gemm(const uint16_t *__restrict__ x, const void *__restrict__ wv,
           const uint16_t *__restrict__ b, const float *__restrict__ wscale,
-          uint16_t *__restrict__ y, int rows, int n, int k, int gelu, int m0,
+          uint16_t *__restrict__ y, int rows, int n, int k, int act, int m0,
           tile_smem<S, MT, NT> &sm) {
   constexpr bool F16 = MODE != 0;       /* mma type */
   constexpr int KV = MODE == 2 ? 16 : 8; /* k values per weight vector */
@@ -278,7 +248,7 @@ tile_gemm(const uint16_t *__restrict__ x, const void *__restrict__ wv,
 #pragma unroll
           for (int j = 0; j < XV; j++)
             xr[u][nt][v][j] =
-                ld_inputs<COH>(xp[nt] + (q + v) * XV + j, kv && xv[nt]);
+                ld_inputs(xp[nt] + (q + v) * XV + j, kv && xv[nt]);
       }
     }
 #pragma unroll
@@ -345,9 +315,7 @@ tile_gemm(const uint16_t *__restrict__ x, const void *__restrict__ wv,
       if (MODE == 2)
         s *= wscale[m];
       float v = s + act_to_f32<MODE>(b[m]);
-      if (gelu)
-        v = gelu_tanh(v);
-      y[(size_t)r * n + m] = act_from_f32<MODE>(v);
+      y[(size_t)r * n + m] = act_from_f32<MODE>(activate(v, act));
     }
   }
   __syncthreads();

@@ -3,10 +3,10 @@
  * own per-layer kernel variants, timed in a captured forward graph with
  * the other layers around them (so weights are as cold or hot as they will
  * be), mlpd's kernels only after they matched cuBLASLt on the same input
- * (a variant that does not launch is dropped, not fatal); then, at small
- * buckets, the fused forward's variants against the resulting per-layer
- * forward; then the check that each chosen plan runs one fused kernel per
- * layer. Also the tests' switches that force one variant.
+ * (a variant that does not launch is dropped, not fatal); then the check
+ * that each chosen plan runs one fused kernel per layer. A variant forced
+ * by the tests (mlpd_engine_cuda_open_forced) is the engine's own
+ * e->forced_small.
  *
  * What it deliberately does not do: keep anything past open (every graph it
  * captures is destroyed before it returns), or touch the plan cache. */
@@ -19,11 +19,9 @@
 
 #include <errno.h>
 #include <math.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define NCAND_MAX (MAX_CAND + MAX_EXTRA + MLPD_SMALL_MAX_VARIANTS)
 
 /* ---- small helpers ----------------------------------------------------- */
 
@@ -109,14 +107,13 @@ fail:
   return rc;
 }
 
-/* The device-only forward of bucket bk (lane 0) with choices ch, or the
- * fused variant `fused`, instantiated. */
+/* The device-only forward of bucket bk (lane 0) with choices ch,
+ * instantiated. */
 static int make_exec(cuda_engine_t *e, const bucket_t *bk, const choice_t *ch,
-                     int fused, cudaGraphExec_t *x, mlpd_err_t *err) {
+                     cudaGraphExec_t *x, mlpd_err_t *err) {
   cudaGraph_t g = NULL;
   *x = NULL;
-  int rc =
-      mlpd_cuda_graph_capture(e, bk, ch, fused, 0, e->nlayers, 0, &g, err);
+  int rc = mlpd_cuda_graph_capture(e, bk, ch, 0, e->nlayers, 0, &g, err);
   if (rc == 0)
     rc = mlpd_cuda_graph_instantiate(g, x, bk->rows, err);
   if (g != NULL)
@@ -125,10 +122,10 @@ static int make_exec(cuda_engine_t *e, const bucket_t *bk, const choice_t *ch,
 }
 
 static int time_forward(cuda_engine_t *e, const bucket_t *bk,
-                        const choice_t *ch, int fused, int reps, double *us,
+                        const choice_t *ch, int reps, double *us,
                         mlpd_err_t *err) {
   cudaGraphExec_t x = NULL;
-  int rc = make_exec(e, bk, ch, fused, &x, err);
+  int rc = make_exec(e, bk, ch, &x, err);
   if (rc == 0)
     rc = time_exec(e, x, reps, us, err);
   if (x != NULL)
@@ -204,83 +201,6 @@ fail:
   return rc;
 }
 
-/* Runs the forward of bk (lane 0) with the per-layer plans `xl` and with
- * fused variant v and compares the outputs. 1 agree; 0 disagree or the
- * variant does not capture or launch (logged, counted); < 0 CUDA errors. */
-static int fused_agrees(cuda_engine_t *e, const bucket_t *bk,
-                        cudaGraphExec_t xl, int v, cudaGraphExec_t *xf,
-                        mlpd_err_t *err) {
-  int rc = 0;
-  const layer_t *L = &e->L[e->nlayers - 1];
-  size_t n = (size_t)bk->rows * (size_t)L->out_p;
-  mlpd_err_t lerr = {0};
-  void *h = malloc(2 * n * e->esz);
-  *xf = NULL;
-  if (h == NULL)
-    return mlpd_errf(err, -ENOMEM, "cuda engine: out of host memory");
-  CU(cudaGraphLaunch(xl, e->st), "run the forward");
-  CU(cudaMemcpyAsync(h, e->lane[0].y16, n * e->esz, cudaMemcpyDeviceToHost,
-                     e->st),
-     "copy validation output");
-  CU(cudaStreamSynchronize(e->st), "run the forward");
-  if (make_exec(e, bk, bk->ch, v, xf, &lerr) != 0 ||
-      cudaGraphLaunch(*xf, e->st) != cudaSuccess ||
-      cudaStreamSynchronize(e->st) != cudaSuccess) {
-    if (lerr.msg[0] == '\0')
-      snprintf(lerr.msg, sizeof(lerr.msg), "%s",
-               cudaGetErrorString(cudaGetLastError()));
-    (void)cudaGetLastError();
-    e->stats.fused_rejected++;
-    MLPD_LOGW("cuda engine: %s does not run at %d rows (%s); not used",
-              mlpd_cuda_fused_name(bk->rows, v), bk->rows, lerr.msg);
-    if (*xf != NULL)
-      cudaGraphExecDestroy(*xf);
-    *xf = NULL;
-    rc = 0;
-    goto fail;
-  }
-  CU(cudaMemcpy((char *)h + n * e->esz, e->lane[0].y16, n * e->esz,
-                cudaMemcpyDeviceToHost),
-     "copy validation output");
-  int bad = 0;
-  double rel = rel_diff(e, h, (const char *)h + n * e->esz, n, &bad);
-  double tol = e->fp8 ? 1e-1 : 2e-2;
-  rc = !bad && rel <= tol;
-  if (!rc) {
-    e->stats.fused_rejected++;
-    MLPD_LOGW("cuda engine: %s disagrees with the per-layer plans at %d "
-              "rows (rel. error %.3g%s); not used",
-              mlpd_cuda_fused_name(bk->rows, v), bk->rows, rel,
-              bad ? ", non-finite" : "");
-    cudaGraphExecDestroy(*xf);
-    *xf = NULL;
-  }
-fail:
-  free(h);
-  return rc;
-}
-
-/* ---- forcing variants (engine_cuda.h, tests only) ----------------------- */
-
-static _Atomic int forced_small = -1, forced_fused = -1;
-
-int mlpd_engine_cuda_force_small(int variant) {
-  if (variant < -1 || variant >= MLPD_SMALL_MAX_VARIANTS)
-    return MLPD_EINVAL;
-  atomic_store(&forced_small, variant);
-  return 0;
-}
-
-int mlpd_engine_cuda_force_fused(int variant) {
-  if (variant < -1 || variant >= MLPD_FUSED_MAX_VARIANTS)
-    return MLPD_EINVAL;
-  atomic_store(&forced_fused, variant);
-  return 0;
-}
-
-int mlpd_cuda_tune_forced_small(void) { return atomic_load(&forced_small); }
-int mlpd_cuda_tune_forced_fused(void) { return atomic_load(&forced_fused); }
-
 /* ---- planning ----------------------------------------------------------- */
 
 typedef struct {
@@ -299,16 +219,14 @@ static int tune_layer(cuda_engine_t *e, bucket_t *bk, int l, cand_t *cand,
   for (int i = 0; i < nc; i++) {
     mlpd_err_t cerr = {0};
     bk->ch[l] = cand[i].c;
-    if (time_forward(e, bk, bk->ch, -1, 1, &cand[i].us, &cerr) != 0) {
+    if (time_forward(e, bk, bk->ch, 1, &cand[i].us, &cerr) != 0) {
       MLPD_LOGD("cuda engine: candidate %d of layer %d at %d rows "
                 "failed: %s",
                 i, l + 1, bk->rows, cerr.msg);
       cand[i].us = INFINITY;
     }
-    if (pass == 0) {
+    if (pass == 0)
       e->stats.candidates_timed++;
-      e->stats.extra_candidates += cand[i].c.extra;
-    }
   }
   bk->us_lt[l] = bk->us_small[l] = INFINITY;
   for (int i = 0; i < nc; i++) {
@@ -334,7 +252,7 @@ static int tune_layer(cuda_engine_t *e, bucket_t *bk, int l, cand_t *cand,
       continue;
     bk->ch[l] = cand[i].c;
     iters[k] = iters_for(cand[i].us);
-    if (make_exec(e, bk, bk->ch, -1, &tx[k], &cerr) == 0 &&
+    if (make_exec(e, bk, bk->ch, &tx[k], &cerr) == 0 &&
         cudaGraphLaunch(tx[k], e->st) != cudaSuccess) {
       cudaGraphExecDestroy(tx[k]);
       tx[k] = NULL;
@@ -382,189 +300,135 @@ fail:
   return rc;
 }
 
-/* At small buckets: the fused forward's variants that agree with the
- * per-layer plans, the fastest kept when it beats them. */
-static int tune_fused(cuda_engine_t *e, bucket_t *bk, int nf,
-                      mlpd_err_t *err) {
+/* The first plan of every layer of bk: the heuristic's first choice, or
+ * mlpd's kernel where cuBLASLt has none. Fills lc/nlc (room for MAX_CAND
+ * per layer). */
+static int first_plans(cuda_engine_t *e, bucket_t *bk, int nv,
+                       cublasLtMatmulAlgo_t *lc, int *nlc, mlpd_err_t *err) {
   int rc = 0;
-  cudaGraphExec_t xl = NULL, xf[MLPD_FUSED_MAX_VARIANTS] = {NULL};
-  double us[MLPD_FUSED_MAX_VARIANTS];
-  TRY(make_exec(e, bk, bk->ch, -1, &xl, err));
-  int best = -1;
-  for (int v = 0; v < nf; v++) {
-    us[v] = INFINITY;
-    int ok = fused_agrees(e, bk, xl, v, &xf[v], err);
-    if (ok < 0) {
-      rc = ok;
-      goto fail;
-    }
-    e->stats.candidates_timed++;
-    if (!ok)
-      continue;
-    mlpd_err_t cerr = {0};
-    if (time_exec(e, xf[v], 1, &us[v], &cerr) != 0) {
-      (void)cudaGetLastError();
-      us[v] = INFINITY;
-    }
-    if (isfinite(us[v]) && (best < 0 || us[v] < us[best]))
-      best = v;
+  for (int l = 0; l < e->nlayers; l++) {
+    const layer_t *L = &e->L[l];
+    TRY(mlpd_cuda_algos(e, bk, l, lc + (size_t)l * MAX_CAND, &nlc[l], err));
+    if (nlc[l] == 0 && nv == 0)
+      return mlpd_errf(err, MLPD_ECUBLAS,
+                       "cuda engine: layer %d (%d -> %d, %s%s) at %d rows: "
+                       "cuBLASLt offers no usable algorithm",
+                       l + 1, L->in, L->out, mlpd_dtype_name(e->dt),
+                       e->fp8 ? ", FP8 weights" : "", bk->rows);
+    if (nlc[l] > 0)
+      bk->ch[l] = (choice_t){.small = 0, .variant = 0,
+                             .algo = lc[(size_t)l * MAX_CAND]};
+    else /* no cuBLASLt kernel here: mlpd's own */
+      bk->ch[l] = (choice_t){.small = 1, .variant = nv > 2 ? 2 : nv - 1};
+    bk->ncand[l] = 0;
   }
-  if (best < 0)
-    goto fail;
-  /* The fastest variant against the per-layer forward, in turn. */
-  double sl[5], sf[5];
-  int il = iters_for(bk->us_chosen[e->nlayers - 1]), ifu = iters_for(us[best]);
-  for (int r = 0; r < 5; r++) {
-    TRY(sample_exec(e, xl, il, &sl[r], err));
-    TRY(sample_exec(e, xf[best], ifu, &sf[r], err));
-  }
-  bk->us_layers = (float)median(sl, 5);
-  bk->us_fused = (float)median(sf, 5);
-  if (bk->us_fused < bk->us_layers)
-    bk->fused = best;
-  MLPD_LOGD("cuda engine: %d rows: per-layer plans %.1f us, %s %.1f us: %s",
-            bk->rows, bk->us_layers, mlpd_cuda_fused_name(bk->rows, best),
-            bk->us_fused, bk->fused >= 0 ? "fused" : "per layer");
 fail:
-  if (xl != NULL)
-    cudaGraphExecDestroy(xl);
-  for (int v = 0; v < nf; v++)
-    if (xf[v] != NULL)
-      cudaGraphExecDestroy(xf[v]);
+  return rc;
+}
+
+/* Without autotuning, mlpd's kernel replaces cuBLASLt only where cuBLASLt
+ * does not fuse its epilogue: fp32/TF32 at the fp32 kernel's buckets,
+ * checked against cuBLASLt first. */
+static int untuned_fp32(cuda_engine_t *e, bucket_t *bk, int nv,
+                        const int *nlc, mlpd_err_t *err) {
+  for (int l = 0; e->kmode < 0 && nv > 0 && l < e->nlayers; l++) {
+    int ok = small_agrees(e, bk, l, nv - 1, nlc[l] > 0 ? &bk->ch[l] : NULL,
+                          err);
+    if (ok < 0)
+      return ok;
+    if (ok)
+      bk->ch[l] = (choice_t){.small = 1, .variant = nv - 1};
+  }
+  return 0;
+}
+
+/* Layer l's candidates at bk into cand: its cuBLASLt candidates, then
+ * mlpd's variants that agreed with cuBLASLt's first choice on this layer
+ * (checked in the first pass, remembered in agree[l]). *nc gets how many;
+ * 0 is an error. */
+static int layer_candidates(cuda_engine_t *e, bucket_t *bk, int l, int pass,
+                            int nv, const cublasLtMatmulAlgo_t *lc, int nlc,
+                            signed char *agree, cand_t *cand, int *nc,
+                            mlpd_err_t *err) {
+  *nc = 0;
+  for (int i = 0; i < nlc; i++)
+    cand[(*nc)++] = (cand_t){.c = {.small = 0, .variant = i, .algo = lc[i]},
+                             .us = INFINITY};
+  const choice_t *ref = nlc > 0 ? &cand[0].c : NULL;
+  for (int v = 0; v < nv; v++) {
+    if (pass == 0) {
+      int ok = small_agrees(e, bk, l, v, ref, err);
+      if (ok < 0)
+        return ok;
+      agree[v] = (signed char)ok;
+    }
+    if (agree[v])
+      cand[(*nc)++] = (cand_t){.c = {.small = 1, .variant = v},
+                               .us = INFINITY};
+  }
+  if (*nc == 0)
+    return mlpd_errf(err, MLPD_ECUBLAS,
+                     "cuda engine: layer %d at %d rows: no plan runs", l + 1,
+                     bk->rows);
+  return 0;
+}
+
+/* Autotuning of every layer of bk, in two passes where mlpd's kernel
+ * competes: the second lets each layer see its neighbours' final choices
+ * (a small kernel after a small kernel starts early, see cuda_kernels.h).
+ * It re-times the same candidates, so only the first pass counts them.
+ * Whether a variant matched cuBLASLt on a layer is found once, in the first
+ * pass: the weights decide it, not the neighbours' plans. */
+static int autotune(cuda_engine_t *e, bucket_t *bk, int bi, int nv,
+                    const cublasLtMatmulAlgo_t *lc, const int *nlc,
+                    mlpd_err_t *err) {
+  int rc = 0;
+  cand_t *cand = calloc(MAX_CAND + MLPD_SMALL_MAX_VARIANTS, sizeof(*cand));
+  signed char(*agree)[MLPD_SMALL_MAX_VARIANTS] =
+      calloc((size_t)e->nlayers, sizeof(*agree));
+  if (cand == NULL || agree == NULL) {
+    rc = mlpd_errf(err, -ENOMEM, "cuda engine: out of host memory");
+    goto fail;
+  }
+  for (int pass = 0, l = 0; pass < (nv > 0 ? 2 : 1);
+       l = (l + 1) % e->nlayers, pass += l == 0) {
+    int nc = 0;
+    mlpd__cuda_progress(e->opts, "autotuning layer %d/%d bucket %d (%d/%d)",
+                        l + 1, e->nlayers, bk->rows, bi + 1, e->nbuckets);
+    TRY(layer_candidates(e, bk, l, pass, nv, lc + (size_t)l * MAX_CAND,
+                         nlc[l], agree[l], cand, &nc, err));
+    TRY(tune_layer(e, bk, l, cand, nc, pass, err));
+  }
+fail:
+  free(cand);
+  free(agree);
   return rc;
 }
 
 int mlpd_cuda_tune_bucket(cuda_engine_t *e, bucket_t *bk, int bi,
                           mlpd_err_t *err) {
   int rc = 0;
-  const int mc = MAX_CAND + MAX_EXTRA;
-  mlpd_lt_cand_t *lc = calloc((size_t)e->nlayers * mc, sizeof(*lc));
-  int *nlc = calloc((size_t)e->nlayers, sizeof(*nlc));
-  cand_t *cand = calloc(NCAND_MAX, sizeof(*cand));
-  if (lc == NULL || nlc == NULL || cand == NULL) {
-    rc = mlpd_errf(err, -ENOMEM, "cuda engine: out of host memory");
-    goto fail;
-  }
   int nv = mlpd__cuda_small_variants(e, bk->rows);
   if (nv > MLPD_SMALL_MAX_VARIANTS)
     nv = MLPD_SMALL_MAX_VARIANTS;
-  int nf = mlpd__cuda_fused_variants(e, bk->rows);
-  int autotune = e->opts->autotune;
-  bk->fused = -1;
-  for (int l = 0; l < e->nlayers; l++) {
-    const layer_t *L = &e->L[l];
-    /* Enumerated candidates where the heuristic's list is thin and the
-     * layer is big enough for it to matter (issue 9: 32-256 rows). */
-    int extra = autotune && bk->rows >= 32 && bk->rows <= 256 &&
-                (size_t)L->in_p * (size_t)L->out_p >= ((size_t)1 << 20) &&
-                e->forced_small < 0 && e->forced_fused < 0;
-    TRY(mlpd_cuda_algos(e, bk, l, extra, lc + (size_t)l * mc, &nlc[l], err));
-    if (nlc[l] == 0 && nv == 0) {
-      rc = mlpd_errf(err, MLPD_ECUBLAS,
-                     "cuda engine: layer %d (%d -> %d, %s%s) at %d rows: "
-                     "cuBLASLt offers no usable algorithm",
-                     l + 1, L->in, L->out, mlpd_dtype_name(e->dt),
-                     e->fp8 ? ", FP8 weights" : "", bk->rows);
-      goto fail;
-    }
-    if (nlc[l] > 0)
-      bk->ch[l] = (choice_t){.small = 0, .variant = 0,
-                             .algo = lc[(size_t)l * mc].algo};
-    else /* no cuBLASLt kernel here: mlpd's own */
-      bk->ch[l] = (choice_t){.small = 1, .variant = nv > 2 ? 2 : nv - 1};
-    bk->ncand[l] = 0;
-  }
-  if (nf > 0 && e->forced_fused >= 0 && e->forced_fused < nf) {
-    bk->fused = e->forced_fused;
-    goto done;
-  }
-  if (nv > 0 && e->forced_small >= 0 && e->forced_small < nv) {
-    for (int l = 0; l < e->nlayers; l++)
-      bk->ch[l] = (choice_t){.small = 1, .variant = e->forced_small};
-    goto done;
-  }
-  if (!autotune) {
-    /* cuBLASLt runs fp32/TF32 with a separate epilogue kernel: at the
-     * fp32 kernel's buckets mlpd's fused kernel replaces it, checked. */
-    for (int l = 0; e->kmode < 0 && nv > 0 && l < e->nlayers; l++) {
-      int ok = small_agrees(e, bk, l, nv - 1,
-                            nlc[l] > 0 ? &bk->ch[l] : NULL, err);
-      if (ok < 0) {
-        rc = ok;
-        goto fail;
-      }
-      if (ok)
-        bk->ch[l] = (choice_t){.small = 1, .variant = nv - 1};
-    }
-    goto done;
-  }
-
-  /* Whether each variant matched cuBLASLt on each layer, found once in the
-   * first pass: the weights decide it, not the neighbours' plans. */
-  signed char(*agree)[MLPD_SMALL_MAX_VARIANTS] =
-      calloc((size_t)e->nlayers, sizeof(*agree));
-  if (agree == NULL) {
+  cublasLtMatmulAlgo_t *lc =
+      calloc((size_t)e->nlayers * MAX_CAND, sizeof(*lc));
+  int *nlc = calloc((size_t)e->nlayers, sizeof(*nlc));
+  if (lc == NULL || nlc == NULL) {
     rc = mlpd_errf(err, -ENOMEM, "cuda engine: out of host memory");
     goto fail;
   }
-  /* Where mlpd's kernel competes, a second pass lets each layer see its
-   * neighbours' final choices (a small kernel after a small kernel starts
-   * early, see cuda_kernels.h). It re-times the same candidates, so only
-   * the first pass counts them. */
-  for (int pass = 0, l = 0; pass < (nv > 0 ? 2 : 1);
-       l = (l + 1) % e->nlayers, pass += l == 0) {
-    int nc = 0;
-    mlpd__cuda_progress(e->opts, "autotuning layer %d/%d bucket %d (%d/%d)",
-                        l + 1, e->nlayers, bk->rows, bi + 1, e->nbuckets);
-    for (int i = 0; i < nlc[l]; i++) {
-      const mlpd_lt_cand_t *c = &lc[(size_t)l * mc + i];
-      cand[nc++] = (cand_t){.c = {.small = 0, .variant = i,
-                                  .extra = c->extra, .algo = c->algo},
-                            .us = INFINITY};
-    }
-    const choice_t *ref = nlc[l] > 0 ? &cand[0].c : NULL;
-    for (int v = 0; v < nv; v++) {
-      if (pass == 0) {
-        int ok = small_agrees(e, bk, l, v, ref, err);
-        if (ok < 0) {
-          rc = ok;
-          free(agree);
-          goto fail;
-        }
-        agree[l][v] = (signed char)ok;
-      }
-      if (agree[l][v])
-        cand[nc++] = (cand_t){.c = {.small = 1, .variant = v},
-                              .us = INFINITY};
-    }
-    if (nc == 0) {
-      rc = mlpd_errf(err, MLPD_ECUBLAS,
-                     "cuda engine: layer %d at %d rows: no plan runs",
-                     l + 1, bk->rows);
-      free(agree);
-      goto fail;
-    }
-    bk->nextra[l] = 0;
-    for (int i = 0; i < nc; i++)
-      bk->nextra[l] += cand[i].c.extra;
-    if ((rc = tune_layer(e, bk, l, cand, nc, pass, err)) != 0) {
-      free(agree);
-      goto fail;
-    }
-  }
-  free(agree);
-  bk->us_layers = bk->us_chosen[e->nlayers - 1];
-  if (nf > 0)
-    TRY(tune_fused(e, bk, nf, err));
-
-done:
-  for (int l = 0; l < e->nlayers; l++)
-    e->stats.extra_won += bk->fused < 0 && !bk->ch[l].small &&
-                          bk->ch[l].extra;
+  TRY(first_plans(e, bk, nv, lc, nlc, err));
+  if (nv > 0 && e->forced_small >= 0 && e->forced_small < nv)
+    for (int l = 0; l < e->nlayers; l++)
+      bk->ch[l] = (choice_t){.small = 1, .variant = e->forced_small};
+  else if (!e->opts->autotune)
+    rc = untuned_fp32(e, bk, nv, nlc, err);
+  else
+    rc = autotune(e, bk, bi, nv, lc, nlc, err);
 fail:
   free(lc);
   free(nlc);
-  free(cand);
   return rc;
 }
 
@@ -585,23 +449,13 @@ int mlpd_cuda_tune_verify_fusion(cuda_engine_t *e, mlpd_err_t *err) {
     bucket_t *bk = &e->bk[b];
     for (int l = 0; l < e->nlayers; l++) {
       cudaGraph_t g = NULL;
-      int fused = bk->fused >= 0;
-      if (fused && l > 0) {
-        /* One kernel for all layers: layer 0 said it all. */
-        memcpy(bk->kernels[l], bk->kernels[0], sizeof(bk->kernels[l]));
-        bk->fusedk[l] = bk->fusedk[0];
-      } else {
-        int rc = mlpd_cuda_graph_capture(e, bk, bk->ch, bk->fused,
-                                         fused ? 0 : l,
-                                         fused ? e->nlayers : l + 1, 0, &g,
-                                         err);
-        if (rc != 0)
-          return rc;
-        int nk = mlpd_cuda_graph_kernel_names(g, bk->kernels[l],
-                                              sizeof(bk->kernels[l]));
-        cudaGraphDestroy(g);
-        bk->fusedk[l] = nk <= 0 ? -1 : names_fused(bk->kernels[l]);
-      }
+      int rc = mlpd_cuda_graph_capture(e, bk, bk->ch, l, l + 1, 0, &g, err);
+      if (rc != 0)
+        return rc;
+      int nk = mlpd_cuda_graph_kernel_names(g, bk->kernels[l],
+                                            sizeof(bk->kernels[l]));
+      cudaGraphDestroy(g);
+      bk->fusedk[l] = nk <= 0 ? -1 : names_fused(bk->kernels[l]);
       if (bk->fusedk[l] < 0) {
         e->stats.plans_unverified++;
         continue;

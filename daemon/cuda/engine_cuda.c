@@ -6,7 +6,7 @@
  *   cuda_check.c        CUDA/cuBLASLt errors as mlpd errors, progress
  *   cuda_setup.c        device, weights (FP8 quantization), buffers,
  *                       descriptors
- *   cuda_algos.c        cuBLASLt candidates (heuristic and enumerated)
+ *   cuda_algos.c        cuBLASLt candidates (the heuristic's list)
  *   cuda_tune.c         choosing plans (autotuning), checking fusion
  *   cuda_graph.c        enqueueing layers, capturing graphs, kernel names
  *   cuda_plancache.c    the plan cache file
@@ -21,7 +21,7 @@
  *           one kernel that reads the pinned buffer directly and converts;
  *           then event in_ready;
  *   st      (compute) waits for in_ready, replays the bucket's graph for
- *           the lane (the layers, or the fused forward), event computed;
+ *           the lane (the layers), event computed;
  *   st_out  waits for computed, converts and copies out (or one kernel
  *           writes the caller's buffer directly), event done.
  * So the copies of batch N+1 in and of batch N-1 out overlap batch N's
@@ -37,7 +37,7 @@
  *
  * What it deliberately does not do: run batches of one engine
  * concurrently on the GPU (one compute stream), update graphs in place
- * (topologies differ between buckets; CUBLASLT.md section 4), or pick a
+ * (topologies differ between buckets; docs/cuda-engine.md), or pick a
  * device (the caller names one; cuda:all is the daemon's business). */
 #include "engine_cuda.h"
 
@@ -130,7 +130,7 @@ static int make_plans(cuda_engine_t *e, mlpd_err_t *err) {
   /* A forced variant (tests) neither reads nor writes the cache: its plans
    * are not tuned ones. */
   int use_cache = e->opts->plan_cache != NULL && key[0] != '\0' &&
-                  e->forced_small < 0 && e->forced_fused < 0;
+                  e->forced_small < 0;
   if (use_cache) {
     mlpd__cuda_progress(e->opts, "loading plan cache %s",
                         e->opts->plan_cache);
@@ -182,9 +182,11 @@ static void fill_info(cuda_engine_t *e) {
       in->weight_bytes + in->workspace_bytes + in->activation_bytes;
 }
 
-static int cuda_open(mlpd_engine_t **out, const mlpd_model_t *m,
-                     const mlpd_engine_opts_t *o, int ordinal,
-                     mlpd_err_t *err) {
+/* open, with a forced small-kernel variant (or -1: none) that only
+ * mlpd_engine_cuda_open_forced, for the tests, passes. */
+static int open_engine(mlpd_engine_t **out, const mlpd_model_t *m,
+                       const mlpd_engine_opts_t *o, int ordinal, int force,
+                       mlpd_err_t *err) {
   int rc = 0;
   uint64_t t0 = mlpd_now_ns();
   *out = NULL;
@@ -192,11 +194,10 @@ static int cuda_open(mlpd_engine_t **out, const mlpd_model_t *m,
   if (e == NULL)
     return mlpd_errf(err, -ENOMEM, "cuda engine: out of host memory");
   e->base.ops = &mlpd_engine_cuda_ops;
+  e->forced_small = -1;
   TRY(mlpd_cuda_setup(e, m, o, ordinal, err));
-  if (mlpd__cuda_small_variants(e, 1) > 0)
-    e->forced_small = mlpd_cuda_tune_forced_small();
-  if (mlpd__cuda_fused_variants(e, 1) > 0)
-    e->forced_fused = mlpd_cuda_tune_forced_fused();
+  if (force >= 0 && force < mlpd__cuda_small_variants(e, 1))
+    e->forced_small = force;
 
   TRY(make_plans(e, err));
   cudaFree(e->vbuf[0]);
@@ -210,19 +211,16 @@ static int cuda_open(mlpd_engine_t **out, const mlpd_model_t *m,
     bucket_t *bk = &e->bk[b];
     for (int i = 0; i < PIPE_DEPTH; i++) {
       cudaGraph_t g = NULL;
-      TRY(mlpd_cuda_graph_capture(e, bk, bk->ch, bk->fused, 0, e->nlayers,
-                                  i, &g, err));
+      TRY(mlpd_cuda_graph_capture(e, bk, bk->ch, 0, e->nlayers, i, &g,
+                                  err));
       rc = mlpd_cuda_graph_instantiate(g, &bk->exec[i], bk->rows, err);
       cudaGraphDestroy(g);
       if (rc != 0)
         goto fail;
       CU(cudaGraphUpload(bk->exec[i], e->st), "upload graph");
     }
-    if (bk->fused >= 0)
-      e->stats.buckets_fused++;
-    else
-      for (int l = 0; l < e->nlayers; l++)
-        e->stats.plans_small_kernel += bk->ch[l].small;
+    for (int l = 0; l < e->nlayers; l++)
+      e->stats.plans_small_kernel += bk->ch[l].small;
   }
   CU(cudaStreamSynchronize(e->st), "finish startup work");
 
@@ -235,20 +233,18 @@ static int cuda_open(mlpd_engine_t **out, const mlpd_model_t *m,
   e->stats.pdl = e->pdl_ok;
   e->stats.fp8 = e->fp8;
   e->stats.forced_small = e->forced_small;
-  e->stats.forced_fused = e->forced_fused;
   e->stats.open_ms = ms_since(t0);
   const mlpd_engine_info_t *in = &e->base.info;
   MLPD_LOGI("cuda engine: %s, %s activations, %s weights, %d layers, %d "
             "buckets (1..%d rows), %s plans in %.0f ms (%d layer plans use "
-            "mlpd's own kernel, %d buckets its fused forward), %.1f MiB on "
-            "the GPU, opened in %.0f ms",
+            "mlpd's own kernel), %.1f MiB on the GPU, opened in %.0f ms",
             in->device, mlpd_dtype_name(e->dt), in->weights, e->nlayers,
             e->nbuckets, e->max_batch,
             e->stats.cache_state == MLPD_PLAN_CACHE_LOADED ? "cached"
             : o->autotune                                   ? "autotuned"
                                                             : "heuristic",
             e->stats.tune_ms, e->stats.plans_small_kernel,
-            e->stats.buckets_fused, (double)in->device_bytes / (1 << 20),
+            (double)in->device_bytes / (1 << 20),
             e->stats.open_ms);
   e->opts = NULL;
   *out = &e->base;
@@ -258,6 +254,12 @@ fail:
   e->opts = NULL;
   cuda_close(&e->base);
   return rc;
+}
+
+static int cuda_open(mlpd_engine_t **out, const mlpd_model_t *m,
+                     const mlpd_engine_opts_t *o, int ordinal,
+                     mlpd_err_t *err) {
+  return open_engine(out, m, o, ordinal, -1, err);
 }
 
 /* ---- submit / wait ------------------------------------------------------- */
@@ -445,29 +447,31 @@ int mlpd_engine_cuda_plan(const mlpd_engine_t *base, int b, int l,
   const choice_t *c = &bk->ch[l];
   memset(p, 0, sizeof(*p));
   p->rows = bk->rows;
-  p->fused = bk->fused;
   p->small_kernel = c->small;
   p->rank = c->small ? -1 : c->variant;
-  p->extra = !c->small && c->extra;
   p->ncandidates = bk->ncand[l];
-  p->nextra = bk->nextra[l];
   p->us_chosen = bk->us_chosen[l];
   p->us_first = bk->us_first[l];
   p->us_lt = bk->ncand[l] ? bk->us_lt[l] : 0;
   p->us_small = bk->ncand[l] ? bk->us_small[l] : 0;
-  p->us_layers = bk->us_layers;
-  p->us_fused = bk->us_fused;
   snprintf(p->kernels, sizeof(p->kernels), "%s", bk->kernels[l]);
-  if (bk->fused >= 0)
-    snprintf(p->what, sizeof(p->what), "%s",
-             mlpd_cuda_fused_name(bk->rows, bk->fused));
-  else if (c->small)
+  if (c->small)
     snprintf(p->what, sizeof(p->what), "%s",
              mlpd__cuda_small_name(e, bk->rows, c->variant));
   else
-    mlpd_cuda_algos_describe(&c->algo, c->variant, c->extra, p->what,
+    mlpd_cuda_algos_describe(&c->algo, c->variant, p->what,
                              sizeof(p->what));
   return 0;
+}
+
+int mlpd_engine_cuda_open_forced(mlpd_engine_t **out, const mlpd_model_t *m,
+                                 const mlpd_engine_opts_t *o, int ordinal,
+                                 int variant, mlpd_err_t *err) {
+  *out = NULL;
+  if (variant < -1 || variant >= MLPD_SMALL_MAX_VARIANTS)
+    return mlpd_errf(err, MLPD_EINVAL,
+                     "cuda engine: no small-kernel variant %d", variant);
+  return open_engine(out, m, o, ordinal, variant, err);
 }
 
 int mlpd_engine_cuda_set_io(mlpd_engine_t *base, size_t zc_max, int lone) {

@@ -9,10 +9,9 @@
  * powers of two up to max_batch, plus max_batch itself when it is not one;
  * a batch of `rows` runs as the smallest bucket >= rows and computes the
  * padding rows too. A layer's plan is a cuBLASLt algorithm with the fused
- * bias(+GELU) epilogue, or mlpd's own kernel for small buckets (16-bit and
- * FP8 weights: <= MLPD_SMALL_MAX_ROWS rows; fp32: <= MLPD_F32_MAX_ROWS)
- * where autotuning timed it faster. A bucket of at most 32 rows may instead
- * run the fused forward: every layer in one cooperative launch.
+ * bias(+GELU/ReLU) epilogue, or mlpd's own kernel for small buckets
+ * (16-bit and FP8 weights: <= MLPD_SMALL_MAX_ROWS rows; fp32: <=
+ * MLPD_F32_MAX_ROWS) where autotuning timed it faster.
  *
  * Host memory. Batches of at most 64 KiB each way that need a dtype
  * conversion (fp32 rows in or out of a 16-bit engine) are read from and
@@ -48,20 +47,12 @@ typedef struct mlpd_engine_cuda_stats_s {
   int nlayers;
   int candidates_timed;       /* candidate plans the autotuner timed, each
                                  (bucket, layer, candidate) counted once
-                                 however often it was re-timed, fused
-                                 variants included */
+                                 however often it was re-timed */
   int plans_small_kernel;     /* layer plans that use mlpd's own kernel */
-  int buckets_fused;          /* buckets that run the fused forward */
   int small_rejected;         /* small-kernel variants that disagreed with
                                  cuBLASLt on a layer, or failed to launch,
                                  and were not used; each (bucket, layer,
                                  variant) counted once */
-  int fused_rejected;         /* fused variants that disagreed with the
-                                 per-layer plans or failed to launch */
-  int extra_candidates;       /* enumerated cuBLASLt candidates timed
-                                 (cublasLtMatmulAlgoGetIds, beyond the
-                                 heuristic's list) */
-  int extra_won;              /* layer plans that are one of them */
   int plans_fused;            /* plans verified to run one fused kernel
                                  (or split-K + its reduction) per layer */
   int plans_unfused;          /* plans where cuBLASLt added a separate
@@ -77,13 +68,11 @@ typedef struct mlpd_engine_cuda_stats_s {
                                  plan is cuBLASLt's */
   int small_kernel_ptx;       /* PTX version its image came from (90 for
                                  sm_90 code); 0 when unavailable */
-  int pdl;                    /* 1: chained small-kernel layers start early
-                                 and the fused forward may compete; needs
-                                 an image from PTX >= 90 */
+  int pdl;                    /* 1: chained small-kernel layers start
+                                 early; needs an image from PTX >= 90 */
   int fp8;                    /* weights in FP8 E4M3 */
-  int forced_small;           /* variant forced for this open by
-                                 mlpd_engine_cuda_force_small, else -1 */
-  int forced_fused;           /* ... by mlpd_engine_cuda_force_fused */
+  int forced_small;           /* variant forced for this engine by
+                                 mlpd_engine_cuda_open_forced, else -1 */
 } mlpd_engine_cuda_stats_t;
 
 /* Fills *st. e must be a CUDA engine (info.kind "cuda"); returns MLPD_EINVAL
@@ -91,39 +80,32 @@ typedef struct mlpd_engine_cuda_stats_s {
 int mlpd_engine_cuda_stats(const mlpd_engine_t *e,
                            mlpd_engine_cuda_stats_t *st) MLPD_MUST_CHECK;
 
-/* FOR TESTS ONLY; the daemon never calls them. From the next open on (in
- * this process, until called again), every layer at every bucket where
- * mlpd's per-layer kernel applies (see the top of this file) uses variant
- * `variant` of it, or every bucket of at most MLPD_SMALL_MAX_ROWS rows runs
- * variant `variant` of the fused forward (16-bit and FP8 weights; where
- * the kernels are available, see stats.small_kernel and stats.pdl): no
- * timing, no agreement check against cuBLASLt, and no plan cache (neither
- * read nor written) in such an open. Other buckets are planned as usual.
- * -1 restores normal planning. This lets the tests check every variant,
- * in the serving graphs with their chained launches, against the CPU
- * engine; autotuning alone picks only the fastest. Return 0, or
- * MLPD_EINVAL for a variant that does not exist. */
-int mlpd_engine_cuda_force_small(int variant) MLPD_MUST_CHECK;
-int mlpd_engine_cuda_force_fused(int variant) MLPD_MUST_CHECK;
+/* FOR TESTS; the daemon never calls it. Opens a CUDA engine as
+ * mlpd_engine_cuda_ops.open does, except that every layer at every bucket
+ * where mlpd's per-layer kernel applies (see the top of this file; where
+ * the kernels are available, see stats.small_kernel) uses variant
+ * `variant` of it: no timing, no agreement check against cuBLASLt, and no
+ * plan cache (neither read nor written). Other buckets are planned as
+ * usual; -1 is a normal open. The choice belongs to this engine alone (no
+ * process state), so the tests can check every variant, in the serving
+ * graphs with their chained launches, against the CPU engine; autotuning
+ * alone picks only the fastest. MLPD_EINVAL for a variant that does not
+ * exist (< -1 or >= MLPD_SMALL_MAX_VARIANTS). */
+int mlpd_engine_cuda_open_forced(mlpd_engine_t **out, const mlpd_model_t *m,
+                                 const mlpd_engine_opts_t *o, int ordinal,
+                                 int variant, mlpd_err_t *err) MLPD_MUST_CHECK;
 
 /* One plan: bucket index b (0..nbuckets-1), layer l. */
 typedef struct mlpd_engine_cuda_plan_s {
   int rows;              /* the bucket */
-  int fused;             /* fused-forward variant running the bucket, or
-                            -1 (then the fields below describe layer l) */
   int small_kernel;      /* 1: mlpd's per-layer kernel, 0: cuBLASLt */
   int rank;              /* cuBLASLt: index in the candidate list */
-  int extra;             /* cuBLASLt: an enumerated (not heuristic)
-                            candidate */
   int ncandidates;       /* what the autotuner compared (0: not tuned) */
-  int nextra;            /* of which enumerated cuBLASLt candidates */
   double us_chosen;      /* tuned forward time with this plan, µs */
   double us_first;       /* same with the heuristic's first choice */
   double us_lt;          /* fastest cuBLASLt candidate, first round */
   double us_small;       /* fastest small-kernel variant, first round
                             (infinite when none ran) */
-  double us_layers;      /* the bucket's forward with per-layer plans */
-  double us_fused;       /* ... with the best fused variant (0: none) */
   char kernels[256];     /* kernel names of the captured layer, ' + '
                             separated ("" when unknown) */
   char what[64];         /* "cuBLASLt #3 (algo 66 tile 20 splitk 1)" or
