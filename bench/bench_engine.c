@@ -338,10 +338,12 @@ int main(int argc, char **argv) {
              "\"layer\":%d,\"what\":\"%s\",\"small\":%d,"
              "\"candidates\":%d,"
              "\"us_chosen\":%.2f,\"us_first\":%.2f,\"us_lt\":%.2f,"
-             "\"us_small\":%.2f,\"kernels\":\"%s\"}\n",
+             "\"us_small\":%.2f,\"bf16_path\":%d,\"us_fp8\":%.2f,"
+             "\"us_bf16\":%.2f,\"kernels\":\"%s\"}\n",
              label, p.rows, l + 1, p.what, p.small_kernel, p.ncandidates,
              fin(p.us_chosen), fin(p.us_first), fin(p.us_lt),
-             fin(p.us_small), p.kernels);
+             fin(p.us_small), p.bf16_path, fin(st1.us_fp8[bi]),
+             fin(st1.us_bf16[bi]), p.kernels);
     }
   }
   if (cache != NULL) {
@@ -363,7 +365,9 @@ int main(int argc, char **argv) {
          "\"fused\":%d,\"unfused\":%d,"
          "\"unverified\":%d,\"small_rejected\":%d,"
          "\"small_kernel_ptx\":%d,\"pdl\":%d,\"depth\":%d,"
-         "\"weight_bytes\":%llu,\"device_bytes\":%llu}\n",
+         "\"weight_bytes\":%llu,\"device_bytes\":%llu,"
+         "\"buckets_bf16\":%d,\"bf16_weight_bytes\":%llu,"
+         "\"fp32_replaced\":%d}\n",
          label, b.e->info.device, b.e->info.weights, drv, rt,
          cublasLtGetVersion(), load_ms, st1.open_ms, st1.tune_ms,
          st1.candidates_timed, st2.open_ms, (int)st2.cache_state,
@@ -371,7 +375,9 @@ int main(int argc, char **argv) {
          st1.plans_unverified, st1.small_rejected,
          st1.small_kernel ? st1.small_kernel_ptx : 0, st1.pdl,
          b.e->info.depth, (unsigned long long)b.e->info.weight_bytes,
-         (unsigned long long)b.e->info.device_bytes);
+         (unsigned long long)b.e->info.device_bytes, st1.buckets_bf16,
+         (unsigned long long)st1.bf16_weight_bytes,
+         st1.plans_fp32_replaced);
   fflush(stdout);
 
   /* N(0,1) rows (never zeros), and host buffers for three batches. */

@@ -59,7 +59,7 @@ typedef struct {
   int ncand[MLPD_MAX_LAYERS];
   float us_chosen[MLPD_MAX_LAYERS], us_first[MLPD_MAX_LAYERS];
   float us_lt[MLPD_MAX_LAYERS], us_small[MLPD_MAX_LAYERS]; /* round one */
-  float us_path[2]; /* FP8 engines: the whole forward with the best FP8
+  double us_path[2]; /* FP8 engines: the whole forward with the best FP8
                        plan [0] and the best bf16-path plan [1], timed
                        side by side (0: not compared) */
   /* What fusion verification found (cuda_tune.c, always). */

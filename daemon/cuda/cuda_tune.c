@@ -551,8 +551,8 @@ static int race_paths(cuda_engine_t *e, bucket_t *bk, int bi,
               bk->rows, us[0], us[1]);
     *bk = *fp8;
   }
-  bk->us_path[0] = (float)us[0];
-  bk->us_path[1] = (float)us[1];
+  bk->us_path[0] = us[0];
+  bk->us_path[1] = us[1];
 out:
   free(fp8);
   return rc;
