@@ -524,12 +524,12 @@ static void test_tf32_every_batch(void **state) {
                .expect_fused = 1};
   check_every_batch(w, 3, NULL, 14, &a);
   const int w2[] = {3, 300, 300, 499}; /* 3 inputs: K padded to 8 */
-  a.max_batch = 200;
+  a.max_batch = 100;
   check_every_batch(w2, 3, NULL, 15, &a);
   /* Heuristic only: mlpd's GEMV replaces cuBLASLt at <= 8 rows, the fusion
    * check its unfused plans above. */
   a.autotune = 0;
-  a.max_batch = 150;
+  a.max_batch = 130;
   check_every_batch(w, 3, NULL, 16, &a);
 }
 
@@ -813,7 +813,8 @@ static void test_forced_small_kernel(void **state) {
  * tolerance) where the bucket runs the bf16 path, on the dequantized FP8
  * weights elsewhere. Widths not multiples of 8 or 16. */
 static void check_bf16_path(unsigned mask, int variant, int autotune,
-                            const char *acts, uint64_t seed) {
+                            const char *acts, uint64_t seed,
+                            uint64_t plain_weights) {
   const int w[] = {300, 515, 1001, 77};
   const int nl = 3, maxb = 100;
   model_t mm;
@@ -838,16 +839,6 @@ static void check_bf16_path(unsigned mask, int variant, int autotune,
   o.fp8 = 1;
   o.autotune = autotune;
   o.plan_cache = cache;
-  /* The same model on FP8 alone (no race without autotuning): its
-   * weights, for the memory accounting. */
-  mlpd_engine_t *plain = must_open(mm.m, MLPD_DTYPE_BF16, 1, maxb, 0);
-  mlpd_engine_cuda_stats_t pst;
-  assert_int_equal(mlpd_engine_cuda_stats(plain, &pst), 0);
-  assert_int_equal(pst.buckets_bf16, 0);
-  assert_int_equal(pst.bf16_weight_bytes, 0);
-  uint64_t plain_weights = plain->info.weight_bytes;
-  mlpd_engine_close(plain);
-
   mlpd_engine_t *e = NULL;
   assert_int_equal(mlpd_engine_cuda_open_forced_path(&e, mm.m, &o, 0,
                                                      variant, mask, &err),
@@ -919,15 +910,29 @@ static void check_bf16_path(unsigned mask, int variant, int autotune,
 
 static void test_fp8_bf16_path(void **state) {
   (void)state;
+  /* The model on FP8 alone (no race without autotuning): no bf16 weights
+   * kept; its weight bytes, for the memory accounting (every model below
+   * has these widths). */
+  const int w3[] = {300, 515, 1001, 77};
+  model_t pm;
+  model_make(&pm, w3, 3, NULL, 90);
+  mlpd_engine_t *plain = must_open(pm.m, MLPD_DTYPE_BF16, 1, 100, 0);
+  mlpd_engine_cuda_stats_t pst;
+  assert_int_equal(mlpd_engine_cuda_stats(plain, &pst), 0);
+  assert_int_equal(pst.buckets_bf16, 0);
+  assert_int_equal(pst.bf16_weight_bytes, 0);
+  uint64_t pw = plain->info.weight_bytes;
+  mlpd_engine_close(plain);
+  model_free(&pm);
   /* Buckets 1, 2, 4, 8, 16, 32, 64, 112 rows (max_batch 100, FP8: a
    * multiple of 16). */
-  check_bf16_path(0xa5u, -1, 0, NULL, 91);  /* 1, 4, 32, 112: heuristic */
-  check_bf16_path(0x5au, -1, 1, NULL, 92);  /* 2, 8, 16, 64: autotuned */
-  check_bf16_path(0xffu, 3, 0, NULL, 93);   /* all, mlpd's bf16 kernel
-                                               forced where it applies */
-  check_bf16_path(0u, -1, 0, NULL, 94);     /* none: bf16 weights freed */
+  check_bf16_path(0xa5u, -1, 0, NULL, 91, pw); /* 1, 4, 32, 112: heuristic */
+  check_bf16_path(0x5au, -1, 1, NULL, 92, pw); /* 2, 8, 16, 64: autotuned */
+  check_bf16_path(0xffu, 3, 0, NULL, 93, pw);  /* all, mlpd's bf16 kernel
+                                                  forced where it applies */
+  check_bf16_path(0u, -1, 0, NULL, 94, pw);    /* none: bf16 weights freed */
   if (loader_has_relu())
-    check_bf16_path(0x0fu, 1, 1, "relu,gelu_tanh,relu", 95);
+    check_bf16_path(0x0fu, 1, 0, "relu,gelu_tanh,relu", 95, pw);
 
   /* Only FP8 engines have a bf16 path. */
   model_t mm;
@@ -956,10 +961,10 @@ static void test_fp8_path_cache(void **state) {
   char cache[600];
   snprintf(cache, sizeof(cache), "%s/fp8path.cache", tu_dir);
   (void)remove(cache);
-  open_t oa = {.dt = MLPD_DTYPE_BF16, .fp8 = 1, .max_batch = 64,
+  open_t oa = {.dt = MLPD_DTYPE_BF16, .fp8 = 1, .max_batch = 40,
                .autotune = 1, .cache = cache};
-  const int probe[] = {1, 5, 16, 33, 64};
-  float *x = random_rows(64, w[0], 98);
+  const int probe[] = {1, 5, 16, 33, 40};
+  float *x = random_rows(40, w[0], 98);
   float *out[2][MLPD_ARRAY_SIZE(probe)];
   mlpd_engine_cuda_stats_t st[2];
   for (int k = 0; k < 2; k++) {
