@@ -1114,15 +1114,25 @@ static void test_fp8_digits(void **state) {
   mlpd_engine_t *bf = must_open(m, MLPD_DTYPE_BF16, 0, 64, 1);
   double a16 = digits_accuracy(bf, &rows);
   mlpd_engine_close(bf);
-  mlpd_engine_t *f8 = must_open(m, MLPD_DTYPE_BF16, 1, 64, 1);
+  /* FP8 weights at every bucket: without autotuning no bucket is raced
+   * against the bf16 path. */
+  mlpd_engine_t *f8 = must_open(m, MLPD_DTYPE_BF16, 1, 64, 0);
   assert_string_equal(f8->info.weights, "fp8-e4m3");
   double a8 = digits_accuracy(f8, &rows);
   mlpd_engine_close(f8);
+  /* As served: autotuned, the bf16 path where it was faster. */
+  mlpd_engine_cuda_stats_t st;
+  f8 = must_open(m, MLPD_DTYPE_BF16, 1, 64, 1);
+  assert_int_equal(mlpd_engine_cuda_stats(f8, &st), 0);
+  double a8s = digits_accuracy(f8, &rows);
+  mlpd_engine_close(f8);
   print_message("  digits held-out accuracy (%d rows): fp32 CPU %.4f, bf16 "
-                "GPU %.4f, FP8 weights GPU %.4f\n",
-                rows.rows, a32, a16, a8);
+                "GPU %.4f, FP8 weights GPU %.4f; FP8 autotuned %.4f (%d of "
+                "%d buckets on the bf16 path)\n",
+                rows.rows, a32, a16, a8, a8s, st.buckets_bf16, st.nbuckets);
   assert_true(a8 >= 0.95);
   assert_true(fabs(a8 - a32) <= 0.02);
+  assert_true(fabs(a8s - a32) <= 0.02);
   mlpd_rows_free(&rows);
   mlpd_model_free(m);
 }
