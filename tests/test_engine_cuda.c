@@ -1556,6 +1556,22 @@ static void test_no_gpu_fails_cleanly(void **state) {
                    MLPD_ENODEV);
   assert_null(e);
   mlpd_err_clear(&err);
+  /* So does the forced-path open: only FP8 engines have a bf16 path. */
+  assert_int_equal(
+      mlpd_engine_cuda_open_forced_path(&e, mm.m, &o, 0, -3, 0u, &err),
+      MLPD_EINVAL);
+  mlpd_err_clear(&err);
+  assert_int_equal(
+      mlpd_engine_cuda_open_forced_path(&e, mm.m, &o, 0, -1, 1u, &err),
+      MLPD_EINVAL);
+  assert_non_null(strstr(err.msg, "bf16 path"));
+  mlpd_err_clear(&err);
+  o.fp8 = 1;
+  assert_int_equal(
+      mlpd_engine_cuda_open_forced_path(&e, mm.m, &o, 0, -1, 1u, &err),
+      MLPD_ENODEV);
+  assert_null(e);
+  mlpd_err_clear(&err);
   model_free(&mm);
 }
 
