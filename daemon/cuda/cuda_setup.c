@@ -158,11 +158,23 @@ static int upload_weights(cuda_engine_t *e, mlpd_err_t *err) {
       off16 = align_up(off16 + (size_t)e->L[l].out_p * e->L[l].in_p * 2,
                        SLAB_ALIGN);
     }
-    CU(cudaMalloc(&e->slab16, off16),
-       "allocate %zu bytes for the bf16 path's weights", off16);
-    e->slab16_bytes = off16;
+    /* The bf16 path is an option, not a need: FP8 may be what makes the
+     * model fit. Without room for it (it may take at most half the free
+     * memory, so the buffers still fit) every bucket runs FP8. */
+    size_t fr = 0, tot = 0;
+    if (cudaMemGetInfo(&fr, &tot) != cudaSuccess || off16 > fr / 2 ||
+        cudaMalloc(&e->slab16, off16) != cudaSuccess) {
+      (void)cudaGetLastError();
+      e->slab16 = NULL;
+      MLPD_LOGI("cuda engine: FP8 model: no room for the bf16 path's "
+                "weights (%.1f MiB, %.1f MiB free): every bucket runs FP8",
+                (double)off16 / (1 << 20), (double)fr / (1 << 20));
+    }
     for (int l = 0; l < e->nlayers; l++)
-      e->L[l].w16 = (char *)e->slab16 + (size_t)e->L[l].w16;
+      e->L[l].w16 = e->slab16 == NULL
+                        ? NULL
+                        : (char *)e->slab16 + (size_t)e->L[l].w16;
+    e->slab16_bytes = e->slab16 == NULL ? 0 : off16;
   }
   h = malloc(maxw);
   if (h == NULL) {
@@ -195,9 +207,11 @@ static int upload_weights(cuda_engine_t *e, mlpd_err_t *err) {
       int ce = mlpd_cuda_quantize_rows(L->w, L->ws, tmp, 0, L->out_p,
                                        L->in_p, e->st);
       CU((cudaError_t)ce, "quantize layer %d to FP8", l + 1);
-      ce = mlpd_cuda_convert(L->w16, MLPD_DTYPE_BF16, tmp, MLPD_DTYPE_F32, n,
-                             e->st);
-      CU((cudaError_t)ce, "round layer %d to bf16", l + 1);
+      if (L->w16 != NULL) {
+        ce = mlpd_cuda_convert(L->w16, MLPD_DTYPE_BF16, tmp, MLPD_DTYPE_F32,
+                               n, e->st);
+        CU((cudaError_t)ce, "round layer %d to bf16", l + 1);
+      }
     } else {
       CU(cudaMemcpyAsync(L->w, h, n * hsz, cudaMemcpyHostToDevice, e->st),
          "upload layer %d", l + 1);

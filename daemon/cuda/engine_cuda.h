@@ -118,7 +118,9 @@ int mlpd_engine_cuda_open_forced(mlpd_engine_t **out, const mlpd_model_t *m,
  * (variant -1: none), and with FP8 weights (o->fp8) the buckets in
  * bf16_buckets (bit b = bucket index b, as in stats.buckets) run the bf16
  * path, planned as usual for it (autotuned or the heuristic's) but not
- * raced against FP8; the other buckets run FP8, not raced either. No plan
+ * raced against FP8; the other buckets run FP8, not raced either. (An FP8
+ * engine keeps bf16 weights only where they take at most half the free
+ * device memory at open; without them every bucket runs FP8.) No plan
  * cache. MLPD_EINVAL for a bad variant, or bf16_buckets != 0 without
  * o->fp8. */
 int mlpd_engine_cuda_open_forced_path(mlpd_engine_t **out,
