@@ -43,7 +43,14 @@ typedef struct {
  * them come from the modules named. */
 typedef struct {
   int rows;
+  int bf16; /* FP8 engines: 1 when this bucket runs the bf16 path (bf16
+               weights w16, descriptors desc16/lw16/lx16, mlpd's bf16
+               kernel), because the autotuner timed it faster than every
+               FP8 plan or the tests forced it (cuda_tune.c, or
+               cuda_plancache.c from the cache); 0 otherwise */
   cublasLtMatrixLayout_t lx[MLPD_MAX_LAYERS]; /* X: K x rows, ld K */
+  cublasLtMatrixLayout_t lx16[MLPD_MAX_LAYERS]; /* FP8 engines: X in bf16
+                                                   for the bf16 path */
   cublasLtMatrixLayout_t ly[MLPD_MAX_LAYERS]; /* Y: N x rows, ld N */
   choice_t ch[MLPD_MAX_LAYERS]; /* cuda_tune.c or cuda_plancache.c */
   cudaGraphExec_t exec[PIPE_DEPTH]; /* the layers of lane i */
@@ -52,6 +59,9 @@ typedef struct {
   int ncand[MLPD_MAX_LAYERS];
   float us_chosen[MLPD_MAX_LAYERS], us_first[MLPD_MAX_LAYERS];
   float us_lt[MLPD_MAX_LAYERS], us_small[MLPD_MAX_LAYERS]; /* round one */
+  double us_path[2]; /* FP8 engines: the whole forward with the best FP8
+                       plan [0] and the best bf16-path plan [1], timed
+                       side by side (0: not compared) */
   /* What fusion verification found (cuda_tune.c, always). */
   int fusedk[MLPD_MAX_LAYERS]; /* 1 fused, 0 separate epilogue, -1 unknown */
   char kernels[MLPD_MAX_LAYERS][192];
@@ -68,6 +78,13 @@ typedef struct {
   float *ws;       /* [out_p] FP8 dequantization scales, else NULL */
   cublasLtMatmulDesc_t desc;
   cublasLtMatrixLayout_t lw; /* W: K x N, ld K, transposed by the op */
+  /* FP8 engines only: the same weights rounded to bf16 from the model's
+   * fp32 (in slab16), and their cuBLASLt descriptors, for buckets where
+   * the bf16 path is faster than any FP8 plan. w16 is NULL once open
+   * found no such bucket and freed slab16. */
+  void *w16;
+  cublasLtMatmulDesc_t desc16;
+  cublasLtMatrixLayout_t lw16;
 } layer_t;
 
 /* One lane of the pipeline: a batch in flight owns one. Device buffers are
@@ -109,6 +126,9 @@ typedef struct {
   cudaStream_t st_out; /* pipeline: conversion and copies out */
   cudaEvent_t ev[2];   /* cuda_tune.c's and the timer's events */
   void *slab;          /* weights, biases, scales */
+  void *slab16;        /* FP8 engines: the bf16 weights (layer_t.w16);
+                          freed at the end of planning unless some bucket
+                          runs the bf16 path */
   void *ws;            /* cuBLASLt workspace, WS_BYTES */
   void *act[2];        /* [max_rows][widest out_p] ping-pong */
   uint8_t *xq;         /* FP8: [max_rows][widest in_p] quantized input of
@@ -118,6 +138,7 @@ typedef struct {
   void *vbuf[2];       /* tuning scratch (cuda_tune.c), freed after
                           planning; vbuf[1] lies inside vbuf[0]'s block */
   size_t slab_bytes, act_bytes, lane_bytes, scratch_bytes, vbuf_bytes;
+  size_t slab16_bytes; /* 0 when slab16 is NULL */
   const mlpd_engine_opts_t *opts; /* valid during open only */
   char gpu[256];
   int cc_major, cc_minor, sms;
@@ -128,6 +149,9 @@ typedef struct {
   int small_ok, pdl_ok, f32_ok;
   int forced_small; /* the variant mlpd_engine_cuda_open_forced asked this
                        engine to use everywhere it applies; -1: none */
+  uint32_t forced_bf16; /* FP8 engines, tests: buckets (bit b = bucket b)
+                           mlpd_engine_cuda_open_forced_path makes run the
+                           bf16 path, untimed; 0: none */
   /* Pipeline state (engine_cuda.c, submit/wait thread only). */
   int head;         /* lane of the oldest outstanding batch */
   int nout;         /* outstanding batches */
@@ -150,6 +174,11 @@ static inline const void *layer_in(const cuda_engine_t *e, int lane, int l) {
 
 static inline void *layer_out(const cuda_engine_t *e, int lane, int l) {
   return l == e->nlayers - 1 ? e->lane[lane].y16 : e->act[l & 1];
+}
+
+/* Whether bucket bk runs the bf16 path of an FP8 engine. */
+static inline int path_bf16(const cuda_engine_t *e, const bucket_t *bk) {
+  return e->fp8 && bk->bf16;
 }
 
 /* Whether mlpd's per-layer kernel family has a variant for this bucket. */

@@ -34,11 +34,23 @@ int mlpd_cuda_graph_enqueue_layer(cuda_engine_t *e, const bucket_t *bk,
                                   int l, const choice_t *c, const void *x,
                                   void *y, int pdl, mlpd_err_t *err) {
   const layer_t *L = &e->L[l];
+  /* The bf16 path of an FP8 engine: bf16 weights, no input quantization,
+   * mlpd's bf16 kernel. */
+  const int b16 = path_bf16(e, bk);
   int ce;
+  if (b16 && L->w16 == NULL)
+    return mlpd_errf(err, MLPD_EINVAL,
+                     "cuda engine: layer %d at %d rows: the bf16 path's "
+                     "weights were freed",
+                     l + 1, bk->rows);
   if (c->small) {
     if (e->kmode < 0)
       ce = mlpd_cuda_f32_gemm(c->variant, bk->rows, L->out_p, L->in_p, x,
                               L->w, L->b, y, L->act, e->st);
+    else if (b16)
+      ce = mlpd_cuda_small_gemm(MLPD_KMODE_BF16, c->variant, bk->rows,
+                                L->out_p, L->in_p, x, L->w16, L->b, NULL, y,
+                                L->act, pdl && e->pdl_ok, e->st);
     else
       ce = mlpd_cuda_small_gemm(e->kmode, c->variant, bk->rows, L->out_p,
                                 L->in_p, x, L->w, L->b, L->ws, y, L->act,
@@ -51,7 +63,7 @@ int mlpd_cuda_graph_enqueue_layer(cuda_engine_t *e, const bucket_t *bk,
     return 0;
   }
   const void *bx = x;
-  if (e->fp8) {
+  if (e->fp8 && !b16) {
     /* cuBLASLt's FP8 matmul wants both operands in FP8: the input rows
      * are quantized with one scale per row (OUTER_VEC B scales). */
     ce = mlpd_cuda_quantize_rows(e->xq, e->xs, x, 1, bk->rows, L->in_p,
@@ -63,10 +75,10 @@ int mlpd_cuda_graph_enqueue_layer(cuda_engine_t *e, const bucket_t *bk,
     bx = e->xq;
   }
   static const float one = 1.0f, zero = 0.0f;
-  cublasStatus_t s = cublasLtMatmul(e->lt, L->desc, &one, L->w, L->lw, bx,
-                                    bk->lx[l], &zero, y, bk->ly[l], y,
-                                    bk->ly[l], &c->algo, e->ws, WS_BYTES,
-                                    e->st);
+  cublasStatus_t s = cublasLtMatmul(
+      e->lt, b16 ? L->desc16 : L->desc, &one, b16 ? L->w16 : L->w,
+      b16 ? L->lw16 : L->lw, bx, b16 ? bk->lx16[l] : bk->lx[l], &zero, y,
+      bk->ly[l], y, bk->ly[l], &c->algo, e->ws, WS_BYTES, e->st);
   if (s != CUBLAS_STATUS_SUCCESS)
     return mlpd__lt_fail(err, s, __FILE__, __LINE__,
                          "cublasLtMatmul, layer %d at %d rows", l + 1,

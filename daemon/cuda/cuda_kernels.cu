@@ -11,6 +11,15 @@
  * sum in a fixed order. Products and sums are fp32 (no TF32 rounding), so
  * it is at least as accurate as the cuBLASLt plan it replaces.
  *
+ * Above 8 rows (and as a candidate at <= 8), a tiled fp32 kernel: cuBLASLt
+ * runs fp32/TF32 with a separate epilogue kernel there too (issue 17.4),
+ * and every plan of mlpd is one fused kernel per layer. A block owns a
+ * 64-row x 64-feature tile of y; its 256 threads stage 16 columns of K of
+ * both operands in shared memory, transposed, and each keeps a 4 x 4 block
+ * of outputs in registers; bias and activation are applied before the one
+ * store. Plain fp32 FMAs: exact fp32, not TF32, at the price of CUDA-core
+ * throughput at large buckets.
+ *
  * What it deliberately does not do: keep any state. */
 #include "cuda_kernels.h"
 #include "cuda_tile.cuh"
@@ -118,6 +127,80 @@ const int f32_warps[2] = {4, 8};
 
 int f32_index(int rows) {
   return rows <= 1 ? 0 : rows <= 2 ? 1 : rows <= 4 ? 2 : 3;
+}
+
+/* ---- fp32 tiled GEMM ---------------------------------------------------- */
+
+__global__ void __launch_bounds__(256)
+    mlpd_f32_gemm_kernel_tiled(const float *__restrict__ x,
+                               const float *__restrict__ w,
+                               const float *__restrict__ b,
+                               float *__restrict__ y, int rows, int n, int k,
+                               int act) {
+  constexpr int BM = 64, BN = 64, BK = 16;
+  __shared__ __align__(16) float xs[BK][BM]; /* xs[kk][row] */
+  __shared__ __align__(16) float ws[BK][BN]; /* ws[kk][feature] */
+  const int tid = threadIdx.x;
+  /* Row tiles along x: a bucket may have more than 65535 x 64 rows. */
+  const int r0 = blockIdx.x * BM, f0 = blockIdx.y * BN;
+  const int tr = tid >> 4, tf = tid & 15; /* rows tr*4.., features tf*4.. */
+  const int lr = tid >> 2, lk = (tid & 3) * 4; /* what this thread loads */
+  const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+  float acc[4][4];
+#pragma unroll
+  for (int i = 0; i < 4; i++)
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+      acc[i][j] = 0.0f;
+  for (int k0 = 0; k0 < k; k0 += BK) {
+    /* k is a multiple of 8 and gk of 4: gk < k means all four are in. */
+    const int gk = k0 + lk, gr = r0 + lr, gf = f0 + lr;
+    const float4 xv =
+        gr < rows && gk < k
+            ? *reinterpret_cast<const float4 *>(x + (size_t)gr * k + gk)
+            : zero;
+    const float4 wv =
+        gf < n && gk < k
+            ? __ldg(reinterpret_cast<const float4 *>(w + (size_t)gf * k + gk))
+            : zero;
+    xs[lk + 0][lr] = xv.x;
+    xs[lk + 1][lr] = xv.y;
+    xs[lk + 2][lr] = xv.z;
+    xs[lk + 3][lr] = xv.w;
+    ws[lk + 0][lr] = wv.x;
+    ws[lk + 1][lr] = wv.y;
+    ws[lk + 2][lr] = wv.z;
+    ws[lk + 3][lr] = wv.w;
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < BK; kk++) {
+      const float4 a = *reinterpret_cast<const float4 *>(&xs[kk][tr * 4]);
+      const float4 c = *reinterpret_cast<const float4 *>(&ws[kk][tf * 4]);
+      const float av[4] = {a.x, a.y, a.z, a.w};
+      const float cv[4] = {c.x, c.y, c.z, c.w};
+#pragma unroll
+      for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+          acc[i][j] = fmaf(av[i], cv[j], acc[i][j]);
+    }
+    __syncthreads();
+  }
+  /* n is a multiple of 8 and f of 4: f < n means all four are in. */
+  const int f = f0 + tf * 4;
+  if (f >= n)
+    return;
+  const float4 bv = *reinterpret_cast<const float4 *>(b + f);
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    const int r = r0 + tr * 4 + i;
+    if (r < rows)
+      *reinterpret_cast<float4 *>(y + (size_t)r * n + f) =
+          make_float4(mlpd_k::activate(acc[i][0] + bv.x, act),
+                      mlpd_k::activate(acc[i][1] + bv.y, act),
+                      mlpd_k::activate(acc[i][2] + bv.z, act),
+                      mlpd_k::activate(acc[i][3] + bv.w, act));
+  }
 }
 
 /* ---- conversions -------------------------------------------------------- */
@@ -332,26 +415,38 @@ extern "C" int mlpd_cuda_small_gemm(int mode, int variant, int rows, int n,
 /* ---- fp32, conversions, quantization, spin ------------------------------ */
 
 extern "C" int mlpd_cuda_f32_variants(int rows) {
-  return rows >= 1 && rows <= MLPD_F32_MAX_ROWS ? MLPD_F32_MAX_VARIANTS : 0;
+  return rows < 1 ? 0 : rows <= MLPD_F32_MAX_ROWS ? MLPD_F32_MAX_VARIANTS : 1;
+}
+
+extern "C" int mlpd_cuda_f32_tiled_variant(int rows) {
+  return rows <= MLPD_F32_MAX_ROWS ? 2 : 0;
 }
 
 extern "C" const char *mlpd_cuda_f32_name(int rows, int variant) {
   static const char *const names[MLPD_F32_MAX_VARIANTS] = {
-      "mlpd fp32 gemv splitk=4", "mlpd fp32 gemv splitk=8"};
-  if (mlpd_cuda_f32_variants(rows) == 0 || variant < 0 ||
-      variant >= MLPD_F32_MAX_VARIANTS)
+      "mlpd fp32 gemv splitk=4", "mlpd fp32 gemv splitk=8",
+      "mlpd fp32 tiled 64x64"};
+  if (variant < 0 || variant >= mlpd_cuda_f32_variants(rows))
     return "none";
-  return names[variant];
+  return variant == mlpd_cuda_f32_tiled_variant(rows) ? names[2]
+                                                      : names[variant];
 }
 
 extern "C" int mlpd_cuda_f32_gemm(int variant, int rows, int n, int k,
                                   const float *x, const float *w,
                                   const float *b, float *y, int act,
                                   cudaStream_t st) {
-  if (mlpd_cuda_f32_variants(rows) == 0 || variant < 0 ||
-      variant >= MLPD_F32_MAX_VARIANTS || n < 1 || k < 8 || (n & 7) ||
-      (k & 7))
+  if (variant < 0 || variant >= mlpd_cuda_f32_variants(rows) || n < 1 ||
+      k < 8 || (n & 7) || (k & 7))
     return (int)cudaErrorInvalidValue;
+  if (variant == mlpd_cuda_f32_tiled_variant(rows)) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)((rows + 63) / 64), (unsigned)((n + 63) / 64));
+    cfg.blockDim = dim3(256);
+    cfg.stream = st;
+    return (int)cudaLaunchKernelEx(&cfg, mlpd_f32_gemm_kernel_tiled, x, w, b,
+                                   y, rows, n, k, act);
+  }
   f32_kernel_t kern = f32_kernels[f32_index(rows)][variant];
   return launch(kern, (n + 7) / 8, f32_warps[variant] * 32, st, x, w, b, y,
                 rows, n, k, act);

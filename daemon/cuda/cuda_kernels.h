@@ -2,8 +2,9 @@
  *   - the small-batch GEMM + bias + activation of one layer (16-bit
  *     weights, or FP8 E4M3 weights with per-feature scales), for buckets
  *     of at most 32 rows, where every layer is a stream over its weights;
- *   - an fp32 (CUDA-core) GEMV + bias + activation for buckets of at most
- *     8 rows, where cuBLASLt does not fuse its fp32/TF32 epilogue;
+ *   - fp32 (CUDA-core) GEMM + bias + activation where cuBLASLt does not
+ *     fuse its fp32/TF32 epilogue: a GEMV for buckets of at most 8 rows and
+ *     a tiled kernel for any number of rows;
  *   - dtype conversion of rows (f32 <-> bf16/f16) for the pipeline, also
  *     straight from or into pinned host memory;
  *   - FP8 quantization: weights per output feature at load, activations
@@ -29,7 +30,7 @@ extern "C" {
 
 /* Changes whenever the meaning of a variant number changes: the engine's
  * plan cache stores variant numbers and keys on this. */
-#define MLPD_KERNELS_VERSION 5
+#define MLPD_KERNELS_VERSION 6
 
 /* Activations of mlpd's kernels (the model's mlpd_act_t, as numbers). */
 enum { MLPD_KACT_NONE = 0, MLPD_KACT_GELU = 1, MLPD_KACT_RELU = 2 };
@@ -85,14 +86,23 @@ int mlpd_cuda_small_gemm(int mode, int variant, int rows, int n, int k,
 
 /* ---- fp32 ---------------------------------------------------------------- */
 
-/* Rows the fp32 kernel accepts at most, and its variants. */
+/* Rows the fp32 GEMV accepts at most, and the fp32 variants there are at
+ * most. Up to MLPD_F32_MAX_ROWS rows: variants 0, 1 the GEMV (4 or 8 warps
+ * split K), 2 the tiled kernel; above: variant 0, the tiled kernel, alone
+ * (a block owns 64 rows x 64 features, 4 x 4 a thread, K in steps of 16
+ * through shared memory). mlpd_cuda_f32_variants(rows) says how many apply
+ * (0 when rows < 1). */
 #define MLPD_F32_MAX_ROWS 8
-#define MLPD_F32_MAX_VARIANTS 2
+#define MLPD_F32_MAX_VARIANTS 3
 int mlpd_cuda_f32_variants(int rows);
 const char *mlpd_cuda_f32_name(int rows, int variant);
 
-/* y[rows][n] = act(x[rows][k] . w[n][k]^T + b[n]) in fp32 with fp32 FMAs,
- * act one of MLPD_KACT_*; n, k multiples of 8. */
+/* The variant of the tiled fp32 kernel at `rows` rows. */
+int mlpd_cuda_f32_tiled_variant(int rows);
+
+/* y[rows][n] = act(x[rows][k] . w[n][k]^T + b[n]) in fp32 with fp32 FMAs
+ * (no TF32 rounding), act one of MLPD_KACT_*; n, k multiples of 8. One
+ * kernel: bias and activation are its epilogue. */
 int mlpd_cuda_f32_gemm(int variant, int rows, int n, int k, const float *x,
                        const float *w, const float *b, float *y, int act,
                        cudaStream_t stream);

@@ -12,7 +12,11 @@
  * FP8. Each output feature's weights are scaled by s = max|w| / 448 and
  * rounded to E4M3 on the GPU at upload (cuda_kernels.h); s is kept in fp32
  * beside them. cuBLASLt multiplies by it as an OUTER_VEC A scale, mlpd's
- * kernels in their epilogue. Activations stay bf16 between layers.
+ * kernels in their epilogue. Activations stay bf16 between layers. The
+ * same weights are also rounded to bf16 (from the model's fp32, as a bf16
+ * engine holds them) into a second slab with bf16 descriptors: the bf16
+ * path, for buckets where no FP8 plan beats it (issue 17.2); open frees
+ * that slab when no bucket chose it.
  *
  * What it deliberately does not do: keep host copies of anything. */
 #include "cuda_setup.h"
@@ -57,6 +61,14 @@ static void probe_kernels(cuda_engine_t *e) {
     return;
   }
   int ce = mlpd_cuda_small_probe(e->kmode, &ptx, &bin);
+  if (ce == 0 && e->fp8) {
+    /* The bf16 path of an FP8 engine runs the bf16 kernel: both images, or
+     * neither kernel (they come from one template and one build). */
+    int ptx16 = 0, bin16 = 0;
+    ce = mlpd_cuda_small_probe(MLPD_KMODE_BF16, &ptx16, &bin16);
+    ptx = ptx16 < ptx ? ptx16 : ptx;
+    bin = bin16 < bin ? bin16 : bin;
+  }
   if (ce != 0) {
     MLPD_LOGW("cuda engine: mlpd's small-batch kernels have no image for "
               "%s (sm_%d%d; %s): cuBLASLt serves every batch size",
@@ -139,6 +151,31 @@ static int upload_weights(cuda_engine_t *e, mlpd_err_t *err) {
   }
   e->slab_bytes = off;
   CU(cudaMalloc(&e->slab, off), "allocate %zu bytes for weights", off);
+  if (e->fp8) {
+    size_t off16 = 0;
+    for (int l = 0; l < e->nlayers; l++) {
+      e->L[l].w16 = (void *)off16;
+      off16 = align_up(off16 + (size_t)e->L[l].out_p * e->L[l].in_p * 2,
+                       SLAB_ALIGN);
+    }
+    /* The bf16 path is an option, not a need: FP8 may be what makes the
+     * model fit. Without room for it (it may take at most half the free
+     * memory, so the buffers still fit) every bucket runs FP8. */
+    size_t fr = 0, tot = 0;
+    if (cudaMemGetInfo(&fr, &tot) != cudaSuccess || off16 > fr / 2 ||
+        cudaMalloc(&e->slab16, off16) != cudaSuccess) {
+      (void)cudaGetLastError();
+      e->slab16 = NULL;
+      MLPD_LOGI("cuda engine: FP8 model: no room for the bf16 path's "
+                "weights (%.1f MiB, %.1f MiB free): every bucket runs FP8",
+                (double)off16 / (1 << 20), (double)fr / (1 << 20));
+    }
+    for (int l = 0; l < e->nlayers; l++)
+      e->L[l].w16 = e->slab16 == NULL
+                        ? NULL
+                        : (char *)e->slab16 + (size_t)e->L[l].w16;
+    e->slab16_bytes = e->slab16 == NULL ? 0 : off16;
+  }
   h = malloc(maxw);
   if (h == NULL) {
     rc = mlpd_errf(err, -ENOMEM, "cuda engine: out of host memory");
@@ -170,6 +207,11 @@ static int upload_weights(cuda_engine_t *e, mlpd_err_t *err) {
       int ce = mlpd_cuda_quantize_rows(L->w, L->ws, tmp, 0, L->out_p,
                                        L->in_p, e->st);
       CU((cudaError_t)ce, "quantize layer %d to FP8", l + 1);
+      if (L->w16 != NULL) {
+        ce = mlpd_cuda_convert(L->w16, MLPD_DTYPE_BF16, tmp, MLPD_DTYPE_F32,
+                               n, e->st);
+        CU((cudaError_t)ce, "round layer %d to bf16", l + 1);
+      }
     } else {
       CU(cudaMemcpyAsync(L->w, h, n * hsz, cudaMemcpyHostToDevice, e->st),
          "upload layer %d", l + 1);
@@ -188,58 +230,71 @@ fail:
   return rc;
 }
 
-static int make_descriptors(cuda_engine_t *e, mlpd_err_t *err) {
+/* One layer's matmul descriptor: FP8 weights (fp8 != 0: per-feature A
+ * scales, per-row B scales) or weights in the activation dtype. */
+static int make_desc(cuda_engine_t *e, layer_t *L, int fp8,
+                     cublasLtMatmulDesc_t *out, mlpd_err_t *err) {
   int rc = 0;
   cublasOperation_t tr = CUBLAS_OP_T, nt = CUBLAS_OP_N;
   int32_t bias_type = (int32_t)e->cdt;
+  cublasLtEpilogue_t ep = L->act == MLPD_KACT_GELU ? CUBLASLT_EPILOGUE_GELU_BIAS
+                          : L->act == MLPD_KACT_RELU
+                              ? CUBLASLT_EPILOGUE_RELU_BIAS
+                              : CUBLASLT_EPILOGUE_BIAS;
+  LT(cublasLtMatmulDescCreate(out, e->ctype, CUDA_R_32F),
+     "create matmul descriptor");
+  cublasLtMatmulDesc_t d = *out;
+  LT(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_TRANSA, &tr,
+                                    sizeof(tr)),
+     "set TRANSA");
+  LT(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_TRANSB, &nt,
+                                    sizeof(nt)),
+     "set TRANSB");
+  LT(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep,
+                                    sizeof(ep)),
+     "set epilogue");
+  LT(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                    &L->b, sizeof(L->b)),
+     "set bias pointer");
+  LT(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                    &bias_type, sizeof(bias_type)),
+     "set bias type");
+  if (fp8) {
+    /* Per output feature (A, M = N of the layer) and per row (B, the
+     * batch) fp32 dequantization scales. */
+    int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    LT(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_A_SCALE_MODE,
+                                      &mode, sizeof(mode)),
+       "set A scale mode");
+    LT(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_B_SCALE_MODE,
+                                      &mode, sizeof(mode)),
+       "set B scale mode");
+    LT(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                      &L->ws, sizeof(L->ws)),
+       "set A scales");
+    LT(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                      &e->xs, sizeof(e->xs)),
+       "set B scales");
+  }
+fail:
+  return rc;
+}
+
+static int make_descriptors(cuda_engine_t *e, mlpd_err_t *err) {
+  int rc = 0;
   cudaDataType_t wt = e->fp8 ? CUDA_R_8F_E4M3 : e->cdt;
   for (int l = 0; l < e->nlayers; l++) {
     layer_t *L = &e->L[l];
-    cublasLtEpilogue_t ep = L->act == MLPD_KACT_GELU
-                                ? CUBLASLT_EPILOGUE_GELU_BIAS
-                            : L->act == MLPD_KACT_RELU
-                                ? CUBLASLT_EPILOGUE_RELU_BIAS
-                                : CUBLASLT_EPILOGUE_BIAS;
-    LT(cublasLtMatmulDescCreate(&L->desc, e->ctype, CUDA_R_32F),
-       "create matmul descriptor");
-    LT(cublasLtMatmulDescSetAttribute(L->desc, CUBLASLT_MATMUL_DESC_TRANSA,
-                                      &tr, sizeof(tr)),
-       "set TRANSA");
-    LT(cublasLtMatmulDescSetAttribute(L->desc, CUBLASLT_MATMUL_DESC_TRANSB,
-                                      &nt, sizeof(nt)),
-       "set TRANSB");
-    LT(cublasLtMatmulDescSetAttribute(L->desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
-                                      &ep, sizeof(ep)),
-       "set epilogue");
-    LT(cublasLtMatmulDescSetAttribute(
-           L->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &L->b, sizeof(L->b)),
-       "set bias pointer");
-    LT(cublasLtMatmulDescSetAttribute(L->desc,
-                                      CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
-                                      &bias_type, sizeof(bias_type)),
-       "set bias type");
-    if (e->fp8) {
-      /* Per output feature (A, M = N of the layer) and per row (B, the
-       * batch) fp32 dequantization scales. */
-      int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
-      LT(cublasLtMatmulDescSetAttribute(
-             L->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof(mode)),
-         "set A scale mode");
-      LT(cublasLtMatmulDescSetAttribute(
-             L->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof(mode)),
-         "set B scale mode");
-      LT(cublasLtMatmulDescSetAttribute(L->desc,
-                                        CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
-                                        &L->ws, sizeof(L->ws)),
-         "set A scales");
-      LT(cublasLtMatmulDescSetAttribute(L->desc,
-                                        CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
-                                        &e->xs, sizeof(e->xs)),
-         "set B scales");
-    }
+    TRY(make_desc(e, L, e->fp8, &L->desc, err));
     LT(cublasLtMatrixLayoutCreate(&L->lw, wt, (uint64_t)L->in_p,
                                   (uint64_t)L->out_p, (int64_t)L->in_p),
        "create weight layout");
+    if (e->fp8) {
+      TRY(make_desc(e, L, 0, &L->desc16, err));
+      LT(cublasLtMatrixLayoutCreate(&L->lw16, CUDA_R_16BF, (uint64_t)L->in_p,
+                                    (uint64_t)L->out_p, (int64_t)L->in_p),
+         "create bf16 weight layout");
+    }
   }
   for (int b = 0; b < e->nbuckets; b++) {
     bucket_t *bk = &e->bk[b];
@@ -251,10 +306,27 @@ static int make_descriptors(cuda_engine_t *e, mlpd_err_t *err) {
       LT(cublasLtMatrixLayoutCreate(&bk->ly[l], e->cdt, (uint64_t)L->out_p,
                                     (uint64_t)bk->rows, (int64_t)L->out_p),
          "create output layout");
+      if (e->fp8)
+        LT(cublasLtMatrixLayoutCreate(&bk->lx16[l], CUDA_R_16BF,
+                                      (uint64_t)L->in_p, (uint64_t)bk->rows,
+                                      (int64_t)L->in_p),
+           "create bf16 input layout");
     }
   }
 fail:
   return rc;
+}
+
+void mlpd_cuda_setup_drop_bf16(cuda_engine_t *e) {
+  for (int b = 0; b < e->nbuckets; b++)
+    if (e->bk[b].bf16)
+      return;
+  if (e->slab16 != NULL)
+    (void)cudaFree(e->slab16);
+  e->slab16 = NULL;
+  e->slab16_bytes = 0;
+  for (int l = 0; l < e->nlayers; l++)
+    e->L[l].w16 = NULL;
 }
 
 size_t mlpd_cuda_setup_lane_bytes(const cuda_engine_t *e) {
@@ -278,8 +350,15 @@ static int make_buffers(cuda_engine_t *e, mlpd_err_t *err) {
   }
   size_t in = (size_t)e->L[0].in_p, out = (size_t)e->L[e->nlayers - 1].out_p;
   e->act_bytes = rows * (size_t)wmax * e->esz;
-  e->vbuf_bytes =
-      align_up((size_t)MLPD_SMALL_MAX_ROWS * wmax * e->esz, SLAB_ALIGN);
+  /* fp32 engines check mlpd's tiled kernel against cuBLASLt at every
+   * bucket (it replaces cuBLASLt's unfused fp32 plans); the others only
+   * at the small-batch kernel's buckets. Scratch for open only. */
+  size_t vrows = e->kmode < 0 ? rows : (size_t)MLPD_SMALL_MAX_ROWS;
+  e->vbuf_bytes = align_up(vrows * wmax * e->esz, SLAB_ALIGN);
+  /* At most 128 MiB each (8192 rows of 4096 fp32): larger buckets reuse
+   * the check made at a smaller one (cuda_tune.c). */
+  if (e->vbuf_bytes > ((size_t)128 << 20))
+    e->vbuf_bytes = (size_t)128 << 20;
   CU(cudaMalloc(&e->ws, WS_BYTES), "allocate workspace");
   for (int i = 0; i < 2; i++)
     CU(cudaMalloc(&e->act[i], e->act_bytes),
@@ -444,6 +523,8 @@ void mlpd_cuda_setup_free(cuda_engine_t *e) {
           cublasLtMatrixLayoutDestroy(e->bk[b].lx[l]);
         if (e->bk[b].ly[l] != NULL)
           cublasLtMatrixLayoutDestroy(e->bk[b].ly[l]);
+        if (e->bk[b].lx16[l] != NULL)
+          cublasLtMatrixLayoutDestroy(e->bk[b].lx16[l]);
       }
     free(e->bk);
     e->bk = NULL;
@@ -453,6 +534,10 @@ void mlpd_cuda_setup_free(cuda_engine_t *e) {
       cublasLtMatmulDescDestroy(e->L[l].desc);
     if (e->L[l].lw != NULL)
       cublasLtMatrixLayoutDestroy(e->L[l].lw);
+    if (e->L[l].desc16 != NULL)
+      cublasLtMatmulDescDestroy(e->L[l].desc16);
+    if (e->L[l].lw16 != NULL)
+      cublasLtMatrixLayoutDestroy(e->L[l].lw16);
   }
   for (int i = 0; i < PIPE_DEPTH; i++) {
     lane_t *ln = &e->lane[i];
@@ -468,6 +553,7 @@ void mlpd_cuda_setup_free(cuda_engine_t *e) {
       cudaEventDestroy(ln->done);
   }
   cudaFree(e->slab);
+  cudaFree(e->slab16);
   cudaFree(e->ws);
   cudaFree(e->act[0]);
   cudaFree(e->act[1]);

@@ -187,7 +187,7 @@ static int small_agrees(cuda_engine_t *e, const bucket_t *bk, int l, int v,
      mlpd__cuda_small_name(e, bk->rows, v));
   int bad = 0;
   double rel = rel_diff(e, h, (const char *)h + n * e->esz, n, &bad);
-  double tol = e->fp8 ? 6e-2 : 5e-3;
+  double tol = e->fp8 && !bk->bf16 ? 6e-2 : 5e-3;
   rc = !bad && rel <= tol;
   if (!rc) {
     e->stats.small_rejected++;
@@ -326,46 +326,102 @@ fail:
   return rc;
 }
 
-/* Without autotuning, mlpd's kernel replaces cuBLASLt only where cuBLASLt
- * does not fuse its epilogue: fp32/TF32 at the fp32 kernel's buckets,
- * checked against cuBLASLt first. */
+/* Without autotuning, mlpd's GEMV replaces cuBLASLt at fp32's smallest
+ * buckets, where cuBLASLt does not fuse its fp32/TF32 epilogue, checked
+ * against cuBLASLt first. Unfused plans at larger buckets are replaced by
+ * the fusion check (mlpd_cuda_tune_verify_fusion). */
 static int untuned_fp32(cuda_engine_t *e, bucket_t *bk, int nv,
                         const int *nlc, mlpd_err_t *err) {
-  for (int l = 0; e->kmode < 0 && nv > 0 && l < e->nlayers; l++) {
-    int ok = small_agrees(e, bk, l, nv - 1, nlc[l] > 0 ? &bk->ch[l] : NULL,
-                          err);
+  if (e->kmode >= 0 || nv == 0 || bk->rows > MLPD_F32_MAX_ROWS)
+    return 0;
+  for (int l = 0; l < e->nlayers; l++) {
+    int ok = small_agrees(e, bk, l, 1, nlc[l] > 0 ? &bk->ch[l] : NULL, err);
     if (ok < 0)
       return ok;
     if (ok)
-      bk->ch[l] = (choice_t){.small = 1, .variant = nv - 1};
+      bk->ch[l] = (choice_t){.small = 1, .variant = 1};
   }
   return 0;
 }
 
+/* ---- fusion of one plan ------------------------------------------------- */
+
+/* cuBLASLt's unfused path runs the GEMM, then its own epilogue kernel
+ * (cublasLt::epilogue::impl::globalKernel); split-K's reduction kernel is
+ * not an epilogue of that kind, and neither is the FP8 input quantization
+ * before a layer. */
+static int names_fused(const char *names) {
+  return strstr(names, "8cublasLt8epilogue") == NULL &&
+         strstr(names, "cublasLt::epilogue") == NULL;
+}
+
+/* Captures layer l of bk alone with plan c and reads its kernel names into
+ * names: 1 fused, 0 a separate epilogue kernel, -1 names unreadable. */
+static int plan_fused(cuda_engine_t *e, const bucket_t *bk, int l,
+                      const choice_t *c, char *names, size_t len,
+                      mlpd_err_t *err) {
+  choice_t ch[MLPD_MAX_LAYERS];
+  cudaGraph_t g = NULL;
+  memcpy(ch, bk->ch, sizeof(ch));
+  ch[l] = *c;
+  int rc = mlpd_cuda_graph_capture(e, bk, ch, l, l + 1, 0, &g, err);
+  if (rc != 0)
+    return rc < 0 ? rc : MLPD_ECUDA;
+  int nk = mlpd_cuda_graph_kernel_names(g, names, len);
+  cudaGraphDestroy(g);
+  return nk <= 0 ? -1 : names_fused(names);
+}
+
+/* What the autotuner remembers of a layer from its first pass. */
+typedef struct {
+  signed char agree[MLPD_SMALL_MAX_VARIANTS]; /* mlpd's variant v matched
+                                                 cuBLASLt */
+  signed char unfused[MAX_CAND]; /* fp32: cuBLASLt candidate i runs a
+                                    separate epilogue kernel */
+} memo_t;
+
 /* Layer l's candidates at bk into cand: its cuBLASLt candidates, then
  * mlpd's variants that agreed with cuBLASLt's first choice on this layer
- * (checked in the first pass, remembered in agree[l]). *nc gets how many;
- * 0 is an error. */
+ * (checked in the first pass, remembered in memo). fp32 engines leave out
+ * cuBLASLt candidates that run a separate epilogue kernel (also found in
+ * the first pass), so that every plan is fused (issue 17.4); only when
+ * nothing else is left do they compete. *nc gets how many; 0 is an
+ * error. */
 static int layer_candidates(cuda_engine_t *e, bucket_t *bk, int l, int pass,
                             int nv, const cublasLtMatmulAlgo_t *lc, int nlc,
-                            signed char *agree, cand_t *cand, int *nc,
+                            memo_t *memo, cand_t *cand, int *nc,
                             mlpd_err_t *err) {
   *nc = 0;
-  for (int i = 0; i < nlc; i++)
-    cand[(*nc)++] = (cand_t){.c = {.small = 0, .variant = i, .algo = lc[i]},
-                             .us = INFINITY};
-  const choice_t *ref = nlc > 0 ? &cand[0].c : NULL;
+  const choice_t ref = {.small = 0, .variant = 0,
+                        .algo = nlc > 0 ? lc[0] : (cublasLtMatmulAlgo_t){{0}}};
+  for (int i = 0; pass == 0 && e->kmode < 0 && i < nlc; i++) {
+    char names[192];
+    choice_t c = {.small = 0, .variant = i, .algo = lc[i]};
+    mlpd_err_t ferr = {0};
+    memo->unfused[i] = plan_fused(e, bk, l, &c, names, sizeof(names),
+                                  &ferr) == 0;
+    (void)cudaGetLastError();
+  }
   for (int v = 0; v < nv; v++) {
     if (pass == 0) {
-      int ok = small_agrees(e, bk, l, v, ref, err);
+      int ok = small_agrees(e, bk, l, v, nlc > 0 ? &ref : NULL, err);
       if (ok < 0)
         return ok;
-      agree[v] = (signed char)ok;
+      memo->agree[v] = (signed char)ok;
     }
-    if (agree[v])
+  }
+  for (int i = 0; i < nlc; i++)
+    if (!memo->unfused[i])
+      cand[(*nc)++] = (cand_t){.c = {.small = 0, .variant = i, .algo = lc[i]},
+                               .us = INFINITY};
+  for (int v = 0; v < nv; v++)
+    if (memo->agree[v])
       cand[(*nc)++] = (cand_t){.c = {.small = 1, .variant = v},
                                .us = INFINITY};
-  }
+  if (*nc == 0)
+    for (int i = 0; i < nlc; i++)
+      cand[(*nc)++] = (cand_t){.c = {.small = 0, .variant = i, .algo = lc[i]},
+                               .us = INFINITY};
   if (*nc == 0)
     return mlpd_errf(err, MLPD_ECUBLAS,
                      "cuda engine: layer %d at %d rows: no plan runs", l + 1,
@@ -384,9 +440,8 @@ static int autotune(cuda_engine_t *e, bucket_t *bk, int bi, int nv,
                     mlpd_err_t *err) {
   int rc = 0;
   cand_t *cand = calloc(MAX_CAND + MLPD_SMALL_MAX_VARIANTS, sizeof(*cand));
-  signed char(*agree)[MLPD_SMALL_MAX_VARIANTS] =
-      calloc((size_t)e->nlayers, sizeof(*agree));
-  if (cand == NULL || agree == NULL) {
+  memo_t *memo = calloc((size_t)e->nlayers, sizeof(*memo));
+  if (cand == NULL || memo == NULL) {
     rc = mlpd_errf(err, -ENOMEM, "cuda engine: out of host memory");
     goto fail;
   }
@@ -396,17 +451,19 @@ static int autotune(cuda_engine_t *e, bucket_t *bk, int bi, int nv,
     mlpd__cuda_progress(e->opts, "autotuning layer %d/%d bucket %d (%d/%d)",
                         l + 1, e->nlayers, bk->rows, bi + 1, e->nbuckets);
     TRY(layer_candidates(e, bk, l, pass, nv, lc + (size_t)l * MAX_CAND,
-                         nlc[l], agree[l], cand, &nc, err));
+                         nlc[l], &memo[l], cand, &nc, err));
     TRY(tune_layer(e, bk, l, cand, nc, pass, err));
   }
 fail:
   free(cand);
-  free(agree);
+  free(memo);
   return rc;
 }
 
-int mlpd_cuda_tune_bucket(cuda_engine_t *e, bucket_t *bk, int bi,
-                          mlpd_err_t *err) {
+/* bk's plan on its current path (bk->bf16): the heuristic's, the forced
+ * variant's, or autotuned. */
+static int plan_bucket(cuda_engine_t *e, bucket_t *bk, int bi,
+                       mlpd_err_t *err) {
   int rc = 0;
   int nv = mlpd__cuda_small_variants(e, bk->rows);
   if (nv > MLPD_SMALL_MAX_VARIANTS)
@@ -432,30 +489,145 @@ fail:
   return rc;
 }
 
+/* The forward times of two plans of one bucket, timed in turn (five
+ * samples each, alternating, so clock drift reaches both alike): us[0] of
+ * a (captured as a->bf16 says), us[1] of b. */
+static int time_two(cuda_engine_t *e, const bucket_t *a, const bucket_t *b,
+                    double *us, mlpd_err_t *err) {
+  int rc = 0;
+  cudaGraphExec_t x[2] = {NULL, NULL};
+  double samp[2][5], one = 0;
+  int iters[2];
+  TRY(make_exec(e, a, a->ch, &x[0], err));
+  TRY(make_exec(e, b, b->ch, &x[1], err));
+  for (int k = 0; k < 2; k++) {
+    CU(cudaGraphLaunch(x[k], e->st), "launch graph");
+    TRY(sample_exec(e, x[k], 1, &one, err));
+    iters[k] = iters_for(one);
+  }
+  for (int r = 0; r < 5; r++)
+    for (int k = 0; k < 2; k++)
+      TRY(sample_exec(e, x[k], iters[k], &samp[k][r], err));
+  us[0] = median(samp[0], 5);
+  us[1] = median(samp[1], 5);
+fail:
+  for (int k = 0; k < 2; k++)
+    if (x[k] != NULL)
+      cudaGraphExecDestroy(x[k]);
+  if (rc != 0)
+    (void)cudaGetLastError();
+  return rc;
+}
+
+/* FP8 never slower than bf16 (issue 17.2): bk holds the best FP8 plan;
+ * plans the bf16 path too, times both forwards side by side and keeps the
+ * faster. A bf16 path that cannot be planned or timed leaves FP8 in place
+ * (logged). */
+static int race_paths(cuda_engine_t *e, bucket_t *bk, int bi,
+                      mlpd_err_t *err) {
+  int rc = 0;
+  bucket_t *fp8 = malloc(sizeof(*fp8));
+  mlpd_err_t perr = {0};
+  double us[2] = {0, 0};
+  if (fp8 == NULL)
+    return mlpd_errf(err, -ENOMEM, "cuda engine: out of host memory");
+  *fp8 = *bk;
+  bk->bf16 = 1;
+  if (plan_bucket(e, bk, bi, &perr) != 0 || time_two(e, fp8, bk, us, &perr)) {
+    (void)cudaGetLastError();
+    MLPD_LOGW("cuda engine: FP8 model, %d rows: the bf16 path was not "
+              "compared (%s); FP8 runs",
+              bk->rows, perr.msg);
+    *bk = *fp8;
+    goto out;
+  }
+  if (us[1] < us[0]) {
+    MLPD_LOGI("cuda engine: FP8 model, %d rows: bf16 path (%.1f µs) beats "
+              "FP8 (%.1f µs)",
+              bk->rows, us[1], us[0]);
+  } else {
+    MLPD_LOGD("cuda engine: FP8 model, %d rows: FP8 (%.1f µs) beats the "
+              "bf16 path (%.1f µs)",
+              bk->rows, us[0], us[1]);
+    *bk = *fp8;
+  }
+  bk->us_path[0] = us[0];
+  bk->us_path[1] = us[1];
+out:
+  free(fp8);
+  return rc;
+}
+
+int mlpd_cuda_tune_bucket(cuda_engine_t *e, bucket_t *bk, int bi,
+                          mlpd_err_t *err) {
+  bk->bf16 = e->fp8 && e->slab16 != NULL && bi < 32 &&
+             ((e->forced_bf16 >> bi) & 1u);
+  bk->us_path[0] = bk->us_path[1] = 0;
+  int rc = plan_bucket(e, bk, bi, err);
+  if (rc != 0 || !e->fp8 || bk->bf16 || e->slab16 == NULL ||
+      !e->opts->autotune || e->forced_small >= 0 || e->forced_bf16 != 0)
+    return rc;
+  return race_paths(e, bk, bi, err);
+}
+
 /* ---- verification of fusion -------------------------------------------- */
 
-/* cuBLASLt's unfused path runs the GEMM, then its own epilogue kernel
- * (cublasLt::epilogue::impl::globalKernel); split-K's reduction kernel is
- * not an epilogue of that kind, and neither is the FP8 input quantization
- * before a layer. */
-static int names_fused(const char *names) {
-  return strstr(names, "8cublasLt8epilogue") == NULL &&
-         strstr(names, "cublasLt::epilogue") == NULL;
+/* fp32: cuBLASLt's plan for layer l of bk runs a separate epilogue kernel
+ * (cuBLASLt does not fuse fp32/TF32 on the H200 above 8 rows): mlpd's
+ * tiled fp32 kernel, one fused kernel, replaces it once it matched
+ * cuBLASLt's result on this layer (issue 17.4). A bucket too large for the
+ * scratch relies on the check at a smaller bucket (*checked: the same
+ * kernel code, fewer row tiles). 1 replaced, 0 not, < 0 on CUDA errors. */
+static int replace_unfused_fp32(cuda_engine_t *e, bucket_t *bk, int l,
+                                signed char *checked, mlpd_err_t *err) {
+  if (e->kmode >= 0 || !e->f32_ok || e->vbuf[0] == NULL)
+    return 0;
+  int v = mlpd_cuda_f32_tiled_variant(bk->rows);
+  size_t n = (size_t)bk->rows * (size_t)e->L[l].out_p * e->esz;
+  if (n > e->vbuf_bytes) {
+    if (!*checked) {
+      MLPD_LOGW("cuda engine: layer %d at %d rows: mlpd's fp32 kernel was "
+                "not checked at a smaller bucket; cuBLASLt's unfused plan "
+                "stays",
+                l + 1, bk->rows);
+      return 0;
+    }
+  } else {
+    int ok = small_agrees(e, bk, l, v, &bk->ch[l], err);
+    if (ok <= 0)
+      return ok;
+    *checked = 1;
+  }
+  bk->ch[l] = (choice_t){.small = 1, .variant = v};
+  e->stats.plans_fp32_replaced++;
+  if (e->stats.plans_fp32_replaced == 1)
+    MLPD_LOGI("cuda engine: layer %d at %d rows: cuBLASLt's fp32/TF32 plan "
+              "runs a separate epilogue kernel on this GPU; mlpd's fused "
+              "fp32 kernel (%s) runs the layer instead",
+              l + 1, bk->rows, mlpd_cuda_f32_name(bk->rows, v));
+  return 1;
 }
 
 int mlpd_cuda_tune_verify_fusion(cuda_engine_t *e, mlpd_err_t *err) {
   int first_bad = 1;
+  signed char checked[MLPD_MAX_LAYERS];
+  memset(checked, 0, sizeof(checked));
   for (int b = 0; b < e->nbuckets; b++) {
     bucket_t *bk = &e->bk[b];
     for (int l = 0; l < e->nlayers; l++) {
-      cudaGraph_t g = NULL;
-      int rc = mlpd_cuda_graph_capture(e, bk, bk->ch, l, l + 1, 0, &g, err);
-      if (rc != 0)
-        return rc;
-      int nk = mlpd_cuda_graph_kernel_names(g, bk->kernels[l],
-                                            sizeof(bk->kernels[l]));
-      cudaGraphDestroy(g);
-      bk->fusedk[l] = nk <= 0 ? -1 : names_fused(bk->kernels[l]);
+      int f = plan_fused(e, bk, l, &bk->ch[l], bk->kernels[l],
+                         sizeof(bk->kernels[l]), err);
+      if (f == 0) {
+        int r = replace_unfused_fp32(e, bk, l, &checked[l], err);
+        if (r < 0)
+          return r;
+        if (r > 0)
+          f = plan_fused(e, bk, l, &bk->ch[l], bk->kernels[l],
+                         sizeof(bk->kernels[l]), err);
+      }
+      if (f < -1)
+        return f;
+      bk->fusedk[l] = f;
       if (bk->fusedk[l] < 0) {
         e->stats.plans_unverified++;
         continue;
@@ -471,7 +643,8 @@ int mlpd_cuda_tune_verify_fusion(cuda_engine_t *e, mlpd_err_t *err) {
                   "kernel (%.150s)%s",
                   l + 1, bk->rows, bk->kernels[l],
                   e->dt == MLPD_DTYPE_F32
-                      ? "; cuBLASLt does not fuse fp32/TF32 on this GPU"
+                      ? "; cuBLASLt does not fuse fp32/TF32 on this GPU "
+                        "and mlpd's fp32 kernel did not match it"
                       : "");
       }
     }
@@ -482,8 +655,12 @@ int mlpd_cuda_tune_verify_fusion(cuda_engine_t *e, mlpd_err_t *err) {
               "epilogue not verified");
   else
     MLPD_LOGI("cuda engine: fused bias/GELU epilogue in %d of %d plans "
-              "(%d unfused, %d unverified); e.g. %d rows layer 1: %.120s",
+              "(%d unfused, %d unverified%s); e.g. %d rows layer 1: %.120s",
               e->stats.plans_fused, total, e->stats.plans_unfused,
-              e->stats.plans_unverified, e->bk[0].rows, e->bk[0].kernels[0]);
+              e->stats.plans_unverified,
+              e->stats.plans_fp32_replaced > 0
+                  ? "; mlpd's fp32 kernel replaced cuBLASLt's unfused plans"
+                  : "",
+              e->bk[0].rows, e->bk[0].kernels[0]);
   return 0;
 }

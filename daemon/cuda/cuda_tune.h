@@ -17,17 +17,22 @@
 
 /* Chooses bucket bk's plan (index bi, for progress): per layer the
  * heuristic's first choice, or with opts->autotune the fastest of the
- * cuBLASLt candidates and of mlpd's per-layer kernel variants that agreed
- * with cuBLASLt, each timed in the whole forward pass. With
- * e->forced_small >= 0 where it applies: that variant, untimed. Needs
- * e->vbuf. */
+ * cuBLASLt candidates (fp32: those that fuse their epilogue) and of mlpd's
+ * per-layer kernel variants that agreed with cuBLASLt, each timed in the
+ * whole forward pass. With e->forced_small >= 0 where it applies: that
+ * variant, untimed. FP8 engines: a bucket in e->forced_bf16 is planned on
+ * the bf16 path; otherwise, with autotuning and nothing forced, the best
+ * FP8 plan and the best bf16-path plan are timed side by side and the
+ * faster kept (bk->bf16, bk->us_path). Needs e->vbuf. */
 int mlpd_cuda_tune_bucket(cuda_engine_t *e, bucket_t *bk, int bi,
                           mlpd_err_t *err) MLPD_MUST_CHECK;
 
 /* Captures every plan alone and reads its kernel names into
  * bk->kernels / bk->fusedk; logs the first unfused plan and a summary.
- * Fails only on CUDA errors; plans that do not fuse are counted, not
- * refused. */
+ * An fp32 plan that runs a separate epilogue kernel is replaced by mlpd's
+ * tiled fp32 kernel once that matched it on the layer (needs e->vbuf;
+ * counted in stats.plans_fp32_replaced). Fails only on CUDA errors; other
+ * plans that do not fuse are counted, not refused. */
 int mlpd_cuda_tune_verify_fusion(cuda_engine_t *e,
                                  mlpd_err_t *err) MLPD_MUST_CHECK;
 

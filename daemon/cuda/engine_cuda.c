@@ -130,7 +130,7 @@ static int make_plans(cuda_engine_t *e, mlpd_err_t *err) {
   /* A forced variant (tests) neither reads nor writes the cache: its plans
    * are not tuned ones. */
   int use_cache = e->opts->plan_cache != NULL && key[0] != '\0' &&
-                  e->forced_small < 0;
+                  e->forced_small < 0 && e->forced_bf16 == 0;
   if (use_cache) {
     mlpd__cuda_progress(e->opts, "loading plan cache %s",
                         e->opts->plan_cache);
@@ -140,12 +140,15 @@ static int make_plans(cuda_engine_t *e, mlpd_err_t *err) {
       goto fail;
     }
   }
-  if (!loaded) {
+  if (!loaded)
     for (int b = 0; b < e->nbuckets; b++)
       TRY(mlpd_cuda_tune_bucket(e, &e->bk[b], b, err));
-    if (e->opts->autotune && use_cache)
-      mlpd_plancache_save(e, key);
-  }
+  /* Before the cache is written: the check replaces unfused fp32 plans,
+   * and the cache keeps the replacements. */
+  mlpd__cuda_progress(e->opts, "verifying fused kernels");
+  TRY(mlpd_cuda_tune_verify_fusion(e, err));
+  if (!loaded && e->opts->autotune && use_cache)
+    mlpd_plancache_save(e, key);
   e->stats.tune_ms = ms_since(tt);
 fail:
   free(key);
@@ -173,7 +176,9 @@ static void fill_info(cuda_engine_t *e) {
   in->out_stride = e->L[e->nlayers - 1].out_p;
   in->max_batch = e->max_batch;
   in->depth = PIPE_DEPTH;
-  in->weight_bytes = e->slab_bytes;
+  /* The bf16 path's weights count only while some bucket runs it (else
+   * open freed them). */
+  in->weight_bytes = e->slab_bytes + e->slab16_bytes;
   in->workspace_bytes = WS_BYTES;
   in->activation_bytes = 2 * e->act_bytes +
                          (uint64_t)PIPE_DEPTH * e->lane_bytes +
@@ -186,7 +191,7 @@ static void fill_info(cuda_engine_t *e) {
  * mlpd_engine_cuda_open_forced, for the tests, passes. */
 static int open_engine(mlpd_engine_t **out, const mlpd_model_t *m,
                        const mlpd_engine_opts_t *o, int ordinal, int force,
-                       mlpd_err_t *err) {
+                       unsigned force_bf16, mlpd_err_t *err) {
   int rc = 0;
   uint64_t t0 = mlpd_now_ns();
   *out = NULL;
@@ -198,13 +203,12 @@ static int open_engine(mlpd_engine_t **out, const mlpd_model_t *m,
   TRY(mlpd_cuda_setup(e, m, o, ordinal, err));
   if (force >= 0 && force < mlpd__cuda_small_variants(e, 1))
     e->forced_small = force;
+  e->forced_bf16 = e->fp8 ? (uint32_t)force_bf16 : 0;
 
   TRY(make_plans(e, err));
   cudaFree(e->vbuf[0]);
   e->vbuf[0] = e->vbuf[1] = NULL;
-
-  mlpd__cuda_progress(o, "verifying fused kernels");
-  TRY(mlpd_cuda_tune_verify_fusion(e, err));
+  mlpd_cuda_setup_drop_bf16(e);
 
   mlpd__cuda_progress(o, "capturing %d graphs", e->nbuckets * PIPE_DEPTH);
   for (int b = 0; b < e->nbuckets; b++) {
@@ -233,6 +237,25 @@ static int open_engine(mlpd_engine_t **out, const mlpd_model_t *m,
   e->stats.pdl = e->pdl_ok;
   e->stats.fp8 = e->fp8;
   e->stats.forced_small = e->forced_small;
+  char paths[160] = "";
+  size_t pn = 0;
+  for (int b = 0; b < e->nbuckets && b < 32; b++) {
+    e->stats.bucket_bf16[b] = path_bf16(e, &e->bk[b]);
+    e->stats.buckets_bf16 += e->stats.bucket_bf16[b];
+    e->stats.us_fp8[b] = e->bk[b].us_path[0];
+    e->stats.us_bf16[b] = e->bk[b].us_path[1];
+    if (e->stats.bucket_bf16[b] && pn < sizeof(paths))
+      pn += (size_t)snprintf(paths + pn, sizeof(paths) - pn, "%s%d",
+                             pn ? "," : "", e->bk[b].rows);
+  }
+  e->stats.bf16_weight_bytes = e->slab16_bytes;
+  if (e->fp8)
+    MLPD_LOGI("cuda engine: FP8 model: %d of %d buckets run the bf16 path%s%s"
+              "%s (%.1f MiB of bf16 weights kept)",
+              e->stats.buckets_bf16, e->nbuckets,
+              e->stats.buckets_bf16 ? " (" : "", paths,
+              e->stats.buckets_bf16 ? " rows)" : "",
+              (double)e->slab16_bytes / (1 << 20));
   e->stats.open_ms = ms_since(t0);
   const mlpd_engine_info_t *in = &e->base.info;
   MLPD_LOGI("cuda engine: %s, %s activations, %s weights, %d layers, %d "
@@ -259,7 +282,7 @@ fail:
 static int cuda_open(mlpd_engine_t **out, const mlpd_model_t *m,
                      const mlpd_engine_opts_t *o, int ordinal,
                      mlpd_err_t *err) {
-  return open_engine(out, m, o, ordinal, -1, err);
+  return open_engine(out, m, o, ordinal, -1, 0, err);
 }
 
 /* ---- submit / wait ------------------------------------------------------- */
@@ -448,6 +471,8 @@ int mlpd_engine_cuda_plan(const mlpd_engine_t *base, int b, int l,
   memset(p, 0, sizeof(*p));
   p->rows = bk->rows;
   p->small_kernel = c->small;
+  p->bf16_path = path_bf16(e, bk);
+  p->fused = bk->fusedk[l];
   p->rank = c->small ? -1 : c->variant;
   p->ncandidates = bk->ncand[l];
   p->us_chosen = bk->us_chosen[l];
@@ -471,7 +496,23 @@ int mlpd_engine_cuda_open_forced(mlpd_engine_t **out, const mlpd_model_t *m,
   if (variant < -1 || variant >= MLPD_SMALL_MAX_VARIANTS)
     return mlpd_errf(err, MLPD_EINVAL,
                      "cuda engine: no small-kernel variant %d", variant);
-  return open_engine(out, m, o, ordinal, variant, err);
+  return open_engine(out, m, o, ordinal, variant, 0, err);
+}
+
+int mlpd_engine_cuda_open_forced_path(mlpd_engine_t **out,
+                                      const mlpd_model_t *m,
+                                      const mlpd_engine_opts_t *o,
+                                      int ordinal, int variant,
+                                      unsigned bf16_buckets,
+                                      mlpd_err_t *err) {
+  *out = NULL;
+  if (variant < -1 || variant >= MLPD_SMALL_MAX_VARIANTS)
+    return mlpd_errf(err, MLPD_EINVAL,
+                     "cuda engine: no small-kernel variant %d", variant);
+  if (bf16_buckets != 0 && !o->fp8)
+    return mlpd_errf(err, MLPD_EINVAL,
+                     "cuda engine: only FP8 engines have a bf16 path");
+  return open_engine(out, m, o, ordinal, variant, bf16_buckets, err);
 }
 
 int mlpd_engine_cuda_set_io(mlpd_engine_t *base, size_t zc_max, int lone) {

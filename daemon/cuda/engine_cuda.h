@@ -10,8 +10,12 @@
  * a batch of `rows` runs as the smallest bucket >= rows and computes the
  * padding rows too. A layer's plan is a cuBLASLt algorithm with the fused
  * bias(+GELU/ReLU) epilogue, or mlpd's own kernel for small buckets
- * (16-bit and FP8 weights: <= MLPD_SMALL_MAX_ROWS rows; fp32: <=
- * MLPD_F32_MAX_ROWS) where autotuning timed it faster.
+ * (16-bit and FP8 weights: <= MLPD_SMALL_MAX_ROWS rows) where autotuning
+ * timed it faster. fp32 engines use mlpd's fused fp32 kernels (a GEMV at
+ * <= MLPD_F32_MAX_ROWS rows, a tiled kernel at any) where they win and
+ * wherever cuBLASLt's fp32/TF32 plan would run a separate epilogue kernel.
+ * An FP8 engine runs a bucket on the bf16 path (bf16 weights kept beside
+ * the FP8 ones) where that was timed faster than every FP8 plan.
  *
  * Host memory. Batches of at most 64 KiB each way that need a dtype
  * conversion (fp32 rows in or out of a 16-bit engine) are read from and
@@ -73,6 +77,21 @@ typedef struct mlpd_engine_cuda_stats_s {
   int fp8;                    /* weights in FP8 E4M3 */
   int forced_small;           /* variant forced for this engine by
                                  mlpd_engine_cuda_open_forced, else -1 */
+  /* FP8 never slower than bf16 (issue 17.2). For FP8 engines the
+   * autotuner times each bucket's best FP8 plan against the best plan of
+   * the bf16 path (bf16 weights rounded from the same model, bf16
+   * cuBLASLt or mlpd's bf16 kernel) and runs the faster. */
+  int bucket_bf16[32];        /* 1: bucket b runs the bf16 path */
+  int buckets_bf16;           /* how many do */
+  double us_fp8[32], us_bf16[32]; /* the forward times compared at bucket
+                                 b, µs (0: not compared: not FP8, no
+                                 autotuning, a forced open, or cached) */
+  uint64_t bf16_weight_bytes; /* device bytes of the bf16 weights kept for
+                                 those buckets (0 when none runs it); part
+                                 of info.weight_bytes and device_bytes */
+  /* Every plan fused (issue 17.4): fp32 plans where cuBLASLt ran a
+   * separate epilogue kernel and mlpd's fused fp32 kernel replaced it. */
+  int plans_fp32_replaced;
 } mlpd_engine_cuda_stats_t;
 
 /* Fills *st. e must be a CUDA engine (info.kind "cuda"); returns MLPD_EINVAL
@@ -95,10 +114,30 @@ int mlpd_engine_cuda_open_forced(mlpd_engine_t **out, const mlpd_model_t *m,
                                  const mlpd_engine_opts_t *o, int ordinal,
                                  int variant, mlpd_err_t *err) MLPD_MUST_CHECK;
 
+/* FOR TESTS; the daemon never calls it. As mlpd_engine_cuda_open_forced
+ * (variant -1: none), and with FP8 weights (o->fp8) the buckets in
+ * bf16_buckets (bit b = bucket index b, as in stats.buckets) run the bf16
+ * path, planned as usual for it (autotuned or the heuristic's) but not
+ * raced against FP8; the other buckets run FP8, not raced either. (An FP8
+ * engine keeps bf16 weights only where they take at most half the free
+ * device memory at open; without them every bucket runs FP8.) No plan
+ * cache. MLPD_EINVAL for a bad variant, or bf16_buckets != 0 without
+ * o->fp8. */
+int mlpd_engine_cuda_open_forced_path(mlpd_engine_t **out,
+                                      const mlpd_model_t *m,
+                                      const mlpd_engine_opts_t *o,
+                                      int ordinal, int variant,
+                                      unsigned bf16_buckets,
+                                      mlpd_err_t *err) MLPD_MUST_CHECK;
+
 /* One plan: bucket index b (0..nbuckets-1), layer l. */
 typedef struct mlpd_engine_cuda_plan_s {
   int rows;              /* the bucket */
   int small_kernel;      /* 1: mlpd's per-layer kernel, 0: cuBLASLt */
+  int bf16_path;         /* FP8 engines: 1 when the bucket runs the bf16
+                            path (bf16 weights and kernels) */
+  int fused;             /* 1 verified one fused kernel, 0 a separate
+                            epilogue kernel, -1 unknown */
   int rank;              /* cuBLASLt: index in the candidate list */
   int ncandidates;       /* what the autotuner compared (0: not tuned) */
   double us_chosen;      /* tuned forward time with this plan, µs */
