@@ -521,7 +521,7 @@ static int parse_tree(json_t *root, const char *bin, size_t bin_len,
                      "inputs[0].datatype '%s' is not "
                      "supported; mlpd takes FP32, FP16 or BF16",
                      dt);
-  size_t rank;
+  size_t rank = 0;
   if ((rc = read_shape(json_object_get(in, "shape"), m, &rank, &out->rows,
                        &out->cols, err)))
     return rc;
