@@ -356,7 +356,7 @@ static void drop_next(mlpd_daemon_t *d, int m, const char *why) {
       MLPD_LOGE("model '%s' failed to load: %s", name_of(d, m), why);
       mlpd_models_set(&d->board.models, m, MLPD_MODEL_FAILED, why);
     } else {
-      MLPD_LOGE("reload of model '%s' failed, still serving generation "
+      MLPD_LOGE("model '%s': reload failed, still serving generation "
                 "%llu: %s",
                 name_of(d, m), (unsigned long long)dm->generation, why);
       dm->reloads_failed++;

@@ -365,7 +365,7 @@ static void test_programs_usage_errors(void **state) {
                                 "--allow-uid", "no-such-user-here", NULL},
                "--allow-uid 'no-such-user-here'", NULL);
   expect_usage((const char *[]){MLPD, "serve", NULL},
-               "mlpd serve: --model is required", NULL);
+               "mlpd serve: --model or --model-dir is required", NULL);
   expect_usage((const char *[]){MLPD, "serve", model, NULL},
                "unexpected argument", NULL);
   expect_usage((const char *[]){MLPD, "infer", "--model", model, "--batch",
