@@ -47,7 +47,8 @@ extern "C" {
  *   INVALID_ARGUMENT -> MLPD_EINVAL       DEADLINE_EXCEEDED -> MLPD_EEXPIRED
  *   PERMISSION_DENIED -> MLPD_EPERM       RESOURCE_EXHAUSTED -> MLPD_ELIMIT
  *   UNAVAILABLE -> MLPD_EBUSY             UNIMPLEMENTED -> MLPD_ENOTBUILT
- *   INTERNAL -> MLPD_EINTERNAL            anything else -> MLPD_EPROTO
+ *   INTERNAL -> MLPD_EINTERNAL            NOT_FOUND -> MLPD_ENOENT
+ *   anything else -> MLPD_EPROTO
  * MLPD_ETIMEDOUT is the client's own I/O timeout (mlpd_client_set_timeout),
  * never a daemon's deadline. */
 #define MLPD_CLIENT_ERRNO_MAP(XX)                                              \
