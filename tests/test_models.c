@@ -131,9 +131,9 @@ static int infer(mlpd_client_t *c, const model_t *m, int rows, uint64_t seed,
   return res->status;
 }
 
-/* Model `name` as ListModels has it (fails the test when absent). */
-static mlpd_client_model_status_t status_of(const td_daemon_t *d,
-                                            const char *name) {
+/* Model `name` as ListModels has it into *out: 1, or 0 when absent. */
+static int find_status(const td_daemon_t *d, const char *name,
+                       mlpd_client_model_status_t *out) {
   mlpd_client_t *c = connect_to(d, NULL);
   mlpd_client_model_status_t ms[MLPD_CLIENT_MAX_MODELS];
   int n = 0;
@@ -142,10 +142,20 @@ static mlpd_client_model_status_t status_of(const td_daemon_t *d,
       mlpd_client_list_models(c, ms, MLPD_CLIENT_MAX_MODELS, &n, &err), 0);
   mlpd_client_close(c);
   for (int i = 0; i < n; i++)
-    if (strcmp(ms[i].name, name) == 0)
-      return ms[i];
-  fail_msg("model %s is not listed", name);
-  return ms[0];
+    if (strcmp(ms[i].name, name) == 0) {
+      *out = ms[i];
+      return 1;
+    }
+  return 0;
+}
+
+/* The same, failing the test when absent. */
+static mlpd_client_model_status_t status_of(const td_daemon_t *d,
+                                            const char *name) {
+  mlpd_client_model_status_t s;
+  if (!find_status(d, name, &s))
+    fail_msg("model %s is not listed", name);
+  return s;
 }
 
 static uint64_t now_ms(void) {
@@ -159,8 +169,10 @@ static void wait_state(const td_daemon_t *d, const char *name,
                        const char *state, int ready) {
   uint64_t end = now_ms() + TIMEOUT;
   for (;;) {
-    mlpd_client_model_status_t s = status_of(d, name);
-    if (strcmp(s.state, state) == 0 && s.ready == ready)
+    /* A model new in --model-dir is listed once the daemon saw SIGHUP. */
+    mlpd_client_model_status_t s = {.state = "absent"};
+    if (find_status(d, name, &s) && strcmp(s.state, state) == 0 &&
+        s.ready == ready)
       return;
     if (now_ms() > end)
       fail_msg("model %s stays %s (ready %d), not %s", name, s.state,
