@@ -148,8 +148,8 @@ static int in_model_dir(const char *dir, const char *name) {
   return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-int mlpd_models_request(mlpd_models_t *t, mlpd_models_op_t op,
-                        const char *name, mlpd_err_t *why) {
+int mlpd_models_request(mlpd_models_t *t, mlpd_models_op_t op, const char *name,
+                        mlpd_err_t *why) {
   if (!mlpd_models_name_ok(name))
     return mlpd_errf(why, MLPD_EINVAL,
                      "model name '%.*s' must be 1..%d characters of A-Z a-z "
@@ -221,8 +221,7 @@ void mlpd_models_publish(mlpd_models_t *t, int index, mlpd_pool_t *pool,
   t->pool[index] = pool;
   t->e[index].generation = generation;
   t->e[index].device_bytes = pool != NULL ? pool->device_bytes : 0;
-  t->e[index].ready =
-      pool != NULL && t->e[index].state != MLPD_MODEL_UNLOADING;
+  t->e[index].ready = pool != NULL && t->e[index].state != MLPD_MODEL_UNLOADING;
   pthread_mutex_unlock(&t->mu);
 }
 

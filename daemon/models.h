@@ -55,14 +55,14 @@ typedef struct mlpd_models_status_s {
   int index;
   char name[MLPD_MODEL_NAME_MAX + 1];
   char version[MLPD_MODEL_VERSION_MAX + 1]; /* served; "" unversioned */
-  int nversions; /* versions found, newest first */
+  int nversions;                            /* versions found, newest first */
   char versions[MLPD_MODEL_MAX_VERSIONS][MLPD_MODEL_VERSION_MAX + 1];
-  char path[PATH_MAX];     /* the file loaded (or to load) */
+  char path[PATH_MAX]; /* the file loaded (or to load) */
   mlpd_model_state_t state;
-  int ready;               /* infer is served (READY, or reloading) */
-  char message[128];       /* why it failed, or "" */
-  uint64_t generation;     /* 1 + successful reloads of this model */
-  uint64_t device_bytes;   /* its engines' device memory, all devices */
+  int ready;             /* infer is served (READY, or reloading) */
+  char message[128];     /* why it failed, or "" */
+  uint64_t generation;   /* 1 + successful reloads of this model */
+  uint64_t device_bytes; /* its engines' device memory, all devices */
 } mlpd_models_status_t;
 
 /* The table. Fields below the lock are the daemon's to write. */
@@ -118,8 +118,8 @@ int mlpd_models_may_manage(uid_t peer, uid_t self);
  * a file or folder of that name in --model-dir), MLPD_EINVAL for a bad
  * name, -ENOMEM; why names the model. */
 typedef enum { MLPD_MODELS_LOAD = 1, MLPD_MODELS_UNLOAD } mlpd_models_op_t;
-int mlpd_models_request(mlpd_models_t *t, mlpd_models_op_t op,
-                        const char *name, mlpd_err_t *why) MLPD_MUST_CHECK;
+int mlpd_models_request(mlpd_models_t *t, mlpd_models_op_t op, const char *name,
+                        mlpd_err_t *why) MLPD_MUST_CHECK;
 
 /* The message mlpd_models_request posts (type MLPD_MSG_MODEL_OP); the
  * daemon frees it with free(). */

@@ -56,8 +56,8 @@ typedef struct mlpd_scheduler_s {
   mlpd_board_shard_t *stats; /* borrowed: this thread's counters */
   mlpd_batcher_done_cb done; /* answers a request (requests.h) */
   void *done_ud;
-  int flush; /* draining: partial slots go at once */
-  int due;   /* something changed: run before sleeping */
+  int flush;  /* draining: partial slots go at once */
+  int due;    /* something changed: run before sleeping */
   int nlanes; /* lanes in use: 1 + the highest model index seen */
   int turn;   /* the lane that goes first in the next pass */
   mlpd_lane_t lanes[MLPD_MAX_MODELS];

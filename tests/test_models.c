@@ -21,9 +21,9 @@
 #include <grp.h>
 #include <math.h>
 #include <setjmp.h>
-#include <stddef.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,7 +39,7 @@
 #define TIMEOUT 60000 /* ASan makes startup slow */
 #define NOBODY 65534
 
-/* ---- helpers ------------------------------------------------------------------ */
+/* ---- helpers ---- */
 
 typedef struct {
   char path[700];
@@ -105,8 +105,7 @@ static void assert_computed_by(const model_t *m, const float *x, int rows,
   double rel = tu_rel_frobenius(res->data, ref, (size_t)rows * m->out);
   free(ref);
   if (!(rel < 1e-5))
-    fail_msg("output differs from model %s's reference: rel %g", m->path,
-             rel);
+    fail_msg("output differs from model %s's reference: rel %g", m->path, rel);
 }
 
 /* One blocking request of `rows` rows to the connection's model. */
@@ -175,8 +174,8 @@ static void wait_state(const td_daemon_t *d, const char *name,
         s.ready == ready)
       return;
     if (now_ms() > end)
-      fail_msg("model %s stays %s (ready %d), not %s", name, s.state,
-               s.ready, state);
+      fail_msg("model %s stays %s (ready %d), not %s", name, s.state, s.ready,
+               state);
     usleep(10000);
   }
 }
@@ -200,7 +199,7 @@ static void stop(td_daemon_t *d) {
   td_cleanup(d, 0);
 }
 
-/* ---- the table alone ---------------------------------------------------------- */
+/* ---- the table alone ---- */
 
 static void test_table(void **state) {
   (void)state;
@@ -222,8 +221,7 @@ static void test_table(void **state) {
   assert_int_equal(mlpd_models_find(&t, "", NULL, &idx, NULL), 0);
   assert_int_equal(idx, 1);
   mlpd_err_clear(&err);
-  assert_int_equal(mlpd_models_find(&t, "nope", NULL, &idx, &err),
-                   MLPD_ENOENT);
+  assert_int_equal(mlpd_models_find(&t, "nope", NULL, &idx, &err), MLPD_ENOENT);
   assert_non_null(strstr(err.msg, "no model named 'nope'"));
   assert_non_null(strstr(err.msg, "digits, wide"));
   /* Versions: only the served one is found. */
@@ -231,8 +229,7 @@ static void test_table(void **state) {
   mlpd_models_set_source(&t, 1, "/x/wide/3/m.safetensors", "3", 2, vs);
   assert_int_equal(mlpd_models_find(&t, "wide", "3", &idx, NULL), 0);
   mlpd_err_clear(&err);
-  assert_int_equal(mlpd_models_find(&t, "wide", "1", &idx, &err),
-                   MLPD_ENOENT);
+  assert_int_equal(mlpd_models_find(&t, "wide", "1", &idx, &err), MLPD_ENOENT);
   assert_non_null(strstr(err.msg, "no version '1'"));
   /* States and readiness. */
   mlpd_models_set(&t, 0, MLPD_MODEL_FAILED, "bad file");
@@ -274,7 +271,7 @@ static void test_table(void **state) {
   mlpd_models_free(&t);
 }
 
-/* ---- two models: routing, isolation, listing ------------------------------- */
+/* ---- two models: routing, isolation, listing ---- */
 
 static void test_two_models(void **state) {
   (void)state;
@@ -378,7 +375,7 @@ static void test_two_models(void **state) {
   tu_free_mlp(&b.ref);
 }
 
-/* ---- three models, one of them broken; the default ------------------------ */
+/* ---- three models, one of them broken; the default ---- */
 
 static void test_three_one_fails(void **state) {
   (void)state;
@@ -390,8 +387,9 @@ static void test_three_one_fails(void **state) {
   tu_write_file(bad, "not a model", 11);
   snprintf(arg_b, sizeof(arg_b), "broken=%s", bad);
   snprintf(arg_c, sizeof(arg_c), "c=%s", c.path);
-  const char *args[] = {"--model", arg_b, "--model", arg_c,
-                        "--default-model", "c", "--log-level", "warn", NULL};
+  const char *args[] = {
+      "--model", arg_b,         "--model", arg_c, "--default-model",
+      "c",       "--log-level", "warn",    NULL};
   td_daemon_t d;
   spawn(&d, a.path, args);
   assert_true(td_log_contains(&d, "model 'broken' failed to load"));
@@ -443,7 +441,7 @@ static void test_none_loads(void **state) {
   td_cleanup(&d, 0);
 }
 
-/* ---- unload and load under load ------------------------------------------- */
+/* ---- unload and load under load ---- */
 
 static void test_unload_under_load(void **state) {
   (void)state;
@@ -529,7 +527,7 @@ static void test_unload_under_load(void **state) {
   tu_free_mlp(&b.ref);
 }
 
-/* ---- --model-dir and SIGHUP ------------------------------------------------- */
+/* ---- --model-dir and SIGHUP ---- */
 
 static void test_model_dir_reload(void **state) {
   (void)state;
@@ -600,7 +598,7 @@ static void test_model_dir_reload(void **state) {
   tu_free_mlp(&lone.ref);
 }
 
-/* ---- who may load and unload ---------------------------------------------- */
+/* ---- who may load and unload ---- */
 
 /* In a child at uid NOBODY: asks to unload `name`; returns the call's
  * code. */
@@ -655,7 +653,7 @@ static void test_permission(void **state) {
   tu_free_mlp(&a.ref);
 }
 
-/* ---- fairness --------------------------------------------------------------- */
+/* ---- fairness ---- */
 
 /* While model big is saturated by pipelined full batches, a lone request
  * to model small waits at most about one of big's batches, not for big's
@@ -667,8 +665,9 @@ static void test_fairness(void **state) {
   make_model(&small, g_dir, "small.safetensors", 8, 8, 2, 15);
   char arg_s[800];
   snprintf(arg_s, sizeof(arg_s), "small=%s", small.path);
-  const char *args[] = {"--model", arg_s, "--max-batch", "256",
-                        "--max-queue", "65536", "--log-level", "warn", NULL};
+  const char *args[] = {"--model",     arg_s,         "--max-batch",
+                        "256",         "--max-queue", "65536",
+                        "--log-level", "warn",        NULL};
   td_daemon_t d;
   spawn(&d, big.path, args);
   mlpd_client_t *cb = connect_to(&d, "big"), *cs = connect_to(&d, "small");
