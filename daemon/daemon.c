@@ -355,6 +355,8 @@ static void drop_next(mlpd_daemon_t *d, int m, const char *why) {
     if (dm->pool == NULL) {
       MLPD_LOGE("model '%s' failed to load: %s", name_of(d, m), why);
       mlpd_models_set(&d->board.models, m, MLPD_MODEL_FAILED, why);
+      if (state_of(d) == MLPD_STATE_READY)
+        mlpd_notify_ready();
     } else {
       MLPD_LOGE("model '%s': reload failed, still serving generation "
                 "%llu: %s",
@@ -547,10 +549,11 @@ static void switched(mlpd_daemon_t *d, int m) {
             (unsigned long long)dm->generation, mo->nlayers, mo->in_features,
             mo->out_features, mlpd_dtype_name(pd->compute_dtype), devs,
             (unsigned long long)pd->device_bytes);
-  if (old != NULL) {
-    retire(d, old);
+  retire(d, old);
+  /* After SIGHUP systemd waits for READY=1, also for a model that is new
+   * (no old pool); it is idempotent for the rest. */
+  if (state_of(d) == MLPD_STATE_READY)
     mlpd_notify_ready();
-  }
   settle(d, m);
   if (dm->want_unload) {
     dm->want_unload = 0;
