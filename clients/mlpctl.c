@@ -36,6 +36,7 @@ typedef struct {
   uint64_t timeout_ms; /* fits a uint32_t (the option's range) */
   int io_timeout_ms;
   int print;
+  const char *model; /* --model, NULL = the daemon's default */
 } opts_t;
 
 static int connect_or_report(const opts_t *o, mlpd_client_t **c) {
@@ -47,6 +48,13 @@ static int connect_or_report(const opts_t *o, mlpd_client_t **c) {
     return rc;
   }
   mlpd_client_set_timeout(*c, o->io_timeout_ms);
+  if ((rc = mlpd_client_set_model(*c, o->model, &err)) != 0) {
+    fprintf(stderr, "mlpctl: --model: %s (%s)\n", mlpd_err_msg(&err, rc),
+            mlpd_err_name(rc));
+    mlpd_client_close(*c);
+    *c = NULL;
+    return rc;
+  }
   return 0;
 }
 
@@ -122,18 +130,11 @@ static void print_bytes(uint64_t b) {
     printf("%llu B", (unsigned long long)b);
 }
 
-static int cmd_info(const opts_t *o) {
-  mlpd_client_t *c = NULL;
-  if (connect_or_report(o, &c) != 0)
-    return 1;
-  mlpd_err_t err = {0};
-  mlpd_client_model_info_t m;
-  int rc = mlpd_client_model_info(c, &m, &err);
-  mlpd_client_close(c);
-  if (rc != 0)
-    return report("info", rc, &err);
-  if (o->json) {
-    printf("{\"path\": ");
+/* One model's description: JSON members (without braces) or text. */
+static void print_info(const mlpd_client_model_info_t *mp, int json) {
+  const mlpd_client_model_info_t m = *mp;
+  if (json) {
+    printf("\"path\": ");
     json_str(m.path);
     printf(", \"layers\": [");
     for (int i = 0; i < m.nlayers; i++) {
@@ -167,8 +168,8 @@ static int cmd_info(const opts_t *o) {
              (unsigned long long)m.devices[i].batches,
              (unsigned long long)m.devices[i].device_memory_bytes);
     }
-    printf("]}\n");
-    return 0;
+    printf("]");
+    return;
   }
   printf("model       %s (generation %llu)\n", m.path,
          (unsigned long long)m.generation);
@@ -194,6 +195,112 @@ static int cmd_info(const opts_t *o) {
     print_bytes(m.devices[i].device_memory_bytes);
     printf("\n");
   }
+}
+
+
+/* info: every model the daemon knows, then the description of the
+ * connection's model (--model, or the only or default one), or, when the
+ * daemon serves several and none is named, of every ready one. */
+static int cmd_info(const opts_t *o) {
+  mlpd_client_t *c = NULL;
+  if (connect_or_report(o, &c) != 0)
+    return 1;
+  mlpd_err_t err = {0};
+  mlpd_client_model_status_t *ms =
+      calloc(MLPD_CLIENT_MAX_MODELS, sizeof(*ms));
+  mlpd_client_model_info_t *m = malloc(sizeof(*m));
+  int n = 0, status = 1, rc;
+  if (ms == NULL || m == NULL) {
+    fprintf(stderr, "mlpctl: out of memory\n");
+    goto done;
+  }
+  if ((rc = mlpd_client_list_models(c, ms, MLPD_CLIENT_MAX_MODELS, &n,
+                                    &err)) != 0) {
+    report("info", rc, &err);
+    goto done;
+  }
+  /* The connection's model, when one is named or the daemon has one. */
+  int have = 0;
+  if (o->model != NULL || n == 1) {
+    if ((rc = mlpd_client_model_info(c, m, &err)) != 0) {
+      report("info", rc, &err);
+      goto done;
+    }
+    have = 1;
+  } else {
+    mlpd_err_clear(&err);
+    have = mlpd_client_model_info(c, m, &err) == 0; /* the default's */
+  }
+  if (o->json) {
+    printf("{\"models\": [");
+    for (int i = 0; i < n; i++) {
+      printf("%s{\"name\": ", i ? ", " : "");
+      json_str(ms[i].name);
+      printf(", \"state\": ");
+      json_str(ms[i].state);
+      printf(", \"ready\": %s, \"versions\": [",
+             ms[i].ready ? "true" : "false");
+      for (int v = 0; v < ms[i].nversions; v++) {
+        printf("%s", v ? ", " : "");
+        json_str(ms[i].versions[v]);
+      }
+      printf("], \"message\": ");
+      json_str(ms[i].message);
+      printf("}");
+    }
+    printf("]");
+    if (have) {
+      printf(", ");
+      print_info(m, 1);
+    }
+    printf("}\n");
+    status = 0;
+    goto done;
+  }
+  printf("models      %d\n", n);
+  for (int i = 0; i < n; i++) {
+    printf("  %-24s %-10s", ms[i].name, ms[i].state);
+    if (ms[i].nversions > 0) {
+      printf(" versions");
+      for (int v = 0; v < ms[i].nversions; v++)
+        printf("%s%s", v ? "," : " ", ms[i].versions[v]);
+    }
+    if (ms[i].message[0] != '\0')
+      printf(" (%s)", ms[i].message);
+    printf("\n");
+  }
+  if (have) {
+    print_info(m, 0);
+  } else {
+    for (int i = 0; i < n; i++) {
+      if (!ms[i].ready || mlpd_client_set_model(c, ms[i].name, &err) != 0 ||
+          mlpd_client_model_info(c, m, &err) != 0)
+        continue;
+      printf("\nname        %s\n", ms[i].name);
+      print_info(m, 0);
+    }
+  }
+  status = 0;
+done:
+  free(m);
+  free(ms);
+  mlpd_client_close(c);
+  return status;
+}
+
+/* load NAME, unload NAME: root and the daemon's user only. */
+static int cmd_load(const opts_t *o, const char *name, int load) {
+  mlpd_client_t *c = NULL;
+  if (connect_or_report(o, &c) != 0)
+    return 1;
+  mlpd_err_t err = {0};
+  int rc = load ? mlpd_client_load_model(c, name, &err)
+                : mlpd_client_unload_model(c, name, &err);
+  mlpd_client_close(c);
+  if (rc != 0)
+    return report(load ? "load" : "unload", rc, &err);
+  printf("%s %s: started (mlpctl info shows its state)\n",
+         load ? "loading" : "unloading", name);
   return 0;
 }
 
@@ -359,7 +466,11 @@ static const char usage_head[] =
     "live\n"
     "  ready             exit 0 if the daemon is ready, 1 if not (probes)\n"
     "  metrics           print the Prometheus metrics text\n"
-    "  info [--json]     describe the loaded model and its devices\n"
+    "  info [--json]     list the models; describe the model (--model, or\n"
+    "                    the only or default one) and its devices\n"
+    "  load NAME         load or reload a model (root and the daemon's "
+    "user)\n"
+    "  unload NAME       unload a model (root and the daemon's user)\n"
     "  infer FILE        classify rows from FILE (.safetensors with 'inputs'\n"
     "                    [rows, cols] and optional 'labels', or text: one "
     "row\n"
@@ -402,6 +513,9 @@ int main(int argc, char **argv) {
       {"print", 'p', MLPD_OPT_FLAG, &o.print,
        .help = "infer: print every row's outputs"},
       {"json", 'j', MLPD_OPT_FLAG, &o.json, .help = "info: print JSON"},
+      {"model", 'm', MLPD_OPT_STRING, &o.model, .meta = "NAME",
+       .help = "infer, info: the model (default: the daemon's only\nor "
+               "default model)"},
       {0}};
   const mlpd_opts_t spec = {
       .prog = "mlpctl",
@@ -416,7 +530,7 @@ int main(int argc, char **argv) {
     return mlpd_opts_exit_status(rc);
   if (nargs < 1)
     return mlpd_opts_error(&spec, "no command (health, ready, metrics, "
-                                  "info or infer)");
+                                  "info, infer, load or unload)");
   /* The options may come before or after the command: `mlpctl info
    * --json`, `mlpctl infer --batch 64 FILE`. */
   const char *cmd = argv[1];
@@ -425,6 +539,11 @@ int main(int argc, char **argv) {
     if (nargs != 1)
       return mlpd_opts_error(&spec, "infer takes one FILE of rows");
     return cmd_infer(&o, argv[2]);
+  }
+  if (strcmp(cmd, "load") == 0 || strcmp(cmd, "unload") == 0) {
+    if (nargs != 1)
+      return mlpd_opts_error(&spec, "%s takes one model NAME", cmd);
+    return cmd_load(&o, argv[2], cmd[0] == 'l');
   }
   if (strcmp(cmd, "health") != 0 && strcmp(cmd, "ready") != 0 &&
       strcmp(cmd, "metrics") != 0 && strcmp(cmd, "info") != 0)

@@ -42,6 +42,7 @@
 
 typedef struct {
   const char *socket;
+  const char *model;  /* --model, NULL = the daemon's default */
   int connections;
   int depth;
   int rows;
@@ -133,7 +134,8 @@ static void *run(void *arg) {
   int nfree = depth;
   for (int i = 0; i < depth; i++)
     freeslots[i] = depth - 1 - i;
-  if ((rc = mlpd_client_connect(cfg->socket, &c, &w->err)) != 0)
+  if ((rc = mlpd_client_connect(cfg->socket, &c, &w->err)) != 0 ||
+      (rc = mlpd_client_set_model(c, cfg->model, &w->err)) != 0)
     goto done;
   mlpd_client_set_timeout(c, 60000);
   /* Shared memory: slot s reads rows at in_b * s and writes its output at
@@ -306,6 +308,9 @@ int main(int argc, char **argv) {
     cfg.socket = MLPD_CLIENT_DEFAULT_SOCKET;
   const double inf = HUGE_VAL;
   const mlpd_opt_t table[] = {
+      {"model", 'm', MLPD_OPT_STRING, &cfg.model, .meta = "NAME",
+       .help = "the model to drive (default: the daemon's only or\n"
+               "default model)"},
       {"socket", 's', MLPD_OPT_STRING, &cfg.socket, .meta = "PATH",
        .help = "daemon socket (default $MLPD_SOCKET, else "
                MLPD_CLIENT_DEFAULT_SOCKET ")"},
@@ -359,7 +364,8 @@ int main(int argc, char **argv) {
   rc = mlpd_client_connect(cfg.socket, &c, &err);
   if (rc == 0) {
     mlpd_client_set_timeout(c, 60000);
-    rc = mlpd_client_model_info(c, &info, &err);
+    if ((rc = mlpd_client_set_model(c, cfg.model, &err)) == 0)
+      rc = mlpd_client_model_info(c, &info, &err);
   }
   mlpd_client_close(c);
   if (rc != 0) {

@@ -57,6 +57,16 @@ grep -q '^ready  yes' "$out/health" || fail "health"
   fail "info devices"
 "$mlpctl" info --json | grep -q '"devices": \[{"device": "cpu' ||
   fail "info --json devices"
+# Models by name: info lists them; --model routes; an unknown one is
+# refused by name (NOT_FOUND), and mlpd-bench takes --model too.
+"$mlpctl" info | grep -Eq '^  digits +ready' || fail "info models"
+"$mlpctl" info --json | grep -q '"models": \[{"name": "digits", "state": "ready"' ||
+  fail "info --json models"
+"$mlpctl" --model digits info | grep -q '64 -> 128' || fail "info --model"
+if "$mlpctl" --model nope info 2>"$out/nope"; then fail "--model nope"; fi
+grep -q "NOT_FOUND: no model named 'nope'" "$out/nope" || fail "--model nope msg"
+"$bench" --model digits --connections 1 --depth 2 --duration 0.3 >/dev/null ||
+  fail "mlpd-bench --model"
 
 # The README's main command.
 "$mlpctl" infer "$src/models/digits-heldout.safetensors" | tee "$out/infer"

@@ -62,6 +62,8 @@ struct mlpd_req_s {
   uint8_t *out;              /* (caller) [rows][out_cols] of out_dtype */
   uint64_t arrival_ns;       /* (caller) when the request was complete */
   uint64_t deadline_ns;      /* (caller) 0 = none */
+  int model;                 /* (caller) the model's index (models.h); the
+                                batcher itself serves one model */
 
   /* batcher state */
   int staged;                /* rows copied into slots so far */

@@ -19,12 +19,14 @@ void mlpd_board_init(mlpd_board_t *b, mlpd_access_t *access, int nshards) {
     pthread_mutex_init(&b->shards[i].mu, NULL);
     mlpd_metrics_init(&b->shards[i].m);
   }
+  mlpd_models_init(&b->models, NULL, NULL);
 }
 
 void mlpd_board_free(mlpd_board_t *b) {
   for (int i = 0; i < MLPD_BOARD_MAX_SHARDS; i++)
     pthread_mutex_destroy(&b->shards[i].mu);
   pthread_mutex_destroy(&b->mu);
+  mlpd_models_free(&b->models);
 }
 
 void mlpd_board_set_state(mlpd_board_t *b, mlpd_state_t s) {
@@ -69,10 +71,14 @@ void mlpd_board_health(void *ud, int *live, int *ready, const char **state) {
     break;
   case MLPD_STATE_READY:
     *state = "ready";
-    pthread_mutex_lock(&b->mu);
-    if (b->pool != NULL && mlpd_pool_in_rotation(b->pool) < b->pool->n)
-      *state = "degraded";
-    pthread_mutex_unlock(&b->mu);
+    pthread_mutex_lock(&b->models.mu);
+    for (int i = 0; i < b->models.n; i++) {
+      mlpd_pool_t *p = b->models.pool[i];
+      if ((p != NULL && mlpd_pool_in_rotation(p) < p->n) ||
+          b->models.e[i].state == MLPD_MODEL_FAILED)
+        *state = "degraded";
+    }
+    pthread_mutex_unlock(&b->models.mu);
     break;
   default:
     *state = "draining";
@@ -132,6 +138,17 @@ size_t mlpd_board_render(void *ud, char *buf, size_t cap) {
   pthread_mutex_lock(&b->mu);
   add_model(b, m);
   pthread_mutex_unlock(&b->mu);
+  pthread_mutex_lock(&b->models.mu);
+  m->nmodels = b->models.n;
+  for (int i = 0; i < b->models.n && i < MLPD_METRICS_MAX_MODELS; i++) {
+    snprintf(m->model_names[i], sizeof(m->model_names[i]), "%s",
+             b->models.e[i].name);
+    m->model_ready[i] = b->models.e[i].ready;
+    mlpd_pool_t *p = b->models.pool[i];
+    m->model_gpu_bytes[i] =
+        p != NULL && p->n > 0 && strcmp(p->engines[0]->info.kind, "cpu") != 0 ? p->device_bytes : 0;
+  }
+  pthread_mutex_unlock(&b->models.mu);
   size_t n = mlpd_metrics_render(m, buf, cap);
   free(m);
   return n;

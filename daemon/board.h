@@ -1,5 +1,7 @@
 /* board.h - what the daemon publishes for every thread to read: its state,
- * the pool being served with its generation and reload counts, and one
+ * the table of models (models.h: names, states, the pool serving each), the
+ * primary model's pool (the default or first ready one, for the
+ * single-model metrics) with its generation and reload counts, and one
  * block of counters per I/O thread; from these it answers health and
  * renders the metrics text, for the Health and Metrics messages
  * (requests.h) and for the HTTP probes (http.h) alike.
@@ -17,6 +19,7 @@
 
 #include "access.h"
 #include "metrics.h"
+#include "models.h"
 #include "pool.h"
 
 #include <pthread.h>
@@ -46,11 +49,13 @@ typedef struct mlpd_board_s {
   mlpd_access_t *access;           /* borrowed: uid labels */
   int nshards;                     /* I/O threads */
   pthread_mutex_t mu;              /* guards the published part below */
-  mlpd_pool_t *pool;               /* published: the pool being served */
+  mlpd_pool_t *pool;               /* published: the primary model's pool */
   uint64_t generation;             /* 1 + successful reloads, 0 before */
   uint64_t reloads_ok, reloads_failed;
   char layers[256]; /* "64-128-128-10", of pool's model */
   mlpd_board_shard_t shards[MLPD_BOARD_MAX_SHARDS];
+  mlpd_models_t models; /* its own lock; the daemon sets models.daemon
+                           and models.model_dir before any thread starts */
 } mlpd_board_t;
 
 /* nshards at most MLPD_BOARD_MAX_SHARDS. */
@@ -69,7 +74,9 @@ void mlpd_board_publish(mlpd_board_t *b, mlpd_pool_t *pool, uint64_t generation,
 mlpd_board_shard_t *mlpd_board_shard(mlpd_board_t *b, int i);
 
 /* Health as a probe sees it: *live and *ready 0/1, *state "loading",
- * "ready", "degraded" (serving on fewer devices than loaded) or "draining".
+ * "ready", "degraded" (serving on fewer devices than loaded, or fewer
+ * models than configured) or "draining". The whole daemon is ready once
+ * its startup loads are done and at least one model serves.
  * Any thread; ud is the board (the shape of mlpd_http_handlers_t). */
 void mlpd_board_health(void *ud, int *live, int *ready, const char **state);
 

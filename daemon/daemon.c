@@ -13,11 +13,14 @@
 #include "server.h"
 
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define LOAD_EXTEND_USEC (20u * 1000000u) /* asked for while progressing */
@@ -50,18 +53,190 @@ static void set_state(mlpd_daemon_t *d, mlpd_state_t s) {
   mlpd_board_set_state(&d->board, s);
 }
 
-/* What every other thread reads of the pool and the reloads: published
- * whenever one of them changes, before an old pool is retired. */
-static void publish(mlpd_daemon_t *d) {
-  mlpd_board_publish(&d->board, d->pool, d->generation, d->reloads_ok,
-                     d->reloads_failed);
+/* What every other thread reads of the models and the reloads: published
+ * whenever one of them changes, before an old pool is retired. The board's
+ * single-model part (model_info, generation) follows the primary model:
+ * the default one, else the first that serves. */
+static void publish(mlpd_daemon_t *d, int m) {
+  mlpd_dmodel_t *dm = &d->models[m];
+  mlpd_models_publish(&d->board.models, m, dm->pool, dm->generation);
+  int primary = d->board.models.default_index;
+  if (primary < 0 || d->models[primary].pool == NULL) {
+    primary = -1;
+    for (int i = 0; i < d->nmodels && primary < 0; i++)
+      if (d->models[i].pool != NULL)
+        primary = i;
+  }
+  mlpd_board_publish(&d->board, primary >= 0 ? d->models[primary].pool : NULL,
+                     primary >= 0 ? d->models[primary].generation : 0,
+                     d->reloads_ok, d->reloads_failed);
+}
+
+static const char *name_of(mlpd_daemon_t *d, int m) {
+  return d->board.models.e[m].name; /* written only on this thread */
 }
 
 /* ---- shards ----------------------------------------------------------------- */
 
-static void post_all(mlpd_daemon_t *d, int type, mlpd_pool_t *pool) {
+static void post_all(mlpd_daemon_t *d, int type, int m, mlpd_pool_t *pool) {
   for (int i = 0; i < d->nshards; i++)
-    mlpd_dispatch_post(&d->shards[i], type, pool);
+    mlpd_dispatch_post(&d->shards[i], type, m, pool);
+}
+
+/* ---- the model directory ------------------------------------------------------ */
+
+static int has_suffix(const char *s, const char *suffix) {
+  size_t n = strlen(s), k = strlen(suffix);
+  return n > k && strcmp(s + n - k, suffix) == 0;
+}
+
+static int all_digits(const char *s) {
+  if (*s == '\0')
+    return 0;
+  for (; *s; s++)
+    if (*s < '0' || *s > '9')
+      return 0;
+  return 1;
+}
+
+/* The first *.safetensors file in folder `dir` (by name), into path. */
+static int first_safetensors(const char *dir, char *path, size_t cap) {
+  DIR *dh = opendir(dir);
+  if (dh == NULL)
+    return MLPD_ENOENT;
+  char best[NAME_MAX + 1] = "";
+  struct dirent *de;
+  while ((de = readdir(dh)) != NULL)
+    if (de->d_name[0] != '.' && has_suffix(de->d_name, ".safetensors") &&
+        (best[0] == '\0' || strcmp(de->d_name, best) < 0))
+      snprintf(best, sizeof(best), "%s", de->d_name);
+  closedir(dh);
+  if (best[0] == '\0')
+    return MLPD_ENOENT;
+  if ((size_t)snprintf(path, cap, "%.*s/%s", PATH_MAX - NAME_MAX - 2, dir,
+                       best) >= cap)
+    return MLPD_ENAMETOOLONG;
+  return 0;
+}
+
+/* Where model `name` of the model directory is: DIR/NAME.safetensors, or
+ * the newest version folder DIR/NAME/<N>/ (Triton's repository layout),
+ * whose *.safetensors file is served. versions[] lists the versions found,
+ * newest first. */
+static int dir_lookup(const char *dir, const char *name, char *path,
+                      size_t cap, char *version,
+                      char versions[][MLPD_MODEL_VERSION_MAX + 1],
+                      int *nversions) {
+  struct stat st;
+  *nversions = 0;
+  version[0] = '\0';
+  snprintf(path, cap, "%s/%s.safetensors", dir, name);
+  if (stat(path, &st) == 0 && S_ISREG(st.st_mode))
+    return 0;
+  char folder[PATH_MAX];
+  snprintf(folder, sizeof(folder), "%s/%s", dir, name);
+  DIR *dh = opendir(folder);
+  if (dh == NULL)
+    return MLPD_ENOENT;
+  unsigned long nums[64];
+  int n = 0;
+  struct dirent *de;
+  while ((de = readdir(dh)) != NULL && n < 64)
+    if (all_digits(de->d_name) && strlen(de->d_name) < 10)
+      nums[n++] = strtoul(de->d_name, NULL, 10);
+  closedir(dh);
+  /* Newest first. */
+  for (int i = 1; i < n; i++)
+    for (int j = i; j > 0 && nums[j] > nums[j - 1]; j--) {
+      unsigned long t = nums[j];
+      nums[j] = nums[j - 1];
+      nums[j - 1] = t;
+    }
+  int found = -1;
+  for (int i = 0; i < n; i++) {
+    char vdir[PATH_MAX + 16], file[PATH_MAX];
+    snprintf(vdir, sizeof(vdir), "%s/%lu", folder, nums[i]);
+    if (first_safetensors(vdir, file, sizeof(file)) != 0)
+      continue;
+    if (found < 0) {
+      found = i;
+      snprintf(path, cap, "%s", file);
+      snprintf(version, MLPD_MODEL_VERSION_MAX + 1, "%lu", nums[i]);
+    }
+    if (*nversions < MLPD_MODEL_MAX_VERSIONS)
+      snprintf(versions[(*nversions)++], MLPD_MODEL_VERSION_MAX + 1, "%lu",
+               nums[i]);
+  }
+  return found >= 0 ? 0 : MLPD_ENOENT;
+}
+
+/* The slot of model `name`, added when new. */
+static int add_model(mlpd_daemon_t *d, const char *name, const char *cfg_path) {
+  int m = mlpd_models_add(&d->board.models, name);
+  if (m < 0) {
+    MLPD_LOGE("model '%s': no room (at most %d models)", name,
+              MLPD_MAX_MODELS);
+    return m;
+  }
+  if (m >= d->nmodels) {
+    d->nmodels = m + 1;
+    memset(&d->models[m], 0, sizeof(d->models[m]));
+    d->models[m].cfg_path = cfg_path;
+  }
+  return m;
+}
+
+/* Calls add for every model the model directory holds. */
+static void scan_dir(mlpd_daemon_t *d, void (*found)(mlpd_daemon_t *, int)) {
+  DIR *dh = opendir(d->cfg.model_dir);
+  if (dh == NULL) {
+    MLPD_LOGE("--model-dir %s: %s", d->cfg.model_dir, strerror(errno));
+    return;
+  }
+  struct dirent *de;
+  while ((de = readdir(dh)) != NULL) {
+    char name[NAME_MAX + 1];
+    snprintf(name, sizeof(name), "%s", de->d_name);
+    if (has_suffix(name, ".safetensors"))
+      name[strlen(name) - strlen(".safetensors")] = '\0';
+    if (!mlpd_models_name_ok(name))
+      continue;
+    char path[PATH_MAX], version[MLPD_MODEL_VERSION_MAX + 1];
+    char versions[MLPD_MODEL_MAX_VERSIONS][MLPD_MODEL_VERSION_MAX + 1];
+    int nv = 0;
+    if (dir_lookup(d->cfg.model_dir, name, path, sizeof(path), version,
+                   versions, &nv) != 0)
+      continue;
+    int idx = -1;
+    if (mlpd_models_find(&d->board.models, name, NULL, &idx, NULL) == 0 &&
+        d->models[idx].cfg_path != NULL)
+      continue; /* --model NAME=FILE wins over the directory */
+    int m = add_model(d, name, NULL);
+    if (m >= 0)
+      found(d, m);
+  }
+  closedir(dh);
+}
+
+/* Sets the file model m is to load: its --model FILE, or the newest
+ * version in the model directory. */
+static int resolve(mlpd_daemon_t *d, int m, mlpd_err_t *err) {
+  mlpd_dmodel_t *dm = &d->models[m];
+  char versions[MLPD_MODEL_MAX_VERSIONS][MLPD_MODEL_VERSION_MAX + 1];
+  int nv = 0;
+  if (dm->cfg_path != NULL) {
+    snprintf(dm->path, sizeof(dm->path), "%s", dm->cfg_path);
+    dm->version[0] = '\0';
+  } else if (d->cfg.model_dir == NULL ||
+             dir_lookup(d->cfg.model_dir, name_of(d, m), dm->path,
+                        sizeof(dm->path), dm->version, versions,
+                        &nv) != 0) {
+    return mlpd_errf(err, MLPD_ENOENT, "model '%s' is not in --model-dir %s",
+                     name_of(d, m), d->cfg.model_dir ? d->cfg.model_dir : "");
+  }
+  mlpd_models_set_source(&d->board.models, m, dm->path, dm->version, nv,
+                         versions);
+  return 0;
 }
 
 /* ---- loading (thread pool) -------------------------------------------------- */
@@ -93,12 +268,12 @@ static void load_work(uv_work_t *w) {
   if ((l->rc = mlpd_engine_parse_devices(d->cfg.device, cuda_count, dev, &n,
                                          &l->err)) != 0)
     return;
-  char msg[160];
-  snprintf(msg, sizeof(msg), "reading %s, planning on %d device%s",
-           d->cfg.model_path, n, n == 1 ? "" : "s");
+  char msg[PATH_MAX + 64];
+  snprintf(msg, sizeof(msg), "reading %s, planning on %d device%s", l->path,
+           n, n == 1 ? "" : "s");
   on_load_progress(d, msg);
-  l->rc = mlpd_pool_open(&l->pool, d->cfg.model_path, d->cfg.activations,
-                         dev, n, &opts, &l->err);
+  l->rc = mlpd_pool_open(&l->pool, l->path, d->cfg.activations, dev, n,
+                         &opts, &l->err);
 }
 
 static void close_work(uv_work_t *w) {
@@ -129,13 +304,16 @@ static void retire(mlpd_daemon_t *d, mlpd_pool_t *p) {
 static void finish(mlpd_daemon_t *d);
 static void begin_drain(mlpd_daemon_t *d);
 static void maybe_drained(mlpd_daemon_t *d);
-static void reload(mlpd_daemon_t *d);
+static void pump(mlpd_daemon_t *d);
+static void start_unload(mlpd_daemon_t *d, int m);
 
 static void load_after(uv_work_t *w, int status);
 
-static int queue_load(mlpd_daemon_t *d) {
+static int queue_load(mlpd_daemon_t *d, int m) {
   memset(&d->load, 0, sizeof(d->load));
   d->load.d = d;
+  d->load.model = m;
+  snprintf(d->load.path, sizeof(d->load.path), "%s", d->models[m].path);
   atomic_store(&d->progress_ns, mlpd_now_ns());
   int rc = uv_queue_work(&d->loop, &d->load.work, load_work, load_after);
   if (rc == 0)
@@ -143,59 +321,124 @@ static int queue_load(mlpd_daemon_t *d) {
   return rc;
 }
 
-/* The new pool failed or is not wanted any more. */
-static void drop_next(mlpd_daemon_t *d, const char *why) {
+/* Startup is over once every model named at start has loaded or failed:
+ * the daemon is ready when at least one serves. */
+static void settle(mlpd_daemon_t *d, int m) {
+  if (!d->models[m].starting)
+    return;
+  d->models[m].starting = 0;
+  if (--d->starting > 0 || state_of(d) != MLPD_STATE_LOADING)
+    return;
+  int ready = 0;
+  for (int i = 0; i < d->nmodels; i++)
+    ready += d->models[i].pool != NULL;
+  if (ready == 0) {
+    MLPD_LOGE("cannot start: no model loaded");
+    mlpd_notify_status("failed: no model loaded");
+    d->exit_code = 1;
+    finish(d);
+    return;
+  }
+  set_state(d, MLPD_STATE_READY);
+  MLPD_LOGI("ready: %d of %d model%s serving, max batch %d, delay %llu us, "
+            "queue %d rows per model, %d I/O thread%s, socket %s",
+            ready, d->nmodels, d->nmodels == 1 ? "" : "s", d->cfg.max_batch,
+            (unsigned long long)d->cfg.max_delay_us, d->cfg.max_queue,
+            d->nshards, d->nshards == 1 ? "" : "s", d->cfg.socket_path);
+  mlpd_notify_ready();
+}
+
+/* The new pool of model m failed or is not wanted any more. */
+static void drop_next(mlpd_daemon_t *d, int m, const char *why) {
+  mlpd_dmodel_t *dm = &d->models[m];
   if (why != NULL) {
-    if (d->pool == NULL) {
-      MLPD_LOGE("cannot start: %s", why);
-      mlpd_notify_status("failed: %s", why);
-      d->exit_code = 1;
+    if (dm->pool == NULL) {
+      MLPD_LOGE("model '%s' failed to load: %s", name_of(d, m), why);
+      mlpd_models_set(&d->board.models, m, MLPD_MODEL_FAILED, why);
+      if (state_of(d) == MLPD_STATE_READY)
+        mlpd_notify_ready();
     } else {
-      MLPD_LOGE("reload failed, still serving generation %llu: %s",
-                (unsigned long long)d->generation, why);
+      MLPD_LOGE("model '%s': reload failed, still serving generation "
+                "%llu: %s",
+                name_of(d, m), (unsigned long long)dm->generation, why);
+      dm->reloads_failed++;
       d->reloads_failed++;
-      publish(d);
+      mlpd_models_set(&d->board.models, m, MLPD_MODEL_READY, why);
+      publish(d, m);
       mlpd_notify_ready();
     }
   }
-  retire(d, d->next_pool);
-  d->next_pool = NULL;
-  if (d->pool == NULL)
-    finish(d);
-  else
-    maybe_drained(d);
+  retire(d, dm->next_pool);
+  dm->next_pool = NULL;
+  if (d->busy == m)
+    d->busy = -1;
+  settle(d, m);
+  if (d->stopping)
+    return;
+  if (dm->want_unload) {
+    dm->want_unload = 0;
+    start_unload(d, m);
+  }
+  pump(d);
+  maybe_drained(d);
 }
 
 /* One real batch through every engine before anything is served, so first
  * requests do not pay for lazy initialisation (Triton's ModelWarmup). The
  * staging row is zeroed at allocation; one row touches every layer. */
-static void start_warmup(mlpd_daemon_t *d) {
-  d->warm_failed = 0;
-  d->warming = mlpd_pool_warm_up(d->next_pool, d->warm, &d->mb);
-  if (d->warming < d->next_pool->n)
-    d->warm_failed = 1;
-  if (d->warming == 0)
-    drop_next(d, "warm-up: no engine took the batch");
+static void start_warmup(mlpd_daemon_t *d, int m) {
+  mlpd_dmodel_t *dm = &d->models[m];
+  dm->warm_failed = 0;
+  dm->warming = mlpd_pool_warm_up(dm->next_pool, dm->warm, &d->mb);
+  if (dm->warming < dm->next_pool->n)
+    dm->warm_failed = 1;
+  if (dm->warming == 0)
+    drop_next(d, m, "warm-up: no engine took the batch");
+}
+
+/* Device memory of every model's engines but m's. */
+static uint64_t others_device_bytes(mlpd_daemon_t *d, int m) {
+  uint64_t sum = 0;
+  for (int i = 0; i < d->nmodels; i++)
+    if (i != m && d->models[i].pool != NULL)
+      sum += d->models[i].pool->device_bytes;
+  return sum;
 }
 
 static void on_load_done(mlpd_daemon_t *d) {
   mlpd_load_t *l = &d->load;
+  int m = l->model;
+  mlpd_dmodel_t *dm = &d->models[m];
   d->loading = 0;
   if (l->rc != 0) {
     char why[MLPD_ERRMSG_MAX + 32];
     snprintf(why, sizeof(why), "%s (%s)", mlpd_err_msg(&l->err, l->rc),
              mlpd_err_name(l->rc));
-    d->next_pool = NULL;
-    drop_next(d, why);
+    dm->next_pool = NULL;
+    drop_next(d, m, why);
     return;
   }
-  d->next_pool = l->pool;
+  dm->next_pool = l->pool;
   l->pool = NULL;
   if (state_of(d) == MLPD_STATE_DRAINING || d->stopping) {
-    drop_next(d, NULL); /* stopped while loading: nothing to serve */
+    drop_next(d, m, NULL); /* stopped while loading: nothing to serve */
     return;
   }
-  start_warmup(d);
+  /* Per-model accounting: the new generation replaces the old one, so the
+   * old one's memory does not count against it. */
+  uint64_t need = dm->next_pool->device_bytes;
+  uint64_t others = others_device_bytes(d, m);
+  if (d->cfg.max_gpu_memory != 0 && need + others > d->cfg.max_gpu_memory) {
+    char why[256];
+    snprintf(why, sizeof(why),
+             "needs %llu bytes of device memory; with the other models' "
+             "%llu bytes that is over --max-gpu-memory %llu",
+             (unsigned long long)need, (unsigned long long)others,
+             (unsigned long long)d->cfg.max_gpu_memory);
+    drop_next(d, m, why);
+    return;
+  }
+  start_warmup(d, m);
 }
 
 static void load_after(uv_work_t *w, int status) {
@@ -205,66 +448,172 @@ static void load_after(uv_work_t *w, int status) {
   on_load_done(l->d);
 }
 
+/* Starts the next load that waits, if no load runs. */
+static void pump(mlpd_daemon_t *d) {
+  mlpd_state_t s = state_of(d);
+  if (d->busy >= 0 || d->loading || d->stopping ||
+      (s != MLPD_STATE_LOADING && s != MLPD_STATE_READY))
+    return;
+  for (int m = 0; m < d->nmodels; m++) {
+    mlpd_dmodel_t *dm = &d->models[m];
+    if (!dm->want_load || dm->switching)
+      continue;
+    dm->want_load = 0;
+    mlpd_err_t err = {0};
+    int rc = resolve(d, m, &err);
+    if (rc != 0) {
+      drop_next(d, m, err.msg);
+      return; /* drop_next pumped */
+    }
+    struct stat st;
+    if (stat(dm->path, &st) == 0) {
+      dm->mtime = st.st_mtim;
+      dm->size = st.st_size;
+    }
+    if (dm->pool == NULL)
+      mlpd_models_set(&d->board.models, m, MLPD_MODEL_LOADING, NULL);
+    MLPD_LOGI("model '%s': %s %s", name_of(d, m),
+              dm->pool == NULL ? "loading" : "reloading", dm->path);
+    d->busy = m;
+    if ((rc = queue_load(d, m)) != 0) {
+      char why[128];
+      snprintf(why, sizeof(why), "cannot queue the load: %s",
+               uv_strerror(rc));
+      drop_next(d, m, why);
+    }
+    return;
+  }
+}
+
 /* ---- switching pools ---------------------------------------------------------- */
 
-static void warmed(mlpd_daemon_t *d) {
-  if (d->warm_failed) {
-    drop_next(d, "warm-up batch failed");
+static void warmed(mlpd_daemon_t *d, int m) {
+  mlpd_dmodel_t *dm = &d->models[m];
+  if (dm->warm_failed) {
+    drop_next(d, m, "warm-up batch failed");
     return;
   }
   if (state_of(d) == MLPD_STATE_DRAINING || d->stopping) {
-    drop_next(d, NULL);
+    drop_next(d, m, NULL);
     return;
   }
-  d->next_pool->generation = d->generation + 1;
-  d->switching = 1;
-  d->acks = 0;
+  dm->next_pool->generation = dm->generation + 1;
+  dm->switching = 1;
+  dm->acks = 0;
+  d->busy = -1;
   /* Every I/O thread lets the batches it staged for the old engines run,
    * then moves to the new pool and says so. */
-  post_all(d, MLPD_MSG_USE_POOL, d->next_pool);
+  post_all(d, MLPD_MSG_USE_POOL, m, dm->next_pool);
+  pump(d);
 }
 
-static void switched(mlpd_daemon_t *d) {
-  mlpd_pool_t *old = d->pool;
-  d->pool = d->next_pool;
-  d->next_pool = NULL;
-  d->generation++;
-  if (old != NULL)
-    d->reloads_ok++;
-  publish(d); /* before the old pool is retired: nobody reads it after */
-  d->switching = 0;
-  mlpd_pool_describe(d->pool, 0, &d->desc);
-  const mlpd_pool_desc_t *pd = &d->desc;
-  const mlpd_model_t *m = pd->model;
-  if (old != NULL) {
-    MLPD_LOGI("reloaded %s: generation %llu, %d layers %d->%d on %d "
-              "device%s",
-              m->path, (unsigned long long)d->generation, m->nlayers,
-              m->in_features, m->out_features, pd->n,
-              pd->n == 1 ? "" : "s");
+/* Every I/O thread let go of model m's old pool (or of its pool, when
+ * unloading). */
+static void switched(mlpd_daemon_t *d, int m) {
+  mlpd_dmodel_t *dm = &d->models[m];
+  mlpd_pool_t *old = dm->pool;
+  dm->switching = 0;
+  if (dm->unloading) {
+    dm->unloading = 0;
+    dm->pool = NULL;
+    mlpd_models_set(&d->board.models, m, MLPD_MODEL_UNLOADED, NULL);
+    publish(d, m);
     retire(d, old);
-    mlpd_notify_ready();
-  } else if (state_of(d) == MLPD_STATE_LOADING) {
-    set_state(d, MLPD_STATE_READY);
-    char devs[256];
-    size_t pos = 0;
-    devs[0] = '\0';
-    for (int i = 0; i < pd->n && pos < sizeof(devs); i++)
-      pos += (size_t)snprintf(devs + pos, sizeof(devs) - pos, "%s%s",
-                              i ? ", " : "", pd->devices[i].device);
-    MLPD_LOGI("ready: %s, %d layers %d->%d, %s on %s, max batch %d, delay "
-              "%llu us, queue %d rows, %d I/O thread%s, socket %s",
-              m->path, m->nlayers, m->in_features, m->out_features,
-              mlpd_dtype_name(pd->compute_dtype), devs, pd->max_batch,
-              (unsigned long long)d->cfg.max_delay_us, d->cfg.max_queue,
-              d->nshards, d->nshards == 1 ? "" : "s", d->cfg.socket_path);
-    mlpd_notify_ready();
+    MLPD_LOGI("model '%s' unloaded", name_of(d, m));
+    pump(d);
+    maybe_drained(d);
+    return;
   }
-  if (d->reload_again) {
-    d->reload_again = 0;
-    reload(d);
+  dm->pool = dm->next_pool;
+  dm->next_pool = NULL;
+  dm->generation++;
+  if (old != NULL) {
+    dm->reloads_ok++;
+    d->reloads_ok++;
   }
+  mlpd_models_set(&d->board.models, m, MLPD_MODEL_READY, NULL);
+  publish(d, m); /* before the old pool is retired: nobody reads it after */
+  mlpd_pool_describe(dm->pool, 0, &d->desc);
+  const mlpd_pool_desc_t *pd = &d->desc;
+  const mlpd_model_t *mo = pd->model;
+  char devs[256];
+  size_t pos = 0;
+  devs[0] = '\0';
+  for (int i = 0; i < pd->n && pos < sizeof(devs); i++)
+    pos += (size_t)snprintf(devs + pos, sizeof(devs) - pos, "%s%s",
+                            i ? ", " : "", pd->devices[i].device);
+  MLPD_LOGI("model '%s' %s: %s%s%s, generation %llu, %d layers %d->%d, %s "
+            "on %s, %llu bytes of device memory",
+            name_of(d, m), old != NULL ? "reloaded" : "loaded", mo->path,
+            dm->version[0] ? " version " : "", dm->version,
+            (unsigned long long)dm->generation, mo->nlayers, mo->in_features,
+            mo->out_features, mlpd_dtype_name(pd->compute_dtype), devs,
+            (unsigned long long)pd->device_bytes);
+  retire(d, old);
+  /* After SIGHUP systemd waits for READY=1, also for a model that is new
+   * (no old pool); it is idempotent for the rest. */
+  if (state_of(d) == MLPD_STATE_READY)
+    mlpd_notify_ready();
+  settle(d, m);
+  if (dm->want_unload) {
+    dm->want_unload = 0;
+    start_unload(d, m);
+  }
+  pump(d);
   maybe_drained(d);
+}
+
+/* Unloads model m: the I/O threads refuse its new requests, answer what
+ * they admitted, then let go of its pool, which is retired. */
+static void start_unload(mlpd_daemon_t *d, int m) {
+  mlpd_dmodel_t *dm = &d->models[m];
+  dm->want_load = 0;
+  if (d->busy == m || dm->switching) {
+    dm->want_unload = 1; /* after the load or switch under way */
+    return;
+  }
+  if (dm->pool == NULL) {
+    mlpd_models_set(&d->board.models, m, MLPD_MODEL_UNLOADED, NULL);
+    return;
+  }
+  MLPD_LOGI("model '%s': unloading", name_of(d, m));
+  dm->unloading = 1;
+  dm->switching = 1;
+  dm->acks = 0;
+  mlpd_models_set(&d->board.models, m, MLPD_MODEL_UNLOADING, NULL);
+  post_all(d, MLPD_MSG_USE_POOL, m, NULL);
+}
+
+/* A LoadModel / UnloadModel request (models.h), any transport. */
+static void on_model_op(mlpd_daemon_t *d, const mlpd_models_msg_t *op) {
+  mlpd_state_t s = state_of(d);
+  if (d->stopping || (s != MLPD_STATE_READY && s != MLPD_STATE_LOADING))
+    return;
+  int m = -1;
+  if (mlpd_models_find(&d->board.models, op->name, NULL, &m, NULL) != 0) {
+    if (op->op != MLPD_MODELS_LOAD)
+      return;
+    if ((m = add_model(d, op->name, NULL)) < 0)
+      return;
+  }
+  mlpd_dmodel_t *dm = &d->models[m];
+  if (op->op == MLPD_MODELS_UNLOAD) {
+    start_unload(d, m);
+    return;
+  }
+  dm->want_unload = 0;
+  dm->want_load = 1;
+  if (dm->pool == NULL && d->busy != m)
+    mlpd_models_set(&d->board.models, m, MLPD_MODEL_LOADING, NULL);
+  pump(d);
+}
+
+/* The model whose warm-up job j is. */
+static int warm_owner(mlpd_daemon_t *d, const mlpd_job_t *j) {
+  for (int m = 0; m < d->nmodels; m++)
+    if (j >= d->models[m].warm && j < d->models[m].warm + MLPD_MAX_DEVICES)
+      return m;
+  return -1;
 }
 
 /* ---- messages from dispatchers and workers -------------------------------- */
@@ -274,25 +623,35 @@ static void on_msg(mlpd_mailbox_t *mb, mlpd_msg_t *msg) {
   switch (msg->type) {
   case MLPD_MSG_JOB: {
     mlpd_job_t *j = (mlpd_job_t *)msg;
-    if (d->stopping && d->next_pool == NULL)
+    int m = warm_owner(d, j);
+    if (m < 0)
+      return;
+    mlpd_dmodel_t *dm = &d->models[m];
+    if (d->stopping && dm->next_pool == NULL)
       return; /* a warm-up that outlived its pool's start */
     if (j->rc != 0) {
-      MLPD_LOGE("warm-up batch on %s failed: %s (%s)",
-                mlpd_pool_engine_name(d->next_pool, j->engine), j->why,
-                mlpd_err_name(j->rc));
-      d->warm_failed = 1;
+      MLPD_LOGE("model '%s': warm-up batch on %s failed: %s (%s)",
+                name_of(d, m), mlpd_pool_engine_name(dm->next_pool, j->engine),
+                j->why, mlpd_err_name(j->rc));
+      dm->warm_failed = 1;
     } else {
-      MLPD_LOGI("warm-up batch on %s ran in %.1f us",
-                mlpd_pool_engine_name(d->next_pool, j->engine),
+      MLPD_LOGI("model '%s': warm-up batch on %s ran in %.1f us",
+                name_of(d, m), mlpd_pool_engine_name(dm->next_pool, j->engine),
                 (double)(j->end_ns - j->start_ns) / 1e3);
     }
-    if (--d->warming == 0)
-      warmed(d);
+    if (--dm->warming == 0)
+      warmed(d, m);
     return;
   }
-  case MLPD_MSG_SWITCHED:
-    if (++d->acks == d->nshards)
-      switched(d);
+  case MLPD_MSG_SWITCHED: {
+    int m = ((mlpd_dispatch_msg_t *)msg)->model;
+    if (++d->models[m].acks == d->nshards)
+      switched(d, m);
+    return;
+  }
+  case MLPD_MSG_MODEL_OP:
+    on_model_op(d, (mlpd_models_msg_t *)msg);
+    free(msg);
     return;
   case MLPD_MSG_IDLE:
     d->idle_shards++;
@@ -307,9 +666,11 @@ static void on_msg(mlpd_mailbox_t *mb, mlpd_msg_t *msg) {
     uv_timer_stop(&d->stop_timer);
     if (!uv_is_closing((uv_handle_t *)&d->stop_timer))
       uv_close((uv_handle_t *)&d->stop_timer, NULL);
-    mlpd_pool_stop_workers(d->pool);
-    mlpd_pool_stop_workers(d->next_pool);
-    post_all(d, MLPD_MSG_EXIT, NULL);
+    for (int m = 0; m < d->nmodels; m++) {
+      mlpd_pool_stop_workers(d->models[m].pool);
+      mlpd_pool_stop_workers(d->models[m].next_pool);
+    }
+    post_all(d, MLPD_MSG_EXIT, 0, NULL);
     for (int i = 0; i < d->nshards; i++)
       mlpd_dispatch_join(&d->shards[i]);
     mlpd_mailbox_close(&d->mb, NULL);
@@ -319,20 +680,73 @@ static void on_msg(mlpd_mailbox_t *mb, mlpd_msg_t *msg) {
 
 /* ---- signals, reload, drain --------------------------------------------------- */
 
+/* SIGHUP for a model of the directory: reload it when its file changed or
+ * a newer version appeared; load it when it is new. */
+static void rescanned(mlpd_daemon_t *d, int m) {
+  mlpd_dmodel_t *dm = &d->models[m];
+  mlpd_models_status_t *ms = malloc(sizeof(*ms));
+  if (ms == NULL || mlpd_models_get(&d->board.models, m, ms) != 0) {
+    free(ms);
+    return;
+  }
+  char path[PATH_MAX], version[MLPD_MODEL_VERSION_MAX + 1];
+  char versions[MLPD_MODEL_MAX_VERSIONS][MLPD_MODEL_VERSION_MAX + 1];
+  int nv = 0;
+  struct stat st;
+  int changed = 1;
+  if (dir_lookup(d->cfg.model_dir, ms->name, path, sizeof(path), version,
+                 versions, &nv) == 0 &&
+      strcmp(path, dm->path) == 0 && stat(path, &st) == 0 &&
+      st.st_size == dm->size && st.st_mtim.tv_sec == dm->mtime.tv_sec &&
+      st.st_mtim.tv_nsec == dm->mtime.tv_nsec)
+    changed = 0;
+  /* A model someone unloaded stays unloaded until asked for again; one
+   * never tried (new in the directory) is loaded. */
+  int fresh = ms->state == MLPD_MODEL_UNLOADED && ms->path[0] == '\0';
+  if ((changed && (dm->pool != NULL || ms->state == MLPD_MODEL_FAILED)) ||
+      fresh) {
+    dm->want_load = 1;
+    if (fresh)
+      mlpd_models_set(&d->board.models, m, MLPD_MODEL_LOADING, NULL);
+  }
+  free(ms);
+}
+
 static void reload(mlpd_daemon_t *d) {
   if (state_of(d) != MLPD_STATE_READY)
     return;
-  if (d->loading || d->warming || d->switching) {
-    d->reload_again = 1; /* the newest file wins once this one is done */
-    return;
-  }
-  MLPD_LOGI("SIGHUP: reloading %s", d->cfg.model_path);
+  MLPD_LOGI("SIGHUP: reloading the --model files%s",
+            d->cfg.model_dir ? " and rescanning --model-dir" : "");
   mlpd_notify_reloading();
-  int rc = queue_load(d);
-  if (rc != 0) {
-    MLPD_LOGE("reload: cannot queue the load: %s", uv_strerror(rc));
-    mlpd_notify_ready();
+  for (int m = 0; m < d->nmodels; m++) {
+    mlpd_dmodel_t *dm = &d->models[m];
+    /* --model files reload as they always did, changed or not (the
+     * newest file wins when a reload is under way). */
+    if (dm->cfg_path != NULL && (dm->pool != NULL || d->busy == m))
+      dm->want_load = 1;
   }
+  if (d->cfg.model_dir != NULL)
+    scan_dir(d, rescanned);
+  pump(d);
+  if (d->busy < 0 && !d->loading)
+    mlpd_notify_ready();
+}
+
+/* At startup: every configured model is loaded, one after another. */
+static void want_at_start(mlpd_daemon_t *d, int m) {
+  if (d->models[m].starting)
+    return;
+  d->models[m].starting = 1;
+  d->models[m].want_load = 1;
+  d->starting++;
+  mlpd_models_set(&d->board.models, m, MLPD_MODEL_LOADING, NULL);
+}
+
+static int any_switching(mlpd_daemon_t *d) {
+  for (int m = 0; m < d->nmodels; m++)
+    if (d->models[m].switching || d->models[m].warming)
+      return 1;
+  return 0;
 }
 
 static void on_signal(uv_signal_t *h, int signum) {
@@ -361,7 +775,7 @@ static void begin_drain(mlpd_daemon_t *d) {
       mlpd_now_ns() + (uint64_t)(d->cfg.drain_timeout_s * 1e9);
   set_state(d, MLPD_STATE_DRAINING);
   d->idle_shards = 0;
-  post_all(d, MLPD_MSG_DRAIN, NULL);
+  post_all(d, MLPD_MSG_DRAIN, 0, NULL);
 }
 
 /* While draining: stop once every I/O thread answered everything and no
@@ -369,7 +783,7 @@ static void begin_drain(mlpd_daemon_t *d) {
 static void maybe_drained(mlpd_daemon_t *d) {
   if (state_of(d) != MLPD_STATE_DRAINING || d->stopping)
     return;
-  if (d->loading || d->warming || d->switching ||
+  if (d->loading || d->busy >= 0 || any_switching(d) ||
       d->idle_shards < d->nshards)
     return;
   MLPD_LOGI("drained: every accepted request answered");
@@ -379,7 +793,7 @@ static void maybe_drained(mlpd_daemon_t *d) {
 static void on_stop_timer(uv_timer_t *t) {
   mlpd_daemon_t *d = t->data;
   MLPD_LOGW("closing connections whose clients do not read their responses");
-  post_all(d, MLPD_MSG_ABORT, NULL);
+  post_all(d, MLPD_MSG_ABORT, 0, NULL);
 }
 
 static void finish(mlpd_daemon_t *d) {
@@ -397,7 +811,7 @@ static void finish(mlpd_daemon_t *d) {
     uv_close((uv_handle_t *)&d->stop_timer, NULL);
     mlpd_mailbox_close(&d->mb, NULL);
   } else {
-    post_all(d, MLPD_MSG_CLOSE, NULL);
+    post_all(d, MLPD_MSG_CLOSE, 0, NULL);
   }
   uint64_t now = mlpd_now_ns();
   uint64_t left_ms = d->drain_deadline_ns > now
@@ -433,14 +847,19 @@ static void on_tick(uv_timer_t *t) {
       mlpd_notify_extend_timeout(LOAD_EXTEND_USEC);
   }
   uint64_t busy = 0;
-  int alive = 1;
-  if (d->pool != NULL) {
-    mlpd_pool_describe(d->pool, now, &d->desc);
+  int pools = 0, alive = 0;
+  for (int m = 0; m < d->nmodels; m++) {
+    if (d->models[m].pool == NULL)
+      continue;
+    mlpd_pool_describe(d->models[m].pool, now, &d->desc);
     for (int i = 0; i < d->desc.n; i++)
       if (d->desc.devices[i].max_busy_ns > busy)
         busy = d->desc.devices[i].max_busy_ns;
-    alive = d->desc.in_rotation > 0;
+    pools++;
+    alive += d->desc.in_rotation > 0;
   }
+  /* Every model lost every device: the devices are gone, not a model. */
+  alive = pools == 0 || alive > 0;
   if (d->watchdog_usec != 0 &&
       now - d->last_ping_ns >= d->watchdog_usec * 1000u / 2) {
     /* Ping only while the devices make progress: a batch stuck for longer
@@ -548,8 +967,11 @@ int mlpd_daemon_run(const mlpd_config_t *cfg) {
   mlpd_err_t err = {0};
   d->cfg = *cfg;
   d->listen_fd = -1;
+  d->busy = -1;
   mlpd_access_init(&d->access, &cfg->access);
   mlpd_board_init(&d->board, &d->access, nshards);
+  d->board.models.daemon = &d->mb;
+  d->board.models.model_dir = cfg->model_dir;
   signal(SIGPIPE, SIG_IGN); /* a vanished client is a write error, not death */
   uv_loop_init(&d->loop);
   d->loop.data = d;
@@ -607,13 +1029,38 @@ int mlpd_daemon_run(const mlpd_config_t *cfg) {
     MLPD_LOGI("systemd watchdog every %.1f s", d->watchdog_usec / 1e6);
   }
   uv_timer_start(&d->tick, on_tick, tick_ms, tick_ms);
-  MLPD_LOGI("mlpd %s: listening on %s with %d I/O thread%s, loading %s",
-            MLPD_VERSION, cfg->socket_path, d->nshards,
-            d->nshards == 1 ? "" : "s", cfg->model_path);
-  if ((rc = queue_load(d)) != 0) {
-    mlpd_errf(&err, rc, "cannot queue the model load: %s", uv_strerror(rc));
+  for (int i = 0; i < cfg->nmodels; i++) {
+    int m = add_model(d, cfg->models[i].name, cfg->models[i].path);
+    if (m < 0) {
+      rc = mlpd_errf(&err, m, "more than %d models", MLPD_MAX_MODELS);
+      goto fail;
+    }
+    want_at_start(d, m);
+  }
+  if (cfg->model_dir != NULL)
+    scan_dir(d, want_at_start);
+  if (d->nmodels == 0) {
+    rc = mlpd_errf(&err, MLPD_ENOENT, "no model to serve: --model-dir %s "
+                   "holds no NAME.safetensors or NAME/<version>/*.safetensors",
+                   cfg->model_dir ? cfg->model_dir : "(none)");
     goto fail;
   }
+  if (cfg->default_model != NULL) {
+    int idx = -1;
+    if (mlpd_models_find(&d->board.models, cfg->default_model, NULL, &idx,
+                         &err) != 0) {
+      rc = mlpd_errf(&err, MLPD_ENOENT, "--default-model %s: no such model",
+                     cfg->default_model);
+      goto fail;
+    }
+    mlpd_models_set_default(&d->board.models, idx);
+  }
+  MLPD_LOGI("mlpd %s: listening on %s with %d I/O thread%s, loading %d "
+            "model%s",
+            MLPD_VERSION, cfg->socket_path, d->nshards,
+            d->nshards == 1 ? "" : "s", d->nmodels,
+            d->nmodels == 1 ? "" : "s");
+  pump(d); /* one load at a time; each settled one starts the next */
   uv_run(&d->loop, UV_RUN_DEFAULT);
   goto cleanup;
 
@@ -628,8 +1075,10 @@ fail:
 
 cleanup:;
   int code = d->exit_code;
-  mlpd_pool_close(d->next_pool);
-  mlpd_pool_close(d->pool);
+  for (int m = 0; m < d->nmodels; m++) {
+    mlpd_pool_close(d->models[m].next_pool);
+    mlpd_pool_close(d->models[m].pool);
+  }
   if (uv_loop_close(&d->loop) != 0)
     MLPD_LOGW("loop closed with handles still open");
   free(d->shards);

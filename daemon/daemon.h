@@ -29,6 +29,7 @@
 #include "http.h"
 #include "mailbox.h"
 #include "metrics.h"
+#include "models.h"
 #include "mlpd.h"
 #include "pool.h"
 
@@ -36,8 +37,19 @@
 #include <stdatomic.h>
 #include <uv.h>
 
+/* One --model flag: NAME=FILE, or FILE named by its stem. */
+typedef struct mlpd_config_model_s {
+  char name[MLPD_MODEL_NAME_MAX + 1];
+  const char *path;            /* borrowed: argv */
+} mlpd_config_model_t;
+
 typedef struct mlpd_config_s {
-  const char *model_path;      /* --model */
+  mlpd_config_model_t models[MLPD_MAX_MODELS]; /* --model, repeatable */
+  int nmodels;
+  const char *model_dir;       /* --model-dir, NULL = none */
+  const char *default_model;   /* --default-model, NULL = the only one */
+  uint64_t max_gpu_memory;     /* --max-gpu-memory bytes, all models on
+                                  all devices; 0 = no limit */
   const char *activations;     /* --activations, NULL = from the file */
   const char *socket_path;     /* --socket */
   int socket_mode;             /* --socket-mode */
@@ -70,10 +82,37 @@ void mlpd_config_init(mlpd_config_t *c);
 typedef struct mlpd_load_s {
   uv_work_t work;              /* first */
   struct mlpd_daemon_s *d;
+  int model;                   /* the model's index */
+  char path[PATH_MAX];         /* the file to load, copied for the thread */
   mlpd_pool_t *pool;           /* result, owned until taken */
   int rc;
   mlpd_err_t err;
 } mlpd_load_t;
+
+/* One model's life cycle, as the daemon drives it. Loads run one at a time
+ * (d->busy), so that two models never plan and autotune on the same device
+ * at once; switches and unloads of different models run side by side. */
+typedef struct mlpd_dmodel_s {
+  const char *cfg_path;        /* --model FILE; NULL: from --model-dir */
+  char path[PATH_MAX];         /* the file served (or being loaded) */
+  char version[MLPD_MODEL_VERSION_MAX + 1]; /* "" unversioned */
+  struct timespec mtime;       /* of path when it was loaded: SIGHUP
+                                  reloads a --model-dir file that changed */
+  off_t size;
+  mlpd_pool_t *pool;           /* owned: being served (in the table too) */
+  mlpd_pool_t *next_pool;      /* owned: warming up or switching to */
+  mlpd_job_t warm[MLPD_MAX_DEVICES]; /* warm-up batches of next_pool */
+  int warming;                 /* warm-up batches outstanding */
+  int warm_failed;
+  int switching;               /* USE_POOL sent, SWITCHED acks missing */
+  int unloading;               /* ... and the new pool is none */
+  int acks;
+  int want_load;               /* a load (or reload) waits for its turn */
+  int want_unload;             /* an unload waits for a load or switch */
+  int starting;                /* part of the startup set, not settled */
+  uint64_t generation;         /* 1 + successful reloads */
+  uint64_t reloads_ok, reloads_failed;
+} mlpd_dmodel_t;
 
 typedef struct mlpd_daemon_s {
   mlpd_config_t cfg;            /* copy of the caller's; strings borrowed */
@@ -91,22 +130,17 @@ typedef struct mlpd_daemon_s {
   mlpd_dispatch_t *shards;      /* owned, nshards */
   mlpd_http_t *http;            /* owned; NULL when --metrics-listen is off */
 
-  mlpd_pool_t *pool;            /* owned: the generation being served
-                                   (published on the board) */
-  mlpd_pool_t *next_pool;       /* owned: warming up or switching to */
-  uint64_t generation;          /* 1 + successful reloads */
+  mlpd_dmodel_t models[MLPD_MAX_MODELS]; /* by index, as in the board's
+                                   table (board.models) */
+  int nmodels;                  /* slots in use */
+  int busy;                     /* the model loading or warming up, -1 */
+  int starting;                 /* startup loads not yet settled */
   mlpd_load_t load;             /* the load in progress, if loading */
   int loading;                  /* load.work is queued or running */
-  mlpd_job_t warm[MLPD_MAX_DEVICES]; /* warm-up batches of next_pool */
-  int warming;                  /* warm-up batches outstanding */
-  int warm_failed;
-  int switching;                /* USE_POOL sent, SWITCHED acks missing */
-  int acks;                     /* acks counted for the current round */
-  int reload_again;             /* SIGHUP arrived during a reload */
   int idle_shards;              /* IDLE received while draining */
   int closed_shards;            /* CLOSED received while stopping */
-  uint64_t reloads_ok, reloads_failed;
-  mlpd_pool_desc_t desc;        /* scratch for describing pool */
+  uint64_t reloads_ok, reloads_failed; /* every model's */
+  mlpd_pool_desc_t desc;        /* scratch for describing a pool */
 
   uv_signal_t sig_term, sig_int, sig_hup;
   uv_timer_t tick;              /* 1 s: watchdog, EXTEND_TIMEOUT, drain */

@@ -41,8 +41,12 @@ static void on_check(uv_check_t *h) {
   mlpd_dispatch_t *d = h->data;
   if (d->closing)
     return;
-  if (mlpd_scheduler_try_switch(&d->sched))
-    tell_daemon(d, MLPD_MSG_SWITCHED);
+  for (int m; (m = mlpd_scheduler_try_switch(&d->sched)) >= 0;) {
+    mlpd_dispatch_msg_t *sw = &d->switched[m];
+    sw->msg.type = MLPD_MSG_SWITCHED;
+    sw->model = m;
+    mlpd_mailbox_post(d->daemon_mb, &sw->msg);
+  }
   if (d->sched.due)
     schedule(d);
   check_idle(d);
@@ -61,7 +65,7 @@ static void on_msg(mlpd_mailbox_t *mb, mlpd_msg_t *msg) {
     mlpd_scheduler_on_job(&d->sched, (mlpd_job_t *)msg);
     break;
   case MLPD_MSG_USE_POOL:
-    mlpd_scheduler_use_pool(&d->sched, m->pool);
+    mlpd_scheduler_use_pool(&d->sched, m->model, m->pool);
     break;
   case MLPD_MSG_DRAIN:
     d->draining = 1;
@@ -169,13 +173,17 @@ fail_loop:
   return rc;
 }
 
-void mlpd_dispatch_post(mlpd_dispatch_t *d, int type, mlpd_pool_t *pool) {
+void mlpd_dispatch_post(mlpd_dispatch_t *d, int type, int model,
+                        mlpd_pool_t *pool) {
   /* Each message struct is reused only once the dispatcher handled it:
-   * the daemon posts USE_POOL again only after SWITCHED, ABORT only while
-   * closing, the others once. */
-  mlpd_dispatch_msg_t *m = &d->from_daemon[type - MLPD_MSG_USE_POOL];
+   * the daemon posts a model's USE_POOL again only after its SWITCHED,
+   * ABORT only while closing, the others once. */
+  mlpd_dispatch_msg_t *m = type == MLPD_MSG_USE_POOL
+                               ? &d->use_pool[model]
+                               : &d->from_daemon[type - MLPD_MSG_USE_POOL];
   m->msg.type = type;
   m->pool = pool;
+  m->model = model;
   mlpd_mailbox_post(&d->mb, &m->msg);
 }
 

@@ -51,21 +51,23 @@ typedef struct mlpd_dispatch_config_s {
 /* Messages between the daemon and a dispatcher (MLPD_MSG_JOB, a finished
  * job, is worker.h's). */
 enum {
-  MLPD_MSG_USE_POOL = MLPD_MSG_JOB + 1, /* daemon -> dispatcher: serve with
-                                           msg's pool */
+  MLPD_MSG_USE_POOL = MLPD_MSG_JOB + 1, /* daemon -> dispatcher: serve model
+                                           msg.model with msg.pool */
   MLPD_MSG_DRAIN,     /* daemon -> dispatcher: stop listening, flush */
   MLPD_MSG_CLOSE,     /* daemon -> dispatcher: close everything, exit */
   MLPD_MSG_ABORT,     /* daemon -> dispatcher: close connections now */
   MLPD_MSG_EXIT,      /* daemon -> dispatcher, last: free staging (its
                          pool is still open), close handles, end the loop */
-  MLPD_MSG_SWITCHED,  /* dispatcher -> daemon: off the old pool */
+  MLPD_MSG_SWITCHED,  /* dispatcher -> daemon: model msg.model is off
+                         its old pool */
   MLPD_MSG_IDLE,      /* dispatcher -> daemon: drained */
   MLPD_MSG_CLOSED,    /* dispatcher -> daemon: handles gone */
 };
 
 typedef struct mlpd_dispatch_msg_s {
   mlpd_msg_t msg;              /* first */
-  mlpd_pool_t *pool;           /* USE_POOL */
+  mlpd_pool_t *pool;           /* USE_POOL: NULL unloads the model */
+  int model;                   /* USE_POOL, SWITCHED: the model's index */
 } mlpd_dispatch_msg_t;
 
 typedef struct mlpd_dispatch_s {
@@ -84,9 +86,12 @@ typedef struct mlpd_dispatch_s {
   int closing;
   int idle_sent;
 
-  mlpd_dispatch_msg_t to_daemon[3]; /* SWITCHED, IDLE, CLOSED */
-  mlpd_dispatch_msg_t from_daemon[5]; /* USE_POOL .. EXIT, in enum order;
-                                         mlpd_dispatch_post fills them */
+  mlpd_dispatch_msg_t to_daemon[3]; /* SWITCHED (unused), IDLE, CLOSED */
+  mlpd_dispatch_msg_t switched[MLPD_MAX_MODELS]; /* SWITCHED, per model */
+  mlpd_dispatch_msg_t from_daemon[5]; /* USE_POOL (unused) .. EXIT, in
+                                         enum order; mlpd_dispatch_post
+                                         fills them */
+  mlpd_dispatch_msg_t use_pool[MLPD_MAX_MODELS]; /* USE_POOL, per model */
 } mlpd_dispatch_t;
 
 /* Starts the dispatcher's thread and loop, serving `listen_fd` (a
@@ -99,9 +104,10 @@ int mlpd_dispatch_start(mlpd_dispatch_t *d, int index,
                         mlpd_mailbox_t *daemon_mb, int listen_fd,
                         mlpd_err_t *err) MLPD_MUST_CHECK;
 
-/* From the daemon's thread: posts USE_POOL (with pool), DRAIN, CLOSE,
- * ABORT or EXIT. */
-void mlpd_dispatch_post(mlpd_dispatch_t *d, int type, mlpd_pool_t *pool);
+/* From the daemon's thread: posts USE_POOL (model m's pool, NULL to
+ * unload it), DRAIN, CLOSE, ABORT or EXIT (m and pool unused). */
+void mlpd_dispatch_post(mlpd_dispatch_t *d, int type, int m,
+                        mlpd_pool_t *pool);
 
 /* Joins the thread after CLOSED and EXIT and frees what the dispatcher
  * owns. */

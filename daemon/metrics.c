@@ -49,6 +49,7 @@ static const struct {
     {MLPD_STATUS_CANCELLED, "cancelled"},
     {MLPD_STATUS_INVALID_ARGUMENT, "invalid_argument"},
     {MLPD_STATUS_DEADLINE_EXCEEDED, "deadline_exceeded"},
+    {MLPD_STATUS_NOT_FOUND, "not_found"},
     {MLPD_STATUS_PERMISSION_DENIED, "permission_denied"},
     {MLPD_STATUS_RESOURCE_EXHAUSTED, "resource_exhausted"},
     {MLPD_STATUS_UNIMPLEMENTED, "unimplemented"},
@@ -122,6 +123,9 @@ void mlpd_metrics_init(mlpd_metrics_t *m) {
                  (int)MLPD_ARRAY_SIZE(batch_bounds));
   mlpd_hist_init(&m->engine_wait, duration_bounds,
                  (int)MLPD_ARRAY_SIZE(duration_bounds));
+  for (int k = 0; k < MLPD_METRICS_MAX_MODELS; k++)
+    mlpd_hist_init(&m->model_request_duration[k], duration_bounds,
+                   (int)MLPD_ARRAY_SIZE(duration_bounds));
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   m->start_time = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
@@ -177,6 +181,23 @@ void mlpd_metrics_merge(mlpd_metrics_t *d, const mlpd_metrics_t *s) {
   d->shm_out_bytes += s->shm_out_bytes;
   d->shm_regions += s->shm_regions;
   d->batches_retried += s->batches_retried;
+  for (int k = 0; k < MLPD_METRICS_MAX_MODELS; k++) {
+    for (int i = 0; i < MLPD_STATUS_SLOTS; i++)
+      d->model_requests[k][i] += s->model_requests[k][i];
+    hist_merge(&d->model_request_duration[k], &s->model_request_duration[k]);
+    d->model_batches[k] += s->model_batches[k];
+    d->model_rows[k] += s->model_rows[k];
+    d->model_queue_rows[k] += s->model_queue_rows[k];
+  }
+}
+
+void mlpd_metrics_count_model(mlpd_metrics_t *m, int model,
+                              mlpd_status_t status, double seconds) {
+  if (model < 0 || model >= MLPD_METRICS_MAX_MODELS)
+    return;
+  m->model_requests[model][status_slot(status)]++;
+  if (seconds >= 0)
+    mlpd_hist_observe(&m->model_request_duration[model], seconds);
 }
 
 /* Length of the valid UTF-8 sequence at s (1..4), or 0 if the bytes there
@@ -399,6 +420,95 @@ static void label(writer_t *w, const char *key, const char *value, int first) {
   puts_(w, "\"");
 }
 
+static void model_sample(writer_t *w, const char *name, const char *model) {
+  puts_(w, name);
+  puts_(w, "{model=\"");
+  put_label_value(w, model);
+  puts_(w, "\"} ");
+}
+
+/* The per-model families: one sample per model the daemon knows. */
+static void render_models(writer_t *w, const mlpd_metrics_t *m) {
+  int n = m->nmodels < MLPD_METRICS_MAX_MODELS ? m->nmodels
+                                               : MLPD_METRICS_MAX_MODELS;
+  family(w, "mlpd_model_ready", "gauge",
+         "1 while the model serves inference requests.");
+  for (int k = 0; k < n; k++) {
+    model_sample(w, "mlpd_model_ready", m->model_names[k]);
+    put_u64(w, m->model_ready[k] ? 1 : 0);
+    puts_(w, "\n");
+  }
+  family(w, "mlpd_model_requests_total", "counter",
+         "Infer requests answered, by model and gRPC status.");
+  for (int k = 0; k < n; k++)
+    for (size_t i = 0; i < MLPD_ARRAY_SIZE(status_names); i++) {
+      uint64_t v = m->model_requests[k][status_names[i].status];
+      if (v == 0 && status_names[i].status != MLPD_STATUS_OK)
+        continue;
+      puts_(w, "mlpd_model_requests_total{model=\"");
+      put_label_value(w, m->model_names[k]);
+      puts_(w, "\",status=\"");
+      puts_(w, status_names[i].name);
+      puts_(w, "\"} ");
+      put_u64(w, v);
+      puts_(w, "\n");
+    }
+  const char *hn = "mlpd_model_request_duration_seconds";
+  family(w, hn, "histogram",
+         "Infer requests of the model, frame received to response queued.");
+  for (int k = 0; k < n; k++) {
+    const mlpd_hist_t *h = &m->model_request_duration[k];
+    uint64_t cum = 0;
+    for (int i = 0; i <= h->nbuckets; i++) {
+      cum += h->counts[i];
+      puts_(w, hn);
+      puts_(w, "_bucket{model=\"");
+      put_label_value(w, m->model_names[k]);
+      puts_(w, "\",le=\"");
+      if (i < h->nbuckets)
+        put_double(w, h->bounds[i]);
+      else
+        puts_(w, "+Inf");
+      puts_(w, "\"} ");
+      put_u64(w, cum);
+      puts_(w, "\n");
+    }
+    puts_(w, hn);
+    puts_(w, "_sum{model=\"");
+    put_label_value(w, m->model_names[k]);
+    puts_(w, "\"} ");
+    put_double(w, h->sum);
+    puts_(w, "\n");
+    puts_(w, hn);
+    puts_(w, "_count{model=\"");
+    put_label_value(w, m->model_names[k]);
+    puts_(w, "\"} ");
+    put_u64(w, h->count);
+    puts_(w, "\n");
+  }
+  static const struct {
+    const char *name, *type, *help;
+  } fam[] = {
+      {"mlpd_model_batches_total", "counter", "Batches run, per model."},
+      {"mlpd_model_rows_total", "counter", "Rows computed, per model."},
+      {"mlpd_model_queue_rows", "gauge",
+       "Rows of the model accepted and waiting for a batch."},
+      {"mlpd_model_gpu_memory_bytes", "gauge",
+       "Device memory held by the model's engines (0 on the CPU)."},
+  };
+  for (size_t f = 0; f < MLPD_ARRAY_SIZE(fam); f++) {
+    family(w, fam[f].name, fam[f].type, fam[f].help);
+    for (int k = 0; k < n; k++) {
+      model_sample(w, fam[f].name, m->model_names[k]);
+      put_u64(w, f == 0   ? m->model_batches[k]
+                 : f == 1 ? m->model_rows[k]
+                 : f == 2 ? m->model_queue_rows[k]
+                          : m->model_gpu_bytes[k]);
+      puts_(w, "\n");
+    }
+  }
+}
+
 size_t mlpd_metrics_render(const mlpd_metrics_t *m, char *buf, size_t cap) {
   writer_t w = {.buf = buf, .cap = buf ? cap : 0, .len = 0};
 
@@ -575,6 +685,7 @@ size_t mlpd_metrics_render(const mlpd_metrics_t *m, char *buf, size_t cap) {
       puts_(&w, "\n");
     }
   }
+  render_models(&w, m);
   if (m->extra != NULL) {
     size_t room = w.len < w.cap ? w.cap - w.len : 0;
     size_t n = m->extra(room ? w.buf + w.len : NULL, room);

@@ -55,6 +55,15 @@
  *   device_busy_seconds_total{device} counter, time with a batch in flight
  *   device_memory_bytes{device}       gauge
  *   device_in_rotation{device}        gauge 0/1
+ *   model_ready{model}                gauge 0/1, per model the daemon knows
+ *   model_requests_total{model,status} counter, answered infer requests
+ *   model_request_duration_seconds{model} histogram, infer requests
+ *   model_batches_total{model}        counter
+ *   model_rows_total{model}           counter
+ *   model_queue_rows{model}           gauge
+ *   model_gpu_memory_bytes{model}     gauge, device memory of its engines
+ * The model label is bounded: at most MLPD_METRICS_MAX_MODELS names, the
+ * models the daemon was configured with or loaded (models.h).
  */
 #ifndef MLPD_METRICS_H
 #define MLPD_METRICS_H
@@ -83,6 +92,7 @@ void mlpd_hist_observe(mlpd_hist_t *h, double v);
 #define MLPD_STATUS_SLOTS 17 /* indexable by every mlpd_status_t value */
 #define MLPD_UID_SLOTS (MLPD_ACCESS_UID_LABELS + 1) /* + "other" */
 #define MLPD_METRICS_MAX_DEVICES 16
+#define MLPD_METRICS_MAX_MODELS 16 /* = MLPD_MAX_MODELS (models.h) */
 
 typedef struct mlpd_metrics_device_s {
   char name[16];      /* "cuda:1", the label */
@@ -121,6 +131,17 @@ typedef struct mlpd_metrics_s {
   uint64_t batches_retried;
   int ndevices;
   mlpd_metrics_device_t devices[MLPD_METRICS_MAX_DEVICES];
+  /* per model, by index (models.h); per thread, merged */
+  uint64_t model_requests[MLPD_METRICS_MAX_MODELS][MLPD_STATUS_SLOTS];
+  mlpd_hist_t model_request_duration[MLPD_METRICS_MAX_MODELS];
+  uint64_t model_batches[MLPD_METRICS_MAX_MODELS];
+  uint64_t model_rows[MLPD_METRICS_MAX_MODELS];
+  uint64_t model_queue_rows[MLPD_METRICS_MAX_MODELS];
+  /* set when rendering: the model labels and what the daemon publishes */
+  int nmodels;
+  char model_names[MLPD_METRICS_MAX_MODELS][128];
+  int model_ready[MLPD_METRICS_MAX_MODELS];
+  uint64_t model_gpu_bytes[MLPD_METRICS_MAX_MODELS];
   /* Rendered last, when set (process_* metrics), with snprintf's
    * convention. */
   size_t (*extra)(char *buf, size_t cap);
@@ -145,6 +166,11 @@ void mlpd_metrics_count(mlpd_metrics_t *m, mlpd_status_t status);
 /* The same, from a peer with uid label `uid_slot` (access.h). */
 void mlpd_metrics_count_uid(mlpd_metrics_t *m, int uid_slot,
                             mlpd_status_t status);
+
+/* Counts one answered infer request of model index `model` (models.h);
+ * seconds < 0: no duration (a refused request). */
+void mlpd_metrics_count_model(mlpd_metrics_t *m, int model,
+                              mlpd_status_t status, double seconds);
 
 /* Adds the per-thread part of src (requests, histograms, batches, rows,
  * queue, connections, in flight, bytes) into dst. */

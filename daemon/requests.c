@@ -179,6 +179,10 @@ static void count_done(mlpd_requests_t *r, const dreq_t *q,
                      mlpd_dtype_size(req->out_dtype);
   STATS(r, {
     mlpd_metrics_count_uid(m, q->uid_slot, status);
+    mlpd_metrics_count_model(m, req->model, status,
+                             status != MLPD_STATUS_CANCELLED
+                                 ? (double)(now - req->arrival_ns) / 1e9
+                                 : -1);
     if (status != MLPD_STATUS_CANCELLED) {
       if (req->start_ns != 0)
         mlpd_hist_observe(&m->queue_duration,
@@ -213,7 +217,7 @@ void mlpd_requests_on_done(void *ud, mlpd_req_t *req, mlpd_status_t status,
   unlink_req(q);
   count_done(r, q, status, mlpd_now_ns());
   if (status != MLPD_STATUS_CANCELLED) {
-    mlpd_pool_t *p = mlpd_scheduler_pool(r->sched);
+    mlpd_pool_t *p = mlpd_scheduler_pool(r->sched, req->model);
     const char *device =
         p != NULL ? mlpd_pool_engine_name(p, req->engine) : NULL;
     mlpd_rpc_response_t resp = {
@@ -240,21 +244,70 @@ void mlpd_requests_on_done(void *ud, mlpd_req_t *req, mlpd_status_t status,
 /* ---- Infer ----------------------------------------------------------------
  */
 
-/* The shape an infer request is checked against, or NULL after refusing
- * it (shutting down, loading, wrong width, answer too large). */
-static const mlpd_batcher_shape_t *
-check_infer(mlpd_requests_t *r, mlpd_conn_t *c, const mlpd_rpc_request_t *q) {
+/* ---- model routing: the common path of every transport ------------------
+ */
+
+int mlpd_requests_route(mlpd_requests_t *r, const char *model,
+                        const char *version, int *index,
+                        const mlpd_batcher_shape_t **shape, mlpd_status_t *st,
+                        char *msg, size_t len) {
   mlpd_state_t state = mlpd_board_state(r->board);
   if (r->draining || state == MLPD_STATE_DRAINING ||
       state == MLPD_STATE_STOPPED) {
-    send_error(r, c, q->id, MLPD_RPC_INFER, MLPD_STATUS_UNAVAILABLE,
-               "daemon is shutting down");
-    return NULL;
+    *st = MLPD_STATUS_UNAVAILABLE;
+    snprintf(msg, len, "daemon is shutting down");
+    return MLPD_ESTOPPING;
   }
-  const mlpd_batcher_shape_t *sh = mlpd_scheduler_shape(r->sched);
+  mlpd_err_t err = {0};
+  int rc = mlpd_models_find(&r->board->models, model, version, index, &err);
+  if (rc != 0) {
+    /* Before the first model is named the daemon is still starting. */
+    int n = 0, ready = 0;
+    mlpd_models_count(&r->board->models, &n, &ready);
+    *st = n == 0 ? MLPD_STATUS_UNAVAILABLE : MLPD_STATUS_NOT_FOUND;
+    snprintf(msg, len, "%s",
+             n == 0 ? "model is still loading; retry when ready" : err.msg);
+    return rc;
+  }
+  const mlpd_batcher_shape_t *sh = mlpd_scheduler_shape(r->sched, *index);
   if (sh == NULL) {
-    send_error(r, c, q->id, MLPD_RPC_INFER, MLPD_STATUS_UNAVAILABLE,
-               "model is still loading; retry when ready");
+    mlpd_models_status_t *ms = malloc(sizeof(*ms));
+    *st = MLPD_STATUS_UNAVAILABLE;
+    if (ms == NULL || mlpd_models_get(&r->board->models, *index, ms) != 0) {
+      snprintf(msg, len, "model is not ready");
+    } else if (ms->state == MLPD_MODEL_LOADING ||
+               (ms->state == MLPD_MODEL_READY && !ms->ready)) {
+      snprintf(msg, len, "model '%s' is still loading; retry when ready",
+               ms->name);
+    } else if (ms->state == MLPD_MODEL_FAILED) {
+      snprintf(msg, len, "model '%s' failed to load: %s", ms->name,
+               ms->message);
+    } else {
+      snprintf(msg, len, "model '%s' is %s; load it first", ms->name,
+               ms->state == MLPD_MODEL_READY
+                   ? "being unloaded"
+                   : mlpd_model_state_name(ms->state));
+    }
+    free(ms);
+    return MLPD_EBUSY;
+  }
+  *shape = sh;
+  return 0;
+}
+
+/* The shape an infer request is checked against, or NULL after refusing
+ * it (shutting down, no such model, loading, wrong width, answer too
+ * large). Sets *index to the model's. */
+static const mlpd_batcher_shape_t *
+check_infer(mlpd_requests_t *r, mlpd_conn_t *c, const mlpd_rpc_request_t *q,
+            int *index) {
+  const mlpd_batcher_shape_t *sh = NULL;
+  mlpd_status_t st = MLPD_STATUS_OK;
+  char msg[256];
+  if (mlpd_requests_route(r, q->model, NULL, index, &sh, &st, msg,
+                          sizeof(msg)) != 0) {
+    STATS(r, mlpd_metrics_count_model(m, *index, st, -1));
+    send_error(r, c, q->id, MLPD_RPC_INFER, st, "%s", msg);
     return NULL;
   }
   if (q->cols != sh->in_features) {
@@ -344,7 +397,8 @@ static void admitted(mlpd_requests_t *r, mlpd_conn_t *c, dreq_t *d,
 
 static void handle_infer(mlpd_requests_t *r, mlpd_conn_t *c,
                          const mlpd_rpc_request_t *q, uint64_t now) {
-  const mlpd_batcher_shape_t *sh = check_infer(r, c, q);
+  int model = -1;
+  const mlpd_batcher_shape_t *sh = check_infer(r, c, q, &model);
   if (sh == NULL)
     return;
   size_t out_bytes = (size_t)q->rows * (size_t)sh->out_features *
@@ -368,6 +422,7 @@ static void handle_infer(mlpd_requests_t *r, mlpd_conn_t *c,
   d->conn = c;
   d->uid_slot = c->peer.uid_label;
   d->r.id = q->id;
+  d->r.model = model;
   d->r.owner = c;
   d->r.rows = q->rows;
   d->r.cols = q->cols;
@@ -381,7 +436,7 @@ static void handle_infer(mlpd_requests_t *r, mlpd_conn_t *c,
   if (rc == MLPD_EBUSY) {
     send_error(r, c, q->id, MLPD_RPC_INFER, MLPD_STATUS_UNAVAILABLE,
                "queue full: %d rows queued, limit %d (--max-queue); retry",
-               mlpd_scheduler_queue_rows(r->sched), r->cfg.max_queue);
+               mlpd_scheduler_queue_rows(r->sched, model), r->cfg.max_queue);
     goto err_req;
   }
   if (rc != 0) {
@@ -485,11 +540,28 @@ static void fill_model_info(mlpd_requests_t *r, mlpd_pool_t *p,
   }
 }
 
-static void handle_model_info(mlpd_requests_t *r, mlpd_conn_t *c, uint64_t id) {
-  mlpd_pool_t *p = mlpd_scheduler_pool(r->sched);
+static void handle_model_info(mlpd_requests_t *r, mlpd_conn_t *c,
+                              const mlpd_rpc_request_t *q) {
+  uint64_t id = q->id;
+  int index = -1;
+  mlpd_err_t err = {0};
+  if (mlpd_models_find(&r->board->models, q->model, NULL, &index, &err) != 0) {
+    int n = 0, ready = 0;
+    mlpd_models_count(&r->board->models, &n, &ready);
+    if (n == 0)
+      send_error(r, c, id, MLPD_RPC_MODEL_INFO, MLPD_STATUS_UNAVAILABLE,
+                 "model is still loading");
+    else
+      send_error(r, c, id, MLPD_RPC_MODEL_INFO, MLPD_STATUS_NOT_FOUND, "%s",
+                 err.msg);
+    return;
+  }
+  mlpd_pool_t *p = mlpd_scheduler_pool(r->sched, index);
   if (p == NULL) {
     send_error(r, c, id, MLPD_RPC_MODEL_INFO, MLPD_STATUS_UNAVAILABLE,
-               "model is still loading");
+               "model '%s' is not loaded (it is loading, failed or was "
+               "unloaded; ListModels says which)",
+               q->model[0] ? q->model : "(default)");
     return;
   }
   mlpd_rpc_model_info_t *in = calloc(1, sizeof(*in)); /* large */
@@ -507,6 +579,89 @@ static void handle_model_info(mlpd_requests_t *r, mlpd_conn_t *c, uint64_t id) {
 out:
   free(pd);
   free(in);
+}
+
+/* The protocol's view of a model's status; strings point into ms. */
+static void to_rpc_status(const mlpd_models_status_t *ms,
+                          mlpd_rpc_model_status_t *out) {
+  memset(out, 0, sizeof(*out));
+  out->name = ms->name;
+  out->nversions = ms->nversions < MLPD_RPC_MAX_VERSIONS
+                       ? ms->nversions
+                       : MLPD_RPC_MAX_VERSIONS;
+  for (int v = 0; v < out->nversions; v++)
+    out->versions[v] = ms->versions[v];
+  out->state = mlpd_model_state_name(ms->state);
+  out->ready = ms->ready;
+  out->message = ms->message;
+}
+
+static void handle_list_models(mlpd_requests_t *r, mlpd_conn_t *c,
+                               uint64_t id) {
+  mlpd_models_status_t *ms = malloc(MLPD_MAX_MODELS * sizeof(*ms));
+  mlpd_rpc_model_status_t *out = malloc(MLPD_MAX_MODELS * sizeof(*out));
+  if (ms == NULL || out == NULL) {
+    send_error(r, c, id, MLPD_RPC_LIST_MODELS,
+               MLPD_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+    goto out;
+  }
+  int n = mlpd_models_list(&r->board->models, ms, MLPD_MAX_MODELS);
+  for (int i = 0; i < n; i++)
+    to_rpc_status(&ms[i], &out[i]);
+  mlpd_rpc_response_t resp = {
+      .id = id, .kind = MLPD_RPC_LIST_MODELS, .nmodels = n, .models = out};
+  send_ok(r, c, &resp);
+out:
+  free(out);
+  free(ms);
+}
+
+/* LoadModel / UnloadModel: only root and the daemon's own user (peer
+ * credentials, read at accept) may change what is served. */
+static void handle_load_unload(mlpd_requests_t *r, mlpd_conn_t *c,
+                               const mlpd_rpc_request_t *q) {
+  int load = q->kind == MLPD_RPC_LOAD_MODEL;
+  const char *verb = load ? "LoadModel" : "UnloadModel";
+  if (!mlpd_models_may_manage(c->peer.uid, geteuid())) {
+    send_error(r, c, q->id, q->kind, MLPD_STATUS_PERMISSION_DENIED,
+               "%s is allowed only to root and the daemon's own user (uid "
+               "%u); this peer is uid %u",
+               verb, (unsigned)geteuid(), (unsigned)c->peer.uid);
+    return;
+  }
+  mlpd_err_t err = {0};
+  int rc = mlpd_models_request(&r->board->models,
+                               load ? MLPD_MODELS_LOAD : MLPD_MODELS_UNLOAD,
+                               q->model, &err);
+  if (rc != 0) {
+    send_error(r, c, q->id, q->kind,
+               rc == MLPD_ENOENT ? MLPD_STATUS_NOT_FOUND
+               : rc == MLPD_EINVAL ? MLPD_STATUS_INVALID_ARGUMENT
+                                   : MLPD_STATUS_RESOURCE_EXHAUSTED,
+               "%s: %s", verb, err.msg);
+    return;
+  }
+  /* The change runs on the daemon's thread; this is where it starts. */
+  mlpd_models_status_t *ms = calloc(1, sizeof(*ms));
+  mlpd_rpc_model_status_t st;
+  int index = -1;
+  if (ms == NULL) {
+    send_error(r, c, q->id, q->kind, MLPD_STATUS_RESOURCE_EXHAUSTED,
+               "out of memory");
+    return;
+  }
+  if (mlpd_models_find(&r->board->models, q->model, NULL, &index, NULL) !=
+          0 ||
+      mlpd_models_get(&r->board->models, index, ms) != 0) {
+    snprintf(ms->name, sizeof(ms->name), "%s", q->model);
+    ms->state = MLPD_MODEL_UNLOADED;
+  }
+  to_rpc_status(ms, &st);
+  st.state = load ? "loading" : "unloading";
+  mlpd_rpc_response_t resp = {
+      .id = q->id, .kind = q->kind, .nmodels = 1, .models = &st};
+  send_ok(r, c, &resp);
+  free(ms);
 }
 
 static void handle_health(mlpd_requests_t *r, mlpd_conn_t *c, uint64_t id) {
@@ -567,13 +722,20 @@ static void on_frame(void *ud, mlpd_conn_t *c, const uint8_t *body,
     handle_metrics(r, c, q.id);
     return;
   case MLPD_RPC_MODEL_INFO:
-    handle_model_info(r, c, q.id);
+    handle_model_info(r, c, &q);
     return;
   case MLPD_RPC_REGISTER_REGION:
     handle_register(r, c, &q);
     return;
   case MLPD_RPC_UNREGISTER_REGION:
     handle_unregister(r, c, &q);
+    return;
+  case MLPD_RPC_LIST_MODELS:
+    handle_list_models(r, c, q.id);
+    return;
+  case MLPD_RPC_LOAD_MODEL:
+  case MLPD_RPC_UNLOAD_MODEL:
+    handle_load_unload(r, c, &q);
     return;
   case MLPD_RPC_NONE:
     send_error(r, c, q.id, MLPD_RPC_NONE, MLPD_STATUS_UNIMPLEMENTED,

@@ -5,8 +5,11 @@
  * (scheduler.h); their answers come back through mlpd_requests_on_done, the
  * batcher's done callback. Health and Metrics are answered from what the
  * daemon publishes on the board (board.h), ModelInfo from the pool's
- * description (mlpd_pool_describe); RegisterRegion / UnregisterRegion
- * change the connection's regions.
+ * description (mlpd_pool_describe), ListModels from the board's model
+ * table (models.h); LoadModel / UnloadModel (root and the daemon's user
+ * only) are handed to the daemon through that table; RegisterRegion /
+ * UnregisterRegion change the connection's regions. Every infer request
+ * is routed to its model by mlpd_requests_route.
  *
  * Every bad input gets a status and a message naming what is wrong;
  * nothing a client sends can stop another client's request. It never
@@ -48,6 +51,19 @@ void mlpd_requests_init(mlpd_requests_t *r, const mlpd_requests_config_t *cfg,
 
 /* The server callbacks that feed it (ud = r). */
 void mlpd_requests_callbacks(mlpd_requests_t *r, mlpd_server_callbacks_t *cb);
+
+/* Model routing, the one path every transport's infer takes: finds the
+ * model a request names (model "" = the only or the default one; version
+ * "" = the one served) in the board's table (models.h) and checks that this
+ * thread serves it now. Returns 0 with the model's *index (the request's
+ * mlpd_req_t.model) and the *shape to check the request against; or a
+ * negative code with the status to answer and a message naming the model:
+ * NOT_FOUND for an unknown name, UNAVAILABLE while shutting down or while
+ * the model is loading, failed or unloaded. Single-threaded: r's thread. */
+int mlpd_requests_route(mlpd_requests_t *r, const char *model,
+                        const char *version, int *index,
+                        const mlpd_batcher_shape_t **shape, mlpd_status_t *st,
+                        char *msg, size_t len) MLPD_MUST_CHECK;
 
 /* The batcher's done callback (ud = r): answers the request unless it was
  * cancelled, and frees it. */

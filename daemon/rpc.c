@@ -24,6 +24,12 @@ static const mlpd_pbcheck_name_t request_names[] = {
     {&mlpd_v1_Request_msg, mlpd_v1_Request_unregister_region_tag,
      "unregister_region"},
     {&mlpd_v1_Request_msg, mlpd_v1_Request_list_models_tag, "list_models"},
+    {&mlpd_v1_Request_msg, mlpd_v1_Request_load_model_tag, "load_model"},
+    {&mlpd_v1_Request_msg, mlpd_v1_Request_unload_model_tag, "unload_model"},
+    {&mlpd_v1_LoadModelRequest_msg, mlpd_v1_LoadModelRequest_name_tag,
+     "name"},
+    {&mlpd_v1_UnloadModelRequest_msg, mlpd_v1_UnloadModelRequest_name_tag,
+     "name"},
     {&mlpd_v1_InferRequest_msg, mlpd_v1_InferRequest_model_tag, "model"},
     {&mlpd_v1_ModelInfoRequest_msg, mlpd_v1_ModelInfoRequest_name_tag,
      "name"},
@@ -268,6 +274,12 @@ static mlpd_rpc_kind_t kind_of(pb_size_t which) {
     return MLPD_RPC_REGISTER_REGION;
   case mlpd_v1_Request_unregister_region_tag:
     return MLPD_RPC_UNREGISTER_REGION;
+  case mlpd_v1_Request_list_models_tag:
+    return MLPD_RPC_LIST_MODELS;
+  case mlpd_v1_Request_load_model_tag:
+    return MLPD_RPC_LOAD_MODEL;
+  case mlpd_v1_Request_unload_model_tag:
+    return MLPD_RPC_UNLOAD_MODEL;
   default:
     return MLPD_RPC_NONE;
   }
@@ -338,9 +350,13 @@ int mlpd_rpc_decode(const uint8_t *frame, size_t len, mlpd_rpc_request_t *req,
     return 0;
   case MLPD_RPC_MODEL_INFO:
     return take_model(msg.kind.model_info.name, req, "model_info.name", err);
+  case MLPD_RPC_LOAD_MODEL:
+    return take_model(msg.kind.load_model.name, req, "load_model.name", err);
+  case MLPD_RPC_UNLOAD_MODEL:
+    return take_model(msg.kind.unload_model.name, req, "unload_model.name",
+                      err);
   case MLPD_RPC_NONE:
-    req->list_models = msg.which_kind == mlpd_v1_Request_list_models_tag;
-    return 0;
+  case MLPD_RPC_LIST_MODELS:
   case MLPD_RPC_HEALTH:
   case MLPD_RPC_METRICS:
     return 0;
@@ -426,6 +442,21 @@ static void set_string(char *dst, size_t cap, const char *src) {
       break;
   }
   dst[n] = '\0';
+}
+
+static void model_status(const mlpd_rpc_model_status_t *in,
+                         mlpd_v1_ModelStatus *out) {
+  *out = (mlpd_v1_ModelStatus)mlpd_v1_ModelStatus_init_zero;
+  set_string(out->name, sizeof(out->name), in->name);
+  int nv = in->nversions < (int)MLPD_ARRAY_SIZE(out->versions)
+               ? in->nversions
+               : (int)MLPD_ARRAY_SIZE(out->versions);
+  for (int v = 0; v < nv; v++)
+    set_string(out->versions[v], sizeof(out->versions[v]), in->versions[v]);
+  out->versions_count = (pb_size_t)nv;
+  set_string(out->state, sizeof(out->state), in->state);
+  out->ready = in->ready != 0;
+  set_string(out->message, sizeof(out->message), in->message);
 }
 
 static void model_info(const mlpd_rpc_model_info_t *in,
@@ -520,6 +551,31 @@ static void build(const mlpd_rpc_response_t *r, mlpd_v1_Response *msg,
     break;
   case MLPD_RPC_UNREGISTER_REGION:
     msg->which_kind = mlpd_v1_Response_unregister_region_tag;
+    break;
+  case MLPD_RPC_LIST_MODELS: {
+    msg->which_kind = mlpd_v1_Response_list_models_tag;
+    mlpd_v1_ListModelsResponse *lm = &msg->kind.list_models;
+    int n = r->nmodels < (int)MLPD_ARRAY_SIZE(lm->models)
+                ? r->nmodels
+                : (int)MLPD_ARRAY_SIZE(lm->models);
+    for (int i = 0; i < n; i++)
+      model_status(&r->models[i], &lm->models[i]);
+    lm->models_count = (pb_size_t)n;
+    break;
+  }
+  case MLPD_RPC_LOAD_MODEL:
+    msg->which_kind = mlpd_v1_Response_load_model_tag;
+    if (r->nmodels > 0) {
+      msg->kind.load_model.has_model = true;
+      model_status(&r->models[0], &msg->kind.load_model.model);
+    }
+    break;
+  case MLPD_RPC_UNLOAD_MODEL:
+    msg->which_kind = mlpd_v1_Response_unload_model_tag;
+    if (r->nmodels > 0) {
+      msg->kind.unload_model.has_model = true;
+      model_status(&r->models[0], &msg->kind.unload_model.model);
+    }
     break;
   case MLPD_RPC_NONE:
     break;

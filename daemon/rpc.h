@@ -41,6 +41,9 @@ typedef enum {
   MLPD_RPC_MODEL_INFO,
   MLPD_RPC_REGISTER_REGION,
   MLPD_RPC_UNREGISTER_REGION,
+  MLPD_RPC_LIST_MODELS,
+  MLPD_RPC_LOAD_MODEL,
+  MLPD_RPC_UNLOAD_MODEL,
 } mlpd_rpc_kind_t;
 
 /* Model names (infer.model, model_info.name) are 0..MLPD_RPC_MODEL_NAME_MAX
@@ -73,13 +76,11 @@ typedef struct mlpd_rpc_request_s {
   uint32_t timeout_ms;
   mlpd_dtype_t out_dtype;            /* the input's dtype when unspecified */
   mlpd_rpc_region_ref_t out_region;  /* set: write the output there */
-  /* infer and model_info: the model the request names (infer.model,
-   * model_info.name); "" = the only or default model. */
+  /* infer, model_info, load_model, unload_model: the model the request
+   * names (infer.model, model_info.name, load_model.name,
+   * unload_model.name); "" = the only or default model (load and unload
+   * need a name). */
   char model[MLPD_RPC_MODEL_NAME_MAX + 1];
-  /* A ListModels request. Its kind is MLPD_RPC_NONE (answered
-   * UNIMPLEMENTED) until the dispatcher serves several models and
-   * MLPD_RPC_LIST_MODELS joins mlpd_rpc_kind_t with its case there. */
-  int list_models;
   /* register_region / unregister_region */
   char region_name[MLPD_RPC_REGION_NAME_MAX + 1];
   uint64_t region_size;              /* register: bytes to map, >= 1 */
@@ -129,6 +130,20 @@ typedef struct mlpd_rpc_model_info_s {
   mlpd_rpc_device_t devices[MLPD_RPC_MAX_DEVICES];
 } mlpd_rpc_model_info_t;
 
+/* One model as ListModels, LoadModel and UnloadModel report it. */
+#define MLPD_RPC_MAX_VERSIONS 4
+typedef struct mlpd_rpc_model_status_s {
+  const char *name;
+  int nversions;
+  const char *versions[MLPD_RPC_MAX_VERSIONS];
+  const char *state;   /* "loading", "ready", "unloading", "unloaded",
+                          "failed" */
+  int ready;
+  const char *message; /* may be NULL */
+} mlpd_rpc_model_status_t;
+
+#define MLPD_RPC_MAX_MODELS 32 /* ListModelsResponse.models max_count */
+
 typedef struct mlpd_rpc_response_s {
   uint64_t id;
   mlpd_status_t status;
@@ -155,6 +170,9 @@ typedef struct mlpd_rpc_response_s {
   const mlpd_rpc_model_info_t *info;
   /* register_region */
   uint64_t region_size;
+  /* list_models (nmodels of them), load_model and unload_model (one) */
+  int nmodels;
+  const mlpd_rpc_model_status_t *models;
 } mlpd_rpc_response_t;
 
 /* Bytes the framed response needs (header + message). */

@@ -21,112 +21,165 @@ void mlpd_scheduler_init(mlpd_scheduler_t *s, int index,
   s->done_ud = done_ud;
 }
 
-const mlpd_batcher_shape_t *mlpd_scheduler_shape(const mlpd_scheduler_t *s) {
-  return s->pool != NULL && s->batcher_ready ? mlpd_pool_shape(s->pool) : NULL;
+static const mlpd_lane_t *lane_c(const mlpd_scheduler_t *s, int m) {
+  return m >= 0 && m < s->nlanes ? &s->lanes[m] : NULL;
 }
 
-mlpd_pool_t *mlpd_scheduler_pool(const mlpd_scheduler_t *s) { return s->pool; }
+const mlpd_batcher_shape_t *mlpd_scheduler_shape(const mlpd_scheduler_t *s,
+                                                 int m) {
+  const mlpd_lane_t *l = lane_c(s, m);
+  if (l == NULL || l->pool == NULL || !l->batcher_ready ||
+      (l->switching && l->next_pool == NULL))
+    return NULL;
+  return mlpd_pool_shape(l->pool);
+}
+
+mlpd_pool_t *mlpd_scheduler_pool(const mlpd_scheduler_t *s, int m) {
+  const mlpd_lane_t *l = lane_c(s, m);
+  return l != NULL ? l->pool : NULL;
+}
 
 int mlpd_scheduler_admit(mlpd_scheduler_t *s, mlpd_req_t *req, uint64_t now) {
-  int rc = mlpd_batcher_admit(&s->batcher, req, now);
+  if (mlpd_scheduler_shape(s, req->model) == NULL)
+    return MLPD_EINVAL;
+  int rc = mlpd_batcher_admit(&s->lanes[req->model].batcher, req, now);
   if (rc == 0)
     s->due = 1;
   return rc;
 }
 
 void mlpd_scheduler_cancel(mlpd_scheduler_t *s, mlpd_req_t *req) {
-  mlpd_batcher_cancel(&s->batcher, req);
+  mlpd_batcher_cancel(&s->lanes[req->model].batcher, req);
   s->due = 1;
 }
 
-int mlpd_scheduler_queue_rows(const mlpd_scheduler_t *s) {
-  return s->batcher_ready ? s->batcher.queue_rows : 0;
+int mlpd_scheduler_queue_rows(const mlpd_scheduler_t *s, int m) {
+  const mlpd_lane_t *l = lane_c(s, m);
+  return l != NULL && l->batcher_ready ? l->batcher.queue_rows : 0;
 }
 
 /* ---- staging and pools ----------------------------------------------------
  */
 
-static void free_staging(mlpd_scheduler_t *s, mlpd_pool_t *p) {
+static void free_staging(mlpd_scheduler_t *s, mlpd_lane_t *l, mlpd_pool_t *p) {
   for (int i = 0; i < MLPD_BATCHER_MAX_SLOTS; i++) {
     if (p != NULL) {
-      mlpd_pool_host_free(p, s->in[i]);
-      mlpd_pool_host_free(p, s->out[i]);
+      mlpd_pool_host_free(p, l->in[i]);
+      mlpd_pool_host_free(p, l->out[i]);
     }
-    s->in[i] = s->out[i] = NULL;
+    l->in[i] = l->out[i] = NULL;
   }
+  (void)s;
 }
 
-static int alloc_staging(mlpd_scheduler_t *s, mlpd_pool_t *p) {
+static int alloc_staging(mlpd_scheduler_t *s, mlpd_lane_t *l, mlpd_pool_t *p) {
   size_t ib = mlpd_batcher_in_bytes(mlpd_pool_shape(p));
   size_t ob = mlpd_batcher_out_bytes(mlpd_pool_shape(p));
   for (int i = 0; i < s->cfg.nslots; i++) {
-    s->in[i] = mlpd_pool_host_alloc(p, ib);
-    s->out[i] = mlpd_pool_host_alloc(p, ob);
-    if (s->in[i] == NULL || s->out[i] == NULL) {
-      free_staging(s, p);
+    l->in[i] = mlpd_pool_host_alloc(p, ib);
+    l->out[i] = mlpd_pool_host_alloc(p, ob);
+    if (l->in[i] == NULL || l->out[i] == NULL) {
+      free_staging(s, l, p);
       return -ENOMEM;
     }
   }
   return 0;
 }
 
-void mlpd_scheduler_use_pool(mlpd_scheduler_t *s, mlpd_pool_t *pool) {
-  s->next_pool = pool;
-  if (s->batcher_ready) {
-    /* Let the slots staged for the old engines run, then switch;
-     * requests arriving meanwhile wait in the pending queue. */
-    mlpd_batcher_set_hold(&s->batcher, 1);
-    mlpd_batcher_set_flush(&s->batcher, 1);
+void mlpd_scheduler_use_pool(mlpd_scheduler_t *s, int m, mlpd_pool_t *pool) {
+  if (m < 0 || m >= MLPD_MAX_MODELS)
+    return;
+  if (m >= s->nlanes)
+    s->nlanes = m + 1;
+  mlpd_lane_t *l = &s->lanes[m];
+  l->next_pool = pool;
+  l->switching = 1;
+  if (l->batcher_ready) {
+    /* Let the slots staged for the old engines run, then switch; requests
+     * arriving meanwhile wait in the pending queue. Unloading holds
+     * nothing back: every admitted row is computed on the old pool. */
+    mlpd_batcher_set_hold(&l->batcher, pool != NULL);
+    mlpd_batcher_set_flush(&l->batcher, 1);
   }
   s->due = 1;
 }
 
 void mlpd_scheduler_flush(mlpd_scheduler_t *s) {
   s->flush = 1;
-  if (s->batcher_ready)
-    mlpd_batcher_set_flush(&s->batcher, 1);
+  for (int m = 0; m < s->nlanes; m++)
+    if (s->lanes[m].batcher_ready)
+      mlpd_batcher_set_flush(&s->lanes[m].batcher, 1);
   s->due = 1;
 }
 
-int mlpd_scheduler_try_switch(mlpd_scheduler_t *s) {
-  if (s->next_pool == NULL ||
-      (s->batcher_ready && !mlpd_batcher_slots_idle(&s->batcher)))
-    return 0;
-  mlpd_pool_t *old = s->pool, *p = s->next_pool;
-  s->next_pool = NULL;
-  free_staging(s, old);
-  s->pool = p;
+/* Lets go of lane l's pool: every request admitted to it was answered. */
+static void unload_lane(mlpd_scheduler_t *s, mlpd_lane_t *l) {
+  free_staging(s, l, l->pool);
+  if (l->batcher_ready)
+    mlpd_batcher_free(&l->batcher);
+  l->batcher_ready = 0;
+  l->pool = NULL;
+  l->on_gpu = 0;
+}
+
+static void switch_lane(mlpd_scheduler_t *s, int m) {
+  mlpd_lane_t *l = &s->lanes[m];
+  mlpd_pool_t *old = l->pool, *p = l->next_pool;
+  l->next_pool = NULL;
+  l->switching = 0;
+  if (p == NULL) {
+    unload_lane(s, l);
+    return;
+  }
+  free_staging(s, l, old);
+  l->pool = p;
   mlpd_pool_desc_t *pd = malloc(sizeof(*pd));
   if (pd != NULL) {
     mlpd_pool_describe(p, 0, pd);
-    s->on_gpu = strcmp(pd->kind, "cpu") != 0;
+    l->on_gpu = strcmp(pd->kind, "cpu") != 0;
     free(pd);
   }
-  if (alloc_staging(s, p) != 0) {
-    MLPD_LOGE("dispatcher %d: out of memory for %d staging slots; its "
-              "requests get UNAVAILABLE",
-              s->index, s->cfg.nslots);
-    if (s->batcher_ready) {
-      mlpd_batcher_free(&s->batcher);
-      s->batcher_ready = 0;
+  if (alloc_staging(s, l, p) != 0) {
+    MLPD_LOGE("dispatcher %d: out of memory for %d staging slots of model "
+              "%d; its requests get UNAVAILABLE",
+              s->index, s->cfg.nslots, m);
+    if (l->batcher_ready) {
+      mlpd_batcher_free(&l->batcher);
+      l->batcher_ready = 0;
     }
-  } else if (!s->batcher_ready) {
+  } else if (!l->batcher_ready) {
     mlpd_batcher_config_t bc = {.max_delay_ns = s->cfg.max_delay_ns,
                                 .max_queue = s->cfg.max_queue,
                                 .nslots = s->cfg.nslots,
                                 .max_attempts = 2};
     mlpd_err_t err = {0};
-    if (mlpd_batcher_init(&s->batcher, mlpd_pool_shape(p), &bc, s->in, s->out,
-                          s->done, s->done_ud, &err) == 0)
-      s->batcher_ready = 1;
-    else
+    if (mlpd_batcher_init(&l->batcher, mlpd_pool_shape(p), &bc, l->in, l->out,
+                          s->done, s->done_ud, &err) == 0) {
+      l->batcher_ready = 1;
+      mlpd_batcher_set_flush(&l->batcher, s->flush);
+    } else {
       MLPD_LOGE("dispatcher %d: %s", s->index, err.msg);
+    }
   } else {
-    mlpd_batcher_set_shape(&s->batcher, mlpd_pool_shape(p), s->in, s->out);
-    mlpd_batcher_set_flush(&s->batcher, s->flush);
+    mlpd_batcher_set_shape(&l->batcher, mlpd_pool_shape(p), l->in, l->out);
+    mlpd_batcher_set_flush(&l->batcher, s->flush);
   }
-  s->due = 1;
-  return 1;
+}
+
+int mlpd_scheduler_try_switch(mlpd_scheduler_t *s) {
+  for (int m = 0; m < s->nlanes; m++) {
+    mlpd_lane_t *l = &s->lanes[m];
+    if (!l->switching)
+      continue;
+    if (l->batcher_ready &&
+        !(l->next_pool != NULL ? mlpd_batcher_slots_idle(&l->batcher)
+                               : mlpd_batcher_idle(&l->batcher)))
+      continue;
+    switch_lane(s, m);
+    s->due = 1;
+    return m;
+  }
+  return -1;
 }
 
 /* ---- batches --------------------------------------------------------------
@@ -134,36 +187,37 @@ int mlpd_scheduler_try_switch(mlpd_scheduler_t *s) {
 
 /* A device for slot i, or -1 when none has room. A batch that failed on a
  * device avoids it, unless it is the only one left. */
-static int pick_engine(mlpd_scheduler_t *s, int i) {
-  mlpd_pool_t *p = s->pool;
-  int avoid = s->batcher.slots[i].avoid;
-  int e = mlpd_pool_reserve(p, s->next_engine, avoid);
+static int pick_engine(mlpd_lane_t *l, int i) {
+  mlpd_pool_t *p = l->pool;
+  int avoid = l->batcher.slots[i].avoid;
+  int e = mlpd_pool_reserve(p, l->next_engine, avoid);
   if (e < 0 && avoid >= 0 && mlpd_pool_in_rotation(p) == 1 &&
       mlpd_pool_engine_in_rotation(p, avoid))
-    e = mlpd_pool_reserve(p, s->next_engine, -1);
+    e = mlpd_pool_reserve(p, l->next_engine, -1);
   return e;
 }
 
-/* Hands slot i, which engine e has room for, to e's worker. */
-static void hand_over(mlpd_scheduler_t *s, int i, int e, uint64_t now) {
-  mlpd_job_t *job = &s->jobs[i];
+/* Hands slot i of lane m, which engine e has room for, to e's worker. */
+static void hand_over(mlpd_scheduler_t *s, int m, int i, int e, uint64_t now) {
+  mlpd_lane_t *l = &s->lanes[m];
+  mlpd_job_t *job = &l->jobs[i];
   void *in, *out;
   mlpd_dtype_t idt, odt;
-  int rows = mlpd_batcher_start(&s->batcher, i, e, now, &in, &idt, &out, &odt);
+  int rows = mlpd_batcher_start(&l->batcher, i, e, now, &in, &idt, &out, &odt);
   if (rows == 0) {
     if (e >= 0)
-      mlpd_pool_unreserve(s->pool, e);
+      mlpd_pool_unreserve(l->pool, e);
     return;
   }
   if (e < 0) {
     /* No device left: fail rather than hold requests forever; the daemon
      * stops and is restarted. */
-    (void)mlpd_batcher_complete(&s->batcher, i, MLPD_ENODEV,
+    (void)mlpd_batcher_complete(&l->batcher, i, MLPD_ENODEV,
                                 "no device is left in rotation", 0, now, now);
     return;
   }
-  double waited = s->ready_ns[i] ? (double)(now - s->ready_ns[i]) / 1e9 : 0;
-  s->ready_ns[i] = 0;
+  double waited = l->ready_ns[i] ? (double)(now - l->ready_ns[i]) / 1e9 : 0;
+  l->ready_ns[i] = 0;
   pthread_mutex_lock(&s->stats->mu);
   mlpd_hist_observe(&s->stats->m.engine_wait, waited);
   pthread_mutex_unlock(&s->stats->mu);
@@ -172,40 +226,77 @@ static void hand_over(mlpd_scheduler_t *s, int i, int e, uint64_t now) {
   job->batch = (mlpd_engine_batch_t){
       .in = in, .in_dtype = idt, .out = out, .out_dtype = odt, .rows = rows};
   job->reply = s->reply;
-  job->cookie = (void *)(intptr_t)i;
+  job->cookie = (void *)(intptr_t)(m * MLPD_BATCHER_MAX_SLOTS + i);
   job->engine = e;
-  s->next_engine = e;
-  mlpd_pool_submit(s->pool, e, job);
+  l->next_engine = e;
+  mlpd_pool_submit(l->pool, e, job);
+}
+
+/* Hands lane m's next ready slot to a device: 1 when it did, 0 when none
+ * is ready or no device has room (*blocked set). */
+static int run_lane(mlpd_scheduler_t *s, int m, uint64_t now, int arriving,
+                    int *blocked) {
+  mlpd_lane_t *l = &s->lanes[m];
+  if (!l->batcher_ready || l->pool == NULL)
+    return 0;
+  mlpd_pool_t *p = l->pool;
+  int dead = mlpd_pool_in_rotation(p) == 0;
+  int i = mlpd_batcher_ready(&l->batcher, now, dead || mlpd_pool_any_idle(p),
+                             arriving);
+  if (i < 0)
+    return 0;
+  int e = dead ? -1 : pick_engine(l, i);
+  if (e < 0 && !dead) {
+    if (l->ready_ns[i] == 0)
+      l->ready_ns[i] = now;
+    *blocked = 1;
+    return 0;
+  }
+  hand_over(s, m, i, e, now);
+  return 1;
 }
 
 uint64_t mlpd_scheduler_run(mlpd_scheduler_t *s, int arriving) {
   s->due = 0;
-  if (!s->batcher_ready || s->pool == NULL)
+  if (s->nlanes == 0)
     return UINT64_MAX;
-  mlpd_batcher_t *b = &s->batcher;
-  mlpd_pool_t *p = s->pool;
   uint64_t now = mlpd_now_ns();
-  mlpd_batcher_expire(b, now);
-  int blocked = 0, mine = b->nrunning;
-  for (;;) {
-    int dead = mlpd_pool_in_rotation(p) == 0;
-    int i = mlpd_batcher_ready(b, now, dead || mlpd_pool_any_idle(p), arriving);
-    if (i < 0)
-      break;
-    int e = dead ? -1 : pick_engine(s, i);
-    if (e < 0 && !dead) {
-      if (s->ready_ns[i] == 0)
-        s->ready_ns[i] = now;
-      blocked = 1;
-      break;
+  int blocked = 0, mine = 0;
+  for (int m = 0; m < s->nlanes; m++) {
+    mlpd_lane_t *l = &s->lanes[m];
+    if (l->batcher_ready && l->pool != NULL) {
+      mlpd_batcher_expire(&l->batcher, now);
+      mine += l->batcher.nrunning;
     }
-    hand_over(s, i, e, now);
   }
+  /* Round-robin over the lanes, one slot each per round, so that a lane
+   * with many ready slots cannot keep a device's submissions to itself. */
+  int first = s->turn % s->nlanes;
+  s->turn = first + 1;
+  for (int moved = 1; moved;) {
+    moved = 0;
+    for (int k = 0; k < s->nlanes; k++)
+      moved |= run_lane(s, (first + k) % s->nlanes, now, arriving, &blocked);
+  }
+  uint64_t due = UINT64_MAX;
+  uint64_t queue = 0, dropped = 0;
   pthread_mutex_lock(&s->stats->mu);
-  s->stats->m.queue_rows = (uint64_t)b->queue_rows;
-  s->stats->m.dropped_rows = b->dropped_rows;
+  for (int m = 0; m < s->nlanes; m++) {
+    mlpd_lane_t *l = &s->lanes[m];
+    uint64_t q = l->batcher_ready ? (uint64_t)l->batcher.queue_rows : 0;
+    if (m < MLPD_METRICS_MAX_MODELS)
+      s->stats->m.model_queue_rows[m] = q;
+    queue += q;
+    if (!l->batcher_ready)
+      continue;
+    dropped += l->batcher.dropped_rows;
+    uint64_t w = mlpd_batcher_next_wakeup(&l->batcher);
+    if (w < due)
+      due = w;
+  }
+  s->stats->m.queue_rows = queue;
+  s->stats->m.dropped_rows = dropped;
   pthread_mutex_unlock(&s->stats->mu);
-  uint64_t due = mlpd_batcher_next_wakeup(b);
   /* Waiting for a device another dispatcher keeps busy: its completion
    * comes to that dispatcher, so look again shortly. */
   if (blocked && mine == 0 && now + 50000 < due)
@@ -215,7 +306,8 @@ uint64_t mlpd_scheduler_run(mlpd_scheduler_t *s, int arriving) {
 
 /* Counted before the batch's requests are answered, so that a client that
  * has its answer finds it in the metrics. */
-static void count_job(mlpd_scheduler_t *s, const mlpd_job_t *job, int retried) {
+static void count_job(mlpd_scheduler_t *s, int model, const mlpd_job_t *job,
+                      int retried) {
   pthread_mutex_lock(&s->stats->mu);
   mlpd_metrics_t *m = &s->stats->m;
   if (retried) {
@@ -223,6 +315,10 @@ static void count_job(mlpd_scheduler_t *s, const mlpd_job_t *job, int retried) {
   } else {
     m->batches++;
     m->rows += (uint64_t)job->batch.rows;
+    if (model < MLPD_METRICS_MAX_MODELS) {
+      m->model_batches[model]++;
+      m->model_rows[model] += (uint64_t)job->batch.rows;
+    }
     mlpd_hist_observe(&m->compute_duration,
                       (double)(job->end_ns - job->start_ns) / 1e9);
     mlpd_hist_observe(&m->batch_rows, (double)job->batch.rows);
@@ -231,8 +327,10 @@ static void count_job(mlpd_scheduler_t *s, const mlpd_job_t *job, int retried) {
 }
 
 void mlpd_scheduler_on_job(mlpd_scheduler_t *s, mlpd_job_t *job) {
-  int i = (int)(intptr_t)job->cookie;
-  mlpd_pool_t *p = s->pool;
+  int cookie = (int)(intptr_t)job->cookie;
+  int m = cookie / MLPD_BATCHER_MAX_SLOTS, i = cookie % MLPD_BATCHER_MAX_SLOTS;
+  mlpd_lane_t *l = &s->lanes[m];
+  mlpd_pool_t *p = l->pool;
   int retry = 0;
   if (job->rc != 0) {
     MLPD_LOGE("%s failed a batch of %d rows: %s (%s)",
@@ -241,30 +339,42 @@ void mlpd_scheduler_on_job(mlpd_scheduler_t *s, mlpd_job_t *job) {
     /* Another device may run it: the rows are still in staging. */
     retry = mlpd_pool_can_retry(p, job->engine);
   }
-  count_job(s, job, 0);
-  if (s->batcher_ready &&
-      mlpd_batcher_complete(&s->batcher, i, job->rc, job->why, retry,
+  count_job(s, m, job, 0);
+  if (l->batcher_ready &&
+      mlpd_batcher_complete(&l->batcher, i, job->rc, job->why, retry,
                             job->start_ns, job->end_ns) == 1)
-    count_job(s, job, 1);
+    count_job(s, m, job, 1);
   s->due = 1;
 }
 
 int mlpd_scheduler_idle(const mlpd_scheduler_t *s) {
-  return s->next_pool == NULL &&
-         (!s->batcher_ready || mlpd_batcher_idle(&s->batcher));
+  for (int m = 0; m < s->nlanes; m++) {
+    const mlpd_lane_t *l = &s->lanes[m];
+    if (l->switching || (l->batcher_ready && !mlpd_batcher_idle(&l->batcher)))
+      return 0;
+  }
+  return 1;
 }
 
 int mlpd_scheduler_poll_hot(const mlpd_scheduler_t *s) {
-  return s->batcher_ready && s->batcher.nrunning > 0 && s->pool != NULL &&
-         s->on_gpu;
+  for (int m = 0; m < s->nlanes; m++) {
+    const mlpd_lane_t *l = &s->lanes[m];
+    if (l->batcher_ready && l->batcher.nrunning > 0 && l->pool != NULL &&
+        l->on_gpu)
+      return 1;
+  }
+  return 0;
 }
 
 void mlpd_scheduler_free_staging(mlpd_scheduler_t *s) {
-  free_staging(s, s->pool);
+  for (int m = 0; m < s->nlanes; m++)
+    free_staging(s, &s->lanes[m], s->lanes[m].pool);
 }
 
 void mlpd_scheduler_free(mlpd_scheduler_t *s) {
-  if (s->batcher_ready)
-    mlpd_batcher_free(&s->batcher);
-  s->batcher_ready = 0;
+  for (int m = 0; m < s->nlanes; m++) {
+    if (s->lanes[m].batcher_ready)
+      mlpd_batcher_free(&s->lanes[m].batcher);
+    s->lanes[m].batcher_ready = 0;
+  }
 }

@@ -1,7 +1,15 @@
-/* scheduler.h - the scheduling half of an I/O thread: its batcher and staging
- * slots, handing ready slots to the workers of the pool being served,
- * taking finished jobs back (retrying a failed batch on another device),
- * and switching to a new pool between batches on reload.
+/* scheduler.h - the scheduling half of an I/O thread: one lane per model
+ * (models.h), each with its own batcher and staging slots, handing ready
+ * slots to the workers of the model's pool, taking finished jobs back
+ * (retrying a failed batch on another device), and switching a model to a
+ * new pool between batches on reload, or to none on unload.
+ *
+ * Batches never mix models: each lane batches only its model's rows. Lanes
+ * take turns: each scheduling pass hands over at most one ready slot per
+ * lane per round, starting one lane further on each pass, so a saturated
+ * model delays a lone request to another by one batch at most (each model's
+ * pool has its own workers, so their device reservations never block each
+ * other).
  *
  * It knows requests only as the batcher does (mlpd_req_t): admitting and
  * answering them is requests.h's, which passes the batcher's done callback
@@ -17,13 +25,29 @@
 #include "batcher.h"
 #include "board.h"
 #include "mailbox.h"
+#include "models.h"
 #include "pool.h"
 
 typedef struct mlpd_scheduler_config_s {
   uint64_t max_delay_ns;
-  int max_queue; /* rows admitted and not handed over */
-  int nslots;    /* staging slots */
+  int max_queue; /* rows admitted and not handed over, per model */
+  int nslots;    /* staging slots per model */
 } mlpd_scheduler_config_t;
+
+/* One model's part of the scheduler. */
+typedef struct mlpd_lane_s {
+  mlpd_pool_t *pool;      /* borrowed: the pool being served, or NULL */
+  mlpd_pool_t *next_pool; /* borrowed: switching to it (NULL: unloading) */
+  int switching;          /* use_pool arrived, switch not yet done */
+  mlpd_batcher_t batcher; /* valid once batcher_ready */
+  int batcher_ready;
+  void *in[MLPD_BATCHER_MAX_SLOTS]; /* staging, from pool host_alloc */
+  void *out[MLPD_BATCHER_MAX_SLOTS];
+  mlpd_job_t jobs[MLPD_BATCHER_MAX_SLOTS];   /* one per slot */
+  uint64_t ready_ns[MLPD_BATCHER_MAX_SLOTS]; /* slot ready, no engine yet */
+  int next_engine;                           /* round-robin hint */
+  int on_gpu; /* the pool's engines are not the CPU's */
+} mlpd_lane_t;
 
 typedef struct mlpd_scheduler_s {
   int index; /* the I/O thread's, for messages */
@@ -32,18 +56,11 @@ typedef struct mlpd_scheduler_s {
   mlpd_board_shard_t *stats; /* borrowed: this thread's counters */
   mlpd_batcher_done_cb done; /* answers a request (requests.h) */
   void *done_ud;
-  mlpd_pool_t *pool;      /* borrowed: the pool being served */
-  mlpd_pool_t *next_pool; /* borrowed: switching to it */
-  mlpd_batcher_t batcher; /* valid once batcher_ready */
-  int batcher_ready;
-  int flush;                        /* draining: partial slots go at once */
-  int due;                          /* something changed: run before sleeping */
-  void *in[MLPD_BATCHER_MAX_SLOTS]; /* staging, from pool host_alloc */
-  void *out[MLPD_BATCHER_MAX_SLOTS];
-  mlpd_job_t jobs[MLPD_BATCHER_MAX_SLOTS];   /* one per slot */
-  uint64_t ready_ns[MLPD_BATCHER_MAX_SLOTS]; /* slot ready, no engine yet */
-  int next_engine;                           /* round-robin hint */
-  int on_gpu; /* the pool's engines are not the CPU's */
+  int flush;  /* draining: partial slots go at once */
+  int due;    /* something changed: run before sleeping */
+  int nlanes; /* lanes in use: 1 + the highest model index seen */
+  int turn;   /* the lane that goes first in the next pass */
+  mlpd_lane_t lanes[MLPD_MAX_MODELS];
 } mlpd_scheduler_t;
 
 void mlpd_scheduler_init(mlpd_scheduler_t *s, int index,
@@ -51,45 +68,51 @@ void mlpd_scheduler_init(mlpd_scheduler_t *s, int index,
                          mlpd_mailbox_t *reply, mlpd_board_shard_t *stats,
                          mlpd_batcher_done_cb done, void *done_ud);
 
-/* What the batcher checks requests against, or NULL while there is no
- * pool (or no staging for it): infer is then UNAVAILABLE. */
-const mlpd_batcher_shape_t *mlpd_scheduler_shape(const mlpd_scheduler_t *s);
+/* What the batcher checks requests of model m against, or NULL while the
+ * model has no pool (or no staging for it), or is being unloaded: infer is
+ * then UNAVAILABLE. */
+const mlpd_batcher_shape_t *mlpd_scheduler_shape(const mlpd_scheduler_t *s,
+                                                 int m);
 
-/* The pool being served (NULL before the first); borrowed for this loop
- * iteration only. */
-mlpd_pool_t *mlpd_scheduler_pool(const mlpd_scheduler_t *s);
+/* The pool serving model m (NULL: none); borrowed for this loop iteration
+ * only. */
+mlpd_pool_t *mlpd_scheduler_pool(const mlpd_scheduler_t *s, int m);
 
-/* Admits a request into the batcher (mlpd_batcher_admit); only while
- * mlpd_scheduler_shape is not NULL. */
+/* Admits a request (for model req->model) into that model's batcher
+ * (mlpd_batcher_admit); only while mlpd_scheduler_shape is not NULL. */
 int mlpd_scheduler_admit(mlpd_scheduler_t *s, mlpd_req_t *req,
                          uint64_t now) MLPD_MUST_CHECK;
 
 /* Takes a request back (mlpd_batcher_cancel). */
 void mlpd_scheduler_cancel(mlpd_scheduler_t *s, mlpd_req_t *req);
 
-/* Rows admitted and not yet handed over, for messages. */
-int mlpd_scheduler_queue_rows(const mlpd_scheduler_t *s);
+/* Rows of model m admitted and not yet handed over, for messages. */
+int mlpd_scheduler_queue_rows(const mlpd_scheduler_t *s, int m);
 
 /* Asks for a scheduling pass before the loop sleeps. */
 static inline void mlpd_scheduler_kick(mlpd_scheduler_t *s) { s->due = 1; }
 
-/* Serve with `pool` once the slots staged for the old one have run;
- * admitted rows wait meanwhile. */
-void mlpd_scheduler_use_pool(mlpd_scheduler_t *s, mlpd_pool_t *pool);
+/* Serve model m with `pool` once the slots staged for the old one have
+ * run; its admitted rows wait meanwhile. pool NULL unloads the model: no
+ * more is admitted, what was admitted is computed and answered, then the
+ * lane lets go of the old pool. */
+void mlpd_scheduler_use_pool(mlpd_scheduler_t *s, int m, mlpd_pool_t *pool);
 
 /* Draining: partial slots go as soon as a device has room. */
 void mlpd_scheduler_flush(mlpd_scheduler_t *s);
 
-/* Takes the next pool into service once no slot runs on the old one.
- * Returns 1 when it did (the daemon is to be told), else 0. */
+/* Completes a pending switch (or unload) whose old pool no slot runs on
+ * any more. Returns the model's index when it did (the daemon is to be
+ * told), else -1; call again until -1. */
 int mlpd_scheduler_try_switch(mlpd_scheduler_t *s);
 
 /* When due: expires deadlines and hands every ready slot to a device with
- * room. `arriving`: a frame is partly received. Returns when the next
- * pass is due (mlpd_now_ns clock), or UINT64_MAX for none. */
+ * room, lanes taking turns. `arriving`: a frame is partly received.
+ * Returns when the next pass is due (mlpd_now_ns clock), or UINT64_MAX for
+ * none. */
 uint64_t mlpd_scheduler_run(mlpd_scheduler_t *s, int arriving);
 
-/* A worker finished job (one of s->jobs). */
+/* A worker finished job (one of a lane's jobs). */
 void mlpd_scheduler_on_job(mlpd_scheduler_t *s, mlpd_job_t *job);
 
 /* Nothing admitted remains and no switch is waiting. */
@@ -99,10 +122,10 @@ int mlpd_scheduler_idle(const mlpd_scheduler_t *s);
  * sleeping (dispatch.c says why). */
 int mlpd_scheduler_poll_hot(const mlpd_scheduler_t *s);
 
-/* Frees the staging while the pool is still open (at exit). */
+/* Frees the staging while the pools are still open (at exit). */
 void mlpd_scheduler_free_staging(mlpd_scheduler_t *s);
 
-/* Frees the batcher. */
+/* Frees the batchers. */
 void mlpd_scheduler_free(mlpd_scheduler_t *s);
 
 #endif

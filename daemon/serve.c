@@ -84,13 +84,62 @@ static int log_level_fn(void *dest, const char *v, mlpd_err_t *err) {
   return 0;
 }
 
+/* --model NAME=FILE, or FILE named by its stem ("digits" for
+ * models/digits.safetensors); repeatable. NAME= is taken only when what
+ * precedes '=' is a valid model name, so a path with '=' in a folder name
+ * still works. */
+static int model_fn(void *dest, const char *v, mlpd_err_t *err) {
+  mlpd_config_t *cfg = dest;
+  if (cfg->nmodels >= MLPD_MAX_MODELS)
+    return mlpd_errf(err, MLPD_EINVAL, "more than %d models", MLPD_MAX_MODELS);
+  mlpd_config_model_t *cm = &cfg->models[cfg->nmodels];
+  const char *eq = strchr(v, '=');
+  char name[MLPD_MODEL_NAME_MAX + 1];
+  if (eq != NULL && (size_t)(eq - v) < sizeof(name)) {
+    memcpy(name, v, (size_t)(eq - v));
+    name[eq - v] = '\0';
+    if (mlpd_models_name_ok(name)) {
+      if (eq[1] == '\0')
+        return mlpd_errf(err, MLPD_EINVAL, "NAME= without a FILE");
+      snprintf(cm->name, sizeof(cm->name), "%s", name);
+      cm->path = eq + 1;
+      goto check;
+    }
+  }
+  const char *base = strrchr(v, '/');
+  base = base != NULL ? base + 1 : v;
+  snprintf(name, sizeof(name), "%s", base);
+  char *dot = strrchr(name, '.');
+  if (dot != NULL && dot != name)
+    *dot = '\0';
+  if (!mlpd_models_name_ok(name))
+    return mlpd_errf(err, MLPD_EINVAL,
+                     "the file's stem '%s' is not a model name (A-Z a-z 0-9 "
+                     ". _ -); give one as NAME=FILE",
+                     name);
+  snprintf(cm->name, sizeof(cm->name), "%s", name);
+  cm->path = v;
+check:
+  for (int i = 0; i < cfg->nmodels; i++)
+    if (strcmp(cfg->models[i].name, cm->name) == 0)
+      return mlpd_errf(err, MLPD_EINVAL,
+                       "a model named '%s' is already given; name them "
+                       "apart as NAME=FILE",
+                       cm->name);
+  cfg->nmodels++;
+  return 0;
+}
+
 /* ---- the command line --------------------------------------------------- */
 
 static const char usage_head[] =
-    "usage: mlpd serve --model FILE [options]\n"
-    "Serves an MLP (safetensors) over a Unix socket; see mlpd.proto.\n";
+    "usage: mlpd serve (--model [NAME=]FILE ... | --model-dir DIR) "
+    "[options]\n"
+    "Serves MLPs (safetensors) over a Unix socket; see mlpd.proto.\n";
 static const char usage_foot[] =
-    "Signals: SIGTERM/SIGINT drain and exit 0; SIGHUP reloads the model.\n";
+    "Signals: SIGTERM/SIGINT drain and exit 0; SIGHUP reloads the --model\n"
+    "files and rescans --model-dir (new models load, changed files "
+    "reload).\n";
 
 /* Parses argv into cfg (initialised here). Returns 1 to run the daemon, or
  * 0 with the exit status in *status when there is nothing to run (--help,
@@ -102,10 +151,23 @@ static int parse_command_line(mlpd_config_t *cfg, int argc, char **argv,
    * applied after parsing. */
   int no_autotune = 0, max_connections = (int)cfg->access.max_connections;
   size_t max_shm = (size_t)cfg->max_shm_bytes;
+  size_t max_gpu = 0;
   mlpd_log_level_t level = (mlpd_log_level_t)-1;
   const mlpd_opt_t table[] = {
-      {"model", 0, MLPD_OPT_STRING, &cfg->model_path, .meta = "FILE",
-       .help = "model to serve (reloaded on SIGHUP)"},
+      {"model", 0, MLPD_OPT_FUNC, cfg, .fn = model_fn,
+       .meta = "[NAME=]FILE",
+       .help = "a model to serve, named NAME or by the file's stem;\n"
+               "repeatable (reloaded on SIGHUP)"},
+      {"model-dir", 0, MLPD_OPT_STRING, &cfg->model_dir, .meta = "DIR",
+       .help = "serve every NAME.safetensors in DIR, and NAME/<N>/ version\n"
+               "folders (the newest N); rescanned on SIGHUP"},
+      {"default-model", 0, MLPD_OPT_STRING, &cfg->default_model,
+       .meta = "NAME",
+       .help = "the model requests without a model name go to (default:\n"
+               "the only model; with several, they must name one)"},
+      {"max-gpu-memory", 0, MLPD_OPT_SIZE, &max_gpu, 0, 1e18, .meta = "BYTES",
+       .help = "device memory all models together may hold; a model\n"
+               "that does not fit fails to load (default: no limit)"},
       {"socket", 0, MLPD_OPT_STRING, &cfg->socket_path, .meta = "PATH",
        .help = "Unix socket (default /run/mlpd/mlpd.sock)"},
       {"socket-mode", 0, MLPD_OPT_FUNC, &cfg->socket_mode,
@@ -194,10 +256,11 @@ static int parse_command_line(mlpd_config_t *cfg, int argc, char **argv,
     *status = mlpd_opts_exit_status(rc);
     return 0;
   }
-  if (cfg->model_path == NULL) {
-    *status = mlpd_opts_error(&spec, "--model is required");
+  if (cfg->nmodels == 0 && cfg->model_dir == NULL) {
+    *status = mlpd_opts_error(&spec, "--model or --model-dir is required");
     return 0;
   }
+  cfg->max_gpu_memory = (uint64_t)max_gpu;
   cfg->engine.autotune = !no_autotune;
   cfg->access.max_connections = (size_t)max_connections;
   cfg->max_shm_bytes = max_shm;

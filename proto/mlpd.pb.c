@@ -63,6 +63,18 @@ PB_BIND(mlpd_v1_ModelStatus, mlpd_v1_ModelStatus, 2)
 PB_BIND(mlpd_v1_ListModelsResponse, mlpd_v1_ListModelsResponse, 4)
 
 
+PB_BIND(mlpd_v1_LoadModelRequest, mlpd_v1_LoadModelRequest, AUTO)
+
+
+PB_BIND(mlpd_v1_LoadModelResponse, mlpd_v1_LoadModelResponse, 2)
+
+
+PB_BIND(mlpd_v1_UnloadModelRequest, mlpd_v1_UnloadModelRequest, AUTO)
+
+
+PB_BIND(mlpd_v1_UnloadModelResponse, mlpd_v1_UnloadModelResponse, 2)
+
+
 PB_BIND(mlpd_v1_Request, mlpd_v1_Request, 2)
 
 

@@ -16,6 +16,7 @@ typedef enum _mlpd_v1_Status {
     mlpd_v1_Status_CANCELLED = 1,
     mlpd_v1_Status_INVALID_ARGUMENT = 3,
     mlpd_v1_Status_DEADLINE_EXCEEDED = 4,
+    mlpd_v1_Status_NOT_FOUND = 5, /* no model of that name (message names it) */
     mlpd_v1_Status_PERMISSION_DENIED = 7, /* the peer's uid/gid is not allowed to connect */
     mlpd_v1_Status_RESOURCE_EXHAUSTED = 8,
     mlpd_v1_Status_UNIMPLEMENTED = 12,
@@ -192,6 +193,31 @@ typedef struct _mlpd_v1_ListModelsResponse {
     mlpd_v1_ModelStatus models[32];
 } mlpd_v1_ListModelsResponse;
 
+/* Load (or reload) and unload one model at runtime, by the name it is
+ configured under (--model NAME=FILE) or found under in --model-dir.
+ Allowed only to root and the daemon's own user (PERMISSION_DENIED
+ otherwise); unknown names get NOT_FOUND. The answer comes once the daemon
+ has started the change: the model's status says where it stands, and
+ ListModels or ModelInfo tell when it is ready (or unloaded). Requests of
+ a model being unloaded that were accepted are answered. */
+typedef struct _mlpd_v1_LoadModelRequest {
+    char name[128];
+} mlpd_v1_LoadModelRequest;
+
+typedef struct _mlpd_v1_LoadModelResponse {
+    bool has_model;
+    mlpd_v1_ModelStatus model; /* as it was when the load started */
+} mlpd_v1_LoadModelResponse;
+
+typedef struct _mlpd_v1_UnloadModelRequest {
+    char name[128];
+} mlpd_v1_UnloadModelRequest;
+
+typedef struct _mlpd_v1_UnloadModelResponse {
+    bool has_model;
+    mlpd_v1_ModelStatus model;
+} mlpd_v1_UnloadModelResponse;
+
 typedef struct _mlpd_v1_Request {
     uint64_t id; /* chosen by the client, echoed in the response */
     pb_callback_t cb_kind;
@@ -204,6 +230,8 @@ typedef struct _mlpd_v1_Request {
         mlpd_v1_RegisterRegionRequest register_region;
         mlpd_v1_UnregisterRegionRequest unregister_region;
         mlpd_v1_ListModelsRequest list_models;
+        mlpd_v1_LoadModelRequest load_model;
+        mlpd_v1_UnloadModelRequest unload_model;
     } kind;
 } mlpd_v1_Request;
 
@@ -221,6 +249,8 @@ typedef struct _mlpd_v1_Response {
         mlpd_v1_RegisterRegionResponse register_region;
         mlpd_v1_UnregisterRegionResponse unregister_region;
         mlpd_v1_ListModelsResponse list_models;
+        mlpd_v1_LoadModelResponse load_model;
+        mlpd_v1_UnloadModelResponse unload_model;
     } kind;
 } mlpd_v1_Response;
 
@@ -262,6 +292,10 @@ extern "C" {
 
 
 
+
+
+
+
 #define mlpd_v1_Response_status_ENUMTYPE mlpd_v1_Status
 
 
@@ -285,6 +319,10 @@ extern "C" {
 #define mlpd_v1_ListModelsRequest_init_default   {0}
 #define mlpd_v1_ModelStatus_init_default         {"", 0, {"", "", "", ""}, "", 0, ""}
 #define mlpd_v1_ListModelsResponse_init_default  {0, {mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default, mlpd_v1_ModelStatus_init_default}}
+#define mlpd_v1_LoadModelRequest_init_default    {""}
+#define mlpd_v1_LoadModelResponse_init_default   {false, mlpd_v1_ModelStatus_init_default}
+#define mlpd_v1_UnloadModelRequest_init_default  {""}
+#define mlpd_v1_UnloadModelResponse_init_default {false, mlpd_v1_ModelStatus_init_default}
 #define mlpd_v1_Request_init_default             {0, {{NULL}, NULL}, 0, {mlpd_v1_InferRequest_init_default}}
 #define mlpd_v1_Response_init_default            {0, _mlpd_v1_Status_MIN, "", {{NULL}, NULL}, 0, {mlpd_v1_InferResponse_init_default}}
 #define mlpd_v1_RegionRef_init_zero              {"", 0, 0}
@@ -306,6 +344,10 @@ extern "C" {
 #define mlpd_v1_ListModelsRequest_init_zero      {0}
 #define mlpd_v1_ModelStatus_init_zero            {"", 0, {"", "", "", ""}, "", 0, ""}
 #define mlpd_v1_ListModelsResponse_init_zero     {0, {mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero, mlpd_v1_ModelStatus_init_zero}}
+#define mlpd_v1_LoadModelRequest_init_zero       {""}
+#define mlpd_v1_LoadModelResponse_init_zero      {false, mlpd_v1_ModelStatus_init_zero}
+#define mlpd_v1_UnloadModelRequest_init_zero     {""}
+#define mlpd_v1_UnloadModelResponse_init_zero    {false, mlpd_v1_ModelStatus_init_zero}
 #define mlpd_v1_Request_init_zero                {0, {{NULL}, NULL}, 0, {mlpd_v1_InferRequest_init_zero}}
 #define mlpd_v1_Response_init_zero               {0, _mlpd_v1_Status_MIN, "", {{NULL}, NULL}, 0, {mlpd_v1_InferResponse_init_zero}}
 
@@ -362,6 +404,10 @@ extern "C" {
 #define mlpd_v1_ModelStatus_ready_tag            4
 #define mlpd_v1_ModelStatus_message_tag          5
 #define mlpd_v1_ListModelsResponse_models_tag    1
+#define mlpd_v1_LoadModelRequest_name_tag        1
+#define mlpd_v1_LoadModelResponse_model_tag      1
+#define mlpd_v1_UnloadModelRequest_name_tag      1
+#define mlpd_v1_UnloadModelResponse_model_tag    1
 #define mlpd_v1_Request_id_tag                   1
 #define mlpd_v1_Request_infer_tag                2
 #define mlpd_v1_Request_health_tag               3
@@ -370,6 +416,8 @@ extern "C" {
 #define mlpd_v1_Request_register_region_tag      6
 #define mlpd_v1_Request_unregister_region_tag    7
 #define mlpd_v1_Request_list_models_tag          8
+#define mlpd_v1_Request_load_model_tag           9
+#define mlpd_v1_Request_unload_model_tag         10
 #define mlpd_v1_Response_id_tag                  1
 #define mlpd_v1_Response_status_tag              2
 #define mlpd_v1_Response_message_tag             3
@@ -380,6 +428,8 @@ extern "C" {
 #define mlpd_v1_Response_register_region_tag     8
 #define mlpd_v1_Response_unregister_region_tag   9
 #define mlpd_v1_Response_list_models_tag         10
+#define mlpd_v1_Response_load_model_tag          11
+#define mlpd_v1_Response_unload_model_tag        12
 
 /* Struct field encoding specification for nanopb */
 #define mlpd_v1_RegionRef_FIELDLIST(X, a) \
@@ -521,6 +571,28 @@ X(a, STATIC,   REPEATED, MESSAGE,  models,            1)
 #define mlpd_v1_ListModelsResponse_DEFAULT NULL
 #define mlpd_v1_ListModelsResponse_models_MSGTYPE mlpd_v1_ModelStatus
 
+#define mlpd_v1_LoadModelRequest_FIELDLIST(X, a) \
+X(a, STATIC,   SINGULAR, STRING,   name,              1)
+#define mlpd_v1_LoadModelRequest_CALLBACK NULL
+#define mlpd_v1_LoadModelRequest_DEFAULT NULL
+
+#define mlpd_v1_LoadModelResponse_FIELDLIST(X, a) \
+X(a, STATIC,   OPTIONAL, MESSAGE,  model,             1)
+#define mlpd_v1_LoadModelResponse_CALLBACK NULL
+#define mlpd_v1_LoadModelResponse_DEFAULT NULL
+#define mlpd_v1_LoadModelResponse_model_MSGTYPE mlpd_v1_ModelStatus
+
+#define mlpd_v1_UnloadModelRequest_FIELDLIST(X, a) \
+X(a, STATIC,   SINGULAR, STRING,   name,              1)
+#define mlpd_v1_UnloadModelRequest_CALLBACK NULL
+#define mlpd_v1_UnloadModelRequest_DEFAULT NULL
+
+#define mlpd_v1_UnloadModelResponse_FIELDLIST(X, a) \
+X(a, STATIC,   OPTIONAL, MESSAGE,  model,             1)
+#define mlpd_v1_UnloadModelResponse_CALLBACK NULL
+#define mlpd_v1_UnloadModelResponse_DEFAULT NULL
+#define mlpd_v1_UnloadModelResponse_model_MSGTYPE mlpd_v1_ModelStatus
+
 #define mlpd_v1_Request_FIELDLIST(X, a) \
 X(a, STATIC,   SINGULAR, UINT64,   id,                1) \
 X(a, STATIC,   ONEOF,    MSG_W_CB, (kind,infer,kind.infer),   2) \
@@ -529,7 +601,9 @@ X(a, STATIC,   ONEOF,    MSG_W_CB, (kind,metrics,kind.metrics),   4) \
 X(a, STATIC,   ONEOF,    MSG_W_CB, (kind,model_info,kind.model_info),   5) \
 X(a, STATIC,   ONEOF,    MSG_W_CB, (kind,register_region,kind.register_region),   6) \
 X(a, STATIC,   ONEOF,    MSG_W_CB, (kind,unregister_region,kind.unregister_region),   7) \
-X(a, STATIC,   ONEOF,    MSG_W_CB, (kind,list_models,kind.list_models),   8)
+X(a, STATIC,   ONEOF,    MSG_W_CB, (kind,list_models,kind.list_models),   8) \
+X(a, STATIC,   ONEOF,    MSG_W_CB, (kind,load_model,kind.load_model),   9) \
+X(a, STATIC,   ONEOF,    MSG_W_CB, (kind,unload_model,kind.unload_model),  10)
 #define mlpd_v1_Request_CALLBACK NULL
 #define mlpd_v1_Request_DEFAULT NULL
 #define mlpd_v1_Request_kind_infer_MSGTYPE mlpd_v1_InferRequest
@@ -539,6 +613,8 @@ X(a, STATIC,   ONEOF,    MSG_W_CB, (kind,list_models,kind.list_models),   8)
 #define mlpd_v1_Request_kind_register_region_MSGTYPE mlpd_v1_RegisterRegionRequest
 #define mlpd_v1_Request_kind_unregister_region_MSGTYPE mlpd_v1_UnregisterRegionRequest
 #define mlpd_v1_Request_kind_list_models_MSGTYPE mlpd_v1_ListModelsRequest
+#define mlpd_v1_Request_kind_load_model_MSGTYPE mlpd_v1_LoadModelRequest
+#define mlpd_v1_Request_kind_unload_model_MSGTYPE mlpd_v1_UnloadModelRequest
 
 #define mlpd_v1_Response_FIELDLIST(X, a) \
 X(a, STATIC,   SINGULAR, UINT64,   id,                1) \
@@ -550,7 +626,9 @@ X(a, STATIC,   ONEOF,    MSG_W_CB, (kind,metrics,kind.metrics),   6) \
 X(a, STATIC,   ONEOF,    MSG_W_CB, (kind,model_info,kind.model_info),   7) \
 X(a, STATIC,   ONEOF,    MSG_W_CB, (kind,register_region,kind.register_region),   8) \
 X(a, STATIC,   ONEOF,    MSG_W_CB, (kind,unregister_region,kind.unregister_region),   9) \
-X(a, STATIC,   ONEOF,    MSG_W_CB, (kind,list_models,kind.list_models),  10)
+X(a, STATIC,   ONEOF,    MSG_W_CB, (kind,list_models,kind.list_models),  10) \
+X(a, STATIC,   ONEOF,    MSG_W_CB, (kind,load_model,kind.load_model),  11) \
+X(a, STATIC,   ONEOF,    MSG_W_CB, (kind,unload_model,kind.unload_model),  12)
 #define mlpd_v1_Response_CALLBACK NULL
 #define mlpd_v1_Response_DEFAULT NULL
 #define mlpd_v1_Response_kind_infer_MSGTYPE mlpd_v1_InferResponse
@@ -560,6 +638,8 @@ X(a, STATIC,   ONEOF,    MSG_W_CB, (kind,list_models,kind.list_models),  10)
 #define mlpd_v1_Response_kind_register_region_MSGTYPE mlpd_v1_RegisterRegionResponse
 #define mlpd_v1_Response_kind_unregister_region_MSGTYPE mlpd_v1_UnregisterRegionResponse
 #define mlpd_v1_Response_kind_list_models_MSGTYPE mlpd_v1_ListModelsResponse
+#define mlpd_v1_Response_kind_load_model_MSGTYPE mlpd_v1_LoadModelResponse
+#define mlpd_v1_Response_kind_unload_model_MSGTYPE mlpd_v1_UnloadModelResponse
 
 extern const pb_msgdesc_t mlpd_v1_RegionRef_msg;
 extern const pb_msgdesc_t mlpd_v1_Tensor_msg;
@@ -580,6 +660,10 @@ extern const pb_msgdesc_t mlpd_v1_ModelInfoResponse_msg;
 extern const pb_msgdesc_t mlpd_v1_ListModelsRequest_msg;
 extern const pb_msgdesc_t mlpd_v1_ModelStatus_msg;
 extern const pb_msgdesc_t mlpd_v1_ListModelsResponse_msg;
+extern const pb_msgdesc_t mlpd_v1_LoadModelRequest_msg;
+extern const pb_msgdesc_t mlpd_v1_LoadModelResponse_msg;
+extern const pb_msgdesc_t mlpd_v1_UnloadModelRequest_msg;
+extern const pb_msgdesc_t mlpd_v1_UnloadModelResponse_msg;
 extern const pb_msgdesc_t mlpd_v1_Request_msg;
 extern const pb_msgdesc_t mlpd_v1_Response_msg;
 
@@ -603,6 +687,10 @@ extern const pb_msgdesc_t mlpd_v1_Response_msg;
 #define mlpd_v1_ListModelsRequest_fields &mlpd_v1_ListModelsRequest_msg
 #define mlpd_v1_ModelStatus_fields &mlpd_v1_ModelStatus_msg
 #define mlpd_v1_ListModelsResponse_fields &mlpd_v1_ListModelsResponse_msg
+#define mlpd_v1_LoadModelRequest_fields &mlpd_v1_LoadModelRequest_msg
+#define mlpd_v1_LoadModelResponse_fields &mlpd_v1_LoadModelResponse_msg
+#define mlpd_v1_UnloadModelRequest_fields &mlpd_v1_UnloadModelRequest_msg
+#define mlpd_v1_UnloadModelResponse_fields &mlpd_v1_UnloadModelResponse_msg
 #define mlpd_v1_Request_fields &mlpd_v1_Request_msg
 #define mlpd_v1_Response_fields &mlpd_v1_Response_msg
 
@@ -619,6 +707,8 @@ extern const pb_msgdesc_t mlpd_v1_Response_msg;
 #define mlpd_v1_LayerInfo_size                   29
 #define mlpd_v1_ListModelsRequest_size           0
 #define mlpd_v1_ListModelsResponse_size          13248
+#define mlpd_v1_LoadModelRequest_size            130
+#define mlpd_v1_LoadModelResponse_size           414
 #define mlpd_v1_MetricsRequest_size              0
 #define mlpd_v1_ModelInfoRequest_size            130
 #define mlpd_v1_ModelInfoResponse_size           5492
@@ -626,6 +716,8 @@ extern const pb_msgdesc_t mlpd_v1_Response_msg;
 #define mlpd_v1_RegionRef_size                   87
 #define mlpd_v1_RegisterRegionRequest_size       76
 #define mlpd_v1_RegisterRegionResponse_size      11
+#define mlpd_v1_UnloadModelRequest_size          130
+#define mlpd_v1_UnloadModelResponse_size         414
 #define mlpd_v1_UnregisterRegionRequest_size     65
 #define mlpd_v1_UnregisterRegionResponse_size    0
 

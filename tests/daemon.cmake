@@ -15,3 +15,6 @@ mlpd_test(test_access LIBS mlpd_daemonutil TIMEOUT 300)
 add_dependencies(test_access mlpd)
 mlpd_test(test_devices LIBS mlpd_daemonutil TIMEOUT 300)
 add_dependencies(test_devices mlpd)
+# Several models in one daemon (issue 16), through the client library.
+mlpd_test(test_models LIBS mlpd_client mlpd_daemonutil TIMEOUT 600)
+add_dependencies(test_models mlpd)

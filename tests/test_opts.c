@@ -365,9 +365,18 @@ static void test_programs_usage_errors(void **state) {
                                 "--allow-uid", "no-such-user-here", NULL},
                "--allow-uid 'no-such-user-here'", NULL);
   expect_usage((const char *[]){MLPD, "serve", NULL},
-               "mlpd serve: --model is required", NULL);
+               "mlpd serve: --model or --model-dir is required", NULL);
   expect_usage((const char *[]){MLPD, "serve", model, NULL},
                "unexpected argument", NULL);
+  /* Several models: names must differ, and a stem must be a name. */
+  expect_usage((const char *[]){MLPD, "serve", "--model", model, "--model",
+                                model, NULL},
+               "a model named 'digits' is already given", "NAME=FILE");
+  expect_usage((const char *[]){MLPD, "serve", "--model", "x=", NULL},
+               "--model 'x=': NAME= without a FILE", NULL);
+  expect_usage((const char *[]){MLPD, "serve", "--model", "/tmp/a b.st",
+                                NULL},
+               "the file's stem 'a b' is not a model name", NULL);
   expect_usage((const char *[]){MLPD, "infer", "--model", model, "--batch",
                                 "0", NULL},
                "mlpd infer: --batch '0'", NULL);

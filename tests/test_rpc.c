@@ -285,7 +285,6 @@ static void test_other_kinds(void **state) {
   q = expect(&w, 0, NULL);
   assert_int_equal(q.kind, MLPD_RPC_NONE);
   assert_int_equal(q.id, 5);
-  assert_false(q.list_models);
   pbw_t sub = {0};
   w_uint(&sub, 1, 1);
   w_msg(&w, 20, &sub);
@@ -354,14 +353,35 @@ static void test_model_names(void **state) {
   w_uint(&req, mlpd_v1_Request_id_tag, 4);
   w_msg(&req, mlpd_v1_Request_list_models_tag, &lm);
   q = expect(&req, 0, NULL);
-  assert_int_equal(q.kind, MLPD_RPC_NONE);
-  assert_true(q.list_models);
+  assert_int_equal(q.kind, MLPD_RPC_LIST_MODELS);
   assert_int_equal(q.id, 4);
   /* Its fields are checked like every request kind's. */
   w_uint(&lm, 1, 1);
   memset(&req, 0, sizeof(req));
   w_msg(&req, mlpd_v1_Request_list_models_tag, &lm);
   expect(&req, MLPD_EPROTO, "field list_models.#1: unknown field");
+
+  /* LoadModel / UnloadModel carry a bounded, checked name. */
+  pbw_t lo = {0};
+  memset(&req, 0, sizeof(req));
+  w_uint(&req, mlpd_v1_Request_id_tag, 6);
+  w_str(&lo, mlpd_v1_LoadModelRequest_name_tag, "digits");
+  w_msg(&req, mlpd_v1_Request_load_model_tag, &lo);
+  q = expect(&req, 0, NULL);
+  assert_int_equal(q.kind, MLPD_RPC_LOAD_MODEL);
+  assert_string_equal(q.model, "digits");
+  pbw_t un = {0};
+  memset(&req, 0, sizeof(req));
+  w_str(&un, mlpd_v1_UnloadModelRequest_name_tag, "wide");
+  w_msg(&req, mlpd_v1_Request_unload_model_tag, &un);
+  q = expect(&req, 0, NULL);
+  assert_int_equal(q.kind, MLPD_RPC_UNLOAD_MODEL);
+  assert_string_equal(q.model, "wide");
+  memset(&req, 0, sizeof(req));
+  memset(&un, 0, sizeof(un));
+  w_str(&un, mlpd_v1_UnloadModelRequest_name_tag, "a\x01");
+  w_msg(&req, mlpd_v1_Request_unload_model_tag, &un);
+  expect(&req, MLPD_EINVAL, "model name (unload_model.name)");
 }
 
 static void test_packed_and_unpacked_shape(void **state) {

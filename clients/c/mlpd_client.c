@@ -51,6 +51,7 @@ SAME_STATUS(OK);
 SAME_STATUS(CANCELLED);
 SAME_STATUS(INVALID_ARGUMENT);
 SAME_STATUS(DEADLINE_EXCEEDED);
+SAME_STATUS(NOT_FOUND);
 SAME_STATUS(PERMISSION_DENIED);
 SAME_STATUS(RESOURCE_EXHAUSTED);
 SAME_STATUS(UNIMPLEMENTED);
@@ -92,6 +93,7 @@ struct mlpd_client_s {
   void *smem;           /* owned: the frame being sent */
   size_t scap;
   char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+  char model[sizeof(((mlpd_v1_InferRequest *)0)->model)]; /* "" = default */
 };
 
 #define RBUF(c) ((uint8_t *)(c)->rmem)
@@ -834,6 +836,7 @@ static int send_infer(mlpd_client_t *c, uint64_t id,
   }
   ir->timeout_ms = req->timeout_ms;
   ir->output_dtype = dtype_to_wire(req->out_dtype);
+  memcpy(ir->model, c->model, sizeof(ir->model));
   size_t len;
   if ((rc = encode_frame(c, &msg, &len, err)) != 0)
     return rc;
@@ -1070,6 +1073,7 @@ static int status_error(const mlpd_v1_Response *r, const char *what,
   case mlpd_v1_Status_INVALID_ARGUMENT: code = MLPD_EINVAL; break;
   case mlpd_v1_Status_DEADLINE_EXCEEDED: code = MLPD_EEXPIRED; break;
   case mlpd_v1_Status_PERMISSION_DENIED: code = MLPD_EPERM; break;
+  case mlpd_v1_Status_NOT_FOUND: code = MLPD_ENOENT; break;
   case mlpd_v1_Status_RESOURCE_EXHAUSTED: code = exhausted; break;
   case mlpd_v1_Status_UNIMPLEMENTED: code = MLPD_ENOTBUILT; break;
   case mlpd_v1_Status_UNAVAILABLE: code = MLPD_EBUSY; break;
@@ -1081,14 +1085,29 @@ static int status_error(const mlpd_v1_Response *r, const char *what,
                    r->message[0] ? r->message : "(no message)");
 }
 
-static int simple_call(mlpd_client_t *c, pb_size_t kind, const char *what,
-                       mlpd_v1_Response *r, dec_t *d, mlpd_err_t *err) {
+/* A call that names a model: model_info, load_model, unload_model. */
+static int named_call(mlpd_client_t *c, pb_size_t kind, const char *what,
+                      const char *name, mlpd_v1_Response *r, dec_t *d,
+                      mlpd_err_t *err) {
   int rc;
   if ((rc = check_usable(c, err)) != 0 ||
       (rc = no_pipelined(c, what, err)) != 0)
     return rc;
   mlpd_v1_Request msg = mlpd_v1_Request_init_zero;
   msg.which_kind = kind;
+  char *dst = kind == mlpd_v1_Request_model_info_tag
+                  ? msg.kind.model_info.name
+              : kind == mlpd_v1_Request_load_model_tag
+                  ? msg.kind.load_model.name
+              : kind == mlpd_v1_Request_unload_model_tag
+                  ? msg.kind.unload_model.name
+                  : NULL;
+  if (dst != NULL && name != NULL) {
+    if (strlen(name) >= sizeof(msg.kind.load_model.name))
+      return mlpd_errf(err, MLPD_EINVAL, "%s: model name over %zu bytes",
+                       what, sizeof(msg.kind.load_model.name) - 1);
+    snprintf(dst, sizeof(msg.kind.load_model.name), "%s", name);
+  }
   call_t call = {.msg = &msg, .pass_fd = -1};
   if ((rc = roundtrip(c, &call, r, d, err)) != 0)
     return rc;
@@ -1098,12 +1117,23 @@ static int simple_call(mlpd_client_t *c, pb_size_t kind, const char *what,
                        ? mlpd_v1_Response_health_tag
                    : kind == mlpd_v1_Request_metrics_tag
                        ? mlpd_v1_Response_metrics_tag
+                   : kind == mlpd_v1_Request_list_models_tag
+                       ? mlpd_v1_Response_list_models_tag
+                   : kind == mlpd_v1_Request_load_model_tag
+                       ? mlpd_v1_Response_load_model_tag
+                   : kind == mlpd_v1_Request_unload_model_tag
+                       ? mlpd_v1_Response_unload_model_tag
                        : mlpd_v1_Response_model_info_tag;
   if (r->which_kind != want)
     return mlpd_errf(err, MLPD_EPROTO,
                      "%s: the daemon's answer is of another kind (%u)", what,
                      (unsigned)r->which_kind);
   return 0;
+}
+
+static int simple_call(mlpd_client_t *c, pb_size_t kind, const char *what,
+                       mlpd_v1_Response *r, dec_t *d, mlpd_err_t *err) {
+  return named_call(c, kind, what, NULL, r, d, err);
 }
 
 int mlpd_client_health(mlpd_client_t *c, mlpd_client_health_t *h,
@@ -1146,8 +1176,8 @@ int mlpd_client_model_info(mlpd_client_t *c, mlpd_client_model_info_t *info,
                            mlpd_err_t *err) {
   mlpd_v1_Response r;
   dec_t d = {0};
-  int rc = simple_call(c, mlpd_v1_Request_model_info_tag, "model_info", &r,
-                       &d, err);
+  int rc = named_call(c, mlpd_v1_Request_model_info_tag, "model_info",
+                      c->model, &r, &d, err);
   if (rc != 0)
     return rc;
   const mlpd_v1_ModelInfoResponse *m = &r.kind.model_info;
@@ -1179,6 +1209,73 @@ int mlpd_client_model_info(mlpd_client_t *c, mlpd_client_model_info_t *info,
     dv->device_memory_bytes = m->devices[i].device_memory_bytes;
   }
   return 0;
+}
+
+/* ---- several models ---- */
+
+int mlpd_client_set_model(mlpd_client_t *c, const char *name,
+                          mlpd_err_t *err) {
+  if (name == NULL)
+    name = "";
+  if (strlen(name) >= sizeof(c->model))
+    return mlpd_errf(err, MLPD_EINVAL, "model name over %zu bytes",
+                     sizeof(c->model) - 1);
+  snprintf(c->model, sizeof(c->model), "%s", name);
+  return 0;
+}
+
+int mlpd_client_list_models(mlpd_client_t *c, mlpd_client_model_status_t *out,
+                            int max, int *n, mlpd_err_t *err) {
+  *n = 0;
+  mlpd_v1_Response *r = malloc(sizeof(*r)); /* 32 statuses: large */
+  if (r == NULL)
+    return mlpd_errf(err, -ENOMEM, "out of memory");
+  dec_t d = {0};
+  int rc = simple_call(c, mlpd_v1_Request_list_models_tag, "list_models", r,
+                       &d, err);
+  if (rc == 0) {
+    const mlpd_v1_ListModelsResponse *lm = &r->kind.list_models;
+    for (pb_size_t i = 0; i < lm->models_count && *n < max; i++) {
+      const mlpd_v1_ModelStatus *s = &lm->models[i];
+      mlpd_client_model_status_t *o = &out[(*n)++];
+      memset(o, 0, sizeof(*o));
+      snprintf(o->name, sizeof(o->name), "%s", s->name);
+      o->nversions = (int)s->versions_count;
+      for (pb_size_t v = 0; v < s->versions_count && v < 4; v++)
+        snprintf(o->versions[v], sizeof(o->versions[v]), "%s",
+                 s->versions[v]);
+      snprintf(o->state, sizeof(o->state), "%s", s->state);
+      o->ready = s->ready;
+      snprintf(o->message, sizeof(o->message), "%s", s->message);
+    }
+  }
+  free(r);
+  return rc;
+}
+
+static int load_unload(mlpd_client_t *c, pb_size_t kind, const char *what,
+                       const char *name, mlpd_err_t *err) {
+  if (name == NULL || name[0] == '\0')
+    return mlpd_errf(err, MLPD_EINVAL, "%s: a model name is required", what);
+  mlpd_v1_Response *r = malloc(sizeof(*r));
+  if (r == NULL)
+    return mlpd_errf(err, -ENOMEM, "out of memory");
+  dec_t d = {0};
+  int rc = named_call(c, kind, what, name, r, &d, err);
+  free(r);
+  return rc;
+}
+
+int mlpd_client_load_model(mlpd_client_t *c, const char *name,
+                           mlpd_err_t *err) {
+  return load_unload(c, mlpd_v1_Request_load_model_tag, "load_model", name,
+                     err);
+}
+
+int mlpd_client_unload_model(mlpd_client_t *c, const char *name,
+                             mlpd_err_t *err) {
+  return load_unload(c, mlpd_v1_Request_unload_model_tag, "unload_model",
+                     name, err);
 }
 
 /* ---- shared-memory regions ---- */

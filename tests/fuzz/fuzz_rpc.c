@@ -121,6 +121,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     FUZZ_CHECK(q.region_name[0] != '\0');
     roundtrip(&r);
     break;
+  case MLPD_RPC_LOAD_MODEL:
+  case MLPD_RPC_UNLOAD_MODEL:
+  case MLPD_RPC_MODEL_INFO:
+    FUZZ_CHECK(strlen(q.model) <= MLPD_RPC_MODEL_NAME_MAX);
+    break;
   default:
     break;
   }
@@ -157,5 +162,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   mlpd_rpc_response_t mi = {
       .id = q.id, .kind = MLPD_RPC_MODEL_INFO, .info = &info};
   roundtrip(&mi);
+  /* Model statuses: every string from the input, more than fit. */
+  mlpd_rpc_model_status_t st[MLPD_RPC_MAX_MODELS + 2];
+  for (size_t i = 0; i < MLPD_ARRAY_SIZE(st); i++)
+    st[i] = (mlpd_rpc_model_status_t){
+        .name = text, .nversions = (int)(i % 6), .state = text,
+        .ready = (int)(i & 1), .message = text};
+  for (size_t i = 0; i < MLPD_ARRAY_SIZE(st); i++)
+    for (int v = 0; v < MLPD_RPC_MAX_VERSIONS; v++)
+      st[i].versions[v] = text;
+  for (size_t i = 0; i < MLPD_ARRAY_SIZE(st); i++)
+    if (st[i].nversions > MLPD_RPC_MAX_VERSIONS)
+      st[i].nversions = MLPD_RPC_MAX_VERSIONS;
+  mlpd_rpc_response_t lm = {.id = q.id,
+                            .kind = MLPD_RPC_LIST_MODELS,
+                            .nmodels = (int)(size % MLPD_ARRAY_SIZE(st)),
+                            .models = st};
+  roundtrip(&lm);
+  lm.kind = size & 1 ? MLPD_RPC_LOAD_MODEL : MLPD_RPC_UNLOAD_MODEL;
+  lm.nmodels = 1;
+  roundtrip(&lm);
   return 0;
 }

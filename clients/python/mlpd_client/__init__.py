@@ -26,7 +26,7 @@ from .client import (BF16, DEFAULT_MAX_FRAME, DEFAULT_SOCKET, F16, F32,
                      Cancelled, Client, DeadlineExceeded, DeviceInfo,
                      FrameTooLarge, Health, InferResult, Internal,
                      InvalidArgument, LayerInfo, MlpdError, ModelInfo,
-                     PermissionDenied, Region, ResourceExhausted,
+                     ModelStatus, NotFound, PermissionDenied, Region, ResourceExhausted,
                      StatusError, TransportError, Unavailable, Unimplemented,
                      status_name)
 from .aio import AsyncClient
@@ -39,7 +39,7 @@ __all__ = [
     "BF16", "DEFAULT_MAX_FRAME", "DEFAULT_SOCKET", "F16", "F32", "Cancelled",
     "Client", "DeadlineExceeded", "DeviceInfo", "FrameTooLarge", "Health",
     "InferResult", "Internal", "InvalidArgument", "LayerInfo", "MlpdError",
-    "ModelInfo", "PermissionDenied", "Region", "ResourceExhausted",
+    "ModelInfo", "ModelStatus", "NotFound", "PermissionDenied", "Region", "ResourceExhausted",
     "StatusError", "TransportError", "Unavailable", "Unimplemented",
     "mlpd_pb2", "status_name",
 ]

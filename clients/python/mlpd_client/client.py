@@ -119,6 +119,11 @@ class DeadlineExceeded(StatusError):
     status = pb.DEADLINE_EXCEEDED
 
 
+class NotFound(StatusError):
+    """No model of the name the request gave (the message names it)."""
+    status = pb.NOT_FOUND
+
+
 class ResourceExhausted(StatusError):
     status = pb.RESOURCE_EXHAUSTED
 
@@ -144,7 +149,7 @@ class Unavailable(StatusError):
 
 
 _STATUS_CLASSES = {c.status: c for c in (
-    Cancelled, InvalidArgument, DeadlineExceeded, ResourceExhausted,
+    Cancelled, InvalidArgument, DeadlineExceeded, NotFound, ResourceExhausted,
     PermissionDenied, Unimplemented, Internal, Unavailable)}
 
 
@@ -434,6 +439,21 @@ class ModelInfo:
                 [str(self.in_features)] +
                 ["%d" % l.out_features for l in self.layers]),
             self.engine, self.device)
+
+
+class ModelStatus:
+    """One model as ListModels reports it."""
+
+    def __init__(self, m):
+        self.name = m.name
+        self.versions = list(m.versions)
+        self.state = m.state
+        self.ready = m.ready
+        self.message = m.message
+
+    def __repr__(self):
+        return "ModelStatus(%r, %s%s)" % (
+            self.name, self.state, ", " + self.message if self.message else "")
 
 
 # ---- shared memory ----
@@ -901,6 +921,23 @@ class Client:
         """ModelInfo of the model called name (None: the only or default
         one)."""
         return ModelInfo(self._simple("model_info", name))
+
+    def list_models(self):
+        """Every model the daemon knows: ModelStatus list (name, versions,
+        state: 'loading', 'ready', 'unloading', 'unloaded' or 'failed',
+        ready, message)."""
+        return [ModelStatus(m) for m in self._simple("list_models").models]
+
+    def load_model(self, name):
+        """Asks the daemon to load (or reload) model name; only root and
+        the daemon's own user may (PermissionDenied). Returns once the load
+        started; list_models tells when it is ready."""
+        return ModelStatus(self._simple("load_model", name).model)
+
+    def unload_model(self, name):
+        """Asks the daemon to unload model name (what it accepted is still
+        answered); as load_model."""
+        return ModelStatus(self._simple("unload_model", name).model)
 
     def register_region(self, name, size, fd=None):
         """Creates a shared-memory region of size bytes and registers it on

@@ -270,8 +270,46 @@ typedef struct mlpd_client_model_info_s {
   mlpd_client_device_t devices[MLPD_CLIENT_MAX_DEVICES];
 } mlpd_client_model_info_t;
 
+/* The model of the connection's (mlpd_client_set_model). */
 int mlpd_client_model_info(mlpd_client_t *c, mlpd_client_model_info_t *info,
                            mlpd_err_t *err) MLPD_MUST_CHECK;
+
+/* ==== Several models ====================================================
+ *
+ * A daemon may serve several models, by name. A connection's infer and
+ * model-info requests go to the model set here; NULL or "" (the default)
+ * means the daemon's only model, or its --default-model. An unknown name
+ * is answered NOT_FOUND (status MLPD_STATUS_NOT_FOUND; a call that has
+ * nothing else to say returns MLPD_ENOENT). Names are 1..127 bytes. */
+int mlpd_client_set_model(mlpd_client_t *c, const char *name,
+                          mlpd_err_t *err) MLPD_MUST_CHECK;
+
+#define MLPD_CLIENT_MAX_MODELS 32
+
+/* One model as ListModels reports it. */
+typedef struct mlpd_client_model_status_s {
+  char name[128];
+  int nversions;        /* versions found, newest (the served one) first */
+  char versions[4][32]; /* "" when unversioned */
+  char state[16];       /* "loading", "ready", "unloading", "unloaded",
+                           "failed" */
+  int ready;            /* infer requests are served now */
+  char message[128];    /* why it failed, or "" */
+} mlpd_client_model_status_t;
+
+/* Every model the daemon knows, at most max of them, into out; *n is how
+ * many. */
+int mlpd_client_list_models(mlpd_client_t *c, mlpd_client_model_status_t *out,
+                            int max, int *n, mlpd_err_t *err) MLPD_MUST_CHECK;
+
+/* Loads (or reloads) and unloads a model at runtime; only root and the
+ * daemon's own user may (MLPD_EPERM otherwise; MLPD_ENOENT for a name the
+ * daemon does not know). They return once the daemon has started the
+ * change; poll mlpd_client_list_models for its outcome. */
+int mlpd_client_load_model(mlpd_client_t *c, const char *name,
+                           mlpd_err_t *err) MLPD_MUST_CHECK;
+int mlpd_client_unload_model(mlpd_client_t *c, const char *name,
+                             mlpd_err_t *err) MLPD_MUST_CHECK;
 
 /* ==== Shared-memory regions ============================================
  *

@@ -47,7 +47,8 @@ extern "C" {
  *   INVALID_ARGUMENT -> MLPD_EINVAL       DEADLINE_EXCEEDED -> MLPD_EEXPIRED
  *   PERMISSION_DENIED -> MLPD_EPERM       RESOURCE_EXHAUSTED -> MLPD_ELIMIT
  *   UNAVAILABLE -> MLPD_EBUSY             UNIMPLEMENTED -> MLPD_ENOTBUILT
- *   INTERNAL -> MLPD_EINTERNAL            anything else -> MLPD_EPROTO
+ *   INTERNAL -> MLPD_EINTERNAL            NOT_FOUND -> MLPD_ENOENT
+ *   anything else -> MLPD_EPROTO
  * MLPD_ETIMEDOUT is the client's own I/O timeout (mlpd_client_set_timeout),
  * never a daemon's deadline. */
 #define MLPD_CLIENT_ERRNO_MAP(XX)                                              \
@@ -131,6 +132,7 @@ typedef enum {
   MLPD_STATUS_CANCELLED = 1,
   MLPD_STATUS_INVALID_ARGUMENT = 3,
   MLPD_STATUS_DEADLINE_EXCEEDED = 4,
+  MLPD_STATUS_NOT_FOUND = 5, /* no model of the name the request gave */
   MLPD_STATUS_PERMISSION_DENIED = 7, /* the peer may not connect */
   MLPD_STATUS_RESOURCE_EXHAUSTED = 8,
   MLPD_STATUS_UNIMPLEMENTED = 12,
