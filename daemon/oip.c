@@ -491,6 +491,15 @@ static int parse_tree(json_t *root, const char *bin, size_t bin_len,
   if ((rc = get_bool_param(params, "binary_data_output", &all_binary, "request",
                            err)))
     return rc;
+  json_t *tmo = params ? json_object_get(params, "timeout") : NULL;
+  if (tmo != NULL) {
+    if (!json_is_integer(tmo) || json_integer_value(tmo) < 0 ||
+        json_integer_value(tmo) > ((json_int_t)1 << 53))
+      return mlpd_errf(err, MLPD_EINVAL,
+                       "request.parameters.timeout must be an integer "
+                       "number of microseconds, 0 to 2^53");
+    out->timeout_us = (uint64_t)json_integer_value(tmo);
+  }
 
   json_t *inputs = json_object_get(root, "inputs");
   if (!json_is_array(inputs))

@@ -21,6 +21,9 @@ typedef struct {
   mlpd_region_t *out_region;
   uint8_t *src_copy; /* owned copy of inline rows still queued */
   int uid_slot;
+  int ext;                     /* from another front end (no conn) */
+  mlpd_requests_done_fn ext_done; /* NULL once cancelled */
+  void *ext_ud;
 } dreq_t;
 
 /* Per connection: its requests in flight and its regions. */
@@ -212,7 +215,10 @@ void mlpd_requests_on_done(void *ud, mlpd_req_t *req, mlpd_status_t status,
   mlpd_conn_t *c = q->conn;
   unlink_req(q);
   count_done(r, q, status, mlpd_now_ns());
-  if (status != MLPD_STATUS_CANCELLED) {
+  if (q->ext) {
+    if (q->ext_done != NULL && status != MLPD_STATUS_CANCELLED)
+      q->ext_done(q->ext_ud, req, status, msg);
+  } else if (status != MLPD_STATUS_CANCELLED) {
     mlpd_pool_t *p = mlpd_scheduler_pool(r->sched);
     const char *device =
         p != NULL ? mlpd_pool_engine_name(p, req->engine) : NULL;
@@ -593,6 +599,148 @@ static void on_stream_error(void *ud, mlpd_conn_t *c, int rc, uint64_t len) {
     send_error(r, c, 0, MLPD_RPC_NONE, MLPD_STATUS_INVALID_ARGUMENT,
                "malformed frame length (varint longer than 10 bytes); "
                "closing the connection");
+}
+
+/* ---- other front ends ------------------------------------------------------
+ */
+
+/* The stem of a path: "/m/digits.safetensors" -> "digits". */
+static void stem(const char *path, char *out, size_t cap) {
+  const char *b = strrchr(path, '/');
+  b = b ? b + 1 : path;
+  const char *dot = strrchr(b, '.');
+  size_t n = dot && dot != b ? (size_t)(dot - b) : strlen(b);
+  if (n >= cap)
+    n = cap - 1;
+  memcpy(out, b, n);
+  out[n] = '\0';
+}
+
+int mlpd_requests_model(mlpd_requests_t *r, const char *name,
+                        const char *version, mlpd_requests_model_t *out) {
+  mlpd_pool_t *p = mlpd_scheduler_pool(r->sched);
+  const mlpd_batcher_shape_t *sh = mlpd_scheduler_shape(r->sched);
+  if (p == NULL || p->model == NULL || sh == NULL)
+    return MLPD_EBUSY;
+  stem(p->model->path, r->model_name, sizeof(r->model_name));
+  if (strcmp(name, r->model_name) != 0 || version[0] != '\0')
+    return -ENOENT;
+  int live, ready;
+  const char *state;
+  mlpd_board_health(r->board, &live, &ready, &state);
+  *out = (mlpd_requests_model_t){.name = r->model_name,
+                                 .in_features = (size_t)sh->in_features,
+                                 .out_features = (size_t)sh->out_features,
+                                 .dtype = MLPD_DTYPE_F32,
+                                 .ready = ready && !r->draining};
+  return 0;
+}
+
+static int infer_ext(mlpd_requests_t *r, const mlpd_requests_infer_t *in,
+                     void **handle, mlpd_status_t *status, char *msg,
+                     size_t cap) {
+  mlpd_requests_model_t m;
+  mlpd_state_t state = mlpd_board_state(r->board);
+  *handle = NULL;
+  if (r->draining || state == MLPD_STATE_DRAINING ||
+      state == MLPD_STATE_STOPPED) {
+    *status = MLPD_STATUS_UNAVAILABLE;
+    snprintf(msg, cap, "daemon is shutting down");
+    return MLPD_EBUSY;
+  }
+  int rc = mlpd_requests_model(r, in->model, in->version, &m);
+  if (rc == MLPD_EBUSY) {
+    *status = MLPD_STATUS_UNAVAILABLE;
+    snprintf(msg, cap, "model is still loading; retry when ready");
+    return rc;
+  }
+  if (rc != 0) {
+    *status = MLPD_STATUS_INVALID_ARGUMENT;
+    snprintf(msg, cap, "unknown model '%s'", in->model);
+    return rc;
+  }
+  if ((size_t)in->cols != m.in_features) {
+    *status = MLPD_STATUS_INVALID_ARGUMENT;
+    snprintf(msg, cap, "input has %d columns; the model takes %zu", in->cols,
+             m.in_features);
+    return MLPD_EINVAL;
+  }
+  size_t out_bytes = (size_t)in->rows * m.out_features *
+                     mlpd_dtype_size(in->out_dtype);
+  dreq_t *d = malloc(sizeof(*d) + out_bytes);
+  if (d == NULL) {
+    *status = MLPD_STATUS_RESOURCE_EXHAUSTED;
+    snprintf(msg, cap, "out of memory for %d output rows", in->rows);
+    return -ENOMEM;
+  }
+  memset(d, 0, sizeof(*d));
+  d->ext = 1;
+  d->ext_done = in->done;
+  d->ext_ud = in->done_ud;
+  d->uid_slot = in->uid_slot;
+  d->r.owner = d;
+  d->r.rows = in->rows;
+  d->r.cols = in->cols;
+  d->r.out_cols = (int)m.out_features;
+  d->r.in_dtype = in->in_dtype;
+  d->r.out_dtype = in->out_dtype;
+  d->r.src = in->data;
+  d->r.out = (uint8_t *)(d + 1);
+  d->r.arrival_ns = in->arrival_ns;
+  d->r.deadline_ns = in->deadline_ns;
+  rc = mlpd_scheduler_admit(r->sched, &d->r, in->arrival_ns);
+  if (rc != 0) {
+    if (rc == MLPD_EBUSY) {
+      *status = MLPD_STATUS_UNAVAILABLE;
+      snprintf(msg, cap,
+               "queue full: %d rows queued, limit %d (--max-queue); retry",
+               mlpd_scheduler_queue_rows(r->sched), r->cfg.max_queue);
+    } else {
+      *status = MLPD_STATUS_INVALID_ARGUMENT;
+      snprintf(msg, cap, "request not admitted: %s", mlpd_strerror(rc));
+    }
+    free_req(d);
+    return rc;
+  }
+  r->inflight++;
+  STATS(r, {
+    m->inflight_requests++;
+    m->inline_in_bytes += in->data_len;
+  });
+  *handle = d;
+  if (mlpd_batcher_needs_copy(&d->r)) {
+    d->src_copy = malloc(in->data_len);
+    if (d->src_copy == NULL) {
+      d->ext_done = NULL;
+      mlpd_scheduler_cancel(r->sched, &d->r); /* frees d via on_done */
+      *handle = NULL;
+      *status = MLPD_STATUS_RESOURCE_EXHAUSTED;
+      snprintf(msg, cap, "out of memory queueing %zu bytes", in->data_len);
+      return -ENOMEM;
+    }
+    memcpy(d->src_copy, in->data, in->data_len);
+    d->r.src = d->src_copy;
+    d->r.src_stable = 1;
+  }
+  return 0;
+}
+
+int mlpd_requests_infer(mlpd_requests_t *r, const mlpd_requests_infer_t *in,
+                        void **handle, mlpd_status_t *status, char *msg,
+                        size_t cap) {
+  int rc = infer_ext(r, in, handle, status, msg, cap);
+  if (rc != 0 && *handle == NULL)
+    STATS(r, mlpd_metrics_count_uid(m, in->uid_slot, *status));
+  return rc;
+}
+
+void mlpd_requests_infer_cancel(mlpd_requests_t *r, void *handle) {
+  dreq_t *d = handle;
+  if (d == NULL)
+    return;
+  d->ext_done = NULL;
+  mlpd_scheduler_cancel(r->sched, &d->r);
+  mlpd_scheduler_kick(r->sched);
 }
 
 /* ---- setup
