@@ -771,9 +771,18 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
       return;
     }
     /* The client is done sending (it may still read): answer what it
-     * sent, then close. */
+     * sent, then close. A request cut short by the end of the stream (a
+     * body shorter than its Content-Length) is a 400. */
     c->eof = 1;
     read_stop(c);
+    if (!c->final && !c->paused) {
+      (void)mlpd_httpreq_execute(&c->req, NULL, 0);
+      enum http_errno e = HTTP_PARSER_ERRNO(&c->req.parser);
+      if (e != HPE_OK && e != HPE_PAUSED && !c->closing) {
+        respond_error(c);
+        return;
+      }
+    }
     c->final = 1;
     maybe_finish(c);
     return;
