@@ -42,8 +42,8 @@ int bh_connect(const char *spec, bh_conn_t *c, mlpd_err_t *err) {
   } else {
     const char *colon = strrchr(spec, ':');
     if (colon == NULL || (size_t)(colon - spec) >= sizeof(host))
-      return mlpd_errf(err, MLPD_EINVAL,
-                       "%s: expected HOST:PORT or unix:PATH", spec);
+      return mlpd_errf(err, MLPD_EINVAL, "%s: expected HOST:PORT or unix:PATH",
+                       spec);
     memcpy(host, spec, (size_t)(colon - spec));
     host[colon - spec] = '\0';
     port = colon + 1;
@@ -206,8 +206,8 @@ int bh_model(const char *spec, const char *name, char *name_out,
   if ((rc = get(spec, "GET", path, body, sizeof(body), &status, err)) != 0)
     return rc;
   if (status != 200)
-    return mlpd_errf(err, MLPD_EPROTO, "%s: GET %s: %d %s", spec, path,
-                     status, body);
+    return mlpd_errf(err, MLPD_EPROTO, "%s: GET %s: %d %s", spec, path, status,
+                     body);
   *in_features = width_after(body, "\"inputs\"");
   *out_features = width_after(body, "\"outputs\"");
   if (*in_features <= 0 || *out_features <= 0)

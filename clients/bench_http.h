@@ -23,8 +23,7 @@ typedef struct bh_conn_s {
 } bh_conn_t;
 
 /* spec: "HOST:PORT", "[V6]:PORT" or "unix:PATH". */
-int bh_connect(const char *spec, bh_conn_t *c,
-               mlpd_err_t *err) MLPD_MUST_CHECK;
+int bh_connect(const char *spec, bh_conn_t *c, mlpd_err_t *err) MLPD_MUST_CHECK;
 void bh_close(bh_conn_t *c);
 
 int bh_send(bh_conn_t *c, const void *p, size_t n,

@@ -370,8 +370,8 @@ static int http_status_of(mlpd_status_t st) {
 }
 
 /* The batch came back (mlpd_requests_done_fn). */
-static void on_infer_done(void *ud, const mlpd_req_t *req,
-                          mlpd_status_t status, const char *msg) {
+static void on_infer_done(void *ud, const mlpd_req_t *req, mlpd_status_t status,
+                          const char *msg) {
   hresp_t *rs = ud;
   mlpd_hconn_t *c = rs->c;
   mlpd_httpconn_t *h = c->srv;
@@ -395,8 +395,8 @@ static void on_infer_done(void *ud, const mlpd_req_t *req,
                        "the response does not fit the response buffer; ask "
                        "for binary output");
     else if (rs->binary)
-      rc = finish_resp(c, rs, 200, "application/octet-stream", NULL,
-                       h->out.p, h->out.len, jlen);
+      rc = finish_resp(c, rs, 200, "application/octet-stream", NULL, h->out.p,
+                       h->out.len, jlen);
     else
       rc = finish_resp(c, rs, 200, JSON_TYPE, NULL, h->out.p, h->out.len,
                        SIZE_MAX);
@@ -404,8 +404,8 @@ static void on_infer_done(void *ud, const mlpd_req_t *req,
   if (h->out.cap > 4 * OUT_INITIAL && h->out.owned) {
     /* One huge answer must not pin its buffer for the thread's life. */
     mlpd_oip_buf_free(&h->out);
-    if (mlpd_oip_buf_init(&h->out, OUT_INITIAL, 4 * h->cfg.max_body +
-                                                    (1u << 20)) != 0)
+    if (mlpd_oip_buf_init(&h->out, OUT_INITIAL,
+                          4 * h->cfg.max_body + (1u << 20)) != 0)
       rc = -ENOMEM;
   }
   if (rc != 0) {
@@ -430,8 +430,8 @@ static int oip_lookup(void *ud, const char *name, const char *version,
 }
 
 /* A model the route names, or an answer saying why not (404, 503). */
-static int find_model(mlpd_hconn_t *c, hresp_t *rs,
-                      const mlpd_oip_route_t *rt, mlpd_requests_model_t *m) {
+static int find_model(mlpd_hconn_t *c, hresp_t *rs, const mlpd_oip_route_t *rt,
+                      mlpd_requests_model_t *m) {
   char msg[MLPD_OIP_NAME_MAX * 2 + 64];
   int rc = mlpd_requests_model(c->srv->reqs, rt->model, rt->version, m);
   if (rc == 0)
@@ -468,10 +468,9 @@ static int handle_infer(mlpd_hconn_t *c, hresp_t *rs,
   }
   mlpd_oip_infer_t inf;
   mlpd_err_t err = {0};
-  rc = mlpd_oip_parse_infer(r->body ? r->body : "", r->body_len,
-                            r->has_ihcl ? r->ihcl : NULL, r->ihcl_len, rt,
-                            oip_lookup, h, h->scratch, h->scratch_cap, &inf,
-                            &err);
+  rc = mlpd_oip_parse_infer(
+      r->body ? r->body : "", r->body_len, r->has_ihcl ? r->ihcl : NULL,
+      r->ihcl_len, rt, oip_lookup, h, h->scratch, h->scratch_cap, &inf, &err);
   if (rc != 0)
     return reply_error(c, rs, mlpd_oip_http_status(rc), err.msg);
   size_t esz = mlpd_dtype_size(inf.dtype);
@@ -526,8 +525,8 @@ static int handle_health(mlpd_hconn_t *c, hresp_t *rs, int ready_probe) {
   char body[64];
   snprintf(body, sizeof(body), "{\"%s\":%s}", ready_probe ? "ready" : "live",
            ok ? "true" : "false");
-  return finish_resp(c, rs, ok ? 200 : 503, JSON_TYPE, NULL, body,
-                     strlen(body), SIZE_MAX);
+  return finish_resp(c, rs, ok ? 200 : 503, JSON_TYPE, NULL, body, strlen(body),
+                     SIZE_MAX);
 }
 
 /* Repository load/unload: who may ask. 0, or an answer was queued. */
@@ -573,8 +572,7 @@ static int repo_index(mlpd_hconn_t *c, hresp_t *rs) {
   mlpd_oip_index_entry_t e;
   if (p != NULL && mlpd_requests_model(h->reqs, "", "", &m) != MLPD_EBUSY) {
     /* Any name resolves the one model's own name into reqs->model_name. */
-    e = (mlpd_oip_index_entry_t){.name = h->reqs->model_name,
-                                 .state = "READY"};
+    e = (mlpd_oip_index_entry_t){.name = h->reqs->model_name, .state = "READY"};
     n = 1;
   }
   return reply_out(c, rs, 200, mlpd_oip_repo_index(&h->out, &e, n));
@@ -868,8 +866,8 @@ int mlpd_httpconn_start(mlpd_httpconn_t *h, uv_loop_t *loop, int fd,
   h->reqs = reqs;
   h->board = board;
   h->own_uid = geteuid();
-  int rc = mlpd_oip_buf_init(&h->out, OUT_INITIAL,
-                             4 * cfg->max_body + (1u << 20));
+  int rc =
+      mlpd_oip_buf_init(&h->out, OUT_INITIAL, 4 * cfg->max_body + (1u << 20));
   if (rc != 0) {
     close(fd);
     return mlpd_errf(err, rc, "HTTP: out of memory");
@@ -897,8 +895,7 @@ int mlpd_httpconn_start(mlpd_httpconn_t *h, uv_loop_t *loop, int fd,
   return 0;
 }
 
-void mlpd_httpconn_close(mlpd_httpconn_t *h, void (*done)(void *ud),
-                         void *ud) {
+void mlpd_httpconn_close(mlpd_httpconn_t *h, void (*done)(void *ud), void *ud) {
   h->closing = 1;
   h->done = done;
   h->done_ud = ud;

@@ -94,8 +94,7 @@ int mlpd_httpconn_start(mlpd_httpconn_t *h, uv_loop_t *loop, int fd,
 /* Closes the listener and every connection, each once the answers to what
  * it sent are written; calls done(ud) once every handle is closed (at once
  * when nothing was started). */
-void mlpd_httpconn_close(mlpd_httpconn_t *h, void (*done)(void *ud),
-                         void *ud);
+void mlpd_httpconn_close(mlpd_httpconn_t *h, void (*done)(void *ud), void *ud);
 
 /* After mlpd_httpconn_close: closes the connections still writing. */
 void mlpd_httpconn_abort(mlpd_httpconn_t *h);

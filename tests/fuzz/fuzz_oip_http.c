@@ -10,9 +10,10 @@
  * width; byte 1 how often the parser is paused (as for unsent output); the
  * rest is the stream (pipelined requests). Invariants: parse errors have a
  * status from the documented set and a one-line message; a request's body
- * is exactly its Content-Length, never past the bound; a parsed tensor lies inside the body or the
- * scratch buffer, rows x cols x element size bytes of the model's width;
- * every answer is JSON of the length reported, binary bytes after it. */
+ * is exactly its Content-Length, never past the bound; a parsed tensor lies
+ * inside the body or the scratch buffer, rows x cols x element size bytes of
+ * the model's width; every answer is JSON of the length reported, binary bytes
+ * after it. */
 #include "fuzz.h"
 
 #include "httpreq.h"
@@ -64,9 +65,8 @@ static int on_headers(mlpd_httpreq_t *r, void *ud) {
 static int on_request(mlpd_httpreq_t *r, void *ud) {
   fx_t *f = ud;
   FUZZ_CHECK(r->body_len <= r->body_max);
-  FUZZ_CHECK(r->body_len == ((r->parser.flags & F_CONTENTLENGTH)
-                                 ? r->body_bytes
-                                 : 0) ||
+  FUZZ_CHECK(r->body_len ==
+                 ((r->parser.flags & F_CONTENTLENGTH) ? r->body_bytes : 0) ||
              r->body_len == r->body_bytes);
   FUZZ_CHECK(r->has_ihcl || r->ihcl_len == 0);
   const char *method = http_method_str((enum http_method)r->parser.method);
@@ -85,10 +85,10 @@ static int on_request(mlpd_httpreq_t *r, void *ud) {
       size_t bytes = inf.rows * inf.cols * mlpd_dtype_size(inf.dtype);
       FUZZ_CHECK(inf.cols == f->width && inf.data_bytes == bytes);
       const char *d = inf.data;
-      int in_body = r->body && d >= r->body && d + bytes <= r->body +
-                                                              r->body_len;
-      int in_scratch = d == (const char *)f->scratch &&
-                       bytes <= sizeof(f->scratch);
+      int in_body =
+          r->body && d >= r->body && d + bytes <= r->body + r->body_len;
+      int in_scratch =
+          d == (const char *)f->scratch && bytes <= sizeof(f->scratch);
       FUZZ_CHECK(inf.data_binary ? in_body : in_scratch);
       /* Answer with the input's first rows as the output (3 wide). */
       size_t rows = bytes / (3 * mlpd_dtype_size(inf.dtype));
