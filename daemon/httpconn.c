@@ -510,6 +510,13 @@ static int handle_infer(mlpd_hconn_t *c, hresp_t *rs,
   mlpd_status_t st;
   char msg[256];
   rc = mlpd_requests_infer(h->reqs, &in, &rs->infer, &st, msg, sizeof(msg));
+  if (h->scratch_cap > SCRATCH_KEEP) {
+    /* Admitted rows were staged or copied: one huge JSON request must not
+     * pin its scratch for the thread's life. */
+    free(h->scratch);
+    h->scratch = NULL;
+    h->scratch_cap = 0;
+  }
   if (rc != 0)
     return reply_error(c, rs, rc == -ENOENT ? 404 : http_status_of(st), msg);
   return 0;
