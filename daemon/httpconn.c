@@ -569,20 +569,18 @@ static int repo_load(mlpd_hconn_t *c, hresp_t *rs, const mlpd_oip_route_t *rt,
   return reply_error(c, rs, 501, msg);
 }
 
-/* TODO(lead, multi-model merge): list every model of the table, with its
- * state (READY, UNAVAILABLE, LOADING, UNLOADING) and versions. */
+/* TODO(lead, multi-model merge): size these for the model table, and
+ * report LOADING / UNLOADING and versions once models have them. */
+#define INDEX_MAX 1
 static int repo_index(mlpd_hconn_t *c, hresp_t *rs) {
   mlpd_httpconn_t *h = c->srv;
-  mlpd_requests_model_t m;
-  mlpd_pool_t *p = mlpd_scheduler_pool(h->reqs->sched);
-  size_t n = 0;
-  mlpd_oip_index_entry_t e;
-  if (p != NULL && mlpd_requests_model(h->reqs, "", "", &m) != MLPD_EBUSY) {
-    /* Any name resolves the one model's own name into reqs->model_name. */
-    e = (mlpd_oip_index_entry_t){.name = h->reqs->model_name, .state = "READY"};
-    n = 1;
-  }
-  return reply_out(c, rs, 200, mlpd_oip_repo_index(&h->out, &e, n));
+  mlpd_requests_model_t m[INDEX_MAX];
+  mlpd_oip_index_entry_t e[INDEX_MAX];
+  int n = mlpd_requests_models(h->reqs, m, INDEX_MAX);
+  for (int i = 0; i < n; i++)
+    e[i] = (mlpd_oip_index_entry_t){
+        .name = m[i].name, .state = m[i].ready ? "READY" : "UNAVAILABLE"};
+  return reply_out(c, rs, 200, mlpd_oip_repo_index(&h->out, e, (size_t)n));
 }
 
 static int handle_oip(mlpd_hconn_t *c, hresp_t *rs,

@@ -616,15 +616,13 @@ static void stem(const char *path, char *out, size_t cap) {
   out[n] = '\0';
 }
 
-int mlpd_requests_model(mlpd_requests_t *r, const char *name,
-                        const char *version, mlpd_requests_model_t *out) {
+/* The one model, named after its file's stem. */
+static int the_model(mlpd_requests_t *r, mlpd_requests_model_t *out) {
   mlpd_pool_t *p = mlpd_scheduler_pool(r->sched);
   const mlpd_batcher_shape_t *sh = mlpd_scheduler_shape(r->sched);
   if (p == NULL || p->model == NULL || sh == NULL)
     return MLPD_EBUSY;
   stem(p->model->path, r->model_name, sizeof(r->model_name));
-  if (strcmp(name, r->model_name) != 0 || version[0] != '\0')
-    return -ENOENT;
   int live, ready;
   const char *state;
   mlpd_board_health(r->board, &live, &ready, &state);
@@ -634,6 +632,21 @@ int mlpd_requests_model(mlpd_requests_t *r, const char *name,
                                  .dtype = MLPD_DTYPE_F32,
                                  .ready = ready && !r->draining};
   return 0;
+}
+
+int mlpd_requests_model(mlpd_requests_t *r, const char *name,
+                        const char *version, mlpd_requests_model_t *out) {
+  int rc = the_model(r, out);
+  if (rc != 0)
+    return rc;
+  if (strcmp(name, out->name) != 0 || version[0] != '\0')
+    return -ENOENT;
+  return 0;
+}
+
+int mlpd_requests_models(mlpd_requests_t *r, mlpd_requests_model_t *out,
+                         int max) {
+  return max > 0 && the_model(r, out) == 0 ? 1 : 0;
 }
 
 static int infer_ext(mlpd_requests_t *r, const mlpd_requests_infer_t *in,

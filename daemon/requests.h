@@ -91,6 +91,12 @@ int mlpd_requests_model(mlpd_requests_t *r, const char *name,
                         const char *version,
                         mlpd_requests_model_t *out) MLPD_MUST_CHECK;
 
+/* Every model served, for a listing (the OIP repository index): how many
+ * were written to out (at most max); 0 while nothing is loaded.
+ * TODO(lead, multi-model merge): list the model table here. */
+int mlpd_requests_models(mlpd_requests_t *r, mlpd_requests_model_t *out,
+                         int max);
+
 /* The answer to an infer request from another front end: `req` holds the
  * output (req->out: req->rows x req->out_cols of req->out_dtype) when
  * status is OK; it is freed after the call. */
