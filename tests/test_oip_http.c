@@ -735,39 +735,47 @@ static void test_remote(void **state) {
 
   const char *allowed[] = {"--http-listen", "0.0.0.0:0",
                            "--http-allow-remote", NULL};
-  td_spawn(&d2, MODEL, 0, 0, allowed);
-  td_wait_ready(&d2, 30000);
-  assert_true(td_log_contains(&d2, "NO authentication"));
-  /* The port the kernel chose, from the log line. */
-  char path[400], line[512];
-  snprintf(path, sizeof(path), "%s", d2.log);
-  FILE *f = fopen(path, "r");
-  int port = 0;
-  while (f && fgets(line, sizeof(line), f)) {
-    char *p = strstr(line, "(port ");
-    if (p && strstr(line, "Open Inference Protocol"))
-      port = atoi(p + 6);
+  const char *repo[] = {"--http-listen", "0.0.0.0:0", "--http-allow-remote",
+                        "--http-allow-repository-remote", NULL};
+  for (int pass = 0; pass < 2; pass++) {
+    td_spawn(&d2, MODEL, 0, 0, pass ? repo : allowed);
+    td_wait_ready(&d2, 30000);
+    assert_true(td_log_contains(&d2, "NO authentication"));
+    /* The port the kernel chose, from the log line. */
+    char path[400], line[512];
+    snprintf(path, sizeof(path), "%s", d2.log);
+    FILE *f = fopen(path, "r");
+    int port = 0;
+    while (f && fgets(line, sizeof(line), f)) {
+      char *p = strstr(line, "(port ");
+      if (p && strstr(line, "Open Inference Protocol"))
+        port = atoi(p + 6);
+    }
+    if (f)
+      fclose(f);
+    assert_true(port > 0);
+    hc_t c;
+    assert_int_equal(hc_open_tcp(&c, port), 0);
+    hc_send(&c, "POST", "/v2/repository/models/digits/load", NULL, "", 0);
+    hr_t r;
+    assert_int_equal(hc_read(&c, &r), 0);
+    /* Refused over TCP unless allowed; allowed, it reaches the stub. */
+    if (pass)
+      expect_error(&r, 501, "not supported");
+    else
+      expect_error(&r, 403, "http-allow-repository-remote");
+    hr_free(&r);
+    char *b = one_row(1, "tcp");
+    hc_send(&c, "POST", "/v2/models/digits/infer", NULL, b, strlen(b));
+    free(b);
+    assert_int_equal(hc_read(&c, &r), 0);
+    check_row_answer(&r, "tcp");
+    hr_free(&r);
+    hc_close(&c);
+    int st = td_stop(&d2, SIGTERM, 30000);
+    td_cleanup(&d2, st != 0);
+    assert_int_equal(st, 0);
   }
-  if (f)
-    fclose(f);
-  assert_true(port > 0);
-  hc_t c;
-  assert_int_equal(hc_open_tcp(&c, port), 0);
-  hc_send(&c, "POST", "/v2/repository/models/digits/load", NULL, "", 0);
-  hr_t r;
-  assert_int_equal(hc_read(&c, &r), 0);
-  expect_error(&r, 403, "http-allow-repository-remote");
-  hr_free(&r);
-  char *b = one_row(1, "tcp");
-  hc_send(&c, "POST", "/v2/models/digits/infer", NULL, b, strlen(b));
-  free(b);
-  assert_int_equal(hc_read(&c, &r), 0);
-  check_row_answer(&r, "tcp");
-  hr_free(&r);
-  hc_close(&c);
-  int st = td_stop(&d2, SIGTERM, 30000);
-  td_cleanup(&d2, st != 0);
-  assert_int_equal(st, 0);
 }
 
 int main(void) {
