@@ -280,12 +280,14 @@ static const char *date_now(mlpd_httpconn_t *h) {
   return h->date;
 }
 
-/* Fills rs with a whole response: the head, then body[0..blen) (left out
- * for HEAD). ihcl: the Inference-Header-Content-Length to send, or
- * SIZE_MAX for none. Returns 0, or -ENOMEM. */
-static int finish_resp(mlpd_hconn_t *c, hresp_t *rs, int status,
-                       const char *ctype, const char *extra, const void *body,
-                       size_t blen, size_t ihcl) {
+/* Fills rs with a whole response: the head, then body[0..blen) and
+ * tail[0..tlen) (left out for HEAD). ihcl: the
+ * Inference-Header-Content-Length to send, or SIZE_MAX for none. Returns
+ * 0, or -ENOMEM. */
+static int finish_resp2(mlpd_hconn_t *c, hresp_t *rs, int status,
+                        const char *ctype, const char *extra, const void *body,
+                        size_t blen, const void *tail, size_t tlen,
+                        size_t ihcl) {
   char hdr[512], ih[64] = "";
   if (ihcl != SIZE_MAX)
     snprintf(ih, sizeof(ih), "Inference-Header-Content-Length: %zu\r\n", ihcl);
@@ -297,19 +299,27 @@ static int finish_resp(mlpd_hconn_t *c, hresp_t *rs, int status,
                    "Content-Length: %zu\r\nCache-Control: no-store\r\n"
                    "%s%s%s\r\n",
                    status, mlpd_httpreq_reason(status), date_now(c->srv), ctype,
-                   blen, ih, extra ? extra : "", conn_hdr);
+                   blen + tlen, ih, extra ? extra : "", conn_hdr);
   if (n < 0 || (size_t)n >= sizeof(hdr))
     n = 0; /* cannot happen: every piece is bounded */
-  size_t total = (size_t)n + (rs->head ? 0 : blen);
+  size_t total = (size_t)n + (rs->head ? 0 : blen + tlen);
   rs->bytes = malloc(total ? total : 1);
   if (rs->bytes == NULL)
     return -ENOMEM;
   memcpy(rs->bytes, hdr, (size_t)n);
   if (!rs->head && blen > 0)
     memcpy(rs->bytes + n, body, blen);
+  if (!rs->head && tlen > 0)
+    memcpy(rs->bytes + n + blen, tail, tlen);
   rs->len = total;
   rs->ready = 1;
   return 0;
+}
+
+static int finish_resp(mlpd_hconn_t *c, hresp_t *rs, int status,
+                       const char *ctype, const char *extra, const void *body,
+                       size_t blen, size_t ihcl) {
+  return finish_resp2(c, rs, status, ctype, extra, body, blen, NULL, 0, ihcl);
 }
 
 #define JSON_TYPE "application/json"
@@ -387,7 +397,8 @@ static void on_infer_done(void *ud, const mlpd_req_t *req, mlpd_status_t status,
                              .cols = (size_t)req->out_cols,
                              .dtype = req->out_dtype,
                              .data = req->out,
-                             .binary = rs->binary};
+                             .binary = rs->binary,
+                             .json_only = 1};
     size_t jlen = 0;
     rc = mlpd_oip_encode_infer(&h->out, &r, &jlen);
     if (rc != 0)
@@ -395,8 +406,13 @@ static void on_infer_done(void *ud, const mlpd_req_t *req, mlpd_status_t status,
                        "the response does not fit the response buffer; ask "
                        "for binary output");
     else if (rs->binary)
-      rc = finish_resp(c, rs, 200, "application/octet-stream", NULL, h->out.p,
-                       h->out.len, jlen);
+      /* The output rows go straight from the request into the response:
+       * one copy, as on the native path. */
+      rc = finish_resp2(c, rs, 200, "application/octet-stream", NULL, h->out.p,
+                        h->out.len, req->out,
+                        (size_t)req->rows * (size_t)req->out_cols *
+                            mlpd_dtype_size(req->out_dtype),
+                        jlen);
     else
       rc = finish_resp(c, rs, 200, JSON_TYPE, NULL, h->out.p, h->out.len,
                        SIZE_MAX);

@@ -779,7 +779,8 @@ int mlpd_oip_encode_infer(mlpd_oip_buf_t *b, const mlpd_oip_response_t *r,
   if (r->binary) {
     P(putf(b, ",\"parameters\":{\"binary_data_size\":%zu}}]}", n * esz));
     *json_len = b->len;
-    P(put(b, r->data, n * esz));
+    if (!r->json_only)
+      P(put(b, r->data, n * esz));
     return 0;
   }
   P(puts_(b, ",\"data\":["));

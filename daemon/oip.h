@@ -187,6 +187,8 @@ typedef struct mlpd_oip_response_s {
   mlpd_dtype_t dtype;
   const void *data; /* rows * cols elements, row-major, any alignment */
   int binary;
+  int json_only; /* binary: leave the bytes out of b (the caller sends
+                    them from data after the JSON) */
 } mlpd_oip_response_t;
 
 /* The inference response. JSON output: data as a flat array of numbers.
