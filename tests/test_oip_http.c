@@ -489,6 +489,57 @@ static void test_binary(void **state) {
   free(native);
 }
 
+/* FP16 and BF16 binary tensors both ways: bit-identical to the native
+ * protocol's answer with the same input and output dtype. */
+static void test_binary_half(void **state) {
+  (void)state;
+  const mlpd_dtype_t types[] = {MLPD_DTYPE_F16, MLPD_DTYPE_BF16};
+  const char *names[] = {"FP16", "BF16"};
+  size_t n_in = (size_t)rows.rows * rows.cols, n_out = (size_t)rows.rows * 10;
+  for (int t = 0; t < 2; t++) {
+    uint16_t *in = malloc(n_in * 2);
+    mlpd_dtype_convert(in, types[t], rows.data, MLPD_DTYPE_F32, n_in);
+    int fd = td_connect(dmn.sock);
+    size_t flen;
+    uint8_t *fr = td_infer_frame(5, in, types[t], rows.rows, rows.cols,
+                                 t == 0 ? 2 : 3, 0, &flen);
+    td_write_all(fd, fr, flen);
+    free(fr);
+    td_response_t nat;
+    assert_int_equal(td_recv(fd, &nat, 20000), 1);
+    assert_int_equal(nat.status, 0);
+    assert_int_equal(nat.data_len, n_out * 2);
+    close(fd);
+    char js[512];
+    int n = snprintf(js, sizeof(js),
+                     "{\"inputs\":[{\"name\":\"input\",\"shape\":[%d,%d],"
+                     "\"datatype\":\"%s\",\"parameters\":{\"binary_data_size\":"
+                     "%zu}}],\"parameters\":{\"binary_data_output\":true}}",
+                     rows.rows, rows.cols, names[t], n_in * 2);
+    char *body = malloc((size_t)n + n_in * 2);
+    memcpy(body, js, (size_t)n);
+    memcpy(body + n, in, n_in * 2);
+    char hdr[96];
+    snprintf(hdr, sizeof(hdr), "Inference-Header-Content-Length: %d\r\n", n);
+    hc_t c;
+    hc_open(&c, http_sock);
+    hc_send(&c, "POST", "/v2/models/digits/infer", hdr, body,
+            (size_t)n + n_in * 2);
+    hr_t r;
+    assert_int_equal(hc_read(&c, &r), 0);
+    assert_int_equal(r.status, 200);
+    assert_true(r.ihcl > 0);
+    assert_int_equal(r.blen, (size_t)r.ihcl + n_out * 2);
+    assert_non_null(strstr(r.body, names[t]));
+    assert_memory_equal(r.body + r.ihcl, nat.data, n_out * 2);
+    hr_free(&r);
+    hc_close(&c);
+    td_response_free(&nat);
+    free(body);
+    free(in);
+  }
+}
+
 /* One row of the held-out set as a JSON request with an id. */
 static char *one_row(int row, const char *id) {
   char *s = malloc(4096);
@@ -786,7 +837,8 @@ int main(void) {
   }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_endpoints), cmocka_unit_test(test_json_digits),
-      cmocka_unit_test(test_binary),    cmocka_unit_test(test_pipeline),
+      cmocka_unit_test(test_binary),    cmocka_unit_test(test_binary_half),
+      cmocka_unit_test(test_pipeline),
       cmocka_unit_test(test_malformed), cmocka_unit_test(test_deadline),
   };
   const struct CMUnitTest alone[] = {cmocka_unit_test(test_remote)};
