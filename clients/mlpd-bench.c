@@ -11,7 +11,12 @@
  * shared memory: each connection registers one region holding a window of
  * input rows and one of output rows for each of its `depth` request slots,
  * fills the inputs once, and every request names its slot's windows, so
- * only references cross the socket. The same load with and without --shm is
+ * only references cross the socket. With --http HOST:PORT|unix:PATH it
+ * drives the Open Inference Protocol endpoint instead (POST
+ * /v2/models/{name}/infer, binary tensor data both ways, `depth` requests
+ * pipelined per connection), so both transports are measured by one tool;
+ * the server's queue/compute split is not in HTTP answers and reads 0.
+ * The same load with and without --shm is
  * how the transport's cost is judged (perf_analyzer's --shared-memory). Inputs are random normal rows of the
  * model's in_features (never zeros, which would make every batch compute the
  * same easy numbers).
@@ -22,6 +27,7 @@
  * (no coordinated omission). One thread and one client per connection; it
  * does not drive other servers and does not check outputs (mlpctl and the
  * tests do that). */
+#include "bench_http.h"
 #include "dtype.h"
 #include "error.h"
 #include "latency.h"
@@ -42,7 +48,8 @@
 
 typedef struct {
   const char *socket;
-  const char *model;  /* --model, NULL = the daemon's default */
+  const char *model;  /* --model, NULL = the daemon's default (HTTP: the
+                         first the repository index lists) */
   int connections;
   int depth;
   int rows;
@@ -58,6 +65,8 @@ typedef struct {
   uint64_t seed;
   int cols;           /* the model's in_features */
   int out_cols;       /* the model's out_features */
+  const char *http;   /* --http: the OIP endpoint instead of the socket */
+  char model_name[256];
 } cfg_t;
 
 typedef struct {
@@ -115,6 +124,107 @@ static int may_send(worker_t *w, uint64_t due) {
     return atomic_fetch_sub(w->budget, 1) > 0;
   }
   return due < w->t_stop;
+}
+
+/* --http: the same closed or open loop over one HTTP/1.1 connection,
+ * `depth` requests pipelined; answers come back in request order, so the
+ * due times are a FIFO. */
+static void *run_http(void *arg) {
+  worker_t *w = arg;
+  const cfg_t *cfg = w->cfg;
+  int rc = 0, depth = cfg->depth;
+  char *reqs[NINPUTS] = {0};
+  size_t reqlen[NINPUTS];
+  uint64_t *due = calloc((size_t)depth, sizeof(*due));
+  bh_conn_t c;
+  memset(&c, 0, sizeof(c));
+  c.fd = -1;
+  if (due == NULL) {
+    rc = mlpd_errf(&w->err, -ENOMEM, "out of memory");
+    goto done;
+  }
+  for (int k = 0; k < NINPUTS; k++)
+    if ((rc = bh_infer_request(cfg->model_name, w->inputs[k],
+                               (mlpd_dtype_t)cfg->in_dtype, cfg->rows,
+                               cfg->cols, cfg->timeout_ms * 1000ull, &reqs[k],
+                               &reqlen[k])) != 0) {
+      rc = mlpd_errf(&w->err, rc, "cannot build the request");
+      goto done;
+    }
+  if ((rc = bh_connect(cfg->http, &c, &w->err)) != 0)
+    goto done;
+  double interval_ns = cfg->rate > 0 ? 1e9 * cfg->connections / cfg->rate : 0;
+  uint64_t start = mlpd_now_ns();
+  double next_due = (double)start + interval_ns * w->idx / cfg->connections;
+  uint64_t seq = 0;
+  int head = 0, inflight = 0, stopped = 0;
+  for (;;) {
+    uint64_t now = mlpd_now_ns();
+    while (!stopped && inflight < depth) {
+      uint64_t d = interval_ns > 0 ? (uint64_t)next_due : now;
+      if (d > now)
+        break;
+      if (!may_send(w, d)) {
+        stopped = 1;
+        break;
+      }
+      due[(head + inflight) % depth] = d;
+      inflight++;
+      int k = (int)(seq++ % NINPUTS);
+      if ((rc = bh_send(&c, reqs[k], reqlen[k], &w->err)) != 0)
+        goto done;
+      if (interval_ns > 0)
+        next_due += interval_ns;
+      now = mlpd_now_ns();
+    }
+    if (stopped && inflight == 0)
+      break;
+    int wait_ms = -1;
+    if (inflight == 0 || (interval_ns > 0 && !stopped && inflight < depth)) {
+      uint64_t d = (uint64_t)next_due;
+      wait_ms = d > now ? (int)((d - now + 999999) / 1000000) : 0;
+      if (inflight == 0) {
+        struct timespec ts = {.tv_sec = (time_t)((d - now) / 1000000000u),
+                              .tv_nsec = (long)((d - now) % 1000000000u)};
+        if (d > now)
+          nanosleep(&ts, NULL);
+        continue;
+      }
+    }
+    int status;
+    const char *body;
+    size_t blen;
+    rc = bh_read(&c, wait_ms, &status, &body, &blen, &w->err);
+    if (rc < 0)
+      goto done;
+    if (rc == 0)
+      continue;
+    now = mlpd_now_ns();
+    uint64_t d = due[head];
+    head = (head + 1) % depth;
+    inflight--;
+    if (d < w->t_measure)
+      continue;
+    if ((rc = push_lat(w, (double)(now - d) / 1e3)) != 0)
+      goto done;
+    w->last_done = now;
+    int st = bh_status_code(status);
+    if (st == MLPD_STATUS_OK) {
+      w->ok++;
+      w->rows_ok += (uint64_t)cfg->rows;
+    } else {
+      w->by_status[st]++;
+    }
+  }
+  rc = 0;
+done:
+  if (rc != 0)
+    w->failed = rc;
+  bh_close(&c);
+  for (int k = 0; k < NINPUTS; k++)
+    free(reqs[k]);
+  free(due);
+  return NULL;
 }
 
 static void *run(void *arg) {
@@ -310,7 +420,8 @@ int main(int argc, char **argv) {
   const mlpd_opt_t table[] = {
       {"model", 'm', MLPD_OPT_STRING, &cfg.model, .meta = "NAME",
        .help = "the model to drive (default: the daemon's only or\n"
-               "default model)"},
+               "default model; with --http the first the\n"
+               "repository index lists)"},
       {"socket", 's', MLPD_OPT_STRING, &cfg.socket, .meta = "PATH",
        .help = "daemon socket (default $MLPD_SOCKET, else "
                MLPD_CLIENT_DEFAULT_SOCKET ")"},
@@ -346,6 +457,10 @@ int main(int argc, char **argv) {
        .meta = "N", .help = "random inputs' seed (default 1)"},
       {"json", 'j', MLPD_OPT_FLAG, &cfg.json,
        .help = "machine-readable report"},
+      {"http", 0, MLPD_OPT_STRING, &cfg.http, .meta = "ADDR",
+       .help = "drive the Open Inference Protocol at HOST:PORT or\n"
+               "unix:PATH (binary tensor data, requests pipelined)\n"
+               "instead of the native socket"},
       {0}};
   const mlpd_opts_t spec = {.prog = "mlpd-bench",
                             .usage = usage_head,
@@ -359,22 +474,44 @@ int main(int argc, char **argv) {
 
   /* The model's width, from the daemon itself. */
   mlpd_err_t err = {0};
-  mlpd_client_t *c = NULL;
   mlpd_client_model_info_t info;
-  rc = mlpd_client_connect(cfg.socket, &c, &err);
-  if (rc == 0) {
-    mlpd_client_set_timeout(c, 60000);
-    if ((rc = mlpd_client_set_model(c, cfg.model, &err)) == 0)
-      rc = mlpd_client_model_info(c, &info, &err);
+  memset(&info, 0, sizeof(info));
+  if (cfg.http != NULL) {
+    if (cfg.shm)
+      return mlpd_opts_error(&spec, "--shm and --http do not go together");
+    int in = 0, out = 0;
+    rc = bh_model(cfg.http, cfg.model, cfg.model_name,
+                  sizeof(cfg.model_name), &in, &out, &err);
+    if (rc != 0) {
+      fprintf(stderr, "mlpd-bench: %s (%s)\n", mlpd_err_msg(&err, rc),
+              mlpd_err_name(rc));
+      return 1;
+    }
+    cfg.cols = in;
+    cfg.out_cols = out;
+    info.in_features = (uint32_t)in;
+    info.out_features = (uint32_t)out;
+    snprintf(info.engine, sizeof(info.engine), "http");
+    snprintf(info.device, sizeof(info.device), "OIP model %.128s",
+             cfg.model_name);
+    cfg.socket = cfg.http;
+  } else {
+    mlpd_client_t *c = NULL;
+    rc = mlpd_client_connect(cfg.socket, &c, &err);
+    if (rc == 0) {
+      mlpd_client_set_timeout(c, 60000);
+      if ((rc = mlpd_client_set_model(c, cfg.model, &err)) == 0)
+        rc = mlpd_client_model_info(c, &info, &err);
+    }
+    mlpd_client_close(c);
+    if (rc != 0) {
+      fprintf(stderr, "mlpd-bench: %s (%s)\n", mlpd_err_msg(&err, rc),
+              mlpd_err_name(rc));
+      return 1;
+    }
+    cfg.cols = (int)info.in_features;
+    cfg.out_cols = (int)info.out_features;
   }
-  mlpd_client_close(c);
-  if (rc != 0) {
-    fprintf(stderr, "mlpd-bench: %s (%s)\n", mlpd_err_msg(&err, rc),
-            mlpd_err_name(rc));
-    return 1;
-  }
-  cfg.cols = (int)info.in_features;
-  cfg.out_cols = (int)info.out_features;
 
   int status = 1;
   worker_t *w = calloc((size_t)cfg.connections, sizeof(*w));
@@ -416,7 +553,8 @@ int main(int argc, char **argv) {
     w[i].t_measure = t_measure;
     w[i].t_stop = t_stop;
     w[i].budget = &budget;
-    if (pthread_create(&w[i].th, NULL, run, &w[i]) != 0) {
+    if (pthread_create(&w[i].th, NULL, cfg.http ? run_http : run, &w[i]) !=
+        0) {
       fprintf(stderr, "mlpd-bench: cannot start thread %d\n", i);
       break;
     }
@@ -486,7 +624,7 @@ int main(int argc, char **argv) {
            json_str(js[0], sizeof(js[0]), cfg.socket), cfg.connections,
            cfg.depth, cfg.rows,
            cfg.rate > 0 ? "open" : "closed", cfg.rate,
-           cfg.shm ? "shm" : "inline",
+           cfg.http ? "http" : cfg.shm ? "shm" : "inline",
            mlpd_dtype_name((mlpd_dtype_t)cfg.in_dtype),
            mlpd_dtype_name((mlpd_dtype_t)out_dtype), cfg.cols, cfg.out_cols,
            json_str(js[1], sizeof(js[1]), info.engine),
@@ -512,7 +650,9 @@ int main(int argc, char **argv) {
            cfg.connections, cfg.depth, cfg.rows,
            mlpd_dtype_name((mlpd_dtype_t)cfg.in_dtype),
            mlpd_dtype_name((mlpd_dtype_t)out_dtype),
-           cfg.shm ? "through shared memory" : "inline");
+           cfg.http  ? "over HTTP (OIP, binary tensor data)"
+           : cfg.shm ? "through shared memory"
+                     : "inline");
     if (cfg.rate > 0)
       printf("open loop at %g requests/s\n", cfg.rate);
     else

@@ -38,6 +38,7 @@ void mlpd_config_init(mlpd_config_t *c) {
   c->max_queue = 4096;
   c->max_frame = 64u << 20;
   c->max_unsent = 16u << 20;
+  c->http_max_body = 64u << 20;
   c->access.max_connections = 1024;
   c->frame_timeout_ms = 30000;
   c->max_regions = 64;
@@ -820,9 +821,13 @@ static void finish(mlpd_daemon_t *d) {
   if (d->nshards > 0)
     uv_timer_start(&d->stop_timer, on_stop_timer,
                    left_ms < 1000 ? 1000 : left_ms, 0);
-  if (d->http != NULL) {
-    mlpd_http_stop(d->http, NULL, NULL);
-    d->http = NULL;
+  if (d->http.fd >= 0) {
+    close(d->http.fd);
+    d->http.fd = -1;
+  }
+  if (d->http.path[0] != '\0') {
+    mlpd_listen_unlink(d->http.path, &d->http.file);
+    d->http.path[0] = '\0';
   }
   uv_close((uv_handle_t *)&d->sig_term, NULL);
   uv_close((uv_handle_t *)&d->sig_int, NULL);
@@ -916,6 +921,10 @@ static int start_shards(mlpd_daemon_t *d, mlpd_err_t *err) {
       .nslots = slots,
       .max_regions = d->cfg.max_regions,
       .max_shm_bytes = d->cfg.max_shm_bytes,
+      .http = {.max_body = d->cfg.http_max_body,
+               .max_unsent = d->cfg.max_unsent,
+               .is_unix = d->http.is_unix,
+               .allow_repo_remote = d->cfg.http_allow_repo_remote},
   };
   d->shards = calloc((size_t)n, sizeof(*d->shards));
   if (d->shards == NULL)
@@ -925,6 +934,14 @@ static int start_shards(mlpd_daemon_t *d, mlpd_err_t *err) {
     int fd = fcntl(d->listen_fd, F_DUPFD_CLOEXEC, 3);
     if (fd < 0)
       return mlpd_errf(err, -errno, "dup: %s", strerror(errno));
+    /* And on its own duplicate of the HTTP listener: HTTP requests are
+     * served on the I/O threads, through the same batcher. */
+    dc.http_fd = -1;
+    if (d->http.fd >= 0 &&
+        (dc.http_fd = fcntl(d->http.fd, F_DUPFD_CLOEXEC, 3)) < 0) {
+      close(fd);
+      return mlpd_errf(err, -errno, "dup: %s", strerror(errno));
+    }
     int rc = mlpd_dispatch_start(&d->shards[i], i, &dc, &d->board,
                                  &d->access, &d->mb, fd, err);
     if (rc != 0) {
@@ -968,6 +985,7 @@ int mlpd_daemon_run(const mlpd_config_t *cfg) {
   d->cfg = *cfg;
   d->listen_fd = -1;
   d->busy = -1;
+  d->http.fd = -1;
   mlpd_access_init(&d->access, &cfg->access);
   mlpd_board_init(&d->board, &d->access, nshards);
   d->board.models.daemon = &d->mb;
@@ -1000,19 +1018,35 @@ int mlpd_daemon_run(const mlpd_config_t *cfg) {
    * connect. */
   if ((rc = listen_socket(d, &metrics_fd, &err)) != 0)
     goto fail;
-  if (metrics_fd >= 0 || cfg->metrics_listen != NULL) {
+  if (metrics_fd >= 0 || cfg->http_listen != NULL) {
     /* A socket systemd passed (FileDescriptorName=metrics) wins over the
      * flag: it outlives our restarts like the protocol socket. */
-    mlpd_http_handlers_t hh = {.health = mlpd_board_health,
-                               .metrics = mlpd_board_render,
-                               .ud = &d->board};
     if (metrics_fd >= 0)
-      rc = mlpd_http_start_fd(&d->http, &d->loop, metrics_fd, &hh, &err);
+      rc = mlpd_http_adopt_fd(metrics_fd, cfg->http_allow_remote, &d->http,
+                              &err);
     else
-      rc = mlpd_http_start(&d->http, &d->loop, cfg->metrics_listen, &hh,
-                           &err);
-    if (rc != 0)
+      rc = mlpd_http_open(cfg->http_listen, cfg->http_allow_remote,
+                          &d->http, &err);
+    if (rc != 0) {
+      if (metrics_fd >= 0)
+        close(metrics_fd);
       goto fail;
+    }
+    if (d->http.is_unix)
+      MLPD_LOGI("http: probes and the Open Inference Protocol on unix:%s",
+                d->http.path[0] ? d->http.path : "(socket from systemd)");
+    else
+      MLPD_LOGI("http: probes and the Open Inference Protocol on %s "
+                "(port %d)",
+                cfg->http_listen ? cfg->http_listen : "a socket from systemd",
+                d->http.port);
+    if (d->http.remote)
+      MLPD_LOGW("http: listening beyond loopback (--http-allow-remote): "
+                "the HTTP endpoint has NO authentication; anyone who can "
+                "reach port %d can run inference%s",
+                d->http.port,
+                cfg->http_allow_repo_remote ? " and load or unload models"
+                                            : "");
   }
   d->nshards = nshards;
   if ((rc = start_shards(d, &err)) != 0)

@@ -69,7 +69,11 @@ typedef struct mlpd_config_s {
   int max_regions;             /* --max-regions per connection */
   uint64_t max_shm_bytes;      /* --max-shm-bytes, the whole daemon */
   int io_threads;              /* --io-threads, 0 = by core count */
-  const char *metrics_listen;  /* --metrics-listen, NULL = off */
+  const char *http_listen;     /* --http-listen (--metrics-listen), NULL =
+                                  off */
+  int http_allow_remote;       /* --http-allow-remote */
+  int http_allow_repo_remote;  /* --http-allow-repository-remote */
+  size_t http_max_body;        /* --http-max-body */
   double drain_timeout_s;      /* --drain-timeout */
 } mlpd_config_t;
 
@@ -128,7 +132,8 @@ typedef struct mlpd_daemon_s {
   int bound_socket;             /* we made the socket file: remove it */
   int nshards;
   mlpd_dispatch_t *shards;      /* owned, nshards */
-  mlpd_http_t *http;            /* owned; NULL when --metrics-listen is off */
+  mlpd_http_addr_t http;        /* the HTTP listener (fd -1 when off); each
+                                   I/O thread serves a duplicate */
 
   mlpd_dmodel_t models[MLPD_MAX_MODELS]; /* by index, as in the board's
                                    table (board.models) */

@@ -52,9 +52,11 @@ static void on_check(uv_check_t *h) {
   check_idle(d);
 }
 
+/* The protocol server and the HTTP connections each call it once. */
 static void server_closed(void *ud) {
   mlpd_dispatch_t *d = ud;
-  tell_daemon(d, MLPD_MSG_CLOSED);
+  if (--d->closes_left == 0)
+    tell_daemon(d, MLPD_MSG_CLOSED);
 }
 
 static void on_msg(mlpd_mailbox_t *mb, mlpd_msg_t *msg) {
@@ -78,10 +80,13 @@ static void on_msg(mlpd_mailbox_t *mb, mlpd_msg_t *msg) {
      * sent before is read and answered (refused) first. */
     d->draining = 1;
     mlpd_requests_drain(&d->reqs);
+    d->closes_left = 2;
     mlpd_server_close(&d->server, 1, server_closed, d);
+    mlpd_httpconn_close(&d->http, server_closed, d);
     break;
   case MLPD_MSG_ABORT:
     mlpd_server_abort(&d->server);
+    mlpd_httpconn_abort(&d->http);
     break;
   case MLPD_MSG_EXIT:
     d->closing = 1;
@@ -112,7 +117,7 @@ int mlpd_dispatch_start(mlpd_dispatch_t *d, int index,
                         mlpd_board_t *board, mlpd_access_t *access,
                         mlpd_mailbox_t *daemon_mb, int listen_fd,
                         mlpd_err_t *err) {
-  int rc;
+  int rc, http_fd = cfg->http_fd;
   memset(d, 0, sizeof(*d));
   d->index = index;
   d->daemon_mb = daemon_mb;
@@ -151,9 +156,18 @@ int mlpd_dispatch_start(mlpd_dispatch_t *d, int index,
                               err)) != 0)
     goto fail_timer;
   listen_fd = -1;
+  if (http_fd >= 0 &&
+      (http_fd = -1,
+       rc = mlpd_httpconn_start(&d->http, &d->loop, cfg->http_fd, &cfg->http,
+                                &d->reqs, board, err)) != 0) {
+    mlpd_httpconn_close(&d->http, NULL, NULL);
+    mlpd_server_close(&d->server, 0, NULL, NULL);
+    goto fail_timer;
+  }
   if ((rc = pthread_create(&d->thread, NULL, dispatch_main, d)) != 0) {
     rc = mlpd_errf(err, -rc, "dispatcher %d: pthread_create: %s", index,
                    strerror(rc));
+    mlpd_httpconn_close(&d->http, NULL, NULL);
     mlpd_server_close(&d->server, 0, NULL, NULL);
     goto fail_timer;
   }
@@ -168,6 +182,8 @@ fail_mb:
 fail_loop:
   if (listen_fd >= 0)
     close(listen_fd);
+  if (http_fd >= 0)
+    close(http_fd);
   uv_run(&d->loop, UV_RUN_DEFAULT);
   (void)uv_loop_close(&d->loop);
   return rc;

@@ -26,6 +26,7 @@
 
 #include "board.h"
 #include "hrtimer.h"
+#include "httpconn.h"
 #include "mailbox.h"
 #include "pool.h"
 #include "requests.h"
@@ -46,6 +47,9 @@ typedef struct mlpd_dispatch_config_s {
   int nslots;             /* staging slots */
   int max_regions;        /* per connection */
   uint64_t max_shm_bytes; /* all connections of the daemon */
+  int http_fd;            /* a duplicate of the HTTP listener, owned by the
+                             dispatcher from start on; -1 = none */
+  mlpd_httpconn_config_t http;
 } mlpd_dispatch_config_t;
 
 /* Messages between the daemon and a dispatcher (MLPD_MSG_JOB, a finished
@@ -78,6 +82,8 @@ typedef struct mlpd_dispatch_s {
   int started;
   mlpd_mailbox_t mb;           /* jobs back, and the daemon's messages */
   mlpd_server_t server;
+  mlpd_httpconn_t http;        /* the HTTP listener's connections */
+  int closes_left;             /* server and http, while closing */
   mlpd_hrtimer_t timer;        /* batching delay and deadlines */
   uv_check_t check;            /* schedules once per loop iteration */
   mlpd_requests_t reqs;        /* the request half */

@@ -481,9 +481,11 @@ static int not_loopback(const char *spec, const char *host, mlpd_err_t *err) {
 }
 
 /* Loopback TCP only: 127.0.0.0/8, [::1] or the name localhost (taken as
- * 127.0.0.1 without a resolver, so /etc/hosts cannot widen it). */
-static int parse_tcp(const char *spec, struct sockaddr_storage *ss,
-                     socklen_t *sslen, mlpd_err_t *err) {
+ * 127.0.0.1 without a resolver, so /etc/hosts cannot widen it); with
+ * allow_remote any numeric address. *remote says it is not loopback. */
+static int parse_tcp_ex(const char *spec, int allow_remote,
+                        struct sockaddr_storage *ss, socklen_t *sslen,
+                        int *remote, mlpd_err_t *err) {
   char host[64];
   const char *port_s;
   size_t n;
@@ -525,10 +527,12 @@ static int parse_tcp(const char *spec, struct sockaddr_storage *ss,
   if (strcmp(host, "localhost") == 0) {
     in4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   } else if (inet_pton(AF_INET, host, &in4->sin_addr) == 1) {
-    if ((ntohl(in4->sin_addr.s_addr) >> 24) != 127)
+    *remote = (ntohl(in4->sin_addr.s_addr) >> 24) != 127;
+    if (*remote && !allow_remote)
       return not_loopback(spec, host, err);
   } else if (inet_pton(AF_INET6, host, &in6->sin6_addr) == 1) {
-    if (!IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr))
+    *remote = !IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr);
+    if (*remote && !allow_remote)
       return not_loopback(spec, host, err);
     in6->sin6_family = AF_INET6;
     in6->sin6_port = htons((uint16_t)port);
@@ -537,12 +541,23 @@ static int parse_tcp(const char *spec, struct sockaddr_storage *ss,
   } else {
     /* Host names are not resolved: "" means every interface to most tools,
      * and any other name could resolve to one. */
+    if (allow_remote)
+      return mlpd_errf(err, MLPD_EINVAL,
+                       "HTTP listener \"%s\": write the host as a numeric "
+                       "address (0.0.0.0 for every interface)",
+                       spec);
     return not_loopback(spec, host[0] ? host : "an empty host", err);
   }
   in4->sin_family = AF_INET;
   in4->sin_port = htons((uint16_t)port);
   *sslen = sizeof(*in4);
   return 0;
+}
+
+static int parse_tcp(const char *spec, struct sockaddr_storage *ss,
+                     socklen_t *sslen, mlpd_err_t *err) {
+  int remote = 0;
+  return parse_tcp_ex(spec, 0, ss, sslen, &remote, err);
 }
 
 static int open_tcp(mlpd_http_t *h, const char *spec, int *fdp,
@@ -695,4 +710,70 @@ int mlpd_http_port(const mlpd_http_t *h) { return h->is_unix ? 0 : h->port; }
 
 void mlpd_http_set_idle_timeout(mlpd_http_t *h, uint64_t ms) {
   h->idle_ms = ms > 0 ? ms : 1;
+}
+
+/* ---- the listener of the I/O threads (httpconn.h) ------------------------ */
+
+int mlpd_http_open(const char *listen, int allow_remote, mlpd_http_addr_t *a,
+                   mlpd_err_t *err) {
+  memset(a, 0, sizeof(*a));
+  a->fd = -1;
+  if (listen == NULL || listen[0] == '\0')
+    return mlpd_errf(err, MLPD_EINVAL, "HTTP listener: empty address");
+  char label[300];
+  snprintf(label, sizeof(label), "HTTP listener \"%s\"", listen);
+  const char *path = NULL;
+  if (strncmp(listen, "unix:", 5) == 0)
+    path = listen + 5;
+  else if (listen[0] == '/' || listen[0] == '.')
+    path = listen;
+  if (path != NULL) {
+    if (strlen(path) >= sizeof(a->path))
+      return mlpd_errf(err, MLPD_EINVAL, "%s: path too long", label);
+    int rc = mlpd_listen_unix(label, path, 0660, -1, MLPD_LISTEN_BACKLOG,
+                              &a->fd, &a->file, err);
+    if (rc != 0)
+      return rc;
+    snprintf(a->path, sizeof(a->path), "%s", path);
+    a->is_unix = 1;
+    return 0;
+  }
+  struct sockaddr_storage ss;
+  socklen_t sslen = 0;
+  int rc = parse_tcp_ex(listen, allow_remote, &ss, &sslen, &a->remote, err);
+  if (rc != 0)
+    return rc;
+  return mlpd_listen_tcp(label, (struct sockaddr *)&ss, sslen,
+                         MLPD_LISTEN_BACKLOG, &a->fd, &a->port, err);
+}
+
+int mlpd_http_adopt_fd(int fd, int allow_remote, mlpd_http_addr_t *a,
+                       mlpd_err_t *err) {
+  memset(a, 0, sizeof(*a));
+  a->fd = -1;
+  struct sockaddr_storage ss;
+  socklen_t len = sizeof(ss);
+  if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0)
+    return mlpd_errf(err, -errno, "HTTP listener fd %d: %s", fd,
+                     strerror(errno));
+  int loopback = 0;
+  if (ss.ss_family == AF_INET)
+    loopback = (ntohl(((struct sockaddr_in *)&ss)->sin_addr.s_addr) >> 24) ==
+               127;
+  else if (ss.ss_family == AF_INET6)
+    loopback = IN6_IS_ADDR_LOOPBACK(&((struct sockaddr_in6 *)&ss)->sin6_addr);
+  a->is_unix = ss.ss_family == AF_UNIX;
+  a->remote = !a->is_unix && !loopback;
+  if (a->remote && !allow_remote)
+    return mlpd_errf(err, MLPD_EINVAL,
+                     "HTTP listener fd %d: not a Unix or loopback socket "
+                     "(the endpoint has no authentication; "
+                     "--http-allow-remote allows it)",
+                     fd);
+  if (!a->is_unix)
+    a->port = ntohs(ss.ss_family == AF_INET
+                        ? ((struct sockaddr_in *)&ss)->sin_port
+                        : ((struct sockaddr_in6 *)&ss)->sin6_port);
+  a->fd = fd;
+  return 0;
 }

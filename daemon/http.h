@@ -24,6 +24,7 @@
 #define MLPD_HTTP_H
 
 #include "error.h"
+#include "listen.h"
 #include "mlpd.h"
 
 #include <uv.h>
@@ -65,5 +66,27 @@ int mlpd_http_port(const mlpd_http_t *h);
  * request or a write before it is closed (default 30000 ms); applies to
  * timers started afterwards. */
 void mlpd_http_set_idle_timeout(mlpd_http_t *h, uint64_t ms);
+
+/* ---- The listener the I/O threads serve (httpconn.h) ----
+ * The daemon opens the HTTP listener here and lends each I/O thread a
+ * duplicate, as it does the protocol socket; the address rules are the
+ * ones above, except that allow_remote (--http-allow-remote) admits any
+ * numeric TCP address. */
+typedef struct mlpd_http_addr_s {
+  int fd;      /* the listening socket (the caller's) */
+  int is_unix; /* a Unix socket */
+  int remote;  /* TCP and not loopback */
+  int port;    /* TCP: as bound */
+  char path[108]; /* the socket file we made, or "" */
+  mlpd_listen_file_t file;
+} mlpd_http_addr_t;
+
+int mlpd_http_open(const char *listen, int allow_remote, mlpd_http_addr_t *a,
+                   mlpd_err_t *err) MLPD_MUST_CHECK;
+
+/* A listening socket systemd passed: checked against the same rules (a
+ * Unix socket, loopback TCP, or any TCP with allow_remote). */
+int mlpd_http_adopt_fd(int fd, int allow_remote, mlpd_http_addr_t *a,
+                       mlpd_err_t *err) MLPD_MUST_CHECK;
 
 #endif

@@ -4,23 +4,38 @@
 #include "httpreq.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 static int on_message_begin(http_parser *p) {
   mlpd_httpreq_t *r = p->data;
   r->err_status = 0;
+  r->err_msg = NULL;
   r->hdr_bytes = 0;
   r->body_bytes = 0;
   r->url_len = 0;
+  r->body_len = 0;
+  r->expect_continue = 0;
+  r->has_ihcl = 0;
+  r->ihcl_len = 0;
+  r->hdr_which = 0;
+  r->hdr_in_value = 0;
+  r->hname_len = 0;
+  r->expect_len = 0;
   return 0;
+}
+
+static int fail(mlpd_httpreq_t *r, int status, const char *msg) {
+  r->err_status = status;
+  r->err_msg = msg;
+  return -1;
 }
 
 static int count_header(mlpd_httpreq_t *r, size_t len) {
   r->hdr_bytes += len;
-  if (r->hdr_bytes > MLPD_HTTPREQ_HDR_MAX) {
-    r->err_status = 431;
-    return -1;
-  }
+  if (r->hdr_bytes > MLPD_HTTPREQ_HDR_MAX)
+    return fail(r, 431, "request line and headers longer than 8 KiB");
   return 0;
 }
 
@@ -28,38 +43,118 @@ static int count_header(mlpd_httpreq_t *r, size_t len) {
  * route(), up to the bound. */
 static int on_url(http_parser *p, const char *at, size_t len) {
   mlpd_httpreq_t *r = p->data;
-  if (r->url_len + len >= sizeof(r->url)) {
-    r->err_status = 414;
-    return -1;
-  }
+  if (r->url_len + len >= sizeof(r->url))
+    return fail(r, 414, "request target longer than 1 KiB");
   memcpy(r->url + r->url_len, at, len);
   r->url_len += len;
   return count_header(r, len);
 }
 
-static int on_header_data(http_parser *p, const char *at, size_t len) {
-  (void)at;
-  return count_header(p->data, len);
+/* Header names arrive in pieces; the two this module keeps are matched
+ * once the name is whole (the first piece of its value). */
+static int on_header_field(http_parser *p, const char *at, size_t len) {
+  mlpd_httpreq_t *r = p->data;
+  if (r->hdr_in_value) {
+    r->hdr_in_value = 0;
+    r->hname_len = 0;
+  }
+  for (size_t i = 0; i < len; i++) {
+    if (r->hname_len < sizeof(r->hname))
+      r->hname[r->hname_len] = (char)(at[i] | 0x20); /* ASCII lower case */
+    r->hname_len++;
+  }
+  return count_header(r, len);
+}
+
+static void keep(char *dst, size_t cap, size_t *n, const char *at,
+                 size_t len) {
+  for (size_t i = 0; i < len; i++, (*n)++)
+    if (*n < cap)
+      dst[*n] = at[i];
+}
+
+static int on_header_value(http_parser *p, const char *at, size_t len) {
+  mlpd_httpreq_t *r = p->data;
+  if (!r->hdr_in_value) {
+    r->hdr_in_value = 1;
+    r->hdr_which = 0;
+    if (r->hname_len == 31 &&
+        memcmp(r->hname, "inference-header-content-length", 31) == 0) {
+      r->hdr_which = 1;
+      r->has_ihcl = 1;
+      r->ihcl_len = 0;
+    } else if (r->hname_len == 6 && memcmp(r->hname, "expect", 6) == 0) {
+      r->hdr_which = 2;
+      r->expect_len = 0;
+    }
+  }
+  if (r->body_max > 0) {
+    if (r->hdr_which == 1)
+      keep(r->ihcl, sizeof(r->ihcl), &r->ihcl_len, at, len);
+    else if (r->hdr_which == 2)
+      keep(r->expect, sizeof(r->expect), &r->expect_len, at, len);
+  }
+  return count_header(r, len);
+}
+
+static int headers_body_mode(http_parser *p, mlpd_httpreq_t *r) {
+  if (r->ihcl_len > sizeof(r->ihcl)) {
+    /* Cut: a value this long is no number the body could hold. */
+    r->ihcl_len = 1;
+    r->ihcl[0] = 'x';
+  }
+  if (r->expect_len > 0) {
+    if (r->expect_len == 12 && strncasecmp(r->expect, "100-continue", 12) == 0)
+      r->expect_continue = 1;
+    else
+      return fail(r, 417, "Expect: only 100-continue is supported");
+  }
+  if (p->flags & F_CHUNKED)
+    return fail(r, 411,
+                "chunked request bodies are not supported; send "
+                "Content-Length");
+  if (!(p->flags & F_CONTENTLENGTH)) {
+    if (p->method == HTTP_POST)
+      return fail(r, 411, "POST without Content-Length");
+    return 0;
+  }
+  if (p->content_length > r->body_max)
+    return fail(r, 413, "body larger than --http-max-body");
+  if (p->content_length > r->body_cap) {
+    char *b = realloc(r->body, (size_t)p->content_length);
+    if (b == NULL)
+      return fail(r, 413, "out of memory for the body");
+    r->body = b;
+    r->body_cap = (size_t)p->content_length;
+  }
+  if (r->on_headers != NULL && r->on_headers(r, r->ud) != 0)
+    return -1;
+  return 0;
 }
 
 static int on_headers_complete(http_parser *p) {
   mlpd_httpreq_t *r = p->data;
+  if (r->body_max > 0)
+    return headers_body_mode(p, r);
   if ((p->flags & F_CONTENTLENGTH) &&
-      p->content_length > MLPD_HTTPREQ_BODY_MAX) {
-    r->err_status = 413;
-    return -1;
-  }
+      p->content_length > MLPD_HTTPREQ_BODY_MAX)
+    return fail(r, 413, "body larger than 8 KiB");
   return 0;
 }
 
 static int on_body(http_parser *p, const char *at, size_t len) {
-  (void)at;
   mlpd_httpreq_t *r = p->data;
   r->body_bytes += len;
-  if (r->body_bytes > MLPD_HTTPREQ_BODY_MAX) {
-    r->err_status = 413;
-    return -1;
+  if (r->body_max > 0) {
+    /* Content-Length bounded it and sized the buffer. */
+    if (r->body_len + len > r->body_cap)
+      return fail(r, 413, "body larger than --http-max-body");
+    memcpy(r->body + r->body_len, at, len);
+    r->body_len += len;
+    return 0;
   }
+  if (r->body_bytes > MLPD_HTTPREQ_BODY_MAX)
+    return fail(r, 413, "body larger than 8 KiB");
   return 0;
 }
 
@@ -72,8 +167,8 @@ static const http_parser_settings *settings(void) {
   static const http_parser_settings s = {
       .on_message_begin = on_message_begin,
       .on_url = on_url,
-      .on_header_field = on_header_data,
-      .on_header_value = on_header_data,
+      .on_header_field = on_header_field,
+      .on_header_value = on_header_value,
       .on_headers_complete = on_headers_complete,
       .on_body = on_body,
       .on_message_complete = on_message_complete,
@@ -98,8 +193,26 @@ void mlpd_httpreq_pause(mlpd_httpreq_t *r, int paused) {
   http_parser_pause(&r->parser, paused);
 }
 
+void mlpd_httpreq_body_mode(mlpd_httpreq_t *r, size_t body_max,
+                            mlpd_httpreq_cb on_headers) {
+  r->body_max = body_max;
+  r->on_headers = on_headers;
+}
+
+void mlpd_httpreq_free(mlpd_httpreq_t *r) {
+  free(r->body);
+  r->body = NULL;
+  r->body_cap = r->body_len = 0;
+}
+
 int mlpd_httpreq_error_status(const mlpd_httpreq_t *r) {
   return r->err_status ? r->err_status : 400;
+}
+
+const char *mlpd_httpreq_error_message(const mlpd_httpreq_t *r) {
+  if (r->err_msg != NULL)
+    return r->err_msg;
+  return http_errno_description(HTTP_PARSER_ERRNO(&r->parser));
 }
 
 int mlpd_httpreq_wants_close(const mlpd_httpreq_t *r) {
@@ -114,8 +227,20 @@ const char *mlpd_httpreq_reason(int status) {
     return "Bad Request";
   case 404:
     return "Not Found";
+  case 100:
+    return "Continue";
+  case 403:
+    return "Forbidden";
   case 405:
     return "Method Not Allowed";
+  case 411:
+    return "Length Required";
+  case 417:
+    return "Expectation Failed";
+  case 501:
+    return "Not Implemented";
+  case 504:
+    return "Gateway Timeout";
   case 413:
     return "Content Too Large";
   case 414:

@@ -11,7 +11,15 @@
  * Bounds: 8 KiB of request line and headers (431), a 1 KiB request target
  * (414), an 8 KiB body (413). Routes: GET|HEAD /healthz, /readyz and
  * /metrics (when the caller has metrics); 404 elsewhere, 405 for other
- * methods on a known path, 400 for a target http_parser cannot split. */
+ * methods on a known path, 400 for a target http_parser cannot split.
+ *
+ * Body mode (mlpd_httpreq_body_mode, for the Open Inference Protocol): the
+ * body is kept, up to a bound the caller sets (413 past it, decided from
+ * Content-Length before a byte of the body is buffered); a POST must carry
+ * Content-Length (411; chunked bodies are refused the same way); the
+ * headers Inference-Header-Content-Length and Expect are kept (Expect:
+ * 100-continue is reported through on_headers, any other expectation is a
+ * 417). */
 #ifndef MLPD_HTTPREQ_H
 #define MLPD_HTTPREQ_H
 
@@ -44,7 +52,24 @@ struct mlpd_httpreq_s {
                                  request completes */
   mlpd_httpreq_cb on_request; /* borrowed */
   void *ud;
-  int err_status;   /* 413/414/431 chosen by a bound, else 0 */
+  int err_status;   /* 411/413/414/417/431 chosen by a rule, else 0 */
+  const char *err_msg; /* static: why, for err_status */
+  /* Body mode (0 = probes only: body counted against 8 KiB, discarded). */
+  size_t body_max;
+  mlpd_httpreq_cb on_headers; /* body mode: after the headers of a request
+                                 that passed the bounds (may be NULL) */
+  char *body;                 /* owned: the body of the current request */
+  size_t body_len, body_cap;
+  int expect_continue;        /* Expect: 100-continue */
+  int has_ihcl;               /* Inference-Header-Content-Length given */
+  size_t ihcl_len;
+  char ihcl[24];              /* its value (longer: cut, then not a number) */
+  int hdr_which;              /* header being read: 0 other, 1 IHCL, 2 Expect */
+  int hdr_in_value;
+  size_t hname_len;
+  char hname[40];
+  size_t expect_len;
+  char expect[24];
   size_t hdr_bytes; /* of the request being parsed */
   size_t body_bytes;
   size_t url_len;
@@ -62,9 +87,20 @@ size_t mlpd_httpreq_execute(mlpd_httpreq_t *r, const char *buf, size_t len);
 
 void mlpd_httpreq_pause(mlpd_httpreq_t *r, int paused);
 
-/* After a parse error: the status to answer it with (413, 414, 431 for a
- * bound, else 400). */
+/* Turns on body mode with bodies of up to body_max bytes; on_headers may
+ * be NULL. */
+void mlpd_httpreq_body_mode(mlpd_httpreq_t *r, size_t body_max,
+                            mlpd_httpreq_cb on_headers);
+
+/* Frees the body buffer (body mode). */
+void mlpd_httpreq_free(mlpd_httpreq_t *r);
+
+/* After a parse error: the status to answer it with (411, 413, 414, 417,
+ * 431 for a rule, else 400). */
 int mlpd_httpreq_error_status(const mlpd_httpreq_t *r);
+
+/* After a parse error: a one-line reason (static). */
+const char *mlpd_httpreq_error_message(const mlpd_httpreq_t *r);
 
 /* For the request just completed: must the connection close after the
  * response (no keep-alive, or an upgrade we do not speak)? */

@@ -491,6 +491,15 @@ static int parse_tree(json_t *root, const char *bin, size_t bin_len,
   if ((rc = get_bool_param(params, "binary_data_output", &all_binary, "request",
                            err)))
     return rc;
+  json_t *tmo = params ? json_object_get(params, "timeout") : NULL;
+  if (tmo != NULL) {
+    if (!json_is_integer(tmo) || json_integer_value(tmo) < 0 ||
+        json_integer_value(tmo) > ((json_int_t)1 << 53))
+      return mlpd_errf(err, MLPD_EINVAL,
+                       "request.parameters.timeout must be an integer "
+                       "number of microseconds, 0 to 2^53");
+    out->timeout_us = (uint64_t)json_integer_value(tmo);
+  }
 
   json_t *inputs = json_object_get(root, "inputs");
   if (!json_is_array(inputs))
@@ -770,7 +779,8 @@ int mlpd_oip_encode_infer(mlpd_oip_buf_t *b, const mlpd_oip_response_t *r,
   if (r->binary) {
     P(putf(b, ",\"parameters\":{\"binary_data_size\":%zu}}]}", n * esz));
     *json_len = b->len;
-    P(put(b, r->data, n * esz));
+    if (!r->json_only)
+      P(put(b, r->data, n * esz));
     return 0;
   }
   P(puts_(b, ",\"data\":["));

@@ -130,6 +130,8 @@ typedef struct mlpd_oip_infer_s {
                        binary_output */
   mlpd_oip_output_req_t outputs[MLPD_OIP_OUTPUTS_MAX];
   int binary_output; /* the (one) output goes back as binary data */
+  uint64_t timeout_us; /* the request's parameters.timeout (microseconds,
+                          Triton's convention); 0 = none */
 } mlpd_oip_infer_t;
 
 /* Parses the body of POST /v2/models/{name}[/versions/{v}]/infer.
@@ -148,7 +150,8 @@ typedef struct mlpd_oip_infer_s {
  * shape, each within the datatype's range; or binary_data_size equal to
  * rows*cols*element size, the sizes of the binary inputs equal to the
  * bytes after the JSON, none past the end; outputs named as the model's
- * output, each at most once. Unknown model or version: -ENOENT (404).
+ * output, each at most once; parameters.timeout, when given, an integer
+ * of microseconds in 0..2^53. Unknown model or version: -ENOENT (404).
  * Returns 0 with *out filled; out->data points into body or scratch. */
 int mlpd_oip_parse_infer(const char *body, size_t body_len, const char *hdr_len,
                          size_t hdr_len_n, const mlpd_oip_route_t *route,
@@ -184,6 +187,8 @@ typedef struct mlpd_oip_response_s {
   mlpd_dtype_t dtype;
   const void *data; /* rows * cols elements, row-major, any alignment */
   int binary;
+  int json_only; /* binary: leave the bytes out of b (the caller sends
+                    them from data after the JSON) */
 } mlpd_oip_response_t;
 
 /* The inference response. JSON output: data as a flat array of numbers.

@@ -21,6 +21,9 @@ typedef struct {
   mlpd_region_t *out_region;
   uint8_t *src_copy; /* owned copy of inline rows still queued */
   int uid_slot;
+  int ext;                     /* from another front end (no conn) */
+  mlpd_requests_done_fn ext_done; /* NULL once cancelled */
+  void *ext_ud;
 } dreq_t;
 
 /* Per connection: its requests in flight and its regions. */
@@ -216,7 +219,10 @@ void mlpd_requests_on_done(void *ud, mlpd_req_t *req, mlpd_status_t status,
   mlpd_conn_t *c = q->conn;
   unlink_req(q);
   count_done(r, q, status, mlpd_now_ns());
-  if (status != MLPD_STATUS_CANCELLED) {
+  if (q->ext) {
+    if (q->ext_done != NULL && status != MLPD_STATUS_CANCELLED)
+      q->ext_done(q->ext_ud, req, status, msg);
+  } else if (status != MLPD_STATUS_CANCELLED) {
     mlpd_pool_t *p = mlpd_scheduler_pool(r->sched, req->model);
     const char *device =
         p != NULL ? mlpd_pool_engine_name(p, req->engine) : NULL;
@@ -295,6 +301,28 @@ int mlpd_requests_route(mlpd_requests_t *r, const char *model,
   return 0;
 }
 
+/* The checks every transport's infer shares: the daemon's state and the
+ * model (mlpd_requests_route), then the width against that model's shape.
+ * Returns 0 with *index and *shape, or a negative code with the status to
+ * answer and msg; a refused request is counted against its model. */
+static int check_model_width(mlpd_requests_t *r, const char *model,
+                             const char *version, int cols, int *index,
+                             const mlpd_batcher_shape_t **shape,
+                             mlpd_status_t *st, char *msg, size_t len) {
+  *index = -1;
+  int rc = mlpd_requests_route(r, model, version, index, shape, st, msg, len);
+  if (rc == 0 && cols != (*shape)->in_features) {
+    *st = MLPD_STATUS_INVALID_ARGUMENT;
+    snprintf(msg, len,
+             "input has %d columns; the model takes %d (shape [rows, %d])",
+             cols, (*shape)->in_features, (*shape)->in_features);
+    rc = MLPD_EINVAL;
+  }
+  if (rc != 0 && *index >= 0)
+    STATS(r, mlpd_metrics_count_model(m, *index, *st, -1));
+  return rc;
+}
+
 /* The shape an infer request is checked against, or NULL after refusing
  * it (shutting down, no such model, loading, wrong width, answer too
  * large). Sets *index to the model's. */
@@ -304,16 +332,9 @@ check_infer(mlpd_requests_t *r, mlpd_conn_t *c, const mlpd_rpc_request_t *q,
   const mlpd_batcher_shape_t *sh = NULL;
   mlpd_status_t st = MLPD_STATUS_OK;
   char msg[256];
-  if (mlpd_requests_route(r, q->model, NULL, index, &sh, &st, msg,
-                          sizeof(msg)) != 0) {
-    STATS(r, mlpd_metrics_count_model(m, *index, st, -1));
+  if (check_model_width(r, q->model, NULL, q->cols, index, &sh, &st, msg,
+                        sizeof(msg)) != 0) {
     send_error(r, c, q->id, MLPD_RPC_INFER, st, "%s", msg);
-    return NULL;
-  }
-  if (q->cols != sh->in_features) {
-    send_error(r, c, q->id, MLPD_RPC_INFER, MLPD_STATUS_INVALID_ARGUMENT,
-               "input has %d columns; the model takes %d (shape [rows, %d])",
-               q->cols, sh->in_features, sh->in_features);
     return NULL;
   }
   size_t out_bytes = (size_t)q->rows * (size_t)sh->out_features *
@@ -755,6 +776,135 @@ static void on_stream_error(void *ud, mlpd_conn_t *c, int rc, uint64_t len) {
     send_error(r, c, 0, MLPD_RPC_NONE, MLPD_STATUS_INVALID_ARGUMENT,
                "malformed frame length (varint longer than 10 bytes); "
                "closing the connection");
+}
+
+/* ---- other front ends ------------------------------------------------------
+ */
+
+int mlpd_requests_model(mlpd_requests_t *r, const char *name,
+                        const char *version, mlpd_requests_model_t *out) {
+  int index = -1;
+  mlpd_err_t err = {0};
+  if (mlpd_models_find(&r->board->models, name, version, &index, &err) != 0)
+    return MLPD_ENOENT;
+  mlpd_models_status_t *ms = malloc(sizeof(*ms));
+  if (ms == NULL)
+    return -ENOMEM;
+  int rc = mlpd_models_get(&r->board->models, index, ms);
+  if (rc != 0) {
+    free(ms);
+    return MLPD_ENOENT;
+  }
+  snprintf(r->model_name, sizeof(r->model_name), "%s", ms->name);
+  snprintf(r->model_version, sizeof(r->model_version), "%s", ms->version);
+  const mlpd_batcher_shape_t *sh = mlpd_scheduler_shape(r->sched, index);
+  mlpd_state_t state = mlpd_board_state(r->board);
+  int ready = sh != NULL && ms->ready && !r->draining &&
+              state != MLPD_STATE_DRAINING && state != MLPD_STATE_STOPPED;
+  free(ms);
+  *out = (mlpd_requests_model_t){
+      .index = index,
+      .name = r->model_name,
+      .version = r->model_version,
+      .in_features = sh != NULL ? (size_t)sh->in_features : 0,
+      .out_features = sh != NULL ? (size_t)sh->out_features : 0,
+      .dtype = MLPD_DTYPE_F32,
+      .ready = ready};
+  return sh != NULL ? 0 : MLPD_EBUSY;
+}
+
+int mlpd_requests_models(mlpd_requests_t *r, mlpd_models_status_t *out,
+                         int max) {
+  return mlpd_models_list(&r->board->models, out, max);
+}
+
+static int infer_ext(mlpd_requests_t *r, const mlpd_requests_infer_t *in,
+                     void **handle, mlpd_status_t *status, char *msg,
+                     size_t cap) {
+  const mlpd_batcher_shape_t *sh = NULL;
+  int index = -1;
+  *handle = NULL;
+  int rc = check_model_width(r, in->model, in->version, in->cols, &index, &sh,
+                             status, msg, cap);
+  if (rc != 0)
+    return rc;
+  size_t out_bytes = (size_t)in->rows * (size_t)sh->out_features *
+                     mlpd_dtype_size(in->out_dtype);
+  dreq_t *d = malloc(sizeof(*d) + out_bytes);
+  if (d == NULL) {
+    *status = MLPD_STATUS_RESOURCE_EXHAUSTED;
+    snprintf(msg, cap, "out of memory for %d output rows", in->rows);
+    return -ENOMEM;
+  }
+  memset(d, 0, sizeof(*d));
+  d->ext = 1;
+  d->ext_done = in->done;
+  d->ext_ud = in->done_ud;
+  d->uid_slot = in->uid_slot;
+  d->r.owner = d;
+  d->r.rows = in->rows;
+  d->r.cols = in->cols;
+  d->r.model = index;
+  d->r.out_cols = sh->out_features;
+  d->r.in_dtype = in->in_dtype;
+  d->r.out_dtype = in->out_dtype;
+  d->r.src = in->data;
+  d->r.out = (uint8_t *)(d + 1);
+  d->r.arrival_ns = in->arrival_ns;
+  d->r.deadline_ns = in->deadline_ns;
+  rc = mlpd_scheduler_admit(r->sched, &d->r, in->arrival_ns);
+  if (rc != 0) {
+    if (rc == MLPD_EBUSY) {
+      *status = MLPD_STATUS_UNAVAILABLE;
+      snprintf(msg, cap,
+               "queue full: %d rows queued, limit %d (--max-queue); retry",
+               mlpd_scheduler_queue_rows(r->sched, index), r->cfg.max_queue);
+    } else {
+      *status = MLPD_STATUS_INVALID_ARGUMENT;
+      snprintf(msg, cap, "request not admitted: %s", mlpd_strerror(rc));
+    }
+    free_req(d);
+    return rc;
+  }
+  r->inflight++;
+  STATS(r, {
+    m->inflight_requests++;
+    m->inline_in_bytes += in->data_len;
+  });
+  *handle = d;
+  if (mlpd_batcher_needs_copy(&d->r)) {
+    d->src_copy = malloc(in->data_len);
+    if (d->src_copy == NULL) {
+      d->ext_done = NULL;
+      mlpd_scheduler_cancel(r->sched, &d->r); /* frees d via on_done */
+      *handle = NULL;
+      *status = MLPD_STATUS_RESOURCE_EXHAUSTED;
+      snprintf(msg, cap, "out of memory queueing %zu bytes", in->data_len);
+      return -ENOMEM;
+    }
+    memcpy(d->src_copy, in->data, in->data_len);
+    d->r.src = d->src_copy;
+    d->r.src_stable = 1;
+  }
+  return 0;
+}
+
+int mlpd_requests_infer(mlpd_requests_t *r, const mlpd_requests_infer_t *in,
+                        void **handle, mlpd_status_t *status, char *msg,
+                        size_t cap) {
+  int rc = infer_ext(r, in, handle, status, msg, cap);
+  if (rc != 0 && *handle == NULL)
+    STATS(r, mlpd_metrics_count_uid(m, in->uid_slot, *status));
+  return rc;
+}
+
+void mlpd_requests_infer_cancel(mlpd_requests_t *r, void *handle) {
+  dreq_t *d = handle;
+  if (d == NULL)
+    return;
+  d->ext_done = NULL;
+  mlpd_scheduler_cancel(r->sched, &d->r);
+  mlpd_scheduler_kick(r->sched);
 }
 
 /* ---- setup

@@ -43,6 +43,8 @@ typedef struct mlpd_requests_s {
   uint64_t inflight;         /* infer requests admitted, not answered */
   char *text_buf;            /* Metrics message rendering, grows */
   size_t text_cap;
+  char model_name[MLPD_MODEL_NAME_MAX + 1]; /* mlpd_requests_model's */
+  char model_version[MLPD_MODEL_VERSION_MAX + 1]; /* answer */
 } mlpd_requests_t;
 
 void mlpd_requests_init(mlpd_requests_t *r, const mlpd_requests_config_t *cfg,
@@ -80,5 +82,68 @@ static inline int mlpd_requests_idle(const mlpd_requests_t *r) {
 }
 
 void mlpd_requests_free(mlpd_requests_t *r);
+
+/* ---- Other front ends (the Open Inference Protocol over HTTP, httpconn.h)
+ *
+ * They decode their own requests and enter the same path as a native
+ * Infer: the same checks (state, model, width), the same scheduler and
+ * admission (queue limit, deadlines), the same counters. The answer comes
+ * back through the request's done callback, on this thread. */
+
+/* What a front end needs to know of a model. */
+typedef struct mlpd_requests_model_s {
+  int index;           /* in the model table (models.h) */
+  const char *name;    /* valid for this loop iteration */
+  const char *version; /* served, "" = unversioned; same lifetime */
+  size_t in_features, out_features; /* 0 while not served here */
+  mlpd_dtype_t dtype; /* the compute dtype, as metadata reports it */
+  int ready;
+} mlpd_requests_model_t;
+
+/* Finds a model by name and version ("" = the only or default model, the
+ * version served) in the model table, as mlpd_requests_route does.
+ * Returns 0 for a model this thread serves now (ready), MLPD_EBUSY for a
+ * known model that is not served (loading, unloaded, failed: *out holds
+ * its index, name and version, ready 0, no shape), or MLPD_ENOENT (no such
+ * model or version). */
+int mlpd_requests_model(mlpd_requests_t *r, const char *name,
+                        const char *version,
+                        mlpd_requests_model_t *out) MLPD_MUST_CHECK;
+
+/* Every model of the table (at most max), with state and versions, for a
+ * listing (the OIP repository index): how many were written to out. */
+int mlpd_requests_models(mlpd_requests_t *r, mlpd_models_status_t *out,
+                         int max);
+
+/* The answer to an infer request from another front end: `req` holds the
+ * output (req->out: req->rows x req->out_cols of req->out_dtype) when
+ * status is OK; it is freed after the call. */
+typedef void (*mlpd_requests_done_fn)(void *ud, const mlpd_req_t *req,
+                                      mlpd_status_t status, const char *msg);
+
+typedef struct mlpd_requests_infer_s {
+  const char *model; /* name from the route; resolved as native infer's */
+  const char *version;
+  int rows, cols;
+  mlpd_dtype_t in_dtype, out_dtype;
+  const void *data; /* rows x cols of in_dtype, any alignment; valid until
+                       the call returns */
+  size_t data_len;
+  uint64_t arrival_ns;
+  uint64_t deadline_ns; /* 0 = none */
+  int uid_slot;         /* metrics label, -1 = none */
+  mlpd_requests_done_fn done;
+  void *done_ud;
+} mlpd_requests_infer_t;
+
+/* Admits the request. Returns 0 (done will be called once, unless it is
+ * cancelled first; *handle names it) or a negative code with *status and
+ * msg saying why it was refused (done is never called then). */
+int mlpd_requests_infer(mlpd_requests_t *r, const mlpd_requests_infer_t *in,
+                        void **handle, mlpd_status_t *status, char *msg,
+                        size_t cap) MLPD_MUST_CHECK;
+
+/* The front end's client is gone: done is not called for this request. */
+void mlpd_requests_infer_cancel(mlpd_requests_t *r, void *handle);
 
 #endif

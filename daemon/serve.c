@@ -229,10 +229,23 @@ static int parse_command_line(mlpd_config_t *cfg, int argc, char **argv,
                "16 GiB)"},
       {"io-threads", 0, MLPD_OPT_INT, &cfg->io_threads, 0, 16, .meta = "N",
        .help = "I/O threads (default: 1, 2 from 8 cores, 4 from 16)"},
-      {"metrics-listen", 0, MLPD_OPT_STRING, &cfg->metrics_listen,
+      {"http-listen", 0, MLPD_OPT_STRING, &cfg->http_listen,
        .meta = "ADDR",
-       .help = "HTTP /healthz /readyz /metrics on a loopback HOST:PORT or a "
-               "Unix socket path (default off)"},
+       .help = "HTTP: /healthz /readyz /metrics and the Open Inference "
+               "Protocol\n(/v2/...) on a loopback HOST:PORT or a Unix socket "
+               "path (default off)"},
+      {"metrics-listen", 0, MLPD_OPT_STRING, &cfg->http_listen,
+       .meta = "ADDR", .help = "the old name of --http-listen"},
+      {"http-allow-remote", 0, MLPD_OPT_FLAG, &cfg->http_allow_remote,
+       .help = "let --http-listen take any address (0.0.0.0:8080); the "
+               "endpoint\nhas no authentication: put it behind one"},
+      {"http-allow-repository-remote", 0, MLPD_OPT_FLAG,
+       &cfg->http_allow_repo_remote,
+       .help = "allow model load/unload over a TCP HTTP listener (default: "
+               "only\non a Unix path, to root and the daemon's user)"},
+      {"http-max-body", 0, MLPD_OPT_SIZE, &cfg->http_max_body, 1024,
+       (double)(1u << 30), .meta = "BYTES",
+       .help = "largest HTTP request body (default 64M; 413 beyond)"},
       {"plan-cache", 0, MLPD_OPT_STRING, &cfg->engine.plan_cache,
        .meta = "FILE", .help = "CUDA autotuning cache (default none)"},
       {"no-autotune", 0, MLPD_OPT_FLAG, &no_autotune,

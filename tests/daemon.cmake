@@ -18,3 +18,5 @@ add_dependencies(test_devices mlpd)
 # Several models in one daemon (issue 16), through the client library.
 mlpd_test(test_models LIBS mlpd_client mlpd_daemonutil TIMEOUT 600)
 add_dependencies(test_models mlpd)
+mlpd_test(test_oip_http LIBS mlpd_daemonutil PkgConfig::JANSSON TIMEOUT 300)
+add_dependencies(test_oip_http mlpd)

@@ -73,3 +73,7 @@ mlpd_fuzz(fuzz_client RUNS 8000 MAX_LEN 4096 LIBS mlpd_client_static
   ARGS -use_cmp=0)
 mlpd_fuzz(fuzz_rows RUNS 100000 MAX_LEN 4096 LIBS mlpd_base)
 mlpd_fuzz(fuzz_oip RUNS 60000 MAX_LEN 4096 LIBS mlpd_oip)
+# The OIP request path as an I/O thread runs it: HTTP in body mode, then
+# route and infer parse on what the parser kept.
+mlpd_fuzz(fuzz_oip_http RUNS 150000 MAX_LEN 4096 LIBS mlpd_httpreq mlpd_oip
+  ARGS -dict=${MLPD_FUZZ_DIR}/http.dict)

@@ -167,7 +167,7 @@ units() {
     --model) model=${2-} ;;
     --socket) sock=${2-} ;;
     --plan-cache) cache=${2-} ;;
-    --metrics-listen) metrics=${2-} ;;
+    --http-listen | --metrics-listen) metrics=${2-} ;;
     esac
     case $1 in --no-autotune) shift ;; *) shift 2 ;; esac
   done

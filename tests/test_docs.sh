@@ -101,7 +101,7 @@ truth() {
   sock=$tmp/mlpd.sock
   http=$tmp/http.sock
   "$mlpd" serve --model "$src/models/digits.safetensors" --socket "$sock" \
-    --device cpu --cpu-threads 1 --metrics-listen "$http" \
+    --device cpu --cpu-threads 1 --http-listen "$http" \
     >"$tmp/mlpd.log" 2>&1 &
   pid=$!
   i=0

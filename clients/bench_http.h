@@ -1,0 +1,54 @@
+/* bench_http.h - the HTTP side of mlpd-bench (--http): one blocking
+ * HTTP/1.1 connection to the Open Inference Protocol endpoint, requests
+ * pipelined on it (answers come back in order), inference requests built
+ * once with the binary tensor data extension both ways, and the model's
+ * name and widths from its metadata.
+ *
+ * Deliberately small: it speaks what mlpd's listener answers (Content-
+ * Length bodies, no chunking) and is a load generator, not a client
+ * library. */
+#ifndef MLPD_BENCH_HTTP_H
+#define MLPD_BENCH_HTTP_H
+
+#include "dtype.h"
+#include "error.h"
+
+#include <stddef.h>
+
+typedef struct bh_conn_s {
+  int fd;
+  char *buf; /* received, not yet consumed */
+  size_t len, cap;
+  size_t consumed; /* the last response's bytes, dropped at the next read */
+} bh_conn_t;
+
+/* spec: "HOST:PORT", "[V6]:PORT" or "unix:PATH". */
+int bh_connect(const char *spec, bh_conn_t *c, mlpd_err_t *err) MLPD_MUST_CHECK;
+void bh_close(bh_conn_t *c);
+
+int bh_send(bh_conn_t *c, const void *p, size_t n,
+            mlpd_err_t *err) MLPD_MUST_CHECK;
+
+/* Reads one response: 1 with *status and the body (valid until the next
+ * read), 0 when nothing came within timeout_ms (-1: wait forever), or a
+ * negative code. */
+int bh_read(bh_conn_t *c, int timeout_ms, int *status, const char **body,
+            size_t *blen, mlpd_err_t *err) MLPD_MUST_CHECK;
+
+/* The model to drive: `name` (NULL: the first the repository index
+ * lists) and its widths, from GET /v2/models/{name}. */
+int bh_model(const char *spec, const char *name, char *name_out,
+             size_t name_cap, int *in_features, int *out_features,
+             mlpd_err_t *err) MLPD_MUST_CHECK;
+
+/* A whole POST .../infer request (head, JSON, binary rows) into a malloc'ed
+ * buffer: rows x cols of dtype from data, binary output asked for;
+ * timeout_us > 0 adds parameters.timeout. */
+int bh_infer_request(const char *model, const void *data, mlpd_dtype_t dtype,
+                     int rows, int cols, unsigned long long timeout_us,
+                     char **out, size_t *len) MLPD_MUST_CHECK;
+
+/* The gRPC-style status an HTTP status stands for, for the report. */
+int bh_status_code(int http_status);
+
+#endif

@@ -1,0 +1,997 @@
+/* httpconn.c - see httpconn.h. libuv streams on the I/O thread's loop;
+ * HTTP parsed by httpreq.h (libhttp-parser), the OIP by oip.h (jansson);
+ * inference through requests.h. What is here: connections, the in-order
+ * response queue, and the choice of answer for each route. */
+#include "httpconn.h"
+
+#include "httpreq.h"
+#include "log.h"
+#include "metrics.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define RBUF_SIZE (64 * 1024)
+#define PIPELINE_MAX 64 /* requests in flight per connection */
+#define MAX_CONNS 256   /* per I/O thread */
+#define IDLE_MS_DEFAULT 30000
+#define LINGER_MS 2000
+#define OUT_INITIAL (64 * 1024)
+#define SCRATCH_KEEP (1u << 20) /* larger scratch is freed after use */
+
+typedef struct hresp_s hresp_t;
+
+/* One response, in request order. Freed once written (or when its
+ * connection goes). */
+struct hresp_s {
+  uv_write_t wr; /* first; data = the connection */
+  hresp_t *next;
+  mlpd_hconn_t *c;
+  int ready;   /* bytes hold the whole response */
+  int close;   /* the connection closes after it */
+  int head;    /* HEAD: no body */
+  int http10;  /* the request was HTTP/1.0 */
+  int interim; /* 100 Continue: not a request of its own */
+  void *infer; /* the request in flight (requests.h), or NULL */
+  /* What an inference answer needs. */
+  int binary;
+  int has_id;
+  mlpd_dtype_t dtype;
+  char id[MLPD_OIP_ID_MAX];
+  char model[MLPD_OIP_NAME_MAX];
+  char *bytes; /* owned */
+  size_t len;
+};
+
+struct mlpd_hconn_s {
+  union {
+    uv_handle_t handle;
+    uv_stream_t stream;
+    uv_tcp_t tcp;
+    uv_pipe_t pipe;
+  } io;             /* first; data = this */
+  uv_timer_t timer; /* idle, then linger */
+  uv_shutdown_t shut;
+  mlpd_httpconn_t *srv;
+  mlpd_hconn_t *prev, *next;
+  mlpd_httpreq_t req;
+  hresp_t *head, *tail; /* not yet written, in order */
+  int npending;         /* requests in the queue (interim ones not) */
+  int nwrites;
+  size_t unsent;
+  uid_t uid; /* Unix peers */
+  int have_uid;
+  int open_handles;
+  unsigned reading : 1, paused : 1, final : 1, lingering : 1, eof : 1,
+      closing : 1;
+  size_t rlen;
+  char rbuf[RBUF_SIZE];
+};
+
+static void conn_parse(mlpd_hconn_t *c);
+static void flush(mlpd_hconn_t *c);
+
+/* ---- life cycle ---------------------------------------------------------- */
+
+static void maybe_done(mlpd_httpconn_t *h) {
+  if (!h->closing || h->conns != NULL || h->started)
+    return;
+  mlpd_oip_buf_free(&h->out);
+  free(h->scratch);
+  h->scratch = NULL;
+  free(h->mbuf);
+  h->mbuf = NULL;
+  void (*done)(void *) = h->done;
+  h->done = NULL;
+  if (done != NULL)
+    done(h->done_ud);
+}
+
+static void free_resps(mlpd_hconn_t *c) {
+  mlpd_httpconn_t *h = c->srv;
+  while (c->head != NULL) {
+    hresp_t *rs = c->head;
+    c->head = rs->next;
+    /* The client is gone: its rows leave the queue before they cost
+     * engine time. */
+    if (rs->infer != NULL)
+      mlpd_requests_infer_cancel(h->reqs, rs->infer);
+    free(rs->bytes);
+    free(rs);
+  }
+  c->tail = NULL;
+}
+
+static void on_conn_closed(uv_handle_t *handle) {
+  mlpd_hconn_t *c = handle->data;
+  if (--c->open_handles > 0)
+    return;
+  mlpd_httpconn_t *h = c->srv;
+  free_resps(c);
+  mlpd_httpreq_free(&c->req);
+  if (c->prev != NULL)
+    c->prev->next = c->next;
+  else
+    h->conns = c->next;
+  if (c->next != NULL)
+    c->next->prev = c->prev;
+  h->nconns--;
+  if (h->nconns < MAX_CONNS)
+    h->full_logged = 0;
+  free(c);
+  maybe_done(h);
+}
+
+static void conn_close(mlpd_hconn_t *c) {
+  if (c->closing)
+    return;
+  c->closing = 1;
+  uv_close(&c->io.handle, on_conn_closed);
+  uv_close((uv_handle_t *)&c->timer, on_conn_closed);
+}
+
+static void on_timer(uv_timer_t *t) {
+  mlpd_hconn_t *c = t->data;
+  if (!c->lingering && c->npending > 0) {
+    /* Waiting for the engine, not for the client. */
+    uv_timer_start(&c->timer, on_timer, c->srv->cfg.idle_timeout_ms, 0);
+    return;
+  }
+  conn_close(c);
+}
+
+static void touch(mlpd_hconn_t *c) {
+  if (!c->lingering && !c->closing)
+    uv_timer_start(&c->timer, on_timer, c->srv->cfg.idle_timeout_ms, 0);
+}
+
+static void read_stop(mlpd_hconn_t *c) {
+  if (c->reading) {
+    uv_read_stop(&c->io.stream);
+    c->reading = 0;
+  }
+}
+
+static void on_alloc(uv_handle_t *handle, size_t hint, uv_buf_t *buf) {
+  (void)hint;
+  mlpd_hconn_t *c = handle->data;
+  buf->base = c->rbuf + c->rlen;
+  buf->len = sizeof(c->rbuf) - c->rlen;
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+
+static void read_start(mlpd_hconn_t *c) {
+  if (c->reading || c->closing)
+    return;
+  if (uv_read_start(&c->io.stream, on_alloc, on_read) != 0) {
+    conn_close(c);
+    return;
+  }
+  c->reading = 1;
+}
+
+static void on_shutdown(uv_shutdown_t *req, int status) {
+  mlpd_hconn_t *c = req->data;
+  if (status < 0 && !c->closing)
+    conn_close(c);
+}
+
+/* The last response is out: FIN, then discard input until the client
+ * closes (closing with unread input would reset the connection and could
+ * destroy the response before the client reads it). */
+static void start_linger(mlpd_hconn_t *c) {
+  if (c->lingering || c->closing)
+    return;
+  c->lingering = 1;
+  if (c->eof) {
+    conn_close(c);
+    return;
+  }
+  c->shut.data = c;
+  if (uv_shutdown(&c->shut, &c->io.stream, on_shutdown) != 0) {
+    conn_close(c);
+    return;
+  }
+  uv_timer_start(&c->timer, on_timer, LINGER_MS, 0);
+  c->rlen = 0;
+  read_start(c);
+}
+
+static void maybe_finish(mlpd_hconn_t *c) {
+  if (c->final && c->head == NULL && c->nwrites == 0)
+    start_linger(c);
+}
+
+static void resume(mlpd_hconn_t *c) {
+  c->paused = 0;
+  mlpd_httpreq_pause(&c->req, 0);
+  if (c->rlen > 0)
+    conn_parse(c);
+  if (!c->paused && !c->final && !c->closing)
+    read_start(c);
+}
+
+static int over_limits(const mlpd_hconn_t *c) {
+  return c->npending >= PIPELINE_MAX || c->unsent > c->srv->cfg.max_unsent;
+}
+
+/* ---- writing ------------------------------------------------------------- */
+
+static void on_write(uv_write_t *wr, int status) {
+  hresp_t *rs = (hresp_t *)wr;
+  mlpd_hconn_t *c = wr->data;
+  c->nwrites--;
+  c->unsent -= rs->len;
+  free(rs->bytes);
+  free(rs);
+  if (c->closing)
+    return;
+  if (status < 0) {
+    conn_close(c);
+    return;
+  }
+  touch(c);
+  if (c->final)
+    maybe_finish(c);
+  else if (c->paused && !over_limits(c))
+    resume(c);
+}
+
+/* Writes every response at the head of the queue that is ready: answers
+ * leave in request order. */
+static void flush(mlpd_hconn_t *c) {
+  while (!c->closing && c->head != NULL && c->head->ready) {
+    hresp_t *rs = c->head;
+    c->head = rs->next;
+    if (c->head == NULL)
+      c->tail = NULL;
+    if (!rs->interim)
+      c->npending--;
+    rs->wr.data = c;
+    uv_buf_t b = uv_buf_init(rs->bytes, (unsigned)rs->len);
+    if (uv_write(&rs->wr, &c->io.stream, &b, 1, on_write) != 0) {
+      free(rs->bytes);
+      free(rs);
+      conn_close(c);
+      return;
+    }
+    c->nwrites++;
+    c->unsent += rs->len;
+  }
+  if (!c->closing && c->final)
+    maybe_finish(c);
+}
+
+static const char *date_now(mlpd_httpconn_t *h) {
+  time_t now = time(NULL);
+  if (now != h->date_s) {
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(h->date, sizeof(h->date), "%a, %d %b %Y %H:%M:%S GMT", &tm);
+    h->date_s = now;
+  }
+  return h->date;
+}
+
+/* Fills rs with a whole response: the head, then body[0..blen) and
+ * tail[0..tlen) (left out for HEAD). ihcl: the
+ * Inference-Header-Content-Length to send, or SIZE_MAX for none. Returns
+ * 0, or -ENOMEM. */
+static int finish_resp2(mlpd_hconn_t *c, hresp_t *rs, int status,
+                        const char *ctype, const char *extra, const void *body,
+                        size_t blen, const void *tail, size_t tlen,
+                        size_t ihcl) {
+  char hdr[512], ih[64] = "";
+  if (ihcl != SIZE_MAX)
+    snprintf(ih, sizeof(ih), "Inference-Header-Content-Length: %zu\r\n", ihcl);
+  const char *conn_hdr = rs->close    ? "Connection: close\r\n"
+                         : rs->http10 ? "Connection: keep-alive\r\n"
+                                      : "";
+  int n = snprintf(hdr, sizeof(hdr),
+                   "HTTP/1.1 %d %s\r\nDate: %s\r\nContent-Type: %s\r\n"
+                   "Content-Length: %zu\r\nCache-Control: no-store\r\n"
+                   "%s%s%s\r\n",
+                   status, mlpd_httpreq_reason(status), date_now(c->srv), ctype,
+                   blen + tlen, ih, extra ? extra : "", conn_hdr);
+  if (n < 0 || (size_t)n >= sizeof(hdr))
+    n = 0; /* cannot happen: every piece is bounded */
+  size_t total = (size_t)n + (rs->head ? 0 : blen + tlen);
+  rs->bytes = malloc(total ? total : 1);
+  if (rs->bytes == NULL)
+    return -ENOMEM;
+  memcpy(rs->bytes, hdr, (size_t)n);
+  if (!rs->head && blen > 0)
+    memcpy(rs->bytes + n, body, blen);
+  if (!rs->head && tlen > 0)
+    memcpy(rs->bytes + n + blen, tail, tlen);
+  rs->len = total;
+  rs->ready = 1;
+  return 0;
+}
+
+static int finish_resp(mlpd_hconn_t *c, hresp_t *rs, int status,
+                       const char *ctype, const char *extra, const void *body,
+                       size_t blen, size_t ihcl) {
+  return finish_resp2(c, rs, status, ctype, extra, body, blen, NULL, 0, ihcl);
+}
+
+#define JSON_TYPE "application/json"
+
+/* {"error": msg} with `status` (and extra header lines). */
+static int reply_error_ex(mlpd_hconn_t *c, hresp_t *rs, int status,
+                          const char *extra, const char *msg) {
+  char mem[512];
+  mlpd_oip_buf_t b;
+  mlpd_oip_buf_fixed(&b, mem, sizeof(mem));
+  if (mlpd_oip_error_body(&b, msg) != 0)
+    b.len = 0;
+  return finish_resp(c, rs, status, JSON_TYPE, extra, b.p, b.len, SIZE_MAX);
+}
+
+static int reply_error(mlpd_hconn_t *c, hresp_t *rs, int status,
+                       const char *msg) {
+  return reply_error_ex(c, rs, status, NULL, msg);
+}
+
+static int reply_out(mlpd_hconn_t *c, hresp_t *rs, int status, int rc) {
+  mlpd_httpconn_t *h = c->srv;
+  if (rc != 0)
+    return reply_error(c, rs, 500, "cannot encode the response");
+  return finish_resp(c, rs, status, JSON_TYPE, NULL, h->out.p, h->out.len,
+                     SIZE_MAX);
+}
+
+static hresp_t *resp_push(mlpd_hconn_t *c) {
+  hresp_t *rs = calloc(1, sizeof(*rs));
+  if (rs == NULL)
+    return NULL;
+  rs->c = c;
+  if (c->tail != NULL)
+    c->tail->next = rs;
+  else
+    c->head = rs;
+  c->tail = rs;
+  return rs;
+}
+
+/* ---- inference ----------------------------------------------------------- */
+
+static int http_status_of(mlpd_status_t st) {
+  switch (st) {
+  case MLPD_STATUS_OK:
+    return 200;
+  case MLPD_STATUS_INVALID_ARGUMENT:
+    return 400;
+  case MLPD_STATUS_NOT_FOUND:
+    return 404;
+  case MLPD_STATUS_DEADLINE_EXCEEDED:
+    return 504;
+  case MLPD_STATUS_UNAVAILABLE:
+  case MLPD_STATUS_RESOURCE_EXHAUSTED:
+    return 503;
+  default:
+    return 500;
+  }
+}
+
+/* The batch came back (mlpd_requests_done_fn). */
+static void on_infer_done(void *ud, const mlpd_req_t *req, mlpd_status_t status,
+                          const char *msg) {
+  hresp_t *rs = ud;
+  mlpd_hconn_t *c = rs->c;
+  mlpd_httpconn_t *h = c->srv;
+  rs->infer = NULL;
+  int rc;
+  if (status != MLPD_STATUS_OK) {
+    rc = reply_error(c, rs, http_status_of(status),
+                     msg ? msg : mlpd_status_name(status));
+  } else {
+    mlpd_oip_response_t r = {.model_name = rs->model,
+                             .id = rs->has_id ? rs->id : NULL,
+                             .rows = (size_t)req->rows,
+                             .cols = (size_t)req->out_cols,
+                             .dtype = req->out_dtype,
+                             .data = req->out,
+                             .binary = rs->binary,
+                             .json_only = 1};
+    size_t jlen = 0;
+    rc = mlpd_oip_encode_infer(&h->out, &r, &jlen);
+    if (rc != 0)
+      rc = reply_error(c, rs, 500,
+                       "the response does not fit the response buffer; ask "
+                       "for binary output");
+    else if (rs->binary)
+      /* The output rows go straight from the request into the response:
+       * one copy, as on the native path. */
+      rc = finish_resp2(c, rs, 200, "application/octet-stream", NULL, h->out.p,
+                        h->out.len, req->out,
+                        (size_t)req->rows * (size_t)req->out_cols *
+                            mlpd_dtype_size(req->out_dtype),
+                        jlen);
+    else
+      rc = finish_resp(c, rs, 200, JSON_TYPE, NULL, h->out.p, h->out.len,
+                       SIZE_MAX);
+  }
+  if (h->out.cap > 4 * OUT_INITIAL && h->out.owned) {
+    /* One huge answer must not pin its buffer for the thread's life. */
+    mlpd_oip_buf_free(&h->out);
+    if (mlpd_oip_buf_init(&h->out, OUT_INITIAL,
+                          4 * h->cfg.max_body + (1u << 20)) != 0)
+      rc = -ENOMEM;
+  }
+  if (rc != 0) {
+    conn_close(c);
+    return;
+  }
+  flush(c);
+}
+
+static int oip_lookup(void *ud, const char *name, const char *version,
+                      mlpd_oip_model_t *out) {
+  mlpd_httpconn_t *h = ud;
+  mlpd_requests_model_t m;
+  if (mlpd_requests_model(h->reqs, name, version, &m) != 0)
+    return -ENOENT;
+  *out = (mlpd_oip_model_t){.name = m.name,
+                            .version = m.version,
+                            .in_features = m.in_features,
+                            .out_features = m.out_features,
+                            .dtype = m.dtype,
+                            .ready = m.ready};
+  return 0;
+}
+
+/* A model the route names, or an answer saying why not (404, 503). */
+static int find_model(mlpd_hconn_t *c, hresp_t *rs, const mlpd_oip_route_t *rt,
+                      mlpd_requests_model_t *m) {
+  char msg[MLPD_OIP_NAME_MAX * 2 + 128];
+  int rc = mlpd_requests_model(c->srv->reqs, rt->model, rt->version, m);
+  if (rc == 0)
+    return 0;
+  int status = 404;
+  if (rc == MLPD_EBUSY) {
+    /* Known, not served: the route says why (loading, unloaded, failed). */
+    int index;
+    const mlpd_batcher_shape_t *sh;
+    mlpd_status_t st = MLPD_STATUS_UNAVAILABLE;
+    if (mlpd_requests_route(c->srv->reqs, rt->model, rt->version, &index,
+                            &sh, &st, msg, sizeof(msg)) == 0)
+      snprintf(msg, sizeof(msg), "model '%s' is not ready", m->name);
+    status = http_status_of(st);
+  } else if (rt->version[0] != '\0')
+    snprintf(msg, sizeof(msg), "model '%s' has no version '%s'", rt->model,
+             rt->version);
+  else
+    snprintf(msg, sizeof(msg), "unknown model '%s'", rt->model);
+  if (reply_error(c, rs, status, msg) != 0)
+    return -ENOMEM;
+  return 1;
+}
+
+static int handle_infer(mlpd_hconn_t *c, hresp_t *rs,
+                        const mlpd_oip_route_t *rt) {
+  mlpd_httpconn_t *h = c->srv;
+  mlpd_httpreq_t *r = &c->req;
+  mlpd_requests_model_t m;
+  int rc = find_model(c, rs, rt, &m);
+  if (rc != 0)
+    return rc < 0 ? rc : 0;
+  /* JSON numbers take at least two bytes each ("0,"), so twice the body
+   * holds any tensor a JSON body can spell in 4-byte elements. */
+  size_t need = r->has_ihcl ? 0 : 2 * r->body_len + 64;
+  if (need > h->scratch_cap) {
+    void *p = realloc(h->scratch, need);
+    if (p == NULL)
+      return reply_error(c, rs, 503, "out of memory for the tensor");
+    h->scratch = p;
+    h->scratch_cap = need;
+  }
+  mlpd_oip_infer_t inf;
+  mlpd_err_t err = {0};
+  rc = mlpd_oip_parse_infer(
+      r->body ? r->body : "", r->body_len, r->has_ihcl ? r->ihcl : NULL,
+      r->ihcl_len, rt, oip_lookup, h, h->scratch, h->scratch_cap, &inf, &err);
+  if (rc != 0)
+    return reply_error(c, rs, mlpd_oip_http_status(rc), err.msg);
+  size_t esz = mlpd_dtype_size(inf.dtype);
+  size_t out_n = inf.rows * m.out_features;
+  /* The answer must fit the response buffer: checked before admission so
+   * the engine never computes what cannot be sent. */
+  size_t out_bytes = inf.binary_output ? out_n * esz : out_n * 16;
+  if (out_bytes + 1024 > h->out.max) {
+    char msg[200];
+    snprintf(msg, sizeof(msg),
+             "the answer of %zu rows would be %zu bytes, over the %zu-byte "
+             "bound (4 x --http-max-body); send fewer rows%s",
+             inf.rows, out_bytes, h->out.max,
+             inf.binary_output ? "" : " or ask for binary output");
+    return reply_error(c, rs, 413, msg);
+  }
+  rs->binary = inf.binary_output;
+  rs->has_id = inf.has_id;
+  memcpy(rs->id, inf.id, sizeof(rs->id));
+  snprintf(rs->model, sizeof(rs->model), "%s", m.name);
+  uint64_t now = mlpd_now_ns();
+  mlpd_requests_infer_t in = {
+      .model = rt->model,
+      .version = rt->version,
+      .rows = (int)inf.rows,
+      .cols = (int)inf.cols,
+      .in_dtype = inf.dtype,
+      .out_dtype = inf.dtype,
+      .data = inf.data,
+      .data_len = inf.data_bytes,
+      .arrival_ns = now,
+      .deadline_ns = inf.timeout_us ? now + inf.timeout_us * 1000u : 0,
+      .uid_slot = -1,
+      .done = on_infer_done,
+      .done_ud = rs,
+  };
+  mlpd_status_t st;
+  char msg[256];
+  rc = mlpd_requests_infer(h->reqs, &in, &rs->infer, &st, msg, sizeof(msg));
+  if (h->scratch_cap > SCRATCH_KEEP) {
+    /* Admitted rows were staged or copied: one huge JSON request must not
+     * pin its scratch for the thread's life. */
+    free(h->scratch);
+    h->scratch = NULL;
+    h->scratch_cap = 0;
+  }
+  if (rc != 0)
+    return reply_error(c, rs, rc == MLPD_ENOENT ? 404 : http_status_of(st),
+                       msg);
+  return 0;
+}
+
+/* ---- the other routes ---------------------------------------------------- */
+
+static int handle_health(mlpd_hconn_t *c, hresp_t *rs, int ready_probe) {
+  int live, ready;
+  const char *state;
+  mlpd_board_health(c->srv->board, &live, &ready, &state);
+  int ok = ready_probe ? ready : live;
+  char body[64];
+  snprintf(body, sizeof(body), "{\"%s\":%s}", ready_probe ? "ready" : "live",
+           ok ? "true" : "false");
+  return finish_resp(c, rs, ok ? 200 : 503, JSON_TYPE, NULL, body, strlen(body),
+                     SIZE_MAX);
+}
+
+/* Repository load/unload: who may ask. 0, or an answer was queued. */
+static int repo_refused(mlpd_hconn_t *c, hresp_t *rs, int *rc) {
+  mlpd_httpconn_t *h = c->srv;
+  const char *why = NULL;
+  if (!h->cfg.is_unix) {
+    if (!h->cfg.allow_repo_remote)
+      why = "model load and unload are off over TCP "
+            "(--http-allow-repository-remote turns them on)";
+  } else if (!c->have_uid || (c->uid != 0 && c->uid != h->own_uid)) {
+    why = "model load and unload are allowed only to root and the daemon's "
+          "own user";
+  }
+  if (why == NULL)
+    return 0;
+  *rc = reply_error(c, rs, 403, why);
+  return 1;
+}
+
+/* POST /v2/repository/models/{name}/load and /unload, after the access
+ * check: the request goes to the daemon's model table (models.h), as the
+ * native LoadModel / UnloadModel do. The answer is 200 once the daemon
+ * accepted it, not when the model's state settles: a load can take long
+ * (reading, uploading, warming up), and the repository index and
+ * /v2/models/{name}/ready say when it has (docs/serving.md). */
+static int repo_load(mlpd_hconn_t *c, hresp_t *rs, const mlpd_oip_route_t *rt,
+                     int load) {
+  mlpd_err_t err = {0};
+  if (rt->version[0] != '\0')
+    return reply_error(c, rs, 400,
+                       "load and unload take a model name, not a version");
+  int rc = mlpd_models_request(&c->srv->board->models,
+                               load ? MLPD_MODELS_LOAD : MLPD_MODELS_UNLOAD,
+                               rt->model, &err);
+  if (rc == 0)
+    return finish_resp(c, rs, 200, JSON_TYPE, NULL, "{}", 2, SIZE_MAX);
+  int status = rc == MLPD_ENOENT ? 404 : rc == MLPD_EINVAL ? 400 : 503;
+  return reply_error(c, rs, status, err.msg[0] ? err.msg : mlpd_strerror(rc));
+}
+
+/* The OIP spelling of a model's state in the repository index. */
+static const char *index_state(const mlpd_models_status_t *m) {
+  if (m->ready)
+    return "READY";
+  switch (m->state) {
+  case MLPD_MODEL_LOADING:
+    return "LOADING";
+  case MLPD_MODEL_UNLOADING:
+    return "UNLOADING";
+  default:
+    return "UNAVAILABLE";
+  }
+}
+
+#define INDEX_MAX MLPD_MAX_MODELS
+static int repo_index(mlpd_hconn_t *c, hresp_t *rs) {
+  mlpd_httpconn_t *h = c->srv;
+  /* Not the hot path; the table's entries are too big for the stack. */
+  mlpd_models_status_t *m = malloc(INDEX_MAX * sizeof(*m));
+  if (m == NULL)
+    return reply_error(c, rs, 503, "out of memory listing the models");
+  mlpd_oip_index_entry_t e[INDEX_MAX];
+  int n = mlpd_requests_models(h->reqs, m, INDEX_MAX);
+  for (int i = 0; i < n; i++) {
+    const char *ver = m[i].version[0]  ? m[i].version
+                      : m[i].nversions ? m[i].versions[0]
+                                       : NULL;
+    e[i] = (mlpd_oip_index_entry_t){
+        .name = m[i].name,
+        .version = ver,
+        .state = index_state(&m[i]),
+        .reason = m[i].state == MLPD_MODEL_FAILED  ? m[i].message
+                  : m[i].state == MLPD_MODEL_UNLOADED ? "unloaded"
+                                                      : NULL};
+  }
+  int rc = reply_out(c, rs, 200, mlpd_oip_repo_index(&h->out, e, (size_t)n));
+  free(m);
+  return rc;
+}
+
+static int handle_oip(mlpd_hconn_t *c, hresp_t *rs,
+                      const mlpd_oip_route_t *rt) {
+  mlpd_httpconn_t *h = c->srv;
+  mlpd_requests_model_t m;
+  int rc = 0;
+  switch (rt->kind) {
+  case MLPD_OIP_HEALTH_LIVE:
+    return handle_health(c, rs, 0);
+  case MLPD_OIP_HEALTH_READY:
+    return handle_health(c, rs, 1);
+  case MLPD_OIP_SERVER_META:
+    return reply_out(c, rs, 200,
+                     mlpd_oip_server_meta(&h->out, "mlpd", MLPD_VERSION, 0));
+  case MLPD_OIP_MODEL_META:
+  case MLPD_OIP_MODEL_READY: {
+    if (rt->kind == MLPD_OIP_MODEL_READY) {
+      /* A known model that is not served is "not ready", not unknown. */
+      rc = mlpd_requests_model(h->reqs, rt->model, rt->version, &m);
+      if (rc == 0 || rc == MLPD_EBUSY)
+        return reply_out(c, rs, m.ready ? 200 : 503,
+                         mlpd_oip_model_ready(&h->out, m.name, m.ready));
+    }
+    if ((rc = find_model(c, rs, rt, &m)) != 0)
+      return rc < 0 ? rc : 0;
+    mlpd_oip_model_t om = {.name = m.name,
+                           .version = m.version,
+                           .in_features = m.in_features,
+                           .out_features = m.out_features,
+                           .dtype = m.dtype,
+                           .ready = m.ready};
+    if (rt->kind == MLPD_OIP_MODEL_META)
+      return reply_out(c, rs, 200, mlpd_oip_model_meta(&h->out, &om, NULL, 0));
+    return reply_out(c, rs, m.ready ? 200 : 503,
+                     mlpd_oip_model_ready(&h->out, m.name, m.ready));
+  }
+  case MLPD_OIP_INFER:
+    return handle_infer(c, rs, rt);
+  case MLPD_OIP_REPO_INDEX:
+    return repo_index(c, rs);
+  case MLPD_OIP_REPO_LOAD:
+  case MLPD_OIP_REPO_UNLOAD:
+    if (repo_refused(c, rs, &rc))
+      return rc;
+    return repo_load(c, rs, rt, rt->kind == MLPD_OIP_REPO_LOAD);
+  }
+  return reply_error(c, rs, 404, "not a v2 route");
+}
+
+static int handle_probe(mlpd_hconn_t *c, hresp_t *rs) {
+  mlpd_httpconn_t *h = c->srv;
+  mlpd_http_reply_t rep;
+  mlpd_httpreq_route(&c->req, 1, mlpd_board_health, h->board, &rep);
+  if (!rep.metrics)
+    return finish_resp(c, rs, rep.status, rep.ctype, rep.extra, rep.body,
+                       rep.body_len, SIZE_MAX);
+  size_t need = 0;
+  int rc = mlpd_metrics_render_into(mlpd_board_render, h->board, &h->mbuf,
+                                    &h->mcap, &need);
+  if (rc != 0)
+    return finish_resp(c, rs, 500, MLPD_HTTP_TEXT, NULL,
+                       "cannot render metrics\n", 22, SIZE_MAX);
+  return finish_resp(c, rs, 200, MLPD_HTTP_METRICS_TYPE, NULL, h->mbuf, need,
+                     SIZE_MAX);
+}
+
+/* Chooses the answer to the request just parsed. Returns 0, or -ENOMEM. */
+static int handle(mlpd_hconn_t *c, hresp_t *rs) {
+  mlpd_httpreq_t *r = &c->req;
+  const char *method = http_method_str((enum http_method)r->parser.method);
+  mlpd_oip_route_t rt;
+  mlpd_err_t err = {0};
+  int rc = mlpd_oip_route(method, r->url, r->url_len, &rt, &err);
+  if (rc == 0)
+    return handle_oip(c, rs, &rt);
+  int v2 = r->url_len >= 3 && memcmp(r->url, "/v2", 3) == 0 &&
+           (r->url_len == 3 || r->url[3] == '/' || r->url[3] == '?');
+  if (rc == -ENOENT && !v2)
+    return handle_probe(c, rs);
+  const char *allow = NULL;
+  if (rc == -EOPNOTSUPP)
+    allow = strcmp(method, "POST") == 0 ? "Allow: GET, HEAD\r\n"
+                                        : "Allow: POST\r\n";
+  return reply_error_ex(c, rs, mlpd_oip_http_status(rc), allow, err.msg);
+}
+
+/* ---- parsing ------------------------------------------------------------- */
+
+/* After the headers of a request with a body (mlpd_httpreq_cb): a client
+ * that waits for 100 Continue gets it, in order. */
+static int on_headers(mlpd_httpreq_t *r, void *ud) {
+  mlpd_hconn_t *c = ud;
+  if (c->closing)
+    return -1;
+  if (!r->expect_continue)
+    return 0;
+  hresp_t *rs = resp_push(c);
+  static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+  if (rs == NULL || (rs->bytes = malloc(sizeof(cont) - 1)) == NULL) {
+    conn_close(c);
+    return -1;
+  }
+  memcpy(rs->bytes, cont, sizeof(cont) - 1);
+  rs->len = sizeof(cont) - 1;
+  rs->ready = 1;
+  rs->interim = 1;
+  flush(c);
+  return c->closing ? -1 : 0;
+}
+
+/* A complete request (mlpd_httpreq_cb). */
+static int on_request(mlpd_httpreq_t *r, void *ud) {
+  mlpd_hconn_t *c = ud;
+  if (c->closing)
+    return -1;
+  hresp_t *rs = resp_push(c);
+  if (rs == NULL) {
+    conn_close(c);
+    return -1;
+  }
+  c->npending++;
+  rs->close = mlpd_httpreq_wants_close(r) || c->srv->closing;
+  rs->head = r->parser.method == HTTP_HEAD;
+  rs->http10 = r->parser.http_major == 1 && r->parser.http_minor == 0;
+  if (handle(c, rs) != 0) {
+    conn_close(c);
+    return -1;
+  }
+  flush(c);
+  if (c->closing)
+    return -1;
+  touch(c);
+  if (rs->close) {
+    c->final = 1;
+    mlpd_httpreq_pause(r, 1);
+  } else if (over_limits(c)) {
+    c->paused = 1;
+    mlpd_httpreq_pause(r, 1);
+  }
+  return 0;
+}
+
+/* A request that cannot be parsed: its status and message, then close. */
+static void respond_error(mlpd_hconn_t *c) {
+  int status = mlpd_httpreq_error_status(&c->req);
+  hresp_t *rs = resp_push(c);
+  c->final = 1;
+  read_stop(c);
+  if (rs == NULL) {
+    conn_close(c);
+    return;
+  }
+  c->npending++;
+  rs->close = 1;
+  char msg[160];
+  snprintf(msg, sizeof(msg), "%s: %s", mlpd_httpreq_reason(status),
+           mlpd_httpreq_error_message(&c->req));
+  if (reply_error(c, rs, status, msg) != 0) {
+    conn_close(c);
+    return;
+  }
+  flush(c);
+}
+
+static void conn_parse(mlpd_hconn_t *c) {
+  size_t n = mlpd_httpreq_execute(&c->req, c->rbuf, c->rlen);
+  if (c->closing)
+    return;
+  enum http_errno e = HTTP_PARSER_ERRNO(&c->req.parser);
+  if (e == HPE_PAUSED) {
+    read_stop(c);
+    if (c->final) {
+      c->rlen = 0;
+      maybe_finish(c);
+      return;
+    }
+    size_t rest = c->rlen - n;
+    memmove(c->rbuf, c->rbuf + n, rest);
+    c->rlen = rest;
+    c->paused = 1;
+    return;
+  }
+  c->rlen = 0;
+  if (e != HPE_OK) {
+    MLPD_LOGD("http: rejecting a request: %s", http_errno_name(e));
+    respond_error(c);
+  }
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
+  (void)buf;
+  mlpd_hconn_t *c = s->data;
+  if (c->closing || nread == 0)
+    return;
+  if (nread < 0) {
+    if (nread != UV_EOF || c->lingering) {
+      conn_close(c);
+      return;
+    }
+    /* The client is done sending (it may still read): answer what it
+     * sent, then close. A request cut short by the end of the stream (a
+     * body shorter than its Content-Length) is a 400. */
+    c->eof = 1;
+    read_stop(c);
+    if (!c->final && !c->paused) {
+      (void)mlpd_httpreq_execute(&c->req, NULL, 0);
+      enum http_errno e = HTTP_PARSER_ERRNO(&c->req.parser);
+      if (e != HPE_OK && e != HPE_PAUSED && !c->closing) {
+        respond_error(c);
+        return;
+      }
+    }
+    c->final = 1;
+    maybe_finish(c);
+    return;
+  }
+  if (c->lingering || c->final)
+    return;
+  c->rlen += (size_t)nread;
+  conn_parse(c);
+}
+
+/* ---- accepting ----------------------------------------------------------- */
+
+static void on_connection(uv_stream_t *server, int status) {
+  mlpd_httpconn_t *h = server->data;
+  if (status < 0) {
+    MLPD_LOGW("http: accept: %s", uv_strerror(status));
+    return;
+  }
+  mlpd_hconn_t *c = calloc(1, sizeof(*c));
+  if (c == NULL) {
+    MLPD_LOGE("http: out of memory accepting a connection");
+    return;
+  }
+  c->srv = h;
+  if (h->cfg.is_unix)
+    uv_pipe_init(h->loop, &c->io.pipe, 0);
+  else
+    uv_tcp_init(h->loop, &c->io.tcp);
+  uv_timer_init(h->loop, &c->timer);
+  c->io.handle.data = c;
+  c->timer.data = c;
+  c->open_handles = 2;
+  c->next = h->conns;
+  if (h->conns != NULL)
+    h->conns->prev = c;
+  h->conns = c;
+  h->nconns++;
+  if (uv_accept(server, &c->io.stream) != 0 || h->closing) {
+    conn_close(c);
+    return;
+  }
+  if (h->nconns > MAX_CONNS) {
+    if (!h->full_logged)
+      MLPD_LOGW("http: %d connections open on this I/O thread, refusing "
+                "more",
+                MAX_CONNS);
+    h->full_logged = 1;
+    conn_close(c);
+    return;
+  }
+  uv_os_fd_t fd;
+  if (h->cfg.is_unix && uv_fileno(&c->io.handle, &fd) == 0) {
+    struct ucred cr;
+    socklen_t len = sizeof(cr);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) == 0) {
+      c->uid = cr.uid;
+      c->have_uid = 1;
+    }
+  }
+  if (!h->cfg.is_unix)
+    uv_tcp_nodelay(&c->io.tcp, 1);
+  mlpd_httpreq_init(&c->req, on_request, c);
+  mlpd_httpreq_body_mode(&c->req, h->cfg.max_body, on_headers);
+  touch(c);
+  read_start(c);
+}
+
+static void on_listener_closed(uv_handle_t *handle) {
+  mlpd_httpconn_t *h = handle->data;
+  h->started = 0;
+  maybe_done(h);
+}
+
+int mlpd_httpconn_start(mlpd_httpconn_t *h, uv_loop_t *loop, int fd,
+                        const mlpd_httpconn_config_t *cfg,
+                        mlpd_requests_t *reqs, mlpd_board_t *board,
+                        mlpd_err_t *err) {
+  memset(h, 0, sizeof(*h));
+  h->loop = loop;
+  h->cfg = *cfg;
+  if (h->cfg.idle_timeout_ms == 0)
+    h->cfg.idle_timeout_ms = IDLE_MS_DEFAULT;
+  h->reqs = reqs;
+  h->board = board;
+  h->own_uid = geteuid();
+  int rc =
+      mlpd_oip_buf_init(&h->out, OUT_INITIAL, 4 * cfg->max_body + (1u << 20));
+  if (rc != 0) {
+    close(fd);
+    return mlpd_errf(err, rc, "HTTP: out of memory");
+  }
+  if (cfg->is_unix) {
+    uv_pipe_init(loop, &h->listener.pipe, 0);
+    rc = uv_pipe_open(&h->listener.pipe, fd);
+  } else {
+    uv_tcp_init(loop, &h->listener.tcp);
+    rc = uv_tcp_open(&h->listener.tcp, fd);
+  }
+  h->listener.handle.data = h;
+  h->started = 1;
+  if (rc != 0)
+    close(fd);
+  else
+    rc = uv_listen(&h->listener.stream, 128, on_connection);
+  if (rc != 0) {
+    mlpd_errf(err, rc, "HTTP listener: %s", uv_strerror(rc));
+    h->closing = 1;
+    uv_close(&h->listener.handle, on_listener_closed);
+    return rc;
+  }
+  h->listening = 1;
+  return 0;
+}
+
+void mlpd_httpconn_close(mlpd_httpconn_t *h, void (*done)(void *ud), void *ud) {
+  h->closing = 1;
+  h->done = done;
+  h->done_ud = ud;
+  if (h->listening) {
+    h->listening = 0;
+    uv_close(&h->listener.handle, on_listener_closed);
+  }
+  for (mlpd_hconn_t *c = h->conns, *next; c != NULL; c = next) {
+    next = c->next;
+    if (c->closing)
+      continue;
+    /* What it sent is answered (refused while draining), then it goes. */
+    c->final = 1;
+    read_stop(c);
+    mlpd_httpreq_pause(&c->req, 1);
+    maybe_finish(c);
+  }
+  maybe_done(h);
+}
+
+void mlpd_httpconn_abort(mlpd_httpconn_t *h) {
+  for (mlpd_hconn_t *c = h->conns, *next; c != NULL; c = next) {
+    next = c->next;
+    conn_close(c);
+  }
+}

@@ -1,0 +1,1019 @@
+/* test_oip_http.c - the Open Inference Protocol (KServe v2) over HTTP/1.1
+ * on the real daemon (daemon/httpconn.c): every endpoint against the
+ * spec's shapes, JSON inference on the held-out digits (the same classes as
+ * the native protocol), the binary tensor data extension both ways
+ * (bit-identical to the native protocol), keep-alive, pipelining and
+ * 100-continue, malformed HTTP and JSON answered with a 400 and a message
+ * while another client is served, and the rules for remote listening and
+ * the repository extension. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "daemonutil.h"
+#include "rowsfile.h"
+#include "testutil.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <jansson.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MODEL MLPD_MODELS_DIR "/digits.safetensors"
+#define HELDOUT MLPD_MODELS_DIR "/digits-heldout.safetensors"
+
+/* ---- a small HTTP client: one buffered reader per connection ---- */
+
+typedef struct {
+  int fd;
+  char *buf;
+  size_t len, cap;
+} hc_t;
+
+typedef struct {
+  int status;
+  long ihcl; /* Inference-Header-Content-Length, -1 when absent */
+  int close;
+  char *body; /* malloc'ed, NUL-terminated */
+  size_t blen;
+} hr_t;
+
+static void hc_open(hc_t *c, const char *path) {
+  memset(c, 0, sizeof(*c));
+  c->fd = td_connect(path);
+  assert_true(c->fd >= 0);
+}
+
+static int hc_open_tcp(hc_t *c, int port) {
+  memset(c, 0, sizeof(*c));
+  c->fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  return connect(c->fd, (struct sockaddr *)&a, sizeof(a));
+}
+
+static void hc_close(hc_t *c) {
+  close(c->fd);
+  free(c->buf);
+}
+
+/* Reads more into the buffer; 0 at EOF. Fails the test after 20 s. */
+static ssize_t hc_fill(hc_t *c) {
+  if (c->cap - c->len < 65536) {
+    c->cap = c->cap * 2 + 65536;
+    c->buf = realloc(c->buf, c->cap + 1);
+    assert_non_null(c->buf);
+  }
+  struct pollfd p = {.fd = c->fd, .events = POLLIN};
+  if (poll(&p, 1, 20000) != 1)
+    fail_msg("no answer within 20 s");
+  ssize_t n = recv(c->fd, c->buf + c->len, c->cap - c->len, 0);
+  if (n < 0 && errno == ECONNRESET)
+    n = 0;
+  assert_true(n >= 0);
+  c->len += (size_t)n;
+  c->buf[c->len] = '\0';
+  return n;
+}
+
+static void hc_consume(hc_t *c, size_t n) {
+  memmove(c->buf, c->buf + n, c->len - n);
+  c->len -= n;
+}
+
+/* One response; returns 0, or -1 at EOF before one. */
+static int hc_read(hc_t *c, hr_t *r) {
+  memset(r, 0, sizeof(*r));
+  char *end;
+  while ((end = c->len ? strstr(c->buf, "\r\n\r\n") : NULL) == NULL)
+    if (hc_fill(c) == 0)
+      return -1;
+  size_t hlen = (size_t)(end - c->buf) + 4;
+  assert_int_equal(sscanf(c->buf, "HTTP/1.1 %d", &r->status), 1);
+  r->ihcl = -1;
+  size_t clen = 0;
+  for (char *l = strstr(c->buf, "\r\n") + 2; l < end;
+       l = strstr(l, "\r\n") + 2) {
+    if (strncasecmp(l, "Content-Length:", 15) == 0)
+      clen = strtoul(l + 15, NULL, 10);
+    else if (strncasecmp(l, "Inference-Header-Content-Length:", 32) == 0)
+      r->ihcl = strtol(l + 32, NULL, 10);
+    else if (strncasecmp(l, "Connection: close", 17) == 0)
+      r->close = 1;
+  }
+  if (r->status == 100) {
+    hc_consume(c, hlen);
+    return 0;
+  }
+  while (c->len < hlen + clen)
+    if (hc_fill(c) == 0)
+      fail_msg("EOF inside a response body");
+  r->body = malloc(clen + 1);
+  memcpy(r->body, c->buf + hlen, clen);
+  r->body[clen] = '\0';
+  r->blen = clen;
+  hc_consume(c, hlen + clen);
+  return 0;
+}
+
+static void hr_free(hr_t *r) { free(r->body); }
+
+static void hc_send(hc_t *c, const char *method, const char *path,
+                    const char *headers, const void *body, size_t blen) {
+  char head[1024];
+  int n = snprintf(head, sizeof(head),
+                   "%s %s HTTP/1.1\r\nHost: t\r\n%sContent-Length: %zu\r\n\r\n",
+                   method, path, headers ? headers : "", blen);
+  td_write_all(c->fd, head, (size_t)n);
+  if (blen)
+    td_write_all(c->fd, body, blen);
+}
+
+static int do_req(const char *sock, const char *method, const char *path,
+                  const char *body, hr_t *r) {
+  hc_t c;
+  hc_open(&c, sock);
+  hc_send(&c, method, path, NULL, body, body ? strlen(body) : 0);
+  assert_int_equal(hc_read(&c, r), 0);
+  hc_close(&c);
+  return r->status;
+}
+
+/* ---- the daemon ---- */
+
+static td_daemon_t dmn;
+static char http_sock[400];
+
+static void start(const char *const *extra) {
+  const char *args[16] = {"--http-listen", http_sock, "--max-batch", "1024",
+                          "--http-max-body", "4M"};
+  int n = 6;
+  for (int i = 0; extra && extra[i]; i++)
+    args[n++] = extra[i];
+  args[n] = NULL;
+  td_spawn(&dmn, MODEL, 0, 0, args);
+  td_wait_ready(&dmn, 30000);
+}
+
+static int setup(void **state) {
+  (void)state;
+  memset(&dmn, 0, sizeof(dmn));
+  /* td_spawn makes the directory; the HTTP socket goes beside the
+   * protocol socket, so pick the name after spawning. */
+  snprintf(http_sock, sizeof(http_sock), "/tmp/mlpd-oiphttp-%d.sock",
+           (int)getpid());
+  unlink(http_sock);
+  start(NULL);
+  return 0;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  int st = td_stop(&dmn, SIGTERM, 30000);
+  td_cleanup(&dmn, st != 0);
+  unlink(http_sock);
+  assert_int_equal(st, 0);
+  return 0;
+}
+
+static json_t *parse(const hr_t *r) {
+  json_error_t je;
+  json_t *j = json_loadb(r->body, r->blen, 0, &je);
+  if (j == NULL)
+    fail_msg("not JSON (%s): %s", je.text, r->body);
+  return j;
+}
+
+static void expect_error(const hr_t *r, int status, const char *needle) {
+  if (r->status != status)
+    fail_msg("status %d, wanted %d: %s", r->status, status, r->body);
+  json_t *j = parse(r);
+  const char *msg = json_string_value(json_object_get(j, "error"));
+  assert_non_null(msg);
+  if (needle != NULL && strstr(msg, needle) == NULL)
+    fail_msg("error \"%s\" does not say \"%s\"", msg, needle);
+  json_decref(j);
+}
+
+/* ---- endpoints ---- */
+
+static void test_endpoints(void **state) {
+  (void)state;
+  hr_t r;
+  assert_int_equal(do_req(http_sock, "GET", "/v2/health/live", NULL, &r),
+                   200);
+  json_t *j = parse(&r);
+  assert_true(json_is_true(json_object_get(j, "live")));
+  json_decref(j);
+  hr_free(&r);
+  assert_int_equal(do_req(http_sock, "GET", "/v2/health/ready", NULL, &r),
+                   200);
+  j = parse(&r);
+  assert_true(json_is_true(json_object_get(j, "ready")));
+  json_decref(j);
+  hr_free(&r);
+
+  assert_int_equal(do_req(http_sock, "GET", "/v2", NULL, &r), 200);
+  j = parse(&r);
+  assert_string_equal(json_string_value(json_object_get(j, "name")), "mlpd");
+  assert_non_null(json_string_value(json_object_get(j, "version")));
+  json_t *ext = json_object_get(j, "extensions");
+  assert_true(json_is_array(ext));
+  assert_string_equal(json_string_value(json_array_get(ext, 0)),
+                      "binary_tensor_data");
+  json_decref(j);
+  hr_free(&r);
+
+  assert_int_equal(do_req(http_sock, "GET", "/v2/models/digits", NULL, &r),
+                   200);
+  j = parse(&r);
+  assert_string_equal(json_string_value(json_object_get(j, "name")),
+                      "digits");
+  assert_string_equal(json_string_value(json_object_get(j, "platform")),
+                      "mlpd");
+  json_t *in0 = json_array_get(json_object_get(j, "inputs"), 0);
+  json_t *out0 = json_array_get(json_object_get(j, "outputs"), 0);
+  assert_string_equal(json_string_value(json_object_get(in0, "name")),
+                      "input");
+  assert_string_equal(json_string_value(json_object_get(in0, "datatype")),
+                      "FP32");
+  json_t *shape = json_object_get(in0, "shape");
+  assert_int_equal(json_integer_value(json_array_get(shape, 0)), -1);
+  assert_int_equal(json_integer_value(json_array_get(shape, 1)), 64);
+  assert_int_equal(json_integer_value(json_array_get(
+                       json_object_get(out0, "shape"), 1)),
+                   10);
+  json_decref(j);
+  hr_free(&r);
+
+  assert_int_equal(
+      do_req(http_sock, "GET", "/v2/models/digits/ready", NULL, &r), 200);
+  j = parse(&r);
+  assert_string_equal(json_string_value(json_object_get(j, "name")),
+                      "digits");
+  assert_true(json_is_true(json_object_get(j, "ready")));
+  json_decref(j);
+  hr_free(&r);
+
+  do_req(http_sock, "GET", "/v2/models/nope", NULL, &r);
+  expect_error(&r, 404, "unknown model 'nope'");
+  hr_free(&r);
+  do_req(http_sock, "GET", "/v2/models/digits/versions/7/ready", NULL, &r);
+  expect_error(&r, 404, "no version '7'");
+  hr_free(&r);
+  do_req(http_sock, "POST", "/v2/models/nope/infer", "{}", &r);
+  expect_error(&r, 404, "unknown model");
+  hr_free(&r);
+  do_req(http_sock, "GET", "/v2/models/digits/infer", NULL, &r);
+  expect_error(&r, 405, "POST");
+  hr_free(&r);
+  do_req(http_sock, "GET", "/v2/nothing", NULL, &r);
+  expect_error(&r, 404, NULL);
+  hr_free(&r);
+
+  /* The probes share the listener. */
+  assert_int_equal(do_req(http_sock, "GET", "/healthz", NULL, &r), 200);
+  hr_free(&r);
+  assert_int_equal(do_req(http_sock, "GET", "/readyz", NULL, &r), 200);
+  hr_free(&r);
+  assert_int_equal(do_req(http_sock, "GET", "/metrics", NULL, &r), 200);
+  assert_non_null(strstr(r.body, "mlpd_"));
+  hr_free(&r);
+
+  /* Repository: the index lists the model; load/unload pass the access
+   * check (our own uid on a Unix path) and reach the model table, which
+   * knows no 'nope' (test_two_models loads and unloads for real). */
+  assert_int_equal(do_req(http_sock, "POST", "/v2/repository/index", "", &r),
+                   200);
+  j = parse(&r);
+  assert_string_equal(
+      json_string_value(json_object_get(json_array_get(j, 0), "name")),
+      "digits");
+  assert_string_equal(
+      json_string_value(json_object_get(json_array_get(j, 0), "state")),
+      "READY");
+  json_decref(j);
+  hr_free(&r);
+  do_req(http_sock, "POST", "/v2/repository/models/nope/load", "", &r);
+  expect_error(&r, 404, "nope");
+  hr_free(&r);
+  do_req(http_sock, "POST", "/v2/repository/models/nope/unload", "", &r);
+  expect_error(&r, 404, "nope");
+  hr_free(&r);
+
+  /* The spec's own inference example: a UINT32 tensor, refused by name. */
+  do_req(http_sock, "POST", "/v2/models/digits/infer",
+         "{\"id\":\"42\",\"inputs\":[{\"name\":\"input\",\"shape\":[2,2],"
+         "\"datatype\":\"UINT32\",\"data\":[1,2,3,4]}],\"outputs\":"
+         "[{\"name\":\"output\"}]}",
+         &r);
+  expect_error(&r, 400, "UINT32");
+  hr_free(&r);
+}
+
+/* ---- inference: JSON, binary, native ---- */
+
+static mlpd_rows_t rows;
+
+/* The native protocol's answer to all rows (f32 in and out). */
+static float *native_infer(void) {
+  int fd = td_connect(dmn.sock);
+  size_t flen;
+  uint8_t *fr = td_infer_frame(9, rows.data, MLPD_DTYPE_F32, rows.rows,
+                               rows.cols, 1, 0, &flen);
+  td_write_all(fd, fr, flen);
+  free(fr);
+  td_response_t resp;
+  assert_int_equal(td_recv(fd, &resp, 20000), 1);
+  assert_int_equal(resp.status, 0);
+  assert_int_equal(resp.data_len, (size_t)rows.rows * 10 * 4);
+  float *out = malloc(resp.data_len);
+  memcpy(out, resp.data, resp.data_len);
+  td_response_free(&resp);
+  close(fd);
+  return out;
+}
+
+static int argmax(const float *row) {
+  int b = 0;
+  for (int j = 1; j < 10; j++)
+    if (row[j] > row[b])
+      b = j;
+  return b;
+}
+
+static char *json_rows(int nested, const char *id) {
+  size_t cap = (size_t)rows.rows * rows.cols * 20 + 512, n = 0;
+  char *s = malloc(cap);
+  n += (size_t)snprintf(s + n, cap - n,
+                        "{\"id\":\"%s\",\"inputs\":[{\"name\":\"input\","
+                        "\"shape\":[%d,%d],\"datatype\":\"FP32\",\"data\":[",
+                        id, rows.rows, rows.cols);
+  for (int r = 0; r < rows.rows; r++) {
+    if (nested)
+      n += (size_t)snprintf(s + n, cap - n, "%s[", r ? "," : "");
+    for (int c = 0; c < rows.cols; c++)
+      n += (size_t)snprintf(s + n, cap - n, "%s%.9g",
+                            (c || (r && !nested)) ? "," : "",
+                            (double)rows.data[r * rows.cols + c]);
+    if (nested)
+      n += (size_t)snprintf(s + n, cap - n, "]");
+  }
+  snprintf(s + n, cap - n, "]}]}");
+  return s;
+}
+
+static void test_json_digits(void **state) {
+  (void)state;
+  float *native = native_infer();
+  for (int nested = 0; nested < 2; nested++) {
+    char *body = json_rows(nested, "digits-1");
+    hr_t r;
+    assert_int_equal(
+        do_req(http_sock, "POST", "/v2/models/digits/infer", body, &r), 200);
+    free(body);
+    json_t *j = parse(&r);
+    assert_string_equal(json_string_value(json_object_get(j, "model_name")),
+                        "digits");
+    assert_string_equal(json_string_value(json_object_get(j, "id")),
+                        "digits-1");
+    json_t *o = json_array_get(json_object_get(j, "outputs"), 0);
+    assert_string_equal(json_string_value(json_object_get(o, "name")),
+                        "output");
+    assert_string_equal(json_string_value(json_object_get(o, "datatype")),
+                        "FP32");
+    json_t *data = json_object_get(o, "data");
+    assert_int_equal(json_array_size(data), (size_t)rows.rows * 10);
+    int correct = 0, same = 0;
+    for (int i = 0; i < rows.rows; i++) {
+      float row[10];
+      for (int k = 0; k < 10; k++)
+        row[k] = (float)json_number_value(json_array_get(data, i * 10 + k));
+      int cls = argmax(row);
+      correct += cls == rows.labels[i];
+      same += cls == argmax(native + i * 10);
+    }
+    double acc = (double)correct / rows.rows;
+    print_message("OIP JSON (%s data): accuracy %.4f (%d/%d), %d/%d classes "
+                  "as native\n",
+                  nested ? "nested" : "flat", acc, correct, rows.rows, same,
+                  rows.rows);
+    assert_int_equal(same, rows.rows);
+    assert_true(acc >= 0.974);
+    json_decref(j);
+    hr_free(&r);
+  }
+  free(native);
+}
+
+/* Binary in, binary out; binary in, JSON out; JSON in, binary out. */
+static void test_binary(void **state) {
+  (void)state;
+  float *native = native_infer();
+  size_t in_bytes = (size_t)rows.rows * rows.cols * 4;
+  size_t out_bytes = (size_t)rows.rows * 10 * 4;
+  char js[512];
+  for (int mode = 0; mode < 3; mode++) {
+    int bin_in = mode != 2, bin_out = mode != 1;
+    char *body;
+    size_t blen;
+    char headers[128] = "";
+    if (bin_in) {
+      int n = snprintf(
+          js, sizeof(js),
+          "{\"inputs\":[{\"name\":\"input\",\"shape\":[%d,%d],\"datatype\":"
+          "\"FP32\",\"parameters\":{\"binary_data_size\":%zu}}],"
+          "\"outputs\":[{\"name\":\"output\",\"parameters\":{\"binary_data\":"
+          "%s}}]}",
+          rows.rows, rows.cols, in_bytes, bin_out ? "true" : "false");
+      blen = (size_t)n + in_bytes;
+      body = malloc(blen);
+      memcpy(body, js, (size_t)n);
+      memcpy(body + n, rows.data, in_bytes);
+      snprintf(headers, sizeof(headers),
+               "Inference-Header-Content-Length: %d\r\n", n);
+    } else {
+      char *j = json_rows(0, "b");
+      /* Ask for every output in binary, the request-wide way. */
+      char *p = strstr(j, "\"inputs\"");
+      blen = strlen(j) + 64;
+      body = malloc(blen);
+      blen = (size_t)snprintf(body, blen,
+                              "{\"parameters\":{\"binary_data_output\":true},"
+                              "%s",
+                              p);
+      free(j);
+    }
+    hc_t c;
+    hc_open(&c, http_sock);
+    hc_send(&c, "POST", "/v2/models/digits/infer", headers, body, blen);
+    free(body);
+    hr_t r;
+    assert_int_equal(hc_read(&c, &r), 0);
+    assert_int_equal(r.status, 200);
+    if (bin_out) {
+      assert_true(r.ihcl > 0);
+      assert_int_equal(r.blen, (size_t)r.ihcl + out_bytes);
+      hr_t hj = {.body = r.body, .blen = (size_t)r.ihcl};
+      json_t *j = parse(&hj);
+      json_t *o = json_array_get(json_object_get(j, "outputs"), 0);
+      assert_int_equal(json_integer_value(json_object_get(
+                           json_object_get(o, "parameters"),
+                           "binary_data_size")),
+                       out_bytes);
+      json_decref(j);
+      /* Bit-identical to the native protocol's answer. */
+      assert_memory_equal(r.body + r.ihcl, native, out_bytes);
+    } else {
+      assert_int_equal(r.ihcl, -1);
+      json_t *j = parse(&r);
+      json_t *data = json_object_get(
+          json_array_get(json_object_get(j, "outputs"), 0), "data");
+      for (size_t i = 0; i < (size_t)rows.rows * 10; i++) {
+        float f = (float)json_number_value(json_array_get(data, i));
+        assert_memory_equal(&f, &native[i], 4);
+      }
+      json_decref(j);
+    }
+    hr_free(&r);
+    hc_close(&c);
+  }
+  free(native);
+}
+
+/* FP16 and BF16 binary tensors both ways: bit-identical to the native
+ * protocol's answer with the same input and output dtype. */
+static void test_binary_half(void **state) {
+  (void)state;
+  const mlpd_dtype_t types[] = {MLPD_DTYPE_F16, MLPD_DTYPE_BF16};
+  const char *names[] = {"FP16", "BF16"};
+  size_t n_in = (size_t)rows.rows * rows.cols, n_out = (size_t)rows.rows * 10;
+  for (int t = 0; t < 2; t++) {
+    uint16_t *in = malloc(n_in * 2);
+    mlpd_dtype_convert(in, types[t], rows.data, MLPD_DTYPE_F32, n_in);
+    int fd = td_connect(dmn.sock);
+    size_t flen;
+    uint8_t *fr = td_infer_frame(5, in, types[t], rows.rows, rows.cols,
+                                 t == 0 ? 2 : 3, 0, &flen);
+    td_write_all(fd, fr, flen);
+    free(fr);
+    td_response_t nat;
+    assert_int_equal(td_recv(fd, &nat, 20000), 1);
+    assert_int_equal(nat.status, 0);
+    assert_int_equal(nat.data_len, n_out * 2);
+    close(fd);
+    char js[512];
+    int n = snprintf(js, sizeof(js),
+                     "{\"inputs\":[{\"name\":\"input\",\"shape\":[%d,%d],"
+                     "\"datatype\":\"%s\",\"parameters\":{\"binary_data_size\":"
+                     "%zu}}],\"parameters\":{\"binary_data_output\":true}}",
+                     rows.rows, rows.cols, names[t], n_in * 2);
+    char *body = malloc((size_t)n + n_in * 2);
+    memcpy(body, js, (size_t)n);
+    memcpy(body + n, in, n_in * 2);
+    char hdr[96];
+    snprintf(hdr, sizeof(hdr), "Inference-Header-Content-Length: %d\r\n", n);
+    hc_t c;
+    hc_open(&c, http_sock);
+    hc_send(&c, "POST", "/v2/models/digits/infer", hdr, body,
+            (size_t)n + n_in * 2);
+    hr_t r;
+    assert_int_equal(hc_read(&c, &r), 0);
+    assert_int_equal(r.status, 200);
+    assert_true(r.ihcl > 0);
+    assert_int_equal(r.blen, (size_t)r.ihcl + n_out * 2);
+    assert_non_null(strstr(r.body, names[t]));
+    assert_memory_equal(r.body + r.ihcl, nat.data, n_out * 2);
+    hr_free(&r);
+    hc_close(&c);
+    td_response_free(&nat);
+    free(body);
+    free(in);
+  }
+}
+
+/* One row of the held-out set as a JSON request with an id. */
+static char *one_row(int row, const char *id) {
+  char *s = malloc(4096);
+  size_t n = (size_t)snprintf(
+      s, 4096,
+      "{\"id\":\"%s\",\"inputs\":[{\"name\":\"input\",\"shape\":[1,64],"
+      "\"datatype\":\"FP32\",\"data\":[",
+      id);
+  for (int c = 0; c < 64; c++)
+    n += (size_t)snprintf(s + n, 4096 - n, "%s%.9g", c ? "," : "",
+                          (double)rows.data[row * 64 + c]);
+  snprintf(s + n, 4096 - n, "]}]}");
+  return s;
+}
+
+static void check_row_answer(const hr_t *r, const char *id) {
+  if (r->status != 200)
+    fail_msg("status %d: %s", r->status, r->body);
+  json_t *j = parse(r);
+  const char *got = json_string_value(json_object_get(j, "id"));
+  if (got == NULL || strcmp(got, id) != 0)
+    fail_msg("answer for \"%s\" came back as: %s", id, r->body);
+  json_decref(j);
+}
+
+/* Keep-alive and pipelining: requests written back to back on one
+ * connection are answered in order, infer and metadata mixed; a client
+ * that waits for 100 Continue gets it. */
+static void test_pipeline(void **state) {
+  (void)state;
+  hc_t c;
+  hc_open(&c, http_sock);
+  char id[32];
+  for (int round = 0; round < 3; round++) {
+    for (int i = 0; i < 20; i++) {
+      snprintf(id, sizeof(id), "p%d", i);
+      char *b = one_row(i, id);
+      if (i % 5 == 4)
+        hc_send(&c, "GET", "/v2/health/ready", NULL, NULL, 0);
+      else
+        hc_send(&c, "POST", "/v2/models/digits/infer", NULL, b, strlen(b));
+      free(b);
+    }
+    for (int i = 0; i < 20; i++) {
+      hr_t r;
+      assert_int_equal(hc_read(&c, &r), 0);
+      snprintf(id, sizeof(id), "p%d", i);
+      if (i % 5 == 4) {
+        assert_int_equal(r.status, 200);
+        assert_non_null(strstr(r.body, "\"ready\":true"));
+      } else {
+        check_row_answer(&r, id);
+      }
+      assert_false(r.close);
+      hr_free(&r);
+    }
+  }
+  /* Expect: 100-continue: the interim answer, then the body, then the
+   * answer. */
+  char *b = one_row(3, "cont");
+  char head[256];
+  int n = snprintf(head, sizeof(head),
+                   "POST /v2/models/digits/infer HTTP/1.1\r\nHost: t\r\n"
+                   "Expect: 100-continue\r\nContent-Length: %zu\r\n\r\n",
+                   strlen(b));
+  td_write_all(c.fd, head, (size_t)n);
+  hr_t r;
+  assert_int_equal(hc_read(&c, &r), 0);
+  assert_int_equal(r.status, 100);
+  td_write_all(c.fd, b, strlen(b));
+  free(b);
+  assert_int_equal(hc_read(&c, &r), 0);
+  check_row_answer(&r, "cont");
+  hr_free(&r);
+  hc_close(&c);
+}
+
+/* ---- malformed input ---- */
+
+typedef struct {
+  const char *what;
+  const char *raw;    /* bytes to send (whole request), or NULL */
+  const char *body;   /* or: a POST to .../infer with this body */
+  const char *hdrs;   /* extra headers for body */
+  int shut;           /* shut the write side after sending */
+  int status;
+  const char *needle; /* in the error message */
+} bad_t;
+
+static void send_bad(const bad_t *b, hr_t *r) {
+  hc_t c;
+  hc_open(&c, http_sock);
+  if (b->raw != NULL)
+    td_write_all(c.fd, b->raw, strlen(b->raw));
+  else
+    hc_send(&c, "POST", "/v2/models/digits/infer", b->hdrs, b->body,
+            strlen(b->body));
+  if (b->shut)
+    shutdown(c.fd, SHUT_WR);
+  if (hc_read(&c, r) != 0)
+    fail_msg("%s: no answer", b->what);
+  hc_close(&c);
+}
+
+static char *deep(int depth) {
+  char *s = malloc((size_t)depth * 2 + 256);
+  size_t n = (size_t)sprintf(s, "{\"inputs\":[{\"name\":\"input\",\"shape\":"
+                                "[1,64],\"datatype\":\"FP32\",\"data\":");
+  for (int i = 0; i < depth; i++)
+    s[n++] = '[';
+  for (int i = 0; i < depth; i++)
+    s[n++] = ']';
+  strcpy(s + n, "}]}");
+  return s;
+}
+
+static void test_malformed(void **state) {
+  (void)state;
+  char *nest = deep(100000);
+  static const char bin_json[] =
+      "{\"inputs\":[{\"name\":\"input\",\"shape\":[1,64],\"datatype\":"
+      "\"FP32\",\"parameters\":{\"binary_data_size\":256}}]}";
+  char bin_hdr[96];
+  snprintf(bin_hdr, sizeof(bin_hdr),
+           "Inference-Header-Content-Length: %zu\r\n", strlen(bin_json));
+  char big_hdr[10000];
+  snprintf(big_hdr, sizeof(big_hdr),
+           "GET /v2 HTTP/1.1\r\nX-Big: %09000d\r\n\r\n", 0);
+  const bad_t cases[] = {
+      {"truncated body",
+       "POST /v2/models/digits/infer HTTP/1.1\r\nContent-Length: 100\r\n\r\n"
+       "{\"inputs\":[",
+       NULL, NULL, 1, 400, "Bad Request"},
+      {"Content-Length shorter than the JSON",
+       "POST /v2/models/digits/infer HTTP/1.1\r\nContent-Length: 12\r\n\r\n"
+       "{\"inputs\":[{\"name\":\"input\"}]}",
+       NULL, NULL, 0, 400, "not JSON"},
+      {"header length past the body", NULL,
+       "{\"inputs\":[{\"name\":\"input\",\"shape\":[1,64],\"datatype\":"
+       "\"FP32\",\"parameters\":{\"binary_data_size\":256}}]}",
+       "Inference-Header-Content-Length: 99999\r\n", 0, 400,
+       "past the body"},
+      {"binary size past the body", NULL, bin_json, bin_hdr, 0, 400,
+       "256 bytes"},
+      {"shape and data disagree", NULL,
+       "{\"inputs\":[{\"name\":\"input\",\"shape\":[2,64],\"datatype\":"
+       "\"FP32\",\"data\":[1,2,3]}]}",
+       NULL, 0, 400, "shape says 128"},
+      {"wrong width", NULL,
+       "{\"inputs\":[{\"name\":\"input\",\"shape\":[1,3],\"datatype\":"
+       "\"FP32\",\"data\":[1,2,3]}]}",
+       NULL, 0, 400, "takes 64"},
+      {"unknown datatype", NULL,
+       "{\"inputs\":[{\"name\":\"input\",\"shape\":[1,64],\"datatype\":"
+       "\"FP128\",\"data\":[1]}]}",
+       NULL, 0, 400, "FP128"},
+      {"huge number", NULL,
+       "{\"inputs\":[{\"name\":\"input\",\"shape\":[1,1],\"datatype\":"
+       "\"FP32\",\"data\":[1e400]}]}",
+       NULL, 0, 400, "not JSON"},
+      {"number out of FP16 range", NULL,
+       "{\"inputs\":[{\"name\":\"input\",\"shape\":[64],\"datatype\":"
+       "\"FP16\",\"data\":[70000,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,"
+       "0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,"
+       "0,0,0,0,0,0,0,0]}]}",
+       NULL, 0, 400, "out of range"},
+      {"deep nesting", NULL, nest, NULL, 0, 400, "not JSON"},
+      {"not JSON", NULL, "{\"inputs\": [}", NULL, 0, 400, "not JSON"},
+      {"bad timeout", NULL,
+       "{\"parameters\":{\"timeout\":\"soon\"},\"inputs\":[]}", NULL, 0, 400,
+       "timeout"},
+      {"POST without Content-Length",
+       "POST /v2/models/digits/infer HTTP/1.1\r\n\r\n", NULL, NULL, 0, 411,
+       "Content-Length"},
+      {"chunked body",
+       "POST /v2/models/digits/infer HTTP/1.1\r\nTransfer-Encoding: "
+       "chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+       NULL, NULL, 0, 411, "chunked"},
+      {"body over --http-max-body",
+       "POST /v2/models/digits/infer HTTP/1.1\r\nContent-Length: "
+       "99999999\r\n\r\n",
+       NULL, NULL, 0, 413, "http-max-body"},
+      {"headers too long", big_hdr, NULL, NULL, 0, 431, NULL},
+      {"an expectation we do not meet",
+       "POST /v2/models/digits/infer HTTP/1.1\r\nExpect: teapot\r\n"
+       "Content-Length: 2\r\n\r\n{}",
+       NULL, NULL, 0, 417, "100-continue"},
+      {"not HTTP", "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n",
+       NULL, NULL, 0, 400, NULL},
+  };
+  /* Another client keeps a connection and is served between each. */
+  hc_t good;
+  hc_open(&good, http_sock);
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    hr_t r;
+    send_bad(&cases[i], &r);
+    if (r.status != cases[i].status)
+      fail_msg("%s: status %d, wanted %d: %s", cases[i].what, r.status,
+               cases[i].status, r.body);
+    expect_error(&r, cases[i].status, cases[i].needle);
+    hr_free(&r);
+    char *b = one_row((int)i, "good");
+    hc_send(&good, "POST", "/v2/models/digits/infer", NULL, b, strlen(b));
+    free(b);
+    assert_int_equal(hc_read(&good, &r), 0);
+    check_row_answer(&r, "good");
+    hr_free(&r);
+  }
+  hc_close(&good);
+  free(nest);
+}
+
+/* parameters.timeout is the native deadline: 1 us has passed by the time
+ * the batch is handed to a device, so the row is answered 504 with the
+ * batcher's message; a generous one is answered normally. */
+static void test_deadline(void **state) {
+  (void)state;
+  char *b = one_row(0, "late");
+  char *p = strstr(b, "\"inputs\"");
+  char body[4096];
+  hr_t r;
+  snprintf(body, sizeof(body), "{\"parameters\":{\"timeout\":1},%s", p);
+  do_req(http_sock, "POST", "/v2/models/digits/infer", body, &r);
+  expect_error(&r, 504, "deadline");
+  hr_free(&r);
+  snprintf(body, sizeof(body),
+           "{\"id\":\"late\",\"parameters\":{\"timeout\":30000000},%s", p);
+  do_req(http_sock, "POST", "/v2/models/digits/infer", body, &r);
+  check_row_answer(&r, "late");
+  hr_free(&r);
+  free(b);
+}
+
+/* ---- listening beyond loopback, and the repository over TCP ---- */
+
+static void test_remote(void **state) {
+  (void)state;
+  td_daemon_t d2;
+  const char *refused[] = {"--http-listen", "0.0.0.0:0", NULL};
+  td_spawn(&d2, MODEL, 0, 0, refused);
+  assert_int_equal(td_stop(&d2, 0, 30000), 1);
+  assert_true(td_log_contains(&d2, "not a loopback address"));
+  td_cleanup(&d2, 0);
+
+  const char *allowed[] = {"--http-listen", "0.0.0.0:0",
+                           "--http-allow-remote", NULL};
+  const char *repo[] = {"--http-listen", "0.0.0.0:0", "--http-allow-remote",
+                        "--http-allow-repository-remote", NULL};
+  for (int pass = 0; pass < 2; pass++) {
+    td_spawn(&d2, MODEL, 0, 0, pass ? repo : allowed);
+    td_wait_ready(&d2, 30000);
+    assert_true(td_log_contains(&d2, "NO authentication"));
+    /* The port the kernel chose, from the log line. */
+    char path[400], line[512];
+    snprintf(path, sizeof(path), "%s", d2.log);
+    FILE *f = fopen(path, "r");
+    int port = 0;
+    while (f && fgets(line, sizeof(line), f)) {
+      char *p = strstr(line, "(port ");
+      if (p && strstr(line, "Open Inference Protocol"))
+        port = atoi(p + 6);
+    }
+    if (f)
+      fclose(f);
+    assert_true(port > 0);
+    hc_t c;
+    assert_int_equal(hc_open_tcp(&c, port), 0);
+    hc_send(&c, "POST", "/v2/repository/models/nope/load", NULL, "", 0);
+    hr_t r;
+    assert_int_equal(hc_read(&c, &r), 0);
+    /* Refused over TCP unless allowed; allowed, it reaches the model
+     * table, which knows no 'nope'. */
+    if (pass)
+      expect_error(&r, 404, "nope");
+    else
+      expect_error(&r, 403, "http-allow-repository-remote");
+    hr_free(&r);
+    char *b = one_row(1, "tcp");
+    hc_send(&c, "POST", "/v2/models/digits/infer", NULL, b, strlen(b));
+    free(b);
+    assert_int_equal(hc_read(&c, &r), 0);
+    check_row_answer(&r, "tcp");
+    hr_free(&r);
+    hc_close(&c);
+    int st = td_stop(&d2, SIGTERM, 30000);
+    td_cleanup(&d2, st != 0);
+    assert_int_equal(st, 0);
+  }
+}
+
+/* ---- two models over HTTP ---- */
+
+/* A one-row JSON infer body of `cols` columns. */
+static char *row_of(int cols, const char *id) {
+  char *s = malloc(4096);
+  size_t n = (size_t)snprintf(
+      s, 4096,
+      "{\"id\":\"%s\",\"inputs\":[{\"name\":\"input\",\"shape\":[1,%d],"
+      "\"datatype\":\"FP32\",\"data\":[",
+      id, cols);
+  for (int c = 0; c < cols; c++)
+    n += (size_t)snprintf(s + n, 4096 - n, "%s%.9g", c ? "," : "",
+                          (double)rows.data[c]);
+  snprintf(s + n, 4096 - n, "]}]}");
+  return s;
+}
+
+/* The state the repository index gives `name` ("" when not listed), and
+ * how many models it lists. */
+static int index_state_of(const char *sock, const char *name, char *state,
+                          size_t cap) {
+  hr_t r;
+  assert_int_equal(do_req(sock, "POST", "/v2/repository/index", "", &r), 200);
+  json_t *j = parse(&r);
+  assert_true(json_is_array(j));
+  state[0] = '\0';
+  for (size_t i = 0; i < json_array_size(j); i++) {
+    json_t *e = json_array_get(j, i);
+    if (strcmp(json_string_value(json_object_get(e, "name")), name) == 0)
+      snprintf(state, cap, "%s",
+               json_string_value(json_object_get(e, "state")));
+  }
+  int n = (int)json_array_size(j);
+  json_decref(j);
+  hr_free(&r);
+  return n;
+}
+
+/* Polls the index until `name` is in `want` (the outcome of a load or
+ * unload: the answer comes once it was accepted). */
+static void wait_state(const char *sock, const char *name, const char *want) {
+  char st[32];
+  for (int i = 0; i < 3000; i++) {
+    index_state_of(sock, name, st, sizeof(st));
+    if (strcmp(st, want) == 0)
+      return;
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  fail_msg("model '%s' is %s, never %s", name, st, want);
+}
+
+/* Routing by name over HTTP as native infer routes (each model its width
+ * and answer shape), 404 for an unknown model, the index listing both,
+ * unload over the Unix-path listener and the model's infer refused after,
+ * the other model still served, and a load bringing it back. */
+static void test_two_models(void **state) {
+  (void)state;
+  char narrow[400], narrow_arg[420], sock[400];
+  snprintf(narrow, sizeof(narrow), "/tmp/mlpd-oip2-%d.safetensors",
+           (int)getpid());
+  snprintf(narrow_arg, sizeof(narrow_arg), "narrow=%s", narrow);
+  snprintf(sock, sizeof(sock), "/tmp/mlpd-oip2-%d.sock", (int)getpid());
+  unlink(sock);
+  tu_mlp_t ref;
+  int widths[3] = {8, 16, 3};
+  tu_make_mlp(&ref, narrow, 2, widths, MLPD_DTYPE_F32, 21, 0, NULL);
+  td_daemon_t d2;
+  const char *args[] = {"--model", narrow_arg, "--http-listen", sock, NULL};
+  td_spawn(&d2, MODEL, 0, 0, args);
+  td_wait_ready(&d2, 30000);
+  wait_state(sock, "narrow", "READY");
+  wait_state(sock, "digits", "READY");
+  char st[32];
+  assert_int_equal(index_state_of(sock, "narrow", st, sizeof(st)), 2);
+
+  hr_t r;
+  assert_int_equal(do_req(sock, "GET", "/v2/models/narrow", NULL, &r), 200);
+  json_t *j = parse(&r);
+  json_t *in0 = json_array_get(json_object_get(j, "inputs"), 0);
+  assert_int_equal(
+      json_integer_value(json_array_get(json_object_get(in0, "shape"), 1)), 8);
+  json_decref(j);
+  hr_free(&r);
+
+  /* Each name reaches its own model: 8 columns for narrow (3 outputs),
+   * 64 for digits (10), and each refuses the other's width. */
+  char *b8 = row_of(8, "n"), *b64 = row_of(64, "d");
+  do_req(sock, "POST", "/v2/models/narrow/infer", b8, &r);
+  check_row_answer(&r, "n");
+  j = parse(&r);
+  assert_string_equal(json_string_value(json_object_get(j, "model_name")),
+                      "narrow");
+  json_t *out0 = json_array_get(json_object_get(j, "outputs"), 0);
+  assert_int_equal(
+      json_integer_value(json_array_get(json_object_get(out0, "shape"), 1)),
+      3);
+  /* The value itself, against the reference forward pass. */
+  float x[8];
+  double y[3];
+  for (int c = 0; c < 8; c++)
+    x[c] = rows.data[c];
+  tu_ref_forward(&ref, x, 1, y);
+  json_t *data = json_object_get(out0, "data");
+  float got[3];
+  for (int k = 0; k < 3; k++)
+    got[k] = (float)json_number_value(json_array_get(data, (size_t)k));
+  assert_true(tu_rel_frobenius(got, y, 3) < 1e-4);
+  json_decref(j);
+  hr_free(&r);
+  do_req(sock, "POST", "/v2/models/digits/infer", b64, &r);
+  check_row_answer(&r, "d");
+  hr_free(&r);
+  do_req(sock, "POST", "/v2/models/digits/infer", b8, &r);
+  expect_error(&r, 400, "takes");
+  hr_free(&r);
+  do_req(sock, "POST", "/v2/models/narrow/infer", b64, &r);
+  expect_error(&r, 400, "takes");
+  hr_free(&r);
+  do_req(sock, "POST", "/v2/models/nope/infer", b8, &r);
+  expect_error(&r, 404, "unknown model 'nope'");
+  hr_free(&r);
+
+  /* Unload over the Unix-path listener (our own uid): 200 once accepted;
+   * when it has settled the model is listed, unavailable, and refused. */
+  do_req(sock, "POST", "/v2/repository/models/narrow/unload", "", &r);
+  if (r.status != 200)
+    fail_msg("unload: %d %s", r.status, r.body);
+  hr_free(&r);
+  wait_state(sock, "narrow", "UNAVAILABLE");
+  assert_int_equal(index_state_of(sock, "digits", st, sizeof(st)), 2);
+  assert_string_equal(st, "READY");
+  do_req(sock, "POST", "/v2/models/narrow/infer", b8, &r);
+  expect_error(&r, 503, "narrow");
+  hr_free(&r);
+  do_req(sock, "GET", "/v2/models/narrow/ready", NULL, &r);
+  assert_int_equal(r.status, 503);
+  j = parse(&r);
+  assert_true(json_is_false(json_object_get(j, "ready")));
+  json_decref(j);
+  hr_free(&r);
+  do_req(sock, "POST", "/v2/models/digits/infer", b64, &r);
+  check_row_answer(&r, "d");
+  hr_free(&r);
+
+  /* And back. */
+  do_req(sock, "POST", "/v2/repository/models/narrow/load", "", &r);
+  if (r.status != 200)
+    fail_msg("load: %d %s", r.status, r.body);
+  hr_free(&r);
+  wait_state(sock, "narrow", "READY");
+  do_req(sock, "POST", "/v2/models/narrow/infer", b8, &r);
+  check_row_answer(&r, "n");
+  hr_free(&r);
+
+  free(b8);
+  free(b64);
+  tu_free_mlp(&ref);
+  int rc = td_stop(&d2, SIGTERM, 30000);
+  td_cleanup(&d2, rc != 0);
+  unlink(sock);
+  unlink(narrow);
+  assert_int_equal(rc, 0);
+}
+
+int main(void) {
+  mlpd_err_t err = {0};
+  if (mlpd_rows_read(&rows, HELDOUT, &err) != 0) {
+    fprintf(stderr, "%s\n", err.msg);
+    return 1;
+  }
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_endpoints), cmocka_unit_test(test_json_digits),
+      cmocka_unit_test(test_binary),    cmocka_unit_test(test_binary_half),
+      cmocka_unit_test(test_pipeline),
+      cmocka_unit_test(test_malformed), cmocka_unit_test(test_deadline),
+  };
+  const struct CMUnitTest alone[] = {cmocka_unit_test(test_remote),
+                                     cmocka_unit_test(test_two_models)};
+  int rc = cmocka_run_group_tests(tests, setup, teardown);
+  rc += cmocka_run_group_tests(alone, NULL, NULL);
+  mlpd_rows_free(&rows);
+  return rc;
+}
