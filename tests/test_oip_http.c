@@ -4,8 +4,9 @@
  * the native protocol), the binary tensor data extension both ways
  * (bit-identical to the native protocol), keep-alive, pipelining and
  * 100-continue, malformed HTTP and JSON answered with a 400 and a message
- * while another client is served, and the rules for remote listening and
- * the repository extension. */
+ * while another client is served, the rules for remote listening and
+ * the repository extension, and two models served through the model table
+ * (routing by name, the index, unload and load over HTTP). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
