@@ -27,16 +27,41 @@ const mlpd_batcher_shape_t *mlpd_scheduler_shape(const mlpd_scheduler_t *s) {
 
 mlpd_pool_t *mlpd_scheduler_pool(const mlpd_scheduler_t *s) { return s->pool; }
 
+/* Brings the daemon-wide count of queued rows up to date with this
+ * thread's batcher: every path that changes its queue ends here. */
+static void publish(mlpd_scheduler_t *s) {
+  long long now = s->batcher_ready ? s->batcher.queue_rows : 0;
+  if (now != s->published && s->cfg.queued != NULL)
+    atomic_fetch_add(s->cfg.queued, now - s->published);
+  s->published = now;
+}
+
 int mlpd_scheduler_admit(mlpd_scheduler_t *s, mlpd_req_t *req, uint64_t now) {
   int rc = mlpd_batcher_admit(&s->batcher, req, now);
   if (rc == 0)
     s->due = 1;
+  publish(s);
   return rc;
 }
 
 void mlpd_scheduler_cancel(mlpd_scheduler_t *s, mlpd_req_t *req) {
   mlpd_batcher_cancel(&s->batcher, req);
   s->due = 1;
+  publish(s);
+}
+
+long long mlpd_scheduler_queued_all(const mlpd_scheduler_t *s) {
+  return s->cfg.queued != NULL ? atomic_load(s->cfg.queued) : s->published;
+}
+
+uint64_t mlpd_scheduler_wait_ns(const mlpd_scheduler_t *s, int rows) {
+  if (s->rate <= 0 || s->pool == NULL)
+    return 0;
+  int n = mlpd_pool_in_rotation(s->pool);
+  long long q = mlpd_scheduler_queued_all(s) + rows;
+  if (n < 1 || q <= 0)
+    return 0;
+  return (uint64_t)((double)q / (s->rate * n) * 1e9);
 }
 
 int mlpd_scheduler_queue_rows(const mlpd_scheduler_t *s) {
@@ -111,8 +136,10 @@ int mlpd_scheduler_try_switch(mlpd_scheduler_t *s) {
       s->batcher_ready = 0;
     }
   } else if (!s->batcher_ready) {
+    /* No row limit in the batcher: the daemon-wide budget is requests.c's
+     * (flow control and the queue-delay bound). */
     mlpd_batcher_config_t bc = {.max_delay_ns = s->cfg.max_delay_ns,
-                                .max_queue = s->cfg.max_queue,
+                                .max_queue = INT32_MAX,
                                 .nslots = s->cfg.nslots,
                                 .max_attempts = 2};
     mlpd_err_t err = {0};
@@ -126,6 +153,7 @@ int mlpd_scheduler_try_switch(mlpd_scheduler_t *s) {
     mlpd_batcher_set_flush(&s->batcher, s->flush);
   }
   s->due = 1;
+  publish(s);
   return 1;
 }
 
@@ -201,6 +229,7 @@ uint64_t mlpd_scheduler_run(mlpd_scheduler_t *s, int arriving) {
     }
     hand_over(s, i, e, now);
   }
+  publish(s);
   pthread_mutex_lock(&s->stats->mu);
   s->stats->m.queue_rows = (uint64_t)b->queue_rows;
   s->stats->m.dropped_rows = b->dropped_rows;
@@ -242,11 +271,21 @@ void mlpd_scheduler_on_job(mlpd_scheduler_t *s, mlpd_job_t *job) {
     retry = mlpd_pool_can_retry(p, job->engine);
   }
   count_job(s, job, 0);
+  /* The device's rate, for the queue-delay estimate: rows over device
+   * time of the recent batches, each sum decaying by 1/16 a batch, so a
+   * slow first batch is soon forgotten and full batches weigh the most. */
+  if (job->rc == 0 && job->end_ns > job->start_ns) {
+    s->rate_rows = s->rate_rows * (15.0 / 16.0) + job->batch.rows;
+    s->rate_ns = s->rate_ns * (15.0 / 16.0) +
+                 (double)(job->end_ns - job->start_ns);
+    s->rate = s->rate_rows / s->rate_ns * 1e9;
+  }
   if (s->batcher_ready &&
       mlpd_batcher_complete(&s->batcher, i, job->rc, job->why, retry,
                             job->start_ns, job->end_ns) == 1)
     count_job(s, job, 1);
   s->due = 1;
+  publish(s);
 }
 
 int mlpd_scheduler_idle(const mlpd_scheduler_t *s) {

@@ -21,8 +21,10 @@
 
 typedef struct mlpd_scheduler_config_s {
   uint64_t max_delay_ns;
-  int max_queue; /* rows admitted and not handed over */
-  int nslots;    /* staging slots */
+  int nslots; /* staging slots */
+  /* Rows admitted and not yet handed to a device, summed over every I/O
+   * thread (the board's): the scheduler adds its own changes. */
+  atomic_llong *queued;
 } mlpd_scheduler_config_t;
 
 typedef struct mlpd_scheduler_s {
@@ -44,6 +46,10 @@ typedef struct mlpd_scheduler_s {
   uint64_t ready_ns[MLPD_BATCHER_MAX_SLOTS]; /* slot ready, no engine yet */
   int next_engine;                           /* round-robin hint */
   int on_gpu; /* the pool's engines are not the CPU's */
+  long long published;  /* this thread's rows counted in *cfg.queued */
+  double rate;          /* rows/s of one device, recent batches; 0
+                           before the first */
+  double rate_rows, rate_ns; /* its decaying sums */
 } mlpd_scheduler_t;
 
 void mlpd_scheduler_init(mlpd_scheduler_t *s, int index,
@@ -67,8 +73,16 @@ int mlpd_scheduler_admit(mlpd_scheduler_t *s, mlpd_req_t *req,
 /* Takes a request back (mlpd_batcher_cancel). */
 void mlpd_scheduler_cancel(mlpd_scheduler_t *s, mlpd_req_t *req);
 
-/* Rows admitted and not yet handed over, for messages. */
+/* Rows admitted and not yet handed over by this thread, for messages. */
 int mlpd_scheduler_queue_rows(const mlpd_scheduler_t *s);
+
+/* Rows admitted and not yet handed over by every I/O thread. */
+long long mlpd_scheduler_queued_all(const mlpd_scheduler_t *s);
+
+/* How long `rows` more rows would wait behind what every thread has
+ * queued, from the measured rows/s of recent batches and the devices in
+ * rotation; 0 while nothing was measured yet. */
+uint64_t mlpd_scheduler_wait_ns(const mlpd_scheduler_t *s, int rows);
 
 /* Asks for a scheduling pass before the loop sleeps. */
 static inline void mlpd_scheduler_kick(mlpd_scheduler_t *s) { s->due = 1; }

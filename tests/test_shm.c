@@ -450,9 +450,9 @@ static void test_bad_fds(void **state) {
   raw_response(raw, &r);
   raw_expect(&r, 1, MLPD_STATUS_INVALID_ARGUMENT, "no file descriptor");
 
-  /* A descriptor sent with another frame (Health) belongs to that frame:
-   * it is closed once that frame is answered, and a RegisterRegion sent
-   * later without one does not pick it up. */
+  /* A descriptor sent with another frame (Health) breaks the protocol's
+   * rule: that frame is refused, the descriptor closed, and a
+   * RegisterRegion sent later without one does not pick it up. */
   int stray = memfd_with(4096, NULL, 0, F_SEAL_SHRINK);
   len = 0;
   q = (mlpd_v1_Request)mlpd_v1_Request_init_zero;
@@ -462,7 +462,8 @@ static void test_bad_fds(void **state) {
   raw_send(raw, buf, len, &stray, 1);
   close(stray);
   raw_response(raw, &r);
-  raw_expect(&r, 5, MLPD_STATUS_OK, NULL);
+  raw_expect(&r, 5, MLPD_STATUS_INVALID_ARGUMENT,
+             "only a RegisterRegion may carry one");
   len = 0;
   q = raw_register(6, "stray", 4096);
   raw_encode(buf, sizeof(buf), &len, &q);
