@@ -278,7 +278,12 @@ void mlpd_scheduler_on_job(mlpd_scheduler_t *s, mlpd_job_t *job) {
     s->rate_rows = s->rate_rows * (15.0 / 16.0) + job->batch.rows;
     s->rate_ns = s->rate_ns * (15.0 / 16.0) +
                  (double)(job->end_ns - job->start_ns);
-    s->rate = s->rate_rows / s->rate_ns * 1e9;
+    /* The first batches of a cold engine (page faults, threads starting)
+     * are far slower than the rest: no estimate before a few. */
+    if (s->rate_batches < 8)
+      s->rate_batches++;
+    if (s->rate_batches >= 8)
+      s->rate = s->rate_rows / s->rate_ns * 1e9;
   }
   if (s->batcher_ready &&
       mlpd_batcher_complete(&s->batcher, i, job->rc, job->why, retry,

@@ -50,6 +50,7 @@ typedef struct mlpd_scheduler_s {
   double rate;          /* rows/s of one device, recent batches; 0
                            before the first */
   double rate_rows, rate_ns; /* its decaying sums */
+  int rate_batches;          /* batches measured, up to the first few */
 } mlpd_scheduler_t;
 
 void mlpd_scheduler_init(mlpd_scheduler_t *s, int index,
