@@ -296,22 +296,28 @@ static void test_lone_request_beside_a_deep_pipeline(void **state) {
     usleep(1000);
   int lone = td_connect(d.sock);
   uint8_t *lf = td_infer_frame(9, x, MLPD_DTYPE_F32, 1, 256, 0, 0, &one);
+  int before = atomic_load(&dr.got);
   uint64_t t0 = mlpd_now_ns();
   td_write_all(lone, lf, one);
   td_response_t r;
   assert_int_equal(td_recv(lone, &r, TIMEOUT), 1);
   uint64_t took_us = (mlpd_now_ns() - t0) / 1000u;
   assert_int_equal(r.status, 0);
+  int ahead = atomic_load(&dr.got) - before;
   int left = n - atomic_load(&dr.got);
   uint64_t batch_us = atomic_load(&dr.max_compute_us);
   print_message("lone request: %llu us round trip, queued %llu us; a batch "
-                "takes up to %llu us; %d deep requests still to come\n",
+                "takes up to %llu us; %d deep answers came before it, %d "
+                "deep requests still to come\n",
                 (unsigned long long)took_us,
                 (unsigned long long)r.queue_us, (unsigned long long)batch_us,
-                left);
-  /* Behind the whole pipeline it would wait for all that is left. */
+                ahead, left);
+  /* Behind the whole pipeline it would wait for all that is left; it
+   * waits for the batch running and the one queued (the deep window),
+   * whatever the machine's speed: counted in answers, not in time (one
+   * more for an answer read in the race with the lone one). */
   assert_true(left > 8);
-  assert_true(r.queue_us <= 2 * batch_us + 20000);
+  assert_true(ahead <= 3);
   td_response_free(&r);
   pthread_join(ts, NULL);
   pthread_join(tr, NULL);
