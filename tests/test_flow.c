@@ -343,6 +343,7 @@ typedef struct {
   const uint8_t *frame;
   size_t len;
   atomic_int *stop;
+  atomic_int *sent_all; /* every sender has returned */
   atomic_int sent;
   int ok, refused, other;
   uint64_t worst_queue_us, max_compute_us;
@@ -363,7 +364,7 @@ static void *flood_sender(void *arg) {
 static void *flood_reader(void *arg) {
   flood_t *fl = arg;
   int got = 0;
-  while (!atomic_load(fl->stop) || got < atomic_load(&fl->sent)) {
+  while (!atomic_load(fl->sent_all) || got < atomic_load(&fl->sent)) {
     td_response_t r;
     int rc = td_recv(fl->fd, &r, 100);
     if (rc == -1)
@@ -418,8 +419,9 @@ static void test_open_loop_flood_is_refused_fast(void **state) {
     assert_int_equal(r.status, 0);
     td_response_free(&r);
   }
-  atomic_int stop;
+  atomic_int stop, sent_all;
   atomic_init(&stop, 0);
+  atomic_init(&sent_all, 0);
   pthread_t ts[FLOOD_CONNS], tr[FLOOD_CONNS];
   flood_t fl[FLOOD_CONNS];
   for (int i = 0; i < FLOOD_CONNS; i++) {
@@ -428,6 +430,7 @@ static void test_open_loop_flood_is_refused_fast(void **state) {
     fl[i].frame = f;
     fl[i].len = one;
     fl[i].stop = &stop;
+    fl[i].sent_all = &sent_all;
     atomic_init(&fl[i].sent, 0);
     assert_int_equal(pthread_create(&ts[i], NULL, flood_sender, &fl[i]), 0);
     assert_int_equal(pthread_create(&tr[i], NULL, flood_reader, &fl[i]), 0);
@@ -451,10 +454,12 @@ static void test_open_loop_flood_is_refused_fast(void **state) {
     td_response_free(&r);
   }
   atomic_store(&stop, 1);
+  for (int i = 0; i < FLOOD_CONNS; i++)
+    pthread_join(ts[i], NULL);
+  atomic_store(&sent_all, 1);
   int ok = 0, refused = 0, other = 0, sent = 0;
   uint64_t worst = 0, batch = 0;
   for (int i = 0; i < FLOOD_CONNS; i++) {
-    pthread_join(ts[i], NULL);
     pthread_join(tr[i], NULL);
     ok += fl[i].ok;
     refused += fl[i].refused;
