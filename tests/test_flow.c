@@ -5,11 +5,11 @@
  * one connection does not keep a lone request on another waiting behind
  * more than a batch; an open-loop flood past --max-queue-delay-ms is
  * refused at once while what was admitted meets the bound. */
+#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <cmocka.h>
 
 #include "daemonutil.h"
 #include "mlpd.h"
@@ -110,8 +110,7 @@ static void test_pipelining_client_is_paced(void **state) {
   tu_mlp_t ref;
   const int widths[] = {8, 8192};
   model(dir, path, sizeof(path), &ref, widths, 1);
-  const char *args[] = {"--max-unsent", "4194304", "--max-queue", "1024",
-                        NULL};
+  const char *args[] = {"--max-unsent", "4194304", "--max-queue", "1024", NULL};
   td_daemon_t d;
   td_spawn(&d, path, 0, 0, args);
   td_wait_ready(&d, TIMEOUT);
@@ -147,9 +146,8 @@ static void test_pipelining_client_is_paced(void **state) {
   }
   pthread_join(th, NULL);
   assert_int_equal(s.rc, 0);
-  print_message("%d of %d answered OK; the connection was held %g times\n",
-                ok, PIPE_N,
-                metric(d.sock, "mlpd_connection_pauses_total"));
+  print_message("%d of %d answered OK; the connection was held %g times\n", ok,
+                PIPE_N, metric(d.sock, "mlpd_connection_pauses_total"));
   assert_int_equal(ok, PIPE_N);
   assert_true(metric(d.sock, "mlpd_requests_refused_total{reason=\""
                              "queue_delay\"}") == 0);
@@ -269,8 +267,9 @@ static void test_lone_request_beside_a_deep_pipeline(void **state) {
   tu_mlp_t ref;
   const int widths[] = {256, 1024, 1024, 16};
   model(dir, path, sizeof(path), &ref, widths, 3);
-  const char *args[] = {"--max-batch", "64", "--max-queue", "256",
-                        "--cpu-threads", "1", "--max-delay-us", "0", NULL};
+  const char *args[] = {
+      "--max-batch",    "64", "--max-queue", "256", "--cpu-threads", "1",
+      "--max-delay-us", "0",  NULL};
   td_daemon_t d;
   td_spawn(&d, path, 0, 0, args);
   td_wait_ready(&d, TIMEOUT);
@@ -309,9 +308,8 @@ static void test_lone_request_beside_a_deep_pipeline(void **state) {
   print_message("lone request: %llu us round trip, queued %llu us; a batch "
                 "takes up to %llu us; %d deep answers came before it, %d "
                 "deep requests still to come\n",
-                (unsigned long long)took_us,
-                (unsigned long long)r.queue_us, (unsigned long long)batch_us,
-                ahead, left);
+                (unsigned long long)took_us, (unsigned long long)r.queue_us,
+                (unsigned long long)batch_us, ahead, left);
   /* Behind the whole pipeline it would wait for all that is left; it
    * waits for the batch running and the one queued (the deep window),
    * whatever the machine's speed: counted in answers, not in time (one
@@ -390,8 +388,8 @@ static void *flood_reader(void *arg) {
 }
 
 /* Twelve connections each send a 64-row request every 10 ms, ten times
- * what the CPU computes or more, with a bound of 100 ms and a queue too large to pace
- * them: what would wait past the bound is refused, what was admitted
+ * what the CPU computes or more, with a bound of 100 ms and a queue too large
+ * to pace them: what would wait past the bound is refused, what was admitted
  * reaches the device within the bound plus two batches, and a request sent
  * into the flood is refused at once, not after the queue. */
 static void test_open_loop_flood_is_refused_fast(void **state) {
@@ -400,9 +398,15 @@ static void test_open_loop_flood_is_refused_fast(void **state) {
   tu_mlp_t ref;
   const int widths[] = {256, 1024, 1024, 16};
   model(dir, path, sizeof(path), &ref, widths, 3);
-  const char *args[] = {"--max-batch",         "64",     "--max-queue",
-                        "1000000",             "--cpu-threads", "1",
-                        "--max-queue-delay-ms", "100",   NULL};
+  const char *args[] = {"--max-batch",
+                        "64",
+                        "--max-queue",
+                        "1000000",
+                        "--cpu-threads",
+                        "1",
+                        "--max-queue-delay-ms",
+                        "100",
+                        NULL};
   td_daemon_t d;
   td_spawn(&d, path, 0, 0, args);
   td_wait_ready(&d, TIMEOUT);
