@@ -5,11 +5,13 @@
  * one connection does not keep a lone request on another waiting behind
  * more than a batch; an open-loop flood past --max-queue-delay-ms is
  * refused at once while what was admitted meets the bound. */
-#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+// clang-format off: cmocka.h needs the four above first
+#include <cmocka.h>
+// clang-format on
 
 #include "daemonutil.h"
 #include "mlpd.h"
