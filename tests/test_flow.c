@@ -9,9 +9,9 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-// clang-format off: cmocka.h needs the four above first
+/* clang-format off: cmocka.h needs the four above first */
 #include <cmocka.h>
-// clang-format on
+/* clang-format on */
 
 #include "daemonutil.h"
 #include "mlpd.h"
