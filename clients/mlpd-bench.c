@@ -333,7 +333,8 @@ int main(int argc, char **argv) {
       {"connections", 'c', MLPD_OPT_INT, &cfg.connections, 1, 4096,
        .meta = "N", .help = "connections, one thread each (default 1)"},
       {"depth", 'd', MLPD_OPT_INT, &cfg.depth, 1, 1 << SLOT_BITS,
-       .meta = "D", .help = "requests in flight per connection (default 1)"},
+       .meta = "D", .help = "requests in flight per connection (default 1;\n"
+                            "open loop inline: at least, up to 2 s of it)"},
       {"rows", 'r', MLPD_OPT_INT, &cfg.rows, 1, 1 << 24, .meta = "R",
        .help = "rows per request (default 1)"},
       {"duration", 'D', MLPD_OPT_SECONDS, &cfg.duration_s, 0.001, inf,
