@@ -11,6 +11,9 @@ void mlpd_board_init(mlpd_board_t *b, mlpd_access_t *access, int nshards) {
   memset(b, 0, sizeof(*b));
   atomic_init(&b->state, MLPD_STATE_LOADING);
   atomic_init(&b->shm_mapped, 0);
+  atomic_init(&b->queued_rows, 0);
+  for (int m = 0; m < MLPD_MAX_MODELS; m++)
+    atomic_init(&b->model_queued_rows[m], 0);
   b->access = access;
   b->nshards =
       nshards < MLPD_BOARD_MAX_SHARDS ? nshards : MLPD_BOARD_MAX_SHARDS;

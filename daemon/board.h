@@ -46,6 +46,13 @@ typedef struct mlpd_board_s {
   atomic_int state;                /* mlpd_state_t; the daemon's */
   atomic_uint_fast64_t shm_mapped; /* bytes of regions mapped, every
                                       connection (region.h adds to it) */
+  atomic_llong queued_rows;        /* rows admitted and not yet handed to
+                                      a device, every I/O thread (the
+                                      schedulers add their changes): the
+                                      daemon's one admission budget */
+  atomic_llong model_queued_rows[MLPD_MAX_MODELS]; /* the same by model:
+                                      what its queue-delay estimate
+                                      waits behind */
   mlpd_access_t *access;           /* borrowed: uid labels */
   int nshards;                     /* I/O threads */
   pthread_mutex_t mu;              /* guards the published part below */

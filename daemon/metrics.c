@@ -189,6 +189,10 @@ void mlpd_metrics_merge(mlpd_metrics_t *d, const mlpd_metrics_t *s) {
     d->model_rows[k] += s->model_rows[k];
     d->model_queue_rows[k] += s->model_queue_rows[k];
   }
+  for (int i = 0; i < MLPD_REFUSED_REASONS; i++)
+    d->refused[i] += s->refused[i];
+  d->paused_connections += s->paused_connections;
+  d->pauses += s->pauses;
 }
 
 void mlpd_metrics_count_model(mlpd_metrics_t *m, int model,
@@ -586,6 +590,23 @@ size_t mlpd_metrics_render(const mlpd_metrics_t *m, char *buf, size_t cap) {
   puts_(&w, "\nmlpd_reloads_total{result=\"failed\"} ");
   put_u64(&w, m->reloads_failed);
   puts_(&w, "\n");
+  family(&w, "mlpd_requests_refused_total", "counter",
+         "Infer requests refused before queueing, by reason.");
+  static const char *const reasons[MLPD_REFUSED_REASONS] = {
+      "queue_delay", "shutting_down", "loading"};
+  for (int i = 0; i < MLPD_REFUSED_REASONS; i++) {
+    puts_(&w, "mlpd_requests_refused_total{reason=\"");
+    puts_(&w, reasons[i]);
+    puts_(&w, "\"} ");
+    put_u64(&w, m->refused[i]);
+    puts_(&w, "\n");
+  }
+  scalar_u64(&w, "mlpd_connections_paused", "gauge",
+             "Connections not read now: flow control holds them until "
+             "their answers go out.",
+             m->paused_connections);
+  scalar_u64(&w, "mlpd_connection_pauses_total", "counter",
+             "Times flow control held a connection.", m->pauses);
   scalar_u64(&w, "mlpd_client_disconnects_dropped_rows_total", "counter",
              "Rows dropped before computing because their client left.",
              m->dropped_rows);
