@@ -149,7 +149,9 @@ size_t mlpd_board_render(void *ud, char *buf, size_t cap) {
     m->model_ready[i] = b->models.e[i].ready;
     mlpd_pool_t *p = b->models.pool[i];
     m->model_gpu_bytes[i] =
-        p != NULL && p->n > 0 && strcmp(p->engines[0]->info.kind, "cpu") != 0 ? p->device_bytes : 0;
+        p != NULL && p->n > 0 && strcmp(p->engines[0]->info.kind, "cpu") != 0
+            ? p->device_bytes
+            : 0;
   }
   pthread_mutex_unlock(&b->models.mu);
   size_t n = mlpd_metrics_render(m, buf, cap);

@@ -53,11 +53,11 @@ typedef struct mlpd_board_s {
   atomic_llong model_queued_rows[MLPD_MAX_MODELS]; /* the same by model:
                                       what its queue-delay estimate
                                       waits behind */
-  mlpd_access_t *access;           /* borrowed: uid labels */
-  int nshards;                     /* I/O threads */
-  pthread_mutex_t mu;              /* guards the published part below */
-  mlpd_pool_t *pool;               /* published: the primary model's pool */
-  uint64_t generation;             /* 1 + successful reloads, 0 before */
+  mlpd_access_t *access;                           /* borrowed: uid labels */
+  int nshards;                                     /* I/O threads */
+  pthread_mutex_t mu;  /* guards the published part below */
+  mlpd_pool_t *pool;   /* published: the primary model's pool */
+  uint64_t generation; /* 1 + successful reloads, 0 before */
   uint64_t reloads_ok, reloads_failed;
   char layers[256]; /* "64-128-128-10", of pool's model */
   mlpd_board_shard_t shards[MLPD_BOARD_MAX_SHARDS];

@@ -101,17 +101,17 @@ static void on_msg(mlpd_mailbox_t *mb, mlpd_msg_t *msg) {
  * computation itself. */
 static void *dispatch_main(void *arg) {
   mlpd_dispatch_t *d = arg;
-  while (uv_run(&d->loop, mlpd_scheduler_poll_hot(&d->sched) ? UV_RUN_NOWAIT
-                                                         : UV_RUN_ONCE) != 0)
+  while (uv_run(&d->loop, mlpd_scheduler_poll_hot(&d->sched)
+                              ? UV_RUN_NOWAIT
+                              : UV_RUN_ONCE) != 0)
     ;
   return NULL;
 }
 
 int mlpd_dispatch_start(mlpd_dispatch_t *d, int index,
-                        const mlpd_dispatch_config_t *cfg,
-                        mlpd_board_t *board, mlpd_access_t *access,
-                        mlpd_mailbox_t *daemon_mb, int listen_fd,
-                        mlpd_err_t *err) {
+                        const mlpd_dispatch_config_t *cfg, mlpd_board_t *board,
+                        mlpd_access_t *access, mlpd_mailbox_t *daemon_mb,
+                        int listen_fd, mlpd_err_t *err) {
   int rc;
   memset(d, 0, sizeof(*d));
   d->index = index;
@@ -122,7 +122,7 @@ int mlpd_dispatch_start(mlpd_dispatch_t *d, int index,
                                 .queued = &board->queued_rows,
                                 .model_queued = board->model_queued_rows};
   mlpd_scheduler_init(&d->sched, index, &sc, &d->mb, stats,
-                  mlpd_requests_on_done, &d->reqs);
+                      mlpd_requests_on_done, &d->reqs);
   mlpd_requests_config_t rc_cfg = {.max_frame = cfg->max_frame,
                                    .max_queue = cfg->max_queue,
                                    .win_rows = 0,

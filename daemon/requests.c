@@ -28,8 +28,8 @@ typedef struct {
 typedef struct {
   dreq_t *head;
   mlpd_regions_t regions;
-  long long rows;  /* window: rows admitted and not answered */
-  size_t bytes;    /* ... and their tensor bytes */
+  long long rows; /* window: rows admitted and not answered */
+  size_t bytes;   /* ... and their tensor bytes */
 } conn_state_t;
 
 static dreq_t *dreq_of(mlpd_req_t *r) { return (dreq_t *)r; }
@@ -342,14 +342,15 @@ int mlpd_requests_route(mlpd_requests_t *r, const char *model,
 /* The shape an infer request is checked against, or NULL after refusing
  * it (shutting down, no such model, loading, wrong width, answer too
  * large). Sets *index to the model's. */
-static const mlpd_batcher_shape_t *
-check_infer(mlpd_requests_t *r, mlpd_conn_t *c, const mlpd_rpc_request_t *q,
-            int *index) {
+static const mlpd_batcher_shape_t *check_infer(mlpd_requests_t *r,
+                                               mlpd_conn_t *c,
+                                               const mlpd_rpc_request_t *q,
+                                               int *index) {
   const mlpd_batcher_shape_t *sh = NULL;
   mlpd_status_t st = MLPD_STATUS_OK;
   char msg[256];
-  int rc = mlpd_requests_route(r, q->model, NULL, index, &sh, &st, msg,
-                               sizeof(msg));
+  int rc =
+      mlpd_requests_route(r, q->model, NULL, index, &sh, &st, msg, sizeof(msg));
   if (rc != 0) {
     /* Refusals that tell the client to retry later are flow metrics
      * too (docs/metrics.md); naming no model or a wrong one is not. */
@@ -425,8 +426,8 @@ static void admitted(mlpd_requests_t *r, mlpd_conn_t *c, dreq_t *d,
   r->inflight++;
   size_t in_bytes =
       (size_t)q->rows * (size_t)q->cols * mlpd_dtype_size(q->in_dtype);
-  size_t out_bytes = (size_t)q->rows * (size_t)d->r.out_cols *
-                     mlpd_dtype_size(q->out_dtype);
+  size_t out_bytes =
+      (size_t)q->rows * (size_t)d->r.out_cols * mlpd_dtype_size(q->out_dtype);
   d->win_bytes = in_bytes + out_bytes;
   cs->rows += q->rows;
   cs->bytes += d->win_bytes;
@@ -677,8 +678,8 @@ static void handle_list_models(mlpd_requests_t *r, mlpd_conn_t *c,
   mlpd_models_status_t *ms = malloc(MLPD_MAX_MODELS * sizeof(*ms));
   mlpd_rpc_model_status_t *out = malloc(MLPD_MAX_MODELS * sizeof(*out));
   if (ms == NULL || out == NULL) {
-    send_error(r, c, id, MLPD_RPC_LIST_MODELS,
-               MLPD_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+    send_error(r, c, id, MLPD_RPC_LIST_MODELS, MLPD_STATUS_RESOURCE_EXHAUSTED,
+               "out of memory");
     goto out;
   }
   int n = mlpd_models_list(&r->board->models, ms, MLPD_MAX_MODELS);
@@ -711,7 +712,7 @@ static void handle_load_unload(mlpd_requests_t *r, mlpd_conn_t *c,
                                q->model, &err);
   if (rc != 0) {
     send_error(r, c, q->id, q->kind,
-               rc == MLPD_ENOENT ? MLPD_STATUS_NOT_FOUND
+               rc == MLPD_ENOENT   ? MLPD_STATUS_NOT_FOUND
                : rc == MLPD_EINVAL ? MLPD_STATUS_INVALID_ARGUMENT
                                    : MLPD_STATUS_RESOURCE_EXHAUSTED,
                "%s: %s", verb, err.msg);
@@ -726,8 +727,7 @@ static void handle_load_unload(mlpd_requests_t *r, mlpd_conn_t *c,
                "out of memory");
     return;
   }
-  if (mlpd_models_find(&r->board->models, q->model, NULL, &index, NULL) !=
-          0 ||
+  if (mlpd_models_find(&r->board->models, q->model, NULL, &index, NULL) != 0 ||
       mlpd_models_get(&r->board->models, index, ms) != 0) {
     snprintf(ms->name, sizeof(ms->name), "%s", q->model);
     ms->state = MLPD_MODEL_UNLOADED;

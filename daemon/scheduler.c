@@ -400,8 +400,8 @@ void mlpd_scheduler_on_job(mlpd_scheduler_t *s, mlpd_job_t *job) {
    * most. Per lane: models differ in cost. */
   if (job->rc == 0 && job->end_ns > job->start_ns) {
     l->rate_rows = l->rate_rows * (15.0 / 16.0) + job->batch.rows;
-    l->rate_ns = l->rate_ns * (15.0 / 16.0) +
-                 (double)(job->end_ns - job->start_ns);
+    l->rate_ns =
+        l->rate_ns * (15.0 / 16.0) + (double)(job->end_ns - job->start_ns);
     /* The first batches of a cold engine (page faults, threads starting)
      * are far slower than the rest: no estimate before a few. */
     if (l->rate_batches < 8)

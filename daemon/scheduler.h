@@ -51,11 +51,11 @@ typedef struct mlpd_lane_s {
   mlpd_job_t jobs[MLPD_BATCHER_MAX_SLOTS];   /* one per slot */
   uint64_t ready_ns[MLPD_BATCHER_MAX_SLOTS]; /* slot ready, no engine yet */
   int next_engine;                           /* round-robin hint */
-  int on_gpu; /* the pool's engines are not the CPU's */
-  long long published; /* its rows counted in *cfg.queued and
-                          cfg.model_queued[m] */
-  double rate;         /* rows/s of one of its devices, recent batches; 0
-                          before the first few */
+  int on_gpu;                /* the pool's engines are not the CPU's */
+  long long published;       /* its rows counted in *cfg.queued and
+                                cfg.model_queued[m] */
+  double rate;               /* rows/s of one of its devices, recent batches; 0
+                                before the first few */
   double rate_rows, rate_ns; /* its decaying sums */
   int rate_batches;          /* batches measured, up to the first few */
 } mlpd_lane_t;
