@@ -26,8 +26,15 @@
 # MAX_BATCH (256), DURATION (s per load, 3), SAT (default 8:8:16), DTYPE (of
 # the rows sent, f32), DAEMON_ARGS (more `mlpd serve` flags, e.g.
 # "--io-threads 8"), OUTDIR (scratch), PYTHON.
+#
+#   bench/serve.sh --sweep [BUILD_DIR]  # the load curve instead (issue 15):
+#                                       # bench/sweep.sh, CPU or GPU
 set -uo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = --sweep ]; then
+  shift
+  exec bench/sweep.sh "$@"
+fi
 BUILD=${1:-build-bench}
 DEVICE=${DEVICE:-cuda:0}
 MAX_BATCH=${MAX_BATCH:-256}

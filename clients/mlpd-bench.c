@@ -24,7 +24,17 @@
  * Latency is measured from the moment a request was due to the moment its
  * response was read: in closed loop that is its send; in open loop it is its
  * scheduled time, so a daemon that falls behind is charged for the wait
- * (no coordinated omission). One thread and one client per connection; it
+ * (no coordinated omission). In open loop the requests in flight are not
+ * bounded by --depth with inline bytes (a connection holds up to two
+ * seconds of its schedule): a bound would turn the open loop into a closed
+ * one as soon as answers take longer than depth intervals, and every
+ * request after that would go out late and be charged for it, the
+ * client's own wait (issue 15's "inline half-load tail": 16 connections at
+ * 1.1k requests/s each, more than --depth in flight). With --shm, depth
+ * is the number of windows and stays the bound. Requests that still went
+ * out more than a millisecond after they were due are counted ("late"):
+ * there the client, not the daemon, fell behind. One thread and one
+ * client per connection; it
  * does not drive other servers and does not check outputs (mlpctl and the
  * tests do that). */
 #include "bench_http.h"
@@ -83,6 +93,7 @@ typedef struct {
   uint64_t by_status[16];
   double queue_sum, compute_sum, batch_sum;
   uint64_t last_done;  /* ns */
+  uint64_t late;       /* open loop: sent > 1 ms after due */
   int failed;          /* transport error: rc != 0 */
   mlpd_err_t err;
   pthread_t th;
@@ -231,6 +242,14 @@ static void *run(void *arg) {
   worker_t *w = arg;
   const cfg_t *cfg = w->cfg;
   int rc = 0, depth = cfg->depth;
+  /* Open loop, inline: slots for two seconds of this connection's share
+   * (see the top of the file), at least depth. */
+  if (cfg->rate > 0 && !cfg->shm) {
+    double two_s = 2.0 * cfg->rate / cfg->connections;
+    if (two_s > depth)
+      depth = two_s < (double)(1 << SLOT_BITS) ? (int)two_s
+                                               : (1 << SLOT_BITS);
+  }
   mlpd_client_t *c = NULL;
   mlpd_client_region_t *region = NULL;
   mlpd_client_result_t res;
@@ -287,6 +306,8 @@ static void *run(void *arg) {
       }
       int slot = freeslots[--nfree];
       due[slot] = d;
+      if (interval_ns > 0 && d >= w->t_measure && now > d + 1000000)
+        w->late++;
       mlpd_client_infer_t req;
       mlpd_client_infer_init(&req);
       req.data = w->inputs[seq % NINPUTS];
@@ -428,7 +449,8 @@ int main(int argc, char **argv) {
       {"connections", 'c', MLPD_OPT_INT, &cfg.connections, 1, 4096,
        .meta = "N", .help = "connections, one thread each (default 1)"},
       {"depth", 'd', MLPD_OPT_INT, &cfg.depth, 1, 1 << SLOT_BITS,
-       .meta = "D", .help = "requests in flight per connection (default 1)"},
+       .meta = "D", .help = "requests in flight per connection (default 1;\n"
+                            "open loop inline: at least, up to 2 s of it)"},
       {"rows", 'r', MLPD_OPT_INT, &cfg.rows, 1, 1 << 24, .meta = "R",
        .help = "rows per request (default 1)"},
       {"duration", 'D', MLPD_OPT_SECONDS, &cfg.duration_s, 0.001, inf,
@@ -562,6 +584,7 @@ int main(int argc, char **argv) {
   }
   size_t total = 0;
   uint64_t ok = 0, rows_ok = 0, by_status[16] = {0}, last = t_measure;
+  uint64_t late = 0;
   double qsum = 0, csum = 0, bsum = 0;
   int failed = 0;
   for (int i = 0; i < started; i++) {
@@ -569,6 +592,7 @@ int main(int argc, char **argv) {
     total += w[i].nlat;
     ok += w[i].ok;
     rows_ok += w[i].rows_ok;
+    late += w[i].late;
     qsum += w[i].queue_sum;
     csum += w[i].compute_sum;
     bsum += w[i].batch_sum;
@@ -620,7 +644,8 @@ int main(int argc, char **argv) {
            "\"latency_ms\": {\"mean\": %.4f, \"p50\": %.4f, \"p90\": %.4f, "
            "\"p99\": %.4f, \"p99_9\": %.4f, \"max\": %.4f}, "
            "\"server_ms\": {\"queue_mean\": %.4f, \"compute_mean\": %.4f}, "
-           "\"batch_rows_mean\": %.2f, \"errors_by_status\": {",
+           "\"batch_rows_mean\": %.2f, \"client_late\": %llu, "
+           "\"errors_by_status\": {",
            json_str(js[0], sizeof(js[0]), cfg.socket), cfg.connections,
            cfg.depth, cfg.rows,
            cfg.rate > 0 ? "open" : "closed", cfg.rate,
@@ -632,7 +657,8 @@ int main(int argc, char **argv) {
            (unsigned long long)ok,
            (unsigned long long)nerr, failed, secs, ok / secs, rows_ok / secs,
            mean / 1e3, p50 / 1e3, p90 / 1e3, p99 / 1e3, p999 / 1e3, mx / 1e3,
-           qsum / okd / 1e3, csum / okd / 1e3, bsum / okd);
+           qsum / okd / 1e3, csum / okd / 1e3, bsum / okd,
+           (unsigned long long)late);
     int first = 1;
     for (int s = 0; s < 16; s++) {
       if (by_status[s] == 0)
@@ -671,6 +697,11 @@ int main(int argc, char **argv) {
       if (by_status[s])
         printf("errors      %s: %llu\n", mlpd_status_name(s),
                (unsigned long long)by_status[s]);
+    if (late)
+      printf("late        %llu requests went out more than 1 ms after they "
+             "were due\n            (the client fell behind, not the "
+             "daemon)\n",
+             (unsigned long long)late);
   }
   status = failed ? 1 : 0;
 

@@ -174,7 +174,7 @@ int mlpd_batcher_admit(mlpd_batcher_t *b, mlpd_req_t *req, uint64_t now) {
   if (b->queue_rows > 0 && b->queue_rows + req->rows > b->cfg.max_queue)
     return MLPD_EBUSY;
   req->staged = req->done = req->nsegs = 0;
-  req->started = req->cancelled = req->failed = 0;
+  req->started = req->cancelled = req->failed = req->late = 0;
   req->start_ns = req->compute_ns = 0;
   req->batch_rows = 0;
   req->engine = -1;
@@ -423,6 +423,10 @@ int mlpd_batcher_complete(mlpd_batcher_t *b, int s, int rc, const char *msg,
      * would overflow it, so it fails the request instead. */
     if (rc != 0 || r->out_cols != b->shape.out_features)
       r->failed = 1;
+    /* The promise is about reaching the device: a batch that waited
+     * behind running ones after its hand-off can still miss a deadline. */
+    if (rc == 0 && r->deadline_ns != 0 && r->deadline_ns < start_ns)
+      r->late = 1;
     if (!r->failed && !r->cancelled)
       deliver(b, sl, seg);
   }
@@ -438,6 +442,10 @@ int mlpd_batcher_complete(mlpd_batcher_t *b, int s, int rc, const char *msg,
       b->done(b->ud, r, MLPD_STATUS_CANCELLED, "client went away");
     else if (r->failed)
       b->done(b->ud, r, MLPD_STATUS_INTERNAL, msg ? msg : "engine failed");
+    else if (r->late && r->done == r->rows)
+      b->done(b->ud, r, MLPD_STATUS_DEADLINE_EXCEEDED,
+              "deadline passed before the request's batch reached the "
+              "device (it waited behind running batches)");
     else if (r->done == r->rows)
       b->done(b->ud, r, MLPD_STATUS_OK, "");
   }

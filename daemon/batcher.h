@@ -10,7 +10,9 @@
  * Everything not yet handed over can still be taken back, so a request
  * whose client went away or whose deadline passed is removed (its rows
  * compacted out of the slot) before it reaches an engine; deadlines are
- * checked once more at hand-off.
+ * checked once more at hand-off, and at completion against the time the
+ * batch reached the device (start_ns), since a batch handed to a
+ * pipelined engine may wait there behind running ones.
  *
  * Policy. A full slot is ready at once. A partial slot is ready at once
  * when an engine is idle and no more rows are known to be arriving; while
@@ -72,6 +74,8 @@ struct mlpd_req_s {
   int started;               /* a slot holding it was handed over */
   int cancelled;             /* owner is gone: drop, do not answer */
   int failed;                /* an engine failed one of its rows */
+  int late;                  /* a batch of it reached the device after
+                                its deadline */
   int pending;               /* in the pending list */
   uint64_t start_ns;         /* start of the first batch that ran it */
   uint64_t compute_ns;       /* engine time of the batches that ran it */

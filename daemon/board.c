@@ -11,6 +11,9 @@ void mlpd_board_init(mlpd_board_t *b, mlpd_access_t *access, int nshards) {
   memset(b, 0, sizeof(*b));
   atomic_init(&b->state, MLPD_STATE_LOADING);
   atomic_init(&b->shm_mapped, 0);
+  atomic_init(&b->queued_rows, 0);
+  for (int m = 0; m < MLPD_MAX_MODELS; m++)
+    atomic_init(&b->model_queued_rows[m], 0);
   b->access = access;
   b->nshards =
       nshards < MLPD_BOARD_MAX_SHARDS ? nshards : MLPD_BOARD_MAX_SHARDS;
@@ -146,7 +149,9 @@ size_t mlpd_board_render(void *ud, char *buf, size_t cap) {
     m->model_ready[i] = b->models.e[i].ready;
     mlpd_pool_t *p = b->models.pool[i];
     m->model_gpu_bytes[i] =
-        p != NULL && p->n > 0 && strcmp(p->engines[0]->info.kind, "cpu") != 0 ? p->device_bytes : 0;
+        p != NULL && p->n > 0 && strcmp(p->engines[0]->info.kind, "cpu") != 0
+            ? p->device_bytes
+            : 0;
   }
   pthread_mutex_unlock(&b->models.mu);
   size_t n = mlpd_metrics_render(m, buf, cap);

@@ -46,11 +46,18 @@ typedef struct mlpd_board_s {
   atomic_int state;                /* mlpd_state_t; the daemon's */
   atomic_uint_fast64_t shm_mapped; /* bytes of regions mapped, every
                                       connection (region.h adds to it) */
-  mlpd_access_t *access;           /* borrowed: uid labels */
-  int nshards;                     /* I/O threads */
-  pthread_mutex_t mu;              /* guards the published part below */
-  mlpd_pool_t *pool;               /* published: the primary model's pool */
-  uint64_t generation;             /* 1 + successful reloads, 0 before */
+  atomic_llong queued_rows;        /* rows admitted and not yet handed to
+                                      a device, every I/O thread (the
+                                      schedulers add their changes): the
+                                      daemon's one admission budget */
+  atomic_llong model_queued_rows[MLPD_MAX_MODELS]; /* the same by model:
+                                      what its queue-delay estimate
+                                      waits behind */
+  mlpd_access_t *access;                           /* borrowed: uid labels */
+  int nshards;                                     /* I/O threads */
+  pthread_mutex_t mu;  /* guards the published part below */
+  mlpd_pool_t *pool;   /* published: the primary model's pool */
+  uint64_t generation; /* 1 + successful reloads, 0 before */
   uint64_t reloads_ok, reloads_failed;
   char layers[256]; /* "64-128-128-10", of pool's model */
   mlpd_board_shard_t shards[MLPD_BOARD_MAX_SHARDS];

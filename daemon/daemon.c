@@ -36,6 +36,7 @@ void mlpd_config_init(mlpd_config_t *c) {
   c->max_batch = 256;
   c->max_delay_us = 200;
   c->max_queue = 4096;
+  c->max_queue_delay_ms = 500;
   c->max_frame = 64u << 20;
   c->max_unsent = 16u << 20;
   c->http_max_body = 64u << 20;
@@ -907,6 +908,8 @@ static int io_threads(const mlpd_config_t *c) {
 
 static int start_shards(mlpd_daemon_t *d, mlpd_err_t *err) {
   int n = d->nshards;
+  /* --max-queue is one budget for the whole daemon (the board's
+   * queued_rows); only the staging slots are sized per thread. */
   int queue = (d->cfg.max_queue + n - 1) / n;
   int slots = (queue + d->cfg.max_batch - 1) / d->cfg.max_batch + 3;
   if (slots > MLPD_BATCHER_MAX_SLOTS)
@@ -917,7 +920,9 @@ static int start_shards(mlpd_daemon_t *d, mlpd_err_t *err) {
       .idle_timeout_ms = d->cfg.idle_timeout_ms,
       .frame_timeout_ms = d->cfg.frame_timeout_ms,
       .max_delay_ns = d->cfg.max_delay_us * 1000u,
-      .max_queue = queue,
+      .max_queue = d->cfg.max_queue,
+      .queue_slots = queue,
+      .max_queue_delay_ns = d->cfg.max_queue_delay_ms * 1000000u,
       .nslots = slots,
       .max_regions = d->cfg.max_regions,
       .max_shm_bytes = d->cfg.max_shm_bytes,

@@ -60,6 +60,7 @@ typedef struct mlpd_config_s {
   int max_batch;               /* --max-batch rows */
   uint64_t max_delay_us;       /* --max-delay-us */
   int max_queue;               /* --max-queue rows, the whole daemon */
+  uint64_t max_queue_delay_ms; /* --max-queue-delay-ms, 0 = no bound */
   size_t max_frame;            /* --max-frame bytes */
   size_t max_unsent;           /* per-connection backpressure bound */
   mlpd_access_config_t access; /* --allow-uid/--allow-gid,

@@ -106,8 +106,9 @@ static void on_msg(mlpd_mailbox_t *mb, mlpd_msg_t *msg) {
  * computation itself. */
 static void *dispatch_main(void *arg) {
   mlpd_dispatch_t *d = arg;
-  while (uv_run(&d->loop, mlpd_scheduler_poll_hot(&d->sched) ? UV_RUN_NOWAIT
-                                                         : UV_RUN_ONCE) != 0)
+  while (uv_run(&d->loop, mlpd_scheduler_poll_hot(&d->sched)
+                              ? UV_RUN_NOWAIT
+                              : UV_RUN_ONCE) != 0)
     ;
   return NULL;
 }
@@ -123,12 +124,17 @@ int mlpd_dispatch_start(mlpd_dispatch_t *d, int index,
   d->daemon_mb = daemon_mb;
   mlpd_board_shard_t *stats = mlpd_board_shard(board, index);
   mlpd_scheduler_config_t sc = {.max_delay_ns = cfg->max_delay_ns,
-                            .max_queue = cfg->max_queue,
-                            .nslots = cfg->nslots};
+                                .nslots = cfg->nslots,
+                                .queued = &board->queued_rows,
+                                .model_queued = board->model_queued_rows};
   mlpd_scheduler_init(&d->sched, index, &sc, &d->mb, stats,
-                  mlpd_requests_on_done, &d->reqs);
+                      mlpd_requests_on_done, &d->reqs);
   mlpd_requests_config_t rc_cfg = {.max_frame = cfg->max_frame,
                                    .max_queue = cfg->max_queue,
+                                   .win_rows = 0,
+                                   .win_bytes = cfg->max_unsent,
+                                   .max_queue_delay_ns =
+                                       cfg->max_queue_delay_ns,
                                    .nslots = cfg->nslots,
                                    .max_regions = cfg->max_regions,
                                    .max_shm_bytes = cfg->max_shm_bytes};

@@ -3,8 +3,9 @@
  *
  * Deliberately not here: locking (metrics.h says who locks),
  * allocation (updates touch fixed arrays; rendering writes into the caller's
- * buffer; only mlpd_metrics_render_into grows one), OpenMetrics or protobuf exposition, summaries/quantiles (they
- * cannot be aggregated across instances; histograms can), and any I/O. */
+ * buffer; only mlpd_metrics_render_into grows one), OpenMetrics or protobuf
+ * exposition, summaries/quantiles (they cannot be aggregated across instances;
+ * histograms can), and any I/O. */
 #include "metrics.h"
 
 #include "error.h"
@@ -189,6 +190,10 @@ void mlpd_metrics_merge(mlpd_metrics_t *d, const mlpd_metrics_t *s) {
     d->model_rows[k] += s->model_rows[k];
     d->model_queue_rows[k] += s->model_queue_rows[k];
   }
+  for (int i = 0; i < MLPD_REFUSED_REASONS; i++)
+    d->refused[i] += s->refused[i];
+  d->paused_connections += s->paused_connections;
+  d->pauses += s->pauses;
 }
 
 void mlpd_metrics_count_model(mlpd_metrics_t *m, int model,
@@ -586,6 +591,23 @@ size_t mlpd_metrics_render(const mlpd_metrics_t *m, char *buf, size_t cap) {
   puts_(&w, "\nmlpd_reloads_total{result=\"failed\"} ");
   put_u64(&w, m->reloads_failed);
   puts_(&w, "\n");
+  family(&w, "mlpd_requests_refused_total", "counter",
+         "Infer requests refused before queueing, by reason.");
+  static const char *const reasons[MLPD_REFUSED_REASONS] = {
+      "queue_delay", "shutting_down", "loading"};
+  for (int i = 0; i < MLPD_REFUSED_REASONS; i++) {
+    puts_(&w, "mlpd_requests_refused_total{reason=\"");
+    puts_(&w, reasons[i]);
+    puts_(&w, "\"} ");
+    put_u64(&w, m->refused[i]);
+    puts_(&w, "\n");
+  }
+  scalar_u64(&w, "mlpd_connections_paused", "gauge",
+             "Connections not read now: flow control holds them until "
+             "their answers go out.",
+             m->paused_connections);
+  scalar_u64(&w, "mlpd_connection_pauses_total", "counter",
+             "Times flow control held a connection.", m->pauses);
   scalar_u64(&w, "mlpd_client_disconnects_dropped_rows_total", "counter",
              "Rows dropped before computing because their client left.",
              m->dropped_rows);
@@ -610,8 +632,9 @@ size_t mlpd_metrics_render(const mlpd_metrics_t *m, char *buf, size_t cap) {
       if (v == 0)
         continue;
       puts_(&w, "mlpd_client_requests_total{uid=\"");
-      put_label_value(&w, m->uid_names[u][0] ? m->uid_names[u]
-                          : (u == MLPD_UID_SLOTS - 1 ? "other" : "?"));
+      put_label_value(&w, m->uid_names[u][0]
+                              ? m->uid_names[u]
+                              : (u == MLPD_UID_SLOTS - 1 ? "other" : "?"));
       puts_(&w, "\",status=\"");
       puts_(&w, status_names[i].name);
       puts_(&w, "\"} ");
@@ -625,8 +648,8 @@ size_t mlpd_metrics_render(const mlpd_metrics_t *m, char *buf, size_t cap) {
   family(&w, "mlpd_tensor_bytes_total", "counter",
          "Tensor bytes in and out, inline in frames or through shared "
          "memory regions.");
-  static const char *const tr[4][2] = {{"inline", "in"}, {"inline", "out"},
-                                       {"shm", "in"}, {"shm", "out"}};
+  static const char *const tr[4][2] = {
+      {"inline", "in"}, {"inline", "out"}, {"shm", "in"}, {"shm", "out"}};
   const uint64_t tv[4] = {m->inline_in_bytes, m->inline_out_bytes,
                           m->shm_in_bytes, m->shm_out_bytes};
   for (int i = 0; i < 4; i++) {
@@ -644,8 +667,7 @@ size_t mlpd_metrics_render(const mlpd_metrics_t *m, char *buf, size_t cap) {
   scalar_u64(&w, "mlpd_shm_regions", "gauge",
              "Shared-memory regions registered.", m->shm_regions);
   scalar_u64(&w, "mlpd_batches_retried_total", "counter",
-             "Failed batches run again on another device.",
-             m->batches_retried);
+             "Failed batches run again on another device.", m->batches_retried);
   uint64_t in_rot = 0;
   for (int i = 0; i < m->ndevices; i++)
     in_rot += m->devices[i].in_rotation != 0;
@@ -675,12 +697,24 @@ size_t mlpd_metrics_render(const mlpd_metrics_t *m, char *buf, size_t cap) {
       put_label_value(&w, d->name);
       puts_(&w, "\"} ");
       switch (f) {
-      case 0: put_u64(&w, d->batches); break;
-      case 1: put_u64(&w, d->rows); break;
-      case 2: put_u64(&w, d->failures); break;
-      case 3: put_double(&w, d->busy_seconds); break;
-      case 4: put_u64(&w, d->memory_bytes); break;
-      default: put_u64(&w, d->in_rotation ? 1 : 0); break;
+      case 0:
+        put_u64(&w, d->batches);
+        break;
+      case 1:
+        put_u64(&w, d->rows);
+        break;
+      case 2:
+        put_u64(&w, d->failures);
+        break;
+      case 3:
+        put_double(&w, d->busy_seconds);
+        break;
+      case 4:
+        put_u64(&w, d->memory_bytes);
+        break;
+      default:
+        put_u64(&w, d->in_rotation ? 1 : 0);
+        break;
       }
       puts_(&w, "\n");
     }

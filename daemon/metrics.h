@@ -104,6 +104,14 @@ typedef struct mlpd_metrics_device_s {
   uint64_t memory_bytes;
 } mlpd_metrics_device_t;
 
+/* Why an infer request was refused (mlpd_requests_refused_total). */
+enum {
+  MLPD_REFUSED_QUEUE_DELAY = 0, /* it would wait over --max-queue-delay-ms */
+  MLPD_REFUSED_SHUTTING_DOWN,
+  MLPD_REFUSED_LOADING,
+  MLPD_REFUSED_REASONS
+};
+
 typedef struct mlpd_metrics_s {
   uint64_t requests[MLPD_STATUS_SLOTS]; /* by mlpd_status_t */
   mlpd_hist_t request_duration;         /* seconds */
@@ -129,6 +137,9 @@ typedef struct mlpd_metrics_s {
   uint64_t shm_mapped_bytes;
   uint64_t shm_regions;
   uint64_t batches_retried;
+  uint64_t refused[MLPD_REFUSED_REASONS]; /* infer refused, by reason */
+  uint64_t paused_connections;          /* held by flow control now */
+  uint64_t pauses;                      /* times a connection was held */
   int ndevices;
   mlpd_metrics_device_t devices[MLPD_METRICS_MAX_DEVICES];
   /* per model, by index (models.h); per thread, merged */

@@ -24,12 +24,15 @@ typedef struct {
   int ext;                     /* from another front end (no conn) */
   mlpd_requests_done_fn ext_done; /* NULL once cancelled */
   void *ext_ud;
+  size_t win_bytes; /* counted in its connection's window */
 } dreq_t;
 
 /* Per connection: its requests in flight and its regions. */
 typedef struct {
   dreq_t *head;
   mlpd_regions_t regions;
+  long long rows; /* window: rows admitted and not answered */
+  size_t bytes;   /* ... and their tensor bytes */
 } conn_state_t;
 
 static dreq_t *dreq_of(mlpd_req_t *r) { return (dreq_t *)r; }
@@ -132,6 +135,45 @@ static void unlink_req(dreq_t *q) {
     q->r.owner_next->owner_prev = q->r.owner_prev;
   q->conn = NULL;
   c->busy--;
+  cs->rows -= q->r.rows;
+  cs->bytes -= q->win_bytes;
+}
+
+/* Flow control (requests.h): holds the connection while it is past its
+ * window, or while the daemon's queue is full and it has requests in
+ * flight (their answers release it); releases it otherwise. A connection
+ * with nothing in flight is never held, so every client makes progress. */
+static void flow(mlpd_requests_t *r, mlpd_conn_t *c) {
+  conn_state_t *cs = c->owner_data;
+  if (cs == NULL || c->closing)
+    return;
+  /* Two batches per device keep every device busy from one connection,
+   * and a lone request on another connection waits behind at most that. */
+  long long win = r->cfg.win_rows;
+  for (int m = 0; m < MLPD_MAX_MODELS; m++) {
+    const mlpd_batcher_shape_t *sh = mlpd_scheduler_shape(r->sched, m);
+    mlpd_pool_t *p = mlpd_scheduler_pool(r->sched, m);
+    if (sh == NULL || p == NULL)
+      continue;
+    /* Per model, the largest: a connection may feed any of them. */
+    long long two = 2LL * sh->max_batch * mlpd_pool_in_rotation(p);
+    if (win < two)
+      win = two;
+  }
+  int over = cs->rows >= win || cs->bytes >= r->cfg.win_bytes ||
+             mlpd_scheduler_queued_all(r->sched) >= r->cfg.max_queue;
+  int hold = over && c->busy > 0;
+  if (hold == c->held)
+    return;
+  mlpd_server_hold(c, hold);
+}
+
+static void on_flow(void *ud, mlpd_server_t *s) {
+  mlpd_requests_t *r = ud;
+  STATS(r, {
+    m->paused_connections = (uint64_t)s->nstopped;
+    m->pauses = s->stops;
+  });
 }
 
 static void on_open(void *ud, mlpd_conn_t *c) {
@@ -245,6 +287,8 @@ void mlpd_requests_on_done(void *ud, mlpd_req_t *req, mlpd_status_t status,
   }
   free_req(q);
   r->inflight--;
+  if (c != NULL)
+    flow(r, c);
 }
 
 /* ---- Infer ----------------------------------------------------------------
@@ -318,6 +362,12 @@ static int check_model_width(mlpd_requests_t *r, const char *model,
              cols, (*shape)->in_features, (*shape)->in_features);
     rc = MLPD_EINVAL;
   }
+  /* Refusals that tell the client to retry later are flow metrics too
+   * (docs/metrics.md); naming no model or a wrong one is not. */
+  if (rc == MLPD_ESTOPPING)
+    STATS(r, m->refused[MLPD_REFUSED_SHUTTING_DOWN]++);
+  else if (rc != 0 && *st == MLPD_STATUS_UNAVAILABLE)
+    STATS(r, m->refused[MLPD_REFUSED_LOADING]++);
   if (rc != 0 && *index >= 0)
     STATS(r, mlpd_metrics_count_model(m, *index, *st, -1));
   return rc;
@@ -326,9 +376,10 @@ static int check_model_width(mlpd_requests_t *r, const char *model,
 /* The shape an infer request is checked against, or NULL after refusing
  * it (shutting down, no such model, loading, wrong width, answer too
  * large). Sets *index to the model's. */
-static const mlpd_batcher_shape_t *
-check_infer(mlpd_requests_t *r, mlpd_conn_t *c, const mlpd_rpc_request_t *q,
-            int *index) {
+static const mlpd_batcher_shape_t *check_infer(mlpd_requests_t *r,
+                                               mlpd_conn_t *c,
+                                               const mlpd_rpc_request_t *q,
+                                               int *index) {
   const mlpd_batcher_shape_t *sh = NULL;
   mlpd_status_t st = MLPD_STATUS_OK;
   char msg[256];
@@ -389,11 +440,17 @@ static int bind_io(conn_state_t *cs, dreq_t *d, const mlpd_rpc_request_t *q,
  * queue, gives them their own copy (the frame is about to be reused). */
 static void admitted(mlpd_requests_t *r, mlpd_conn_t *c, dreq_t *d,
                      const mlpd_rpc_request_t *q) {
-  link_req(c->owner_data, d);
+  conn_state_t *cs = c->owner_data;
+  link_req(cs, d);
   c->busy++;
   r->inflight++;
   size_t in_bytes =
       (size_t)q->rows * (size_t)q->cols * mlpd_dtype_size(q->in_dtype);
+  size_t out_bytes =
+      (size_t)q->rows * (size_t)d->r.out_cols * mlpd_dtype_size(q->out_dtype);
+  d->win_bytes = in_bytes + out_bytes;
+  cs->rows += q->rows;
+  cs->bytes += d->win_bytes;
   STATS(r, {
     m->inflight_requests++;
     if (d->in_region != NULL)
@@ -416,12 +473,36 @@ static void admitted(mlpd_requests_t *r, mlpd_conn_t *c, dreq_t *d,
   d->r.src_stable = 1;
 }
 
+/* True overload (requests.h): the rows every thread queued for this
+ * request's model would keep it waiting longer than the bound. A request
+ * into an empty queue is never refused. */
+static int overloaded(mlpd_requests_t *r, int rows, int model,
+                      uint64_t *wait_ns) {
+  if (r->cfg.max_queue_delay_ns == 0 ||
+      mlpd_scheduler_queued_model(r->sched, model) <= 0)
+    return 0;
+  *wait_ns = mlpd_scheduler_wait_ns(r->sched, model, rows);
+  return *wait_ns > r->cfg.max_queue_delay_ns;
+}
+
 static void handle_infer(mlpd_requests_t *r, mlpd_conn_t *c,
                          const mlpd_rpc_request_t *q, uint64_t now) {
   int model = -1;
   const mlpd_batcher_shape_t *sh = check_infer(r, c, q, &model);
   if (sh == NULL)
     return;
+  uint64_t wait_ns = 0;
+  if (overloaded(r, q->rows, model, &wait_ns)) {
+    STATS(r, m->refused[MLPD_REFUSED_QUEUE_DELAY]++);
+    send_error(r, c, q->id, MLPD_RPC_INFER, MLPD_STATUS_UNAVAILABLE,
+               "overloaded: %lld rows queued for this model would keep "
+               "this request waiting about %llu ms, over the %llu ms bound "
+               "(--max-queue-delay-ms); retry later",
+               mlpd_scheduler_queued_model(r->sched, model),
+               (unsigned long long)(wait_ns / 1000000u),
+               (unsigned long long)(r->cfg.max_queue_delay_ns / 1000000u));
+    return;
+  }
   size_t out_bytes = (size_t)q->rows * (size_t)sh->out_features *
                      mlpd_dtype_size(q->out_dtype);
   int inline_out = !q->out_region.set;
@@ -454,18 +535,13 @@ static void handle_infer(mlpd_requests_t *r, mlpd_conn_t *c,
   d->r.deadline_ns =
       q->timeout_ms ? now + (uint64_t)q->timeout_ms * 1000000u : 0;
   int rc = mlpd_scheduler_admit(r->sched, &d->r, now);
-  if (rc == MLPD_EBUSY) {
-    send_error(r, c, q->id, MLPD_RPC_INFER, MLPD_STATUS_UNAVAILABLE,
-               "queue full: %d rows queued, limit %d (--max-queue); retry",
-               mlpd_scheduler_queue_rows(r->sched, model), r->cfg.max_queue);
-    goto err_req;
-  }
   if (rc != 0) {
     send_error(r, c, q->id, MLPD_RPC_INFER, MLPD_STATUS_INVALID_ARGUMENT,
                "request not admitted: %s", mlpd_strerror(rc));
     goto err_req;
   }
   admitted(r, c, d, q);
+  flow(r, c);
   return;
 
 err_req:
@@ -622,8 +698,8 @@ static void handle_list_models(mlpd_requests_t *r, mlpd_conn_t *c,
   mlpd_models_status_t *ms = malloc(MLPD_MAX_MODELS * sizeof(*ms));
   mlpd_rpc_model_status_t *out = malloc(MLPD_MAX_MODELS * sizeof(*out));
   if (ms == NULL || out == NULL) {
-    send_error(r, c, id, MLPD_RPC_LIST_MODELS,
-               MLPD_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+    send_error(r, c, id, MLPD_RPC_LIST_MODELS, MLPD_STATUS_RESOURCE_EXHAUSTED,
+               "out of memory");
     goto out;
   }
   int n = mlpd_models_list(&r->board->models, ms, MLPD_MAX_MODELS);
@@ -656,7 +732,7 @@ static void handle_load_unload(mlpd_requests_t *r, mlpd_conn_t *c,
                                q->model, &err);
   if (rc != 0) {
     send_error(r, c, q->id, q->kind,
-               rc == MLPD_ENOENT ? MLPD_STATUS_NOT_FOUND
+               rc == MLPD_ENOENT   ? MLPD_STATUS_NOT_FOUND
                : rc == MLPD_EINVAL ? MLPD_STATUS_INVALID_ARGUMENT
                                    : MLPD_STATUS_RESOURCE_EXHAUSTED,
                "%s: %s", verb, err.msg);
@@ -671,8 +747,7 @@ static void handle_load_unload(mlpd_requests_t *r, mlpd_conn_t *c,
                "out of memory");
     return;
   }
-  if (mlpd_models_find(&r->board->models, q->model, NULL, &index, NULL) !=
-          0 ||
+  if (mlpd_models_find(&r->board->models, q->model, NULL, &index, NULL) != 0 ||
       mlpd_models_get(&r->board->models, index, ms) != 0) {
     snprintf(ms->name, sizeof(ms->name), "%s", q->model);
     ms->state = MLPD_MODEL_UNLOADED;
@@ -731,6 +806,19 @@ static void on_frame(void *ud, mlpd_conn_t *c, const uint8_t *body,
     }
     send_error(r, c, q.id, q.kind, MLPD_STATUS_INVALID_ARGUMENT, "%s", err.msg);
     return;
+  }
+  if (q.kind != MLPD_RPC_REGISTER_REGION) {
+    int fd = mlpd_server_take_fd(c);
+    if (fd != -1) {
+      if (fd >= 0)
+        close(fd);
+      send_error(r, c, q.id, q.kind, MLPD_STATUS_INVALID_ARGUMENT,
+                 "a file descriptor came with a frame that is not a "
+                 "RegisterRegion; only a RegisterRegion may carry one (and "
+                 "must be the only unanswered frame on its connection); "
+                 "the descriptor is closed");
+      return;
+    }
   }
   switch (q.kind) {
   case MLPD_RPC_INFER:
@@ -828,6 +916,19 @@ static int infer_ext(mlpd_requests_t *r, const mlpd_requests_infer_t *in,
                              status, msg, cap);
   if (rc != 0)
     return rc;
+  uint64_t wait_ns = 0;
+  if (overloaded(r, in->rows, index, &wait_ns)) {
+    STATS(r, m->refused[MLPD_REFUSED_QUEUE_DELAY]++);
+    *status = MLPD_STATUS_UNAVAILABLE;
+    snprintf(msg, cap,
+             "overloaded: %lld rows queued for this model would keep this "
+             "request waiting about %llu ms, over the %llu ms bound "
+             "(--max-queue-delay-ms); retry later",
+             mlpd_scheduler_queued_model(r->sched, index),
+             (unsigned long long)(wait_ns / 1000000u),
+             (unsigned long long)(r->cfg.max_queue_delay_ns / 1000000u));
+    return MLPD_EBUSY;
+  }
   size_t out_bytes = (size_t)in->rows * (size_t)sh->out_features *
                      mlpd_dtype_size(in->out_dtype);
   dreq_t *d = malloc(sizeof(*d) + out_bytes);
@@ -857,8 +958,9 @@ static int infer_ext(mlpd_requests_t *r, const mlpd_requests_infer_t *in,
     if (rc == MLPD_EBUSY) {
       *status = MLPD_STATUS_UNAVAILABLE;
       snprintf(msg, cap,
-               "queue full: %d rows queued, limit %d (--max-queue); retry",
-               mlpd_scheduler_queue_rows(r->sched, index), r->cfg.max_queue);
+               "queue full: %lld rows queued in the daemon, limit %d "
+               "(--max-queue); retry",
+               mlpd_scheduler_queued_all(r->sched), r->cfg.max_queue);
     } else {
       *status = MLPD_STATUS_INVALID_ARGUMENT;
       snprintf(msg, cap, "request not admitted: %s", mlpd_strerror(rc));
@@ -927,6 +1029,7 @@ void mlpd_requests_callbacks(mlpd_requests_t *r, mlpd_server_callbacks_t *cb) {
       .on_open = on_open,
       .on_close = on_close,
       .encode_status = encode_status,
+      .on_flow = on_flow,
       .ud = r,
   };
 }

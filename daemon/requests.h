@@ -11,6 +11,14 @@
  * UnregisterRegion change the connection's regions. Every infer request
  * is routed to its model by mlpd_requests_route.
  *
+ * Admission is flow control first: a connection whose admitted and not
+ * yet answered requests pass its window (rows or bytes), or one with
+ * requests in flight while the whole daemon has max_queue rows queued, is
+ * held (mlpd_server_hold) until its answers go out; its client is paced,
+ * never refused. Only true overload is refused: a request that would wait
+ * longer than max_queue_delay behind the rows queued by every thread (at
+ * the rate recent batches ran) is answered UNAVAILABLE at once.
+ *
  * Every bad input gets a status and a message naming what is wrong;
  * nothing a client sends can stop another client's request. It never
  * calls the daemon: what it knows of the daemon is on the board.
@@ -28,7 +36,15 @@
 
 typedef struct mlpd_requests_config_s {
   size_t max_frame;       /* an inline answer must fit one */
-  int max_queue;          /* rows (the scheduler's), for messages */
+  int max_queue;          /* rows queued in the whole daemon (the shared
+                             budget): past it, a connection with requests
+                             in flight is held (flow control) */
+  int win_rows;           /* per connection: rows admitted and not
+                             answered before it is held; at least two
+                             batches per device in rotation (0: that) */
+  size_t win_bytes;       /* ... and tensor bytes of those requests */
+  uint64_t max_queue_delay_ns; /* refuse (UNAVAILABLE) a request that would
+                                  wait longer than this; 0 = never */
   int nslots;             /* staging slots per thread, for ModelInfo */
   int max_regions;        /* per connection */
   uint64_t max_shm_bytes; /* all connections of the daemon */

@@ -39,18 +39,65 @@ mlpd_pool_t *mlpd_scheduler_pool(const mlpd_scheduler_t *s, int m) {
   return l != NULL ? l->pool : NULL;
 }
 
+/* Brings the daemon-wide counts of queued rows (all models, and each
+ * model's) up to date with this thread's batchers: every path that
+ * changes a queue ends here. */
+static void publish(mlpd_scheduler_t *s) {
+  for (int m = 0; m < s->nlanes; m++) {
+    mlpd_lane_t *l = &s->lanes[m];
+    long long now = l->batcher_ready ? l->batcher.queue_rows : 0;
+    if (now == l->published)
+      continue;
+    if (s->cfg.queued != NULL)
+      atomic_fetch_add(s->cfg.queued, now - l->published);
+    if (s->cfg.model_queued != NULL)
+      atomic_fetch_add(&s->cfg.model_queued[m], now - l->published);
+    l->published = now;
+  }
+}
+
 int mlpd_scheduler_admit(mlpd_scheduler_t *s, mlpd_req_t *req, uint64_t now) {
   if (mlpd_scheduler_shape(s, req->model) == NULL)
     return MLPD_EINVAL;
   int rc = mlpd_batcher_admit(&s->lanes[req->model].batcher, req, now);
   if (rc == 0)
     s->due = 1;
+  publish(s);
   return rc;
 }
 
 void mlpd_scheduler_cancel(mlpd_scheduler_t *s, mlpd_req_t *req) {
   mlpd_batcher_cancel(&s->lanes[req->model].batcher, req);
   s->due = 1;
+  publish(s);
+}
+
+long long mlpd_scheduler_queued_all(const mlpd_scheduler_t *s) {
+  if (s->cfg.queued != NULL)
+    return atomic_load(s->cfg.queued);
+  long long q = 0;
+  for (int m = 0; m < s->nlanes; m++)
+    q += s->lanes[m].published;
+  return q;
+}
+
+long long mlpd_scheduler_queued_model(const mlpd_scheduler_t *s, int m) {
+  const mlpd_lane_t *l = lane_c(s, m);
+  if (l == NULL)
+    return 0;
+  return s->cfg.model_queued != NULL ? atomic_load(&s->cfg.model_queued[m])
+                                     : l->published;
+}
+
+uint64_t mlpd_scheduler_wait_ns(const mlpd_scheduler_t *s, int m, int rows) {
+  const mlpd_lane_t *l = lane_c(s, m);
+  if (l == NULL || l->rate <= 0 || l->pool == NULL)
+    return 0;
+  int n = mlpd_pool_in_rotation(l->pool);
+  long long q = mlpd_scheduler_queued_model(s, m) + rows;
+  if (n < 1 || q <= 0)
+    return 0;
+  return (uint64_t)((double)q / (l->rate * n) * 1e9);
 }
 
 int mlpd_scheduler_queue_rows(const mlpd_scheduler_t *s, int m) {
@@ -120,6 +167,9 @@ static void unload_lane(mlpd_scheduler_t *s, mlpd_lane_t *l) {
   l->batcher_ready = 0;
   l->pool = NULL;
   l->on_gpu = 0;
+  /* A model loaded later under this index may cost differently. */
+  l->rate = l->rate_rows = l->rate_ns = 0;
+  l->rate_batches = 0;
 }
 
 static void switch_lane(mlpd_scheduler_t *s, int m) {
@@ -148,8 +198,10 @@ static void switch_lane(mlpd_scheduler_t *s, int m) {
       l->batcher_ready = 0;
     }
   } else if (!l->batcher_ready) {
+    /* No row limit in the batcher: the daemon-wide budget is requests.c's
+     * (flow control and the queue-delay bound). */
     mlpd_batcher_config_t bc = {.max_delay_ns = s->cfg.max_delay_ns,
-                                .max_queue = s->cfg.max_queue,
+                                .max_queue = INT32_MAX,
                                 .nslots = s->cfg.nslots,
                                 .max_attempts = 2};
     mlpd_err_t err = {0};
@@ -177,6 +229,7 @@ int mlpd_scheduler_try_switch(mlpd_scheduler_t *s) {
       continue;
     switch_lane(s, m);
     s->due = 1;
+    publish(s);
     return m;
   }
   return -1;
@@ -278,6 +331,7 @@ uint64_t mlpd_scheduler_run(mlpd_scheduler_t *s, int arriving) {
     for (int k = 0; k < s->nlanes; k++)
       moved |= run_lane(s, (first + k) % s->nlanes, now, arriving, &blocked);
   }
+  publish(s);
   uint64_t due = UINT64_MAX;
   uint64_t queue = 0, dropped = 0;
   pthread_mutex_lock(&s->stats->mu);
@@ -340,11 +394,27 @@ void mlpd_scheduler_on_job(mlpd_scheduler_t *s, mlpd_job_t *job) {
     retry = mlpd_pool_can_retry(p, job->engine);
   }
   count_job(s, m, job, 0);
+  /* The device's rate, for the queue-delay estimate: rows over device
+   * time of the lane's recent batches, each sum decaying by 1/16 a batch,
+   * so a slow first batch is soon forgotten and full batches weigh the
+   * most. Per lane: models differ in cost. */
+  if (job->rc == 0 && job->end_ns > job->start_ns) {
+    l->rate_rows = l->rate_rows * (15.0 / 16.0) + job->batch.rows;
+    l->rate_ns =
+        l->rate_ns * (15.0 / 16.0) + (double)(job->end_ns - job->start_ns);
+    /* The first batches of a cold engine (page faults, threads starting)
+     * are far slower than the rest: no estimate before a few. */
+    if (l->rate_batches < 8)
+      l->rate_batches++;
+    if (l->rate_batches >= 8)
+      l->rate = l->rate_rows / l->rate_ns * 1e9;
+  }
   if (l->batcher_ready &&
       mlpd_batcher_complete(&l->batcher, i, job->rc, job->why, retry,
                             job->start_ns, job->end_ns) == 1)
     count_job(s, m, job, 1);
   s->due = 1;
+  publish(s);
 }
 
 int mlpd_scheduler_idle(const mlpd_scheduler_t *s) {

@@ -30,8 +30,13 @@
 
 typedef struct mlpd_scheduler_config_s {
   uint64_t max_delay_ns;
-  int max_queue; /* rows admitted and not handed over, per model */
-  int nslots;    /* staging slots per model */
+  int nslots; /* staging slots per model */
+  /* Rows admitted and not yet handed to a device, summed over every I/O
+   * thread and model (the board's): the scheduler adds its own changes. */
+  atomic_llong *queued;
+  /* The same per model (the board's, MLPD_MAX_MODELS of them): what a
+   * request to that model waits behind. */
+  atomic_llong *model_queued;
 } mlpd_scheduler_config_t;
 
 /* One model's part of the scheduler. */
@@ -46,7 +51,13 @@ typedef struct mlpd_lane_s {
   mlpd_job_t jobs[MLPD_BATCHER_MAX_SLOTS];   /* one per slot */
   uint64_t ready_ns[MLPD_BATCHER_MAX_SLOTS]; /* slot ready, no engine yet */
   int next_engine;                           /* round-robin hint */
-  int on_gpu; /* the pool's engines are not the CPU's */
+  int on_gpu;                /* the pool's engines are not the CPU's */
+  long long published;       /* its rows counted in *cfg.queued and
+                                cfg.model_queued[m] */
+  double rate;               /* rows/s of one of its devices, recent batches; 0
+                                before the first few */
+  double rate_rows, rate_ns; /* its decaying sums */
+  int rate_batches;          /* batches measured, up to the first few */
 } mlpd_lane_t;
 
 typedef struct mlpd_scheduler_s {
@@ -86,8 +97,23 @@ int mlpd_scheduler_admit(mlpd_scheduler_t *s, mlpd_req_t *req,
 /* Takes a request back (mlpd_batcher_cancel). */
 void mlpd_scheduler_cancel(mlpd_scheduler_t *s, mlpd_req_t *req);
 
-/* Rows of model m admitted and not yet handed over, for messages. */
+/* Rows of model m admitted and not yet handed over by this thread, for
+ * messages. */
 int mlpd_scheduler_queue_rows(const mlpd_scheduler_t *s, int m);
+
+/* Rows admitted and not yet handed over by every I/O thread, all models:
+ * the daemon's one budget (--max-queue). */
+long long mlpd_scheduler_queued_all(const mlpd_scheduler_t *s);
+
+/* The same for model m only. */
+long long mlpd_scheduler_queued_model(const mlpd_scheduler_t *s, int m);
+
+/* How long `rows` more rows of model m would wait behind what every
+ * thread has queued for that model, from the rows/s this thread measured
+ * on recent batches of m and the devices in m's pool; 0 while nothing was
+ * measured yet. Models have their own pools, so other models' rows do not
+ * delay it. */
+uint64_t mlpd_scheduler_wait_ns(const mlpd_scheduler_t *s, int m, int rows);
 
 /* Asks for a scheduling pass before the loop sleeps. */
 static inline void mlpd_scheduler_kick(mlpd_scheduler_t *s) { s->due = 1; }

@@ -194,7 +194,14 @@ static int parse_command_line(mlpd_config_t *cfg, int argc, char **argv,
        .help = "wait at most this long for a batch to fill (default 200; 0 "
                "= never wait)"},
       {"max-queue", 0, MLPD_OPT_INT, &cfg->max_queue, 1, 1 << 30,
-       .meta = "N", .help = "rows queued before UNAVAILABLE (default 4096)"},
+       .meta = "N",
+       .help = "rows queued in the whole daemon; past it, connections\n"
+               "with requests in flight are paced, not refused "
+               "(default 4096)"},
+      {"max-queue-delay-ms", 0, MLPD_OPT_U64, &cfg->max_queue_delay_ms, 0,
+       3600000, .meta = "MS",
+       .help = "refuse (UNAVAILABLE) a request that would wait longer\n"
+               "than this behind the queue (default 500; 0 = never)"},
       /* Below 2 GiB: a response of up to that size is one uv_write. */
       {"max-frame", 0, MLPD_OPT_SIZE, &cfg->max_frame, 64, 1u << 31,
        .meta = "BYTES", .help = "largest request frame (default 67108864)"},

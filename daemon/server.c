@@ -18,6 +18,11 @@
 #define READ_CHUNK (64u * 1024u)
 #define SHRINK_ABOVE (1u << 20)
 #define READS_PER_WAKEUP 8   /* then let other connections run */
+/* Fair reading: frames and bytes one connection may have handled per turn;
+ * what is left waits for the next loop iteration, after every other
+ * connection had its turn and the batches formed meanwhile went out. */
+#define FRAMES_PER_TURN 16
+#define BYTES_PER_TURN (256u * 1024u)
 #define ACCEPTS_PER_WAKEUP 32
 #define IOV_BATCH 64
 #define CLOSE_GRACE_NS (10ull * 1000000000ull) /* a refusal's write-out */
@@ -61,12 +66,41 @@ static void set_partial(mlpd_conn_t *c, int on) {
   }
 }
 
+static void on_turn(uv_idle_t *h);
+
+/* Frames are buffered and ready to be handled in a later turn. */
+static void set_backlog(mlpd_conn_t *c, int on) {
+  mlpd_server_t *s = c->srv;
+  if (c->backlog == on)
+    return;
+  c->backlog = on;
+  s->nbacklog += on ? 1 : -1;
+  if (on && s->nbacklog == 1 && !s->closing)
+    uv_idle_start(&s->turns, on_turn);
+}
+
+/* Counts the connections not read because of flow control (the owner's
+ * hold or unsent backpressure) and tells the owner when that changes. */
+static void note_stopped(mlpd_conn_t *c) {
+  mlpd_server_t *s = c->srv;
+  int st = (c->paused || c->held) && !c->closing;
+  if (st == c->stopped)
+    return;
+  c->stopped = st;
+  s->nstopped += st ? 1 : -1;
+  if (st)
+    s->stops++;
+  if (s->cb.on_flow != NULL)
+    s->cb.on_flow(s->cb.ud, s);
+}
+
 /* Watches what the connection can make progress on now. */
 static void update_poll(mlpd_conn_t *c) {
+  note_stopped(c);
   if (c->closing)
     return;
   int ev = 0;
-  if (!c->paused && !c->close_after_write)
+  if (!c->paused && !c->held && !c->backlog && !c->close_after_write)
     ev |= UV_READABLE;
   if (c->whead != NULL)
     ev |= UV_WRITABLE;
@@ -96,6 +130,11 @@ static void conn_closed(uv_handle_t *h) {
    * there would free them under the owner's feet. */
   s->cb.on_close(s->cb.ud, c);
   set_partial(c, 0);
+  set_backlog(c, 0);
+  if (c->held)
+    s->nheld--;
+  c->closing = 1;
+  note_stopped(c);
   if (c->prev)
     c->prev->next = c->next;
   else
@@ -260,11 +299,32 @@ void mlpd_server_refuse(mlpd_conn_t *c, mlpd_status_t status,
 
 /* ---- reading ------------------------------------------------------------ */
 
+/* 1 when rbuf holds a complete frame (or a bad header, which the next
+ * turn reports) at its start. */
+static int frame_buffered(mlpd_conn_t *c) {
+  size_t hl;
+  uint64_t bl;
+  int r = mlpd_frame_parse_header(c->rbuf, c->rlen, c->srv->cfg.max_frame,
+                                  &hl, &bl);
+  return r < 0 || (r > 0 && c->rlen >= hl + bl);
+}
+
+/* Handles the complete frames in the buffer, one turn's worth: at most
+ * FRAMES_PER_TURN frames and BYTES_PER_TURN bytes, and none while the
+ * owner holds the connection (flow control); what is left is handled in a
+ * later turn (on_turn) or once the hold ends. While the server closes,
+ * everything buffered is handled at once. */
 static void process(mlpd_conn_t *c) {
   mlpd_server_t *s = c->srv;
   size_t pos = 0;
+  int frames = 0, stopped = 0;
   c->need = 0;
   while (!c->closing && !c->close_after_write) {
+    if (!s->closing && (c->held || frames >= FRAMES_PER_TURN ||
+                        pos >= BYTES_PER_TURN)) {
+      stopped = 1;
+      break;
+    }
     size_t hl;
     uint64_t bl;
     int r = mlpd_frame_parse_header(c->rbuf + pos, c->rlen - pos,
@@ -292,6 +352,7 @@ static void process(mlpd_conn_t *c) {
     if (!c->closing)
       close_stale_fds(c, c->frame_hi);
     pos += hl + (size_t)bl;
+    frames++;
     c->frame_ns = 0;
   }
   if (c->closing)
@@ -301,14 +362,67 @@ static void process(mlpd_conn_t *c) {
     c->rlen -= pos;
     c->rx_off += pos;
   }
-  if (c->rlen > 0 && c->frame_ns == 0)
+  /* Complete frames left for a later turn are not a slow frame: only an
+   * incomplete one runs the frame timeout and tells the batcher that rows
+   * are on their way. */
+  int ready = stopped && c->rlen > 0 && frame_buffered(c);
+  int partial = c->rlen > 0 && !ready;
+  if (partial && c->frame_ns == 0)
     c->frame_ns = mlpd_now_ns();
-  set_partial(c, c->rlen > 0);
+  if (!partial)
+    c->frame_ns = 0;
+  set_backlog(c, ready && !c->held && !c->close_after_write);
+  set_partial(c, partial || c->backlog);
   if (c->rlen == 0 && c->rcap > SHRINK_ABOVE) {
     free(c->rbuf);
     c->rbuf = NULL;
     c->rcap = 0;
   }
+}
+
+/* One turn for every connection with frames left over, in list order, so
+ * that a deep pipeline on one connection takes its turn like the others. */
+static void on_turn(uv_idle_t *h) {
+  mlpd_server_t *s = h->data;
+  for (mlpd_conn_t *c = s->conns, *next; c != NULL; c = next) {
+    next = c->next;
+    if (!c->backlog || c->closing)
+      continue;
+    set_backlog(c, 0);
+    process(c);
+    update_poll(c);
+  }
+  if (s->nbacklog == 0)
+    uv_idle_stop(&s->turns);
+}
+
+void mlpd_server_hold(mlpd_conn_t *c, int on) {
+  mlpd_server_t *s = c->srv;
+  on = on != 0;
+  if (c->held == on || c->closing)
+    return;
+  c->held = on;
+  s->nheld += on ? 1 : -1;
+  /* Released: frames already buffered go first, in the next turn. */
+  if (!on && c->rlen > 0 && !c->close_after_write)
+    set_backlog(c, 1);
+  update_poll(c);
+}
+
+/* The protocol's rule for descriptors (docs/protocol.md): the frame that
+ * carries one is the only unanswered frame of its connection, so the read
+ * that brings it starts at a frame boundary with nothing buffered (Linux
+ * joins the bytes of earlier descriptor-less sends in front of it) and
+ * holds exactly that one frame (the kernel ends a read after the send that
+ * carried a descriptor). Anything else cannot be paired for sure. */
+static int fd_read_alone(mlpd_conn_t *c, size_t before, size_t n) {
+  if (before != 0 || n == 0)
+    return 0;
+  size_t hl;
+  uint64_t bl;
+  int r = mlpd_frame_parse_header(c->rbuf, n, c->srv->cfg.max_frame, &hl,
+                                  &bl);
+  return r > 0 && hl + bl == n;
 }
 
 /* Reads once into the buffer, taking any descriptors that came along.
@@ -341,7 +455,8 @@ static ssize_t read_some(mlpd_conn_t *c, size_t limit) {
   ssize_t n = recvmsg(c->fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
   if (n < 0)
     return errno == EWOULDBLOCK ? -EAGAIN : -errno;
-  int overflow = (mh.msg_flags & MSG_CTRUNC) != 0;
+  int overflow = (mh.msg_flags & MSG_CTRUNC) != 0, with_fd = 0;
+  size_t before = c->rlen;
   for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm != NULL;
        cm = CMSG_NXTHDR(&mh, cm)) {
     if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
@@ -366,12 +481,26 @@ static ssize_t read_some(mlpd_conn_t *c, size_t limit) {
         close(entry);
       overflow = 1;
     }
+    with_fd = 1;
   }
   if (overflow) {
     mlpd_server_refuse(c, MLPD_STATUS_INVALID_ARGUMENT,
                        "too many file descriptors sent without a "
                        "RegisterRegion frame to claim them; closing the "
                        "connection");
+    return -EPROTO;
+  }
+  if (with_fd && !fd_read_alone(c, before, (size_t)n)) {
+    for (int i = 0; i < c->nfds; i++)
+      if (c->fds[i] >= 0)
+        close(c->fds[i]);
+    c->nfds = 0;
+    mlpd_server_refuse(c, MLPD_STATUS_INVALID_ARGUMENT,
+                       "a file descriptor arrived together with the bytes "
+                       "of other frames: a RegisterRegion must be the only "
+                       "unanswered frame on its connection when it is sent, "
+                       "alone in the sendmsg that carries its memfd; the "
+                       "descriptor is closed and so is the connection");
     return -EPROTO;
   }
   if (n > 0)
@@ -381,11 +510,12 @@ static ssize_t read_some(mlpd_conn_t *c, size_t limit) {
 
 static void on_readable(mlpd_conn_t *c) {
   for (int i = 0; i < READS_PER_WAKEUP && !c->closing &&
-                  !c->close_after_write && !c->paused;
+                  !c->close_after_write && !c->paused && !c->held &&
+                  !c->backlog;
        i++) {
     ssize_t n = read_some(c, 0);
     if (n == -EAGAIN)
-      return;
+      break;
     if (n <= 0) {
       if (n < 0 && n != -EPROTO)
         MLPD_LOGD("conn %llu: read: %s", (unsigned long long)c->serial,
@@ -399,6 +529,7 @@ static void on_readable(mlpd_conn_t *c) {
     }
     process(c);
   }
+  update_poll(c);
 }
 
 static void on_io(uv_poll_t *h, int status, int events) {
@@ -579,8 +710,10 @@ int mlpd_server_start(mlpd_server_t *s, uv_loop_t *loop, int listen_fd,
   s->listener.data = s;
   uv_timer_init(loop, &s->timer);
   uv_timer_init(loop, &s->accept_retry);
+  uv_idle_init(loop, &s->turns);
   s->timer.data = s->accept_retry.data = s;
-  s->handles = 3;
+  s->turns.data = s;
+  s->handles = 4;
   uv_poll_start(&s->listener, UV_READABLE, on_listener);
   s->listening = 1;
   uint64_t t = 1000;
@@ -630,6 +763,7 @@ void mlpd_server_close(mlpd_server_t *s, int after_write,
   if (!uv_is_closing((uv_handle_t *)&s->timer)) {
     uv_close((uv_handle_t *)&s->timer, handle_closed);
     uv_close((uv_handle_t *)&s->accept_retry, handle_closed);
+    uv_close((uv_handle_t *)&s->turns, handle_closed);
   }
   for (mlpd_conn_t *c = s->conns, *next; c != NULL; c = next) {
     next = c->next;

@@ -25,6 +25,20 @@
  * and to one whose frame takes longer than frame_timeout from its first
  * byte to its last: a stalled partial frame cannot hold a buffer forever.
  *
+ * Fair reading: a connection has at most FRAMES_PER_TURN frames and
+ * BYTES_PER_TURN bytes handled per turn (server.c); what is left over
+ * waits for the next loop iteration, in which every other connection with
+ * frames waiting has its turn too, so a deep pipeline cannot starve a lone
+ * request on another connection. The owner can hold a connection
+ * (mlpd_server_hold): flow control instead of refusals.
+ *
+ * Descriptors: the read that brings one must start at a frame boundary
+ * with nothing buffered and hold exactly one frame (the protocol's rule: a
+ * RegisterRegion is the only unanswered frame on its connection when it is
+ * sent); anything else is refused and the connection closed, since Linux
+ * joins earlier descriptor-less sends in front of the one that carries a
+ * descriptor and the pairing could not be told.
+ *
  * Bounds: the frame length is checked before any of the body is buffered;
  * a connection whose unsent responses exceed max_unsent bytes is not read
  * from until they drain below half of it.
@@ -64,6 +78,9 @@ typedef struct mlpd_server_callbacks_s {
   /* The connection is going away; called from libuv's close phase, never
    * from inside another callback of the owner. */
   void (*on_close)(void *ud, mlpd_conn_t *c);
+  /* Optional: the number of connections flow control keeps from being
+   * read (nstopped, stops) changed. */
+  void (*on_flow)(void *ud, mlpd_server_t *s);
   /* Encodes a response carrying only `status` and `msg` (id 0) into buf:
    * its length, or 0 when it does not fit. */
   size_t (*encode_status)(void *ud, mlpd_status_t status, const char *msg,
@@ -100,6 +117,10 @@ struct mlpd_conn_s {
   size_t unsent;            /* bytes queued, with their overhead */
   int events;               /* what the poll watches now */
   int paused;               /* reading stopped for backpressure */
+  int held;                 /* the owner's flow control: no frame is
+                               handled, nothing read (mlpd_server_hold) */
+  int backlog;              /* complete frames wait for the next turn */
+  int stopped;              /* counted in srv->nstopped */
   int closing;              /* uv_close called */
   int close_after_write;    /* close once the queue is written */
   int partial;              /* counted in srv->partial */
@@ -124,7 +145,14 @@ struct mlpd_server_s {
   mlpd_conn_t *conns;            /* owned, every open connection */
   uint64_t nconns;
   uint64_t serial;
-  int partial;                   /* connections in the middle of a frame */
+  int partial;                   /* connections in the middle of a frame,
+                                    or with frames left for a turn */
+  uv_idle_t turns;               /* runs while frames wait for a turn */
+  int nbacklog;                  /* connections with frames waiting */
+  int nheld;                     /* connections held by the owner */
+  int nstopped;                  /* connections not read: held, or their
+                                    answers unsent (flow control) */
+  uint64_t stops;                /* times a connection was stopped so */
   int handles;                   /* open handles of the server itself */
   void (*on_closed)(void *ud);   /* see mlpd_server_close */
   void *on_closed_ud;
@@ -157,6 +185,12 @@ int mlpd_server_write(mlpd_conn_t *c, uint8_t *buf, size_t len);
  * none, or -N (N >= 2) when its message carried N descriptors at once
  * (already closed). */
 int mlpd_server_take_fd(mlpd_conn_t *c);
+
+/* Flow control (the owner's): while held, no frame of the connection is
+ * handled and nothing more is read, so the kernel's buffer fills and the
+ * client's writes block; on release, the frames already buffered are
+ * handled in the next turn. Nothing is refused: the client is paced. */
+void mlpd_server_hold(mlpd_conn_t *c, int on);
 
 /* Answers `status`/`msg` (id 0) and closes the connection once written. */
 void mlpd_server_refuse(mlpd_conn_t *c, mlpd_status_t status,

@@ -84,6 +84,12 @@ static void retire(mlpd_worker_t *w, int block) {
           (size_t)(w->ninflight - 1) * sizeof(w->inflight[0]));
   w->ninflight--;
   uint64_t now = mlpd_now_ns();
+  /* A batch submitted behind others in the pipeline reaches the device
+   * when the one before it ends (batches run in order): that is its
+   * start, for queue_us and for its requests' deadlines. */
+  if (w->last_end_ns > j->start_ns)
+    j->start_ns = w->last_end_ns;
+  w->last_end_ns = now;
   if (w->ninflight == 0) {
     atomic_fetch_add(&w->busy_ns, now - w->busy_since);
     atomic_store(&w->oldest_ns, 0);

@@ -9,8 +9,10 @@
  * only when the pipeline is full (then nothing could be submitted anyway).
  *
  * Load. A submitter first reserves room (mlpd_worker_reserve): at most
- * depth jobs are reserved or in flight, so a job handed over starts on the
- * device at once; that is when the batcher checks deadlines. The
+ * depth jobs are reserved or in flight, so a job handed over is submitted
+ * at once; it reaches the device when the batches before it in the
+ * pipeline are done, and that moment is its start_ns: the batcher fails a
+ * request whose deadline passed before it (mlpd_batcher_complete). The
  * reservation ends when the job comes back.
  *
  * Rotation. After MLPD_WORKER_MAX_FAILURES failed batches in a row the
@@ -46,7 +48,9 @@ struct mlpd_job_s {
   int rc;                    /* 0, or the engine's error */
   char why[MLPD_ERRMSG_MAX]; /* the error's message */
   uint64_t queued_ns;        /* handed to the worker */
-  uint64_t start_ns;         /* submitted to the engine */
+  uint64_t start_ns;         /* reached the device: submitted to the
+                                engine, or the end of the batch before it
+                                in the pipeline if that was later */
   uint64_t end_ns;           /* retired */
   mlpd_job_t *wnext;         /* the worker's queue */
 };
@@ -75,6 +79,7 @@ typedef struct mlpd_worker_s {
   int ninflight;
   int failures_in_row;
   uint64_t busy_since;       /* when ninflight went from 0 to 1 */
+  uint64_t last_end_ns;      /* when the last retired batch ended */
 } mlpd_worker_t;
 
 /* Starts the thread for `engine`. */

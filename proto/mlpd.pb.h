@@ -87,9 +87,15 @@ typedef struct _mlpd_v1_InferResponse {
 } mlpd_v1_InferResponse;
 
 /* Maps a shared-memory region for this connection. The frame must carry
- exactly one file descriptor (SCM_RIGHTS), attached to the sendmsg that
- sends the frame's first byte (the daemon pairs descriptors with
- RegisterRegion frames in arrival order; a message with two is refused):
+ exactly one file descriptor (SCM_RIGHTS), attached to the one sendmsg
+ that sends the whole frame, and must be the only unanswered frame on its
+ connection when it is sent (a client waits for every answer first):
+ Linux joins earlier descriptor-less sends in front of the one carrying a
+ descriptor, so a descriptor read together with bytes of another frame
+ cannot be paired, and the daemon refuses it (INVALID_ARGUMENT naming
+ this rule, connection closed); a descriptor sent with any other kind of
+ frame is closed and that frame is INVALID_ARGUMENT; a message with two
+ is refused:
  a memfd (memfd_create with MFD_ALLOW_SEALING) of at least `size` bytes,
  sealed against shrinking (F_SEAL_SHRINK), so that the daemon can never
  read past its end. The daemon maps `size` bytes read-write (read-only

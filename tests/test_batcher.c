@@ -408,6 +408,45 @@ static void test_deadline_at_hand_off(void **state) {
   fx_free(f);
 }
 
+/* A pipelined engine takes a batch at hand-off but reaches it only when
+ * the batches before it are done (the worker reports that as start_ns):
+ * a request whose deadline passed by then is DEADLINE_EXCEEDED, not OK,
+ * and one without a deadline (or a later one) is served. */
+static void test_deadline_at_the_device(void **state) {
+  (void)state;
+  fx_t *f = fx_new(4, 0, 64);
+  mlpd_req_t *late = req_new(1, 2, 0, 1 * MS);
+  mlpd_req_t *fine = req_new(2, 1, 0, 0);
+  mlpd_req_t *later = req_new(3, 1, 0, 9 * MS);
+  assert_int_equal(mlpd_batcher_admit(&f->b, late, 0), 0);
+  assert_int_equal(mlpd_batcher_admit(&f->b, fine, 0), 0);
+  assert_int_equal(mlpd_batcher_admit(&f->b, later, 0), 0);
+  int s = mlpd_batcher_ready(&f->b, 0, 1, 0);
+  /* Handed over in time (at 0.5 ms) ... */
+  assert_int_equal(start_run(f, s, 0, MS / 2), 4);
+  assert_int_equal(f->ndone, 0);
+  /* ... but on the device only at 3 ms, behind a running batch. */
+  assert_int_equal(mlpd_batcher_complete(&f->b, s, 0, NULL, 0, 3 * MS,
+                                         4 * MS),
+                   0);
+  assert_int_equal(f->ndone, 3);
+  for (int i = 0; i < 3; i++) {
+    mlpd_req_t *r = f->done_req[i];
+    assert_int_equal(f->done_status[i], r == late
+                                            ? MLPD_STATUS_DEADLINE_EXCEEDED
+                                            : MLPD_STATUS_OK);
+    /* queue_us is measured up to the device: start_ns is 3 ms. */
+    assert_int_equal(r->start_ns, 3 * MS);
+  }
+  check_output(f, fine);
+  check_output(f, later);
+  assert_true(mlpd_batcher_idle(&f->b));
+  req_free(late);
+  req_free(fine);
+  req_free(later);
+  fx_free(f);
+}
+
 static void test_failure_retried_elsewhere_once(void **state) {
   (void)state;
   fx_t *f = fx_new(8, 0, 64);
@@ -595,6 +634,7 @@ int main(void) {
       cmocka_unit_test(test_cancel_compacts_before_the_engine),
       cmocka_unit_test(test_deadlines),
       cmocka_unit_test(test_deadline_at_hand_off),
+      cmocka_unit_test(test_deadline_at_the_device),
       cmocka_unit_test(test_failure_retried_elsewhere_once),
       cmocka_unit_test(test_slots_complete_in_any_order),
       cmocka_unit_test(test_hold_for_engine_switch),

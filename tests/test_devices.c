@@ -160,7 +160,8 @@ static void run_load(const char *sock, int nconn, int requests, int rows,
 static void test_batches_spread_over_devices(void **state) {
   (void)state;
   const char *args[] = {"--device", "cpu:0,cpu:1", "--max-batch", "16",
-                        "--cpu-threads", "1", "--max-queue", "20000", NULL};
+                        "--cpu-threads", "1", "--max-queue", "20000",
+                        "--max-queue-delay-ms", "0", NULL};
   td_daemon_t d;
   td_spawn(&d, DIGITS, 0, 0, args);
   td_wait_ready(&d, TIMEOUT);
@@ -205,8 +206,10 @@ static void test_batches_spread_over_devices(void **state) {
 
 static void test_failing_device_leaves_rotation(void **state) {
   (void)state;
+  /* A burst of 7680 rows: not an overload to refuse here. */
   const char *args[] = {"--device", "cuda:0,cuda:1", "--max-batch", "16",
-                        "--max-queue", "20000", NULL};
+                        "--max-queue", "20000", "--max-queue-delay-ms", "0",
+                        NULL};
   /* cuda:1 fails every batch after its 3rd (the warm-up is its first). */
   const char *env[] = FAKE_GPU_ENV("cuda:1=3");
   td_daemon_t d;
@@ -291,7 +294,9 @@ static void test_dtype_on_cpu_devices(void **state) {
 
 static void test_io_threads(void **state) {
   (void)state;
-  const char *args[] = {"--io-threads", "3", "--max-batch", "32", "--max-queue", "20000", NULL};
+  const char *args[] = {"--io-threads", "3", "--max-batch", "32",
+                        "--max-queue", "20000", "--max-queue-delay-ms", "0",
+                        NULL};
   td_daemon_t d;
   td_spawn(&d, DIGITS, 0, 0, args);
   td_wait_ready(&d, TIMEOUT);

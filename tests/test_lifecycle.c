@@ -160,6 +160,19 @@ static void test_notify_ready_reload_watchdog_stop(void **state) {
   td_cleanup(&d, 0);
 }
 
+/* An answer while draining: computed (all 64 rows), or, for a request
+ * flow control had not read yet when the signal came, refused as shutting
+ * down (retryable). */
+static void count_drain_answer(const td_response_t *r, int *ok) {
+  if (r->status == 0) {
+    assert_int_equal(r->shape[0], 64);
+    (*ok)++;
+    return;
+  }
+  assert_int_equal(r->status, mlpd_v1_Status_UNAVAILABLE);
+  assert_non_null(strstr(r->message, "shutting down"));
+}
+
 static void test_not_ready_while_draining(void **state) {
   (void)state;
   char dir[256], path[512], http[512];
@@ -188,7 +201,7 @@ static void test_not_ready_while_draining(void **state) {
   kill(d.pid, SIGTERM);
   /* While the accepted batches finish: not ready, still live; the listener
    * is closed; HTTP readiness says so too. */
-  int draining = 0, answered = 0;
+  int draining = 0, answered = 0, ok = 0;
   td_response_t r;
   for (uint64_t end = now_ms() + TIMEOUT; !draining && now_ms() < end;) {
     size_t hl;
@@ -199,7 +212,7 @@ static void test_not_ready_while_draining(void **state) {
       assert_int_equal(td_recv(fd, &r, TIMEOUT), 1);
       if (r.id == 1000)
         break;
-      assert_int_equal(r.status, 0);
+      count_drain_answer(&r, &ok);
       answered++;
       td_response_free(&r);
     }
@@ -214,11 +227,13 @@ static void test_not_ready_while_draining(void **state) {
   /* Every accepted request is answered before the daemon exits 0. */
   while (answered < 6) {
     assert_int_equal(td_recv(fd, &r, 60000), 1);
-    assert_int_equal(r.status, 0);
-    assert_int_equal(r.shape[0], 64);
+    count_drain_answer(&r, &ok);
     td_response_free(&r);
     answered++;
   }
+  /* The connection's window (two 64-row batches) was admitted before the
+   * signal; the rest waited unread (flow control) and is refused, retryable. */
+  assert_true(ok >= 2);
   assert_int_equal(td_stop(&d, 0, 60000), 0);
   close(fd);
   free(x);

@@ -429,6 +429,82 @@ static void test_register(void **state) {
   mlpd_client_close(c);
 }
 
+/* Stops the daemon (SIGSTOP) and waits until the kernel says it is. */
+static void freeze(pid_t pid, int on) {
+  assert_int_equal(kill(pid, on ? SIGSTOP : SIGCONT), 0);
+  char path[64], st[512];
+  snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+  for (int i = 0; i < 5000; i++) {
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    size_t n = fread(st, 1, sizeof(st) - 1, f);
+    fclose(f);
+    st[n] = '\0';
+    const char *p = strrchr(st, ')');
+    assert_non_null(p);
+    if ((p[2] == 'T') == (on != 0))
+      return;
+    usleep(1000);
+  }
+  fail_msg("daemon never %s", on ? "stopped" : "continued");
+}
+
+/* The issue's two cases: frames without a descriptor sent just before one
+ * that carries one, all in the socket before the daemon reads (it is
+ * stopped meanwhile), so one recvmsg may return them together. The daemon
+ * must never pair the descriptor with the earlier frame: it either reads
+ * them apart (each answered for itself) or refuses the ambiguity, naming
+ * the rule, and closes the connection. */
+static void test_fd_pairing_is_never_guessed(void **state) {
+  (void)state;
+  uint8_t buf[1024];
+  size_t len;
+  mlpd_v1_Request q;
+  for (int kase = 0; kase < 2; kase++) {
+    int raw = raw_connect(g.d.sock);
+    int mfd = memfd_with(4096, NULL, 0, F_SEAL_SHRINK);
+    freeze(g.d.pid, 1);
+    len = 0;
+    q = raw_register(1, "a", 4096);
+    raw_encode(buf, sizeof(buf), &len, &q);
+    raw_send(raw, buf, len, NULL, 0);
+    len = 0;
+    if (kase == 0) {
+      q = raw_register(2, "b", 4096);
+    } else {
+      q = (mlpd_v1_Request)mlpd_v1_Request_init_zero;
+      q.id = 2;
+      q.which_kind = mlpd_v1_Request_health_tag;
+    }
+    raw_encode(buf, sizeof(buf), &len, &q);
+    raw_send(raw, buf, len, &mfd, 1);
+    close(mfd);
+    freeze(g.d.pid, 0);
+    mlpd_v1_Response r;
+    raw_response(raw, &r);
+    if (r.id == 0) {
+      raw_expect(&r, 0, MLPD_STATUS_INVALID_ARGUMENT,
+                 "RegisterRegion must be the only unanswered frame");
+      /* ... and the connection is closed. */
+      char c;
+      assert_int_equal(recv(raw, &c, 1, 0), 0);
+      print_message("case %d: read together, refused\n", kase);
+    } else {
+      /* Read apart: "a" has no descriptor; the second frame gets its own. */
+      raw_expect(&r, 1, MLPD_STATUS_INVALID_ARGUMENT, "no file descriptor");
+      raw_response(raw, &r);
+      if (kase == 0)
+        raw_expect(&r, 2, MLPD_STATUS_OK, NULL);
+      else
+        raw_expect(&r, 2, MLPD_STATUS_INVALID_ARGUMENT,
+                   "only a RegisterRegion may carry one");
+      print_message("case %d: read apart, each answered for itself\n",
+                    kase);
+    }
+    close(raw);
+  }
+}
+
 static void test_bad_fds(void **state) {
   (void)state;
   mlpd_client_t *c = connect_ok(g.d.sock);
@@ -450,9 +526,9 @@ static void test_bad_fds(void **state) {
   raw_response(raw, &r);
   raw_expect(&r, 1, MLPD_STATUS_INVALID_ARGUMENT, "no file descriptor");
 
-  /* A descriptor sent with another frame (Health) belongs to that frame:
-   * it is closed once that frame is answered, and a RegisterRegion sent
-   * later without one does not pick it up. */
+  /* A descriptor sent with another frame (Health) breaks the protocol's
+   * rule: that frame is refused, the descriptor closed, and a
+   * RegisterRegion sent later without one does not pick it up. */
   int stray = memfd_with(4096, NULL, 0, F_SEAL_SHRINK);
   len = 0;
   q = (mlpd_v1_Request)mlpd_v1_Request_init_zero;
@@ -462,7 +538,8 @@ static void test_bad_fds(void **state) {
   raw_send(raw, buf, len, &stray, 1);
   close(stray);
   raw_response(raw, &r);
-  raw_expect(&r, 5, MLPD_STATUS_OK, NULL);
+  raw_expect(&r, 5, MLPD_STATUS_INVALID_ARGUMENT,
+             "only a RegisterRegion may carry one");
   len = 0;
   q = raw_register(6, "stray", 4096);
   raw_encode(buf, sizeof(buf), &len, &q);
@@ -1074,6 +1151,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_register),
       cmocka_unit_test(test_bad_fds),
+      cmocka_unit_test(test_fd_pairing_is_never_guessed),
       cmocka_unit_test(test_windows),
       cmocka_unit_test(test_bit_for_bit),
       cmocka_unit_test(test_disconnect_mid_request),

@@ -519,6 +519,10 @@ static bool on_kind(pb_istream_t *s, const pb_field_t *f, void **arg) {
  * for pipelined receives. Returns 0, -ETIMEDOUT (nothing lost), or another
  * negative code. A frame that does not decode is consumed and reported as
  * MLPD_EPROTO; the framing is intact, so the stream stays usable. */
+/* next_response's `expect` while waiting only for abandoned answers: it
+ * returns once the last one is in. */
+#define DRAIN_ABANDONED ((uint64_t)1)
+
 static int next_response(mlpd_client_t *c, uint64_t deadline,
                          uint64_t expect, mlpd_v1_Response *r, dec_t *d,
                          mlpd_err_t *err) {
@@ -563,6 +567,8 @@ static int next_response(mlpd_client_t *c, uint64_t deadline,
     }
     if ((r->id & BLOCKING_ID_BIT) && c->abandoned > 0 && r->id != expect) {
       c->abandoned--;
+      if (expect == DRAIN_ABANDONED && c->abandoned == 0)
+        return 0;
       continue;
     }
     return 0;
@@ -1319,6 +1325,20 @@ static int region_call(mlpd_client_t *c, const char *name, int pass_fd,
   }
   mlpd_v1_Response r;
   dec_t d = {0};
+  /* The protocol's rule for descriptors (docs/protocol.md): a
+   * RegisterRegion is the only unanswered frame on its connection when it
+   * is sent, so the late answers of abandoned calls are waited for first
+   * (pipelined requests were refused above: they are the caller's). */
+  while (pass_fd >= 0 && c->abandoned > 0) {
+    if ((rc = next_response(c, deadline_for(c->timeout_ms), DRAIN_ABANDONED,
+                            &r, &d, err)) != 0)
+      return rc;
+    if (c->abandoned > 0 && r.id == 0 && r.status != mlpd_v1_Status_OK)
+      return breakf(c, err, refusal_code((int)r.status),
+                    "daemon at %s refused the connection: %s: %s", c->path,
+                    mlpd_status_name((int)r.status),
+                    r.message[0] ? r.message : "(no message)");
+  }
   call_t call = {.msg = &msg, .pass_fd = pass_fd};
   if ((rc = roundtrip(c, &call, &r, &d, err)) != 0)
     return rc;

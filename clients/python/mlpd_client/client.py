@@ -69,6 +69,7 @@ _ELEM_SIZE = {pb.DTYPE_F32: 4, pb.DTYPE_F16: 2, pb.DTYPE_BF16: 2}
 # call that timed out is recognised and dropped rather than taken for the
 # next call's.
 _BLOCKING_BIT = 1 << 63
+_DRAIN = object()  # _next: wait only for abandoned answers
 
 
 class MlpdError(Exception):
@@ -859,6 +860,8 @@ class Client:
             if r.id & _BLOCKING_BIT and self._abandoned > 0 and \
                     r.id != expect:
                 self._abandoned -= 1
+                if expect is _DRAIN and self._abandoned == 0:
+                    return None
                 continue
             return r
 
@@ -868,6 +871,14 @@ class Client:
             raise MlpdError("%d pipelined request(s) still in flight; "
                             "recv() them first" % self.inflight)
         deadline = self._deadline()
+        # The protocol's rule for descriptors: a RegisterRegion is the only
+        # unanswered frame on its connection when it is sent, so the late
+        # answers of abandoned calls are waited for first.
+        while fd is not None and self._abandoned > 0:
+            r = self._next(deadline, expect=_DRAIN)
+            if r is not None and r.id == 0 and r.status != pb.OK:
+                raise MlpdError("daemon at %s refused the connection: %s"
+                                % (self.path, r.message))
         msg.id = _BLOCKING_BIT | self._next_id
         self._next_id += 1
         self._send(msg, deadline, fd)

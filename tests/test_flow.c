@@ -1,0 +1,518 @@
+/* test_flow.c - flow control and overload, the real daemon in a child
+ * process on the CPU engine (issue 15): a pipelining client that sends
+ * without reading is paced and fully answered; a closed loop with eight
+ * times --max-queue rows in flight is never refused; a deep pipeline on
+ * one connection does not keep a lone request on another waiting behind
+ * more than a batch; an open-loop flood past --max-queue-delay-ms is
+ * refused at once while what was admitted meets the bound. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+/* clang-format off: cmocka.h needs the four above first */
+#include <cmocka.h>
+/* clang-format on */
+
+#include "daemonutil.h"
+#include "mlpd.h"
+#include "mlpd.pb.h"
+#include "testutil.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define DIGITS MLPD_MODELS_DIR "/digits.safetensors"
+#define TIMEOUT 60000
+
+static float *random_rows(uint64_t seed, int rows, int cols) {
+  float *x = malloc((size_t)rows * (size_t)cols * sizeof(float));
+  tu_rng_t rng;
+  tu_rng_seed(&rng, seed);
+  for (int i = 0; i < rows * cols; i++)
+    x[i] = (float)tu_rng_uniform(&rng);
+  return x;
+}
+
+/* The value of the first metrics line starting with `prefix` (a name with
+ * its labels), read over a fresh connection. */
+static double metric(const char *sock, const char *prefix) {
+  int fd = td_connect(sock);
+  size_t len;
+  uint8_t *f = td_simple_frame(1, 2, &len);
+  td_write_all(fd, f, len);
+  free(f);
+  td_response_t r;
+  assert_int_equal(td_recv(fd, &r, TIMEOUT), 1);
+  close(fd);
+  assert_non_null(r.text);
+  double v = -1;
+  size_t pl = strlen(prefix);
+  for (const char *p = r.text; p != NULL && *p; p = strchr(p, '\n')) {
+    if (*p == '\n')
+      p++;
+    if (strncmp(p, prefix, pl) == 0 && p[pl] == ' ') {
+      v = strtod(p + pl + 1, NULL);
+      break;
+    }
+  }
+  td_response_free(&r);
+  if (v < 0)
+    fail_msg("metric %s not found", prefix);
+  return v;
+}
+
+/* Waits until metric `prefix` is at least `want`. */
+static void wait_metric(const char *sock, const char *prefix, double want) {
+  for (int i = 0; i < 6000; i++) {
+    if (metric(sock, prefix) >= want)
+      return;
+    usleep(10000);
+  }
+  fail_msg("metric %s never reached %g", prefix, want);
+}
+
+static void model(char *dir, char *path, size_t len, tu_mlp_t *ref,
+                  const int *widths, int nlayers) {
+  tu_mkdtemp(dir, 256);
+  snprintf(path, len, "%s/m.safetensors", dir);
+  tu_make_mlp(ref, path, nlayers, widths, MLPD_DTYPE_BF16, 5, 0, NULL);
+}
+
+typedef struct {
+  int fd;
+  const uint8_t *buf;
+  size_t len;
+  int rc;
+} sender_t;
+
+static void *send_thread(void *arg) {
+  sender_t *s = arg;
+  s->rc = td_send_all(s->fd, s->buf, s->len);
+  return NULL;
+}
+
+/* ---- a pipelining client ------------------------------------------------ */
+
+#define PIPE_N 20000
+
+/* The issue's client: 20,000 1-row requests (45 bytes in, 32 KiB out) on
+ * one connection, all sent before any answer is read. The daemon holds the
+ * connection (its send blocks) and, once the client reads, answers every
+ * one OK. */
+static void test_pipelining_client_is_paced(void **state) {
+  (void)state;
+  char dir[256], path[512];
+  tu_mlp_t ref;
+  const int widths[] = {8, 8192};
+  model(dir, path, sizeof(path), &ref, widths, 1);
+  const char *args[] = {"--max-unsent", "4194304", "--max-queue", "1024", NULL};
+  td_daemon_t d;
+  td_spawn(&d, path, 0, 0, args);
+  td_wait_ready(&d, TIMEOUT);
+  int fd = td_connect(d.sock);
+  float *x = random_rows(1, 1, 8);
+  size_t one;
+  uint8_t *f = td_infer_frame(0, x, MLPD_DTYPE_F32, 1, 8, 0, 0, &one);
+  free(f);
+  uint8_t *all = malloc((size_t)PIPE_N * (one + 8));
+  size_t total = 0;
+  for (uint64_t i = 0; i < PIPE_N; i++) {
+    size_t l;
+    f = td_infer_frame(i + 1, x, MLPD_DTYPE_F32, 1, 8, 0, 0, &l);
+    memcpy(all + total, f, l);
+    total += l;
+    free(f);
+  }
+  sender_t s = {.fd = fd, .buf = all, .len = total};
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, send_thread, &s), 0);
+  /* Not reading yet: the daemon must stop reading this connection. */
+  wait_metric(d.sock, "mlpd_connections_paused", 1);
+  int ok = 0;
+  for (int i = 0; i < PIPE_N; i++) {
+    td_response_t r;
+    assert_int_equal(td_recv(fd, &r, TIMEOUT), 1);
+    if (r.status != 0)
+      fail_msg("request %llu: status %d '%s'", (unsigned long long)r.id,
+               r.status, r.message);
+    assert_int_equal(r.id, (uint64_t)i + 1);
+    ok++;
+    td_response_free(&r);
+  }
+  pthread_join(th, NULL);
+  assert_int_equal(s.rc, 0);
+  print_message("%d of %d answered OK; the connection was held %g times\n", ok,
+                PIPE_N, metric(d.sock, "mlpd_connection_pauses_total"));
+  assert_int_equal(ok, PIPE_N);
+  assert_true(metric(d.sock, "mlpd_requests_refused_total{reason=\""
+                             "queue_delay\"}") == 0);
+  close(fd);
+  free(all);
+  free(x);
+  assert_int_equal(td_stop(&d, SIGTERM, TIMEOUT), 0);
+  td_cleanup(&d, 0);
+  tu_free_mlp(&ref);
+  tu_rmtree(dir);
+}
+
+/* ---- a closed loop ------------------------------------------------------ */
+
+#define CL_CONNS 8
+#define CL_DEPTH 8
+#define CL_ROWS 8
+#define CL_EACH 120
+
+typedef struct {
+  const char *sock;
+  int index;
+  int ok, bad;
+  char why[300];
+} loop_t;
+
+static void *closed_loop(void *arg) {
+  loop_t *l = arg;
+  int fd = td_connect(l->sock);
+  float *x = random_rows((uint64_t)l->index, CL_ROWS, 64);
+  size_t len;
+  uint8_t *f = td_infer_frame(7, x, MLPD_DTYPE_F32, CL_ROWS, 64, 0, 0, &len);
+  int sent = 0;
+  for (; sent < CL_DEPTH; sent++)
+    if (td_send_all(fd, f, len) != 0)
+      goto out;
+  for (int got = 0; got < CL_EACH; got++) {
+    td_response_t r;
+    if (td_recv(fd, &r, TIMEOUT) != 1)
+      break;
+    if (r.status == 0) {
+      l->ok++;
+    } else {
+      l->bad++;
+      snprintf(l->why, sizeof(l->why), "%d %s", r.status, r.message);
+    }
+    td_response_free(&r);
+    if (sent < CL_EACH && td_send_all(fd, f, len) == 0)
+      sent++;
+  }
+out:
+  free(f);
+  free(x);
+  close(fd);
+  return NULL;
+}
+
+/* 8 connections x 8 in flight x 8 rows = 512 rows, eight times the queue:
+ * paced, never refused. */
+static void test_closed_loop_over_the_queue(void **state) {
+  (void)state;
+  const char *args[] = {"--max-queue", "64", "--max-batch", "32", NULL};
+  td_daemon_t d;
+  td_spawn(&d, DIGITS, 0, 0, args);
+  td_wait_ready(&d, TIMEOUT);
+  pthread_t th[CL_CONNS];
+  loop_t l[CL_CONNS];
+  for (int i = 0; i < CL_CONNS; i++) {
+    l[i] = (loop_t){.sock = d.sock, .index = i};
+    assert_int_equal(pthread_create(&th[i], NULL, closed_loop, &l[i]), 0);
+  }
+  int ok = 0, bad = 0;
+  for (int i = 0; i < CL_CONNS; i++) {
+    pthread_join(th[i], NULL);
+    ok += l[i].ok;
+    bad += l[i].bad;
+    if (l[i].bad)
+      print_message("connection %d: %s\n", i, l[i].why);
+  }
+  print_message("closed loop at 8x the queue: %d OK, %d not; held %g times\n",
+                ok, bad, metric(d.sock, "mlpd_connection_pauses_total"));
+  assert_int_equal(bad, 0);
+  assert_int_equal(ok, CL_CONNS * CL_EACH);
+  assert_int_equal(td_stop(&d, SIGTERM, TIMEOUT), 0);
+  td_cleanup(&d, 0);
+}
+
+/* ---- a deep pipeline and a lone request --------------------------------- */
+
+typedef struct {
+  int fd;
+  int n;
+  atomic_int got;
+  atomic_ullong max_compute_us;
+} drain_t;
+
+static void *drain_thread(void *arg) {
+  drain_t *dr = arg;
+  for (int i = 0; i < dr->n; i++) {
+    td_response_t r;
+    if (td_recv(dr->fd, &r, TIMEOUT) != 1)
+      break;
+    if (r.status == 0 && r.compute_us > atomic_load(&dr->max_compute_us))
+      atomic_store(&dr->max_compute_us, r.compute_us);
+    td_response_free(&r);
+    atomic_fetch_add(&dr->got, 1);
+  }
+  return NULL;
+}
+
+/* One connection keeps 60 x 64-row requests coming; a 1-row request on
+ * another waits at most for the batch running and one more (the deep
+ * pipeline's window is two batches), not behind the whole pipeline. */
+static void test_lone_request_beside_a_deep_pipeline(void **state) {
+  (void)state;
+  char dir[256], path[512];
+  tu_mlp_t ref;
+  const int widths[] = {256, 1024, 1024, 16};
+  model(dir, path, sizeof(path), &ref, widths, 3);
+  const char *args[] = {
+      "--max-batch",    "64", "--max-queue", "256", "--cpu-threads", "1",
+      "--max-delay-us", "0",  NULL};
+  td_daemon_t d;
+  td_spawn(&d, path, 0, 0, args);
+  td_wait_ready(&d, TIMEOUT);
+  int deep = td_connect(d.sock);
+  float *x = random_rows(2, 64, 256);
+  size_t one;
+  uint8_t *f = td_infer_frame(1, x, MLPD_DTYPE_F32, 64, 256, 0, 0, &one);
+  const int n = 60;
+  uint8_t *all = malloc((size_t)n * one);
+  for (int i = 0; i < n; i++)
+    memcpy(all + (size_t)i * one, f, one);
+  free(f);
+  sender_t s = {.fd = deep, .buf = all, .len = (size_t)n * one};
+  drain_t dr = {.fd = deep, .n = n};
+  atomic_init(&dr.got, 0);
+  atomic_init(&dr.max_compute_us, 0);
+  pthread_t ts, tr;
+  assert_int_equal(pthread_create(&ts, NULL, send_thread, &s), 0);
+  assert_int_equal(pthread_create(&tr, NULL, drain_thread, &dr), 0);
+  /* Steady state: the pipeline is paced and answers flow. */
+  wait_metric(d.sock, "mlpd_connection_pauses_total", 1);
+  while (atomic_load(&dr.got) < 4)
+    usleep(1000);
+  int lone = td_connect(d.sock);
+  uint8_t *lf = td_infer_frame(9, x, MLPD_DTYPE_F32, 1, 256, 0, 0, &one);
+  int before = atomic_load(&dr.got);
+  uint64_t t0 = mlpd_now_ns();
+  td_write_all(lone, lf, one);
+  td_response_t r;
+  assert_int_equal(td_recv(lone, &r, TIMEOUT), 1);
+  uint64_t took_us = (mlpd_now_ns() - t0) / 1000u;
+  assert_int_equal(r.status, 0);
+  int ahead = atomic_load(&dr.got) - before;
+  int left = n - atomic_load(&dr.got);
+  uint64_t batch_us = atomic_load(&dr.max_compute_us);
+  print_message("lone request: %llu us round trip, queued %llu us; a batch "
+                "takes up to %llu us; %d deep answers came before it, %d "
+                "deep requests still to come\n",
+                (unsigned long long)took_us, (unsigned long long)r.queue_us,
+                (unsigned long long)batch_us, ahead, left);
+  /* Behind the whole pipeline it would wait for all that is left; it
+   * waits for the batch running and the one queued (the deep window),
+   * whatever the machine's speed: counted in answers, not in time (one
+   * more for an answer read in the race with the lone one). */
+  assert_true(left > 8);
+  assert_true(ahead <= 3);
+  td_response_free(&r);
+  pthread_join(ts, NULL);
+  pthread_join(tr, NULL);
+  assert_int_equal(atomic_load(&dr.got), n);
+  free(lf);
+  free(all);
+  free(x);
+  close(lone);
+  close(deep);
+  assert_int_equal(td_stop(&d, SIGTERM, TIMEOUT), 0);
+  td_cleanup(&d, 0);
+  tu_free_mlp(&ref);
+  tu_rmtree(dir);
+}
+
+/* ---- an open-loop flood -------------------------------------------------- */
+
+#define FLOOD_CONNS 12
+#define BOUND_MS 100
+
+typedef struct {
+  int fd;
+  const uint8_t *frame;
+  size_t len;
+  atomic_int *stop;
+  atomic_int *sent_all; /* every sender has returned */
+  atomic_int sent;
+  int ok, refused, other;
+  uint64_t worst_queue_us, max_compute_us;
+} flood_t;
+
+/* Open loop: a request every 10 ms whatever comes back. */
+static void *flood_sender(void *arg) {
+  flood_t *fl = arg;
+  while (!atomic_load(fl->stop)) {
+    if (td_send_all(fl->fd, fl->frame, fl->len) != 0)
+      break;
+    atomic_fetch_add(&fl->sent, 1);
+    usleep(10000);
+  }
+  return NULL;
+}
+
+static void *flood_reader(void *arg) {
+  flood_t *fl = arg;
+  int got = 0;
+  while (!atomic_load(fl->sent_all) || got < atomic_load(&fl->sent)) {
+    td_response_t r;
+    int rc = td_recv(fl->fd, &r, 100);
+    if (rc == -1)
+      continue;
+    if (rc != 1)
+      break;
+    got++;
+    if (r.status == 0) {
+      fl->ok++;
+      if (r.queue_us > fl->worst_queue_us)
+        fl->worst_queue_us = r.queue_us;
+      if (r.compute_us > fl->max_compute_us)
+        fl->max_compute_us = r.compute_us;
+    } else if (r.status == mlpd_v1_Status_UNAVAILABLE &&
+               strstr(r.message, "--max-queue-delay-ms") != NULL) {
+      fl->refused++;
+    } else {
+      fl->other++;
+    }
+    td_response_free(&r);
+  }
+  return NULL;
+}
+
+/* Twelve connections each send a 64-row request every 10 ms, ten times
+ * what the CPU computes or more, with a bound of 100 ms and a queue too large
+ * to pace them: what would wait past the bound is refused, what was admitted
+ * reaches the device within the bound plus two batches, and a request sent
+ * into the flood is refused at once, not after the queue. */
+static void test_open_loop_flood_is_refused_fast(void **state) {
+  (void)state;
+  char dir[256], path[512];
+  tu_mlp_t ref;
+  const int widths[] = {256, 1024, 1024, 16};
+  model(dir, path, sizeof(path), &ref, widths, 3);
+  const char *args[] = {"--max-batch",
+                        "64",
+                        "--max-queue",
+                        "1000000",
+                        "--cpu-threads",
+                        "1",
+                        "--max-queue-delay-ms",
+                        "100",
+                        NULL};
+  td_daemon_t d;
+  td_spawn(&d, path, 0, 0, args);
+  td_wait_ready(&d, TIMEOUT);
+  float *x = random_rows(3, 64, 256);
+  size_t one;
+  uint8_t *f = td_infer_frame(1, x, MLPD_DTYPE_F32, 64, 256, 0, 0, &one);
+  /* The daemon measures its rate from the batches it runs (it trusts the
+   * estimate after eight): ten first. */
+  int probe = td_connect(d.sock);
+  td_response_t r;
+  for (int i = 0; i < 10; i++) {
+    td_write_all(probe, f, one);
+    assert_int_equal(td_recv(probe, &r, TIMEOUT), 1);
+    assert_int_equal(r.status, 0);
+    td_response_free(&r);
+  }
+  atomic_int stop, sent_all;
+  atomic_init(&stop, 0);
+  atomic_init(&sent_all, 0);
+  pthread_t ts[FLOOD_CONNS], tr[FLOOD_CONNS];
+  flood_t fl[FLOOD_CONNS];
+  for (int i = 0; i < FLOOD_CONNS; i++) {
+    memset(&fl[i], 0, sizeof(fl[i]));
+    fl[i].fd = td_connect(d.sock);
+    fl[i].frame = f;
+    fl[i].len = one;
+    fl[i].stop = &stop;
+    fl[i].sent_all = &sent_all;
+    atomic_init(&fl[i].sent, 0);
+    assert_int_equal(pthread_create(&ts[i], NULL, flood_sender, &fl[i]), 0);
+    assert_int_equal(pthread_create(&tr[i], NULL, flood_reader, &fl[i]), 0);
+  }
+  wait_metric(d.sock, "mlpd_requests_refused_total{reason=\"queue_delay\"}",
+              10);
+  /* Into the flood: answered at once, not after the queue. The queue sits
+   * at the bound, so a probe may just fit after a batch: the first refused
+   * of up to ten probes is timed. */
+  uint64_t refuse_us = UINT64_MAX;
+  int status = 0;
+  for (int i = 0; i < 10 && status == 0; i++) {
+    uint64_t t0 = mlpd_now_ns();
+    td_write_all(probe, f, one);
+    assert_int_equal(td_recv(probe, &r, TIMEOUT), 1);
+    uint64_t us = (mlpd_now_ns() - t0) / 1000u;
+    if (r.status == mlpd_v1_Status_UNAVAILABLE && us < refuse_us) {
+      refuse_us = us;
+      status = r.status;
+    }
+    td_response_free(&r);
+  }
+  atomic_store(&stop, 1);
+  for (int i = 0; i < FLOOD_CONNS; i++)
+    pthread_join(ts[i], NULL);
+  atomic_store(&sent_all, 1);
+  int ok = 0, refused = 0, other = 0, sent = 0;
+  uint64_t worst = 0, batch = 0;
+  for (int i = 0; i < FLOOD_CONNS; i++) {
+    pthread_join(tr[i], NULL);
+    ok += fl[i].ok;
+    refused += fl[i].refused;
+    other += fl[i].other;
+    sent += atomic_load(&fl[i].sent);
+    if (fl[i].worst_queue_us > worst)
+      worst = fl[i].worst_queue_us;
+    if (fl[i].max_compute_us > batch)
+      batch = fl[i].max_compute_us;
+    close(fl[i].fd);
+  }
+  print_message("flood: %d sent, %d admitted (worst queue %llu us, batch up "
+                "to %llu us), %d refused; a request into it refused in %llu "
+                "us\n",
+                sent, ok, (unsigned long long)worst, (unsigned long long)batch,
+                refused, (unsigned long long)refuse_us);
+  assert_int_equal(other, 0);
+  assert_int_equal(ok + refused, sent);
+  assert_true(refused > 0);
+  assert_true(ok > 0);
+  /* A refused probe is answered by the I/O thread, not after the queue's
+   * 100 ms. (The queue hovers at the bound: when every probe happened to
+   * fit, the flood's own refusals above still show the bound at work.) */
+  if (status == mlpd_v1_Status_UNAVAILABLE)
+    assert_true(refuse_us < 50000);
+  else
+    print_message("every probe fitted under the bound\n");
+  /* The estimate follows the recent batches' average; on a machine this
+   * test itself loads, one batch may take twice that: the slowest batch
+   * seen stands for that (the issue's target is two batch times). */
+  assert_true(worst <= BOUND_MS * 1000u + 3 * batch + 20000);
+  free(f);
+  free(x);
+  close(probe);
+  assert_int_equal(td_stop(&d, SIGTERM, TIMEOUT), 0);
+  td_cleanup(&d, 0);
+  tu_free_mlp(&ref);
+  tu_rmtree(dir);
+}
+
+int main(void) {
+  signal(SIGPIPE, SIG_IGN);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_pipelining_client_is_paced),
+      cmocka_unit_test(test_closed_loop_over_the_queue),
+      cmocka_unit_test(test_lone_request_beside_a_deep_pipeline),
+      cmocka_unit_test(test_open_loop_flood_is_refused_fast),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
