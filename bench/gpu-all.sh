@@ -1,16 +1,17 @@
 #!/bin/bash
 # bench/gpu-all.sh - everything one call on the lent H200 measures, in one
-# run so that every ratio compares numbers of the same machine and moment:
+# run so that every ratio compares numbers of the same machine and moment,
+# inside one time budget (TOTAL seconds, default 430; each step's timeout is
+# cut to what is left so that what was written comes back):
 #   1. bench/gpu-run.sh: build, the CUDA engine's tests, the engine against
-#      PyTorch (issue 9's table) and the pipeline's latency and throughput
-#      (issue 8's engine rows); writes RESULTS.md with the generated part;
-#   2. the rest of the tree, and the GPU-relevant suites: the real plugin,
-#      the daemon's device and shared-memory suites;
-#   3. the digits through a daemon on the GPU (the README's main job);
-#   4. bench/serve.sh on mlp-4k: lone request, saturation inline and through
-#      shared memory, half load, reload under load.
+#      PyTorch (issue 17's table); writes RESULTS.md with the generated part;
+#   2. the rest of the tree, and the GPU-relevant daemon suites;
+#   3. bench/models-oip.sh: digits and mlp-4k in one daemon on the GPU,
+#      native and Open Inference Protocol lines (issue 16);
+#   4. bench/sweep.sh on mlp-4k: the load curve, closed loop 1x-8x and open
+#      loop to 150%, through shared memory with bf16 rows (issue 15).
 # The device tool brings back at most 8 files: logs go into one tarball,
-# RESULTS.md, serve.json and a summary beside it.
+# RESULTS.md, the tables and the PNG beside it.
 #   source .gpu-deps/env.sh && bench/gpu-all.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -19,8 +20,15 @@ mkdir -p "$OUT"
 LOGS=/tmp/mlpd-logs
 rm -rf "$LOGS" && mkdir -p "$LOGS"
 B=build-gpu
+TOTAL=${TOTAL:-430}
 t0=$(date +%s)
 el() { echo "$(($(date +%s) - t0)) s"; }
+left() { # seconds left, at most $1
+  local l=$((TOTAL - ($(date +%s) - t0)))
+  [ "$l" -gt "$1" ] && l=$1
+  [ "$l" -lt 1 ] && l=1
+  echo "$l"
+}
 
 # The image has libsystemd.so.0 but not the -dev link the carried
 # libsystemd-dev points at (relative, so dangling under /opt/deps).
@@ -30,46 +38,42 @@ for so in /usr/lib/x86_64-linux-gnu/libsystemd.so.0 /lib/x86_64-linux-gnu/libsys
 done
 
 if [ -z "${SKIP_ENGINE:-}" ]; then
-  OUT=$LOGS DEADLINE=${ENGINE_DEADLINE:-260} bench/gpu-run.sh 2>&1 |
-    tee "$LOGS/gpu-run.out" | tail -60
+  OUT=$LOGS DEADLINE=${ENGINE_DEADLINE:-215} PASSES=${PASSES:-1} \
+    TORCH_ARGS=${TORCH_ARGS-} bench/gpu-run.sh 2>&1 |
+    tee "$LOGS/gpu-run.out" | tail -70
   cp "$LOGS/RESULTS.md" "$OUT/RESULTS.md" 2>/dev/null
+  cp "$LOGS/mlpd.jsonl" "$OUT/mlpd.jsonl" 2>/dev/null
   echo "engine part done after $(el)"
 else
   cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_CUDA_ARCHITECTURES=90 -DMLPD_WERROR=ON >"$LOGS/build.log" 2>&1
 fi
 
-cmake --build $B >>"$LOGS/build.log" 2>&1
+timeout "$(left 120)" cmake --build $B >>"$LOGS/build.log" 2>&1
 echo "full build rc=$? after $(el)"
 grep -E " error|FAILED" "$LOGS/build.log" | head -10
-(cd $B && timeout 100 ctest -j4 --output-on-failure --timeout 90 \
-  -R 'test_plugin_real|test_devices|test_shm|test_batcher|test_engine_cpu') \
+(cd $B && timeout "$(left 50)" ctest -j8 --output-on-failure --timeout 60 \
+  -R 'test_plugin_real|test_devices|test_shm|test_oip_http|test_models|test_flow') \
   >"$LOGS/ctest-daemon.log" 2>&1
 echo "daemon suites rc=$? after $(el)"
-grep -E "Test +#|tests passed|CUDA devices|auto:" "$LOGS/ctest-daemon.log" |
-  head -20
+grep -E "Test +#|tests passed|CUDA devices|auto:" "$LOGS/ctest-daemon.log" | head -20
 
-sock=/tmp/mlpd-digits.sock
-$B/daemon/mlpd serve --model models/digits.safetensors --socket $sock \
-  --device cuda:0 >"$LOGS/digits.log" 2>&1 &
-pid=$!
-for i in $(seq 300); do
-  $B/clients/mlpctl --socket $sock ready >/dev/null 2>&1 && break
-  sleep 0.1
-done
-$B/clients/mlpctl --socket $sock info | grep -E "engine|dtype|memory|cuda"
-$B/clients/mlpctl --socket $sock infer models/digits-heldout.safetensors |
-  grep -E "accuracy|latency"
-kill -TERM $pid
-wait $pid
-echo "digits daemon exit: $? after $(el)"
+M4K=/tmp/mlpd-bench/mlp-4k.safetensors
+[ -f $M4K ] || M4K=""
+OUTDIR=/tmp/mlpd-models M4K=$M4K PYTHON=python3 DURATION=${DURATION:-2} \
+  timeout "$(left 60)" bench/models-oip.sh $B >"$LOGS/models-oip.log" 2>&1
+echo "models-oip rc=$? after $(el)"
+cat "$LOGS/models-oip.log" | tail -25
+cp "$LOGS/models-oip.log" "$OUT/" 2>/dev/null
 
-OUTDIR=/tmp/mlpd-serve DURATION=${DURATION:-2} \
-  timeout "${SERVE_TIMEOUT:-170}" bench/serve.sh $B >"$LOGS/serve.log" 2>&1
-echo "serve rc=$? after $(el)"
-cp /tmp/mlpd-serve/serve.json "$OUT/serve.json" 2>/dev/null
-cp /tmp/mlpd-serve/*.log "$LOGS/" 2>/dev/null
-grep -E "^\||to ready|exit|generation" "$LOGS/serve.log"
+OUTDIR=/tmp/mlpd-sweep MODEL=${M4K:-} DEVICE=cuda:0 SHM=1 DTYPE=bf16 \
+  DAEMON_ARGS=${SWEEP_DAEMON_ARGS:-} DURATION=${SWEEP_DURATION:-1.5} \
+  WARMUP=0.5 PYTHON=python3 \
+  timeout "$(left 200)" bench/sweep.sh $B >"$LOGS/sweep.log" 2>&1
+echo "sweep rc=$? after $(el)"
+cat "$LOGS/sweep.log" | tail -25
+cp /tmp/mlpd-sweep/sweep.md /tmp/mlpd-sweep/sweep.png "$OUT/" 2>/dev/null
 
-tar -C /tmp -czf "$OUT/logs.tar.gz" mlpd-logs
+tar -C /tmp -czf "$OUT/logs.tar.gz" mlpd-logs mlpd-sweep/sweep.jsonl \
+  mlpd-models/daemon.log 2>/dev/null
 echo "total $(el)"

@@ -34,7 +34,7 @@ DURATION=${DURATION:-3}
 WARMUP=${WARMUP:-1}
 OUTDIR=${OUTDIR:-$BUILD/sweep-out}
 mkdir -p "$OUTDIR" && OUTDIR=$(cd "$OUTDIR" && pwd)
-PY=/usr/bin/python3
+PY=${PYTHON:-/usr/bin/python3}
 shm=""
 [ "${SHM:-0}" = 1 ] && shm=--shm
 

@@ -201,8 +201,19 @@ static void test_batches_spread_over_devices(void **state) {
  * two "GPUs" computing on the CPU, which fail as `fail` says
  * (MLPD_FAKE_CUDA_FAIL, read by the plugin only). */
 #define FAKE_GPU_ENV(fail)                                                     \
-  {"MLPD_PLUGIN_DIR=" MLPD_FAKE_PLUGIN_DIR,                                    \
-   "LD_LIBRARY_PATH=" MLPD_FAKE_DRIVER_DIR, "MLPD_FAKE_CUDA_FAIL=" fail, NULL}
+  {"MLPD_PLUGIN_DIR=" MLPD_FAKE_PLUGIN_DIR, fake_driver_path(),                \
+   "MLPD_FAKE_CUDA_FAIL=" fail, NULL}
+
+/* The fake driver's folder in front of the loader path the test was given:
+ * where libuv and the rest come from a folder on that path (the GPU
+ * machine's /opt/deps), replacing it would leave the daemon unstartable. */
+static const char *fake_driver_path(void) {
+  static char buf[4096];
+  const char *old = getenv("LD_LIBRARY_PATH");
+  snprintf(buf, sizeof(buf), "LD_LIBRARY_PATH=%s%s%s", MLPD_FAKE_DRIVER_DIR,
+           old != NULL && *old != '\0' ? ":" : "", old != NULL ? old : "");
+  return buf;
+}
 
 static void test_failing_device_leaves_rotation(void **state) {
   (void)state;

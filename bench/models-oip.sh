@@ -1,0 +1,137 @@
+#!/bin/bash
+# bench/models-oip.sh - issue 16's serving targets in one daemon: the
+# digits model and mlp-4k side by side on one device, spoken to through the
+# native protocol and the Open Inference Protocol (HTTP/1.1, JSON and the
+# binary tensor data extension). Prints a markdown table and writes
+# $OUTDIR/models-oip.jsonl.
+#
+#   bench/models-oip.sh [BUILD_DIR]
+# Environment: DEVICE (cuda:0), M4K (an mlp-4k safetensors file; written
+# with models/make_model.py when absent), SAT (CONNS:DEPTH:ROWS of the
+# saturation lines, 16:8:32), DTYPE (rows sent, bf16), DURATION (s, 2),
+# PYTHON, OUTDIR.
+# Lines:
+#   lone native / lone JSON   1 row to the digits model, one request at a
+#                             time: native (mlpd-bench) and OIP JSON over a
+#                             kept-alive HTTP connection (Python http.client)
+#   lone native beside load   the same native lone line while mlp-4k is
+#                             saturated by another client: the fairness
+#                             target (at most one mlp-4k batch time more)
+#   sat native / sat http     mlp-4k at SAT, inline frames and OIP binary
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${1:-build-bench}
+DEVICE=${DEVICE:-cuda:0}
+SAT=${SAT:-16:8:32}
+DTYPE=${DTYPE:-bf16}
+DURATION=${DURATION:-2}
+PY=${PYTHON:-python3}
+OUTDIR=${OUTDIR:-$BUILD/models-oip-out}
+mkdir -p "$OUTDIR" && OUTDIR=$(cd "$OUTDIR" && pwd)
+M4K=${M4K:-$OUTDIR/mlp-4k.safetensors}
+[ -f "$M4K" ] || "$PY" models/make_model.py mlp-4k -o "$M4K" >/dev/null || exit 1
+sock=$OUTDIR/mlpd.sock
+port=${PORT:-18080}
+bench=$BUILD/clients/mlpd-bench
+mlpctl=$BUILD/clients/mlpctl
+IFS=: read -r sc sd sr <<<"$SAT"
+
+"$BUILD/daemon/mlpd" serve --model digits=models/digits.safetensors \
+  --model mlp4k="$M4K" --device "$DEVICE" --socket "$sock" \
+  --http-listen 127.0.0.1:$port --plan-cache "$OUTDIR/plans.bin" \
+  >"$OUTDIR/daemon.log" 2>&1 &
+pid=$!
+for i in $(seq 1200); do
+  "$mlpctl" --socket "$sock" ready >/dev/null 2>&1 && break
+  kill -0 $pid 2>/dev/null || { echo "mlpd failed:"; tail "$OUTDIR/daemon.log"; exit 1; }
+  sleep 0.05
+done
+"$mlpctl" --socket "$sock" info | grep -E "model|engine|memory" | head -12
+"$mlpctl" --socket "$sock" --model digits infer models/digits-heldout.safetensors |
+  grep -E "accuracy"
+: >"$OUTDIR/models-oip.jsonl"
+line() { # NAME mlpd-bench-args...
+  local name=$1; shift
+  "$bench" --socket "$sock" --duration "$DURATION" --warmup 0.5 --json "$@" \
+    >"$OUTDIR/one.json" 2>"$OUTDIR/one.err"
+  "$PY" - "$name" "$OUTDIR/one.json" >>"$OUTDIR/models-oip.jsonl" <<'PYEOF'
+import json, sys
+try:
+    r = json.load(open(sys.argv[2]))
+except ValueError:
+    r = {"error": open(sys.argv[2]).read()[:300]}
+r["line"] = sys.argv[1]
+print(json.dumps(r))
+PYEOF
+}
+line "lone native" --model digits --connections 1 --depth 1 --rows 1 --dtype f32
+"$PY" - "$port" "$DURATION" >>"$OUTDIR/models-oip.jsonl" <<'PYEOF'
+import http.client, json, sys, time, random
+port, dur = int(sys.argv[1]), float(sys.argv[2])
+c = http.client.HTTPConnection("127.0.0.1", port)
+row = [round(random.random() * 16, 3) for _ in range(64)]
+body = json.dumps({"inputs": [{"name": "input", "shape": [1, 64],
+                               "datatype": "FP32", "data": row}]})
+lat, t_end, ok = [], time.time() + dur + 0.5, 0
+while time.time() < t_end:
+    t = time.perf_counter()
+    c.request("POST", "/v2/models/digits/infer", body,
+              {"Content-Type": "application/json"})
+    r = c.getresponse(); data = r.read()
+    lat.append(time.perf_counter() - t)
+    ok += r.status == 200
+lat = sorted(lat[len(lat) // 5:])
+pct = lambda p: lat[min(len(lat) - 1, int(p / 100 * len(lat)))] * 1e3
+print(json.dumps({"line": "lone JSON", "transport": "http-json", "ok": ok,
+                  "requests": len(lat), "latency_ms": {"p50": pct(50), "p99": pct(99)},
+                  "rows_per_s": len(lat) / dur}))
+PYEOF
+# fairness: digits' lone line while mlp-4k is saturated
+"$bench" --socket "$sock" --model mlp4k --connections "$sc" --depth "$sd" \
+  --rows "$sr" --dtype "$DTYPE" --duration $((DURATION + 2)) --json \
+  >"$OUTDIR/bg.json" 2>&1 &
+bg=$!
+sleep 1
+"$mlpctl" --socket "$sock" metrics >"$OUTDIR/metrics-a.txt"
+line "lone native beside mlp-4k load" --model digits --connections 1 --depth 1 --rows 1 --dtype f32
+"$mlpctl" --socket "$sock" metrics >"$OUTDIR/metrics-b.txt"
+wait $bg
+line "sat native" --model mlp4k --connections "$sc" --depth "$sd" --rows "$sr" --dtype "$DTYPE"
+line "sat http binary" --http 127.0.0.1:$port --model mlp4k --connections "$sc" --depth "$sd" --rows "$sr" --dtype "$DTYPE"
+kill -TERM $pid; wait $pid
+echo "daemon exit: $?"
+"$PY" - "$OUTDIR" <<'PYEOF'
+import json, sys, re
+out = sys.argv[1]
+rows = [json.loads(l) for l in open(out + "/models-oip.jsonl") if l.strip()]
+def metric(path, name):
+    s = 0.0
+    for l in open(path):
+        if l.startswith(name) and 'model="mlp4k"' in l:
+            s += float(l.rsplit(" ", 1)[1])
+    return s
+try:
+    a, b = out + "/metrics-a.txt", out + "/metrics-b.txt"
+    nb = metric(b, "mlpd_model_batches_total") - metric(a, "mlpd_model_batches_total")
+    nr = metric(b, "mlpd_model_rows_total") - metric(a, "mlpd_model_rows_total")
+except OSError:
+    nb = nr = 0
+print("| line | transport | rows/s | p50 ms | p99 ms | ok | errors |")
+print("|---|---|---|---|---|---|---|")
+for r in rows:
+    L = r.get("latency_ms", {})
+    print("| %s | %s | %.0f | %.3f | %.3f | %s | %s |" % (r["line"], r.get("transport", "?"),
+          r.get("rows_per_s", 0), L.get("p50", 0), L.get("p99", 0), r.get("ok", "?"),
+          r.get("errors", r.get("error", 0))))
+by = {r["line"]: r for r in rows}
+try:
+    print("OIP binary / native inline rows/s at saturation: %.3f" %
+          (by["sat http binary"]["rows_per_s"] / by["sat native"]["rows_per_s"]))
+    print("lone JSON / lone native p50: %.2f" %
+          (by["lone JSON"]["latency_ms"]["p50"] / by["lone native"]["latency_ms"]["p50"]))
+    d = by["lone native beside mlp-4k load"]["latency_ms"]["p99"] - by["lone native"]["latency_ms"]["p99"]
+    print("digits lone p99 rise beside saturated mlp-4k: %.3f ms; mlp-4k batches in that window: %d (mean %.0f rows)" %
+          (d, nb, nr / nb if nb else 0))
+except (KeyError, ZeroDivisionError) as e:
+    print("summary incomplete:", e)
+PYEOF
