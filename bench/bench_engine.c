@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench_engine.c - times the CUDA engine for bench/run.sh.
  *
  * For one model and a list of batch sizes it opens the engine (autotuning,

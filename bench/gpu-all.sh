@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # bench/gpu-all.sh - everything one call on the lent H200 measures, in one
 # run so that every ratio compares numbers of the same machine and moment,
 # inside one time budget (TOTAL seconds, default 430; each step's timeout is

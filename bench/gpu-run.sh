@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # bench/gpu-run.sh - what one call on the lent GPU machine runs: build the
 # engine's targets (Release, -Werror, sm_90), the CUDA engine's tests, the
 # benchmark (bench/run.sh). Logs and results go to $OUT (the device tool's

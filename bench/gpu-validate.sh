@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # bench/gpu-validate.sh - one call on the lent GPU machine: build everything
 # (Release, -Werror), run the whole test suite (the CUDA tests run there),
 # classify the held-out digits through a daemon on the GPU, and run the

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # bench/models-oip.sh - issue 16's serving targets in one daemon: the
 # digits model and mlp-4k side by side on one device, spoken to through the
 # native protocol and the Open Inference Protocol (HTTP/1.1, JSON and the

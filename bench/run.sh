@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # bench/run.sh - the benchmark in one command, on a machine with an NVIDIA
 # GPU, CUDA, and Python with PyTorch (+ numpy, safetensors):
 #

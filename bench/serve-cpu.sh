@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # bench/serve-cpu.sh - the transport's cost on a CPU-only machine: the same
 # closed-loop load through mlpd-bench with inline bytes and with shared
 # memory (--shm), 1024-wide f32 rows, on a model cheap enough that moving

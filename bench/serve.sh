@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # bench/serve.sh - serving benchmark through the socket: starts `mlpd serve`
 # on a model, records startup with a cold and a warm plan cache, drives it
 # with mlpd-bench at several loads, stops it with SIGTERM, prints a markdown

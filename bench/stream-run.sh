@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # bench/stream-run.sh - builds and runs bench/stream_bench.cu and
 # bench/stream_torch.py on the GPU machine (one device call); logs to $OUT.
 # V2=1: the second streaming kernel (bench/stream2_kernel.cu) instead of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* stream2_kernel.cu - an EXPERIMENT, not part of mlpd: the second
  * weight-streaming kernel (bench/RESULTS.md, "Retired", has the numbers
  * that kept it out of the daemon). One layer at buckets of at most

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* stream2_kernel.h - the second weight-streaming kernel experiment (see
  * stream2_kernel.cu and bench/RESULTS.md, "Retired"): not part of mlpd. */
 #ifndef MLPD_STREAM2_KERNEL_H

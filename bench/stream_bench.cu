@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* stream_bench.cu - standalone check and microbenchmark of mlpd's
  * weight-streaming kernel (bench/stream_kernel.cu) on one GPU, in one
  * run: correctness against a CPU reference (every mode, activation,

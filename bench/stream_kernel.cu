@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* stream_kernel.cu - an EXPERIMENT, not part of mlpd (bench/RESULTS.md,
  * "Retired", has the numbers that kept it out of the daemon): a
  * weight-streaming kernel for one layer at buckets of at most

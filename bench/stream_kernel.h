@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* stream_kernel.h - the weight-streaming kernel experiment (see
  * stream_kernel.cu and bench/RESULTS.md, "Retired"): not part of mlpd. */
 #ifndef MLPD_STREAM_KERNEL_H

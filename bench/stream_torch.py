@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """PyTorch reference for bench/stream_bench.cu: an mlp-4k-shaped chain (4 x
 4096 x 4096 bf16, torch._addmm_activation with the tanh GELU, last layer
 addmm) captured in one CUDA graph, timed like stream_bench (median of 15

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # bench/sweep.sh - a load curve, not a point (issue 15): one daemon, driven
 # by mlpd-bench in closed loop at 1x, 2x, 4x and 8x the saturating in-flight
 # rows (plus the issue's 8 x 64 x 16 point), then in open loop at 50% to

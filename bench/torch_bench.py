@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """PyTorch side of mlpd's benchmark, and the report.
 
 Times the same MLPs as bench_engine (same safetensors files) the fastest

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench_http.c - see bench_http.h. */
 #include "bench_http.h"
 

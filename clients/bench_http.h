@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench_http.h - the HTTP side of mlpd-bench (--http): one blocking
  * HTTP/1.1 connection to the Open Inference Protocol endpoint, requests
  * pipelined on it (answers come back in order), inference requests built

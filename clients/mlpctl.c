@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* mlpctl.c - command-line client of a running mlpd: health and readiness
  * probes, metrics, model info, and inference over a file of rows with
  * accuracy, throughput and latency percentiles.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* mlpd-bench.c - load generator for a running mlpd, in the spirit of
  * Triton's perf_analyzer: N connections, each with D requests pipelined in
  * flight (closed loop), or requests sent on a fixed schedule (open loop,

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # End-to-end check of mlpctl and mlpd-bench against a real daemon on a
 # temporary socket (ctest: test_client_tools): the README's main command
 # (classify the held-out digits over the socket, print accuracy and latency

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # plugin_check.cmake - run after an engine plugin is linked (cmake -P):
 # every mlpd_ symbol the plugin leaves undefined must be one the mlpd
 # executable exports (mlpd.dynlist), or dlopen would fail at run time with

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* access.c - see access.h. */
 #include "access.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* access.h - who may connect, and how many connections each may hold.
  *
  * The socket's file mode and group decide who can open it at all; this is

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* batcher.c - see batcher.h. */
 #include "batcher.h"
 

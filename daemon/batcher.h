@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* batcher.h - dynamic batching over host staging slots, for a set of
  * engines it knows only by description.
  *

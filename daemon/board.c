@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* board.c - see board.h. */
 #include "board.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* board.h - what the daemon publishes for every thread to read: its state,
  * the table of models (models.h: names, states, the pool serving each), the
  * primary model's pool (the default or first ready one, for the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* daemon.c - the daemon's life cycle: startup, loading pools on the thread
  * pool, warm-up, readiness, SIGHUP reload with a switch between batches on
  * every I/O thread, SIGTERM drain, systemd notification, the watchdog, and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* daemon.h - the serving daemon's life cycle, owned in one place: the
  * listening socket (bound through listen.h, or handed over by systemd
  * socket activation), the I/O threads (dispatch.h), the pools of engines

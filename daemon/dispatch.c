@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* dispatch.c - see dispatch.h. The loop and the messages only; requests.c
  * and scheduler.c do the work. */
 #include "dispatch.h"

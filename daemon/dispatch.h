@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* dispatch.h - one I/O thread of the daemon: its loop and thread, its
  * server (server.h), and the messages between it and the daemon. The work
  * is in two halves, each its own module: requests.h decodes, checks,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* dtype.c - see dtype.h. */
 #include "dtype.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* dtype.h - the element types mlpd moves around (F32, F16, BF16) and the
  * row conversions between them.
  *

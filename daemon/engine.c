@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* engine.c - engine selection and the helpers every engine shares. */
 #include "engine.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* engine.h - the contract every compute engine implements (the CPU engine
  * in engine_cpu.c, the CUDA engine in engine_cuda.c), and the entry points
  * that pick one by device name.

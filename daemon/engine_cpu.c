@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* engine_cpu.c - the CPU engine: OpenBLAS sgemm per layer, then bias and the
  * tanh-form GELU that cuBLASLt's GELU_BIAS epilogue computes.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* error.c - names and messages for mlpd's codes, and mlpd_err_t helpers.
  *
  * Shared by the daemon and the client library. The library is built with

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* error.h - mlpd's error codes and the human-readable detail that goes with
  * them, the daemon's side.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* frame.c - see frame.h. */
 #include "frame.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* frame.h - protobuf's delimited framing: a base-128 varint byte length,
  * then that many bytes of message.
  *

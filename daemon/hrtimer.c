@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* hrtimer.c - see hrtimer.h. */
 #include "hrtimer.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* hrtimer.h - a one-shot timer with nanosecond resolution on a libuv loop.
  *
  * libuv's own timers count whole milliseconds, but a batching delay is a

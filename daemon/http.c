@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* http.c - the optional HTTP/1.1 listener for /healthz, /readyz and
  * /metrics (see http.h), on the daemon's libuv loop.
  *

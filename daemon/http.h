@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* http.h - the optional HTTP listener for probes and scraping:
  *   GET /healthz  200 "ok\n" while the process is live, else 503
  *   GET /readyz   200 with the state when ready ("ready\n", or

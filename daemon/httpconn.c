@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* httpconn.c - see httpconn.h. libuv streams on the I/O thread's loop;
  * HTTP parsed by httpreq.h (libhttp-parser), the OIP by oip.h (jansson);
  * inference through requests.h. What is here: connections, the in-order

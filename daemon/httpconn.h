@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* httpconn.h - the HTTP listener's connections on one I/O thread: the
  * probes (/healthz, /readyz, /metrics, as httpreq.h routes them) and the
  * Open Inference Protocol (KServe v2, oip.h): health, server and model

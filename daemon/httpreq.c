@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* httpreq.c - see httpreq.h. Parsing is libhttp-parser's, never by hand;
  * this file adds the bounds (through the parser's callbacks) and the
  * routing. */

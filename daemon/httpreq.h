@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* httpreq.h - the request side of the HTTP probe listener (http.h), with
  * no socket and no event loop: bytes in through Debian's libhttp-parser
  * with mlpd's bounds, and for each complete request the choice of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* infer.h - `mlpd infer`: runs a model over a file of rows in-process, with
  * no daemon, and reports accuracy (when the file has labels) and timing.
  * Useful to check a model file and an engine on a machine before serving. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* latency.h - the latency summary the tools print (mlpd infer, mlpctl,
  * mlpd-bench): nearest-rank percentiles over a sorted array of microseconds.
  * Header-only, tools only; neither the daemon nor the client library uses

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* listen.c - see listen.h. */
 #include "listen.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* listen.h - every listening socket of the daemon is opened here (redis's
  * anet.c is the model): the protocol socket (server.h) and the HTTP probe
  * listener (http.h), so both bind, probe a stale socket file, set the mode

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* log.h - leveled, one-line-per-event logging to stderr.
  *
  * Under systemd (JOURNAL_STREAM names our stderr) each line carries the

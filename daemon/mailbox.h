@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* mailbox.h - messages into a libuv loop from any thread.
  *
  * A mailbox belongs to one loop. Any thread posts messages (intrusive list

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* main.c - the mlpd executable: dispatches subcommands. The only place that
  * turns errors into an exit status. */
 #include "infer.h"

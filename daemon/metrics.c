@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* metrics.c - counters, gauges and fixed-bucket histograms, rendered in the
  * Prometheus text exposition format 0.0.4 (see metrics.h for the names).
  *

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Metrics (Prometheus text) and the optional HTTP listener for probes and
 # scraping. Included by daemon/CMakeLists.txt.
 target_sources(mlpd_core PRIVATE

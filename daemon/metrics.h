@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* metrics.h - the daemon's counters, gauges and histograms, and their
  * rendering in the Prometheus text exposition format (version 0.0.4).
  *

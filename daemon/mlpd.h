@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* mlpd.h - definitions every mlpd module shares: version, attributes, limits.
  *
  * Deliberately tiny: no types with behaviour live here, only what each

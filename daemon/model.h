@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* model.h - an MLP read from a safetensors file: layers, widths,
  * activations, and fp32 weights in one slab.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* models.c - see models.h. */
 #include "models.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* models.h - the table of the models one daemon serves, by name: what every
  * thread may look up (find by name and version, list with state and
  * readiness, the pool serving each model) and the one way any thread asks

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* notify.c - see notify.h. */
 #include "notify.h"
 

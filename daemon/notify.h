@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* notify.h - the systemd service notification protocol, through libsystemd's
  * sd_notify(3): READY=1, STATUS=..., STOPPING=1, RELOADING=1, WATCHDOG=1,
  * EXTEND_TIMEOUT_USEC=... . Every call is a no-op when NOTIFY_SOCKET is unset

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* oip.c - see oip.h. JSON in through jansson (the tree is freed before a
  * parse returns); JSON out written by hand into a reused buffer. */
 #include "oip.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* oip.h - the Open Inference Protocol (KServe v2) over HTTP, as bytes in and
  * bytes out: routes, inference requests (JSON and the binary tensor data
  * extension), inference responses, metadata and error bodies.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* opts.c - see opts.h. */
 #include "opts.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* opts.h - command-line options from a table: the one parser behind
  * `mlpd serve`, `mlpd infer`, mlpctl, mlpd-bench and bench_engine.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* pbcheck.c - see pbcheck.h. A second protobuf reader, deliberately
  * simple: it only measures and compares, never stores a value, so the only
  * thing it can get wrong is refusing too little, and the rpc fuzz harness

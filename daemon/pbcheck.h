@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* pbcheck.h - a strict pass over protobuf bytes, against the nanopb
  * descriptor of the message they should be, before nanopb decodes them.
  *

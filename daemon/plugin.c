@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* plugin.c - see plugin.h. */
 #include "plugin.h"
 

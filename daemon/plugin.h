@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* plugin.h - engines built as shared modules that the daemon loads when a
  * device asks for one: the CUDA engine is mlpd-cuda.so (package mlpd-cuda),
  * so that `mlpd` itself links no CUDA library, installs without NVIDIA's

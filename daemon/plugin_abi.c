@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* plugin_abi.c - the ABI stamp every engine plugin carries (plugin.h),
  * linked into each mlpd-<kind>.so and into nothing else. */
 #include "plugin.h"

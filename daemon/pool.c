@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* pool.c - see pool.h. */
 #include "pool.h"
 

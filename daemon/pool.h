@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* pool.h - one generation of the model and its engines: the model read
  * from its file, one engine per device (opened in parallel, each device
  * planned and autotuned once), and one worker thread per engine.

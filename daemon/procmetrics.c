@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* procmetrics.c - see procmetrics.h. */
 #include "procmetrics.h"
 

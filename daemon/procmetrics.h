@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* procmetrics.h - the standard process metrics of Prometheus clients, in
  * the text exposition format 0.0.4, with the names, types and HELP texts of
  * client_golang's process collector, so dashboards and alerts written for

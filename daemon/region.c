@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* region.c - see region.h. */
 #include "region.h"
 

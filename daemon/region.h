@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* region.h - shared-memory regions a client registered on its connection.
  *
  * A client creates a memfd, seals it against shrinking (F_SEAL_SHRINK), and

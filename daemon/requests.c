@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* requests.c - see requests.h. */
 #include "requests.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* requests.h - the request half of an I/O thread: every frame its server
  * (server.h) reads is decoded, checked and answered here. Infer requests
  * are checked against the model's shape, tied to their connection and

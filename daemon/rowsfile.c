@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rowsfile.c - see rowsfile.h. */
 #include "rowsfile.h"
 

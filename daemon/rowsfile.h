@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rowsfile.h - reads a file of input rows for tools (mlpd infer, mlpctl):
  *
  *  - safetensors: tensor "inputs" [rows, cols] (any of F32/F16/BF16) and,

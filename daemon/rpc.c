@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rpc.c - see rpc.h. */
 #include "rpc.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rpc.h - the codec: protobuf (nanopb) decoding of Request frames and
  * encoding of Response frames, with protocol-level validation.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* safetensors.c - see safetensors.h. JSON parsing is jansson's; everything
  * after that is bounds arithmetic done in uint64 with explicit overflow
  * checks, because every number in the header is attacker-controlled. */

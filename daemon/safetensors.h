@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* safetensors.h - a validating reader for the safetensors format.
  *
  * Format (https://github.com/huggingface/safetensors): 8-byte little-endian

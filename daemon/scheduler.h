@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* scheduler.h - the scheduling half of an I/O thread: one lane per model
  * (models.h), each with its own batcher and staging slots, handing ready
  * slots to the workers of the model's pool, taking finished jobs back

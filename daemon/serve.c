@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* serve.c - see serve.h. The options are one table (opts.h); values that
  * need more than a range check (device lists, users and groups, modes)
  * have a handler here, and what only makes sense across options is checked

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* serve.h - `mlpd serve`: parses the command line into an mlpd_config_t and
  * runs the daemon (daemon.h). */
 #ifndef MLPD_SERVE_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* server.h - the Unix-socket listener and client connections of one I/O
  * thread.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* status.h - the status codes a response carries: gRPC's codes and numbers,
  * as in proto/mlpd.proto. Shared by the daemon and the client library (whose
  * public mlpd/mlpd_common.h defines them), so the two can never disagree on

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* worker.c - see worker.h. */
 #include "worker.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* worker.h - one thread per engine (device) that keeps its pipeline full.
  *
  * Any thread hands the worker jobs (batches in host staging); the worker

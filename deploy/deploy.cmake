@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # deploy.cmake - install rules for the systemd units, sysusers/tmpfiles
 # snippets, /etc/default/mlpd, man pages, the digits model and the docs, and
 # the CPack configuration that turns the install components into Debian

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # test-install-chroot.sh - a manual demo, not a test (it downloads Debian):
 # shows the .deb of mlpd installing and serving on a machine with no CUDA
 # package at all.

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Writes benchmark MLP models of any shape with seeded random weights.
 
 Weights are N(0, 1/in_features) and biases N(0, 0.1), so activations keep a

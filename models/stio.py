@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Minimal safetensors writer/reader for mlpd's model tools (numpy only).
 
 Debian 12 ships no safetensors Python package, and the format is small:

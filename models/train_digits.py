@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Trains mlpd's default model: an MLP 64 -> 128 -> 128 -> 10 with tanh-form
 GELU on the scikit-learn digits set (8x8 images, pixel values 0..16 scaled to
 0..1), in numpy, seeded, so the run is repeatable.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Client suite: libmlpd-client against a scripted fake daemon and against
 # the real one, the Python package's tests, its generated protobuf module,
 # and the installed library as a third party would use it.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Suites that link one library and cmocka, nothing of the serving core: the
 # codec (request decoding with its strict wire pass, response encoding; the
 # pass alone on every field type), the HTTP listener's request side, the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # The CUDA engine's tests: on a machine without a GPU they check the clean
 # failure and CPU fallback, then report themselves skipped (exit 77). In a
 # build without the CUDA toolkit the suite still appears, as skipped, with

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # The daemon's own suites: batching policy (unit, fake clock) and the real
 # daemon in a child process (framing, bad input, concurrency, lifecycle).
 add_library(mlpd_daemonutil STATIC daemonutil.c)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* daemonutil.c - see daemonutil.h. */
 #include "daemonutil.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* daemonutil.h - test helpers that run the real mlpd daemon in a child
  * process on a temporary socket and talk to it in raw frames (so tests can
  * split, corrupt and pipeline them at will). Test-only code; the product's

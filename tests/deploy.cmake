@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # deploy/: the systemd units, the man pages and their companions; the
 # packages built by cpack, their layout, and lintian over them (each
 # skipped, exit 77, where the tools are missing or cannot run).

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # The documentation: no merge-conflict markers in tracked files, and every
 # flag, metric and HTTP endpoint README.md and docs/ name exists in the
 # tools' --help and a running daemon (tests/test_docs.sh).

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # The error table (daemon/error.h, MLPD_CLIENT_ERRNO_MAP in the public
 # mlpd/mlpd_common.h): against the daemon's error object, and against
 # libmlpd-client.so alone, which names only the client's codes.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # libFuzzer harnesses (tests/fuzz/*.c), built with MLPD_FUZZ=ON and clang:
 #
 #   CC=clang-14 cmake -S . -B build-fuzz -G Ninja -DMLPD_FUZZ=ON \

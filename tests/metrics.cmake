@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Metrics rendering and the HTTP probe/scrape listener.
 mlpd_test(test_metrics TIMEOUT 60)
 # Count allocations made by mlpd's own code (see test_no_allocation).

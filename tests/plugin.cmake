@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Engine plugins (daemon/plugin.h): test_plugin runs once per case, each in
 # a program that, like the daemon, does not link the CUDA engine and
 # exports mlpd.dynlist to plugins.

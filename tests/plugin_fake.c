@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* plugin_fake.c - a stand-in for the CUDA engine plugin, for test_plugin:
  * mlpd-cuda.so with an engine of kind "cuda" that computes the MLP naively
  * on the CPU (fp32, two "devices"). It is built with mlpd_add_engine_plugin

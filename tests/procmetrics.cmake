@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Process metrics (daemon/procmetrics.h), linking only mlpd_procmetrics and
 # mlpd_base.
 add_executable(test_procmetrics test_procmetrics.c)

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # The committed nanopb output must be what the Debian generator makes from
 # the committed .proto and .options (skipped where no generator exists).
 add_test(NAME test_proto_generated

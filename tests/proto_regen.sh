@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Regenerates proto/mlpd.pb.{c,h} from the committed mlpd.proto and
 # mlpd.options into a scratch directory and fails if they differ from the
 # committed files. Exits 77 (skipped) where the generator is missing.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_access.c - who may connect and for how long, against the real
  * daemon: a peer of a refused uid (a forked child that drops to another
  * uid) gets PERMISSION_DENIED and a log line with its uid and pid, while

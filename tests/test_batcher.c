@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_batcher.c - the batching policy, driven with a fake clock and a
  * hand-kept view of the engines, over real CPU engines: a full batch goes
  * at once; a lone request on an idle engine goes at once, and a partial

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_board.c - what the daemon publishes for every other thread
  * (board.h): health follows the published state; the metrics text adds up
  * every I/O thread's counter block and carries the published reload

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_client.c - libmlpd-client against the real daemon.
  *
  * Starts build/daemon/mlpd on the digits model with the CPU engine on a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_client_wire.c - libmlpd-client against a scripted fake daemon.
  *
  * Each test starts a thread that listens on a temporary Unix socket and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_daemon.c - the real daemon in a child process, over its Unix socket:
  * framing at every split point, oversize / zero-length / garbage frames and
  * every kind of bad request answered with its status (the connection

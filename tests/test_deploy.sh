@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # test_deploy.sh - checks deploy/.
 #
 # units: mlpd.service and mlpd.socket pass `systemd-analyze verify` and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_devices.c - one daemon on several devices, with CPU engine
  * instances standing in for GPUs (--device cpu:0,cpu:1): batches spread
  * over both; a reload swaps both engines; several I/O threads serve

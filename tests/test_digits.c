@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_digits.c - the committed default model classifies the committed
  * held-out digits split (never trained on) with at least 95% accuracy
  * through the C loader and the CPU engine. */

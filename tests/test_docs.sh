@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # test_docs.sh - keeps the documentation true.
 #
 # markers: no tracked text file holds a merge-conflict marker: a line

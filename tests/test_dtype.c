@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_dtype.c - fp32 <-> bf16/fp16 conversions round to nearest even, keep
  * NaN and infinities, and handle fp16 subnormals. */
 #include <setjmp.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_engine_cpu.c - the CPU engine against a naive double-precision
  * reference on random models whose widths are not multiples of 8, at batch
  * 1, 7 and 1000, with f32 and 16-bit batches in and out; the submit/wait

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_engine_cuda.c - the CUDA engine against the CPU engine.
  *
  * On a GPU:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_error.c - the error table follows libuv: a code with an errno
  * meaning is -errno, mlpd's own codes are in their block from -20000 down,
  * and every code, every errno included, has a name and a message.

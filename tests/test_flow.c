@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_flow.c - flow control and overload, the real daemon in a child
  * process on the CPU engine (issue 15): a pipelining client that sends
  * without reading is paced and fully answered; a closed loop with eight

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_http.c - the HTTP probe/metrics listener, driven over real sockets.
  *
  * The listener runs on a uv loop in its own thread, as on the daemon's loop

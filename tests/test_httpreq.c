@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_httpreq.c - the HTTP listener's request side (daemon/httpreq.c),
  * without sockets: routes and their answers for every health state
  * (including /readyz answering 200 with the state when ready), methods,

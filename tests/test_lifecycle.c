@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_lifecycle.c - the daemon's life cycle as its users see it: live but
  * not ready while loading (and the NOTIFY_SOCKET datagrams of that phase),
  * READY=1 / RELOADING=1 / STOPPING=1 / WATCHDOG=1 as systemd receives them,

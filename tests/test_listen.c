@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_listen.c - the one helper that opens every listening socket
  * (listen.h): a Unix socket gets its mode and accepts; a stale socket file
  * is replaced; a live one, a file that is not a socket, a missing

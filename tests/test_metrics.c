@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_metrics.c - the Prometheus rendering, parsed back line by line: every
  * sample belongs to a family with HELP and TYPE, histograms are cumulative
  * with +Inf == _count and the right _sum, hostile label values come back

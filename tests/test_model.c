@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_model.c - the safetensors loader and the MLP model built on it:
  * a file assembled byte by byte is accepted with the right layers, and each
  * kind of malformed file is rejected with the expected code and a message

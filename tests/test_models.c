@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_models.c - several models in one daemon (issue 16).
  *
  * Real daemons (tests/daemonutil.h) on the CPU engine serve two or three

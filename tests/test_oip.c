@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_oip.c - the Open Inference Protocol codec (daemon/oip.c): routes,
  * the spec's inference request and response examples (adapted to an MLP's
  * one FP32 input and output), nested and flat data, the binary tensor data

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_oip_http.c - the Open Inference Protocol (KServe v2) over HTTP/1.1
  * on the real daemon (daemon/httpconn.c): every endpoint against the
  * spec's shapes, JSON inference on the held-out digits (the same classes as

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_opts.c - the option parser (opts.h) and the command lines built on
  * it: values of every kind with their ranges and bad spellings, GNU
  * conventions (--name=value, -xVALUE, options after positional arguments,

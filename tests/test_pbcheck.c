@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_pbcheck.c - the strict wire pass (daemon/pbcheck.c) on the field
  * types mlpd's own schema does not use yet (fixed32/64, float, double,
  * sint32, narrow ints, static bytes, fixed-length bytes, packed fixed),

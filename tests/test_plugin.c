@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_plugin.c - engine plugins (plugin.h): how mlpd_engine_ops_for("cuda")
  * finds, checks and loads mlpd-cuda.so in a program that, like the daemon,
  * does not link the CUDA engine and exports mlpd.dynlist to its plugins.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_procmetrics.c - the process_* metrics: the /proc parsers on fixed
  * text (a comm with spaces and parentheses, short and garbled lines), the
  * exposition text exactly, snprintf's convention when the buffer is small,

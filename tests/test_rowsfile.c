@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_rowsfile.c - the tools' row files (daemon/rowsfile.c) from memory:
  * text rows and safetensors inputs/labels are read, and each malformed
  * form is refused with a message naming the line or tensor. The file path

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_rpc.c - the codec (daemon/rpc.c and the strict pass in front of
  * nanopb, daemon/pbcheck.c): valid requests of every kind decode to the
  * right fields; every way a frame can lie about its fields is refused with

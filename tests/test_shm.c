@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* test_shm.c - shared-memory tensors end to end: libmlpd-client's regions
  * against the real daemon (tests/daemonutil), CPU engine, digits model.
  *

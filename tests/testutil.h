@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* testutil.h - helpers shared by mlpd's tests: temporary directories,
  * safetensors files built byte by byte, random models, and a naive
  * double-precision reference forward pass. Test-only code. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cuda_algos_enumerate.c - RETIRED, not built: the CUDA engine's search
  * for cuBLASLt configurations beyond the heuristic's list, as it was
  * before issue 17 (bench/RESULTS.md, "Retired": on the H200 none of the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fused_forward.cuh - RETIRED, not built: cuda_kern.cuh as it was before
  * issue 17, with the fused whole-forward kernel and the tail-prefetch
  * variants that bench/RESULTS.md ("Retired") has the numbers against.

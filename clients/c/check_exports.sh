@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # The shared client library exports exactly the client API (ctest:
 # test_client_exports): `nm -D --defined-only` lists every function the
 # public headers (mlpd/mlpd_client.h, mlpd/mlpd_common.h) declare, each with

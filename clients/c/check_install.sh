@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Installs the client library's components (libclient: libmlpd-client.so.N;
 # dev: headers, .so link, static library, pkg-config file, CMake package)
 # into a scratch prefix and uses them the way a third party would, with

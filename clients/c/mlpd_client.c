@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* mlpd_client.c - see mlpd_client.h.
  *
  * Wire path: a request is encoded with nanopb into the client's send buffer

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # The committed mlpd_client/mlpd_pb2.py must be what protoc makes of
 # proto/mlpd.proto (ctest: test_client_python_pb2). Exits 77 (skipped)
 # where protoc is missing. To regenerate after editing the .proto:

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Runs the Python client's tests (ctest: test_client_python) the way the
 # README says: /usr/bin/python3 -m pytest -q clients/python/tests, from the
 # repository root. The daemon binary comes from $MLPD_BIN. Exits 77

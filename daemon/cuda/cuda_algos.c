@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cuda_algos.c - see cuda_algos.h.
  *
  * Only the heuristic's own list. Configurations it does not offer (every

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cuda_algos.h - INTERNAL to the CUDA engine: the cuBLASLt candidates for
  * one layer at one bucket, the heuristic's usable ones, best first.
  *

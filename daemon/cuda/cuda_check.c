@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cuda_check.c - see cuda_check.h. */
 #include "cuda_check.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cuda_check.h - INTERNAL to the CUDA engine: turning CUDA runtime and
  * cuBLASLt failures into mlpd error codes with a message, the CU/LT/TRY
  * check macros built on that, and one line of startup progress.

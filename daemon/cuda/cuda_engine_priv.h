@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cuda_engine_priv.h - INTERNAL to the CUDA engine: the engine struct that
  * its modules share and the limits they agree on.
  *

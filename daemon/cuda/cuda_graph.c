@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cuda_graph.c - see cuda_graph.h. Every enqueue of a layer and every
  * graph capture of the CUDA engine happens here, so that what tuning times
  * and verifies is exactly what serving replays.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cuda_graph.h - INTERNAL to the CUDA engine: putting a bucket's layers on
  * the engine's compute stream and capturing them
  * into CUDA graphs, the one path by which tuning, fusion verification,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cuda_kern.cuh - INTERNAL to mlpd's CUDA kernels: the per-layer
  * small-batch kernel as a template over the mode (cuda_tile.cuh), its
  * variant table and launcher. Each cuda_k_<mode>.cu instantiates one mode,

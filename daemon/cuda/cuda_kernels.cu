@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cuda_kernels.cu - see cuda_kernels.h. The C entry points: dispatch of the
  * small-batch kernel to its per-mode files (cuda_k_*.cu,
  * templates in cuda_kern.cuh), and the kernels small enough to live here:

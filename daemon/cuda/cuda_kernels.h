@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cuda_kernels.h - mlpd's own CUDA kernels, callable from C:
  *   - the small-batch GEMM + bias + activation of one layer (16-bit
  *     weights, or FP8 E4M3 weights with per-feature scales), for buckets

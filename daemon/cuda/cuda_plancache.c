@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cuda_plancache.c - see cuda_plancache.h. Reads and writes the CUDA
  * engine's plan cache: the key, the checked load (magic, checksum, the
  * entry for this key, record count, known kernel variants,

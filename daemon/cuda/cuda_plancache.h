@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cuda_plancache.h - INTERNAL to the CUDA engine: the autotune plan cache
  * (opts->plan_cache), so that a restart on the same setup skips the timing.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cuda_setup.c - see cuda_setup.h.
  *
  * Layout (see docs/cuda-engine.md): row-major W[N][K] is column-major K x N, so each

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cuda_setup.h - INTERNAL to the CUDA engine: what open builds before any
  * plan is made, and its release. In order: the device (checked, selected,
  * its properties, which of mlpd's kernels have an image for it, FP8

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cuda_tile.cuh - INTERNAL to mlpd's CUDA kernels: the tile routine of the
  * per-layer small-batch kernel (cuda_kern.cuh, instantiated per mode in
  * cuda_k_<mode>.cu) and the device helpers around it (loads, mma,

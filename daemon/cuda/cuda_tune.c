@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cuda_tune.c - see cuda_tune.h. The CUDA engine's autotuner: for every
  * layer at every bucket the cuBLASLt candidates (cuda_algos.h) and mlpd's
  * own per-layer kernel variants, timed in a captured forward graph with

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cuda_tune.h - INTERNAL to the CUDA engine: choosing each bucket's plan
  * (cuBLASLt candidates from cuda_algos.h and mlpd's per-layer kernels,
  * timed with autotuning, else the heuristic's first choice), and checking from the kernel names of captured graphs that the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* engine_cuda.c - the CUDA engine's life cycle and its pipeline: open
  * (setup, plans, fusion check, serving graphs), submit and wait, pinned
  * host memory, close, and the engine_cuda.h extras. The parts of open that

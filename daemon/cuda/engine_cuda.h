@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* engine_cuda.h - what the CUDA engine offers beyond engine.h: a look at the
  * plans it made (for logs, tests and the benchmark), a device-side timer
  * for the benchmark, and test/benchmark switches.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz.h - what every libFuzzer harness in tests/fuzz shares: the entry
  * point's declaration and an invariant check that crashes (so libFuzzer
  * saves the input) with a line saying which invariant broke.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_client.c - libFuzzer harness for the client library's receive and
  * decode path (clients/c/mlpd_client.c): the input, after a mode byte, is
  * what a daemon sends back, delivered over a real Unix socket (the library

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_frame.c - libFuzzer harness for the frame header parser
  * (daemon/frame.c): every prefix of the input as a length prefix under
  * several limits, the parse/encode round trip, and the input as a stream

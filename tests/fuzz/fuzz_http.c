@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_http.c - libFuzzer harness for the HTTP listener's request side
  * (daemon/httpreq.c): bytes in pieces through the parser and its bounds,
  * a response chosen and its head formatted for each complete request, with

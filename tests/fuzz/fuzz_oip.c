@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_oip.c - libFuzzer harness for the Open Inference Protocol codec
  * (daemon/oip.c): request targets through mlpd_oip_route, bodies through
  * mlpd_oip_parse_infer (JSON and the binary tensor data extension), and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_oip_http.c - libFuzzer harness for the OIP request path as the I/O
  * thread runs it (daemon/httpconn.c): a byte stream in pieces through the
  * HTTP parser in body mode (daemon/httpreq.c: bounds, Content-Length,

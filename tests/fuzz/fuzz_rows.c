@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_rows.c - libFuzzer harness for the tools' row files
  * (daemon/rowsfile.c, through mlpd_rows_read_buffer): text rows and
  * safetensors "inputs"/"labels", chosen by the first byte. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_rpc.c - libFuzzer harness for the request decoder and its
  * validation (mlpd_rpc_decode), and for the response encoder fed with what
  * the decoder produced and with the raw input as text.

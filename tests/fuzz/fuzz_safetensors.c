@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_safetensors.c - libFuzzer harness for the safetensors loader and
  * the model built from it (mlpd_safetensors_open_buffer, the same
  * validation mlpd_safetensors_open runs over its mapping, then

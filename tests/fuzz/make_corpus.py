@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Writes the seed corpora in tests/fuzz/corpus/<harness>/ (checked in).
 
 Deterministic and dependency-free: protobuf is encoded by hand here (a few

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Python client for mlpd, the MLP inference daemon.
 
     from mlpd_client import Client

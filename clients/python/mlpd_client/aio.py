@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """asyncio client for mlpd: many requests in flight on one connection.
 
     async with await AsyncClient.connect("/run/mlpd/mlpd.sock") as c:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Client for the mlpd daemon: proto/mlpd.proto over its Unix socket.
 
 Frames are protobuf's delimited convention (varint length, then the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Fixtures for the mlpd_client tests: a real daemon on a temporary socket
 and a numpy reference of the model it serves.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """AsyncClient (mlpd_client/aio.py): many coroutines' requests in flight on
 one connection, against the real daemon (numbers checked against the numpy
 reference) and against a scripted fake daemon for what a well-behaved one

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """mlpd_client against the real daemon serving models/digits.safetensors on
 the CPU engine: numbers checked against a numpy forward pass of the same
 file, statuses, pipelining, health, metrics and model info."""

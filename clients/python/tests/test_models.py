@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Several models in one daemon, as the Python client sees them: the model
 argument routes requests, an unknown name is NotFound, ListModels lists
 every model, and load/unload change what is served (issue 16)."""

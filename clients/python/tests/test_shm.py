@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Shared-memory regions through mlpd_client against the real daemon (CPU
 engine, digits model): numpy arrays backed by a region as inputs and as
 out=, equal to the inline answers bit for bit; pipelining with out=;

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """mlpd_client against a scripted fake daemon (a thread on a temporary
 socket): the error handling a well-behaved daemon never exercises. No
 daemon binary is needed."""

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* mlpd_client.h - C client for the mlpd inference daemon (libmlpd-client).
  *
  * Speaks proto/mlpd.proto over the daemon's Unix stream socket with blocking

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* mlpd_common.h - what the mlpd client library's API shares with the
  * daemon: the error codes a client can be given, the caller's error record
  * (mlpd_err_t), element types, and the status codes a response carries.
