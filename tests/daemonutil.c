@@ -500,3 +500,26 @@ int td_http_get(const char *sock, const char *path, char *buf, size_t cap) {
     memmove(buf, body + 4, strlen(body + 4) + 1);
   return code;
 }
+
+char *td_metrics(const char *sock, int timeout_ms) {
+  int fd = td_connect(sock);
+  if (fd < 0) {
+    fprintf(stderr, "daemonutil: metrics: cannot connect to %s\n", sock);
+    abort();
+  }
+  size_t len;
+  uint8_t *f = td_simple_frame(1, 2, &len);
+  td_write_all(fd, f, len);
+  free(f);
+  td_response_t r;
+  int got = td_recv(fd, &r, timeout_ms);
+  close(fd);
+  if (got != 1 || r.text == NULL) {
+    fprintf(stderr, "daemonutil: metrics: no answer from %s\n", sock);
+    abort();
+  }
+  char *t = r.text;
+  r.text = NULL;
+  td_response_free(&r);
+  return t;
+}

@@ -102,6 +102,10 @@ typedef struct {
 int td_recv(int fd, td_response_t *r, int timeout_ms);
 void td_response_free(td_response_t *r);
 
+/* The daemon's metrics text, asked for over a fresh connection (caller
+ * frees); fails the test when no answer comes within timeout_ms. */
+char *td_metrics(const char *sock, int timeout_ms);
+
 /* Output rows as float (converted from the wire dtype). */
 void td_output_f32(const td_response_t *r, float *out);
 

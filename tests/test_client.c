@@ -547,19 +547,6 @@ static void test_bad_input(void **state) {
   mlpd_client_close(c);
 }
 
-/* The value of a Prometheus sample line `name` (exact label set). */
-static double metric(const char *text, const char *name) {
-  size_t n = strlen(name);
-  for (const char *p = text; p != NULL && *p; p = strchr(p, '\n')) {
-    if (*p == '\n')
-      p++;
-    if (strncmp(p, name, n) == 0 && p[n] == ' ')
-      return strtod(p + n + 1, NULL);
-  }
-  fail_msg("metric %s not found", name);
-  return 0;
-}
-
 static void test_health_metrics_info(void **state) {
   (void)state;
   mlpd_client_t *c = connect_ok(g.d.path);
@@ -606,10 +593,10 @@ static void test_health_metrics_info(void **state) {
   assert_int_equal(strlen(text), len);
   assert_non_null(strstr(text, "# TYPE mlpd_batch_rows histogram"));
   assert_non_null(strstr(text, "mlpd_model_info{"));
-  double ok0 = metric(text, "mlpd_requests_total{status=\"ok\"}");
+  double ok0 = tu_metric(text, "mlpd_requests_total{status=\"ok\"}");
   double bad0 =
-      metric(text, "mlpd_requests_total{status=\"invalid_argument\"}");
-  assert_true(metric(text, "mlpd_connections") >= 1);
+      tu_metric(text, "mlpd_requests_total{status=\"invalid_argument\"}");
+  assert_true(tu_metric(text, "mlpd_connections") >= 1);
   free(text);
   mlpd_client_result_t res;
   mlpd_client_result_init(&res);
@@ -629,10 +616,10 @@ static void test_health_metrics_info(void **state) {
   assert_int_equal(res.status, MLPD_STATUS_INVALID_ARGUMENT);
   assert_int_equal(mlpd_client_metrics(c, &text, &len, &err), 0);
   /* 5 infers (and the health and info above, if counted). */
-  double ok1 = metric(text, "mlpd_requests_total{status=\"ok\"}");
+  double ok1 = tu_metric(text, "mlpd_requests_total{status=\"ok\"}");
   assert_true(ok1 - ok0 >= 5);
   assert_int_equal(
-      metric(text, "mlpd_requests_total{status=\"invalid_argument\"}") -
+      tu_metric(text, "mlpd_requests_total{status=\"invalid_argument\"}") -
           bad0,
       1);
   free(text);

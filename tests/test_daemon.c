@@ -29,15 +29,6 @@
 #define DIGITS MLPD_MODELS_DIR "/digits.safetensors"
 #define TIMEOUT 20000
 
-static float *random_rows(uint64_t seed, int rows, int cols) {
-  float *x = malloc((size_t)rows * (size_t)cols * sizeof(float));
-  tu_rng_t rng;
-  tu_rng_seed(&rng, seed);
-  for (int i = 0; i < rows * cols; i++)
-    x[i] = (float)tu_rng_uniform(&rng);
-  return x;
-}
-
 static void expect(int fd, int status, const char *needle, uint64_t id) {
   td_response_t r;
   assert_int_equal(td_recv(fd, &r, TIMEOUT), 1);
@@ -72,7 +63,7 @@ static void test_every_split_point(void **state) {
   td_daemon_t d;
   td_spawn(&d, DIGITS, 0, 0, NULL);
   td_wait_ready(&d, TIMEOUT);
-  float *x = random_rows(1, 2, 64);
+  float *x = tu_random_rows(1, 2, 64);
   size_t l1, l2;
   uint8_t *f1 = td_simple_frame(7, 1, &l1);
   uint8_t *f2 = td_infer_frame(8, x, MLPD_DTYPE_F32, 2, 64, 0, 0, &l2);
@@ -118,7 +109,7 @@ static void test_bad_frames_and_requests(void **state) {
   td_wait_ready(&d, TIMEOUT);
   int fd = td_connect(d.sock);
   size_t len;
-  float *x = random_rows(2, 2, 64);
+  float *x = tu_random_rows(2, 2, 64);
 
   /* Zero-length frame: answered, connection lives. */
   td_write_all(fd, "\x00", 1);
@@ -278,7 +269,7 @@ static void test_stop_with_a_client_that_does_not_read(void **state) {
   td_spawn(&d, DIGITS, 0, 0, args);
   td_wait_ready(&d, TIMEOUT);
   int fd = td_connect(d.sock);
-  float *x = random_rows(9, 256, 64);
+  float *x = tu_random_rows(9, 256, 64);
   size_t len;
   /* Far more answers than the socket buffers and --max-unsent hold; the
    * daemon's flow control stops reading this client, so its writes would
@@ -335,7 +326,7 @@ static void *conn_thread(void *arg) {
     rows[k] = 1 + (int)(tu_rng_u64(&rng) % 17);
     idt[k] = (int)(tu_rng_u64(&rng) % 3);
     odt[k] = (int)(tu_rng_u64(&rng) % 3);
-    x[k] = random_rows((uint64_t)j->index * 1000 + (uint64_t)k, rows[k], 64);
+    x[k] = tu_random_rows((uint64_t)j->index * 1000 + (uint64_t)k, rows[k], 64);
     /* The request carries its rows in its own dtype. */
     void *half = malloc((size_t)rows[k] * 64 * 4);
     mlpd_dtype_convert(half, dts[idt[k]], x[k], MLPD_DTYPE_F32,
@@ -466,7 +457,7 @@ static void test_batching_policy(void **state) {
   td_spawn(&d, path, 0, 0, args);
   td_wait_ready(&d, TIMEOUT);
   int fd = td_connect(d.sock);
-  float *x = random_rows(3, 64, 256);
+  float *x = tu_random_rows(3, 64, 256);
   size_t len;
   td_response_t r;
   /* A lone request on an idle engine starts at once: the 5 s delay only
@@ -552,7 +543,7 @@ static void test_deadline_of_a_queued_batch(void **state) {
   td_spawn(&d, path, 0, 0, args);
   td_wait_ready(&d, TIMEOUT);
   int fd = td_connect(d.sock);
-  float *x = random_rows(7, 256, 256);
+  float *x = tu_random_rows(7, 256, 256);
   size_t l1, l2;
   uint8_t *f1 = td_infer_frame(1, x, MLPD_DTYPE_F32, 256, 256, 0, 0, &l1);
   uint8_t *f2 = td_infer_frame(2, x, MLPD_DTYPE_F32, 256, 256, 0, 1, &l2);
@@ -607,7 +598,7 @@ static void test_queue_full_is_paced(void **state) {
   td_spawn(&d, path, 0, 0, args);
   td_wait_ready(&d, TIMEOUT);
   int fd = td_connect(d.sock);
-  float *x = random_rows(4, 64, 256);
+  float *x = tu_random_rows(4, 64, 256);
   size_t len;
   /* 8 x 64 rows at once, four times the queue: the connection is held
    * (flow control) instead of refused, and every request is served. */

@@ -32,36 +32,6 @@
 #define DIGITS MLPD_MODELS_DIR "/digits.safetensors"
 #define TIMEOUT 30000
 
-/* The metrics text (caller frees). */
-static char *metrics(const char *sock) {
-  int fd = td_connect(sock);
-  assert_true(fd >= 0);
-  size_t len;
-  uint8_t *f = td_simple_frame(1, 2, &len);
-  td_write_all(fd, f, len);
-  free(f);
-  td_response_t r;
-  assert_int_equal(td_recv(fd, &r, TIMEOUT), 1);
-  close(fd);
-  char *t = r.text;
-  r.text = NULL;
-  td_response_free(&r);
-  return t;
-}
-
-/* The value of the sample line that starts with `sample`. */
-static double metric(const char *text, const char *sample) {
-  for (const char *p = text; p != NULL && *p != '\0';) {
-    if (strncmp(p, sample, strlen(sample)) == 0)
-      return strtod(p + strlen(sample), NULL);
-    p = strchr(p, '\n');
-    if (p != NULL)
-      p++;
-  }
-  fail_msg("no sample '%s' in the metrics", sample);
-  return -1;
-}
-
 typedef struct {
   const char *sock;
   int index;
@@ -170,27 +140,27 @@ static void test_batches_spread_over_devices(void **state) {
   run_load(d.sock, 8, 60, 16, &ok, &bad);
   assert_int_equal(bad, 0);
   assert_int_equal(ok, 8 * 60);
-  char *t = metrics(d.sock);
-  double b0 = metric(t, "mlpd_device_batches_total{device=\"cpu:0\"} ");
-  double b1 = metric(t, "mlpd_device_batches_total{device=\"cpu:1\"} ");
+  char *t = td_metrics(d.sock, TIMEOUT);
+  double b0 = tu_metric(t, "mlpd_device_batches_total{device=\"cpu:0\"}");
+  double b1 = tu_metric(t, "mlpd_device_batches_total{device=\"cpu:1\"}");
   print_message("batches: cpu:0 %.0f, cpu:1 %.0f\n", b0, b1);
   assert_true(b0 > 0 && b1 > 0);
-  assert_true(metric(t, "mlpd_devices_in_rotation ") == 2);
+  assert_true(tu_metric(t, "mlpd_devices_in_rotation") == 2);
   free(t);
   /* A reload swaps the engines of both devices together. */
   kill(d.pid, SIGHUP);
   for (int i = 0; i < 200; i++) {
     usleep(20000);
-    t = metrics(d.sock);
-    double gen = metric(t, "mlpd_model_generation ");
+    t = td_metrics(d.sock, TIMEOUT);
+    double gen = tu_metric(t, "mlpd_model_generation");
     free(t);
     if (gen == 2)
       break;
   }
-  t = metrics(d.sock);
-  assert_true(metric(t, "mlpd_model_generation ") == 2);
-  assert_true(metric(t, "mlpd_device_in_rotation{device=\"cpu:0\"} ") == 1);
-  assert_true(metric(t, "mlpd_device_in_rotation{device=\"cpu:1\"} ") == 1);
+  t = td_metrics(d.sock, TIMEOUT);
+  assert_true(tu_metric(t, "mlpd_model_generation") == 2);
+  assert_true(tu_metric(t, "mlpd_device_in_rotation{device=\"cpu:0\"}") == 1);
+  assert_true(tu_metric(t, "mlpd_device_in_rotation{device=\"cpu:1\"}") == 1);
   free(t);
   run_load(d.sock, 4, 20, 16, &ok, &bad);
   assert_int_equal(bad, 0);
@@ -232,14 +202,14 @@ static void test_failing_device_leaves_rotation(void **state) {
   /* Its failed batches ran again on cpu:0: nobody saw an error. */
   assert_int_equal(bad, 0);
   assert_int_equal(ok, 8 * 60);
-  char *t = metrics(d.sock);
+  char *t = td_metrics(d.sock, TIMEOUT);
   print_message("cuda:1 failures %.0f, retried %.0f\n",
-                metric(t, "mlpd_device_failures_total{device=\"cuda:1\"} "),
-                metric(t, "mlpd_batches_retried_total "));
-  assert_true(metric(t, "mlpd_device_in_rotation{device=\"cuda:1\"} ") == 0);
-  assert_true(metric(t, "mlpd_device_in_rotation{device=\"cuda:0\"} ") == 1);
-  assert_true(metric(t, "mlpd_batches_retried_total ") >= 1);
-  assert_true(metric(t, "mlpd_ready ") == 1);
+                tu_metric(t, "mlpd_device_failures_total{device=\"cuda:1\"}"),
+                tu_metric(t, "mlpd_batches_retried_total"));
+  assert_true(tu_metric(t, "mlpd_device_in_rotation{device=\"cuda:1\"}") == 0);
+  assert_true(tu_metric(t, "mlpd_device_in_rotation{device=\"cuda:0\"}") == 1);
+  assert_true(tu_metric(t, "mlpd_batches_retried_total") >= 1);
+  assert_true(tu_metric(t, "mlpd_ready") == 1);
   free(t);
   assert_true(td_log_contains(&d, "cuda:1 failed 3 batches in a row"));
   /* Health says degraded, still ready. */
@@ -324,14 +294,14 @@ static void test_io_threads(void **state) {
   char *t = NULL;
   for (int waited = 0;; waited += 10) {
     free(t);
-    t = metrics(d.sock);
-    if (metric(t, "mlpd_connections ") == 1 || waited >= TIMEOUT)
+    t = td_metrics(d.sock, TIMEOUT);
+    if (tu_metric(t, "mlpd_connections") == 1 || waited >= TIMEOUT)
       break;
     usleep(10 * 1000);
   }
   /* The threads' metrics add up: 480 infer answers, every one OK. */
-  assert_true(metric(t, "mlpd_rows_total ") == 12 * 40 * 5);
-  assert_true(metric(t, "mlpd_connections ") == 1);
+  assert_true(tu_metric(t, "mlpd_rows_total") == 12 * 40 * 5);
+  assert_true(tu_metric(t, "mlpd_connections") == 1);
   free(t);
   assert_int_equal(td_stop(&d, SIGTERM, TIMEOUT), 0);
   td_cleanup(&d, 0);

@@ -32,40 +32,12 @@
 #define DIGITS MLPD_MODELS_DIR "/digits.safetensors"
 #define TIMEOUT 60000
 
-static float *random_rows(uint64_t seed, int rows, int cols) {
-  float *x = malloc((size_t)rows * (size_t)cols * sizeof(float));
-  tu_rng_t rng;
-  tu_rng_seed(&rng, seed);
-  for (int i = 0; i < rows * cols; i++)
-    x[i] = (float)tu_rng_uniform(&rng);
-  return x;
-}
-
-/* The value of the first metrics line starting with `prefix` (a name with
- * its labels), read over a fresh connection. */
-static double metric(const char *sock, const char *prefix) {
-  int fd = td_connect(sock);
-  size_t len;
-  uint8_t *f = td_simple_frame(1, 2, &len);
-  td_write_all(fd, f, len);
-  free(f);
-  td_response_t r;
-  assert_int_equal(td_recv(fd, &r, TIMEOUT), 1);
-  close(fd);
-  assert_non_null(r.text);
-  double v = -1;
-  size_t pl = strlen(prefix);
-  for (const char *p = r.text; p != NULL && *p; p = strchr(p, '\n')) {
-    if (*p == '\n')
-      p++;
-    if (strncmp(p, prefix, pl) == 0 && p[pl] == ' ') {
-      v = strtod(p + pl + 1, NULL);
-      break;
-    }
-  }
-  td_response_free(&r);
-  if (v < 0)
-    fail_msg("metric %s not found", prefix);
+/* The value of metric `name` (with its labels), read over a fresh
+ * connection; -1 when absent. */
+static double metric(const char *sock, const char *name) {
+  char *t = td_metrics(sock, TIMEOUT);
+  double v = tu_metric(t, name);
+  free(t);
   return v;
 }
 
@@ -118,7 +90,7 @@ static void test_pipelining_client_is_paced(void **state) {
   td_spawn(&d, path, 0, 0, args);
   td_wait_ready(&d, TIMEOUT);
   int fd = td_connect(d.sock);
-  float *x = random_rows(1, 1, 8);
+  float *x = tu_random_rows(1, 1, 8);
   size_t one;
   uint8_t *f = td_infer_frame(0, x, MLPD_DTYPE_F32, 1, 8, 0, 0, &one);
   free(f);
@@ -180,7 +152,7 @@ typedef struct {
 static void *closed_loop(void *arg) {
   loop_t *l = arg;
   int fd = td_connect(l->sock);
-  float *x = random_rows((uint64_t)l->index, CL_ROWS, 64);
+  float *x = tu_random_rows((uint64_t)l->index, CL_ROWS, 64);
   size_t len;
   uint8_t *f = td_infer_frame(7, x, MLPD_DTYPE_F32, CL_ROWS, 64, 0, 0, &len);
   int sent = 0;
@@ -277,7 +249,7 @@ static void test_lone_request_beside_a_deep_pipeline(void **state) {
   td_spawn(&d, path, 0, 0, args);
   td_wait_ready(&d, TIMEOUT);
   int deep = td_connect(d.sock);
-  float *x = random_rows(2, 64, 256);
+  float *x = tu_random_rows(2, 64, 256);
   size_t one;
   uint8_t *f = td_infer_frame(1, x, MLPD_DTYPE_F32, 64, 256, 0, 0, &one);
   const int n = 60;
@@ -413,7 +385,7 @@ static void test_open_loop_flood_is_refused_fast(void **state) {
   td_daemon_t d;
   td_spawn(&d, path, 0, 0, args);
   td_wait_ready(&d, TIMEOUT);
-  float *x = random_rows(3, 64, 256);
+  float *x = tu_random_rows(3, 64, 256);
   size_t one;
   uint8_t *f = td_infer_frame(1, x, MLPD_DTYPE_F32, 64, 256, 0, 0, &one);
   /* The daemon measures its rate from the batches it runs (it trusts the

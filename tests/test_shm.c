@@ -109,26 +109,13 @@ static int memfd_with(size_t size, const void *data, size_t len, int seals) {
   return fd;
 }
 
-/* The value of the Prometheus sample `name` (exact label set), or -1 when
- * absent. */
-static double metric_in(const char *text, const char *name) {
-  size_t n = strlen(name);
-  for (const char *p = text; p != NULL && *p; p = strchr(p, '\n')) {
-    if (*p == '\n')
-      p++;
-    if (strncmp(p, name, n) == 0 && p[n] == ' ')
-      return strtod(p + n + 1, NULL);
-  }
-  return -1;
-}
-
 static double metric(mlpd_client_t *c, const char *name) {
   char *text = NULL;
   mlpd_err_t err = {0};
   int rc = mlpd_client_metrics(c, &text, NULL, &err);
   if (rc != 0)
     fail_msg("metrics: %s", mlpd_err_msg(&err, rc));
-  double v = metric_in(text, name);
+  double v = tu_metric(text, name);
   free(text);
   if (v < 0)
     fail_msg("metric %s not found", name);

@@ -231,3 +231,25 @@ double tu_rel_frobenius(const float *a, const double *ref, size_t n) {
   }
   return den > 0 ? sqrt(num / den) : sqrt(num);
 }
+
+float *tu_random_rows(uint64_t seed, int rows, int cols) {
+  float *x = malloc((size_t)rows * (size_t)cols * sizeof(float));
+  if (x == NULL)
+    abort();
+  tu_rng_t rng;
+  tu_rng_seed(&rng, seed);
+  for (size_t i = 0; i < (size_t)rows * (size_t)cols; i++)
+    x[i] = (float)tu_rng_uniform(&rng);
+  return x;
+}
+
+double tu_metric(const char *text, const char *name) {
+  size_t n = strlen(name);
+  for (const char *p = text; p != NULL && *p; p = strchr(p, '\n')) {
+    if (*p == '\n')
+      p++;
+    if (strncmp(p, name, n) == 0 && p[n] == ' ')
+      return strtod(p + n + 1, NULL);
+  }
+  return -1;
+}

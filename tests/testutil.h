@@ -44,6 +44,14 @@ uint64_t tu_rng_u64(tu_rng_t *r);
 double tu_rng_uniform(tu_rng_t *r);  /* [0, 1) */
 double tu_rng_normal(tu_rng_t *r);   /* N(0, 1) */
 
+/* rows x cols uniform [0, 1) floats from `seed` (caller frees). */
+float *tu_random_rows(uint64_t seed, int rows, int cols);
+
+/* The value of the Prometheus sample `name` (its exact label set) in a
+ * metrics text, or -1 when there is none (no metric mlpd serves is
+ * negative, so a missing sample fails any comparison a test makes). */
+double tu_metric(const char *text, const char *name);
+
 /* A random MLP with widths[0] -> ... -> widths[nlayers], N(0, 1/in)
  * weights and N(0, 0.1) biases, written to `path` in `dtype` with
  * nn.Sequential naming (or "layers.N" when layers_naming) and the given
