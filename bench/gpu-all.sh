@@ -9,7 +9,10 @@
 #   2. the rest of the tree, and the GPU-relevant daemon suites;
 #   3. bench/models-oip.sh: digits and mlp-4k in one daemon on the GPU,
 #      native and Open Inference Protocol lines (issue 16);
-#   4. bench/sweep.sh on mlp-4k: the load curve, closed loop 1x-8x and open
+#   4. bench/serve.sh on mlp-4k with f32 rows: cold and warm start to ready,
+#      the lone 1-row request (inline and shared memory), saturation inline
+#      and through shared memory (issues 15 and 17);
+#   5. bench/sweep.sh on mlp-4k: the load curve, closed loop 1x-8x and open
 #      loop to 150%, through shared memory with bf16 rows (issue 15).
 # The device tool brings back at most 8 files: logs go into one tarball,
 # RESULTS.md, the tables and the PNG beside it.
@@ -21,7 +24,7 @@ mkdir -p "$OUT"
 LOGS=/tmp/mlpd-logs
 rm -rf "$LOGS" && mkdir -p "$LOGS"
 B=build-gpu
-TOTAL=${TOTAL:-430}
+TOTAL=${TOTAL:-480}
 t0=$(date +%s)
 el() { echo "$(($(date +%s) - t0)) s"; }
 left() { # seconds left, at most $1
@@ -66,6 +69,13 @@ OUTDIR=/tmp/mlpd-models M4K=$M4K PYTHON=python3 DURATION=${DURATION:-2} \
 echo "models-oip rc=$? after $(el)"
 cat "$LOGS/models-oip.log" | tail -25
 cp "$LOGS/models-oip.log" "$OUT/" 2>/dev/null
+
+OUTDIR=/tmp/mlpd-serve MODEL=${M4K:-} DEVICE=cuda:0 SAT=16:8:32 DTYPE=f32 \
+  DURATION=${SERVE_DURATION:-1.5} PYTHON=python3 \
+  timeout "$(left 70)" bench/serve.sh $B >"$LOGS/serve.log" 2>&1
+echo "serve rc=$? after $(el)"
+cat "$LOGS/serve.log" | tail -30
+cp /tmp/mlpd-serve/serve.json "$OUT/" 2>/dev/null
 
 OUTDIR=/tmp/mlpd-sweep MODEL=${M4K:-} DEVICE=cuda:0 SHM=1 DTYPE=bf16 \
   DAEMON_ARGS=${SWEEP_DAEMON_ARGS:-} DURATION=${SWEEP_DURATION:-1.5} \
