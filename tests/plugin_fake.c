@@ -31,8 +31,8 @@
  * range (or an output in a read-only one) fails its batch with a message
  * saying so; unregistering a range a batch still uses, or one that was
  * never registered, aborts the process: the daemon broke the contract.
- * Rows are padded (stride = width rounded up to 8, as the CUDA engine's),
- * so the segments' pitches are checked too. */
+ * Rows are padded (stride = width + 1 rounded up to 8: always some
+ * padding), so the segments' pitches are checked too. */
 #include "engine.h"
 #include "log.h"
 #include "plugin.h"
@@ -289,8 +289,9 @@ static int fake_open(mlpd_engine_t **out, const mlpd_model_t *m,
   in->out_dtypes = MLPD_DTYPE_BIT(MLPD_DTYPE_F32);
   in->in_features = m->in_features;
   in->out_features = m->out_features;
-  in->in_stride = (m->in_features + 7) & ~7;
-  in->out_stride = (m->out_features + 7) & ~7;
+  /* Always wider than the rows, so that every pitch is exercised. */
+  in->in_stride = (m->in_features + 8) & ~7;
+  in->out_stride = (m->out_features + 8) & ~7;
   in->max_batch = o->max_batch;
   in->depth = 1;
   in->direct_io = 1;
