@@ -388,6 +388,18 @@ static cudaError_t move_out(cuda_engine_t *e, lane_t *ln, void *host,
   return cudaMemcpyAsync(host, ln->yraw, bytes, cudaMemcpyDeviceToHost, st);
 }
 
+/* One direct segment's copy: dense rows of `width` bytes on the client's
+ * side, rows of `pitch` on the device's. A plain copy where they are the
+ * same (widths a multiple of 8 elements): the 2D path costs the driver
+ * more per call. */
+static cudaError_t copy_rows(void *dst, size_t dpitch, const void *src,
+                             size_t spitch, size_t width, size_t rows,
+                             enum cudaMemcpyKind kind, cudaStream_t st) {
+  if (dpitch == width && spitch == width)
+    return cudaMemcpyAsync(dst, src, width * rows, kind, st);
+  return cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows, kind, st);
+}
+
 /* move_in for a batch with direct segments: runs of staged rows from the
  * caller's buffer, each direct segment from its client memory (dense rows
  * into the lane's padded ones), all by DMA, then the conversion of the
@@ -415,9 +427,8 @@ static cudaError_t move_in_direct(cuda_engine_t *e, lane_t *ln,
                            cudaMemcpyHostToDevice, st);
     if (sg == NULL || ce != cudaSuccess)
       break;
-    ce = cudaMemcpy2DAsync(dev + (size_t)sg->slot_row * pitch, pitch, sg->in,
-                           width, width, (size_t)sg->rows,
-                           cudaMemcpyHostToDevice, st);
+    ce = copy_rows(dev + (size_t)sg->slot_row * pitch, pitch, sg->in, width,
+                   width, (size_t)sg->rows, cudaMemcpyHostToDevice, st);
     row = sg->slot_row + sg->rows;
   }
   if (ce != cudaSuccess || b->in_dtype == e->dt)
@@ -459,9 +470,8 @@ static cudaError_t move_out_direct(cuda_engine_t *e, lane_t *ln,
                            cudaMemcpyDeviceToHost, st);
     if (sg == NULL || ce != cudaSuccess)
       break;
-    ce = cudaMemcpy2DAsync(sg->out, width, dev + (size_t)sg->slot_row * pitch,
-                           pitch, width, (size_t)sg->rows,
-                           cudaMemcpyDeviceToHost, st);
+    ce = copy_rows(sg->out, width, dev + (size_t)sg->slot_row * pitch, pitch,
+                   width, (size_t)sg->rows, cudaMemcpyDeviceToHost, st);
     row = sg->slot_row + sg->rows;
   }
   return ce;
