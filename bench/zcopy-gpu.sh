@@ -11,7 +11,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/mlpd-out}
 mkdir -p "$OUT"
-B=build-zgpu
+B=${B:-build-zgpu}
 TOTAL=${TOTAL:-270}
 t0=$(date +%s)
 el() { echo "$(($(date +%s) - t0)) s"; }
