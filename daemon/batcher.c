@@ -392,23 +392,44 @@ int mlpd_batcher_start(mlpd_batcher_t *b, int s, int engine, uint64_t now,
   b->nrunning++;
   b->queue_rows -= sl->rows;
   sl->ndirect = 0;
+  /* The direct rows, as the engine takes them; a segment that continues
+   * the previous one in the slot and, in the same registered ranges, in
+   * memory (a client's consecutive windows) extends it. */
+  size_t irow = (size_t)b->shape.in_features * mlpd_dtype_size(sl->in_dtype);
+  size_t orow =
+      (size_t)b->shape.out_features * mlpd_dtype_size(sl->out_dtype);
+  const void *last_in_id = NULL, *last_out_id = NULL;
   for (int k = 0; k < sl->nsegs; k++) {
     const mlpd_seg_t *seg = &sl->segs[k];
     mlpd_req_t *r = seg->req;
     r->started = 1;
     if (seg->direct == 0)
       continue;
+    const uint8_t *in = seg->direct & MLPD_REQ_DIRECT_IN
+                            ? r->src + (size_t)seg->req_row * irow
+                            : NULL;
+    uint8_t *out = seg->direct & MLPD_REQ_DIRECT_OUT
+                       ? r->out + (size_t)seg->req_row * orow
+                       : NULL;
+    mlpd_engine_seg_t *p =
+        sl->ndirect > 0 ? &sl->dsegs[sl->ndirect - 1] : NULL;
+    if (p != NULL && p->slot_row + p->rows == seg->slot_row &&
+        (in == NULL) == (p->in == NULL) && (out == NULL) == (p->out == NULL) &&
+        (in == NULL || (r->direct_in_id == last_in_id &&
+                        in == (const uint8_t *)p->in +
+                                  (size_t)p->rows * irow)) &&
+        (out == NULL || (r->direct_out_id == last_out_id &&
+                         out == (uint8_t *)p->out + (size_t)p->rows * orow))) {
+      p->rows += seg->rows;
+      continue;
+    }
     mlpd_engine_seg_t *d = &sl->dsegs[sl->ndirect++];
     d->slot_row = seg->slot_row;
     d->rows = seg->rows;
-    d->in = seg->direct & MLPD_REQ_DIRECT_IN
-                ? r->src + (size_t)seg->req_row * (size_t)r->cols *
-                               mlpd_dtype_size(r->in_dtype)
-                : NULL;
-    d->out = seg->direct & MLPD_REQ_DIRECT_OUT
-                 ? r->out + (size_t)seg->req_row * (size_t)r->out_cols *
-                                mlpd_dtype_size(r->out_dtype)
-                 : NULL;
+    d->in = in;
+    d->out = out;
+    last_in_id = r->direct_in_id;
+    last_out_id = r->direct_out_id;
   }
   *in = sl->in;
   *in_dtype = sl->in_dtype;

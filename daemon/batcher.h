@@ -79,6 +79,12 @@ struct mlpd_req_s {
                                 or out (OUT) lies in memory registered with
                                 the engines' kind and stays valid until
                                 done; 0 = copy through staging */
+  const void *direct_in_id;  /* (caller) with DIRECT_IN: the registered
+                                range src lies in (any pointer naming it) */
+  const void *direct_out_id; /* (caller) ... out, with DIRECT_OUT. Rows of
+                                requests in one range that follow each other
+                                in the slot and in memory move as one
+                                segment (one copy instead of several) */
 
   /* batcher state */
   int staged;                /* rows copied into slots so far */

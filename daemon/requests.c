@@ -463,11 +463,13 @@ static void choose_direct(mlpd_requests_t *r, dreq_t *d,
     try_pin(r, d->in_region);
     if (d->in_region->pin_state == 1)
       d->r.direct |= MLPD_REQ_DIRECT_IN;
+    d->r.direct_in_id = d->in_region;
   }
   if (d->out_region != NULL) {
     try_pin(r, d->out_region);
     if (d->out_region->pin_state == 1)
       d->r.direct |= MLPD_REQ_DIRECT_OUT;
+    d->r.direct_out_id = d->out_region;
   }
 }
 
