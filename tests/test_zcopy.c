@@ -64,8 +64,12 @@ static const char *driver_path(void) {
  * set) and waits until it is ready. */
 static void spawn(td_daemon_t *d, const char *delay_ms, int refuse_register) {
   static char delay[64];
-  const char *args[] = {"--device", g.real ? "cuda:0" : "cuda:0,cuda:1",
-                        "--max-batch", "64", "--max-delay-us", "2000",
+  const char *args[] = {"--device",
+                        g.real ? "cuda:0" : "cuda:0,cuda:1",
+                        "--max-batch",
+                        "64",
+                        "--max-delay-us",
+                        "2000",
                         NULL};
   const char *env[6];
   int n = 0;
@@ -144,8 +148,7 @@ static void *inline_answer(mlpd_client_t *c, const void *x, mlpd_dtype_t dt,
   if (rc != 0)
     fail_msg("inline infer: %s", mlpd_err_msg(&err, rc));
   if (res.status != MLPD_STATUS_OK)
-    fail_msg("inline infer: %s: %s", mlpd_status_name(res.status),
-             res.message);
+    fail_msg("inline infer: %s: %s", mlpd_status_name(res.status), res.message);
   void *y = malloc(res.nbytes);
   assert_non_null(y);
   memcpy(y, res.data, res.nbytes);
@@ -209,8 +212,8 @@ static void test_bit_for_bit(void **state) {
       req.cols = IN;
       req.out_dtype = cases[k].out;
       mlpd_client_window_t in = {.region = "z", .offset = in_off};
-      mlpd_client_window_t out = {.region = "z", .offset = out_off,
-                                  .length = nref};
+      mlpd_client_window_t out = {
+          .region = "z", .offset = out_off, .length = nref};
       for (int mode = 0; mode < 3; mode++) {
         int use_in = mode != 1, use_out = mode != 0;
         memset(base + out_off, 0xA5, nref);
@@ -259,8 +262,8 @@ typedef struct {
   mlpd_client_region_t *reg;
   uint8_t *base;
   const char *name;
-  mlpd_dtype_t in;   /* rows sent in */
-  int shm;           /* windows, else inline */
+  mlpd_dtype_t in; /* rows sent in */
+  int shm;         /* windows, else inline */
 } mix_t;
 
 static void test_mixed_batches(void **state) {
@@ -316,14 +319,12 @@ static void test_mixed_batches(void **state) {
       req.out_dtype = MLPD_DTYPE_F32;
       int rc;
       if (mx[k].shm) {
-        mlpd_client_window_t in = {.region = mx[k].name,
-                                   .offset = in_at[i]};
+        mlpd_client_window_t in = {.region = mx[k].name, .offset = in_at[i]};
         mlpd_client_window_t out = {.region = mx[k].name,
                                     .offset = out_at[i],
-                                    .length =
-                                        (uint64_t)rows_of[i] * OUT * 4};
-        rc = mlpd_client_send_infer_shm(mx[k].c, (uint64_t)i, &req, &in,
-                                        &out, &err);
+                                    .length = (uint64_t)rows_of[i] * OUT * 4};
+        rc = mlpd_client_send_infer_shm(mx[k].c, (uint64_t)i, &req, &in, &out,
+                                        &err);
       } else {
         req.data = x[k][i];
         rc = mlpd_client_send_infer(mx[k].c, (uint64_t)i, &req, &err);
@@ -351,14 +352,14 @@ static void test_mixed_batches(void **state) {
        * rounding. */
       if (!g.real) {
         if (memcmp(got, want[k][i], nb) != 0)
-          fail_msg("connection %d request %d: differs from its own answer",
-                   k, i);
+          fail_msg("connection %d request %d: differs from its own answer", k,
+                   i);
       } else {
         const float *a = got, *b = want[k][i];
         for (int e = 0; e < rows_of[i] * OUT; e++)
           if (!(fabsf(a[e] - b[e]) <= 2e-2f * fabsf(b[e]) + 2e-2f))
-            fail_msg("connection %d request %d element %d: %g, alone %g",
-                     k, i, e, a[e], b[e]);
+            fail_msg("connection %d request %d element %d: %g, alone %g", k, i,
+                     e, a[e], b[e]);
       }
     }
   }
@@ -429,10 +430,9 @@ static void test_disconnect_mid_batch(void **state) {
   req.rows = ROWS;
   req.cols = IN;
   mlpd_client_window_t in = {.region = "gone", .offset = 0};
-  mlpd_client_window_t out = {.region = "gone", .offset = in_b,
-                              .length = out_b};
-  assert_int_equal(mlpd_client_send_infer_shm(a, 1, &req, &in, &out, &err),
-                   0);
+  mlpd_client_window_t out = {
+      .region = "gone", .offset = in_b, .length = out_b};
+  assert_int_equal(mlpd_client_send_infer_shm(a, 1, &req, &in, &out, &err), 0);
   wait_on_device(&d, 1);
   assert_true(metric(&d, "mlpd_shm_mapped_bytes") == (double)(in_b + out_b));
   /* Gone, mapping and all, while the device has not read a row. */
@@ -454,8 +454,7 @@ static void test_disconnect_mid_batch(void **state) {
   assert_false(td_log_contains(&d, "outside every registered"));
   assert_false(td_log_contains(&d, "unregistered while"));
   assert_true(metric(&d, "mlpd_device_failures_total{device=\"cuda:0\"}") +
-                  metric(&d,
-                         "mlpd_device_failures_total{device=\"cuda:1\"}") ==
+                  metric(&d, "mlpd_device_failures_total{device=\"cuda:1\"}") ==
               0);
   mlpd_client_close(b);
   free(x);
@@ -485,13 +484,12 @@ static void test_register_refused(void **state) {
   req.rows = ROWS;
   req.cols = IN;
   mlpd_client_window_t in = {.region = "plain", .offset = 0};
-  mlpd_client_window_t out = {.region = "plain", .offset = in_b,
-                              .length = out_b};
+  mlpd_client_window_t out = {
+      .region = "plain", .offset = in_b, .length = out_b};
   mlpd_client_result_t res;
   mlpd_client_result_init(&res);
   for (int k = 0; k < 2; k++) {
-    assert_int_equal(mlpd_client_infer_shm(c, &req, &in, &out, &res, &err),
-                     0);
+    assert_int_equal(mlpd_client_infer_shm(c, &req, &in, &out, &res, &err), 0);
     assert_int_equal(res.status, MLPD_STATUS_OK);
     assert_memory_equal(base + in_b, ref, out_b);
   }
