@@ -41,7 +41,9 @@ int mlpd_batcher_init(mlpd_batcher_t *b, const mlpd_batcher_shape_t *shape,
   b->ud = ud;
   for (int s = 0; s < cfg->nslots; s++) {
     b->slots[s].segs = calloc((size_t)shape->max_batch, sizeof(mlpd_seg_t));
-    if (b->slots[s].segs == NULL) {
+    b->slots[s].dsegs =
+        calloc((size_t)shape->max_batch, sizeof(mlpd_engine_seg_t));
+    if (b->slots[s].segs == NULL || b->slots[s].dsegs == NULL) {
       mlpd_batcher_free(b);
       return mlpd_errf(err, -ENOMEM, "batcher: out of memory");
     }
@@ -53,7 +55,9 @@ int mlpd_batcher_init(mlpd_batcher_t *b, const mlpd_batcher_shape_t *shape,
 void mlpd_batcher_free(mlpd_batcher_t *b) {
   for (int s = 0; s < MLPD_BATCHER_MAX_SLOTS; s++) {
     free(b->slots[s].segs);
+    free(b->slots[s].dsegs);
     b->slots[s].segs = NULL;
+    b->slots[s].dsegs = NULL;
   }
 }
 
@@ -114,14 +118,33 @@ static void pending_remove(mlpd_batcher_t *b, mlpd_req_t *req) {
   req->pending = 0;
 }
 
+/* Which of req's direct bits rows of it in slot sl may use: those the
+ * engines take, in the slot's own dtype (the engine converts only between
+ * the slot's dtype and its compute dtype). */
+static int direct_bits(const mlpd_batcher_t *b, const mlpd_slot_t *sl,
+                       const mlpd_req_t *req) {
+  if (!b->shape.direct_io)
+    return 0;
+  int bits = 0;
+  if ((req->direct & MLPD_REQ_DIRECT_IN) && req->in_dtype == sl->in_dtype)
+    bits |= MLPD_REQ_DIRECT_IN;
+  if ((req->direct & MLPD_REQ_DIRECT_OUT) && req->out_dtype == sl->out_dtype)
+    bits |= MLPD_REQ_DIRECT_OUT;
+  return bits;
+}
+
 /* Copies rows [req_row, req_row + n) of req into slot s at its end,
  * converting to the slot's dtype and zeroing each row's padding columns
  * (the engines compute on them, and a slot reused in another dtype has
- * stale bytes there). */
+ * stale bytes there); rows whose input goes direct keep their place in
+ * the slot unwritten. */
 static void copy_rows(mlpd_batcher_t *b, int s, mlpd_req_t *req, int req_row,
                       int n) {
   const mlpd_batcher_shape_t *sh = &b->shape;
   mlpd_slot_t *sl = &b->slots[s];
+  int direct = direct_bits(b, sl, req);
+  if (direct & MLPD_REQ_DIRECT_IN)
+    goto place;
   size_t isz = mlpd_dtype_size(sl->in_dtype);
   size_t ssz = mlpd_dtype_size(req->in_dtype);
   size_t stride = (size_t)sh->in_stride;
@@ -134,7 +157,9 @@ static void copy_rows(mlpd_batcher_t *b, int s, mlpd_req_t *req, int req_row,
     for (int r = 0; r < n; r++)
       memset(dst + ((size_t)r * stride + (size_t)req->cols) * isz, 0, pad);
   }
+place:;
   mlpd_seg_t *seg = &sl->segs[sl->nsegs++];
+  seg->direct = direct;
   seg->req = req;
   seg->req_row = req_row;
   seg->slot_row = sl->rows;
@@ -178,6 +203,7 @@ int mlpd_batcher_admit(mlpd_batcher_t *b, mlpd_req_t *req, uint64_t now) {
   req->started = req->cancelled = req->failed = req->late = 0;
   req->start_ns = req->compute_ns = 0;
   req->batch_rows = 0;
+  req->direct_rows = 0;
   req->engine = -1;
   req->pnext = NULL;
   req->pending = 1;
@@ -221,7 +247,7 @@ static void compact(mlpd_batcher_t *b, int idx, const mlpd_req_t *victim) {
         b->dropped_rows += (uint64_t)seg.rows;
       continue;
     }
-    if (seg.slot_row != rows)
+    if (seg.slot_row != rows && !(seg.direct & MLPD_REQ_DIRECT_IN))
       memmove(base + (size_t)rows * row_bytes,
               base + (size_t)seg.slot_row * row_bytes,
               (size_t)seg.rows * row_bytes);
@@ -365,8 +391,46 @@ int mlpd_batcher_start(mlpd_batcher_t *b, int s, int engine, uint64_t now,
   sl->attempts++;
   b->nrunning++;
   b->queue_rows -= sl->rows;
-  for (int k = 0; k < sl->nsegs; k++)
-    sl->segs[k].req->started = 1;
+  sl->ndirect = 0;
+  /* The direct rows, as the engine takes them; a segment that continues
+   * the previous one in the slot and, in the same registered ranges, in
+   * memory (a client's consecutive windows) extends it. */
+  size_t irow = (size_t)b->shape.in_features * mlpd_dtype_size(sl->in_dtype);
+  size_t orow =
+      (size_t)b->shape.out_features * mlpd_dtype_size(sl->out_dtype);
+  const void *last_in_id = NULL, *last_out_id = NULL;
+  for (int k = 0; k < sl->nsegs; k++) {
+    const mlpd_seg_t *seg = &sl->segs[k];
+    mlpd_req_t *r = seg->req;
+    r->started = 1;
+    if (seg->direct == 0)
+      continue;
+    const uint8_t *in = seg->direct & MLPD_REQ_DIRECT_IN
+                            ? r->src + (size_t)seg->req_row * irow
+                            : NULL;
+    uint8_t *out = seg->direct & MLPD_REQ_DIRECT_OUT
+                       ? r->out + (size_t)seg->req_row * orow
+                       : NULL;
+    mlpd_engine_seg_t *p =
+        sl->ndirect > 0 ? &sl->dsegs[sl->ndirect - 1] : NULL;
+    if (p != NULL && p->slot_row + p->rows == seg->slot_row &&
+        (in == NULL) == (p->in == NULL) && (out == NULL) == (p->out == NULL) &&
+        (in == NULL || (r->direct_in_id == last_in_id &&
+                        in == (const uint8_t *)p->in +
+                                  (size_t)p->rows * irow)) &&
+        (out == NULL || (r->direct_out_id == last_out_id &&
+                         out == (uint8_t *)p->out + (size_t)p->rows * orow))) {
+      p->rows += seg->rows;
+      continue;
+    }
+    mlpd_engine_seg_t *d = &sl->dsegs[sl->ndirect++];
+    d->slot_row = seg->slot_row;
+    d->rows = seg->rows;
+    d->in = in;
+    d->out = out;
+    last_in_id = r->direct_in_id;
+    last_out_id = r->direct_out_id;
+  }
   *in = sl->in;
   *in_dtype = sl->in_dtype;
   *out = sl->out;
@@ -377,10 +441,20 @@ int mlpd_batcher_start(mlpd_batcher_t *b, int s, int engine, uint64_t now,
   return rows;
 }
 
-/* Copies slot s's outputs of one segment into its request. */
+int mlpd_batcher_direct(const mlpd_batcher_t *b, int s,
+                        const mlpd_engine_seg_t **segs) {
+  const mlpd_slot_t *sl = &b->slots[s];
+  *segs = sl->dsegs;
+  return sl->state == MLPD_SLOT_RUNNING ? sl->ndirect : 0;
+}
+
+/* Copies slot s's outputs of one segment into its request (unless the
+ * engine wrote them there itself). */
 static void deliver(mlpd_batcher_t *b, const mlpd_slot_t *sl,
                     const mlpd_seg_t *seg) {
   mlpd_req_t *r = seg->req;
+  if (seg->direct & MLPD_REQ_DIRECT_OUT)
+    return;
   size_t osz = mlpd_dtype_size(sl->out_dtype);
   size_t dsz = mlpd_dtype_size(r->out_dtype);
   int oc = r->out_cols;
@@ -430,6 +504,8 @@ int mlpd_batcher_complete(mlpd_batcher_t *b, int s, int rc, const char *msg,
       r->late = 1;
     if (!r->failed && !r->cancelled)
       deliver(b, sl, seg);
+    if (rc == 0 && r->direct != 0 && seg->direct == r->direct)
+      r->direct_rows += seg->rows;
   }
   /* A request can hold two segments of one slot (rows staged again after a
    * compaction), so answer it at its last one: the callback may free it. */

@@ -27,6 +27,13 @@
  * compute always fp32, so no client loses precision to another's choice.
  * Later requests in other dtypes are converted while copied.
  *
+ * Zero copy. When the engines take direct segments (shape.direct_io) and a
+ * request's input or output lives in memory registered with them
+ * (req->direct), its rows in a slot of its own dtypes are not copied: the
+ * slot keeps their place, the engine moves them between the request's
+ * memory and the device (engine.h, Direct rows), and completion does not
+ * copy them out. Rows in another dtype are staged as above.
+ *
  * A request larger than a slot is split across slots; one larger than the
  * whole queue is admitted when the queue is empty, so no request is
  * refused for its size alone. Rows that do not fit any free slot stay
@@ -40,6 +47,7 @@
 #define MLPD_BATCHER_H
 
 #include "dtype.h"
+#include "engine.h"
 #include "error.h"
 #include "mlpd.h"
 #include "status.h"
@@ -67,6 +75,16 @@ struct mlpd_req_s {
   uint64_t deadline_ns;      /* (caller) 0 = none */
   int model;                 /* (caller) the model's index (models.h); the
                                 batcher itself serves one model */
+  int direct;                /* (caller) MLPD_REQ_DIRECT_* bits: src (IN)
+                                or out (OUT) lies in memory registered with
+                                the engines' kind and stays valid until
+                                done; 0 = copy through staging */
+  const void *direct_in_id;  /* (caller) with DIRECT_IN: the registered
+                                range src lies in (any pointer naming it) */
+  const void *direct_out_id; /* (caller) ... out, with DIRECT_OUT. Rows of
+                                requests in one range that follow each other
+                                in the slot and in memory move as one
+                                segment (one copy instead of several) */
 
   /* batcher state */
   int staged;                /* rows copied into slots so far */
@@ -82,6 +100,8 @@ struct mlpd_req_s {
   uint64_t compute_ns;       /* engine time of the batches that ran it */
   int batch_rows;            /* rows of the last batch that ran it */
   int engine;                /* engine of the last batch that ran it */
+  int direct_rows;           /* rows that moved with every direct bit it
+                                asked for, for metrics */
   int mark;                  /* scratch for mlpd_batcher_complete */
   mlpd_req_t *pnext;         /* pending list */
   /* free for the caller's own lists (the batcher never touches them) */
@@ -94,6 +114,9 @@ struct mlpd_req_s {
  * replaced by one of another input width) or UNAVAILABLE (replaced by one
  * of another output width: the request itself is fine, a retry gets the
  * new model's answer). */
+#define MLPD_REQ_DIRECT_IN 1
+#define MLPD_REQ_DIRECT_OUT 2
+
 typedef void (*mlpd_batcher_done_cb)(void *ud, mlpd_req_t *req,
                                      mlpd_status_t status, const char *msg);
 
@@ -107,6 +130,7 @@ typedef struct mlpd_batcher_shape_s {
   uint32_t in_dtypes;         /* MLPD_DTYPE_BIT()s every engine takes */
   uint32_t out_dtypes;
   mlpd_dtype_t compute_dtype;
+  int direct_io;              /* every engine takes direct segments */
 } mlpd_batcher_shape_t;
 
 /* Bytes one slot's input and output buffers need: rows of 4-byte
@@ -128,6 +152,7 @@ typedef struct mlpd_seg_s {
   int req_row;  /* first row within the request */
   int slot_row; /* first row within the slot */
   int rows;
+  int direct;   /* MLPD_REQ_DIRECT_* bits that bypass the slot */
 } mlpd_seg_t;
 
 typedef enum {
@@ -142,6 +167,9 @@ typedef struct mlpd_slot_s {
   int rows;
   int nsegs;
   mlpd_seg_t *segs;       /* owned: max_batch entries */
+  mlpd_engine_seg_t *dsegs; /* owned: max_batch entries; while RUNNING,
+                               the ndirect direct segments */
+  int ndirect;
   mlpd_dtype_t in_dtype;  /* of the staged rows */
   mlpd_dtype_t out_dtype; /* the engine writes */
   void *in, *out;         /* the caller's staging buffers */
@@ -213,6 +241,11 @@ int mlpd_batcher_ready(const mlpd_batcher_t *b, uint64_t now, int engine_idle,
 int mlpd_batcher_start(mlpd_batcher_t *b, int s, int engine, uint64_t now,
                        void **in, mlpd_dtype_t *in_dtype, void **out,
                        mlpd_dtype_t *out_dtype);
+
+/* The direct segments of running slot s (engine.h), for its batch: how
+ * many, *segs pointing at them (valid while the slot runs). */
+int mlpd_batcher_direct(const mlpd_batcher_t *b, int s,
+                        const mlpd_engine_seg_t **segs);
 
 /* Slot s came back: rc 0 or the engine's error (msg). With an error and
  * retry != 0 (another engine may take it; the caller decides) the slot is

@@ -22,6 +22,20 @@
  * reach at full speed) and belong to the engine from submit until wait
  * retires the batch.
  *
+ * Direct rows (zero copy). A batch may also carry `direct` segments:
+ * rows of the batch that live in client host memory registered with the
+ * engine's kind (host_register), not in `in`/`out`. Segment k covers batch
+ * rows [slot_row, slot_row + rows); its `in`, when not NULL, holds those
+ * rows densely, [rows][in_features] of in_dtype (no padding), and its
+ * `out`, when not NULL, receives them densely, [rows][out_features] of
+ * out_dtype; a NULL half means those rows are in `in` (or go to `out`) as
+ * usual. The rows of `in` a direct input covers are not read and the rows
+ * of `out` a direct output covers are not written. Segments are sorted by
+ * slot_row and do not overlap; their memory, like `in` and `out`, belongs
+ * to the engine from submit until wait retires the batch, and must stay
+ * registered until then. Only an engine whose info.direct_io is 1 takes
+ * them; the others fail such a batch (MLPD_EINVAL).
+ *
  * Pipelining. Up to info.depth batches may be submitted and not yet
  * retired; they complete in submission order. The CUDA engine (depth 3)
  * copies batch N+1 in and batch N-1 out while batch N's layers run; the
@@ -101,7 +115,18 @@ typedef struct mlpd_engine_info_s {
   uint64_t activation_bytes;  /* device memory for activations and the
                                  device side of the pipeline's copies */
   uint64_t device_bytes;      /* all device memory this engine holds */
+  int direct_io;              /* 1: batches may carry direct segments (rows
+                                 in memory given to host_register) */
 } mlpd_engine_info_t;
+
+/* Rows of a batch that move straight between client memory and the
+ * device (see Direct rows above). */
+typedef struct mlpd_engine_seg_s {
+  int slot_row;    /* first row within the batch */
+  int rows;
+  const void *in;  /* [rows][in_features] of in_dtype, or NULL: in `in` */
+  void *out;       /* [rows][out_features] of out_dtype, or NULL: `out` */
+} mlpd_engine_seg_t;
 
 /* One batch (see the top of this file). */
 typedef struct mlpd_engine_batch_s {
@@ -110,6 +135,8 @@ typedef struct mlpd_engine_batch_s {
   void *out;
   mlpd_dtype_t out_dtype;
   int rows;
+  const mlpd_engine_seg_t *direct; /* ndirect segments, slot_row order */
+  int ndirect;
 } mlpd_engine_batch_t;
 
 typedef struct mlpd_engine_ops_s {
@@ -135,6 +162,16 @@ typedef struct mlpd_engine_ops_s {
   void *(*host_alloc)(mlpd_engine_t *e, size_t bytes);
   void (*host_free)(mlpd_engine_t *e, void *p);
   void (*close)(mlpd_engine_t *e);
+  /* Kind-level, for direct segments: makes [base, base + size) of client
+   * memory (a shared-memory region's mapping) reachable by every device
+   * of this kind (pinning it: cudaHostRegister), read-only when the
+   * mapping is. 0, or a negative code when it cannot (the caller then
+   * copies through staging as before). host_unregister undoes it; the
+   * caller calls it only once no batch uses the range, and before it
+   * unmaps. NULL in an engine without direct_io. Any thread. */
+  int (*host_register)(void *base, size_t size, int readonly,
+                       mlpd_err_t *err);
+  void (*host_unregister)(void *base);
 } mlpd_engine_ops_t;
 
 /* Every engine's struct starts with this. */

@@ -177,6 +177,10 @@ static int cpu_submit(mlpd_engine_t *base, const mlpd_engine_batch_t *b,
   const mlpd_engine_info_t *in = &base->info;
   if (e->outstanding)
     return mlpd_errf(err, MLPD_EBUSY, "cpu engine: a batch is outstanding");
+  /* It reads and writes only its own buffers (info.direct_io 0). */
+  if (b->ndirect != 0)
+    return mlpd_errf(err, MLPD_EINVAL,
+                     "cpu engine: a batch with direct segments");
   if (b->rows < 1 || b->rows > in->max_batch ||
       !(in->in_dtypes & MLPD_DTYPE_BIT(b->in_dtype)) ||
       !(in->out_dtypes & MLPD_DTYPE_BIT(b->out_dtype)))

@@ -182,6 +182,8 @@ void mlpd_metrics_merge(mlpd_metrics_t *d, const mlpd_metrics_t *s) {
   d->shm_in_bytes += s->shm_in_bytes;
   d->shm_out_bytes += s->shm_out_bytes;
   d->shm_regions += s->shm_regions;
+  d->shm_rows_direct += s->shm_rows_direct;
+  d->shm_rows_copied += s->shm_rows_copied;
   d->batches_retried += s->batches_retried;
   for (int k = 0; k < MLPD_METRICS_MAX_MODELS; k++) {
     for (int i = 0; i < MLPD_STATUS_SLOTS; i++)
@@ -667,6 +669,15 @@ size_t mlpd_metrics_render(const mlpd_metrics_t *m, char *buf, size_t cap) {
              m->shm_mapped_bytes);
   scalar_u64(&w, "mlpd_shm_regions", "gauge",
              "Shared-memory regions registered.", m->shm_regions);
+  family(&w, "mlpd_shm_rows_total", "counter",
+         "Rows of answered shared-memory requests, moved between the "
+         "region and the device directly (zero copy) or copied through "
+         "staging.");
+  puts_(&w, "mlpd_shm_rows_total{path=\"direct\"} ");
+  put_u64(&w, m->shm_rows_direct);
+  puts_(&w, "\nmlpd_shm_rows_total{path=\"copied\"} ");
+  put_u64(&w, m->shm_rows_copied);
+  puts_(&w, "\n");
   scalar_u64(&w, "mlpd_batches_retried_total", "counter",
              "Failed batches run again on another device.", m->batches_retried);
   uint64_t in_rot = 0;

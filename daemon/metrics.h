@@ -47,6 +47,10 @@
  *                                     out, "inline" (in frames) or "shm"
  *   shm_mapped_bytes                  gauge, bytes of client regions mapped
  *   shm_regions                       gauge, regions registered
+ *   shm_rows_total{path}              counter, rows of answered shared-
+ *                                     memory requests: "direct" (moved
+ *                                     between the region and the device,
+ *                                     zero copy) or "copied" (staged)
  *   batches_retried_total             counter, failed batches run again on
  *                                     another device
  *   devices_in_rotation               gauge
@@ -135,6 +139,7 @@ typedef struct mlpd_metrics_s {
   mlpd_hist_t engine_wait;              /* seconds */
   uint64_t inline_in_bytes, inline_out_bytes;
   uint64_t shm_in_bytes, shm_out_bytes;
+  uint64_t shm_rows_direct, shm_rows_copied;
   uint64_t shm_mapped_bytes;
   uint64_t shm_regions;
   uint64_t batches_retried;

@@ -70,6 +70,8 @@ int mlpd_pool_open(mlpd_pool_t **out, const char *model_path,
   }
   const mlpd_engine_info_t *e0 = &p->engines[0]->info;
   uint32_t in_dtypes = e0->in_dtypes, out_dtypes = e0->out_dtypes;
+  int direct = e0->direct_io && p->engines[0]->ops->host_register != NULL &&
+               p->engines[0]->ops->host_unregister != NULL;
   for (int i = 1; i < ndevices; i++) {
     const mlpd_engine_info_t *ei = &p->engines[i]->info;
     if (!same_shape(e0, ei)) {
@@ -80,6 +82,7 @@ int mlpd_pool_open(mlpd_pool_t **out, const char *model_path,
     }
     in_dtypes &= ei->in_dtypes;
     out_dtypes &= ei->out_dtypes;
+    direct &= ei->direct_io && p->engines[i]->ops == p->engines[0]->ops;
   }
   p->shape = (mlpd_batcher_shape_t){
       .in_features = e0->in_features,
@@ -90,6 +93,7 @@ int mlpd_pool_open(mlpd_pool_t **out, const char *model_path,
       .in_dtypes = in_dtypes,
       .out_dtypes = out_dtypes,
       .compute_dtype = e0->compute_dtype,
+      .direct_io = direct,
   };
   for (int i = 0; i < ndevices; i++)
     p->device_bytes += p->engines[i]->info.device_bytes;
@@ -179,6 +183,10 @@ int mlpd_pool_can_retry(mlpd_pool_t *p, int e) {
 
 const char *mlpd_pool_engine_name(mlpd_pool_t *p, int i) {
   return i >= 0 && i < p->n ? p->engines[i]->info.name : NULL;
+}
+
+const mlpd_engine_ops_t *mlpd_pool_direct_ops(const mlpd_pool_t *p) {
+  return p->shape.direct_io ? p->engines[0]->ops : NULL;
 }
 
 const mlpd_batcher_shape_t *mlpd_pool_shape(const mlpd_pool_t *p) {

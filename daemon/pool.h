@@ -75,6 +75,11 @@ const char *mlpd_pool_engine_name(mlpd_pool_t *p, int i);
 /* What the batcher needs to know of the engines, common to all of them. */
 const mlpd_batcher_shape_t *mlpd_pool_shape(const mlpd_pool_t *p);
 
+/* The engines' kind (engine.h ops) when they take direct segments
+ * (shape.direct_io): its host_register / host_unregister make client
+ * memory reachable by every engine of the pool. NULL otherwise. */
+const mlpd_engine_ops_t *mlpd_pool_direct_ops(const mlpd_pool_t *p);
+
 /* Gives back a reservation of engine e that was not used. */
 void mlpd_pool_unreserve(mlpd_pool_t *p, int e);
 

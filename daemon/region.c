@@ -134,9 +134,22 @@ fail:
 void mlpd_region_unref(mlpd_region_t *r) {
   if (--r->refs > 0)
     return;
+  if (r->unpin != NULL)
+    r->unpin(r->unpin_ud, r->base);
   munmap(r->base, (size_t)r->size);
   atomic_fetch_sub(r->mapped, r->size);
   free(r);
+}
+
+mlpd_region_t *mlpd_region_get(const mlpd_regions_t *t, const char *name) {
+  return find(t, name);
+}
+
+void mlpd_region_set_unpin(mlpd_region_t *r,
+                           void (*unpin)(void *ud, void *base), void *ud) {
+  r->unpin = unpin;
+  r->unpin_ud = ud;
+  r->pin_state = 1;
 }
 
 static void unlink_region(mlpd_regions_t *t, mlpd_region_t *r) {

@@ -20,6 +20,13 @@
  * last reference goes. Unregistering (or the connection closing) frees the
  * name at once; requests already using the region finish with it.
  *
+ * Zero copy: the owner may make a mapping reachable by its devices (pin
+ * it with the engines' kind: engine.h host_register) and hand the region
+ * the undo (mlpd_region_set_unpin); the region calls it at its last
+ * reference, right before munmap, so no batch that still holds a
+ * reference can find the memory unregistered. This module itself knows
+ * nothing of devices.
+ *
  * One table per connection, on its dispatcher's loop thread; the mapped
  * bytes of all tables share one limit (an atomic the caller owns). */
 #ifndef MLPD_REGION_H
@@ -41,6 +48,10 @@ struct mlpd_region_s {
   int refs;                /* table (while registered) + requests */
   mlpd_region_t *next;     /* the table's list, while registered */
   atomic_uint_fast64_t *mapped; /* the shared count, borrowed */
+  int pin_state;           /* owner's: 0 not tried, 1 pinned, -1 could
+                              not be (served by copying) */
+  void (*unpin)(void *ud, void *base); /* set with pin_state 1 */
+  void *unpin_ud;
 };
 
 typedef struct mlpd_regions_s {
@@ -79,5 +90,13 @@ int mlpd_region_window(mlpd_regions_t *t, const char *name, uint64_t offset,
                        mlpd_region_t **r, mlpd_err_t *err) MLPD_MUST_CHECK;
 
 void mlpd_region_unref(mlpd_region_t *r);
+
+/* Region `name` of the table, or NULL; borrowed (no reference taken). */
+mlpd_region_t *mlpd_region_get(const mlpd_regions_t *t, const char *name);
+
+/* The owner pinned r: unpin(ud, r->base) is to be called at the last
+ * reference, before the mapping goes. Sets pin_state to 1. */
+void mlpd_region_set_unpin(mlpd_region_t *r,
+                           void (*unpin)(void *ud, void *base), void *ud);
 
 #endif

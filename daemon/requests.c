@@ -7,6 +7,8 @@
 
 #include <errno.h>
 #include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -237,6 +239,10 @@ static void count_done(mlpd_requests_t *r, const dreq_t *q,
                         (double)(now - req->arrival_ns) / 1e9);
     }
     if (status == MLPD_STATUS_OK) {
+      if (q->in_region != NULL || q->out_region != NULL) {
+        m->shm_rows_direct += (uint64_t)req->direct_rows;
+        m->shm_rows_copied += (uint64_t)(req->rows - req->direct_rows);
+      }
       if (q->out_region != NULL)
         m->shm_out_bytes += out_bytes;
       else
@@ -406,6 +412,67 @@ static const mlpd_batcher_shape_t *check_infer(mlpd_requests_t *r,
   return sh;
 }
 
+/* ---- zero copy ------------------------------------------------------------
+ */
+
+static void unpin_cb(void *ud, void *base) {
+  const mlpd_engine_ops_t *ops = ud;
+  ops->host_unregister(base);
+}
+
+/* Registers region g with the devices' kind (engine.h host_register) the
+ * first time a pool that takes direct segments is there to ask, so that
+ * requests on it skip the staging copies. A region that cannot be
+ * registered, for any reason, is served by copying as before; the first
+ * such failure is logged. */
+static void try_pin(mlpd_requests_t *r, mlpd_region_t *g) {
+  static atomic_int logged;
+  if (g->pin_state != 0)
+    return;
+  const mlpd_engine_ops_t *ops = NULL;
+  for (int m = 0; m < MLPD_MAX_MODELS && ops == NULL; m++) {
+    mlpd_pool_t *p = mlpd_scheduler_pool(r->sched, m);
+    if (p != NULL)
+      ops = mlpd_pool_direct_ops(p);
+  }
+  if (ops == NULL)
+    return; /* no such pool now: asked again at the next request */
+  mlpd_err_t err = {0};
+  int rc = ops->host_register(g->base, (size_t)g->size, !g->writable, &err);
+  if (rc != 0) {
+    g->pin_state = -1;
+    if (atomic_exchange(&logged, 1) == 0)
+      MLPD_LOGW("region '%s' (%llu bytes) cannot be registered with the "
+                "%s devices (%s); regions are served by copying "
+                "(logged once)",
+                g->name, (unsigned long long)g->size, ops->name,
+                mlpd_err_msg(&err, rc));
+    return;
+  }
+  mlpd_region_set_unpin(g, unpin_cb, (void *)(uintptr_t)ops);
+}
+
+/* Which halves of request d may bypass staging: those in pinned regions,
+ * when the model's engines take direct segments. */
+static void choose_direct(mlpd_requests_t *r, dreq_t *d,
+                          const mlpd_batcher_shape_t *sh) {
+  d->r.direct = 0;
+  if (!sh->direct_io)
+    return;
+  if (d->in_region != NULL) {
+    try_pin(r, d->in_region);
+    if (d->in_region->pin_state == 1)
+      d->r.direct |= MLPD_REQ_DIRECT_IN;
+    d->r.direct_in_id = d->in_region;
+  }
+  if (d->out_region != NULL) {
+    try_pin(r, d->out_region);
+    if (d->out_region->pin_state == 1)
+      d->r.direct |= MLPD_REQ_DIRECT_OUT;
+    d->r.direct_out_id = d->out_region;
+  }
+}
+
 /* Points the request at its input and output: the frame or the regions it
  * names (taking references on them). */
 static int bind_io(conn_state_t *cs, dreq_t *d, const mlpd_rpc_request_t *q,
@@ -535,6 +602,7 @@ static void handle_infer(mlpd_requests_t *r, mlpd_conn_t *c,
   d->r.arrival_ns = now;
   d->r.deadline_ns =
       q->timeout_ms ? now + (uint64_t)q->timeout_ms * 1000000u : 0;
+  choose_direct(r, d, sh);
   int rc = mlpd_scheduler_admit(r->sched, &d->r, now);
   if (rc != 0) {
     send_error(r, c, q->id, MLPD_RPC_INFER, MLPD_STATUS_INVALID_ARGUMENT,
@@ -582,6 +650,10 @@ static void handle_register(mlpd_requests_t *r, mlpd_conn_t *c,
     return;
   }
   STATS(r, m->shm_regions++);
+  /* Pinned now, while the client waits for this answer, rather than at
+   * its first request (a pool that takes direct segments may come later:
+   * then at the first request after it). */
+  try_pin(r, mlpd_region_get(&cs->regions, q->region_name));
   mlpd_rpc_response_t resp = {.id = q->id,
                               .kind = MLPD_RPC_REGISTER_REGION,
                               .region_size = q->region_size};

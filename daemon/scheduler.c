@@ -279,6 +279,7 @@ static void hand_over(mlpd_scheduler_t *s, int m, int i, int e, uint64_t now) {
   job->msg.type = MLPD_MSG_JOB;
   job->batch = (mlpd_engine_batch_t){
       .in = in, .in_dtype = idt, .out = out, .out_dtype = odt, .rows = rows};
+  job->batch.ndirect = mlpd_batcher_direct(&l->batcher, i, &job->batch.direct);
   job->reply = s->reply;
   job->cookie = (void *)(intptr_t)(m * MLPD_BATCHER_MAX_SLOTS + i);
   job->engine = e;

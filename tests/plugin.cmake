@@ -64,3 +64,19 @@ endforeach()
 target_compile_definitions(test_devices PRIVATE
   MLPD_FAKE_PLUGIN_DIR="${_pd}/fake" MLPD_FAKE_DRIVER_DIR="${_pd}/driver")
 add_dependencies(test_devices plugin_fake plugin_fake_driver)
+
+# Zero-copy shared memory (test_zcopy.c): the daemon's direct path on the
+# fake plugin, which takes direct segments and checks them against its
+# registrations; on the real plugin too when it is built (skipped without
+# a GPU).
+mlpd_test(test_zcopy LIBS mlpd_client mlpd_daemonutil TIMEOUT 300)
+target_compile_definitions(test_zcopy PRIVATE
+  MLPD_FAKE_PLUGIN_DIR="${_pd}/fake" MLPD_FAKE_DRIVER_DIR="${_pd}/driver"
+  MLPD_REAL_PLUGIN_DIR="${MLPD_PLUGIN_BUILD_DIR}")
+add_dependencies(test_zcopy mlpd plugin_fake plugin_fake_driver)
+if(TARGET mlpd_cuda)
+  add_test(NAME test_zcopy_gpu COMMAND test_zcopy real)
+  set_tests_properties(test_zcopy_gpu PROPERTIES SKIP_RETURN_CODE 77
+    TIMEOUT 300 ENVIRONMENT "${MLPD_TEST_ENV}")
+  add_dependencies(test_zcopy mlpd_cuda)
+endif()

@@ -19,17 +19,47 @@
  *   MLPD_FAKE_CUDA_FAIL=cuda:K=N  only device cuda:K does
  *   MLPD_FAKE_CUDA_DEVICES=N    how many devices it reports (default 2;
  *                               0: a driver with no GPU)
- * A failed batch is reported by wait, as a GPU's asynchronous error is. */
+ *   MLPD_FAKE_CUDA_DELAY_MS=N   a batch takes N ms: its rows are read and
+ *                               its outputs written only then, in wait,
+ *                               as a GPU's DMA would (test_zcopy)
+ *   MLPD_FAKE_CUDA_REGISTER=fail  host_register refuses every range
+ * A failed batch is reported by wait, as a GPU's asynchronous error is.
+ *
+ * Zero copy (engine.h, Direct rows): it takes direct segments and keeps
+ * the registrations host_register makes, as the driver does, so that the
+ * daemon's direct path runs in CI. A segment outside every registered
+ * range (or an output in a read-only one) fails its batch with a message
+ * saying so; unregistering a range a batch still uses, or one that was
+ * never registered, aborts the process: the daemon broke the contract.
+ * Rows are padded (stride = width + 1 rounded up to 8: always some
+ * padding), so the segments' pitches are checked too. */
 #include "engine.h"
 #include "log.h"
 #include "plugin.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define FAKE_DEVICES 2
+#define FAKE_MAX_REGS 1024
+
+/* The registrations, kind-wide like the driver's. busy: batches in
+ * flight with a direct segment inside. */
+static struct {
+  pthread_mutex_t mu;
+  int n;
+  struct {
+    const uint8_t *base;
+    size_t size;
+    int readonly;
+    int busy;
+  } r[FAKE_MAX_REGS];
+} regs = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 /* What the loader looks up (engine.c declares it weak; a plugin defines
  * it). */
@@ -48,7 +78,140 @@ typedef struct {
   int failed;         /* the outstanding batch failed */
   long fail_after;    /* MLPD_FAKE_CUDA_FAIL for this device, 0 = never */
   long batches;       /* submitted so far */
+  mlpd_engine_batch_t bt; /* the outstanding batch, run in wait */
+  const uint8_t **held; /* [max_batch]: registrations its segments hold */
+  int nheld;
+  uint64_t due_ns;    /* MLPD_FAKE_CUDA_DELAY_MS after submit */
 } fake_t;
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static long delay_ms(void) {
+  const char *v = getenv("MLPD_FAKE_CUDA_DELAY_MS");
+  return v != NULL ? strtol(v, NULL, 10) : 0;
+}
+
+static int fake_host_register(void *base, size_t size, int readonly,
+                              mlpd_err_t *err) {
+  const char *v = getenv("MLPD_FAKE_CUDA_REGISTER");
+  if (v != NULL && strcmp(v, "fail") == 0)
+    return mlpd_errf(err, MLPD_ECUDA,
+                     "fake cuda engine: registration refused "
+                     "(MLPD_FAKE_CUDA_REGISTER)");
+  pthread_mutex_lock(&regs.mu);
+  int rc = 0;
+  if (regs.n == FAKE_MAX_REGS) {
+    rc = mlpd_errf(err, -12, "fake cuda engine: too many registrations");
+  } else {
+    regs.r[regs.n].base = base;
+    regs.r[regs.n].size = size;
+    regs.r[regs.n].readonly = readonly;
+    regs.r[regs.n].busy = 0;
+    regs.n++;
+  }
+  pthread_mutex_unlock(&regs.mu);
+  return rc;
+}
+
+static void fake_host_unregister(void *base) {
+  pthread_mutex_lock(&regs.mu);
+  for (int i = 0; i < regs.n; i++) {
+    if (regs.r[i].base != base)
+      continue;
+    if (regs.r[i].busy != 0) {
+      MLPD_LOGE("fake cuda engine: %p unregistered while %d batches use "
+                "it", base, regs.r[i].busy);
+      abort();
+    }
+    regs.r[i] = regs.r[--regs.n];
+    pthread_mutex_unlock(&regs.mu);
+    return;
+  }
+  MLPD_LOGE("fake cuda engine: %p unregistered but never registered", base);
+  abort();
+}
+
+/* The registration holding [p, p + len), writable when `write`, or -1.
+ * Under regs.mu. */
+static int reg_of(const void *p, size_t len, int write) {
+  const uint8_t *q = p;
+  for (int i = 0; i < regs.n; i++)
+    if (q >= regs.r[i].base && len <= regs.r[i].size &&
+        (size_t)(q - regs.r[i].base) <= regs.r[i].size - len &&
+        (!write || !regs.r[i].readonly))
+      return i;
+  return -1;
+}
+
+/* Checks every direct segment of bt against the registrations and holds
+ * them for the batch; 0, or -1 (nothing held) naming the first bad one. */
+static int hold_segments(fake_t *e, const mlpd_engine_batch_t *bt) {
+  const mlpd_engine_info_t *in = &e->base.info;
+  size_t isz = mlpd_dtype_size(bt->in_dtype);
+  size_t osz = mlpd_dtype_size(bt->out_dtype);
+  int rc = 0, last = -1;
+  e->nheld = 0;
+  pthread_mutex_lock(&regs.mu);
+  for (int k = 0; k < bt->ndirect && rc == 0; k++) {
+    const mlpd_engine_seg_t *sg = &bt->direct[k];
+    if (sg->rows < 1 || sg->slot_row < 0 || sg->slot_row <= last ||
+        sg->slot_row + sg->rows > bt->rows) {
+      MLPD_LOGE("fake cuda engine: direct segment %d (rows %d..+%d) is not "
+                "inside the batch of %d rows in order",
+                k, sg->slot_row, sg->rows, bt->rows);
+      rc = -1;
+      break;
+    }
+    last = sg->slot_row + sg->rows - 1;
+    const void *p[2] = {sg->in, sg->out};
+    size_t len[2] = {(size_t)sg->rows * (size_t)in->in_features * isz,
+                     (size_t)sg->rows * (size_t)in->out_features * osz};
+    for (int h = 0; h < 2 && rc == 0; h++) {
+      if (p[h] == NULL)
+        continue;
+      int i = reg_of(p[h], len[h], h == 1);
+      if (i < 0) {
+        MLPD_LOGE("fake cuda engine: direct %s [%p, +%zu) is outside every "
+                  "registered%s range",
+                  h ? "output" : "input", p[h], len[h], h ? " writable" : "");
+        rc = -1;
+        break;
+      }
+      regs.r[i].busy++;
+      e->held[e->nheld++] = regs.r[i].base;
+    }
+  }
+  pthread_mutex_unlock(&regs.mu);
+  if (rc != 0) {
+    for (int k = 0; k < e->nheld; k++) {
+      pthread_mutex_lock(&regs.mu);
+      for (int i = 0; i < regs.n; i++)
+        if (regs.r[i].base == e->held[k]) {
+          regs.r[i].busy--;
+          break;
+        }
+      pthread_mutex_unlock(&regs.mu);
+    }
+    e->nheld = 0;
+  }
+  return rc;
+}
+
+static void release_segments(fake_t *e) {
+  pthread_mutex_lock(&regs.mu);
+  for (int k = 0; k < e->nheld; k++)
+    for (int i = 0; i < regs.n; i++)
+      if (regs.r[i].base == e->held[k]) {
+        regs.r[i].busy--;
+        break;
+      }
+  pthread_mutex_unlock(&regs.mu);
+  e->nheld = 0;
+}
 
 /* MLPD_FAKE_CUDA_FAIL's count for device cuda:ordinal, 0 when it is not
  * to fail. */
@@ -93,6 +256,7 @@ static void fake_close(mlpd_engine_t *base) {
     return;
   free(e->a);
   free(e->b);
+  free(e->held);
   free(e);
 }
 
@@ -105,7 +269,9 @@ static int fake_open(mlpd_engine_t **out, const mlpd_model_t *m,
                      "fake cuda engine: cuda:%d does not exist", ordinal);
   fake_t *e = calloc(1, sizeof(*e));
   size_t n = mlpd_engine_batch_bytes(o->max_batch, m->max_width);
-  if (e == NULL || (e->a = malloc(n)) == NULL || (e->b = malloc(n)) == NULL) {
+  if (e == NULL || (e->a = malloc(n)) == NULL || (e->b = malloc(n)) == NULL ||
+      (e->held = calloc(2 * (size_t)o->max_batch, sizeof(*e->held))) ==
+          NULL) {
     fake_close(e ? &e->base : NULL);
     return mlpd_errf(err, -12, "fake cuda engine: out of memory");
   }
@@ -121,32 +287,37 @@ static int fake_open(mlpd_engine_t **out, const mlpd_model_t *m,
   strcpy(in->weights, "f32");
   in->in_dtypes = MLPD_DTYPE_BIT(MLPD_DTYPE_F32);
   in->out_dtypes = MLPD_DTYPE_BIT(MLPD_DTYPE_F32);
-  in->in_features = in->in_stride = m->in_features;
-  in->out_features = in->out_stride = m->out_features;
+  in->in_features = m->in_features;
+  in->out_features = m->out_features;
+  /* Always wider than the rows, so that every pitch is exercised. */
+  in->in_stride = (m->in_features + 8) & ~7;
+  in->out_stride = (m->out_features + 8) & ~7;
   in->max_batch = o->max_batch;
   in->depth = 1;
+  in->direct_io = 1;
   MLPD_LOGI("fake cuda engine: opened %s", in->name);
   *out = &e->base;
   return 0;
 }
 
-static int fake_submit(mlpd_engine_t *base, const mlpd_engine_batch_t *bt,
-                       mlpd_err_t *err) {
-  fake_t *e = (fake_t *)base;
+/* Runs the outstanding batch: rows in from the slot or their direct
+ * segment, the layers in fp32, rows out likewise. */
+static void run_batch(fake_t *e) {
   const mlpd_model_t *m = e->m;
-  if (e->outstanding)
-    return mlpd_errf(err, MLPD_EBUSY, "fake cuda engine: busy");
-  if (bt->rows < 1 || bt->rows > base->info.max_batch)
-    return mlpd_errf(err, MLPD_EINVAL, "fake cuda engine: %d rows",
-                     bt->rows);
-  if (e->fail_after > 0 && ++e->batches > e->fail_after) {
-    e->failed = 1;
-    e->outstanding = 1;
-    return 0;
+  const mlpd_engine_batch_t *bt = &e->bt;
+  const mlpd_engine_info_t *info = &e->base.info;
+  size_t w = (size_t)m->max_width;
+  mlpd_dtype_convert_rows(e->a, MLPD_DTYPE_F32, w, bt->in, bt->in_dtype,
+                          (size_t)info->in_stride, (size_t)bt->rows,
+                          (size_t)m->in_features);
+  for (int k = 0; k < bt->ndirect; k++) {
+    const mlpd_engine_seg_t *sg = &bt->direct[k];
+    if (sg->in != NULL)
+      mlpd_dtype_convert_rows(e->a + (size_t)sg->slot_row * w,
+                              MLPD_DTYPE_F32, w, sg->in, bt->in_dtype,
+                              (size_t)m->in_features, (size_t)sg->rows,
+                              (size_t)m->in_features);
   }
-  mlpd_dtype_convert_rows(e->a, MLPD_DTYPE_F32, (size_t)m->max_width, bt->in,
-                          bt->in_dtype, (size_t)base->info.in_stride,
-                          (size_t)bt->rows, (size_t)m->in_features);
   float *x = e->a, *y = e->b;
   for (int l = 0; l < m->nlayers; l++) {
     const mlpd_layer_t *L = &m->layers[l];
@@ -154,40 +325,80 @@ static int fake_submit(mlpd_engine_t *base, const mlpd_engine_batch_t *bt,
       for (int j = 0; j < L->out; j++) {
         double s = L->b[j];
         for (int i = 0; i < L->in; i++)
-          s += (double)L->w[(size_t)j * L->in + i] *
-               x[(size_t)r * m->max_width + i];
+          s += (double)L->w[(size_t)j * L->in + i] * x[(size_t)r * w + i];
         float v = (float)s;
         if (L->act == MLPD_ACT_GELU_TANH)
           v = 0.5f * v *
               (1.0f + tanhf(0.7978845608f * (v + 0.044715f * v * v * v)));
-        y[(size_t)r * m->max_width + j] = v;
+        y[(size_t)r * w + j] = v;
       }
     }
     float *t = x;
     x = y;
     y = t;
   }
-  mlpd_dtype_convert_rows(bt->out, bt->out_dtype,
-                          (size_t)base->info.out_stride, x, MLPD_DTYPE_F32,
-                          (size_t)m->max_width, (size_t)bt->rows,
-                          (size_t)m->out_features);
+  /* Staged rows between (and around) the direct outputs go to the slot. */
+  size_t osz = mlpd_dtype_size(bt->out_dtype);
+  int row = 0;
+  for (int k = 0; k <= bt->ndirect; k++) {
+    const mlpd_engine_seg_t *sg = k < bt->ndirect ? &bt->direct[k] : NULL;
+    int end = sg != NULL && sg->out != NULL ? sg->slot_row : bt->rows;
+    if (sg != NULL && sg->out == NULL)
+      continue;
+    if (end > row)
+      mlpd_dtype_convert_rows(
+          (uint8_t *)bt->out + (size_t)row * (size_t)info->out_stride * osz,
+          bt->out_dtype, (size_t)info->out_stride, x + (size_t)row * w,
+          MLPD_DTYPE_F32, w, (size_t)(end - row), (size_t)m->out_features);
+    if (sg == NULL)
+      break;
+    mlpd_dtype_convert_rows(sg->out, bt->out_dtype, (size_t)m->out_features,
+                            x + (size_t)sg->slot_row * w, MLPD_DTYPE_F32, w,
+                            (size_t)sg->rows, (size_t)m->out_features);
+    row = sg->slot_row + sg->rows;
+  }
+}
+
+static int fake_submit(mlpd_engine_t *base, const mlpd_engine_batch_t *bt,
+                       mlpd_err_t *err) {
+  fake_t *e = (fake_t *)base;
+  if (e->outstanding)
+    return mlpd_errf(err, MLPD_EBUSY, "fake cuda engine: busy");
+  if (bt->rows < 1 || bt->rows > base->info.max_batch)
+    return mlpd_errf(err, MLPD_EINVAL, "fake cuda engine: %d rows",
+                     bt->rows);
   e->outstanding = 1;
+  e->bt = *bt;
+  long d = delay_ms();
+  e->due_ns = d > 0 ? now_ns() + (uint64_t)d * 1000000u : 0;
+  if ((e->fail_after > 0 && ++e->batches > e->fail_after) ||
+      hold_segments(e, bt) != 0)
+    e->failed = 1;
   return 0;
 }
 
 static int fake_wait(mlpd_engine_t *base, int block, mlpd_err_t *err) {
-  (void)block;
   fake_t *e = (fake_t *)base;
   if (!e->outstanding)
     return mlpd_errf(err, MLPD_EINVAL, "fake cuda engine: nothing to wait");
+  uint64_t t = now_ns();
+  if (e->due_ns > t) {
+    if (!block)
+      return 0;
+    struct timespec ts = {(time_t)((e->due_ns - t) / 1000000000u),
+                          (long)((e->due_ns - t) % 1000000000u)};
+    nanosleep(&ts, NULL);
+  }
   e->outstanding = 0;
   if (e->failed) {
     e->failed = 0;
     return mlpd_errf(err, MLPD_ECUDA,
                      "fake cuda engine %s: injected failure "
-                     "(MLPD_FAKE_CUDA_FAIL)",
+                     "(MLPD_FAKE_CUDA_FAIL) or a bad direct segment",
                      base->info.name);
   }
+  run_batch(e);
+  release_segments(e);
   return 1;
 }
 
@@ -200,4 +411,6 @@ const mlpd_engine_ops_t mlpd_engine_cuda_ops = {
     .host_alloc = fake_host_alloc,
     .host_free = fake_host_free,
     .close = fake_close,
+    .host_register = fake_host_register,
+    .host_unregister = fake_host_unregister,
 };

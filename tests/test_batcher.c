@@ -7,7 +7,8 @@
  * cancelled and expired requests leave before reaching an engine, the
  * deadline checked again at hand-off; a failed batch is retried on another
  * engine once; slots complete in any order; slot dtypes follow the first
- * request and padding is zeroed; and every computed row is right. */
+ * request and padding is zeroed; direct (zero-copy) rows are not staged
+ * and not delivered; and every computed row is right. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -626,6 +627,131 @@ static void test_slot_dtypes_and_padding(void **state) {
   req_free(c);
 }
 
+/* Zero copy (batcher.h): with an engine that takes direct segments, rows
+ * of requests in registered memory keep their place in the slot unwritten
+ * and go to the engine as segments (consecutive windows of one range as
+ * one), rows in another dtype than the slot's are staged, and completion
+ * delivers only what did not go direct. */
+static void test_direct_segments(void **state) {
+  (void)state;
+  enum { STRIDE = 16, OSTRIDE = 8, MAXB = 16 };
+  mlpd_batcher_shape_t sh = {
+      .in_features = IN, .out_features = OUT, .in_stride = STRIDE,
+      .out_stride = OSTRIDE, .max_batch = MAXB,
+      .in_dtypes = MLPD_DTYPE_BIT(MLPD_DTYPE_F32) |
+                   MLPD_DTYPE_BIT(MLPD_DTYPE_BF16),
+      .out_dtypes = MLPD_DTYPE_BIT(MLPD_DTYPE_F32) |
+                    MLPD_DTYPE_BIT(MLPD_DTYPE_BF16),
+      .compute_dtype = MLPD_DTYPE_BF16, .direct_io = 1};
+  void *in[1], *out[1];
+  in[0] = malloc(mlpd_batcher_in_bytes(&sh));
+  out[0] = malloc(mlpd_batcher_out_bytes(&sh));
+  memset(in[0], 0xff, mlpd_batcher_in_bytes(&sh));
+  mlpd_batcher_config_t bc = {.max_delay_ns = 0, .max_queue = 64,
+                              .nslots = 1, .max_attempts = 1};
+  fx_t f = {0};
+  mlpd_err_t err = {0};
+  assert_int_equal(
+      mlpd_batcher_init(&f.b, &sh, &bc, in, out, on_done, &f, &err), 0);
+  /* One client "region" of 10 input and 10 output rows, another one. */
+  float *reg_in = calloc(10 * IN, sizeof(float));
+  float *reg_out = calloc(10 * OUT, sizeof(float));
+  int region1, region2;
+  for (int i = 0; i < 10 * IN; i++)
+    reg_in[i] = (float)i;
+  mlpd_req_t *q[5];
+  const int rows[5] = {3, 2, 2, 1, 1};
+  for (int i = 0; i < 5; i++)
+    q[i] = req_new((uint64_t)i + 1, rows[i], 0, 0);
+  /* a, b: consecutive windows of region 1, both ways: one segment. */
+  for (int i = 0; i < 2; i++) {
+    int at = i == 0 ? 0 : 3;
+    free((void *)q[i]->src);
+    free(q[i]->out);
+    q[i]->src = (const uint8_t *)(reg_in + at * IN);
+    q[i]->out = (uint8_t *)(reg_out + at * OUT);
+    q[i]->direct = MLPD_REQ_DIRECT_IN | MLPD_REQ_DIRECT_OUT;
+    q[i]->direct_in_id = q[i]->direct_out_id = &region1;
+  }
+  /* c (q[2]): inline. d: input right after b's, but in region 2 (ranges
+   * may be adjacent in memory; they are not merged), output inline. */
+  free((void *)q[3]->src);
+  q[3]->src = (const uint8_t *)(reg_in + 5 * IN);
+  q[3]->direct = MLPD_REQ_DIRECT_IN;
+  q[3]->direct_in_id = &region2;
+  /* e: bf16 input windows into an f32 slot are converted (staged); its
+   * f32 output window is direct. */
+  uint16_t ebf[IN];
+  mlpd_dtype_convert(ebf, MLPD_DTYPE_BF16, q[4]->src, MLPD_DTYPE_F32, IN);
+  q[4]->in_dtype = MLPD_DTYPE_BF16;
+  q[4]->src_stable = 0;
+  const uint8_t *e_f32 = q[4]->src;
+  q[4]->src = (const uint8_t *)ebf;
+  q[4]->direct = MLPD_REQ_DIRECT_IN | MLPD_REQ_DIRECT_OUT;
+  q[4]->direct_in_id = q[4]->direct_out_id = &region1;
+  for (int i = 0; i < 5; i++)
+    assert_int_equal(mlpd_batcher_admit(&f.b, q[i], 0), 0);
+  q[4]->src = e_f32; /* freed by req_free */
+  mlpd_slot_t *sl = &f.b.slots[0];
+  assert_int_equal(sl->in_dtype, MLPD_DTYPE_F32);
+  assert_int_equal(sl->rows, 9);
+  const uint32_t *slot = in[0];
+  /* Rows 0..4 and 7 (direct inputs) were not written. */
+  for (int r = 0; r < 9; r++) {
+    int direct = r < 5 || r == 7;
+    assert_int_equal(slot[(size_t)r * STRIDE] == 0xffffffffu, direct);
+  }
+  mlpd_batcher_set_flush(&f.b, 1);
+  void *pi, *po;
+  mlpd_dtype_t idt, odt;
+  assert_int_equal(mlpd_batcher_start(&f.b, 0, 0, 0, &pi, &idt, &po, &odt),
+                   9);
+  const mlpd_engine_seg_t *sg;
+  assert_int_equal(mlpd_batcher_direct(&f.b, 0, &sg), 3);
+  assert_int_equal(sg[0].slot_row, 0);
+  assert_int_equal(sg[0].rows, 5);
+  assert_ptr_equal(sg[0].in, reg_in);
+  assert_ptr_equal(sg[0].out, reg_out);
+  assert_int_equal(sg[1].slot_row, 7);
+  assert_int_equal(sg[1].rows, 1);
+  assert_ptr_equal(sg[1].in, reg_in + 5 * IN);
+  assert_null(sg[1].out);
+  assert_int_equal(sg[2].slot_row, 8);
+  assert_null(sg[2].in);
+  assert_ptr_equal(sg[2].out, q[4]->out);
+  /* The "engine" writes 7 into every slot output row and 9 into the
+   * direct windows; completion copies only the slot's rows out. */
+  for (int i = 0; i < MAXB * OSTRIDE; i++)
+    ((float *)po)[i] = 7.0f;
+  for (int i = 0; i < 5 * OUT; i++)
+    reg_out[i] = 9.0f;
+  ((float *)q[4]->out)[0] = 9.0f;
+  assert_int_equal(mlpd_batcher_complete(&f.b, 0, 0, NULL, 0, 0, 1), 0);
+  assert_int_equal(f.ndone, 5);
+  for (int i = 0; i < 5; i++)
+    assert_int_equal(f.done_status[i], MLPD_STATUS_OK);
+  assert_true(reg_out[0] == 9.0f && reg_out[5 * OUT - 1] == 9.0f);
+  assert_true(((float *)q[2]->out)[0] == 7.0f); /* c: inline */
+  assert_true(((float *)q[3]->out)[0] == 7.0f); /* d: direct in only */
+  assert_true(((float *)q[4]->out)[0] == 9.0f); /* e: direct out */
+  /* Rows that moved with every direct bit their request asked for. */
+  const int want_direct[5] = {3, 2, 0, 1, 0};
+  for (int i = 0; i < 5; i++)
+    assert_int_equal(q[i]->direct_rows, want_direct[i]);
+  mlpd_batcher_free(&f.b);
+  for (int i = 0; i < 2; i++) {
+    q[i]->src = NULL;
+    q[i]->out = NULL;
+  }
+  q[3]->src = NULL;
+  for (int i = 0; i < 5; i++)
+    req_free(q[i]);
+  free(reg_in);
+  free(reg_out);
+  free(in[0]);
+  free(out[0]);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_full_batch_goes_at_once),
@@ -640,6 +766,7 @@ int main(void) {
       cmocka_unit_test(test_slots_complete_in_any_order),
       cmocka_unit_test(test_hold_for_engine_switch),
       cmocka_unit_test(test_slot_dtypes_and_padding),
+      cmocka_unit_test(test_direct_segments),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

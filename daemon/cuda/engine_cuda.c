@@ -32,6 +32,17 @@
  * no events between them: nothing can overlap it, and each cross-stream
  * hop costs microseconds of a lone request's latency.
  *
+ * Direct rows (zero copy, engine.h): client memory registered with
+ * cudaHostRegister (cuda_host_register) is a DMA source and target like
+ * pinned staging. A batch with direct segments moves its rows in as runs:
+ * staged rows from the caller's buffer in one copy per run, each direct
+ * segment with one cudaMemcpy2DAsync from its dense rows into the lane's
+ * padded rows (fp32 rows into xraw and the same conversion kernel as
+ * staged ones, so conversion stays on the GPU); outputs mirror it. The
+ * padding columns of the lane inputs are zeroed at open and only ever
+ * rewritten with the caller's zero padding, so the columns a direct copy
+ * leaves alone stay zero.
+ *
  * Hot path: submit is copies or kernel launches, one cudaGraphLaunch and
  * event records; wait is one cudaEventQuery or cudaEventSynchronize.
  * Nothing is allocated, planned or instantiated there.
@@ -98,6 +109,38 @@ static void *cuda_host_alloc(mlpd_engine_t *base, size_t bytes) {
 static void cuda_host_free(mlpd_engine_t *base, void *p) {
   (void)base;
   if (p != NULL && cudaFreeHost(p) != cudaSuccess)
+    (void)cudaGetLastError();
+}
+
+/* Client memory for direct segments: pinned and portable (every GPU's copy
+ * engines reach it, like staging), read-only where the client sealed the
+ * memfd against writes (the daemon maps it PROT_READ: pinning it for
+ * writing would fail). A toolkit or device without the read-only flag
+ * gets the plain registration, which may then fail; the caller copies. */
+static int cuda_host_register(void *base, size_t size, int readonly,
+                              mlpd_err_t *err) {
+  unsigned fl = cudaHostRegisterPortable;
+  cudaError_t ce;
+#ifdef cudaHostRegisterReadOnly
+  if (readonly) {
+    ce = cudaHostRegister(base, size, fl | cudaHostRegisterReadOnly);
+    if (ce == cudaSuccess)
+      return 0;
+    (void)cudaGetLastError();
+  }
+#endif
+  ce = cudaHostRegister(base, size, fl);
+  if (ce != cudaSuccess) {
+    (void)cudaGetLastError();
+    return mlpd_errf(err, MLPD_ECUDA, "cudaHostRegister of %zu bytes%s: %s",
+                     size, readonly ? " (read-only)" : "",
+                     cudaGetErrorString(ce));
+  }
+  return 0;
+}
+
+static void cuda_host_unregister(void *base) {
+  if (cudaHostUnregister(base) != cudaSuccess)
     (void)cudaGetLastError();
 }
 
@@ -186,6 +229,7 @@ static void fill_info(cuda_engine_t *e) {
                          e->scratch_bytes;
   in->device_bytes =
       in->weight_bytes + in->workspace_bytes + in->activation_bytes;
+  in->direct_io = 1;
 }
 
 /* open, with a forced small-kernel variant (or -1: none) that only
@@ -226,6 +270,17 @@ static int open_engine(mlpd_engine_t **out, const mlpd_model_t *m,
     }
     for (int l = 0; l < e->nlayers; l++)
       e->stats.plans_small_kernel += bk->ch[l].small;
+  }
+  /* Tuning filled the lane inputs with random numbers; a direct copy
+   * writes only the real columns of its rows, so the padding columns must
+   * hold zeros from now on (staged rows bring their own zeros). */
+  for (int i = 0; i < PIPE_DEPTH; i++) {
+    size_t in_p = (size_t)e->L[0].in_p, rows = (size_t)e->max_rows;
+    CU(cudaMemsetAsync(e->lane[i].x16, 0, rows * in_p * e->esz, e->st),
+       "clear lane input");
+    if (e->lane[i].xraw != NULL)
+      CU(cudaMemsetAsync(e->lane[i].xraw, 0, rows * in_p * 4, e->st),
+         "clear lane input");
   }
   CU(cudaStreamSynchronize(e->st), "finish startup work");
 
@@ -333,6 +388,111 @@ static cudaError_t move_out(cuda_engine_t *e, lane_t *ln, void *host,
   return cudaMemcpyAsync(host, ln->yraw, bytes, cudaMemcpyDeviceToHost, st);
 }
 
+/* One direct segment's copy: dense rows of `width` bytes on the client's
+ * side, rows of `pitch` on the device's. A plain copy where they are the
+ * same (widths a multiple of 8 elements): the 2D path costs the driver
+ * more per call. */
+static cudaError_t copy_rows(void *dst, size_t dpitch, const void *src,
+                             size_t spitch, size_t width, size_t rows,
+                             enum cudaMemcpyKind kind, cudaStream_t st) {
+  if (dpitch == width && spitch == width)
+    return cudaMemcpyAsync(dst, src, width * rows, kind, st);
+  return cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows, kind, st);
+}
+
+/* move_in for a batch with direct segments: runs of staged rows from the
+ * caller's buffer, each direct segment from its client memory (dense rows
+ * into the lane's padded ones), all by DMA, then the conversion of the
+ * whole batch when the rows are not in the compute dtype. */
+static cudaError_t move_in_direct(cuda_engine_t *e, lane_t *ln,
+                                  const mlpd_engine_batch_t *b,
+                                  cudaStream_t st) {
+  const mlpd_engine_info_t *in = &e->base.info;
+  size_t esz = mlpd_dtype_size(b->in_dtype);
+  size_t pitch = (size_t)in->in_stride * esz;
+  size_t width = (size_t)in->in_features * esz;
+  uint8_t *dev = b->in_dtype == e->dt ? ln->x16 : ln->xraw;
+  const uint8_t *host = b->in;
+  cudaError_t ce = cudaSuccess;
+  int row = 0;
+  for (int k = 0; k <= b->ndirect && ce == cudaSuccess; k++) {
+    const mlpd_engine_seg_t *sg = k < b->ndirect ? &b->direct[k] : NULL;
+    if (sg != NULL && sg->in == NULL)
+      continue;
+    int end = sg != NULL ? sg->slot_row : b->rows;
+    if (end > row)
+      ce = cudaMemcpyAsync(dev + (size_t)row * pitch,
+                           host + (size_t)row * pitch,
+                           (size_t)(end - row) * pitch,
+                           cudaMemcpyHostToDevice, st);
+    if (sg == NULL || ce != cudaSuccess)
+      break;
+    ce = copy_rows(dev + (size_t)sg->slot_row * pitch, pitch, sg->in, width,
+                   width, (size_t)sg->rows, cudaMemcpyHostToDevice, st);
+    row = sg->slot_row + sg->rows;
+  }
+  if (ce != cudaSuccess || b->in_dtype == e->dt)
+    return ce;
+  return (cudaError_t)mlpd_cuda_convert(ln->x16, (int)e->dt, ln->xraw,
+                                        (int)b->in_dtype,
+                                        (size_t)b->rows *
+                                            (size_t)in->in_stride,
+                                        st);
+}
+
+/* move_out for a batch with direct segments, the mirror image. */
+static cudaError_t move_out_direct(cuda_engine_t *e, lane_t *ln,
+                                   const mlpd_engine_batch_t *b,
+                                   cudaStream_t st) {
+  const mlpd_engine_info_t *in = &e->base.info;
+  size_t esz = mlpd_dtype_size(b->out_dtype);
+  size_t pitch = (size_t)in->out_stride * esz;
+  size_t width = (size_t)in->out_features * esz;
+  const uint8_t *dev = ln->y16;
+  cudaError_t ce = cudaSuccess;
+  if (b->out_dtype != e->dt) {
+    ce = (cudaError_t)mlpd_cuda_convert(
+        ln->yraw, (int)b->out_dtype, ln->y16, (int)e->dt,
+        (size_t)b->rows * (size_t)in->out_stride, st);
+    dev = ln->yraw;
+  }
+  uint8_t *host = b->out;
+  int row = 0;
+  for (int k = 0; k <= b->ndirect && ce == cudaSuccess; k++) {
+    const mlpd_engine_seg_t *sg = k < b->ndirect ? &b->direct[k] : NULL;
+    if (sg != NULL && sg->out == NULL)
+      continue;
+    int end = sg != NULL ? sg->slot_row : b->rows;
+    if (end > row)
+      ce = cudaMemcpyAsync(host + (size_t)row * pitch,
+                           dev + (size_t)row * pitch,
+                           (size_t)(end - row) * pitch,
+                           cudaMemcpyDeviceToHost, st);
+    if (sg == NULL || ce != cudaSuccess)
+      break;
+    ce = copy_rows(sg->out, width, dev + (size_t)sg->slot_row * pitch, pitch,
+                   width, (size_t)sg->rows, cudaMemcpyDeviceToHost, st);
+    row = sg->slot_row + sg->rows;
+  }
+  return ce;
+}
+
+/* Direct segments inside the batch, in order, each with a half. */
+static int segments_ok(const mlpd_engine_batch_t *b) {
+  int next = 0;
+  if (b->ndirect < 0 || (b->ndirect > 0 && b->direct == NULL))
+    return 0;
+  for (int k = 0; k < b->ndirect; k++) {
+    const mlpd_engine_seg_t *sg = &b->direct[k];
+    if (sg->slot_row < next || sg->rows < 1 ||
+        sg->rows > b->rows - sg->slot_row ||
+        (sg->in == NULL && sg->out == NULL))
+      return 0;
+    next = sg->slot_row + sg->rows;
+  }
+  return 1;
+}
+
 static int cuda_submit(mlpd_engine_t *base, const mlpd_engine_batch_t *b,
                        mlpd_err_t *err) {
   cuda_engine_t *e = (cuda_engine_t *)base;
@@ -357,6 +517,11 @@ static int cuda_submit(mlpd_engine_t *base, const mlpd_engine_batch_t *b,
                          ? mlpd_dtype_name(b->out_dtype)
                          : "?",
                      in->max_batch, mlpd_dtype_name(e->dt));
+  if (!segments_ok(b))
+    return mlpd_errf(err, MLPD_EINVAL,
+                     "cuda engine %s: direct segments out of order or "
+                     "outside the batch of %d rows",
+                     in->name, b->rows);
   int li = (e->head + e->nout) % PIPE_DEPTH;
   lane_t *ln = &e->lane[li];
   const bucket_t *bk = &e->bk[bucket_of(e, b->rows)];
@@ -370,7 +535,8 @@ static int cuda_submit(mlpd_engine_t *base, const mlpd_engine_batch_t *b,
   cudaError_t ce = cudaSetDevice(e->ordinal);
   if (ce == cudaSuccess) {
     step = "copy the rows in";
-    ce = move_in(e, ln, b->in, b->in_dtype, nin, si);
+    ce = b->ndirect > 0 ? move_in_direct(e, ln, b, si)
+                        : move_in(e, ln, b->in, b->in_dtype, nin, si);
   }
   if (ce == cudaSuccess && !lone) {
     step = "order the copy before the layers";
@@ -390,7 +556,8 @@ static int cuda_submit(mlpd_engine_t *base, const mlpd_engine_batch_t *b,
   }
   if (ce == cudaSuccess) {
     step = "copy the rows out";
-    ce = move_out(e, ln, b->out, b->out_dtype, nout, so);
+    ce = b->ndirect > 0 ? move_out_direct(e, ln, b, so)
+                        : move_out(e, ln, b->out, b->out_dtype, nout, so);
   }
   if (ce == cudaSuccess) {
     step = "record completion";
@@ -443,6 +610,8 @@ const mlpd_engine_ops_t mlpd_engine_cuda_ops = {
     .host_alloc = cuda_host_alloc,
     .host_free = cuda_host_free,
     .close = cuda_close,
+    .host_register = cuda_host_register,
+    .host_unregister = cuda_host_unregister,
 };
 
 /* ---- engine_cuda.h extras ----------------------------------------------- */

@@ -1,0 +1,541 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* test_zcopy.c - zero-copy shared memory (engine.h, Direct rows) end to
+ * end: the real daemon on a GPU engine, the client library's regions.
+ *
+ * Case "fake" (CI, no GPU): the fake CUDA plugin (plugin_fake.c), which
+ * takes direct segments, keeps the registrations as the driver would, fails
+ * a batch whose segment lies outside them and aborts the daemon when a
+ * registration is dropped while a batch uses it. Case "real" (skipped
+ * without a GPU): the real mlpd-cuda.so on cuda:0.
+ *
+ * What it pins down: outputs served direct equal the inline answers bit for
+ * bit, for every mix of input/output windows and dtypes, and
+ * mlpd_shm_rows_total{path} says which rows went direct (on the fake, only
+ * rows in the slot's dtype f32 do; bf16 ones are converted on the host);
+ * mixed batches (inline, direct and converted rows in one batch) give every
+ * request its own answer; a client that disconnects while its batch is on
+ * the device leaves the daemon serving, its mapping registered until the
+ * batch completed and then gone; a region the driver refuses to register is
+ * served by copying, with one log line. Waits are for conditions (metrics),
+ * never for luck. */
+#include "mlpd_client.h"
+
+#include "rowsfile.h"
+#include "testutil.h"
+
+#include <math.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "daemonutil.h"
+
+#define MODEL MLPD_MODELS_DIR "/digits.safetensors"
+#define HELDOUT MLPD_MODELS_DIR "/digits-heldout.safetensors"
+#define MLPD_BIN MLPD_BINARY_DIR "/daemon/mlpd"
+#define IN 64
+#define OUT 10
+#define TIMEOUT 60000
+
+static struct {
+  int real;         /* the real plugin on cuda:0 */
+  mlpd_rows_t rows; /* held-out digits, f32 [n][IN] */
+} g;
+
+/* ---- helpers ---- */
+
+static const char *driver_path(void) {
+  static char buf[4096];
+  const char *old = getenv("LD_LIBRARY_PATH");
+  snprintf(buf, sizeof(buf), "LD_LIBRARY_PATH=%s%s%s", MLPD_FAKE_DRIVER_DIR,
+           old != NULL && *old != '\0' ? ":" : "", old != NULL ? old : "");
+  return buf;
+}
+
+/* Starts the daemon on the case's plugin with the fake's knobs (NULL: not
+ * set) and waits until it is ready. */
+static void spawn(td_daemon_t *d, const char *delay_ms, int refuse_register) {
+  static char delay[64];
+  const char *args[] = {"--device",
+                        g.real ? "cuda:0" : "cuda:0,cuda:1",
+                        "--max-batch",
+                        "64",
+                        "--max-delay-us",
+                        "2000",
+                        NULL};
+  const char *env[6];
+  int n = 0;
+  env[n++] = g.real ? "MLPD_PLUGIN_DIR=" MLPD_REAL_PLUGIN_DIR
+                    : "MLPD_PLUGIN_DIR=" MLPD_FAKE_PLUGIN_DIR;
+  if (!g.real)
+    env[n++] = driver_path();
+  if (delay_ms != NULL) {
+    snprintf(delay, sizeof(delay), "MLPD_FAKE_CUDA_DELAY_MS=%s", delay_ms);
+    env[n++] = delay;
+  }
+  if (refuse_register)
+    env[n++] = "MLPD_FAKE_CUDA_REGISTER=fail";
+  env[n] = NULL;
+  td_spawn_ex(d, MODEL, args, env, -1, -1);
+  td_wait_ready(d, TIMEOUT);
+}
+
+static void stop(td_daemon_t *d) {
+  int rc = td_stop(d, SIGTERM, TIMEOUT);
+  td_cleanup(d, rc != 0);
+  assert_int_equal(rc, 0);
+}
+
+static mlpd_client_t *connect_ok(const char *path) {
+  mlpd_client_t *c = NULL;
+  mlpd_err_t err = {0};
+  int rc = mlpd_client_connect(path, &c, &err);
+  if (rc != 0)
+    fail_msg("connect: %s", mlpd_err_msg(&err, rc));
+  mlpd_client_set_timeout(c, TIMEOUT);
+  return c;
+}
+
+static double metric(const td_daemon_t *d, const char *name) {
+  char *t = td_metrics(d->sock, TIMEOUT);
+  double v = tu_metric(t, name);
+  free(t);
+  if (v < 0)
+    fail_msg("metric %s not found", name);
+  return v;
+}
+
+#define DIRECT "mlpd_shm_rows_total{path=\"direct\"}"
+#define COPIED "mlpd_shm_rows_total{path=\"copied\"}"
+
+/* `rows` held-out rows from `first` (wrapping) in dtype dt, malloc'ed. */
+static void *rows_as(int first, int rows, mlpd_dtype_t dt) {
+  float *f = malloc((size_t)rows * IN * sizeof(float));
+  void *x = malloc((size_t)rows * IN * mlpd_dtype_size(dt));
+  assert_non_null(f);
+  assert_non_null(x);
+  for (int r = 0; r < rows; r++)
+    memcpy(f + (size_t)r * IN,
+           g.rows.data + (size_t)((first + r) % g.rows.rows) * IN,
+           IN * sizeof(float));
+  mlpd_dtype_convert(x, dt, f, MLPD_DTYPE_F32, (size_t)rows * IN);
+  free(f);
+  return x;
+}
+
+/* The inline answer to x, raw bytes of the wire dtype, malloc'ed. */
+static void *inline_answer(mlpd_client_t *c, const void *x, mlpd_dtype_t dt,
+                           int rows, int out_dtype, size_t *nbytes) {
+  mlpd_client_infer_t req;
+  mlpd_client_infer_init(&req);
+  req.data = x;
+  req.dtype = dt;
+  req.rows = rows;
+  req.cols = IN;
+  req.out_dtype = out_dtype;
+  mlpd_client_result_t res;
+  mlpd_client_result_init(&res);
+  mlpd_err_t err = {0};
+  int rc = mlpd_client_infer(c, &req, &res, &err);
+  if (rc != 0)
+    fail_msg("inline infer: %s", mlpd_err_msg(&err, rc));
+  if (res.status != MLPD_STATUS_OK)
+    fail_msg("inline infer: %s: %s", mlpd_status_name(res.status), res.message);
+  void *y = malloc(res.nbytes);
+  assert_non_null(y);
+  memcpy(y, res.data, res.nbytes);
+  *nbytes = res.nbytes;
+  mlpd_client_result_free(&res);
+  return y;
+}
+
+/* Whether a request's rows go direct on this case's engine: every window
+ * it names must be in its batch's dtype (the fake computes in f32 and
+ * takes f32 rows only; the GPU takes f32 and its bf16 compute dtype). */
+static int goes_direct(mlpd_dtype_t in, mlpd_dtype_t out) {
+  (void)in;
+  (void)out;
+  return g.real || (in == MLPD_DTYPE_F32 && out == MLPD_DTYPE_F32);
+}
+
+/* ---- tests ---- */
+
+static void test_bit_for_bit(void **state) {
+  (void)state;
+  static const struct {
+    mlpd_dtype_t in;
+    int out;
+  } cases[] = {{MLPD_DTYPE_F32, MLPD_CLIENT_DTYPE_SAME},
+               {MLPD_DTYPE_BF16, MLPD_CLIENT_DTYPE_SAME},
+               {MLPD_DTYPE_F32, MLPD_DTYPE_BF16},
+               {MLPD_DTYPE_BF16, MLPD_DTYPE_F32}};
+  /* 100 rows span two batches of 64. */
+  static const int nrows[] = {1, 7, 64, 100};
+  td_daemon_t d;
+  spawn(&d, NULL, 0);
+  mlpd_client_t *c = connect_ok(d.sock);
+  mlpd_err_t err = {0};
+  const size_t size = (size_t)1 << 20;
+  mlpd_client_region_t *reg = NULL;
+  assert_int_equal(mlpd_client_region_create(c, "z", size, &reg, &err), 0);
+  uint8_t *base = mlpd_client_region_data(reg);
+  mlpd_client_result_t res;
+  mlpd_client_result_init(&res);
+  double direct = 0, copied = 0;
+  int checked = 0;
+  for (size_t k = 0; k < MLPD_ARRAY_SIZE(cases); k++) {
+    for (size_t j = 0; j < MLPD_ARRAY_SIZE(nrows); j++) {
+      int rows = nrows[j];
+      mlpd_dtype_t odt = cases[k].out == MLPD_CLIENT_DTYPE_SAME
+                             ? cases[k].in
+                             : (mlpd_dtype_t)cases[k].out;
+      void *x = rows_as(5 * (int)j, rows, cases[k].in);
+      size_t in_b = (size_t)rows * IN * mlpd_dtype_size(cases[k].in);
+      size_t nref;
+      uint8_t *ref =
+          inline_answer(c, x, cases[k].in, rows, cases[k].out, &nref);
+      /* Odd offsets: the DMA reads and writes unaligned rows. */
+      const uint64_t in_off = 17, out_off = 300001;
+      memcpy(base + in_off, x, in_b);
+      mlpd_client_infer_t req;
+      mlpd_client_infer_init(&req);
+      req.dtype = cases[k].in;
+      req.rows = rows;
+      req.cols = IN;
+      req.out_dtype = cases[k].out;
+      mlpd_client_window_t in = {.region = "z", .offset = in_off};
+      mlpd_client_window_t out = {
+          .region = "z", .offset = out_off, .length = nref};
+      for (int mode = 0; mode < 3; mode++) {
+        int use_in = mode != 1, use_out = mode != 0;
+        memset(base + out_off, 0xA5, nref);
+        req.data = use_in ? NULL : x;
+        int rc = mlpd_client_infer_shm(c, &req, use_in ? &in : NULL,
+                                       use_out ? &out : NULL, &res, &err);
+        if (rc != 0)
+          fail_msg("infer_shm: %s", mlpd_err_msg(&err, rc));
+        if (res.status != MLPD_STATUS_OK)
+          fail_msg("%s -> %s, %d rows, mode %d: %s: %s",
+                   mlpd_dtype_name(cases[k].in), mlpd_dtype_name(odt), rows,
+                   mode, mlpd_status_name(res.status), res.message);
+        const uint8_t *got = use_out ? base + out_off : res.data;
+        assert_int_equal(use_out ? nref : res.nbytes, nref);
+        if (memcmp(got, ref, nref) != 0)
+          fail_msg("%s -> %s, %d rows, mode %d: differs from inline",
+                   mlpd_dtype_name(cases[k].in), mlpd_dtype_name(odt), rows,
+                   mode);
+        /* A window the batch cannot use in place is copied, and so is the
+         * request: in-only counts its input, out-only its output. */
+        int ok = goes_direct(use_in ? cases[k].in : MLPD_DTYPE_F32,
+                             use_out ? odt : MLPD_DTYPE_F32);
+        direct += ok ? rows : 0;
+        copied += ok ? 0 : rows;
+        checked++;
+      }
+      free(ref);
+      free(x);
+    }
+  }
+  printf("bit for bit: %d region answers equal to inline ones; %g rows "
+         "direct, %g copied\n",
+         checked, direct, copied);
+  assert_true(metric(&d, DIRECT) == direct);
+  assert_true(metric(&d, COPIED) == copied);
+  assert_int_equal(mlpd_client_unregister_region(c, "z", &err), 0);
+  mlpd_client_result_free(&res);
+  mlpd_client_region_free(reg);
+  mlpd_client_close(c);
+  stop(&d);
+}
+
+/* One connection's share of the mixed load. */
+typedef struct {
+  mlpd_client_t *c;
+  mlpd_client_region_t *reg;
+  uint8_t *base;
+  const char *name;
+  mlpd_dtype_t in; /* rows sent in */
+  int shm;         /* windows, else inline */
+} mix_t;
+
+static void test_mixed_batches(void **state) {
+  (void)state;
+  enum { N = 24, NCONN = 3 };
+  /* Batches take 5 ms on the fake, so the pipelined requests of the three
+   * connections meet in them. */
+  td_daemon_t d;
+  spawn(&d, g.real ? NULL : "5", 0);
+  mix_t mx[NCONN] = {{.name = NULL, .in = MLPD_DTYPE_F32, .shm = 0},
+                     {.name = "direct", .in = MLPD_DTYPE_F32, .shm = 1},
+                     {.name = "conv", .in = MLPD_DTYPE_BF16, .shm = 1}};
+  mlpd_err_t err = {0};
+  const size_t size = (size_t)1 << 20;
+  size_t in_at[N], out_at[N];
+  int rows_of[N];
+  void *x[NCONN][N], *want[NCONN][N];
+  size_t pos = 0;
+  for (int i = 0; i < N; i++) {
+    rows_of[i] = 1 + (i * 7) % 13;
+    in_at[i] = pos;
+    pos += (size_t)rows_of[i] * IN * 4;
+    out_at[i] = pos;
+    pos += (size_t)rows_of[i] * OUT * 4;
+    assert_true(pos <= size);
+  }
+  for (int k = 0; k < NCONN; k++) {
+    mx[k].c = connect_ok(d.sock);
+    if (mx[k].shm) {
+      assert_int_equal(mlpd_client_region_create(mx[k].c, mx[k].name, size,
+                                                 &mx[k].reg, &err),
+                       0);
+      mx[k].base = mlpd_client_region_data(mx[k].reg);
+    }
+    for (int i = 0; i < N; i++) {
+      x[k][i] = rows_as(11 * i + k, rows_of[i], mx[k].in);
+      size_t n;
+      want[k][i] = inline_answer(mx[k].c, x[k][i], mx[k].in, rows_of[i],
+                                 MLPD_DTYPE_F32, &n);
+      if (mx[k].shm)
+        memcpy(mx[k].base + in_at[i], x[k][i],
+               (size_t)rows_of[i] * IN * mlpd_dtype_size(mx[k].in));
+    }
+  }
+  double direct0 = metric(&d, DIRECT), copied0 = metric(&d, COPIED);
+  for (int i = 0; i < N; i++) {
+    for (int k = 0; k < NCONN; k++) {
+      mlpd_client_infer_t req;
+      mlpd_client_infer_init(&req);
+      req.rows = rows_of[i];
+      req.cols = IN;
+      req.dtype = mx[k].in;
+      req.out_dtype = MLPD_DTYPE_F32;
+      int rc;
+      if (mx[k].shm) {
+        mlpd_client_window_t in = {.region = mx[k].name, .offset = in_at[i]};
+        mlpd_client_window_t out = {.region = mx[k].name,
+                                    .offset = out_at[i],
+                                    .length = (uint64_t)rows_of[i] * OUT * 4};
+        rc = mlpd_client_send_infer_shm(mx[k].c, (uint64_t)i, &req, &in, &out,
+                                        &err);
+      } else {
+        req.data = x[k][i];
+        rc = mlpd_client_send_infer(mx[k].c, (uint64_t)i, &req, &err);
+      }
+      if (rc != 0)
+        fail_msg("send: %s", mlpd_err_msg(&err, rc));
+    }
+  }
+  mlpd_client_result_t res;
+  mlpd_client_result_init(&res);
+  int shared = 0;
+  for (int k = 0; k < NCONN; k++) {
+    for (int j = 0; j < N; j++) {
+      int rc = mlpd_client_recv(mx[k].c, &res, &err);
+      if (rc != 0)
+        fail_msg("recv: %s", mlpd_err_msg(&err, rc));
+      assert_int_equal(res.status, MLPD_STATUS_OK);
+      int i = (int)res.id;
+      assert_true(i >= 0 && i < N);
+      size_t nb = (size_t)rows_of[i] * OUT * 4;
+      const void *got = mx[k].shm ? mx[k].base + out_at[i] : res.data;
+      shared += (int)res.batch_rows > rows_of[i];
+      /* The fake computes each row alone, so batching changes nothing;
+       * a GPU's kernels depend on the batch size, so there within
+       * rounding. */
+      if (!g.real) {
+        if (memcmp(got, want[k][i], nb) != 0)
+          fail_msg("connection %d request %d: differs from its own answer", k,
+                   i);
+      } else {
+        const float *a = got, *b = want[k][i];
+        for (int e = 0; e < rows_of[i] * OUT; e++)
+          if (!(fabsf(a[e] - b[e]) <= 2e-2f * fabsf(b[e]) + 2e-2f))
+            fail_msg("connection %d request %d element %d: %g, alone %g", k, i,
+                     e, a[e], b[e]);
+      }
+    }
+  }
+  int total = 0;
+  for (int i = 0; i < N; i++)
+    total += rows_of[i];
+  double direct = metric(&d, DIRECT) - direct0;
+  double copied = metric(&d, COPIED) - copied0;
+  printf("mixed: %d of %d answers shared their batch; %g rows direct, %g "
+         "copied\n",
+         shared, NCONN * N, direct, copied);
+  assert_true(shared > 0);
+  /* On the fake the f32 windows went direct and the bf16 inputs were
+   * converted; on a GPU a batch takes the dtype of its first request, so
+   * which rows were converted depends on how they met. */
+  if (g.real) {
+    assert_true(direct + copied == 2 * total);
+  } else {
+    assert_true(direct == total);
+    assert_true(copied == total);
+  }
+  for (int k = 0; k < NCONN; k++) {
+    for (int i = 0; i < N; i++) {
+      free(x[k][i]);
+      free(want[k][i]);
+    }
+    mlpd_client_close(mx[k].c);
+    mlpd_client_region_free(mx[k].reg);
+  }
+  mlpd_client_result_free(&res);
+  stop(&d);
+}
+
+/* Waits until `n` requests are in flight and none is queued: their batch
+ * is on a device. */
+static void wait_on_device(const td_daemon_t *d, int n) {
+  for (int i = 0; i < 30000; i++) {
+    char *t = td_metrics(d->sock, TIMEOUT);
+    int ok = tu_metric(t, "mlpd_inflight_requests") == n &&
+             tu_metric(t, "mlpd_queue_rows") == 0;
+    free(t);
+    if (ok)
+      return;
+    usleep(1000);
+  }
+  fail_msg("the batch never reached a device");
+}
+
+static void test_disconnect_mid_batch(void **state) {
+  (void)state;
+  enum { ROWS = 8 };
+  if (g.real)
+    skip(); /* a real batch is over before the client could go */
+  /* The fake reads the rows and writes the outputs 300 ms after submit,
+   * in wait, as a GPU's DMA would: the client is gone by then. */
+  td_daemon_t d;
+  spawn(&d, "300", 0);
+  const size_t in_b = (size_t)ROWS * IN * 4, out_b = (size_t)ROWS * OUT * 4;
+  mlpd_client_t *a = connect_ok(d.sock);
+  mlpd_err_t err = {0};
+  mlpd_client_region_t *reg = NULL;
+  assert_int_equal(
+      mlpd_client_region_create(a, "gone", in_b + out_b, &reg, &err), 0);
+  void *x = rows_as(0, ROWS, MLPD_DTYPE_F32);
+  memcpy(mlpd_client_region_data(reg), x, in_b);
+  mlpd_client_infer_t req;
+  mlpd_client_infer_init(&req);
+  req.rows = ROWS;
+  req.cols = IN;
+  mlpd_client_window_t in = {.region = "gone", .offset = 0};
+  mlpd_client_window_t out = {
+      .region = "gone", .offset = in_b, .length = out_b};
+  assert_int_equal(mlpd_client_send_infer_shm(a, 1, &req, &in, &out, &err), 0);
+  wait_on_device(&d, 1);
+  assert_true(metric(&d, "mlpd_shm_mapped_bytes") == (double)(in_b + out_b));
+  /* Gone, mapping and all, while the device has not read a row. */
+  mlpd_client_close(a);
+  mlpd_client_region_free(reg);
+  /* The daemon keeps its mapping, registered, until the batch is done,
+   * then lets both go; had it unregistered early, the fake would have
+   * aborted it, and a segment outside its registrations fails the batch
+   * with a log line. */
+  for (int i = 0; i < 30000 && metric(&d, "mlpd_shm_mapped_bytes") != 0; i++)
+    usleep(1000);
+  assert_true(metric(&d, "mlpd_shm_mapped_bytes") == 0);
+  assert_true(metric(&d, "mlpd_inflight_requests") == 0);
+  mlpd_client_t *b = connect_ok(d.sock);
+  size_t n;
+  void *y = inline_answer(b, x, MLPD_DTYPE_F32, ROWS, MLPD_DTYPE_F32, &n);
+  assert_int_equal(n, out_b);
+  free(y);
+  assert_false(td_log_contains(&d, "outside every registered"));
+  assert_false(td_log_contains(&d, "unregistered while"));
+  assert_true(metric(&d, "mlpd_device_failures_total{device=\"cuda:0\"}") +
+                  metric(&d, "mlpd_device_failures_total{device=\"cuda:1\"}") ==
+              0);
+  mlpd_client_close(b);
+  free(x);
+  stop(&d);
+}
+
+static void test_register_refused(void **state) {
+  (void)state;
+  enum { ROWS = 9 };
+  if (g.real)
+    skip(); /* the fake's knob */
+  td_daemon_t d;
+  spawn(&d, NULL, 1);
+  mlpd_client_t *c = connect_ok(d.sock);
+  mlpd_err_t err = {0};
+  const size_t in_b = (size_t)ROWS * IN * 4, out_b = (size_t)ROWS * OUT * 4;
+  mlpd_client_region_t *reg = NULL;
+  assert_int_equal(
+      mlpd_client_region_create(c, "plain", in_b + out_b, &reg, &err), 0);
+  uint8_t *base = mlpd_client_region_data(reg);
+  void *x = rows_as(3, ROWS, MLPD_DTYPE_F32);
+  memcpy(base, x, in_b);
+  size_t n;
+  void *ref = inline_answer(c, x, MLPD_DTYPE_F32, ROWS, MLPD_DTYPE_F32, &n);
+  mlpd_client_infer_t req;
+  mlpd_client_infer_init(&req);
+  req.rows = ROWS;
+  req.cols = IN;
+  mlpd_client_window_t in = {.region = "plain", .offset = 0};
+  mlpd_client_window_t out = {
+      .region = "plain", .offset = in_b, .length = out_b};
+  mlpd_client_result_t res;
+  mlpd_client_result_init(&res);
+  for (int k = 0; k < 2; k++) {
+    assert_int_equal(mlpd_client_infer_shm(c, &req, &in, &out, &res, &err), 0);
+    assert_int_equal(res.status, MLPD_STATUS_OK);
+    assert_memory_equal(base + in_b, ref, out_b);
+  }
+  assert_true(metric(&d, DIRECT) == 0);
+  assert_true(metric(&d, COPIED) == 2 * ROWS);
+  assert_true(td_log_contains(&d, "cannot be registered"));
+  mlpd_client_result_free(&res);
+  mlpd_client_close(c);
+  mlpd_client_region_free(reg);
+  free(x);
+  free(ref);
+  stop(&d);
+}
+
+static int setup(void **state) {
+  (void)state;
+  mlpd_err_t err = {0};
+  int rc = mlpd_rows_read(&g.rows, HELDOUT, &err);
+  if (rc != 0) {
+    fprintf(stderr, "setup: %s\n", mlpd_err_msg(&err, rc));
+    return -1;
+  }
+  return 0;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  mlpd_rows_free(&g.rows);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  g.real = argc > 1 && strcmp(argv[1], "real") == 0;
+  if (access(MLPD_BIN, X_OK) != 0) {
+    printf("SKIP: %s is not built\n", MLPD_BIN);
+    return TU_SKIP;
+  }
+  if (g.real && access("/dev/nvidia0", F_OK) != 0) {
+    printf("SKIP: no GPU (/dev/nvidia0)\n");
+    return TU_SKIP;
+  }
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_bit_for_bit),
+      cmocka_unit_test(test_mixed_batches),
+      cmocka_unit_test(test_disconnect_mid_batch),
+      cmocka_unit_test(test_register_refused),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
