@@ -617,6 +617,8 @@ int main(int argc, char **argv) {
   }
   size_t pos = 0;
   for (int i = 0; i < started; i++) {
+    if (w[i].nlat == 0)
+      continue; /* its lat may be NULL: memcpy wants a pointer even for 0 */
     memcpy(all + pos, w[i].lat, w[i].nlat * sizeof(*all));
     pos += w[i].nlat;
   }
