@@ -929,6 +929,9 @@ static int start_shards(mlpd_daemon_t *d, mlpd_err_t *err) {
       .max_shm_bytes = d->cfg.max_shm_bytes,
       .http = {.max_body = d->cfg.http_max_body,
                .max_unsent = d->cfg.max_unsent,
+               /* 0 (native: never) is httpconn's 30 s: an HTTP
+                * connection always has an idle bound. */
+               .idle_timeout_ms = d->cfg.idle_timeout_ms,
                .is_unix = d->http.is_unix,
                .allow_repo_remote = d->cfg.http_allow_repo_remote},
   };
