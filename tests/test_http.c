@@ -12,11 +12,13 @@
  * The Open Inference Protocol on the same listener is test_oip_http's;
  * /readyz while loading and while draining is test_lifecycle's; every
  * health state's answer is test_httpreq's. */
-#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+/* clang-format off: cmocka.h needs the four above first */
+#include <cmocka.h>
+/* clang-format on */
 
 #include "daemonutil.h"
 #include "http.h"
