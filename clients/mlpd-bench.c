@@ -631,7 +631,10 @@ int main(int argc, char **argv) {
   }
   size_t pos = 0;
   for (int i = 0; i < started; i++) {
-    memcpy(all + pos, w[i].lat, w[i].nlat * sizeof(*all));
+    /* A connection the --requests budget left without a measured request
+     * has no latency array at all. */
+    if (w[i].nlat > 0)
+      memcpy(all + pos, w[i].lat, w[i].nlat * sizeof(*all));
     pos += w[i].nlat;
   }
   lat_sort(all, total);
