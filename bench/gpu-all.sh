@@ -67,7 +67,7 @@ M4K=/tmp/mlpd-bench/mlp-4k.safetensors
 OUTDIR=/tmp/mlpd-models M4K=$M4K PYTHON=python3 DURATION=${DURATION:-2} \
   timeout "$(left 60)" bench/models-oip.sh $B >"$LOGS/models-oip.log" 2>&1
 echo "models-oip rc=$? after $(el)"
-cat "$LOGS/models-oip.log" | tail -25
+cat "$LOGS/models-oip.log" | tail -32
 cp "$LOGS/models-oip.log" "$OUT/" 2>/dev/null
 
 OUTDIR=/tmp/mlpd-serve MODEL=${M4K:-} DEVICE=cuda:0 SAT=16:8:32 DTYPE=f32 \

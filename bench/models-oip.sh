@@ -8,16 +8,25 @@
 #
 #   bench/models-oip.sh [BUILD_DIR]
 # Environment: DEVICE (cuda:0), M4K (an mlp-4k safetensors file; written
-# with models/make_model.py when absent), SAT (CONNS:DEPTH:ROWS of the
-# saturation lines, 16:8:32), DTYPE (rows sent, bf16), DURATION (s, 2),
-# PYTHON, OUTDIR.
-# Lines:
-#   lone native / lone JSON   1 row to the digits model, one request at a
-#                             time: native (mlpd-bench) and OIP JSON over a
-#                             kept-alive HTTP connection (Python http.client)
-#   lone native beside load   the same native lone line while mlp-4k is
-#                             saturated by another client: the fairness
-#                             target (at most one mlp-4k batch time more)
+# with models/make_model.py when absent; any model with the same role,
+# e.g. a small one for a CPU run, is served as "mlp4k"), SAT
+# (CONNS:DEPTH:ROWS of the saturation lines, 16:8:32), DTYPE (rows sent,
+# bf16), DURATION (s, 2), PYTHON, PYCLIENT (1: also the Python client's
+# lone JSON line; 0: not), OUTDIR.
+# Lines (every one but the Python client's comes from mlpd-bench):
+#   lone native / binary / JSON  1 row to the digits model, one request at
+#                             a time: native frames, OIP with the binary
+#                             extension, OIP JSON (--http-json: JSON
+#                             built once, each answer parsed), both over a
+#                             kept-alive HTTP connection
+#   lone JSON, Python client  the JSON line from Python's http.client
+#   lone native beside load   the native lone line while mlp-4k is
+#                             saturated by another client, its rows inline
+#                             and then through shared memory (--shm): the
+#                             fairness target (at most one mlp-4k batch
+#                             time more). With --shm the load's rows are
+#                             not read by the I/O threads, so what remains
+#                             of the rise is the device's share
 #   sat native / sat http     mlp-4k at SAT, inline frames and OIP binary
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -27,6 +36,7 @@ SAT=${SAT:-16:8:32}
 DTYPE=${DTYPE:-bf16}
 DURATION=${DURATION:-2}
 PY=${PYTHON:-python3}
+PYCLIENT=${PYCLIENT:-1}
 OUTDIR=${OUTDIR:-$BUILD/models-oip-out}
 mkdir -p "$OUTDIR" && OUTDIR=$(cd "$OUTDIR" && pwd)
 M4K=${M4K:-$OUTDIR/mlp-4k.safetensors}
@@ -65,8 +75,11 @@ r["line"] = sys.argv[1]
 print(json.dumps(r))
 PYEOF
 }
-line "lone native" --model digits --connections 1 --depth 1 --rows 1 --dtype f32
-"$PY" - "$port" "$DURATION" >>"$OUTDIR/models-oip.jsonl" <<'PYEOF'
+lone="--model digits --connections 1 --depth 1 --rows 1 --dtype f32"
+line "lone native" $lone
+line "lone binary" --http 127.0.0.1:$port $lone
+line "lone JSON" --http 127.0.0.1:$port --http-json $lone
+[ "$PYCLIENT" = 0 ] || "$PY" - "$port" "$DURATION" >>"$OUTDIR/models-oip.jsonl" <<'PYEOF'
 import http.client, json, sys, time, random
 port, dur = int(sys.argv[1]), float(sys.argv[2])
 c = http.client.HTTPConnection("127.0.0.1", port)
@@ -83,20 +96,27 @@ while time.time() < t_end:
     ok += r.status == 200
 lat = sorted(lat[len(lat) // 5:])
 pct = lambda p: lat[min(len(lat) - 1, int(p / 100 * len(lat)))] * 1e3
-print(json.dumps({"line": "lone JSON", "transport": "http-json", "ok": ok,
+print(json.dumps({"line": "lone JSON, Python client", "transport": "http-json (Python)", "ok": ok,
                   "requests": len(lat), "latency_ms": {"p50": pct(50), "p99": pct(99)},
                   "rows_per_s": len(lat) / dur}))
 PYEOF
-# fairness: digits' lone line while mlp-4k is saturated
-"$bench" --socket "$sock" --model mlp4k --connections "$sc" --depth "$sd" \
-  --rows "$sr" --dtype "$DTYPE" --duration $((DURATION + 2)) --json \
-  >"$OUTDIR/bg.json" 2>&1 &
-bg=$!
-sleep 1
-"$mlpctl" --socket "$sock" metrics >"$OUTDIR/metrics-a.txt"
-line "lone native beside mlp-4k load" --model digits --connections 1 --depth 1 --rows 1 --dtype f32
-"$mlpctl" --socket "$sock" metrics >"$OUTDIR/metrics-b.txt"
-wait $bg
+# fairness: digits' lone line while mlp-4k is saturated; the load's rows
+# inline (the I/O threads read them) and then through shared memory (they
+# do not), so the I/O-thread share and the device share are told apart.
+fair() { # TAG extra-load-args...
+  local tag=$1; shift
+  "$bench" --socket "$sock" --model mlp4k --connections "$sc" --depth "$sd" \
+    --rows "$sr" --dtype "$DTYPE" --duration $((DURATION + 2)) --json "$@" \
+    >"$OUTDIR/bg-$tag.json" 2>&1 &
+  local bg=$!
+  sleep 1
+  "$mlpctl" --socket "$sock" metrics >"$OUTDIR/metrics-$tag-a.txt"
+  line "lone native beside mlp-4k $tag load" $lone
+  "$mlpctl" --socket "$sock" metrics >"$OUTDIR/metrics-$tag-b.txt"
+  wait $bg
+}
+fair inline
+fair shm --shm
 line "sat native" --model mlp4k --connections "$sc" --depth "$sd" --rows "$sr" --dtype "$DTYPE"
 line "sat http binary" --http 127.0.0.1:$port --model mlp4k --connections "$sc" --depth "$sd" --rows "$sr" --dtype "$DTYPE"
 kill -TERM $pid; wait $pid
@@ -111,12 +131,13 @@ def metric(path, name):
         if l.startswith(name) and 'model="mlp4k"' in l:
             s += float(l.rsplit(" ", 1)[1])
     return s
-try:
-    a, b = out + "/metrics-a.txt", out + "/metrics-b.txt"
-    nb = metric(b, "mlpd_model_batches_total") - metric(a, "mlpd_model_batches_total")
-    nr = metric(b, "mlpd_model_rows_total") - metric(a, "mlpd_model_rows_total")
-except OSError:
-    nb = nr = 0
+def window(tag):
+    try:
+        a, b = out + "/metrics-%s-a.txt" % tag, out + "/metrics-%s-b.txt" % tag
+        return (metric(b, "mlpd_model_batches_total") - metric(a, "mlpd_model_batches_total"),
+                metric(b, "mlpd_model_rows_total") - metric(a, "mlpd_model_rows_total"))
+    except OSError:
+        return 0, 0
 print("| line | transport | rows/s | p50 ms | p99 ms | ok | errors |")
 print("|---|---|---|---|---|---|---|")
 for r in rows:
@@ -128,11 +149,15 @@ by = {r["line"]: r for r in rows}
 try:
     print("OIP binary / native inline rows/s at saturation: %.3f" %
           (by["sat http binary"]["rows_per_s"] / by["sat native"]["rows_per_s"]))
-    print("lone JSON / lone native p50: %.2f" %
-          (by["lone JSON"]["latency_ms"]["p50"] / by["lone native"]["latency_ms"]["p50"]))
-    d = by["lone native beside mlp-4k load"]["latency_ms"]["p99"] - by["lone native"]["latency_ms"]["p99"]
-    print("digits lone p99 rise beside saturated mlp-4k: %.3f ms; mlp-4k batches in that window: %d (mean %.0f rows)" %
-          (d, nb, nr / nb if nb else 0))
+    for k in ("lone binary", "lone JSON", "lone JSON, Python client"):
+        if k in by:
+            print("%s / lone native p50: %.2f" %
+                  (k, by[k]["latency_ms"]["p50"] / by["lone native"]["latency_ms"]["p50"]))
+    for tag in ("inline", "shm"):
+        nb, nr = window(tag)
+        d = by["lone native beside mlp-4k %s load" % tag]["latency_ms"]["p99"] - by["lone native"]["latency_ms"]["p99"]
+        print("digits lone p99 rise beside saturated mlp-4k (%s): %.3f ms; mlp-4k batches in that window: %d (mean %.0f rows)" %
+              (tag, d, nb, nr / nb if nb else 0))
 except (KeyError, ZeroDivisionError) as e:
     print("summary incomplete:", e)
 PYEOF

@@ -4,6 +4,8 @@
 
 #include "mlpd.h"
 
+#include <jansson.h>
+
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -251,6 +253,75 @@ int bh_infer_request(const char *model, const void *data, mlpd_dtype_t dtype,
   memcpy(*out + hn, json, (size_t)jn);
   memcpy(*out + hn + jn, data, bytes);
   return 0;
+}
+
+int bh_infer_request_json(const char *model, const void *data,
+                          mlpd_dtype_t dtype, int rows, int cols,
+                          unsigned long long timeout_us, char **out,
+                          size_t *len) {
+  size_t n = (size_t)rows * (size_t)cols;
+  /* 16 bytes per number ("-1.23456789e-05," is 15), plus head and JSON. */
+  size_t cap = n * 16 + 1024;
+  char *buf = malloc(cap), tmo[64] = "";
+  if (buf == NULL)
+    return -ENOMEM;
+  if (timeout_us > 0)
+    snprintf(tmo, sizeof(tmo), "\"parameters\":{\"timeout\":%llu},",
+             timeout_us);
+  /* The head goes in front once the body's length is known: leave room. */
+  const size_t room = 512;
+  char *b = buf + room, *e = buf + cap;
+  b += snprintf(b, (size_t)(e - b),
+                "{%s\"inputs\":[{\"name\":\"input\",\"shape\":[%d,%d],"
+                "\"datatype\":\"%s\",\"data\":[",
+                tmo, rows, cols, oip_type(dtype));
+  for (size_t i = 0; i < n; i++) {
+    float f;
+    if (dtype == MLPD_DTYPE_F16)
+      f = mlpd_f16_to_f32(((const uint16_t *)data)[i]);
+    else if (dtype == MLPD_DTYPE_BF16)
+      f = mlpd_bf16_to_f32(((const uint16_t *)data)[i]);
+    else
+      f = ((const float *)data)[i];
+    /* %.9g round-trips an FP32; FP16 and BF16 need fewer digits. */
+    b += snprintf(b, (size_t)(e - b), i ? ",%.*g" : "%.*g",
+                  dtype == MLPD_DTYPE_F32 ? 9 : 5, (double)f);
+  }
+  b += snprintf(b, (size_t)(e - b), "]}]}");
+  size_t jn = (size_t)(b - (buf + room));
+  char head[512];
+  int hn = snprintf(head, sizeof(head),
+                    "POST /v2/models/%s/infer HTTP/1.1\r\nHost: mlpd\r\n"
+                    "Content-Type: application/json\r\n"
+                    "Content-Length: %zu\r\n\r\n",
+                    model, jn);
+  if (hn < 0 || (size_t)hn >= room || b >= e - 1) {
+    free(buf);
+    return MLPD_EINVAL;
+  }
+  memcpy(buf + room - hn, head, (size_t)hn);
+  memmove(buf, buf + room - hn, (size_t)hn + jn);
+  *out = buf;
+  *len = (size_t)hn + jn;
+  return 0;
+}
+
+int bh_json_outputs(const char *body, size_t blen, size_t want_values) {
+  json_t *root = json_loadb(body, blen, 0, NULL);
+  json_t *outs = root ? json_object_get(root, "outputs") : NULL;
+  int n = -1;
+  if (json_is_array(outs)) {
+    n = (int)json_array_size(outs);
+    for (size_t i = 0; i < json_array_size(outs); i++) {
+      json_t *d = json_object_get(json_array_get(outs, i), "data");
+      if (!json_is_array(d) || json_array_size(d) != want_values) {
+        n = -1;
+        break;
+      }
+    }
+  }
+  json_decref(root);
+  return n;
 }
 
 int bh_status_code(int s) {

@@ -49,6 +49,20 @@ int bh_infer_request(const char *model, const void *data, mlpd_dtype_t dtype,
                      int rows, int cols, unsigned long long timeout_us,
                      char **out, size_t *len) MLPD_MUST_CHECK;
 
+/* The same request with the rows as JSON numbers in the input's `data`
+ * (Content-Type: application/json, outputs answered as JSON too): what a
+ * plain OIP client sends. Built once; the numbers are printed with as
+ * many digits as round-trip the dtype. */
+int bh_infer_request_json(const char *model, const void *data,
+                          mlpd_dtype_t dtype, int rows, int cols,
+                          unsigned long long timeout_us, char **out,
+                          size_t *len) MLPD_MUST_CHECK;
+
+/* A JSON inference response parsed as a client would (jansson): the
+ * number of tensors in its "outputs", each with a `data` array of
+ * rows x cols numbers checked, or -1 when the body is not one. */
+int bh_json_outputs(const char *body, size_t blen, size_t want_values);
+
 /* The gRPC-style status an HTTP status stands for, for the report. */
 int bh_status_code(int http_status);
 

@@ -17,6 +17,9 @@
  * /v2/models/{name}/infer, binary tensor data both ways, `depth` requests
  * pipelined per connection), so both transports are measured by one tool;
  * the server's queue/compute split is not in HTTP answers and reads 0.
+ * --http-json sends the rows as JSON numbers instead and parses each JSON
+ * answer (jansson) as a plain OIP client would: the protocol's JSON cost,
+ * measured by the same C tool as the native line.
  * The same load with and without --shm is
  * how the transport's cost is judged (perf_analyzer's --shared-memory). Inputs are random normal rows of the
  * model's in_features (never zeros, which would make every batch compute the
@@ -77,6 +80,7 @@ typedef struct {
   int cols;           /* the model's in_features */
   int out_cols;       /* the model's out_features */
   const char *http;   /* --http: the OIP endpoint instead of the socket */
+  int http_json;      /* --http-json: JSON tensors both ways, not binary */
   char model_name[256];
 } cfg_t;
 
@@ -156,10 +160,10 @@ static void *run_http(void *arg) {
     goto done;
   }
   for (int k = 0; k < NINPUTS; k++)
-    if ((rc = bh_infer_request(cfg->model_name, w->inputs[k],
-                               (mlpd_dtype_t)cfg->in_dtype, cfg->rows,
-                               cfg->cols, cfg->timeout_ms * 1000ull, &reqs[k],
-                               &reqlen[k])) != 0) {
+    if ((rc = (cfg->http_json ? bh_infer_request_json : bh_infer_request)(
+             cfg->model_name, w->inputs[k], (mlpd_dtype_t)cfg->in_dtype,
+             cfg->rows, cfg->cols, cfg->timeout_ms * 1000ull, &reqs[k],
+             &reqlen[k])) != 0) {
       rc = mlpd_errf(&w->err, rc, "cannot build the request");
       goto done;
     }
@@ -221,6 +225,11 @@ static void *run_http(void *arg) {
       goto done;
     w->last_done = now;
     int st = bh_status_code(status);
+    /* A 200 whose JSON is not the answer asked for is a failure too. */
+    if (st == MLPD_STATUS_OK && cfg->http_json &&
+        bh_json_outputs(body, blen,
+                        (size_t)cfg->rows * (size_t)cfg->out_cols) != 1)
+      st = MLPD_STATUS_INTERNAL;
     if (st == MLPD_STATUS_OK) {
       w->ok++;
       w->rows_ok += (uint64_t)cfg->rows;
@@ -484,6 +493,9 @@ int main(int argc, char **argv) {
        .help = "drive the Open Inference Protocol at HOST:PORT or\n"
                "unix:PATH (binary tensor data, requests pipelined)\n"
                "instead of the native socket"},
+      {"http-json", 0, MLPD_OPT_FLAG, &cfg.http_json,
+       .help = "with --http: rows as JSON numbers and JSON answers,\n"
+               "each parsed and checked (default: binary data)"},
       {0}};
   const mlpd_opts_t spec = {.prog = "mlpd-bench",
                             .usage = usage_head,
@@ -499,6 +511,8 @@ int main(int argc, char **argv) {
   mlpd_err_t err = {0};
   mlpd_client_model_info_t info;
   memset(&info, 0, sizeof(info));
+  if (cfg.http_json && cfg.http == NULL)
+    return mlpd_opts_error(&spec, "--http-json needs --http");
   if (cfg.http != NULL) {
     if (cfg.shm)
       return mlpd_opts_error(&spec, "--shm and --http do not go together");
@@ -617,9 +631,10 @@ int main(int argc, char **argv) {
   }
   size_t pos = 0;
   for (int i = 0; i < started; i++) {
-    if (w[i].nlat == 0)
-      continue; /* its lat may be NULL: memcpy wants a pointer even for 0 */
-    memcpy(all + pos, w[i].lat, w[i].nlat * sizeof(*all));
+    /* A connection the --requests budget left without a measured request
+     * has no latency array at all. */
+    if (w[i].nlat > 0)
+      memcpy(all + pos, w[i].lat, w[i].nlat * sizeof(*all));
     pos += w[i].nlat;
   }
   lat_sort(all, total);
@@ -652,7 +667,10 @@ int main(int argc, char **argv) {
            json_str(js[0], sizeof(js[0]), cfg.socket), cfg.connections,
            cfg.depth, cfg.rows,
            cfg.rate > 0 ? "open" : "closed", cfg.rate,
-           cfg.http ? "http" : cfg.shm ? "shm" : "inline",
+           cfg.http_json ? "http-json"
+           : cfg.http    ? "http"
+           : cfg.shm     ? "shm"
+                         : "inline",
            mlpd_dtype_name((mlpd_dtype_t)cfg.in_dtype),
            mlpd_dtype_name((mlpd_dtype_t)out_dtype), cfg.cols, cfg.out_cols,
            json_str(js[1], sizeof(js[1]), info.engine),
@@ -679,7 +697,8 @@ int main(int argc, char **argv) {
            cfg.connections, cfg.depth, cfg.rows,
            mlpd_dtype_name((mlpd_dtype_t)cfg.in_dtype),
            mlpd_dtype_name((mlpd_dtype_t)out_dtype),
-           cfg.http  ? "over HTTP (OIP, binary tensor data)"
+           cfg.http_json ? "over HTTP (OIP, JSON tensors)"
+           : cfg.http    ? "over HTTP (OIP, binary tensor data)"
            : cfg.shm ? "through shared memory"
                      : "inline");
     if (cfg.rate > 0)

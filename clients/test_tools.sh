@@ -4,7 +4,8 @@
 # temporary socket (ctest: test_client_tools): the README's main command
 # (classify the held-out digits over the socket, print accuracy and latency
 # percentiles), the probes, info, metrics, a refused input file, a short
-# closed-loop and open-loop benchmark, and a clean stop.
+# closed-loop and open-loop benchmark, the OIP endpoint (binary and JSON
+# tensors), and a clean stop.
 # usage: test_tools.sh MLPD MLPCTL MLPD_BENCH SOURCE_ROOT SCRATCH_DIR
 set -eu
 mlpd=$1 mlpctl=$2 bench=$3 src=$4 out=$5
@@ -37,7 +38,8 @@ grep -q '(ECONNREFUSED)$' "$out/err-stale" ||
   fail "UNKNOWN in: $(cat "$out/err-stale")"
 
 "$mlpd" serve --model "$src/models/digits.safetensors" --socket "$sock" \
-  --device cpu --max-delay-us 200 >"$out/mlpd.log" 2>&1 &
+  --device cpu --max-delay-us 200 --http-listen "unix:$out/http.sock" \
+  >"$out/mlpd.log" 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null || true' EXIT
 i=0
@@ -121,6 +123,22 @@ until "$mlpctl" metrics | grep -q '^mlpd_shm_mapped_bytes 0$'; do
   [ $i -lt 100 ] || fail "regions still mapped after mlpd-bench --shm"
   sleep 0.1
 done
+# The Open Inference Protocol endpoint, binary data and then JSON tensors
+# (each JSON answer parsed and its 3 x 10 outputs checked by the tool).
+"$bench" --http "unix:$out/http.sock" --connections 2 --depth 4 --rows 3 \
+  --requests 200 --warmup 0 --json >"$out/bench-http.json"
+cat "$out/bench-http.json"
+grep -q '"transport": "http", ' "$out/bench-http.json" &&
+  grep -q '"ok": 200, "errors": 0, "transport_failures": 0' \
+    "$out/bench-http.json" || fail "mlpd-bench --http"
+"$bench" --http "unix:$out/http.sock" --http-json --connections 2 --depth 4 \
+  --rows 3 --requests 200 --warmup 0 --dtype f16 --json \
+  >"$out/bench-json.json"
+cat "$out/bench-json.json"
+grep -q '"transport": "http-json", "input_dtype": "F16"' \
+  "$out/bench-json.json" &&
+  grep -q '"ok": 200, "errors": 0, "transport_failures": 0' \
+    "$out/bench-json.json" || fail "mlpd-bench --http --http-json"
 
 kill -TERM $pid
 wait $pid || fail "daemon exited with $? after SIGTERM"

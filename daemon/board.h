@@ -5,7 +5,7 @@
  * single-model metrics) with its generation and reload counts, and one
  * block of counters per I/O thread; from these it answers health and
  * renders the metrics text, for the Health and Metrics messages
- * (requests.h) and for the HTTP probes (http.h) alike.
+ * (requests.h) and for the HTTP probes (httpconn.h) alike.
  *
  * The daemon (daemon.c) is the only writer of the state and of the
  * published pool: it publishes a new pool before it retires the old one, so
@@ -85,7 +85,7 @@ mlpd_board_shard_t *mlpd_board_shard(mlpd_board_t *b, int i);
  * "ready", "degraded" (serving on fewer devices than loaded, or fewer
  * models than configured) or "draining". The whole daemon is ready once
  * its startup loads are done and at least one model serves.
- * Any thread; ud is the board (the shape of mlpd_http_handlers_t). */
+ * Any thread; ud is the board (the shape of mlpd_http_health_fn). */
 void mlpd_board_health(void *ud, int *live, int *ready, const char **state);
 
 /* The whole metrics text, with mlpd_metrics_render's return convention.

@@ -251,6 +251,48 @@ static void on_load_progress(void *ud, const char *status) {
   mlpd_notify_status("%s", status);
 }
 
+/* --max-gpu-memory before the open: what the model's weights alone take on
+ * its GPUs (its safetensors header, the GPU dtype, FP8), so that a model
+ * that cannot fit is refused before it is read and planned. A lower
+ * bound: on_load_done checks the engines' exact bytes after the open. */
+static int check_gpu_memory(mlpd_load_t *l, const mlpd_device_t *dev,
+                            int n) {
+  const mlpd_daemon_t *d = l->d;
+  if (d->cfg.max_gpu_memory == 0)
+    return 0;
+  int gpus = 0;
+  for (int i = 0; i < n; i++) {
+    if (dev[i].kind == MLPD_DEVICE_CUDA) {
+      gpus++;
+    } else if (dev[i].kind == MLPD_DEVICE_AUTO) {
+      /* auto is a GPU where the CUDA engine finds one. */
+      mlpd_err_t e2 = {0};
+      const mlpd_engine_ops_t *cuda = mlpd_engine_ops_for("cuda", &e2);
+      gpus += cuda != NULL && cuda->device_count() > 0;
+    }
+  }
+  if (gpus == 0)
+    return 0;
+  uint64_t each = 0;
+  int rc = mlpd_pool_estimate_device_bytes(l->path, &d->cfg.engine, &each,
+                                           &l->err);
+  if (rc != 0)
+    return rc;
+  uint64_t need = each * (uint64_t)gpus;
+  if (need + l->others_bytes <= d->cfg.max_gpu_memory)
+    return 0;
+  return mlpd_errf(&l->err, -ENOMEM,
+                   "model '%s' (%s) needs at least %llu bytes of device "
+                   "memory (its weights in %s on %d GPU%s); with the other "
+                   "models' %llu bytes that is over --max-gpu-memory %llu",
+                   l->name, l->path, (unsigned long long)need,
+                   d->cfg.engine.fp8 ? "fp8"
+                                     : mlpd_dtype_name(d->cfg.engine.dtype),
+                   gpus, gpus == 1 ? "" : "s",
+                   (unsigned long long)l->others_bytes,
+                   (unsigned long long)d->cfg.max_gpu_memory);
+}
+
 static void load_work(uv_work_t *w) {
   mlpd_load_t *l = (mlpd_load_t *)w;
   mlpd_daemon_t *d = l->d;
@@ -270,6 +312,8 @@ static void load_work(uv_work_t *w) {
   int n = 0;
   if ((l->rc = mlpd_engine_parse_devices(d->cfg.device, cuda_count, dev, &n,
                                          &l->err)) != 0)
+    return;
+  if ((l->rc = check_gpu_memory(l, dev, n)) != 0)
     return;
   char msg[PATH_MAX + 64];
   snprintf(msg, sizeof(msg), "reading %s, planning on %d device%s", l->path,
@@ -311,12 +355,15 @@ static void pump(mlpd_daemon_t *d);
 static void start_unload(mlpd_daemon_t *d, int m);
 
 static void load_after(uv_work_t *w, int status);
+static uint64_t others_device_bytes(mlpd_daemon_t *d, int m);
 
 static int queue_load(mlpd_daemon_t *d, int m) {
   memset(&d->load, 0, sizeof(d->load));
   d->load.d = d;
   d->load.model = m;
   snprintf(d->load.path, sizeof(d->load.path), "%s", d->models[m].path);
+  snprintf(d->load.name, sizeof(d->load.name), "%s", name_of(d, m));
+  d->load.others_bytes = others_device_bytes(d, m);
   atomic_store(&d->progress_ns, mlpd_now_ns());
   int rc = uv_queue_work(&d->loop, &d->load.work, load_work, load_after);
   if (rc == 0)
@@ -929,6 +976,9 @@ static int start_shards(mlpd_daemon_t *d, mlpd_err_t *err) {
       .max_shm_bytes = d->cfg.max_shm_bytes,
       .http = {.max_body = d->cfg.http_max_body,
                .max_unsent = d->cfg.max_unsent,
+               /* 0 (native: never) is httpconn's 30 s: an HTTP
+                * connection always has an idle bound. */
+               .idle_timeout_ms = d->cfg.idle_timeout_ms,
                .is_unix = d->http.is_unix,
                .allow_repo_remote = d->cfg.http_allow_repo_remote},
   };

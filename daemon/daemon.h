@@ -90,6 +90,9 @@ typedef struct mlpd_load_s {
   struct mlpd_daemon_s *d;
   int model;                   /* the model's index */
   char path[PATH_MAX];         /* the file to load, copied for the thread */
+  char name[MLPD_MODEL_NAME_MAX + 1]; /* the model's, for messages */
+  uint64_t others_bytes;       /* the other models' device memory when
+                                  queued (--max-gpu-memory's estimate) */
   mlpd_pool_t *pool;           /* result, owned until taken */
   int rc;
   mlpd_err_t err;

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* httpreq.h - the request side of the HTTP probe listener (http.h), with
+/* httpreq.h - the request side of the HTTP listener (httpconn.h), with
  * no socket and no event loop: bytes in through Debian's libhttp-parser
  * with mlpd's bounds, and for each complete request the choice of
  * response.
  *
- * http.c owns connections, timers and writes and calls this module; the
+ * httpconn.c owns connections, timers and writes and calls this module; the
  * split exists so that everything a client's bytes can reach is a pure
  * function that unit tests and the fuzz harness (tests/fuzz/fuzz_http.c)
  * drive directly.
@@ -34,7 +34,7 @@
 #define MLPD_HTTPREQ_BODY_MAX                                                  \
   (8 * 1024) /* we need none; tolerate a small one */
 
-/* The health handler's contract (mlpd_http_handlers_t.health): *live and
+/* The health handler's contract (mlpd_board_health's): *live and
  * *ready 0/1, *state a static string ("loading", "ready", "degraded ...",
  * "draining") or NULL. */
 typedef void (*mlpd_http_health_fn)(void *ud, int *live, int *ready,

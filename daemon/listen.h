@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* listen.h - every listening socket of the daemon is opened here (redis's
- * anet.c is the model): the protocol socket (server.h) and the HTTP probe
+ * anet.c is the model): the protocol socket (server.h) and the HTTP
  * listener (http.h), so both bind, probe a stale socket file, set the mode
  * and listen the same way and fail with the same clear messages.
  *

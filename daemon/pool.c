@@ -3,6 +3,7 @@
 #include "pool.h"
 
 #include "log.h"
+#include "safetensors.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -277,4 +278,29 @@ void mlpd_pool_close(mlpd_pool_t *p) {
     mlpd_engine_close(p->engines[i]);
   mlpd_model_free(p->model);
   free(p);
+}
+
+int mlpd_pool_estimate_device_bytes(const char *model_path,
+                                    const mlpd_engine_opts_t *opts,
+                                    uint64_t *bytes, mlpd_err_t *err) {
+  *bytes = 0;
+  mlpd_safetensors_t st;
+  memset(&st, 0, sizeof(st));
+  int rc = mlpd_safetensors_open(&st, model_path, err);
+  if (rc != 0)
+    return rc;
+  uint64_t esz = mlpd_dtype_size(opts->dtype), sum = 0;
+  for (int i = 0; i < st.ntensors; i++) {
+    const mlpd_st_tensor_t *t = &st.tensors[i];
+    uint64_t n = 1;
+    for (int k = 0; k < t->ndim; k++)
+      n *= (uint64_t)t->shape[k];
+    if (opts->fp8 && t->ndim == 2) /* [out, in]: FP8, one scale a row */
+      sum += n + (uint64_t)t->shape[0] * sizeof(float);
+    else
+      sum += n * esz;
+  }
+  mlpd_safetensors_close(&st);
+  *bytes = sum;
+  return 0;
 }

@@ -45,6 +45,18 @@ int mlpd_pool_open(mlpd_pool_t **out, const char *model_path,
                    int ndevices, const mlpd_engine_opts_t *opts,
                    mlpd_err_t *err) MLPD_MUST_CHECK;
 
+/* What the model at model_path needs on each GPU at least, from its
+ * safetensors header alone (mapped and validated, no tensor read): every
+ * tensor in the GPU dtype of opts, with FP8 weights (2-D tensors) at one
+ * byte plus a float scale per output row. A lower bound of the engine's
+ * device_bytes (which adds padding, the workspace and activations), so
+ * that a model that cannot fit under --max-gpu-memory is refused before
+ * it is opened; the exact check follows the open. */
+int mlpd_pool_estimate_device_bytes(const char *model_path,
+                                    const mlpd_engine_opts_t *opts,
+                                    uint64_t *bytes,
+                                    mlpd_err_t *err) MLPD_MUST_CHECK;
+
 /* Staging memory every engine of the pool can use (pinned for CUDA). */
 void *mlpd_pool_host_alloc(mlpd_pool_t *p, size_t bytes);
 void mlpd_pool_host_free(mlpd_pool_t *p, void *ptr);

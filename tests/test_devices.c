@@ -8,7 +8,8 @@
  * itself: a device that fails is taken out of rotation while its failed
  * batches run again on the other, so no request fails, and the daemon
  * reports itself degraded instead of dying; with every device failing the
- * daemon exits 1 to be restarted. */
+ * daemon exits 1 to be restarted. --max-gpu-memory refuses a model whose
+ * weights cannot fit on its GPUs before it is opened. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,6 +19,7 @@
 #include "daemonutil.h"
 #include "engine.h"
 #include "mlpd.pb.h"
+#include "pool.h"
 #include "testutil.h"
 
 #include <math.h>
@@ -307,6 +309,57 @@ static void test_io_threads(void **state) {
   td_cleanup(&d, 0);
 }
 
+/* The digits model, 64-128-128-10: 25856 weights in three 2-D tensors
+ * with 128 + 128 + 10 = 266 output rows, and 266 biases. */
+static void test_gpu_memory_estimate(void **state) {
+  (void)state;
+  mlpd_engine_opts_t o;
+  mlpd_engine_opts_init(&o);
+  mlpd_err_t err = {0};
+  uint64_t b = 0;
+  assert_int_equal(mlpd_pool_estimate_device_bytes(DIGITS, &o, &b, &err), 0);
+  assert_int_equal(b, (25856 + 266) * 2); /* bf16, the default */
+  assert_int_equal(mlpd_engine_parse_dtype("f32", &o, &err), 0);
+  assert_int_equal(mlpd_pool_estimate_device_bytes(DIGITS, &o, &b, &err), 0);
+  assert_int_equal(b, (25856 + 266) * 4);
+  /* FP8: a byte a weight and a float scale a row; biases in bf16. */
+  assert_int_equal(mlpd_engine_parse_dtype("fp8", &o, &err), 0);
+  assert_int_equal(mlpd_pool_estimate_device_bytes(DIGITS, &o, &b, &err), 0);
+  assert_int_equal(b, 25856 + 266 * 4 + 266 * 2);
+  /* A file that is not a model: its error, nothing estimated. */
+  assert_true(mlpd_pool_estimate_device_bytes(MLPD_SOURCE_DIR "/README.md",
+                                              &o, &b, &err) < 0);
+  assert_int_equal(b, 0);
+}
+
+/* Refused before the open, with the model, its need and the limit; under
+ * the limit it serves (the fake GPUs hold nothing, so the exact check
+ * after the open passes too). */
+static void test_max_gpu_memory(void **state) {
+  (void)state;
+  const char *env[] = FAKE_GPU_ENV("0");
+  const char *two[] = {"--device", "cuda:0,cuda:1", "--max-gpu-memory",
+                       "100000", NULL};
+  td_daemon_t d;
+  td_spawn_ex(&d, DIGITS, two, env, -1, -1);
+  assert_int_equal(td_stop(&d, 0, TIMEOUT), 1);
+  assert_true(td_log_contains(
+      &d, "model 'digits' (" DIGITS ") needs at least 104488 bytes of "
+          "device memory (its weights in BF16 on 2 GPUs); with the other "
+          "models' 0 bytes that is over --max-gpu-memory 100000 (ENOMEM)"));
+  /* Refused before any engine was opened on a device. */
+  assert_false(td_log_contains(&d, "fake GPU"));
+  td_cleanup(&d, 0);
+
+  const char *one[] = {"--device", "cuda:0", "--max-gpu-memory", "100000",
+                       NULL};
+  td_spawn_ex(&d, DIGITS, one, env, -1, -1);
+  td_wait_ready(&d, TIMEOUT);
+  assert_true(td_log_contains(&d, "fake GPU 0"));
+  assert_int_equal(td_stop(&d, SIGTERM, TIMEOUT), 0);
+  td_cleanup(&d, 0);
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
@@ -315,6 +368,8 @@ int main(void) {
       cmocka_unit_test(test_no_device_left_exits_1),
       cmocka_unit_test(test_dtype_on_cpu_devices),
       cmocka_unit_test(test_io_threads),
+      cmocka_unit_test(test_gpu_memory_estimate),
+      cmocka_unit_test(test_max_gpu_memory),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,7 +4,7 @@
  * (including /readyz answering 200 with the state when ready), methods,
  * bounds (414, 431, 413, 400), pipelining fed a byte at a time, keep-alive
  * decisions, and response heads. test_http drives the same code through
- * real sockets. */
+ * the daemon's HTTP listener. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

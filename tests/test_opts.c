@@ -404,6 +404,8 @@ static void test_programs_usage_errors(void **state) {
                "--connections '5000': not a whole number in 1..4096", NULL);
   expect_usage((const char *[]){BENCH, "--dtype", "fp8", NULL},
                "--dtype 'fp8'", NULL);
+  expect_usage((const char *[]){BENCH, "--http-json", NULL},
+               "mlpd-bench: --http-json needs --http", NULL);
 }
 
 static void test_programs_help(void **state) {

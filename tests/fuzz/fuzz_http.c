@@ -2,7 +2,7 @@
 /* fuzz_http.c - libFuzzer harness for the HTTP listener's request side
  * (daemon/httpreq.c): bytes in pieces through the parser and its bounds,
  * a response chosen and its head formatted for each complete request, with
- * pauses and resumes the way http.c drives it.
+ * pauses and resumes the way httpconn.c drives it.
  *
  * Input: byte 0 sets the health handler (live, ready, which state, no
  * handler, metrics or not), byte 1 the read size (0 = all at once), byte 2
@@ -86,7 +86,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
   mlpd_httpreq_t r;
   mlpd_httpreq_init(&r, on_request, &f);
-  /* As http.c: bytes arrive in reads of `step`; unparsed bytes after a
+  /* As httpconn.c: bytes arrive in reads of `step`; unparsed bytes after a
    * pause are fed again on resume. */
   size_t pos = 0, avail = 0;
   while (!f.final) {
