@@ -138,7 +138,9 @@ int mlpd_dispatch_start(mlpd_dispatch_t *d, int index,
                                        cfg->max_queue_delay_ns,
                                    .nslots = cfg->nslots,
                                    .max_regions = cfg->max_regions,
-                                   .max_shm_bytes = cfg->max_shm_bytes};
+                                   .max_shm_bytes = cfg->max_shm_bytes,
+                                   .pin = &d->pin};
+  mlpd_pin_init(&d->pin, &d->loop);
   mlpd_requests_init(&d->reqs, &rc_cfg, board, stats, &d->sched);
   uv_loop_init(&d->loop);
   if ((rc = mlpd_mailbox_init(&d->mb, &d->loop, on_msg, d, err)) != 0)

@@ -23,6 +23,10 @@
  *                               its outputs written only then, in wait,
  *                               as a GPU's DMA would (test_zcopy)
  *   MLPD_FAKE_CUDA_REGISTER=fail  host_register refuses every range
+ *   MLPD_FAKE_CUDA_REGISTER_DELAY_MS=N  host_register takes N ms, as
+ *                               cudaHostRegister of a large region does
+ *                               (test_zcopy: the daemon must not wait for
+ *                               it on its loop thread)
  * A failed batch is reported by wait, as a GPU's asynchronous error is.
  *
  * Zero copy (engine.h, Direct rows): it takes direct segments and keeps
@@ -37,6 +41,7 @@
 #include "log.h"
 #include "plugin.h"
 
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -97,6 +102,14 @@ static long delay_ms(void) {
 
 static int fake_host_register(void *base, size_t size, int readonly,
                               mlpd_err_t *err) {
+  const char *d = getenv("MLPD_FAKE_CUDA_REGISTER_DELAY_MS");
+  long ms = d != NULL ? strtol(d, NULL, 10) : 0;
+  if (ms > 0) {
+    struct timespec ts = {.tv_sec = ms / 1000,
+                          .tv_nsec = (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+      ;
+  }
   const char *v = getenv("MLPD_FAKE_CUDA_REGISTER");
   if (v != NULL && strcmp(v, "fail") == 0)
     return mlpd_errf(err, MLPD_ECUDA,
