@@ -217,6 +217,11 @@ void mlpd_dispatch_join(mlpd_dispatch_t *d) {
     return;
   pthread_join(d->thread, NULL);
   d->started = 0;
+  /* The loop ran until its last request: every region's registration and
+   * release is over, before the daemon closes any engine (pin.h). */
+  if (d->pin.pending != 0)
+    MLPD_LOGE("dispatcher %d: %d region registrations still pending",
+              d->index, d->pin.pending);
   mlpd_scheduler_free(&d->sched);
   (void)uv_loop_close(&d->loop);
   mlpd_requests_free(&d->reqs);

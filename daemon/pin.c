@@ -58,13 +58,13 @@ static void on_release(void *ud, const mlpd_region_map_t *m) {
   unpin_done(&j->work, 0);
 }
 
-/* ---- registration --------------------------------------------------------- */
+/* ---- registration ------------------------------------------------------ */
 
 static void pin_work(uv_work_t *w) {
   pin_job_t *j = (pin_job_t *)w;
   mlpd_err_clear(&j->err);
-  j->rc = j->ops->host_register(j->map.base, (size_t)j->map.size,
-                                j->readonly, &j->err);
+  j->rc = j->ops->host_register(j->map.base, (size_t)j->map.size, j->readonly,
+                                &j->err);
 }
 
 static void pin_done(uv_work_t *w, int status) {

@@ -71,7 +71,7 @@ struct mlpd_region_s {
   int refs;                /* table (while registered) + requests */
   mlpd_region_t *next;     /* the table's list, while registered */
   atomic_uint_fast64_t *mapped; /* the shared count, borrowed */
-  int pin_state;           /* owner's: MLPD_REGION_PIN_* */
+  int pin_state;                /* owner's: MLPD_REGION_PIN_* */
   /* The owner's hook, once set: the last reference hands it the mapping. */
   void (*release)(void *ud, const mlpd_region_map_t *m);
   void *release_ud;

@@ -10,8 +10,8 @@
  * table (models.h); LoadModel / UnloadModel (root and the daemon's user
  * only) are handed to the daemon through that table; RegisterRegion /
  * UnregisterRegion change the connection's regions, which are pinned for
- * zero copy off the loop thread (pin.h) while they are served by copying. Every infer request
- * is routed to its model by mlpd_requests_route.
+ * zero copy off the loop thread (pin.h), served by copying meanwhile.
+ * Every infer request is routed to its model by mlpd_requests_route.
  *
  * Admission is flow control first: a connection whose admitted and not
  * yet answered requests pass its window (rows or bytes), or one with

@@ -34,7 +34,8 @@
  * daemon's direct path runs in CI. A segment outside every registered
  * range (or an output in a read-only one) fails its batch with a message
  * saying so; unregistering a range a batch still uses, or one that was
- * never registered, aborts the process: the daemon broke the contract.
+ * never registered, aborts the process: the daemon broke the contract; so
+ * does a registration left, or still being made, when the process exits.
  * Rows are padded (stride = width + 1 rounded up to 8: always some
  * padding), so the segments' pitches are checked too. */
 #include "engine.h"
@@ -57,6 +58,7 @@
  * flight with a direct segment inside. */
 static struct {
   pthread_mutex_t mu;
+  int pinning; /* host_register calls in progress */
   int n;
   struct {
     const uint8_t *base;
@@ -104,19 +106,25 @@ static int fake_host_register(void *base, size_t size, int readonly,
                               mlpd_err_t *err) {
   const char *d = getenv("MLPD_FAKE_CUDA_REGISTER_DELAY_MS");
   long ms = d != NULL ? strtol(d, NULL, 10) : 0;
+  pthread_mutex_lock(&regs.mu);
+  regs.pinning++;
+  pthread_mutex_unlock(&regs.mu);
   if (ms > 0) {
     struct timespec ts = {.tv_sec = ms / 1000,
                           .tv_nsec = (ms % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
       ;
   }
+  pthread_mutex_lock(&regs.mu);
+  regs.pinning--;
+  int rc = 0;
   const char *v = getenv("MLPD_FAKE_CUDA_REGISTER");
-  if (v != NULL && strcmp(v, "fail") == 0)
+  if (v != NULL && strcmp(v, "fail") == 0) {
+    pthread_mutex_unlock(&regs.mu);
     return mlpd_errf(err, MLPD_ECUDA,
                      "fake cuda engine: registration refused "
                      "(MLPD_FAKE_CUDA_REGISTER)");
-  pthread_mutex_lock(&regs.mu);
-  int rc = 0;
+  }
   if (regs.n == FAKE_MAX_REGS) {
     rc = mlpd_errf(err, -12, "fake cuda engine: too many registrations");
   } else {
@@ -145,6 +153,19 @@ static void fake_host_unregister(void *base) {
     return;
   }
   MLPD_LOGE("fake cuda engine: %p unregistered but never registered", base);
+  abort();
+}
+
+/* When the process ends, no registration may be left or in progress: the
+ * daemon waits for its registrations and their undoing (pin.h) before it
+ * closes its engines and exits. */
+__attribute__((destructor)) static void check_at_exit(void) {
+  if (regs.n == 0 && regs.pinning == 0)
+    return;
+  fprintf(stderr,
+          "fake cuda engine: at exit, %d registrations left and %d in "
+          "progress\n",
+          regs.n, regs.pinning);
   abort();
 }
 
