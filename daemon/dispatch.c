@@ -138,7 +138,9 @@ int mlpd_dispatch_start(mlpd_dispatch_t *d, int index,
                                        cfg->max_queue_delay_ns,
                                    .nslots = cfg->nslots,
                                    .max_regions = cfg->max_regions,
-                                   .max_shm_bytes = cfg->max_shm_bytes};
+                                   .max_shm_bytes = cfg->max_shm_bytes,
+                                   .pin = &d->pin};
+  mlpd_pin_init(&d->pin, &d->loop);
   mlpd_requests_init(&d->reqs, &rc_cfg, board, stats, &d->sched);
   uv_loop_init(&d->loop);
   if ((rc = mlpd_mailbox_init(&d->mb, &d->loop, on_msg, d, err)) != 0)
@@ -215,6 +217,11 @@ void mlpd_dispatch_join(mlpd_dispatch_t *d) {
     return;
   pthread_join(d->thread, NULL);
   d->started = 0;
+  /* The loop ran until its last request: every region's registration and
+   * release is over, before the daemon closes any engine (pin.h). */
+  if (d->pin.pending != 0)
+    MLPD_LOGE("dispatcher %d: %d region registrations still pending",
+              d->index, d->pin.pending);
   mlpd_scheduler_free(&d->sched);
   (void)uv_loop_close(&d->loop);
   mlpd_requests_free(&d->reqs);

@@ -29,6 +29,7 @@
 #include "hrtimer.h"
 #include "httpconn.h"
 #include "mailbox.h"
+#include "pin.h"
 #include "pool.h"
 #include "requests.h"
 #include "scheduler.h"
@@ -89,6 +90,8 @@ typedef struct mlpd_dispatch_s {
   int closes_left;             /* server and http, while closing */
   mlpd_hrtimer_t timer;        /* batching delay and deadlines */
   uv_check_t check;            /* schedules once per loop iteration */
+  mlpd_pin_t pin;              /* regions being pinned or released, in
+                                  the loop's thread pool */
   mlpd_requests_t reqs;        /* the request half */
   mlpd_scheduler_t sched;          /* the scheduling half */
   int draining;

@@ -131,13 +131,21 @@ fail:
   return rc;
 }
 
+void mlpd_region_unmap(const mlpd_region_map_t *m) {
+  munmap(m->base, (size_t)m->size);
+  atomic_fetch_sub(m->mapped, m->size);
+}
+
+void mlpd_region_ref(mlpd_region_t *r) { r->refs++; }
+
 void mlpd_region_unref(mlpd_region_t *r) {
   if (--r->refs > 0)
     return;
-  if (r->unpin != NULL)
-    r->unpin(r->unpin_ud, r->base);
-  munmap(r->base, (size_t)r->size);
-  atomic_fetch_sub(r->mapped, r->size);
+  mlpd_region_map_t m = {.base = r->base, .size = r->size, .mapped = r->mapped};
+  if (r->release != NULL)
+    r->release(r->release_ud, &m);
+  else
+    mlpd_region_unmap(&m);
   free(r);
 }
 
@@ -145,11 +153,12 @@ mlpd_region_t *mlpd_region_get(const mlpd_regions_t *t, const char *name) {
   return find(t, name);
 }
 
-void mlpd_region_set_unpin(mlpd_region_t *r,
-                           void (*unpin)(void *ud, void *base), void *ud) {
-  r->unpin = unpin;
-  r->unpin_ud = ud;
-  r->pin_state = 1;
+void mlpd_region_set_release(mlpd_region_t *r,
+                             void (*release)(void *ud,
+                                             const mlpd_region_map_t *m),
+                             void *ud) {
+  r->release = release;
+  r->release_ud = ud;
 }
 
 static void unlink_region(mlpd_regions_t *t, mlpd_region_t *r) {

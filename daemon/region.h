@@ -21,11 +21,15 @@
  * name at once; requests already using the region finish with it.
  *
  * Zero copy: the owner may make a mapping reachable by its devices (pin
- * it with the engines' kind: engine.h host_register) and hand the region
- * the undo (mlpd_region_set_unpin); the region calls it at its last
- * reference, right before munmap, so no batch that still holds a
- * reference can find the memory unregistered. This module itself knows
- * nothing of devices.
+ * it with the engines' kind: engine.h host_register, off the loop thread:
+ * pin.h) and keep its progress in pin_state. A pinned mapping must be
+ * unregistered before it is unmapped, and neither may happen on the loop
+ * thread, so the owner takes the mapping over (mlpd_region_set_release):
+ * the last reference then hands it to the owner's hook instead of
+ * unmapping it, and the owner gives it back with mlpd_region_unmap when
+ * it is done with it, on any thread. No batch can find the memory
+ * unregistered: every request that reaches a batch holds a reference.
+ * This module itself knows nothing of devices or threads.
  *
  * One table per connection, on its dispatcher's loop thread; the mapped
  * bytes of all tables share one limit (an atomic the caller owns). */
@@ -40,6 +44,25 @@
 #define MLPD_REGION_NAME_MAX 63
 
 typedef struct mlpd_region_s mlpd_region_t;
+
+/* Where a region's owner has got with pinning it (zero copy): not asked
+ * yet, being pinned (its requests are copied meanwhile), pinned (direct),
+ * or refused (copied for good). */
+enum {
+  MLPD_REGION_PIN_NONE = 0,
+  MLPD_REGION_PIN_PINNING = 1,
+  MLPD_REGION_PIN_PINNED = 2,
+  MLPD_REGION_PIN_FAILED = -1,
+};
+
+/* A mapping handed over at the last reference (mlpd_region_set_release):
+ * the bytes and the shared count they are in. */
+typedef struct mlpd_region_map_s {
+  uint8_t *base;
+  uint64_t size;
+  atomic_uint_fast64_t *mapped; /* borrowed, as the region's */
+} mlpd_region_map_t;
+
 struct mlpd_region_s {
   char name[MLPD_REGION_NAME_MAX + 1];
   uint8_t *base;           /* owned mapping */
@@ -48,10 +71,10 @@ struct mlpd_region_s {
   int refs;                /* table (while registered) + requests */
   mlpd_region_t *next;     /* the table's list, while registered */
   atomic_uint_fast64_t *mapped; /* the shared count, borrowed */
-  int pin_state;           /* owner's: 0 not tried, 1 pinned, -1 could
-                              not be (served by copying) */
-  void (*unpin)(void *ud, void *base); /* set with pin_state 1 */
-  void *unpin_ud;
+  int pin_state;                /* owner's: MLPD_REGION_PIN_* */
+  /* The owner's hook, once set: the last reference hands it the mapping. */
+  void (*release)(void *ud, const mlpd_region_map_t *m);
+  void *release_ud;
 };
 
 typedef struct mlpd_regions_s {
@@ -94,9 +117,19 @@ void mlpd_region_unref(mlpd_region_t *r);
 /* Region `name` of the table, or NULL; borrowed (no reference taken). */
 mlpd_region_t *mlpd_region_get(const mlpd_regions_t *t, const char *name);
 
-/* The owner pinned r: unpin(ud, r->base) is to be called at the last
- * reference, before the mapping goes. Sets pin_state to 1. */
-void mlpd_region_set_unpin(mlpd_region_t *r,
-                           void (*unpin)(void *ud, void *base), void *ud);
+/* A new reference on r (r's thread, as mlpd_region_unref). */
+void mlpd_region_ref(mlpd_region_t *r);
+
+/* From now on r's last reference calls release(ud, m) instead of
+ * unmapping: the mapping (m, a copy to keep) is the owner's from then on,
+ * still counted in the shared bytes until it calls mlpd_region_unmap. */
+void mlpd_region_set_release(mlpd_region_t *r,
+                             void (*release)(void *ud,
+                                             const mlpd_region_map_t *m),
+                             void *ud);
+
+/* Unmaps a mapping handed over by a release hook and takes its bytes off
+ * the shared count. Any thread. */
+void mlpd_region_unmap(const mlpd_region_map_t *m);
 
 #endif

@@ -7,7 +7,6 @@
 
 #include <errno.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -415,19 +414,13 @@ static const mlpd_batcher_shape_t *check_infer(mlpd_requests_t *r,
 /* ---- zero copy ------------------------------------------------------------
  */
 
-static void unpin_cb(void *ud, void *base) {
-  const mlpd_engine_ops_t *ops = ud;
-  ops->host_unregister(base);
-}
-
-/* Registers region g with the devices' kind (engine.h host_register) the
- * first time a pool that takes direct segments is there to ask, so that
- * requests on it skip the staging copies. A region that cannot be
- * registered, for any reason, is served by copying as before; the first
- * such failure is logged. */
+/* Starts registering region g with the devices' kind (engine.h
+ * host_register, off this thread: pin.h) the first time a pool that takes
+ * direct segments is there to ask, so that requests on it skip the
+ * staging copies once it is done. Until then, and for good when it cannot
+ * be registered, the region is served by copying. */
 static void try_pin(mlpd_requests_t *r, mlpd_region_t *g) {
-  static atomic_int logged;
-  if (g->pin_state != 0)
+  if (g->pin_state != MLPD_REGION_PIN_NONE || r->cfg.pin == NULL)
     return;
   const mlpd_engine_ops_t *ops = NULL;
   for (int m = 0; m < MLPD_MAX_MODELS && ops == NULL; m++) {
@@ -437,19 +430,7 @@ static void try_pin(mlpd_requests_t *r, mlpd_region_t *g) {
   }
   if (ops == NULL)
     return; /* no such pool now: asked again at the next request */
-  mlpd_err_t err = {0};
-  int rc = ops->host_register(g->base, (size_t)g->size, !g->writable, &err);
-  if (rc != 0) {
-    g->pin_state = -1;
-    if (atomic_exchange(&logged, 1) == 0)
-      MLPD_LOGW("region '%s' (%llu bytes) cannot be registered with the "
-                "%s devices (%s); regions are served by copying "
-                "(logged once)",
-                g->name, (unsigned long long)g->size, ops->name,
-                mlpd_err_msg(&err, rc));
-    return;
-  }
-  mlpd_region_set_unpin(g, unpin_cb, (void *)(uintptr_t)ops);
+  mlpd_pin_start(r->cfg.pin, g, ops);
 }
 
 /* Which halves of request d may bypass staging: those in pinned regions,
@@ -461,13 +442,13 @@ static void choose_direct(mlpd_requests_t *r, dreq_t *d,
     return;
   if (d->in_region != NULL) {
     try_pin(r, d->in_region);
-    if (d->in_region->pin_state == 1)
+    if (d->in_region->pin_state == MLPD_REGION_PIN_PINNED)
       d->r.direct |= MLPD_REQ_DIRECT_IN;
     d->r.direct_in_id = d->in_region;
   }
   if (d->out_region != NULL) {
     try_pin(r, d->out_region);
-    if (d->out_region->pin_state == 1)
+    if (d->out_region->pin_state == MLPD_REGION_PIN_PINNED)
       d->r.direct |= MLPD_REQ_DIRECT_OUT;
     d->r.direct_out_id = d->out_region;
   }
@@ -650,9 +631,9 @@ static void handle_register(mlpd_requests_t *r, mlpd_conn_t *c,
     return;
   }
   STATS(r, m->shm_regions++);
-  /* Pinned now, while the client waits for this answer, rather than at
-   * its first request (a pool that takes direct segments may come later:
-   * then at the first request after it). */
+  /* Pinning starts now rather than at the region's first request (a
+   * pool that takes direct segments may come later: then at the first
+   * request after it); the answer does not wait for it. */
   try_pin(r, mlpd_region_get(&cs->regions, q->region_name));
   mlpd_rpc_response_t resp = {.id = q->id,
                               .kind = MLPD_RPC_REGISTER_REGION,

@@ -9,8 +9,9 @@
  * description (mlpd_pool_describe), ListModels from the board's model
  * table (models.h); LoadModel / UnloadModel (root and the daemon's user
  * only) are handed to the daemon through that table; RegisterRegion /
- * UnregisterRegion change the connection's regions. Every infer request
- * is routed to its model by mlpd_requests_route.
+ * UnregisterRegion change the connection's regions, which are pinned for
+ * zero copy off the loop thread (pin.h), served by copying meanwhile.
+ * Every infer request is routed to its model by mlpd_requests_route.
  *
  * Admission is flow control first: a connection whose admitted and not
  * yet answered requests pass its window (rows or bytes), or one with
@@ -31,6 +32,7 @@
 #define MLPD_REQUESTS_H
 
 #include "board.h"
+#include "pin.h"
 #include "region.h"
 #include "scheduler.h"
 #include "server.h"
@@ -49,6 +51,8 @@ typedef struct mlpd_requests_config_s {
   int nslots;             /* staging slots per thread, for ModelInfo */
   int max_regions;        /* per connection */
   uint64_t max_shm_bytes; /* all connections of the daemon */
+  mlpd_pin_t *pin;        /* borrowed: the thread's region pinning (zero
+                             copy); NULL = regions are always copied */
 } mlpd_requests_config_t;
 
 typedef struct mlpd_requests_s {

@@ -8,6 +8,7 @@ target_compile_definitions(mlpd_daemonutil PRIVATE
 mlpd_test(test_batcher)
 mlpd_test(test_listen)
 mlpd_test(test_board)
+mlpd_test(test_pin)
 mlpd_test(test_daemon LIBS mlpd_daemonutil TIMEOUT 600)
 mlpd_test(test_flow LIBS mlpd_daemonutil TIMEOUT 600)
 add_dependencies(test_flow mlpd)

@@ -23,6 +23,10 @@
  *                               its outputs written only then, in wait,
  *                               as a GPU's DMA would (test_zcopy)
  *   MLPD_FAKE_CUDA_REGISTER=fail  host_register refuses every range
+ *   MLPD_FAKE_CUDA_REGISTER_DELAY_MS=N  host_register takes N ms, as
+ *                               cudaHostRegister of a large region does
+ *                               (test_zcopy: the daemon must not wait for
+ *                               it on its loop thread)
  * A failed batch is reported by wait, as a GPU's asynchronous error is.
  *
  * Zero copy (engine.h, Direct rows): it takes direct segments and keeps
@@ -30,13 +34,15 @@
  * daemon's direct path runs in CI. A segment outside every registered
  * range (or an output in a read-only one) fails its batch with a message
  * saying so; unregistering a range a batch still uses, or one that was
- * never registered, aborts the process: the daemon broke the contract.
+ * never registered, aborts the process: the daemon broke the contract; so
+ * does a registration left, or still being made, when the process exits.
  * Rows are padded (stride = width + 1 rounded up to 8: always some
  * padding), so the segments' pitches are checked too. */
 #include "engine.h"
 #include "log.h"
 #include "plugin.h"
 
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -52,6 +58,7 @@
  * flight with a direct segment inside. */
 static struct {
   pthread_mutex_t mu;
+  int pinning; /* host_register calls in progress */
   int n;
   struct {
     const uint8_t *base;
@@ -97,13 +104,27 @@ static long delay_ms(void) {
 
 static int fake_host_register(void *base, size_t size, int readonly,
                               mlpd_err_t *err) {
+  const char *d = getenv("MLPD_FAKE_CUDA_REGISTER_DELAY_MS");
+  long ms = d != NULL ? strtol(d, NULL, 10) : 0;
+  pthread_mutex_lock(&regs.mu);
+  regs.pinning++;
+  pthread_mutex_unlock(&regs.mu);
+  if (ms > 0) {
+    struct timespec ts = {.tv_sec = ms / 1000,
+                          .tv_nsec = (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+      ;
+  }
+  pthread_mutex_lock(&regs.mu);
+  regs.pinning--;
+  int rc = 0;
   const char *v = getenv("MLPD_FAKE_CUDA_REGISTER");
-  if (v != NULL && strcmp(v, "fail") == 0)
+  if (v != NULL && strcmp(v, "fail") == 0) {
+    pthread_mutex_unlock(&regs.mu);
     return mlpd_errf(err, MLPD_ECUDA,
                      "fake cuda engine: registration refused "
                      "(MLPD_FAKE_CUDA_REGISTER)");
-  pthread_mutex_lock(&regs.mu);
-  int rc = 0;
+  }
   if (regs.n == FAKE_MAX_REGS) {
     rc = mlpd_errf(err, -12, "fake cuda engine: too many registrations");
   } else {
@@ -132,6 +153,19 @@ static void fake_host_unregister(void *base) {
     return;
   }
   MLPD_LOGE("fake cuda engine: %p unregistered but never registered", base);
+  abort();
+}
+
+/* When the process ends, no registration may be left or in progress: the
+ * daemon waits for its registrations and their undoing (pin.h) before it
+ * closes its engines and exits. */
+__attribute__((destructor)) static void check_at_exit(void) {
+  if (regs.n == 0 && regs.pinning == 0)
+    return;
+  fprintf(stderr,
+          "fake cuda engine: at exit, %d registrations left and %d in "
+          "progress\n",
+          regs.n, regs.pinning);
   abort();
 }
 

@@ -16,8 +16,12 @@
  * request its own answer; a client that disconnects while its batch is on
  * the device leaves the daemon serving, its mapping registered until the
  * batch completed and then gone; a region the driver refuses to register is
- * served by copying, with one log line. Waits are for conditions (metrics),
- * never for luck. */
+ * served by copying, with one log line; registering (pinning) runs off the
+ * I/O thread's loop: while a registration takes 500 ms, another connection
+ * on the same thread is answered at once, and requests on the region are
+ * copied until it is pinned, then go direct; a region dropped while being
+ * pinned, or a daemon stopped meanwhile, leaves nothing behind. Waits are
+ * for conditions (metrics), never for luck. */
 #include "mlpd_client.h"
 
 #include "rowsfile.h"
@@ -32,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -61,15 +66,19 @@ static const char *driver_path(void) {
 }
 
 /* Starts the daemon on the case's plugin with the fake's knobs (NULL: not
- * set) and waits until it is ready. */
-static void spawn(td_daemon_t *d, const char *delay_ms, int refuse_register) {
-  static char delay[64];
+ * set): a batch's delay, a refusal of every registration, a registration's
+ * delay; one I/O thread when one_thread. Waits until it is ready. */
+static void spawn_ex(td_daemon_t *d, const char *delay_ms, int refuse_register,
+                     const char *register_delay_ms, int one_thread) {
+  static char delay[64], reg_delay[80];
   const char *args[] = {"--device",
                         g.real ? "cuda:0" : "cuda:0,cuda:1",
                         "--max-batch",
                         "64",
                         "--max-delay-us",
                         "2000",
+                        one_thread ? "--io-threads" : NULL,
+                        "1",
                         NULL};
   const char *env[6];
   int n = 0;
@@ -83,9 +92,18 @@ static void spawn(td_daemon_t *d, const char *delay_ms, int refuse_register) {
   }
   if (refuse_register)
     env[n++] = "MLPD_FAKE_CUDA_REGISTER=fail";
+  if (register_delay_ms != NULL) {
+    snprintf(reg_delay, sizeof(reg_delay),
+             "MLPD_FAKE_CUDA_REGISTER_DELAY_MS=%s", register_delay_ms);
+    env[n++] = reg_delay;
+  }
   env[n] = NULL;
   td_spawn_ex(d, MODEL, args, env, -1, -1);
   td_wait_ready(d, TIMEOUT);
+}
+
+static void spawn(td_daemon_t *d, const char *delay_ms, int refuse_register) {
+  spawn_ex(d, delay_ms, refuse_register, NULL, 0);
 }
 
 static void stop(td_daemon_t *d) {
@@ -115,6 +133,51 @@ static double metric(const td_daemon_t *d, const char *name) {
 
 #define DIRECT "mlpd_shm_rows_total{path=\"direct\"}"
 #define COPIED "mlpd_shm_rows_total{path=\"copied\"}"
+
+static uint64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* Waits until region `name` on c is pinned: the daemon registers it off
+ * its loop and copies its rows until then, so a test that counts direct
+ * rows starts once a probe (one f32 row read from `offset`, answered
+ * inline) went direct. */
+static void wait_pinned(const td_daemon_t *d, mlpd_client_t *c,
+                        const char *name, uint64_t offset) {
+  mlpd_client_infer_t req;
+  mlpd_client_infer_init(&req);
+  req.rows = 1;
+  req.cols = IN;
+  mlpd_client_window_t in = {.region = name, .offset = offset};
+  mlpd_client_result_t res;
+  mlpd_client_result_init(&res);
+  mlpd_err_t err = {0};
+  uint64_t t0 = now_ms();
+  for (;;) {
+    double before = metric(d, DIRECT);
+    int rc = mlpd_client_infer_shm(c, &req, &in, NULL, &res, &err);
+    if (rc != 0)
+      fail_msg("probe: %s", mlpd_err_msg(&err, rc));
+    if (res.status != MLPD_STATUS_OK)
+      fail_msg("probe: %s: %s", mlpd_status_name(res.status), res.message);
+    if (metric(d, DIRECT) > before)
+      break;
+    if (now_ms() - t0 > TIMEOUT)
+      fail_msg("region '%s' was never pinned", name);
+    usleep(2000);
+  }
+  mlpd_client_result_free(&res);
+}
+
+/* Waits until the daemon's log has a line containing needle. */
+static int wait_log(const td_daemon_t *d, const char *needle) {
+  for (uint64_t t0 = now_ms(); now_ms() - t0 < TIMEOUT; usleep(2000))
+    if (td_log_contains(d, needle))
+      return 1;
+  return 0;
+}
 
 /* `rows` held-out rows from `first` (wrapping) in dtype dt, malloc'ed. */
 static void *rows_as(int first, int rows, mlpd_dtype_t dt) {
@@ -187,6 +250,8 @@ static void test_bit_for_bit(void **state) {
   mlpd_client_region_t *reg = NULL;
   assert_int_equal(mlpd_client_region_create(c, "z", size, &reg, &err), 0);
   uint8_t *base = mlpd_client_region_data(reg);
+  wait_pinned(&d, c, "z", 0);
+  double direct0 = metric(&d, DIRECT), copied0 = metric(&d, COPIED);
   mlpd_client_result_t res;
   mlpd_client_result_init(&res);
   double direct = 0, copied = 0;
@@ -247,8 +312,8 @@ static void test_bit_for_bit(void **state) {
   printf("bit for bit: %d region answers equal to inline ones; %g rows "
          "direct, %g copied\n",
          checked, direct, copied);
-  assert_true(metric(&d, DIRECT) == direct);
-  assert_true(metric(&d, COPIED) == copied);
+  assert_true(metric(&d, DIRECT) - direct0 == direct);
+  assert_true(metric(&d, COPIED) - copied0 == copied);
   assert_int_equal(mlpd_client_unregister_region(c, "z", &err), 0);
   mlpd_client_result_free(&res);
   mlpd_client_region_free(reg);
@@ -297,6 +362,7 @@ static void test_mixed_batches(void **state) {
                                                  &mx[k].reg, &err),
                        0);
       mx[k].base = mlpd_client_region_data(mx[k].reg);
+      wait_pinned(&d, mx[k].c, mx[k].name, 0);
     }
     for (int i = 0; i < N; i++) {
       x[k][i] = rows_as(11 * i + k, rows_of[i], mx[k].in);
@@ -423,6 +489,7 @@ static void test_disconnect_mid_batch(void **state) {
   mlpd_client_region_t *reg = NULL;
   assert_int_equal(
       mlpd_client_region_create(a, "gone", in_b + out_b, &reg, &err), 0);
+  wait_pinned(&d, a, "gone", 0);
   void *x = rows_as(0, ROWS, MLPD_DTYPE_F32);
   memcpy(mlpd_client_region_data(reg), x, in_b);
   mlpd_client_infer_t req;
@@ -495,12 +562,123 @@ static void test_register_refused(void **state) {
   }
   assert_true(metric(&d, DIRECT) == 0);
   assert_true(metric(&d, COPIED) == 2 * ROWS);
-  assert_true(td_log_contains(&d, "cannot be registered"));
+  /* Logged when the registration, off the loop, came back refused. */
+  assert_true(wait_log(&d, "cannot be registered"));
   mlpd_client_result_free(&res);
   mlpd_client_close(c);
   mlpd_client_region_free(reg);
   free(x);
   free(ref);
+  stop(&d);
+}
+
+/* Pinning runs off the loop: while the fake's registration of a region
+ * takes REG_MS, the I/O thread (the only one) answers another connection
+ * at once, and the region's own requests are answered right, by copying;
+ * once it is pinned they go direct. A region dropped while being pinned,
+ * and a daemon stopped while a region is being pinned, leave nothing
+ * behind (no mapping, no abort from the fake, no leak under ASan). */
+static void test_pin_off_loop(void **state) {
+  (void)state;
+  enum { ROWS = 6, REG_MS = 500 };
+  if (g.real)
+    skip(); /* the fake's knob */
+  td_daemon_t d;
+  spawn_ex(&d, NULL, 0, "500", 1);
+  mlpd_client_t *a = connect_ok(d.sock), *b = connect_ok(d.sock);
+  mlpd_err_t err = {0};
+  const size_t in_b = (size_t)ROWS * IN * 4, out_b = (size_t)ROWS * OUT * 4;
+  void *x = rows_as(21, ROWS, MLPD_DTYPE_F32);
+  size_t n;
+  void *ref = inline_answer(b, x, MLPD_DTYPE_F32, ROWS, MLPD_DTYPE_F32, &n);
+  assert_int_equal(n, out_b);
+
+  uint64_t t0 = now_ms();
+  mlpd_client_region_t *reg = NULL;
+  assert_int_equal(
+      mlpd_client_region_create(a, "slow", in_b + out_b, &reg, &err), 0);
+  uint8_t *base = mlpd_client_region_data(reg);
+  memcpy(base, x, in_b);
+  /* Another connection of the same I/O thread: health and infer. */
+  mlpd_client_health_t h;
+  assert_int_equal(mlpd_client_health(b, &h, &err), 0);
+  assert_true(h.ready);
+  void *y = inline_answer(b, x, MLPD_DTYPE_F32, ROWS, MLPD_DTYPE_F32, &n);
+  assert_memory_equal(y, ref, out_b);
+  free(y);
+  uint64_t t_other = now_ms() - t0;
+  /* The region's own request, while it is being pinned: copied. */
+  mlpd_client_infer_t req;
+  mlpd_client_infer_init(&req);
+  req.rows = ROWS;
+  req.cols = IN;
+  mlpd_client_window_t in = {.region = "slow", .offset = 0};
+  mlpd_client_window_t out = {
+      .region = "slow", .offset = in_b, .length = out_b};
+  mlpd_client_result_t res;
+  mlpd_client_result_init(&res);
+  memset(base + in_b, 0xA5, out_b);
+  assert_int_equal(mlpd_client_infer_shm(a, &req, &in, &out, &res, &err), 0);
+  assert_int_equal(res.status, MLPD_STATUS_OK);
+  assert_memory_equal(base + in_b, ref, out_b);
+  double direct = metric(&d, DIRECT), copied = metric(&d, COPIED);
+  uint64_t t_copied = now_ms() - t0;
+  printf("pin off the loop: registration %d ms; the other connection "
+         "answered after %llu ms, the region's request copied after %llu "
+         "ms\n",
+         REG_MS, (unsigned long long)t_other, (unsigned long long)t_copied);
+  /* Had the loop waited for the registration, RegisterRegion itself
+   * would have been answered only after REG_MS. Every answer above came
+   * before it finished, so nothing went direct yet. */
+  assert_true(t_copied < REG_MS);
+  assert_true(direct == 0);
+  assert_true(copied == ROWS);
+
+  /* Pinned: the same request goes direct, with the same answer. */
+  wait_pinned(&d, a, "slow", 0);
+  assert_true(now_ms() - t0 >= REG_MS);
+  direct = metric(&d, DIRECT);
+  memset(base + in_b, 0xA5, out_b);
+  assert_int_equal(mlpd_client_infer_shm(a, &req, &in, &out, &res, &err), 0);
+  assert_int_equal(res.status, MLPD_STATUS_OK);
+  assert_memory_equal(base + in_b, ref, out_b);
+  assert_true(metric(&d, DIRECT) == direct + ROWS);
+  const double mapped = (double)(in_b + out_b);
+  assert_true(metric(&d, "mlpd_shm_mapped_bytes") == mapped);
+
+  /* Dropped while being pinned: unregistered at once, and another one
+   * whose connection goes, mapping and all; the registrations finish,
+   * then each is undone and unmapped, off the loop. */
+  mlpd_client_region_t *r2 = NULL, *r3 = NULL;
+  mlpd_client_t *c = connect_ok(d.sock);
+  assert_int_equal(mlpd_client_region_create(a, "drop", 1 << 20, &r2, &err), 0);
+  assert_int_equal(mlpd_client_unregister_region(a, "drop", &err), 0);
+  assert_int_equal(mlpd_client_region_create(c, "gone", 1 << 20, &r3, &err), 0);
+  mlpd_client_close(c);
+  mlpd_client_region_free(r2);
+  mlpd_client_region_free(r3);
+  assert_true(metric(&d, "mlpd_shm_mapped_bytes") > mapped);
+  for (uint64_t t = now_ms();
+       metric(&d, "mlpd_shm_mapped_bytes") != mapped && now_ms() - t < TIMEOUT;)
+    usleep(2000);
+  assert_true(metric(&d, "mlpd_shm_mapped_bytes") == mapped);
+  assert_int_equal(mlpd_client_infer_shm(a, &req, &in, &out, &res, &err), 0);
+  assert_int_equal(res.status, MLPD_STATUS_OK);
+  assert_memory_equal(base + in_b, ref, out_b);
+
+  /* Stopped while a region is being pinned: the daemon waits for it, then
+   * undoes it, before its engines close; exit 0 (stop asserts it), with
+   * ASan's leak check. */
+  mlpd_client_region_t *r4 = NULL;
+  assert_int_equal(mlpd_client_region_create(a, "last", 1 << 20, &r4, &err), 0);
+  assert_false(td_log_contains(&d, "cannot be registered"));
+  mlpd_client_result_free(&res);
+  mlpd_client_close(a);
+  mlpd_client_close(b);
+  mlpd_client_region_free(reg);
+  mlpd_client_region_free(r4);
+  free(ref);
+  free(x);
   stop(&d);
 }
 
@@ -536,6 +714,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_mixed_batches),
       cmocka_unit_test(test_disconnect_mid_batch),
       cmocka_unit_test(test_register_refused),
+      cmocka_unit_test(test_pin_off_loop),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
