@@ -57,7 +57,7 @@ timeout "$(left 120)" cmake --build $B >>"$LOGS/build.log" 2>&1
 echo "full build rc=$? after $(el)"
 grep -E " error|FAILED" "$LOGS/build.log" | head -10
 (cd $B && timeout "$(left 50)" ctest -j8 --output-on-failure --timeout 60 \
-  -R 'test_plugin_real|test_devices|test_shm|test_oip_http|test_models|test_flow') \
+  -R 'test_plugin_real|test_devices|test_shm|test_zcopy|test_oip_http|test_models|test_flow') \
   >"$LOGS/ctest-daemon.log" 2>&1
 echo "daemon suites rc=$? after $(el)"
 grep -E "Test +#|tests passed|CUDA devices|auto:" "$LOGS/ctest-daemon.log" | head -20
