@@ -42,6 +42,7 @@ struct mlpd_requests_conn_s {
   mlpd_requests_conn_t *prev, *next; /* the line, oldest first */
   int last_rows;   /* rows of its last infer request (a turn's share) */
   int reserve;     /* rows of the budget promised at its release in turn */
+  int turn;        /* released in turn: its next request goes in */
 };
 typedef mlpd_requests_conn_t conn_state_t;
 
@@ -307,6 +308,7 @@ void mlpd_requests_release(mlpd_requests_t *r) {
     if (!r->overload) {
       cs->reserve = cs->last_rows > 0 ? cs->last_rows : 1;
       r->reserved += cs->reserve;
+      cs->turn = 1;
     }
     if (cs->conn->held)
       mlpd_server_hold(cs->conn, 0);
@@ -663,6 +665,17 @@ static void handle_infer(mlpd_requests_t *r, mlpd_conn_t *c,
                OVERLOAD_FMT, OVERLOAD_ARGS(r));
     return;
   }
+  if (!cs->turn && c->busy > 0 && !r->overload &&
+      mlpd_scheduler_queued_all(r->sched) + r->reserved + q->rows >
+          r->cfg.max_queue) {
+    /* The budget has no room for it: the connection waits in line with
+     * this frame unread, rather than overshoot the budget by it. */
+    line_join(r, cs, mlpd_now_ns());
+    mlpd_server_hold(c, 1);
+    mlpd_server_defer(c);
+    return;
+  }
+  cs->turn = 0;
   uint64_t wait_ns = 0;
   if (overloaded(r, q->rows, model, &wait_ns)) {
     STATS(r, m->refused[MLPD_REFUSED_QUEUE_DELAY]++);
