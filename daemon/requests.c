@@ -22,7 +22,7 @@ typedef struct {
   mlpd_region_t *out_region;
   uint8_t *src_copy; /* owned copy of inline rows still queued */
   int uid_slot;
-  int ext;                     /* from another front end (no conn) */
+  int ext;                        /* from another front end (no conn) */
   mlpd_requests_done_fn ext_done; /* NULL once cancelled */
   void *ext_ud;
   size_t win_bytes; /* counted in its connection's window */
@@ -34,15 +34,15 @@ struct mlpd_requests_conn_s {
   dreq_t *head;
   mlpd_regions_t regions;
   mlpd_conn_t *conn;
-  long long rows;  /* window: rows admitted and not answered */
-  size_t bytes;    /* ... and their tensor bytes */
-  int own_held;    /* held for its own window (the client's pace) */
-  int queued;      /* in the thread's line of budget holds */
+  long long rows;   /* window: rows admitted and not answered */
+  size_t bytes;     /* ... and their tensor bytes */
+  int own_held;     /* held for its own window (the client's pace) */
+  int queued;       /* in the thread's line of budget holds */
   uint64_t held_ns; /* when it joined that line */
   mlpd_requests_conn_t *prev, *next; /* the line, oldest first */
-  int last_rows;   /* rows of its last infer request (a turn's share) */
-  int reserve;     /* rows of the budget promised at its release in turn */
-  int turn;        /* released in turn: its next request goes in */
+  int last_rows; /* rows of its last infer request (a turn's share) */
+  int reserve;   /* rows of the budget promised at its release in turn */
+  int turn;      /* released in turn: its next request goes in */
 };
 typedef mlpd_requests_conn_t conn_state_t;
 
@@ -225,8 +225,7 @@ static void unreserve(mlpd_requests_t *r, conn_state_t *cs) {
 }
 
 static int budget_full(mlpd_requests_t *r) {
-  return mlpd_scheduler_queued_all(r->sched) + r->reserved >=
-         r->cfg.max_queue;
+  return mlpd_scheduler_queued_all(r->sched) + r->reserved >= r->cfg.max_queue;
 }
 
 static void set_overload(mlpd_requests_t *r, int on) {
@@ -291,8 +290,7 @@ static void flow(mlpd_requests_t *r, mlpd_conn_t *c) {
 }
 
 void mlpd_requests_release(mlpd_requests_t *r) {
-  if (r->overload &&
-      mlpd_scheduler_queued_all(r->sched) < r->cfg.max_queue / 2)
+  if (r->overload && mlpd_scheduler_queued_all(r->sched) < r->cfg.max_queue / 2)
     set_overload(r, 0);
   if (r->line_head == NULL)
     return;

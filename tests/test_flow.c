@@ -306,7 +306,7 @@ static void test_lone_request_beside_a_deep_pipeline(void **state) {
   tu_rmtree(dir);
 }
 
-/* ---- held for the queue, released in turn --------------------------------- */
+/* ---- held for the queue, released in turn ------------------------------ */
 
 #define TURN_PIPES 6
 #define TURN_N 80
@@ -393,8 +393,7 @@ static void test_held_connection_released_in_turn(void **state) {
   print_message("two requests on a held connection: %d pipeline answers "
                 "came between their answers; %d pipeline requests still to "
                 "come; held %g times\n",
-                between, left,
-                metric(d.sock, "mlpd_connection_pauses_total"));
+                between, left, metric(d.sock, "mlpd_connection_pauses_total"));
   /* The pipelines were still running (else nothing was held), and the
    * second request did not wait for the whole queue after the first's
    * answer (eight batches, sixteen answers); in turn it waits for about
