@@ -161,8 +161,10 @@ static void unlink_req(dreq_t *q) {
  *    connection joins this thread's line and is released in turn, oldest
  *    first, as the budget frees (mlpd_requests_release, after every loop
  *    iteration), not when its own answers go out: the wait is shared out
- *    evenly. A connection with nothing in flight is never held, so every
- *    client makes progress.
+ *    evenly. A request that does not fit is left unread in the meantime
+ *    (mlpd_server_defer), so the budget is not overshot; this holds for a
+ *    connection with nothing in flight too (its turn comes as the queue
+ *    moves), unless the thread has nothing in flight at all.
  * A line whose oldest hold is older than max_queue_delay is true overload
  * (a closed loop's holds last about one turn of the line): an overload
  * episode starts; nothing is held for the budget any more, every held
@@ -254,8 +256,10 @@ static void flow(mlpd_requests_t *r, mlpd_conn_t *c) {
   conn_state_t *cs = c->owner_data;
   if (cs == NULL || c->closing)
     return;
+  if (c->busy == 0 && cs->queued)
+    return; /* its turn comes, or the thread runs dry (release) */
   if (c->busy == 0) {
-    /* Nothing in flight: never held. */
+    /* Nothing in flight: not held for its own window. */
     line_leave(r, cs);
     unreserve(r, cs);
     cs->own_held = 0;
@@ -300,7 +304,10 @@ void mlpd_requests_release(mlpd_requests_t *r) {
   /* In turn, oldest first, each promised a request's rows of the budget
    * (its last request's) until the budget is spoken for; in an overload
    * episode, all of them. */
-  while (r->line_head != NULL && (r->overload || !budget_full(r))) {
+  /* With nothing of this thread's in flight no answer would come to
+   * wake it: the line goes in, whatever the other threads hold. */
+  while (r->line_head != NULL &&
+         (r->overload || r->inflight == 0 || !budget_full(r))) {
     conn_state_t *cs = r->line_head;
     line_leave(r, cs);
     if (!r->overload) {
@@ -663,7 +670,7 @@ static void handle_infer(mlpd_requests_t *r, mlpd_conn_t *c,
                OVERLOAD_FMT, OVERLOAD_ARGS(r));
     return;
   }
-  if (!cs->turn && c->busy > 0 && !r->overload &&
+  if (!cs->turn && r->inflight > 0 && !r->overload &&
       mlpd_scheduler_queued_all(r->sched) + r->reserved + q->rows >
           r->cfg.max_queue) {
     /* The budget has no room for it: the connection waits in line with

@@ -14,10 +14,10 @@
  *
  * Admission is flow control first: a connection whose admitted and not
  * yet answered requests pass its window (rows or bytes) is held
- * (mlpd_server_hold) until its answers go out; one with requests in
- * flight while the whole daemon has max_queue rows queued is held in a
- * line and released in turn, oldest first, as the queue frees
- * (mlpd_requests_release). Its client is paced, never refused. Only true
+ * (mlpd_server_hold) until its answers go out; one whose request does
+ * not fit the max_queue rows the whole daemon may queue is held in a line,
+ * that request unread, and released in turn, oldest first, as the queue
+ * frees (mlpd_requests_release). Its client is paced, never refused. Only true
  * overload is refused, at once (UNAVAILABLE): a request that would wait
  * longer than max_queue_delay behind the rows queued by every thread (at
  * the rate recent batches ran), and, once connections have waited in the
