@@ -303,9 +303,9 @@ void mlpd_requests_release(mlpd_requests_t *r) {
     set_overload(r, 1);
   /* In turn, oldest first, each promised a request's rows of the budget
    * (its last request's) until the budget is spoken for; in an overload
-   * episode, all of them. */
-  /* With nothing of this thread's in flight no answer would come to
-   * wake it: the line goes in, whatever the other threads hold. */
+   * episode, all of them. With nothing of this thread's in flight no
+   * answer would come to wake it: then the line goes in, whatever the
+   * other threads hold. */
   while (r->line_head != NULL &&
          (r->overload || r->inflight == 0 || !budget_full(r))) {
     conn_state_t *cs = r->line_head;
