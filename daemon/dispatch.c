@@ -50,6 +50,9 @@ static void on_check(uv_check_t *h) {
   }
   if (d->sched.due)
     schedule(d);
+  /* Batches just went out: connections held for the queue take their
+   * turn at the room. */
+  mlpd_requests_release(&d->reqs);
   check_idle(d);
 }
 

@@ -197,6 +197,8 @@ void mlpd_metrics_merge(mlpd_metrics_t *d, const mlpd_metrics_t *s) {
     d->refused[i] += s->refused[i];
   d->paused_connections += s->paused_connections;
   d->pauses += s->pauses;
+  d->overload_episodes += s->overload_episodes;
+  d->overloaded += s->overloaded;
 }
 
 void mlpd_metrics_count_model(mlpd_metrics_t *m, int model,
@@ -597,7 +599,7 @@ size_t mlpd_metrics_render(const mlpd_metrics_t *m, char *buf, size_t cap) {
   family(&w, "mlpd_requests_refused_total", "counter",
          "Infer requests refused before queueing, by reason.");
   static const char *const reasons[MLPD_REFUSED_REASONS] = {
-      "queue_delay", "shutting_down", "loading"};
+      "queue_delay", "shutting_down", "loading", "overload"};
   for (int i = 0; i < MLPD_REFUSED_REASONS; i++) {
     puts_(&w, "mlpd_requests_refused_total{reason=\"");
     puts_(&w, reasons[i]);
@@ -611,6 +613,13 @@ size_t mlpd_metrics_render(const mlpd_metrics_t *m, char *buf, size_t cap) {
              m->paused_connections);
   scalar_u64(&w, "mlpd_connection_pauses_total", "counter",
              "Times flow control held a connection.", m->pauses);
+  scalar_u64(&w, "mlpd_overload_episodes_total", "counter",
+             "Times connections held for the shared queue waited past "
+             "--max-queue-delay-ms: flow control then refuses what does "
+             "not fit instead of holding.",
+             m->overload_episodes);
+  scalar_u64(&w, "mlpd_overloaded", "gauge",
+             "I/O threads in an overload episode now.", m->overloaded);
   scalar_u64(&w, "mlpd_client_disconnects_dropped_rows_total", "counter",
              "Rows dropped before computing because their client left.",
              m->dropped_rows);

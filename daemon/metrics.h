@@ -114,6 +114,7 @@ enum {
   MLPD_REFUSED_QUEUE_DELAY = 0, /* it would wait over --max-queue-delay-ms */
   MLPD_REFUSED_SHUTTING_DOWN,
   MLPD_REFUSED_LOADING,
+  MLPD_REFUSED_OVERLOAD, /* past --max-queue during an overload episode */
   MLPD_REFUSED_REASONS
 };
 
@@ -146,6 +147,9 @@ typedef struct mlpd_metrics_s {
   uint64_t refused[MLPD_REFUSED_REASONS]; /* infer refused, by reason */
   uint64_t paused_connections;          /* held by flow control now */
   uint64_t pauses;                      /* times a connection was held */
+  uint64_t overload_episodes;           /* budget holds aged past the
+                                           bound: refusing, not holding */
+  uint64_t overloaded;                  /* 1 while in such an episode */
   int ndevices;
   mlpd_metrics_device_t devices[MLPD_METRICS_MAX_DEVICES];
   /* per model, by index (models.h); per thread, merged */

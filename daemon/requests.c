@@ -23,19 +23,29 @@ typedef struct {
   mlpd_region_t *out_region;
   uint8_t *src_copy; /* owned copy of inline rows still queued */
   int uid_slot;
-  int ext;                     /* from another front end (no conn) */
+  int ext;                        /* from another front end (no conn) */
   mlpd_requests_done_fn ext_done; /* NULL once cancelled */
   void *ext_ud;
   size_t win_bytes; /* counted in its connection's window */
 } dreq_t;
 
-/* Per connection: its requests in flight and its regions. */
-typedef struct {
+/* Per connection: its requests in flight, its regions and its place in
+ * flow control. */
+struct mlpd_requests_conn_s {
   dreq_t *head;
   mlpd_regions_t regions;
-  long long rows; /* window: rows admitted and not answered */
-  size_t bytes;   /* ... and their tensor bytes */
-} conn_state_t;
+  mlpd_conn_t *conn;
+  long long rows;   /* window: rows admitted and not answered */
+  size_t bytes;     /* ... and their tensor bytes */
+  int own_held;     /* held for its own window (the client's pace) */
+  int queued;       /* in the thread's line of budget holds */
+  uint64_t held_ns; /* when it joined that line */
+  mlpd_requests_conn_t *prev, *next; /* the line, oldest first */
+  int last_rows; /* rows of its last infer request (a turn's share) */
+  int reserve;   /* rows of the budget promised at its release in turn */
+  int turn;      /* released in turn: its next request goes in */
+};
+typedef mlpd_requests_conn_t conn_state_t;
 
 static dreq_t *dreq_of(mlpd_req_t *r) { return (dreq_t *)r; }
 
@@ -141,16 +151,30 @@ static void unlink_req(dreq_t *q) {
   cs->bytes -= q->win_bytes;
 }
 
-/* Flow control (requests.h): holds the connection while it is past its
- * window, or while the daemon's queue is full and it has requests in
- * flight (their answers release it); releases it otherwise. A connection
- * with nothing in flight is never held, so every client makes progress. */
-static void flow(mlpd_requests_t *r, mlpd_conn_t *c) {
-  conn_state_t *cs = c->owner_data;
-  if (cs == NULL || c->closing)
-    return;
-  /* Two batches per device keep every device busy from one connection,
-   * and a lone request on another connection waits behind at most that. */
+/* ---- flow control ---------------------------------------------------------
+ *
+ * Two reasons to hold a connection (stop reading it), kept apart:
+ *  - its own window: rows (or bytes) admitted and not answered past
+ *    win_rows. That is the client's own pace; its answers release it, with
+ *    hysteresis (below three quarters of the window) so that a connection
+ *    at its window is not stopped and started again for every answer.
+ *  - the shared budget: the whole daemon has max_queue rows queued. Such a
+ *    connection joins this thread's line and is released in turn, oldest
+ *    first, as the budget frees (mlpd_requests_release, after every loop
+ *    iteration), not when its own answers go out: the wait is shared out
+ *    evenly. A request that does not fit is left unread in the meantime
+ *    (mlpd_server_defer), so the budget is not overshot; this holds for a
+ *    connection with nothing in flight too (its turn comes as the queue
+ *    moves), unless the thread has nothing in flight at all.
+ * A line whose oldest hold is older than max_queue_delay is true overload
+ * (a closed loop's holds last about one turn of the line): an overload
+ * episode starts; nothing is held for the budget any more, every held
+ * connection is read and what does not fit the budget is refused at once
+ * (UNAVAILABLE), until the queue has drained to half of max_queue. */
+
+/* Two batches per device keep every device busy from one connection,
+ * and a lone request on another connection waits behind at most that. */
+static long long own_window(mlpd_requests_t *r) {
   long long win = r->cfg.win_rows;
   for (int m = 0; m < MLPD_MAX_MODELS; m++) {
     const mlpd_batcher_shape_t *sh = mlpd_scheduler_shape(r->sched, m);
@@ -162,12 +186,139 @@ static void flow(mlpd_requests_t *r, mlpd_conn_t *c) {
     if (win < two)
       win = two;
   }
-  int over = cs->rows >= win || cs->bytes >= r->cfg.win_bytes ||
-             mlpd_scheduler_queued_all(r->sched) >= r->cfg.max_queue;
-  int hold = over && c->busy > 0;
-  if (hold == c->held)
+  return win;
+}
+
+static void line_leave(mlpd_requests_t *r, conn_state_t *cs) {
+  if (!cs->queued)
     return;
-  mlpd_server_hold(c, hold);
+  if (cs->prev != NULL)
+    cs->prev->next = cs->next;
+  else
+    r->line_head = cs->next;
+  if (cs->next != NULL)
+    cs->next->prev = cs->prev;
+  else
+    r->line_tail = cs->prev;
+  cs->prev = cs->next = NULL;
+  cs->queued = 0;
+  r->line_len--;
+}
+
+static void line_join(mlpd_requests_t *r, conn_state_t *cs, uint64_t now) {
+  if (cs->queued)
+    return;
+  cs->queued = 1;
+  cs->held_ns = now;
+  cs->next = NULL;
+  cs->prev = r->line_tail;
+  if (r->line_tail != NULL)
+    r->line_tail->next = cs;
+  else
+    r->line_head = cs;
+  r->line_tail = cs;
+  r->line_len++;
+}
+
+/* The budget a connection released in turn was promised goes back once it
+ * has read (or is held again, or closes). */
+static void unreserve(mlpd_requests_t *r, conn_state_t *cs) {
+  r->reserved -= cs->reserve;
+  cs->reserve = 0;
+}
+
+static int budget_full(mlpd_requests_t *r) {
+  return mlpd_scheduler_queued_all(r->sched) + r->reserved >= r->cfg.max_queue;
+}
+
+static void set_overload(mlpd_requests_t *r, int on) {
+  if (r->overload == on)
+    return;
+  r->overload = on;
+  STATS(r, {
+    m->overloaded = (uint64_t)on;
+    if (on)
+      m->overload_episodes++;
+  });
+  if (on)
+    MLPD_LOGW("overload: connections waited over %llu ms for the queue "
+              "(--max-queue-delay-ms); refusing what does not fit "
+              "--max-queue %d until it drains to half",
+              (unsigned long long)(r->cfg.max_queue_delay_ns / 1000000u),
+              r->cfg.max_queue);
+  else
+    MLPD_LOGI("overload over: the queue drained; holding connections "
+              "for it again");
+}
+
+/* Flow control for one connection, after its window or the budget
+ * changed (an admission, an answer). */
+static void flow(mlpd_requests_t *r, mlpd_conn_t *c) {
+  conn_state_t *cs = c->owner_data;
+  if (cs == NULL || c->closing)
+    return;
+  if (c->busy == 0 && cs->queued)
+    return; /* its turn comes, or the thread runs dry (release) */
+  if (c->busy == 0) {
+    /* Nothing in flight: not held for its own window. */
+    line_leave(r, cs);
+    unreserve(r, cs);
+    cs->own_held = 0;
+    if (c->held)
+      mlpd_server_hold(c, 0);
+    return;
+  }
+  long long win = own_window(r);
+  if (cs->own_held)
+    cs->own_held = cs->rows > win - win / 4 ||
+                   cs->bytes > r->cfg.win_bytes - r->cfg.win_bytes / 4;
+  else
+    cs->own_held = cs->rows >= win || cs->bytes >= r->cfg.win_bytes;
+  if (cs->own_held) {
+    line_leave(r, cs);
+    unreserve(r, cs);
+    if (!c->held)
+      mlpd_server_hold(c, 1);
+    return;
+  }
+  if (cs->queued)
+    return; /* released in turn, not by its own answers */
+  if (!r->overload && budget_full(r)) {
+    unreserve(r, cs);
+    line_join(r, cs, mlpd_now_ns());
+    if (!c->held)
+      mlpd_server_hold(c, 1);
+    return;
+  }
+  if (c->held)
+    mlpd_server_hold(c, 0);
+}
+
+void mlpd_requests_release(mlpd_requests_t *r) {
+  if (r->overload && mlpd_scheduler_queued_all(r->sched) < r->cfg.max_queue / 2)
+    set_overload(r, 0);
+  if (r->line_head == NULL)
+    return;
+  if (!r->overload && r->cfg.max_queue_delay_ns != 0 &&
+      mlpd_now_ns() - r->line_head->held_ns > r->cfg.max_queue_delay_ns)
+    set_overload(r, 1);
+  /* In turn, oldest first, each promised a request's rows of the budget
+   * (its last request's) until the budget is spoken for; in an overload
+   * episode, all of them. With nothing of this thread's in flight no
+   * answer would come to wake it: then the line goes in, whatever the
+   * other threads hold. */
+  while (r->line_head != NULL &&
+         (r->overload || r->inflight == 0 || !budget_full(r))) {
+    conn_state_t *cs = r->line_head;
+    line_leave(r, cs);
+    if (!r->overload) {
+      cs->reserve = cs->last_rows > 0 ? cs->last_rows : 1;
+      r->reserved += cs->reserve;
+      cs->turn = 1;
+    }
+    if (cs->conn->held)
+      mlpd_server_hold(cs->conn, 0);
+  }
 }
 
 static void on_flow(void *ud, mlpd_server_t *s) {
@@ -188,6 +339,7 @@ static void on_open(void *ud, mlpd_conn_t *c) {
   }
   mlpd_regions_init(&cs->regions, r->cfg.max_regions, r->cfg.max_shm_bytes,
                     &r->board->shm_mapped);
+  cs->conn = c;
   c->owner_data = cs;
   STATS(r, m->connections++);
 }
@@ -197,6 +349,8 @@ static void on_close(void *ud, mlpd_conn_t *c) {
   conn_state_t *cs = c->owner_data;
   if (cs == NULL)
     return;
+  line_leave(r, cs);
+  unreserve(r, cs);
   /* Drop what the client can no longer receive before it costs engine time;
    * rows already on a device are computed and discarded. */
   while (cs->head != NULL) {
@@ -534,12 +688,47 @@ static int overloaded(mlpd_requests_t *r, int rows, int model,
   return *wait_ns > r->cfg.max_queue_delay_ns;
 }
 
+/* In an overload episode (flow control above), a request that does not
+ * fit the shared budget is refused at once, before anything is
+ * allocated for it. */
+static int over_budget(mlpd_requests_t *r, int rows) {
+  return r->overload &&
+         mlpd_scheduler_queued_all(r->sched) + rows > r->cfg.max_queue;
+}
+
+#define OVERLOAD_FMT                                                           \
+  "overloaded: requests waited over the %llu ms bound "                        \
+  "(--max-queue-delay-ms) for the daemon's queue, and its %d rows "            \
+  "(--max-queue) are taken; retry later"
+#define OVERLOAD_ARGS(r)                                                       \
+  (unsigned long long)((r)->cfg.max_queue_delay_ns / 1000000u),                \
+      (r)->cfg.max_queue
+
 static void handle_infer(mlpd_requests_t *r, mlpd_conn_t *c,
                          const mlpd_rpc_request_t *q, uint64_t now) {
   int model = -1;
   const mlpd_batcher_shape_t *sh = check_infer(r, c, q, &model);
   if (sh == NULL)
     return;
+  conn_state_t *cs = c->owner_data;
+  cs->last_rows = q->rows;
+  if (over_budget(r, q->rows)) {
+    STATS(r, m->refused[MLPD_REFUSED_OVERLOAD]++);
+    send_error(r, c, q->id, MLPD_RPC_INFER, MLPD_STATUS_UNAVAILABLE,
+               OVERLOAD_FMT, OVERLOAD_ARGS(r));
+    return;
+  }
+  if (!cs->turn && r->inflight > 0 && !r->overload &&
+      mlpd_scheduler_queued_all(r->sched) + r->reserved + q->rows >
+          r->cfg.max_queue) {
+    /* The budget has no room for it: the connection waits in line with
+     * this frame unread, rather than overshoot the budget by it. */
+    line_join(r, cs, mlpd_now_ns());
+    mlpd_server_hold(c, 1);
+    mlpd_server_defer(c);
+    return;
+  }
+  cs->turn = 0;
   uint64_t wait_ns = 0;
   if (overloaded(r, q->rows, model, &wait_ns)) {
     STATS(r, m->refused[MLPD_REFUSED_QUEUE_DELAY]++);
@@ -843,6 +1032,9 @@ static void on_frame(void *ud, mlpd_conn_t *c, const uint8_t *body,
                      size_t len) {
   mlpd_requests_t *r = ud;
   uint64_t now = mlpd_now_ns();
+  /* Released in turn and read: its promise of budget is kept or void. */
+  if (c->owner_data != NULL)
+    unreserve(r, c->owner_data);
   if (len == 0) {
     send_error(r, c, 0, MLPD_RPC_NONE, MLPD_STATUS_INVALID_ARGUMENT,
                "empty frame: a Request needs at least a kind");
@@ -970,6 +1162,12 @@ static int infer_ext(mlpd_requests_t *r, const mlpd_requests_infer_t *in,
                              status, msg, cap);
   if (rc != 0)
     return rc;
+  if (over_budget(r, in->rows)) {
+    STATS(r, m->refused[MLPD_REFUSED_OVERLOAD]++);
+    *status = MLPD_STATUS_UNAVAILABLE;
+    snprintf(msg, cap, OVERLOAD_FMT, OVERLOAD_ARGS(r));
+    return MLPD_EBUSY;
+  }
   uint64_t wait_ns = 0;
   if (overloaded(r, in->rows, index, &wait_ns)) {
     STATS(r, m->refused[MLPD_REFUSED_QUEUE_DELAY]++);

@@ -14,12 +14,16 @@
  * Every infer request is routed to its model by mlpd_requests_route.
  *
  * Admission is flow control first: a connection whose admitted and not
- * yet answered requests pass its window (rows or bytes), or one with
- * requests in flight while the whole daemon has max_queue rows queued, is
- * held (mlpd_server_hold) until its answers go out; its client is paced,
- * never refused. Only true overload is refused: a request that would wait
+ * yet answered requests pass its window (rows or bytes) is held
+ * (mlpd_server_hold) until its answers go out; one whose request does
+ * not fit the max_queue rows the whole daemon may queue is held in a line,
+ * that request unread, and released in turn, oldest first, as the queue
+ * frees (mlpd_requests_release). Its client is paced, never refused. Only true
+ * overload is refused, at once (UNAVAILABLE): a request that would wait
  * longer than max_queue_delay behind the rows queued by every thread (at
- * the rate recent batches ran) is answered UNAVAILABLE at once.
+ * the rate recent batches ran), and, once connections have waited in the
+ * line longer than max_queue_delay (an overload episode), a request that
+ * does not fit max_queue.
  *
  * Every bad input gets a status and a message naming what is wrong;
  * nothing a client sends can stop another client's request. It never
@@ -55,6 +59,8 @@ typedef struct mlpd_requests_config_s {
                              copy); NULL = regions are always copied */
 } mlpd_requests_config_t;
 
+typedef struct mlpd_requests_conn_s mlpd_requests_conn_t;
+
 typedef struct mlpd_requests_s {
   mlpd_requests_config_t cfg;
   mlpd_board_t *board;       /* borrowed: the daemon's */
@@ -62,6 +68,15 @@ typedef struct mlpd_requests_s {
   mlpd_scheduler_t *sched;   /* borrowed: this thread's scheduler */
   int draining;              /* infer is refused */
   uint64_t inflight;         /* infer requests admitted, not answered */
+  mlpd_requests_conn_t *line_head, *line_tail; /* connections held for the
+                             shared budget, oldest first (released in
+                             turn by mlpd_requests_release) */
+  int line_len;
+  long long reserved;        /* budget rows promised to connections
+                                released in turn and not yet read */
+  int overload;              /* an overload episode: budget holds aged
+                                past max_queue_delay; nothing is held for
+                                the budget, what does not fit is refused */
   char *text_buf;            /* Metrics message rendering, grows */
   size_t text_cap;
   char model_name[MLPD_MODEL_NAME_MAX + 1]; /* mlpd_requests_model's */
@@ -96,6 +111,12 @@ void mlpd_requests_on_done(void *ud, mlpd_req_t *req, mlpd_status_t status,
 /* From now on infer is refused (UNAVAILABLE); what was admitted is still
  * answered. */
 static inline void mlpd_requests_drain(mlpd_requests_t *r) { r->draining = 1; }
+
+/* Flow control, after every loop iteration (the dispatcher's check):
+ * releases connections held for the shared budget in turn, oldest first,
+ * while the budget has room, and starts or ends an overload episode
+ * (requests.c says when). */
+void mlpd_requests_release(mlpd_requests_t *r);
 
 /* Every admitted infer request has been answered. */
 static inline int mlpd_requests_idle(const mlpd_requests_t *r) {

@@ -202,7 +202,9 @@ static int parse_command_line(mlpd_config_t *cfg, int argc, char **argv,
       {"max-queue-delay-ms", 0, MLPD_OPT_U64, &cfg->max_queue_delay_ms, 0,
        3600000, .meta = "MS",
        .help = "refuse (UNAVAILABLE) a request that would wait longer\n"
-               "than this behind the queue (default 500; 0 = never)"},
+               "than this behind the queue, and what does not fit the\n"
+               "queue once connections waited longer than this in line\n"
+               "for it (default 500; 0 = never)"},
       /* Below 2 GiB: a response of up to that size is one uv_write. */
       {"max-frame", 0, MLPD_OPT_SIZE, &cfg->max_frame, 64, 1u << 31,
        .meta = "BYTES", .help = "largest request frame (default 67108864)"},

@@ -350,6 +350,12 @@ static void process(mlpd_conn_t *c) {
     c->frame_lo = c->rx_off + pos;
     c->frame_hi = c->frame_lo + hl + bl;
     s->cb.on_frame(s->cb.ud, c, c->rbuf + pos + hl, (size_t)bl);
+    if (c->deferred) {
+      /* Left for later: handled again from its first byte once released. */
+      c->deferred = 0;
+      stopped = 1;
+      break;
+    }
     if (!c->closing)
       close_stale_fds(c, c->frame_hi);
     pos += hl + (size_t)bl;
@@ -408,6 +414,12 @@ void mlpd_server_hold(mlpd_conn_t *c, int on) {
   if (!on && c->rlen > 0 && !c->close_after_write)
     set_backlog(c, 1);
   update_poll(c);
+}
+
+void mlpd_server_defer(mlpd_conn_t *c) {
+  /* Only a held connection: else the frame would come straight back. */
+  if (c->held && !c->closing && !c->srv->closing)
+    c->deferred = 1;
 }
 
 /* The protocol's rule for descriptors (docs/protocol.md): the frame that

@@ -120,6 +120,8 @@ struct mlpd_conn_s {
   int paused;               /* reading stopped for backpressure */
   int held;                 /* the owner's flow control: no frame is
                                handled, nothing read (mlpd_server_hold) */
+  int deferred;             /* on_frame left its frame for later
+                               (mlpd_server_defer) */
   int backlog;              /* complete frames wait for the next turn */
   int stopped;              /* counted in srv->nstopped */
   int closing;              /* uv_close called */
@@ -192,6 +194,12 @@ int mlpd_server_take_fd(mlpd_conn_t *c);
  * client's writes block; on release, the frames already buffered are
  * handled in the next turn. Nothing is refused: the client is paced. */
 void mlpd_server_hold(mlpd_conn_t *c, int on);
+
+/* During on_frame, with the connection held (mlpd_server_hold): the frame
+ * is not consumed; it stays buffered and is handed to on_frame again once
+ * the hold ends. Flow control's way to stop *before* a frame that does not
+ * fit, rather than after it. */
+void mlpd_server_defer(mlpd_conn_t *c);
 
 /* Answers `status`/`msg` (id 0) and closes the connection once written. */
 void mlpd_server_refuse(mlpd_conn_t *c, mlpd_status_t status,
