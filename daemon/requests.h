@@ -36,6 +36,7 @@
 #define MLPD_REQUESTS_H
 
 #include "board.h"
+#include "bufcache.h"
 #include "pin.h"
 #include "region.h"
 #include "scheduler.h"
@@ -77,6 +78,8 @@ typedef struct mlpd_requests_s {
   int overload;              /* an overload episode: budget holds aged
                                 past max_queue_delay; nothing is held for
                                 the budget, what does not fit is refused */
+  mlpd_bufcache_t cache;     /* owned: request records and inline row
+                                copies, recycled (bufcache.h) */
   char *text_buf;            /* Metrics message rendering, grows */
   size_t text_cap;
   char model_name[MLPD_MODEL_NAME_MAX + 1]; /* mlpd_requests_model's */

@@ -1,0 +1,47 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* bufcache.h - recycled memory blocks for the per-request allocations of
+ * one I/O thread (a request's record with its inline output rows, and the
+ * copy of inline input rows that wait for a staging slot).
+ *
+ * Why: the hot path allocates nothing. Requests of a serving load come in
+ * a few sizes (the same rows, models and dtypes over and over), so blocks
+ * freed by answered requests are kept on a free list per power-of-two size
+ * class and handed to the next request of that class; once the load is
+ * steady, no request calls malloc or free. What the lists keep is bounded
+ * (max_cached bytes): past that, or above the largest class, a block goes
+ * back to the C library, so a burst of huge requests does not pin memory.
+ *
+ * Ownership: blocks come from mlpd_bufcache_get and go back through
+ * mlpd_bufcache_put on the same cache; mlpd_bufcache_clear frees what the
+ * lists hold (blocks still out stay the caller's to put back first).
+ * Blocks are aligned for any type (as malloc's) and not zeroed.
+ * Single-threaded: the owning I/O thread. */
+#ifndef MLPD_BUFCACHE_H
+#define MLPD_BUFCACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Classes of 64 B << i, i < MLPD_BUFCACHE_CLASSES: up to 64 MiB. */
+#define MLPD_BUFCACHE_CLASSES 21
+
+typedef struct mlpd_bufcache_s {
+  void *free[MLPD_BUFCACHE_CLASSES]; /* owned: free lists, one per class */
+  size_t cached;                     /* bytes on the lists */
+  size_t max_cached;                 /* the bound on that */
+  uint64_t reused;                   /* gets answered from a list */
+  uint64_t allocated;                /* gets that called malloc */
+} mlpd_bufcache_t;
+
+void mlpd_bufcache_init(mlpd_bufcache_t *c, size_t max_cached);
+
+/* A block of at least `bytes` bytes, or NULL when out of memory. */
+void *mlpd_bufcache_get(mlpd_bufcache_t *c, size_t bytes);
+
+/* Gives a block back (NULL is ignored). */
+void mlpd_bufcache_put(mlpd_bufcache_t *c, void *p);
+
+/* Frees every block on the lists. */
+void mlpd_bufcache_clear(mlpd_bufcache_t *c);
+
+#endif
