@@ -3,13 +3,17 @@
 # the real one, the Python package's tests, its generated protobuf module,
 # and the installed library as a third party would use it.
 
+# What the suites that go through the client library share (clientutil.h).
+add_library(mlpd_clientutil STATIC clientutil.c)
+target_link_libraries(mlpd_clientutil PUBLIC mlpd_client mlpd_testutil)
+
 # The fake daemon speaks nanopb itself (mlpd_proto) on a thread.
 mlpd_test(test_client_wire LIBS mlpd_client mlpd_proto Threads::Threads
   TIMEOUT 120)
 
 # Starts build/daemon/mlpd on a temporary socket; compares with the
 # in-process CPU engine (mlpd_core, through mlpd_testutil).
-mlpd_test(test_client LIBS mlpd_client mlpd_daemonutil TIMEOUT 300)
+mlpd_test(test_client LIBS mlpd_clientutil mlpd_daemonutil TIMEOUT 300)
 add_dependencies(test_client mlpd)
 
 # pytest under Debian's python3 (skipped, 77, without pytest or protobuf).
@@ -48,5 +52,5 @@ set_tests_properties(test_client_tools PROPERTIES
 # Shared-memory regions through the library against the real daemon:
 # registration and its refusals, windows, outputs in place bit for bit,
 # limits, unregistering in use, a client gone mid-request.
-mlpd_test(test_shm LIBS mlpd_client mlpd_daemonutil TIMEOUT 300)
+mlpd_test(test_shm LIBS mlpd_clientutil mlpd_daemonutil TIMEOUT 300)
 add_dependencies(test_shm mlpd)

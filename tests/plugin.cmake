@@ -69,7 +69,7 @@ add_dependencies(test_devices plugin_fake plugin_fake_driver)
 # fake plugin, which takes direct segments and checks them against its
 # registrations; on the real plugin too when it is built (skipped without
 # a GPU).
-mlpd_test(test_zcopy LIBS mlpd_client mlpd_daemonutil TIMEOUT 300)
+mlpd_test(test_zcopy LIBS mlpd_clientutil mlpd_daemonutil TIMEOUT 300)
 target_compile_definitions(test_zcopy PRIVATE
   MLPD_FAKE_PLUGIN_DIR="${_pd}/fake" MLPD_FAKE_DRIVER_DIR="${_pd}/driver"
   MLPD_REAL_PLUGIN_DIR="${MLPD_PLUGIN_BUILD_DIR}")

@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* test_bufcache.c - the per-thread block cache that keeps the request path
  * free of malloc once a load is steady (bufcache.h). */
+/* cmocka.h wants these first. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+
 #include <cmocka.h>
 
 #include "bufcache.h"

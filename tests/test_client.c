@@ -10,6 +10,7 @@
  * are used where the library would refuse to send the mistake. */
 #include "mlpd_client.h"
 
+#include "clientutil.h"
 #include "engine.h"
 #include "frame.h"
 #include "mlpd.pb.h"
@@ -18,6 +19,7 @@
 #include "testutil.h"
 
 #include <errno.h>
+#include <grp.h>
 #include <math.h>
 #include <pb_decode.h>
 #include <pb_encode.h>
@@ -29,7 +31,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <grp.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -52,10 +53,10 @@ typedef struct {
 
 static struct {
   char dir[256];
-  daemon_t d;             /* the daemon most tests use */
+  daemon_t d; /* the daemon most tests use */
   mlpd_model_t *model;
-  mlpd_engine_t *engine;  /* reference: in-process CPU engine */
-  mlpd_rows_t rows;       /* the held-out digits */
+  mlpd_engine_t *engine; /* reference: in-process CPU engine */
+  mlpd_rows_t rows;      /* the held-out digits */
 } g;
 
 /* Starts `mlpd serve` (CPU engine) with the given extra flags (NULL-ended)
@@ -114,22 +115,12 @@ static int teardown(void **state) {
   return 0;
 }
 
-static mlpd_client_t *connect_ok(const char *path) {
-  mlpd_client_t *c = NULL;
-  mlpd_err_t err = {0};
-  int rc = mlpd_client_connect(path, &c, &err);
-  if (rc != 0)
-    fail_msg("connect: %s", mlpd_err_msg(&err, rc));
-  mlpd_client_set_timeout(c, 30000);
-  return c;
-}
-
 /* The reference: the CPU engine on `rows` rows of src (dtype st), fp32
  * out. */
 static void reference(const void *src, mlpd_dtype_t st, int rows, float *y) {
   mlpd_err_t err = {0};
-  int rc = mlpd_engine_forward(g.engine, src, st, y, MLPD_DTYPE_F32, rows,
-                               &err);
+  int rc =
+      mlpd_engine_forward(g.engine, src, st, y, MLPD_DTYPE_F32, rows, &err);
   if (rc != 0)
     fail_msg("engine: %s", mlpd_err_msg(&err, rc));
 }
@@ -151,7 +142,7 @@ static double check_close(const float *got, const float *ref, size_t n,
 
 static void test_blocking_infer(void **state) {
   (void)state;
-  mlpd_client_t *c = connect_ok(g.d.path);
+  mlpd_client_t *c = tc_connect(g.d.path, 30000);
   mlpd_err_t err = {0};
   mlpd_client_result_t res;
   mlpd_client_result_init(&res);
@@ -207,7 +198,7 @@ static void test_blocking_infer(void **state) {
 static void test_pipelined(void **state) {
   (void)state;
   enum { N = 100 };
-  mlpd_client_t *c = connect_ok(g.d.path);
+  mlpd_client_t *c = tc_connect(g.d.path, 30000);
   mlpd_err_t err = {0};
   tu_rng_t rng;
   tu_rng_seed(&rng, 42);
@@ -258,8 +249,8 @@ static void test_pipelined(void **state) {
     batched += res.batch_rows > (uint32_t)rows[i];
   }
   assert_int_equal(mlpd_client_inflight(c), 0);
-  printf("pipelined: %d of %d requests shared a batch with others\n",
-         batched, N);
+  printf("pipelined: %d of %d requests shared a batch with others\n", batched,
+         N);
   /* The connection is still good for blocking calls. */
   mlpd_client_health_t h;
   assert_int_equal(mlpd_client_health(c, &h, &err), 0);
@@ -274,20 +265,18 @@ static void test_pipelined(void **state) {
 static void test_dtypes(void **state) {
   (void)state;
   enum { ROWS = 32 };
-  mlpd_client_t *c = connect_ok(g.d.path);
+  mlpd_client_t *c = tc_connect(g.d.path, 30000);
   mlpd_err_t err = {0};
   const float *x = g.rows.data + 100 * IN;
   /* Largest spacing relative to a value, for the output's rounding. */
-  static const double rel[MLPD_DTYPE_COUNT] = {1e-5, 1.0 / 1024,
-                                               1.0 / 128};
+  static const double rel[MLPD_DTYPE_COUNT] = {1e-5, 1.0 / 1024, 1.0 / 128};
   mlpd_client_result_t raw, f32;
   mlpd_client_result_init(&raw);
   mlpd_client_result_init(&f32);
   f32.as_f32 = 1;
   for (int it = 0; it < MLPD_DTYPE_COUNT; it++) {
     uint16_t wire[ROWS * IN * 2];
-    mlpd_dtype_convert(wire, (mlpd_dtype_t)it, x, MLPD_DTYPE_F32,
-                       ROWS * IN);
+    mlpd_dtype_convert(wire, (mlpd_dtype_t)it, x, MLPD_DTYPE_F32, ROWS * IN);
     float ref[ROWS * OUT];
     reference(wire, (mlpd_dtype_t)it, ROWS, ref);
     for (int ot = -1; ot < MLPD_DTYPE_COUNT; ot++) {
@@ -312,15 +301,14 @@ static void test_dtypes(void **state) {
       assert_int_equal(f32.nbytes, ROWS * OUT * sizeof(float));
       /* The converted copy is exactly the raw bytes widened. */
       float widened[ROWS * OUT];
-      mlpd_dtype_convert(widened, MLPD_DTYPE_F32, raw.data,
-                         (mlpd_dtype_t)want, ROWS * OUT);
+      mlpd_dtype_convert(widened, MLPD_DTYPE_F32, raw.data, (mlpd_dtype_t)want,
+                         ROWS * OUT);
       assert_memory_equal(widened, f32.data, sizeof(widened));
       char what[64];
       snprintf(what, sizeof(what), "%s in, %s out",
                mlpd_dtype_name((mlpd_dtype_t)it),
                mlpd_dtype_name((mlpd_dtype_t)want));
-      double d = check_close(f32.data, ref, ROWS * OUT, rel[want], 1e-5,
-                             what);
+      double d = check_close(f32.data, ref, ROWS * OUT, rel[want], 1e-5, what);
       printf("dtypes: %-14s maxdiff vs CPU engine %.3g\n", what, d);
     }
   }
@@ -397,14 +385,12 @@ static void expect_status(const mlpd_v1_Response *r, uint64_t id, int status,
       (needle != NULL && strstr(r->message, needle) == NULL))
     fail_msg("response id %llu status %s \"%s\"; expected id %llu %s with "
              "\"%s\"",
-             (unsigned long long)r->id,
-             mlpd_status_name((int)r->status), r->message,
-             (unsigned long long)id, mlpd_status_name(status),
+             (unsigned long long)r->id, mlpd_status_name((int)r->status),
+             r->message, (unsigned long long)id, mlpd_status_name(status),
              needle ? needle : "");
   if (status != MLPD_STATUS_OK)
     assert_true(r->message[0] != '\0');
-  printf("bad input: %-16s \"%s\"\n", mlpd_status_name(status),
-         r->message);
+  printf("bad input: %-16s \"%s\"\n", mlpd_status_name(status), r->message);
 }
 
 static void raw_health_ok(int fd, uint64_t id) {
@@ -421,7 +407,7 @@ static void raw_health_ok(int fd, uint64_t id) {
 
 static void test_bad_input(void **state) {
   (void)state;
-  mlpd_client_t *c = connect_ok(g.d.path);
+  mlpd_client_t *c = tc_connect(g.d.path, 30000);
   mlpd_err_t err = {0};
   mlpd_client_result_t res;
   mlpd_client_result_init(&res);
@@ -539,7 +525,7 @@ static void test_bad_input(void **state) {
   mlpd_client_close(c);
   free(big);
   /* ...and nobody else noticed. */
-  c = connect_ok(g.d.path);
+  c = tc_connect(g.d.path, 30000);
   mlpd_err_clear(&err);
   assert_int_equal(mlpd_client_health(c, &h, &err), 0);
   assert_true(h.ready);
@@ -549,7 +535,7 @@ static void test_bad_input(void **state) {
 
 static void test_health_metrics_info(void **state) {
   (void)state;
-  mlpd_client_t *c = connect_ok(g.d.path);
+  mlpd_client_t *c = tc_connect(g.d.path, 30000);
   mlpd_err_t err = {0};
   mlpd_client_health_t h;
   assert_int_equal(mlpd_client_health(c, &h, &err), 0);
@@ -633,9 +619,8 @@ static void test_overload(void **state) {
   (void)state;
   enum { N = 64, ROWS = 200 };
   daemon_t d;
-  daemon_start(&d, "--max-queue", "400", "--max-batch", "64",
-               NULL);
-  mlpd_client_t *c = connect_ok(d.path);
+  daemon_start(&d, "--max-queue", "400", "--max-batch", "64", NULL);
+  mlpd_client_t *c = tc_connect(d.path, 30000);
   mlpd_err_t err = {0};
   float *x = malloc(sizeof(float) * ROWS * IN);
   float *ref = malloc(sizeof(float) * ROWS * OUT);
@@ -699,7 +684,7 @@ static void test_refused_connections(void **state) {
    * side yet: until it is, a new one is refused as the second. */
   mlpd_client_t *first = NULL;
   for (int i = 0;; i++) {
-    first = connect_ok(d.path);
+    first = tc_connect(d.path, 30000);
     mlpd_err_clear(&err);
     if (mlpd_client_health(first, &h, &err) == 0)
       break;
@@ -708,11 +693,11 @@ static void test_refused_connections(void **state) {
       fail_msg("no connection admitted: %s", err.msg);
     usleep(10000);
   }
-  mlpd_client_t *second = connect_ok(d.path);
+  mlpd_client_t *second = tc_connect(d.path, 30000);
   int rc = mlpd_client_health(second, &h, &err);
   if (rc != MLPD_ELIMIT || strstr(err.msg, "RESOURCE_EXHAUSTED") == NULL)
-    fail_msg("over --max-connections: rc %d (%s) \"%s\"", rc,
-             mlpd_err_name(rc), err.msg);
+    fail_msg("over --max-connections: rc %d (%s) \"%s\"", rc, mlpd_err_name(rc),
+             err.msg);
   printf("refused: %s \"%s\"\n", mlpd_err_name(rc), err.msg);
   mlpd_err_clear(&err);
   /* Broken from then on, with the same reason. */
@@ -756,7 +741,7 @@ static void test_refused_connections(void **state) {
   assert_true(WIFEXITED(st));
   assert_int_equal(WEXITSTATUS(st), 0);
   /* Root still gets in. */
-  first = connect_ok(d.path);
+  first = tc_connect(d.path, 30000);
   mlpd_err_clear(&err);
   assert_int_equal(mlpd_client_health(first, &h, &err), 0);
   mlpd_client_close(first);
@@ -777,7 +762,7 @@ static void test_missing_daemon(void **state) {
   /* A daemon that is gone leaves its socket file behind. */
   daemon_t d;
   daemon_start(&d, NULL);
-  c = connect_ok(d.path);
+  c = tc_connect(d.path, 30000);
   daemon_stop(&d);
   mlpd_client_health_t h;
   rc = mlpd_client_health(c, &h, &err);

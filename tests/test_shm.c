@@ -20,6 +20,7 @@
  * except generous upper bounds while waiting for the daemon to settle. */
 #include "mlpd_client.h"
 
+#include "clientutil.h"
 #include "frame.h"
 #include "mlpd.pb.h"
 #include "rowsfile.h"
@@ -56,7 +57,7 @@
 #define OUT 10
 
 static struct {
-  td_daemon_t d;   /* the daemon most tests use */
+  td_daemon_t d;    /* the daemon most tests use */
   mlpd_rows_t rows; /* held-out digits, f32 [n][IN] */
 } g;
 
@@ -84,16 +85,6 @@ static void daemon_stop(td_daemon_t *d) {
   int rc = td_stop(d, SIGTERM, 60000);
   td_cleanup(d, rc != 0);
   assert_int_equal(rc, 0);
-}
-
-static mlpd_client_t *connect_ok(const char *path) {
-  mlpd_client_t *c = NULL;
-  mlpd_err_t err = {0};
-  int rc = mlpd_client_connect(path, &c, &err);
-  if (rc != 0)
-    fail_msg("connect: %s", mlpd_err_msg(&err, rc));
-  mlpd_client_set_timeout(c, 30000);
-  return c;
 }
 
 /* A memfd of `size` bytes holding `data` (len bytes at offset 0, may be
@@ -155,38 +146,9 @@ static void *rows_as(int first, int rows, mlpd_dtype_t dt) {
   void *x = malloc(n * mlpd_dtype_size(dt));
   assert_non_null(x);
   assert_true(first + rows <= g.rows.rows);
-  mlpd_dtype_convert(x, dt, g.rows.data + (size_t)first * IN,
-                     MLPD_DTYPE_F32, n);
+  mlpd_dtype_convert(x, dt, g.rows.data + (size_t)first * IN, MLPD_DTYPE_F32,
+                     n);
   return x;
-}
-
-/* The inline answer to x (rows of dt), raw wire bytes of out_dtype, into a
- * malloc'ed buffer; *nbytes its size. */
-static void *inline_answer(mlpd_client_t *c, const void *x, mlpd_dtype_t dt,
-                           int rows, int out_dtype, size_t *nbytes) {
-  mlpd_client_infer_t req;
-  mlpd_client_infer_init(&req);
-  req.data = x;
-  req.dtype = dt;
-  req.rows = rows;
-  req.cols = IN;
-  req.out_dtype = out_dtype;
-  mlpd_client_result_t res;
-  mlpd_client_result_init(&res);
-  mlpd_err_t err = {0};
-  int rc = mlpd_client_infer(c, &req, &res, &err);
-  if (rc != 0)
-    fail_msg("inline infer: %s", mlpd_err_msg(&err, rc));
-  if (res.status != MLPD_STATUS_OK)
-    fail_msg("inline infer: %s: %s", mlpd_status_name(res.status),
-             res.message);
-  assert_int_equal(res.to_region, 0);
-  void *y = malloc(res.nbytes);
-  assert_non_null(y);
-  memcpy(y, res.data, res.nbytes);
-  *nbytes = res.nbytes;
-  mlpd_client_result_free(&res);
-  return y;
 }
 
 /* Blocking region infer; returns the result's status (the result is left
@@ -198,8 +160,7 @@ static int shm_infer(mlpd_client_t *c, const mlpd_client_infer_t *req,
   mlpd_err_t err = {0};
   int rc = mlpd_client_infer_shm(c, req, in, out, res, &err);
   if (rc != 0)
-    fail_msg("infer_shm: %s (%s)", mlpd_err_msg(&err, rc),
-             mlpd_err_name(rc));
+    fail_msg("infer_shm: %s (%s)", mlpd_err_msg(&err, rc), mlpd_err_name(rc));
   return res->status;
 }
 
@@ -221,8 +182,8 @@ static void expect_error(int rc, const mlpd_err_t *err, int code,
   if (rc != code || (n1 != NULL && strstr(err->msg, n1) == NULL) ||
       (n2 != NULL && strstr(err->msg, n2) == NULL))
     fail_msg("rc %d (%s) \"%s\"; expected %s with \"%s\" and \"%s\"", rc,
-             mlpd_err_name(rc), err->msg, mlpd_err_name(code),
-             n1 ? n1 : "", n2 ? n2 : "");
+             mlpd_err_name(rc), err->msg, mlpd_err_name(code), n1 ? n1 : "",
+             n2 ? n2 : "");
   printf("error: %-12s \"%s\"\n", mlpd_err_name(rc), err->msg);
 }
 
@@ -369,11 +330,10 @@ static int teardown(void **state) {
 
 static void test_register(void **state) {
   (void)state;
-  mlpd_client_t *c = connect_ok(g.d.sock);
+  mlpd_client_t *c = tc_connect(g.d.sock, 30000);
   mlpd_err_t err = {0};
   mlpd_client_region_t *r = NULL;
-  assert_int_equal(mlpd_client_region_create(c, "inputs", 12345, &r, &err),
-                   0);
+  assert_int_equal(mlpd_client_region_create(c, "inputs", 12345, &r, &err), 0);
   assert_non_null(r);
   assert_int_equal(mlpd_client_region_size(r), 12345);
   assert_string_equal(mlpd_client_region_name(r), "inputs");
@@ -486,8 +446,7 @@ static void test_fd_pairing_is_never_guessed(void **state) {
       else
         raw_expect(&r, 2, MLPD_STATUS_INVALID_ARGUMENT,
                    "only a RegisterRegion may carry one");
-      print_message("case %d: read apart, each answered for itself\n",
-                    kase);
+      print_message("case %d: read apart, each answered for itself\n", kase);
     }
     close(raw);
   }
@@ -495,7 +454,7 @@ static void test_fd_pairing_is_never_guessed(void **state) {
 
 static void test_bad_fds(void **state) {
   (void)state;
-  mlpd_client_t *c = connect_ok(g.d.sock);
+  mlpd_client_t *c = tc_connect(g.d.sock, 30000);
   int raw = raw_connect(g.d.sock);
   mlpd_err_t err = {0};
   mlpd_client_health_t h;
@@ -601,8 +560,8 @@ static void test_bad_fds(void **state) {
   raw_response(raw, &r);
   raw_expect(&r, 4, MLPD_STATUS_OK, NULL);
   size_t nref;
-  float *ref = inline_answer(c, g.rows.data, MLPD_DTYPE_F32, 4,
-                             MLPD_CLIENT_DTYPE_SAME, &nref);
+  float *ref = tc_inline_answer(c, g.rows.data, MLPD_DTYPE_F32, 4, IN,
+                                MLPD_CLIENT_DTYPE_SAME, &nref);
   assert_int_equal(nref, 4 * OUT * 4);
   assert_memory_equal(gm + rb, ref, nref);
   free(ref);
@@ -616,7 +575,7 @@ static void test_bad_fds(void **state) {
   assert_int_equal(mlpd_client_health(c, &h, &err), 0);
   close(raw);
   mlpd_client_close(c);
-  c = connect_ok(g.d.sock);
+  c = tc_connect(g.d.sock, 30000);
   wait_metric(c, "mlpd_shm_mapped_bytes", 0);
   mlpd_client_close(c);
 }
@@ -624,7 +583,7 @@ static void test_bad_fds(void **state) {
 static void test_windows(void **state) {
   (void)state;
   enum { ROWS = 8 };
-  mlpd_client_t *c = connect_ok(g.d.sock);
+  mlpd_client_t *c = tc_connect(g.d.sock, 30000);
   mlpd_err_t err = {0};
   const size_t in_b = ROWS * IN * 4, out_b = ROWS * OUT * 4;
   const size_t size = in_b + out_b;
@@ -638,8 +597,7 @@ static void test_windows(void **state) {
   mlpd_client_result_t res;
   mlpd_client_result_init(&res);
   mlpd_client_window_t in = {.region = "win", .offset = 0};
-  mlpd_client_window_t out = {.region = "win", .offset = in_b,
-                              .length = out_b};
+  mlpd_client_window_t out = {.region = "win", .offset = in_b, .length = out_b};
 
   /* The right windows work. */
   assert_int_equal(shm_infer(c, &req, &in, &out, &res), MLPD_STATUS_OK);
@@ -679,7 +637,7 @@ static void test_windows(void **state) {
   w.region = "nope";
   shm_infer(c, &req, &w, NULL, &res);
   expect_refused(&res, MLPD_STATUS_INVALID_ARGUMENT, "'nope'", NULL);
-  mlpd_client_t *other = connect_ok(g.d.sock);
+  mlpd_client_t *other = tc_connect(g.d.sock, 30000);
   shm_infer(other, &req, &in, NULL, &res);
   expect_refused(&res, MLPD_STATUS_INVALID_ARGUMENT, "'win'", NULL);
   mlpd_client_close(other);
@@ -707,12 +665,11 @@ static void test_bit_for_bit(void **state) {
                {MLPD_DTYPE_F32, MLPD_DTYPE_BF16},
                {MLPD_DTYPE_BF16, MLPD_DTYPE_F32}};
   static const int nrows[] = {1, 7, 100};
-  mlpd_client_t *c = connect_ok(g.d.sock);
+  mlpd_client_t *c = tc_connect(g.d.sock, 30000);
   mlpd_err_t err = {0};
   const size_t size = (size_t)1 << 20;
   mlpd_client_region_t *reg = NULL;
-  assert_int_equal(mlpd_client_region_create(c, "bits", size, &reg, &err),
-                   0);
+  assert_int_equal(mlpd_client_region_create(c, "bits", size, &reg, &err), 0);
   uint8_t *base = mlpd_client_region_data(reg);
   mlpd_client_result_t res;
   mlpd_client_result_init(&res);
@@ -726,8 +683,8 @@ static void test_bit_for_bit(void **state) {
       void *x = rows_as(3 * (int)j, rows, cases[k].in);
       size_t in_b = (size_t)rows * IN * mlpd_dtype_size(cases[k].in);
       size_t nref;
-      uint8_t *ref = inline_answer(c, x, cases[k].in, rows, cases[k].out,
-                                   &nref);
+      uint8_t *ref =
+          tc_inline_answer(c, x, cases[k].in, rows, IN, cases[k].out, &nref);
       assert_int_equal(nref, (size_t)rows * OUT * mlpd_dtype_size(odt));
       /* Odd offsets: nothing may assume aligned elements. */
       const uint64_t in_off = 17, out_off = 300001;
@@ -739,17 +696,16 @@ static void test_bit_for_bit(void **state) {
       req.cols = IN;
       req.out_dtype = cases[k].out;
       mlpd_client_window_t in = {.region = "bits", .offset = in_off};
-      mlpd_client_window_t out = {.region = "bits", .offset = out_off,
-                                  .length = nref};
+      mlpd_client_window_t out = {
+          .region = "bits", .offset = out_off, .length = nref};
       for (int mode = 0; mode < 3; mode++) {
         int use_in = mode != 1, use_out = mode != 0;
         memset(base + out_off, 0xA5, nref);
         req.data = use_in ? NULL : x;
-        int st = shm_infer(c, &req, use_in ? &in : NULL,
-                           use_out ? &out : NULL, &res);
+        int st = shm_infer(c, &req, use_in ? &in : NULL, use_out ? &out : NULL,
+                           &res);
         if (st != MLPD_STATUS_OK)
-          fail_msg("mode %d: %s: %s", mode, mlpd_status_name(st),
-                   res.message);
+          fail_msg("mode %d: %s: %s", mode, mlpd_status_name(st), res.message);
         assert_int_equal(res.rows, rows);
         assert_int_equal(res.cols, OUT);
         assert_int_equal(res.wire_dtype, odt);
@@ -789,8 +745,8 @@ static void test_bit_for_bit(void **state) {
            (size_t)rows_of[i] * IN * 4);
     memset(base + out_at[i], 0, (size_t)rows_of[i] * OUT * 4);
     size_t n;
-    want[i] = inline_answer(c, g.rows.data + (size_t)i * IN, MLPD_DTYPE_F32,
-                            rows_of[i], MLPD_CLIENT_DTYPE_SAME, &n);
+    want[i] = tc_inline_answer(c, g.rows.data + (size_t)i * IN, MLPD_DTYPE_F32,
+                               rows_of[i], IN, MLPD_CLIENT_DTYPE_SAME, &n);
   }
   for (int i = 0; i < N; i++) {
     mlpd_client_infer_t req;
@@ -798,10 +754,10 @@ static void test_bit_for_bit(void **state) {
     req.rows = rows_of[i];
     req.cols = IN;
     mlpd_client_window_t in = {.region = "bits", .offset = in_at[i]};
-    mlpd_client_window_t out = {.region = "bits", .offset = out_at[i],
+    mlpd_client_window_t out = {.region = "bits",
+                                .offset = out_at[i],
                                 .length = (uint64_t)rows_of[i] * OUT * 4};
-    int rc = mlpd_client_send_infer_shm(c, (uint64_t)i, &req, &in, &out,
-                                        &err);
+    int rc = mlpd_client_send_infer_shm(c, (uint64_t)i, &req, &in, &out, &err);
     if (rc != 0)
       fail_msg("send %d: %s", i, mlpd_err_msg(&err, rc));
   }
@@ -839,11 +795,10 @@ static void test_disconnect_mid_request(void **state) {
   enum { N = 64, ROWS = 200 };
   const size_t in_b = (size_t)ROWS * IN * 4, out_b = (size_t)ROWS * OUT * 4;
   const size_t size = (size_t)N * out_b + in_b;
-  mlpd_client_t *a = connect_ok(g.d.sock);
+  mlpd_client_t *a = tc_connect(g.d.sock, 30000);
   mlpd_err_t err = {0};
   mlpd_client_region_t *reg = NULL;
-  assert_int_equal(mlpd_client_region_create(a, "gone", size, &reg, &err),
-                   0);
+  assert_int_equal(mlpd_client_region_create(a, "gone", size, &reg, &err), 0);
   uint8_t *base = mlpd_client_region_data(reg);
   for (int r = 0; r < ROWS; r++)
     memcpy(base + (size_t)r * IN * 4,
@@ -854,21 +809,19 @@ static void test_disconnect_mid_request(void **state) {
     req.rows = ROWS;
     req.cols = IN;
     mlpd_client_window_t in = {.region = "gone", .offset = 0};
-    mlpd_client_window_t out = {.region = "gone",
-                                .offset = in_b + (size_t)i * out_b,
-                                .length = out_b};
+    mlpd_client_window_t out = {
+        .region = "gone", .offset = in_b + (size_t)i * out_b, .length = out_b};
     assert_int_equal(
-        mlpd_client_send_infer_shm(a, (uint64_t)i, &req, &in, &out, &err),
-        0);
+        mlpd_client_send_infer_shm(a, (uint64_t)i, &req, &in, &out, &err), 0);
   }
   /* Gone, mapping and all, with everything in flight. */
   mlpd_client_close(a);
   mlpd_client_region_free(reg);
 
-  mlpd_client_t *b = connect_ok(g.d.sock);
+  mlpd_client_t *b = tc_connect(g.d.sock, 30000);
   size_t n;
-  float *y = inline_answer(b, g.rows.data, MLPD_DTYPE_F32, 5,
-                           MLPD_CLIENT_DTYPE_SAME, &n);
+  float *y = tc_inline_answer(b, g.rows.data, MLPD_DTYPE_F32, 5, IN,
+                              MLPD_CLIENT_DTYPE_SAME, &n);
   assert_int_equal(n, 5 * OUT * 4);
   free(y);
   wait_metric(b, "mlpd_shm_regions", 0);
@@ -878,8 +831,7 @@ static void test_disconnect_mid_request(void **state) {
          metric(b, "mlpd_requests_total{status=\"cancelled\"}"));
   /* And it still serves regions. */
   mlpd_client_region_t *r2 = NULL;
-  assert_int_equal(mlpd_client_region_create(b, "after", 4096, &r2, &err),
-                   0);
+  assert_int_equal(mlpd_client_region_create(b, "after", 4096, &r2, &err), 0);
   mlpd_client_close(b);
   mlpd_client_region_free(r2);
 }
@@ -887,14 +839,13 @@ static void test_disconnect_mid_request(void **state) {
 static void test_readonly_region(void **state) {
   (void)state;
   enum { ROWS = 6 };
-  mlpd_client_t *c = connect_ok(g.d.sock);
+  mlpd_client_t *c = tc_connect(g.d.sock, 30000);
   mlpd_err_t err = {0};
   size_t in_b = ROWS * IN * 4;
   /* Written, then sealed against writes: the daemon maps it read-only. */
   int fd = memfd_with(in_b + 4096, g.rows.data + 10 * IN, in_b,
                       F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE);
-  assert_int_equal(mlpd_client_register_region(c, "ro", fd, in_b + 4096,
-                                               &err),
+  assert_int_equal(mlpd_client_register_region(c, "ro", fd, in_b + 4096, &err),
                    0);
   mlpd_client_infer_t req;
   mlpd_client_infer_init(&req);
@@ -905,12 +856,12 @@ static void test_readonly_region(void **state) {
   mlpd_client_window_t in = {.region = "ro", .offset = 0};
   assert_int_equal(shm_infer(c, &req, &in, NULL, &res), MLPD_STATUS_OK);
   size_t n;
-  float *ref = inline_answer(c, g.rows.data + 10 * IN, MLPD_DTYPE_F32, ROWS,
-                             MLPD_CLIENT_DTYPE_SAME, &n);
+  float *ref = tc_inline_answer(c, g.rows.data + 10 * IN, MLPD_DTYPE_F32, ROWS,
+                                IN, MLPD_CLIENT_DTYPE_SAME, &n);
   assert_int_equal(res.nbytes, n);
   assert_memory_equal(res.data, ref, n);
-  mlpd_client_window_t out = {.region = "ro", .offset = in_b,
-                              .length = ROWS * OUT * 4};
+  mlpd_client_window_t out = {
+      .region = "ro", .offset = in_b, .length = ROWS * OUT * 4};
   shm_infer(c, &req, &in, &out, &res);
   expect_refused(&res, MLPD_STATUS_INVALID_ARGUMENT, "'ro'", "sealed");
   /* Its contents are what they were. */
@@ -930,8 +881,8 @@ static void test_unregister_in_use(void **state) {
   (void)state;
   enum { ROWS = 120 };
   const size_t in_b = (size_t)ROWS * IN * 4, out_b = (size_t)ROWS * OUT * 4;
-  int fd = memfd_with(in_b + out_b, g.rows.data, in_b,
-                      F_SEAL_SHRINK | F_SEAL_GROW);
+  int fd =
+      memfd_with(in_b + out_b, g.rows.data, in_b, F_SEAL_SHRINK | F_SEAL_GROW);
   uint8_t *m = mmap(NULL, in_b + out_b, PROT_READ, MAP_SHARED, fd, 0);
   assert_true(m != MAP_FAILED);
   int raw = raw_connect(g.d.sock);
@@ -962,8 +913,7 @@ static void test_unregister_in_use(void **state) {
     raw_response(raw, &r);
     if (r.id == 3) {
       raw_expect(&r, 3, MLPD_STATUS_OK, NULL);
-      assert_int_equal(r.which_kind,
-                       mlpd_v1_Response_unregister_region_tag);
+      assert_int_equal(r.which_kind, mlpd_v1_Response_unregister_region_tag);
       got_unreg++;
     } else {
       raw_expect(&r, 2, MLPD_STATUS_OK, NULL);
@@ -975,10 +925,10 @@ static void test_unregister_in_use(void **state) {
   }
   assert_int_equal(got_infer, 1);
   assert_int_equal(got_unreg, 1);
-  mlpd_client_t *c = connect_ok(g.d.sock);
+  mlpd_client_t *c = tc_connect(g.d.sock, 30000);
   size_t n;
-  float *ref = inline_answer(c, g.rows.data, MLPD_DTYPE_F32, ROWS,
-                             MLPD_CLIENT_DTYPE_SAME, &n);
+  float *ref = tc_inline_answer(c, g.rows.data, MLPD_DTYPE_F32, ROWS, IN,
+                                MLPD_CLIENT_DTYPE_SAME, &n);
   /* Batched differently from the inline request, so within rounding. */
   const float *y = (const float *)(const void *)(m + in_b);
   for (size_t e = 0; e < (size_t)ROWS * OUT; e++)
@@ -1001,8 +951,8 @@ static void test_unregister_in_use(void **state) {
 
 static void test_duplicate_names(void **state) {
   (void)state;
-  mlpd_client_t *c = connect_ok(g.d.sock);
-  mlpd_client_t *c2 = connect_ok(g.d.sock);
+  mlpd_client_t *c = tc_connect(g.d.sock, 30000);
+  mlpd_client_t *c2 = tc_connect(g.d.sock, 30000);
   mlpd_err_t err = {0};
   mlpd_client_region_t *a = NULL, *b = NULL, *a2 = NULL;
   assert_int_equal(mlpd_client_region_create(c, "same", 4096, &a, &err), 0);
@@ -1013,8 +963,7 @@ static void test_duplicate_names(void **state) {
   /* The first one is untouched by the refusal. */
   assert_int_equal(metric(c, "mlpd_shm_mapped_bytes"), 4096);
   /* Names are per connection. */
-  assert_int_equal(mlpd_client_region_create(c2, "same", 8192, &a2, &err),
-                   0);
+  assert_int_equal(mlpd_client_region_create(c2, "same", 8192, &a2, &err), 0);
   /* The same memfd under a second name on the same connection is fine. */
   assert_int_equal(mlpd_client_register_region(
                        c, "alias", mlpd_client_region_fd(a), 4096, &err),
@@ -1037,10 +986,9 @@ static void test_duplicate_names(void **state) {
 static void test_limits(void **state) {
   (void)state;
   td_daemon_t d;
-  daemon_start(&d, "--max-regions", "2", "--max-shm-bytes", "1048576",
-               NULL);
-  mlpd_client_t *c = connect_ok(d.sock);
-  mlpd_client_t *c2 = connect_ok(d.sock);
+  daemon_start(&d, "--max-regions", "2", "--max-shm-bytes", "1048576", NULL);
+  mlpd_client_t *c = tc_connect(d.sock, 30000);
+  mlpd_client_t *c2 = tc_connect(d.sock, 30000);
   mlpd_err_t err = {0};
   mlpd_client_region_t *r[4] = {0};
   assert_int_equal(mlpd_client_region_create(c, "a", 1000, &r[0], &err), 0);
@@ -1050,8 +998,7 @@ static void test_limits(void **state) {
   assert_null(r[2]);
   mlpd_err_clear(&err);
   /* Per connection: another one may still register two. */
-  assert_int_equal(mlpd_client_region_create(c2, "a", 1000, &r[2], &err),
-                   0);
+  assert_int_equal(mlpd_client_region_create(c2, "a", 1000, &r[2], &err), 0);
   /* Bytes count for the whole daemon. */
   rc = mlpd_client_region_create(c2, "big", 1048576 - 2999, &r[3], &err);
   expect_error(rc, &err, MLPD_ELIMIT, "--max-shm-bytes", "'big'");
@@ -1065,8 +1012,7 @@ static void test_limits(void **state) {
   r[1] = NULL;
   assert_int_equal(mlpd_client_unregister_region(c2, "big", &err), 0);
   mlpd_client_region_free(r[3]);
-  assert_int_equal(mlpd_client_region_create(c, "b", 500000, &r[1], &err),
-                   0);
+  assert_int_equal(mlpd_client_region_create(c, "b", 500000, &r[1], &err), 0);
   /* And closing a connection returns its bytes. */
   mlpd_client_close(c);
   wait_metric(c2, "mlpd_shm_mapped_bytes", 1000);
@@ -1089,7 +1035,7 @@ static void test_region_output_over_max_frame(void **state) {
   /* 3000 rows x 64 f32 in = 768000 B fits; 3000 x 10 f32 out = 120000 B,
    * over a 100000-byte frame limit. */
   daemon_start(&d, "--max-frame", "100000", "--max-batch", "256", NULL);
-  mlpd_client_t *c = connect_ok(d.sock);
+  mlpd_client_t *c = tc_connect(d.sock, 30000);
   mlpd_err_t err = {0};
   const size_t in_b = (size_t)ROWS * IN * 4, out_b = (size_t)ROWS * OUT * 4;
   mlpd_client_region_t *reg = NULL;
@@ -1106,8 +1052,7 @@ static void test_region_output_over_max_frame(void **state) {
   mlpd_client_result_t res;
   mlpd_client_result_init(&res);
   mlpd_client_window_t in = {.region = "big", .offset = 0};
-  mlpd_client_window_t out = {.region = "big", .offset = in_b,
-                              .length = out_b};
+  mlpd_client_window_t out = {.region = "big", .offset = in_b, .length = out_b};
   /* Inline output: refused, saying why and what to do. */
   shm_infer(c, &req, &in, NULL, &res);
   expect_refused(&res, MLPD_STATUS_RESOURCE_EXHAUSTED, "--max-frame",
@@ -1117,8 +1062,8 @@ static void test_region_output_over_max_frame(void **state) {
   /* Spot-check the last rows against an inline request of a few. */
   size_t n;
   int last = ROWS - 4;
-  float *ref = inline_answer(c, base + (size_t)last * IN * 4, MLPD_DTYPE_F32,
-                             4, MLPD_CLIENT_DTYPE_SAME, &n);
+  float *ref = tc_inline_answer(c, base + (size_t)last * IN * 4, MLPD_DTYPE_F32,
+                                4, IN, MLPD_CLIENT_DTYPE_SAME, &n);
   const float *y =
       (const float *)(const void *)(base + in_b + (size_t)last * OUT * 4);
   for (size_t e = 0; e < 4 * OUT; e++)

@@ -24,6 +24,7 @@
  * for conditions (metrics), never for luck. */
 #include "mlpd_client.h"
 
+#include "clientutil.h"
 #include "rowsfile.h"
 #include "testutil.h"
 
@@ -112,16 +113,6 @@ static void stop(td_daemon_t *d) {
   assert_int_equal(rc, 0);
 }
 
-static mlpd_client_t *connect_ok(const char *path) {
-  mlpd_client_t *c = NULL;
-  mlpd_err_t err = {0};
-  int rc = mlpd_client_connect(path, &c, &err);
-  if (rc != 0)
-    fail_msg("connect: %s", mlpd_err_msg(&err, rc));
-  mlpd_client_set_timeout(c, TIMEOUT);
-  return c;
-}
-
 static double metric(const td_daemon_t *d, const char *name) {
   char *t = td_metrics(d->sock, TIMEOUT);
   double v = tu_metric(t, name);
@@ -194,32 +185,6 @@ static void *rows_as(int first, int rows, mlpd_dtype_t dt) {
   return x;
 }
 
-/* The inline answer to x, raw bytes of the wire dtype, malloc'ed. */
-static void *inline_answer(mlpd_client_t *c, const void *x, mlpd_dtype_t dt,
-                           int rows, int out_dtype, size_t *nbytes) {
-  mlpd_client_infer_t req;
-  mlpd_client_infer_init(&req);
-  req.data = x;
-  req.dtype = dt;
-  req.rows = rows;
-  req.cols = IN;
-  req.out_dtype = out_dtype;
-  mlpd_client_result_t res;
-  mlpd_client_result_init(&res);
-  mlpd_err_t err = {0};
-  int rc = mlpd_client_infer(c, &req, &res, &err);
-  if (rc != 0)
-    fail_msg("inline infer: %s", mlpd_err_msg(&err, rc));
-  if (res.status != MLPD_STATUS_OK)
-    fail_msg("inline infer: %s: %s", mlpd_status_name(res.status), res.message);
-  void *y = malloc(res.nbytes);
-  assert_non_null(y);
-  memcpy(y, res.data, res.nbytes);
-  *nbytes = res.nbytes;
-  mlpd_client_result_free(&res);
-  return y;
-}
-
 /* Whether a request's rows go direct on this case's engine: every window
  * it names must be in its batch's dtype (the fake computes in f32 and
  * takes f32 rows only; the GPU takes f32 and its bf16 compute dtype). */
@@ -244,7 +209,7 @@ static void test_bit_for_bit(void **state) {
   static const int nrows[] = {1, 7, 64, 100};
   td_daemon_t d;
   spawn(&d, NULL, 0);
-  mlpd_client_t *c = connect_ok(d.sock);
+  mlpd_client_t *c = tc_connect(d.sock, TIMEOUT);
   mlpd_err_t err = {0};
   const size_t size = (size_t)1 << 20;
   mlpd_client_region_t *reg = NULL;
@@ -266,7 +231,7 @@ static void test_bit_for_bit(void **state) {
       size_t in_b = (size_t)rows * IN * mlpd_dtype_size(cases[k].in);
       size_t nref;
       uint8_t *ref =
-          inline_answer(c, x, cases[k].in, rows, cases[k].out, &nref);
+          tc_inline_answer(c, x, cases[k].in, rows, IN, cases[k].out, &nref);
       /* Odd offsets: the DMA reads and writes unaligned rows. */
       const uint64_t in_off = 17, out_off = 300001;
       memcpy(base + in_off, x, in_b);
@@ -356,7 +321,7 @@ static void test_mixed_batches(void **state) {
     assert_true(pos <= size);
   }
   for (int k = 0; k < NCONN; k++) {
-    mx[k].c = connect_ok(d.sock);
+    mx[k].c = tc_connect(d.sock, TIMEOUT);
     if (mx[k].shm) {
       assert_int_equal(mlpd_client_region_create(mx[k].c, mx[k].name, size,
                                                  &mx[k].reg, &err),
@@ -367,8 +332,8 @@ static void test_mixed_batches(void **state) {
     for (int i = 0; i < N; i++) {
       x[k][i] = rows_as(11 * i + k, rows_of[i], mx[k].in);
       size_t n;
-      want[k][i] = inline_answer(mx[k].c, x[k][i], mx[k].in, rows_of[i],
-                                 MLPD_DTYPE_F32, &n);
+      want[k][i] = tc_inline_answer(mx[k].c, x[k][i], mx[k].in, rows_of[i], IN,
+                                    MLPD_DTYPE_F32, &n);
       if (mx[k].shm)
         memcpy(mx[k].base + in_at[i], x[k][i],
                (size_t)rows_of[i] * IN * mlpd_dtype_size(mx[k].in));
@@ -484,7 +449,7 @@ static void test_disconnect_mid_batch(void **state) {
   td_daemon_t d;
   spawn(&d, "300", 0);
   const size_t in_b = (size_t)ROWS * IN * 4, out_b = (size_t)ROWS * OUT * 4;
-  mlpd_client_t *a = connect_ok(d.sock);
+  mlpd_client_t *a = tc_connect(d.sock, TIMEOUT);
   mlpd_err_t err = {0};
   mlpd_client_region_t *reg = NULL;
   assert_int_equal(
@@ -513,9 +478,10 @@ static void test_disconnect_mid_batch(void **state) {
     usleep(1000);
   assert_true(metric(&d, "mlpd_shm_mapped_bytes") == 0);
   assert_true(metric(&d, "mlpd_inflight_requests") == 0);
-  mlpd_client_t *b = connect_ok(d.sock);
+  mlpd_client_t *b = tc_connect(d.sock, TIMEOUT);
   size_t n;
-  void *y = inline_answer(b, x, MLPD_DTYPE_F32, ROWS, MLPD_DTYPE_F32, &n);
+  void *y =
+      tc_inline_answer(b, x, MLPD_DTYPE_F32, ROWS, IN, MLPD_DTYPE_F32, &n);
   assert_int_equal(n, out_b);
   free(y);
   assert_false(td_log_contains(&d, "outside every registered"));
@@ -535,7 +501,7 @@ static void test_register_refused(void **state) {
     skip(); /* the fake's knob */
   td_daemon_t d;
   spawn(&d, NULL, 1);
-  mlpd_client_t *c = connect_ok(d.sock);
+  mlpd_client_t *c = tc_connect(d.sock, TIMEOUT);
   mlpd_err_t err = {0};
   const size_t in_b = (size_t)ROWS * IN * 4, out_b = (size_t)ROWS * OUT * 4;
   mlpd_client_region_t *reg = NULL;
@@ -545,7 +511,8 @@ static void test_register_refused(void **state) {
   void *x = rows_as(3, ROWS, MLPD_DTYPE_F32);
   memcpy(base, x, in_b);
   size_t n;
-  void *ref = inline_answer(c, x, MLPD_DTYPE_F32, ROWS, MLPD_DTYPE_F32, &n);
+  void *ref =
+      tc_inline_answer(c, x, MLPD_DTYPE_F32, ROWS, IN, MLPD_DTYPE_F32, &n);
   mlpd_client_infer_t req;
   mlpd_client_infer_init(&req);
   req.rows = ROWS;
@@ -585,12 +552,14 @@ static void test_pin_off_loop(void **state) {
     skip(); /* the fake's knob */
   td_daemon_t d;
   spawn_ex(&d, NULL, 0, "500", 1);
-  mlpd_client_t *a = connect_ok(d.sock), *b = connect_ok(d.sock);
+  mlpd_client_t *a = tc_connect(d.sock, TIMEOUT),
+                *b = tc_connect(d.sock, TIMEOUT);
   mlpd_err_t err = {0};
   const size_t in_b = (size_t)ROWS * IN * 4, out_b = (size_t)ROWS * OUT * 4;
   void *x = rows_as(21, ROWS, MLPD_DTYPE_F32);
   size_t n;
-  void *ref = inline_answer(b, x, MLPD_DTYPE_F32, ROWS, MLPD_DTYPE_F32, &n);
+  void *ref =
+      tc_inline_answer(b, x, MLPD_DTYPE_F32, ROWS, IN, MLPD_DTYPE_F32, &n);
   assert_int_equal(n, out_b);
 
   uint64_t t0 = now_ms();
@@ -603,7 +572,8 @@ static void test_pin_off_loop(void **state) {
   mlpd_client_health_t h;
   assert_int_equal(mlpd_client_health(b, &h, &err), 0);
   assert_true(h.ready);
-  void *y = inline_answer(b, x, MLPD_DTYPE_F32, ROWS, MLPD_DTYPE_F32, &n);
+  void *y =
+      tc_inline_answer(b, x, MLPD_DTYPE_F32, ROWS, IN, MLPD_DTYPE_F32, &n);
   assert_memory_equal(y, ref, out_b);
   free(y);
   uint64_t t_other = now_ms() - t0;
@@ -650,7 +620,7 @@ static void test_pin_off_loop(void **state) {
    * whose connection goes, mapping and all; the registrations finish,
    * then each is undone and unmapped, off the loop. */
   mlpd_client_region_t *r2 = NULL, *r3 = NULL;
-  mlpd_client_t *c = connect_ok(d.sock);
+  mlpd_client_t *c = tc_connect(d.sock, TIMEOUT);
   assert_int_equal(mlpd_client_region_create(a, "drop", 1 << 20, &r2, &err), 0);
   assert_int_equal(mlpd_client_unregister_region(a, "drop", &err), 0);
   assert_int_equal(mlpd_client_region_create(c, "gone", 1 << 20, &r3, &err), 0);
