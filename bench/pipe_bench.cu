@@ -51,9 +51,9 @@ struct pcfg_t {
   pipe_kernel_t k[2][3];
 };
 #define PK(M, S, U, V, D, B)                                                   \
-  {mlpd_pipe_gemm_kernel<M, 1, S, U, V, D, B>,                                 \
-   mlpd_pipe_gemm_kernel<M, 2, S, U, V, D, B>,                                 \
-   mlpd_pipe_gemm_kernel<M, 4, S, U, V, D, B>}
+  {mlpd_small_gemm_kernel_pipe<M, 1, S, U, V, D, B>,                                 \
+   mlpd_small_gemm_kernel_pipe<M, 2, S, U, V, D, B>,                                 \
+   mlpd_small_gemm_kernel_pipe<M, 4, S, U, V, D, B>}
 #define PC(S, U, V, D, B, BPS)                                                 \
   {"pipe S" #S " U" #U " V" #V " D" #D " minb" #B " bps" #BPS,                \
    S,                                                                          \
@@ -406,7 +406,7 @@ int main(int argc, char **argv) {
         c.cfg = -1;
         double best = 1e30;
         int bv = -1;
-        for (int v = 0; v < MLPD_SMALL_MAX_VARIANTS; v++) {
+        for (int v = 0; v < MLPD_SMALL_TILE_VARIANTS; v++) {
           c.variant = v;
           double us = time_chain(&c, st);
           if (us > 0 && us < best)

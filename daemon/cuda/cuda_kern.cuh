@@ -20,6 +20,7 @@
 #define MLPD_CUDA_KERN_CUH
 
 #include "cuda_kernels.h"
+#include "cuda_pipe.cuh"
 #include "cuda_tile.cuh"
 
 namespace mlpd_k {
@@ -49,25 +50,38 @@ typedef void (*small_kernel_t)(const uint16_t *, const void *,
                                const uint16_t *, const float *, uint16_t *,
                                int, int, int, int, int);
 
-/* Eight kernel shapes: split-K warps S, vectors a thread a chunk V (2:
- * whole 128-byte lines per 16-bit weight row), m-tiles a block MT; chunks
- * ahead U per n-tiles (four n-tiles hold more inputs in registers, so they
- * load fewer chunks ahead). */
+/* Kernel shapes. Variants 0-7, the per-tile kernel: split-K warps S,
+ * vectors a thread a chunk V (2: whole 128-byte lines per 16-bit weight
+ * row), m-tiles a block MT; chunks ahead U per n-tiles (four n-tiles hold
+ * more inputs in registers, so they load fewer chunks ahead). Variants
+ * from MLPD_SMALL_TILE_VARIANTS on, the pipelined kernel (cuda_pipe.cuh):
+ * S warps, a grid of BPS blocks per SM, its U/V/D per n-tiles in
+ * MLPD_K_PIPE_ROW. */
 struct small_variant_t {
-  int s, v, mt;
+  int s, v, mt, bps; /* bps > 0: the pipelined kernel */
 };
+#define MLPD_SMALL_TILE_VARIANTS 8
 static const small_variant_t small_shapes[MLPD_SMALL_MAX_VARIANTS] = {
-    {4, 1, 1}, {8, 1, 1}, {16, 1, 1}, {4, 2, 1},
-    {8, 2, 1}, {16, 2, 1}, {4, 2, 2}, {8, 2, 2}};
+    {4, 1, 1, 0},  {8, 1, 1, 0},  {16, 1, 1, 0}, {4, 2, 1, 0},
+    {8, 2, 1, 0},  {16, 2, 1, 0}, {4, 2, 2, 0},  {8, 2, 2, 0},
+    {16, 2, 1, 1}, {16, 2, 1, 1}, {8, 2, 1, 2},  {16, 1, 1, 1}};
 #define MLPD_K_SMALL_ROW(M, NT, U1, U2)                                        \
-  {mlpd_small_gemm_kernel<M, NT, 4, U1, 1, 1>,                                \
-   mlpd_small_gemm_kernel<M, NT, 8, U1, 1, 1>,                                \
-   mlpd_small_gemm_kernel<M, NT, 16, U1, 1, 1>,                               \
-   mlpd_small_gemm_kernel<M, NT, 4, U2, 2, 1>,                                \
-   mlpd_small_gemm_kernel<M, NT, 8, U2, 2, 1>,                                \
-   mlpd_small_gemm_kernel<M, NT, 16, U2, 2, 1>,                               \
-   mlpd_small_gemm_kernel<M, NT, 4, 1, 2, 2>,                                 \
-   mlpd_small_gemm_kernel<M, NT, 8, 1, 2, 2>}
+  mlpd_small_gemm_kernel<M, NT, 4, U1, 1, 1>,                                 \
+      mlpd_small_gemm_kernel<M, NT, 8, U1, 1, 1>,                             \
+      mlpd_small_gemm_kernel<M, NT, 16, U1, 1, 1>,                            \
+      mlpd_small_gemm_kernel<M, NT, 4, U2, 2, 1>,                             \
+      mlpd_small_gemm_kernel<M, NT, 8, U2, 2, 1>,                             \
+      mlpd_small_gemm_kernel<M, NT, 16, U2, 2, 1>,                            \
+      mlpd_small_gemm_kernel<M, NT, 4, 1, 2, 2>,                              \
+      mlpd_small_gemm_kernel<M, NT, 8, 1, 2, 2>
+/* mlpd_small_gemm_kernel_pipe<MODE, NT, S, U, V, D, MINB>: MINB 2 caps
+ * registers so that a block of the next layer fits beside one of this
+ * layer (its weight loads then start before this layer ends). */
+#define MLPD_K_PIPE_ROW(M, NT)                                                 \
+  mlpd_small_gemm_kernel_pipe<M, NT, 16, 1, 2, 2, 2>,                         \
+      mlpd_small_gemm_kernel_pipe<M, NT, 16, 1, 2, 3, 1>,                     \
+      mlpd_small_gemm_kernel_pipe<M, NT, 8, 1, 2, 3, 2>,                      \
+      mlpd_small_gemm_kernel_pipe<M, NT, 16, 1, 1, 4, 1>
 
 /* n-tiles (of 8 rows) index for a bucket of `rows` <= 32. */
 static inline int tiles_index(int rows) {
@@ -79,8 +93,9 @@ template <int MODE> struct small_table {
 };
 template <int MODE>
 const small_kernel_t small_table<MODE>::k[3][MLPD_SMALL_MAX_VARIANTS] = {
-    MLPD_K_SMALL_ROW(MODE, 1, 4, 2), MLPD_K_SMALL_ROW(MODE, 2, 4, 2),
-    MLPD_K_SMALL_ROW(MODE, 4, 2, 1)};
+    {MLPD_K_SMALL_ROW(MODE, 1, 4, 2), MLPD_K_PIPE_ROW(MODE, 1)},
+    {MLPD_K_SMALL_ROW(MODE, 2, 4, 2), MLPD_K_PIPE_ROW(MODE, 2)},
+    {MLPD_K_SMALL_ROW(MODE, 4, 2, 1), MLPD_K_PIPE_ROW(MODE, 4)}};
 
 template <int MODE>
 int small_launch(int variant, int rows, int n, int k, const void *x,
@@ -97,7 +112,19 @@ int small_launch(int variant, int rows, int n, int k, const void *x,
   cudaLaunchConfig_t cfg = {};
   cudaLaunchAttribute attr[1];
   const int per_block = 16 * sh.mt;
-  cfg.gridDim = dim3((unsigned)((n + per_block - 1) / per_block));
+  int grid = (n + per_block - 1) / per_block;
+  if (sh.bps > 0) {
+    /* The pipelined kernel: at most BPS blocks per SM, each walking its
+     * tiles (cuda_pipe.cuh). */
+    int dev = 0, sms = 0;
+    cudaError_t ce = cudaGetDevice(&dev);
+    if (ce == cudaSuccess)
+      ce = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (ce != cudaSuccess)
+      return (int)ce;
+    grid = grid < sh.bps * sms ? grid : sh.bps * sms;
+  }
+  cfg.gridDim = dim3((unsigned)grid);
   cfg.blockDim = dim3((unsigned)(sh.s * 32));
   cfg.stream = stream;
   if (pdl) {

@@ -40,7 +40,7 @@ enum {
 
 template <int MODE, int NT, int S, int U, int V, int D, int MINB>
 __global__ void __launch_bounds__(S * 32, MINB)
-    mlpd_pipe_gemm_kernel(const uint16_t *__restrict__ x,
+    mlpd_small_gemm_kernel_pipe(const uint16_t *__restrict__ x,
                           const void *__restrict__ wv,
                           const uint16_t *__restrict__ b,
                           const float *__restrict__ wscale,
