@@ -64,7 +64,7 @@ struct small_variant_t {
 static const small_variant_t small_shapes[MLPD_SMALL_MAX_VARIANTS] = {
     {4, 1, 1, 0},  {8, 1, 1, 0},  {16, 1, 1, 0}, {4, 2, 1, 0},
     {8, 2, 1, 0},  {16, 2, 1, 0}, {4, 2, 2, 0},  {8, 2, 2, 0},
-    {16, 2, 1, 1}, {16, 2, 1, 1}, {8, 2, 1, 2},  {16, 1, 1, 1}};
+    {8, 2, 1, 2},  {8, 2, 1, 2},  {16, 2, 1, 1}, {16, 1, 1, 1}};
 #define MLPD_K_SMALL_ROW(M, NT, U1, U2)                                        \
   mlpd_small_gemm_kernel<M, NT, 4, U1, 1, 1>,                                 \
       mlpd_small_gemm_kernel<M, NT, 8, U1, 1, 1>,                             \
@@ -74,13 +74,16 @@ static const small_variant_t small_shapes[MLPD_SMALL_MAX_VARIANTS] = {
       mlpd_small_gemm_kernel<M, NT, 16, U2, 2, 1>,                            \
       mlpd_small_gemm_kernel<M, NT, 4, 1, 2, 2>,                              \
       mlpd_small_gemm_kernel<M, NT, 8, 1, 2, 2>
-/* mlpd_small_gemm_kernel_pipe<MODE, NT, S, U, V, D, MINB>: MINB 2 caps
- * registers so that a block of the next layer fits beside one of this
- * layer (its weight loads then start before this layer ends). */
+/* mlpd_small_gemm_kernel_pipe<MODE, NT, S, U, V, D, MINB>; the four that
+ * won somewhere in bench/pipe_bench.cu's chains (bench/RESULTS.md, issue
+ * 17, "pipelined kernel"): 8 warps x 2 blocks an SM, 2 buffers of 2
+ * chunks (mlp-4k bf16, 1-8 rows) or 3 buffers of 1 (16 rows); 16 warps x 1
+ * block, 2 buffers of whole lines (mlp-1k bf16) or 4 of single vectors
+ * (mlp-1k FP8). MINB 2 caps the registers so two blocks fit an SM. */
 #define MLPD_K_PIPE_ROW(M, NT)                                                 \
-  mlpd_small_gemm_kernel_pipe<M, NT, 16, 1, 2, 2, 2>,                         \
-      mlpd_small_gemm_kernel_pipe<M, NT, 16, 1, 2, 3, 1>,                     \
+  mlpd_small_gemm_kernel_pipe<M, NT, 8, 2, 2, 2, 2>,                          \
       mlpd_small_gemm_kernel_pipe<M, NT, 8, 1, 2, 3, 2>,                      \
+      mlpd_small_gemm_kernel_pipe<M, NT, 16, 1, 2, 2, 1>,                     \
       mlpd_small_gemm_kernel_pipe<M, NT, 16, 1, 1, 4, 1>
 
 /* n-tiles (of 8 rows) index for a bucket of `rows` <= 32. */
@@ -136,7 +139,8 @@ int small_launch(int variant, int rows, int n, int k, const void *x,
   return (int)cudaLaunchKernelEx(
       &cfg, kern, static_cast<const uint16_t *>(x), w,
       static_cast<const uint16_t *>(b), wscale, static_cast<uint16_t *>(y),
-      rows, n, k, act, pdl ? 1 : 0);
+      rows, n, k, act,
+      !pdl ? 0 : sh.bps > 0 ? MLPD_PIPE_PDL | MLPD_PIPE_L2 : 1);
 }
 
 /* Lowest PTX and binary versions among this mode's kernels, or the
