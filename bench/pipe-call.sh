@@ -31,7 +31,7 @@ if [ -x $B/bench/bench_engine ] && [ -f /tmp/mlp-4k.safetensors ]; then
   for m in mlp-4k mlp-1k; do
     for f in "" --fp8; do
       timeout 25 $B/bench/bench_engine --model /tmp/$m.safetensors \
-        --label "$m$f" $f --batches 1,16,32 --pipeline-batches 16 \
+        --label "$m${f:+-fp8}" $f --batches 1,16,32 --pipeline-batches 16 \
         >>"$OUT/engine.jsonl" 2>>"$OUT/engine.err"
     done
   done
