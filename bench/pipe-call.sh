@@ -4,8 +4,8 @@
 # kernel, in DEADLINE seconds (default 190): builds test_engine_cuda and
 # bench_engine (Release, sm_90) in the background while bench/pipe-run.sh
 # checks and times the kernels, then bench_engine on mlp-4k and mlp-1k
-# (bf16 and FP8, 1, 16 and 32 rows, the autotuner choosing per layer), then the CUDA engine's
-# tests with what time is left. Logs under $OUT. Run from the checkout
+# (bf16 and FP8, 1, 16 and 32 rows, the autotuner choosing per layer),
+# then the CUDA engine's tests with what time is left. Logs under $OUT. Run from the checkout
 # root after `source .gpu-deps/env.sh`. PIPE_ARGS go to pipe_bench.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -45,6 +45,7 @@ fi
 grep -E "tests? passed|FAIL|forced|Assert|error:" "$OUT/ctest.log" 2>/dev/null |
   cut -c1-200 | head -20
 grep -E '"kind":"(batch|plan|open)"' "$OUT/engine.jsonl" 2>/dev/null |
-  sed -E 's/"(model|kind|weights|candidates|us_first|us_lt|bf16_path|us_fp8|us_bf16|dev_p10|dev_p90)":[^,]*,//g' |
+  sed -E 's/"(kind|weights|candidates|us_first|us_lt|bf16_path)":[^,]*,//g;
+    s/"(us_fp8|us_bf16|dev_p10|dev_p90)":[^,]*,//g' |
   cut -c1-160
 grep -E "CHECKS|FAIL" "$OUT/pipe_bench.log" | head -10

@@ -10,6 +10,8 @@ OUT=${OUT:-/tmp/pipe-out}
 mkdir -p "$OUT" /tmp/pb
 nvcc -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 -Idaemon/cuda \
   bench/pipe_bench.cu -o /tmp/pb/pipe_bench || exit 1
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu,power.draw --format=csv
-timeout "${PIPE_TIMEOUT:-150}" /tmp/pb/pipe_bench "$@" 2>&1 | tee "$OUT/pipe_bench.log"
+nvidia-smi --format=csv \
+  --query-gpu=name,driver_version,clocks.sm,temperature.gpu,power.draw
+timeout "${PIPE_TIMEOUT:-150}" /tmp/pb/pipe_bench "$@" 2>&1 |
+  tee "$OUT/pipe_bench.log"
 echo "rc ${PIPESTATUS[0]}"

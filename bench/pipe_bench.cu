@@ -51,8 +51,8 @@ struct pcfg_t {
   pipe_kernel_t k[2][3];
 };
 #define PK(M, S, U, V, D, B)                                                   \
-  {mlpd_small_gemm_kernel_pipe<M, 1, S, U, V, D, B>,                                 \
-   mlpd_small_gemm_kernel_pipe<M, 2, S, U, V, D, B>,                                 \
+  {mlpd_small_gemm_kernel_pipe<M, 1, S, U, V, D, B>,                           \
+   mlpd_small_gemm_kernel_pipe<M, 2, S, U, V, D, B>,                           \
    mlpd_small_gemm_kernel_pipe<M, 4, S, U, V, D, B>}
 #define PC(S, U, V, D, B, BPS)                                                 \
   {"pipe S" #S " U" #U " V" #V " D" #D " minb" #B " bps" #BPS,                \
