@@ -59,12 +59,13 @@ typedef void (*small_kernel_t)(const uint16_t *, const void *,
  * MLPD_K_PIPE_ROW. */
 struct small_variant_t {
   int s, v, mt, bps; /* bps > 0: the pipelined kernel */
+  int l2;            /* pipelined: the L2 ask before the PDL wait */
 };
 #define MLPD_SMALL_TILE_VARIANTS 8
 static const small_variant_t small_shapes[MLPD_SMALL_MAX_VARIANTS] = {
-    {4, 1, 1, 0},  {8, 1, 1, 0},  {16, 1, 1, 0}, {4, 2, 1, 0},
-    {8, 2, 1, 0},  {16, 2, 1, 0}, {4, 2, 2, 0},  {8, 2, 2, 0},
-    {8, 2, 1, 2},  {8, 2, 1, 2},  {16, 2, 1, 1}, {16, 1, 1, 1}};
+    {4, 1, 1, 0, 0},  {8, 1, 1, 0, 0},  {16, 1, 1, 0, 0}, {4, 2, 1, 0, 0},
+    {8, 2, 1, 0, 0},  {16, 2, 1, 0, 0}, {4, 2, 2, 0, 0},  {8, 2, 2, 0, 0},
+    {8, 1, 1, 2, 0},  {8, 2, 1, 2, 1},  {16, 2, 1, 1, 1}, {16, 1, 1, 1, 1}};
 #define MLPD_K_SMALL_ROW(M, NT, U1, U2)                                        \
   mlpd_small_gemm_kernel<M, NT, 4, U1, 1, 1>,                                 \
       mlpd_small_gemm_kernel<M, NT, 8, U1, 1, 1>,                             \
@@ -76,12 +77,13 @@ static const small_variant_t small_shapes[MLPD_SMALL_MAX_VARIANTS] = {
       mlpd_small_gemm_kernel<M, NT, 8, 1, 2, 2>
 /* mlpd_small_gemm_kernel_pipe<MODE, NT, S, U, V, D, MINB>; the four that
  * won somewhere in bench/pipe_bench.cu's chains (bench/RESULTS.md, issue
- * 17, "pipelined kernel"): 8 warps x 2 blocks an SM, 2 buffers of 2
- * chunks (mlp-4k bf16, 1-8 rows) or 3 buffers of 1 (16 rows); 16 warps x 1
- * block, 2 buffers of whole lines (mlp-1k bf16) or 4 of single vectors
- * (mlp-1k FP8). MINB 2 caps the registers so two blocks fit an SM. */
+ * 17, "pipelined kernel"): 8 warps x 2 blocks an SM, 2 buffers of 4
+ * single-vector chunks without the L2 ask (mlp-4k bf16, 1-8 rows) or 3
+ * buffers of 1 whole-line chunk (16 rows); 16 warps x 1 block, 2 buffers
+ * of whole lines (mlp-1k bf16) or 4 of single vectors (mlp-1k FP8). MINB 2
+ * caps the registers so two blocks fit an SM. */
 #define MLPD_K_PIPE_ROW(M, NT)                                                 \
-  mlpd_small_gemm_kernel_pipe<M, NT, 8, 2, 2, 2, 2>,                          \
+  mlpd_small_gemm_kernel_pipe<M, NT, 8, 4, 1, 2, 2>,                          \
       mlpd_small_gemm_kernel_pipe<M, NT, 8, 1, 2, 3, 2>,                      \
       mlpd_small_gemm_kernel_pipe<M, NT, 16, 1, 2, 2, 1>,                     \
       mlpd_small_gemm_kernel_pipe<M, NT, 16, 1, 1, 4, 1>
@@ -140,7 +142,9 @@ int small_launch(int variant, int rows, int n, int k, const void *x,
       &cfg, kern, static_cast<const uint16_t *>(x), w,
       static_cast<const uint16_t *>(b), wscale, static_cast<uint16_t *>(y),
       rows, n, k, act,
-      !pdl ? 0 : sh.bps > 0 ? MLPD_PIPE_PDL | MLPD_PIPE_L2 : 1);
+      !pdl        ? 0
+      : sh.bps > 0 ? MLPD_PIPE_PDL | (sh.l2 ? MLPD_PIPE_L2 : 0)
+                   : 1);
 }
 
 /* Lowest PTX and binary versions among this mode's kernels, or the
