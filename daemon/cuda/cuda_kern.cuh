@@ -11,6 +11,10 @@
  * only then waits for the previous grid, so the launch gap and the
  * previous layer's tail overlap this layer's first weight reads.
  *
+ * Variants 8 and up are the software-pipelined kernel (cuda_pipe.cuh): a
+ * grid sized to the SMs, blocks walking several tiles with their next
+ * loads in flight; same signature, so one table holds both.
+ *
  * What is not here any more, and why (bench/RESULTS.md, "Retired"): a
  * fused whole-forward kernel (one cooperative launch, grid barrier between
  * layers: slower than this chain at every bucket; bench/retired/
