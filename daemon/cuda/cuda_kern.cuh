@@ -11,6 +11,10 @@
  * only then waits for the previous grid, so the launch gap and the
  * previous layer's tail overlap this layer's first weight reads.
  *
+ * Variants 8 and up are the software-pipelined kernel (cuda_pipe.cuh): a
+ * grid sized to the SMs, blocks walking several tiles with their next
+ * loads in flight; same signature, so one table holds both.
+ *
  * What is not here any more, and why (bench/RESULTS.md, "Retired"): a
  * fused whole-forward kernel (one cooperative launch, grid barrier between
  * layers: slower than this chain at every bucket; bench/retired/
@@ -20,6 +24,7 @@
 #define MLPD_CUDA_KERN_CUH
 
 #include "cuda_kernels.h"
+#include "cuda_pipe.cuh"
 #include "cuda_tile.cuh"
 
 namespace mlpd_k {
@@ -49,25 +54,43 @@ typedef void (*small_kernel_t)(const uint16_t *, const void *,
                                const uint16_t *, const float *, uint16_t *,
                                int, int, int, int, int);
 
-/* Eight kernel shapes: split-K warps S, vectors a thread a chunk V (2:
- * whole 128-byte lines per 16-bit weight row), m-tiles a block MT; chunks
- * ahead U per n-tiles (four n-tiles hold more inputs in registers, so they
- * load fewer chunks ahead). */
+/* Kernel shapes. Variants 0-7, the per-tile kernel: split-K warps S,
+ * vectors a thread a chunk V (2: whole 128-byte lines per 16-bit weight
+ * row), m-tiles a block MT; chunks ahead U per n-tiles (four n-tiles hold
+ * more inputs in registers, so they load fewer chunks ahead). Variants
+ * from MLPD_SMALL_TILE_VARIANTS on, the pipelined kernel (cuda_pipe.cuh):
+ * S warps, a grid of BPS blocks per SM, its U/V/D per n-tiles in
+ * MLPD_K_PIPE_ROW. */
 struct small_variant_t {
-  int s, v, mt;
+  int s, v, mt, bps; /* bps > 0: the pipelined kernel */
+  int l2;            /* pipelined: the L2 ask before the PDL wait */
 };
+#define MLPD_SMALL_TILE_VARIANTS 8
 static const small_variant_t small_shapes[MLPD_SMALL_MAX_VARIANTS] = {
-    {4, 1, 1}, {8, 1, 1}, {16, 1, 1}, {4, 2, 1},
-    {8, 2, 1}, {16, 2, 1}, {4, 2, 2}, {8, 2, 2}};
+    {4, 1, 1, 0, 0},  {8, 1, 1, 0, 0},  {16, 1, 1, 0, 0}, {4, 2, 1, 0, 0},
+    {8, 2, 1, 0, 0},  {16, 2, 1, 0, 0}, {4, 2, 2, 0, 0},  {8, 2, 2, 0, 0},
+    {8, 1, 1, 2, 0},  {8, 2, 1, 2, 1},  {16, 2, 1, 1, 1}, {16, 1, 1, 1, 1}};
 #define MLPD_K_SMALL_ROW(M, NT, U1, U2)                                        \
-  {mlpd_small_gemm_kernel<M, NT, 4, U1, 1, 1>,                                \
-   mlpd_small_gemm_kernel<M, NT, 8, U1, 1, 1>,                                \
-   mlpd_small_gemm_kernel<M, NT, 16, U1, 1, 1>,                               \
-   mlpd_small_gemm_kernel<M, NT, 4, U2, 2, 1>,                                \
-   mlpd_small_gemm_kernel<M, NT, 8, U2, 2, 1>,                                \
-   mlpd_small_gemm_kernel<M, NT, 16, U2, 2, 1>,                               \
-   mlpd_small_gemm_kernel<M, NT, 4, 1, 2, 2>,                                 \
-   mlpd_small_gemm_kernel<M, NT, 8, 1, 2, 2>}
+  mlpd_small_gemm_kernel<M, NT, 4, U1, 1, 1>,                                 \
+      mlpd_small_gemm_kernel<M, NT, 8, U1, 1, 1>,                             \
+      mlpd_small_gemm_kernel<M, NT, 16, U1, 1, 1>,                            \
+      mlpd_small_gemm_kernel<M, NT, 4, U2, 2, 1>,                             \
+      mlpd_small_gemm_kernel<M, NT, 8, U2, 2, 1>,                             \
+      mlpd_small_gemm_kernel<M, NT, 16, U2, 2, 1>,                            \
+      mlpd_small_gemm_kernel<M, NT, 4, 1, 2, 2>,                              \
+      mlpd_small_gemm_kernel<M, NT, 8, 1, 2, 2>
+/* mlpd_small_gemm_kernel_pipe<MODE, NT, S, U, V, D, MINB>; the four that
+ * won somewhere in bench/pipe_bench.cu's chains (bench/RESULTS.md, issue
+ * 17, "pipelined kernel"): 8 warps x 2 blocks an SM, 2 buffers of 4
+ * single-vector chunks without the L2 ask (mlp-4k bf16, 1-8 rows) or 3
+ * buffers of 1 whole-line chunk (16 rows); 16 warps x 1 block, 2 buffers
+ * of whole lines (mlp-1k bf16) or 4 of single vectors (mlp-1k FP8). MINB 2
+ * caps the registers so two blocks fit an SM. */
+#define MLPD_K_PIPE_ROW(M, NT)                                                 \
+  mlpd_small_gemm_kernel_pipe<M, NT, 8, 4, 1, 2, 2>,                          \
+      mlpd_small_gemm_kernel_pipe<M, NT, 8, 1, 2, 3, 2>,                      \
+      mlpd_small_gemm_kernel_pipe<M, NT, 16, 1, 2, 2, 1>,                     \
+      mlpd_small_gemm_kernel_pipe<M, NT, 16, 1, 1, 4, 1>
 
 /* n-tiles (of 8 rows) index for a bucket of `rows` <= 32. */
 static inline int tiles_index(int rows) {
@@ -79,8 +102,9 @@ template <int MODE> struct small_table {
 };
 template <int MODE>
 const small_kernel_t small_table<MODE>::k[3][MLPD_SMALL_MAX_VARIANTS] = {
-    MLPD_K_SMALL_ROW(MODE, 1, 4, 2), MLPD_K_SMALL_ROW(MODE, 2, 4, 2),
-    MLPD_K_SMALL_ROW(MODE, 4, 2, 1)};
+    {MLPD_K_SMALL_ROW(MODE, 1, 4, 2), MLPD_K_PIPE_ROW(MODE, 1)},
+    {MLPD_K_SMALL_ROW(MODE, 2, 4, 2), MLPD_K_PIPE_ROW(MODE, 2)},
+    {MLPD_K_SMALL_ROW(MODE, 4, 2, 1), MLPD_K_PIPE_ROW(MODE, 4)}};
 
 template <int MODE>
 int small_launch(int variant, int rows, int n, int k, const void *x,
@@ -97,7 +121,19 @@ int small_launch(int variant, int rows, int n, int k, const void *x,
   cudaLaunchConfig_t cfg = {};
   cudaLaunchAttribute attr[1];
   const int per_block = 16 * sh.mt;
-  cfg.gridDim = dim3((unsigned)((n + per_block - 1) / per_block));
+  int grid = (n + per_block - 1) / per_block;
+  if (sh.bps > 0) {
+    /* The pipelined kernel: at most BPS blocks per SM, each walking its
+     * tiles (cuda_pipe.cuh). */
+    int dev = 0, sms = 0;
+    cudaError_t ce = cudaGetDevice(&dev);
+    if (ce == cudaSuccess)
+      ce = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (ce != cudaSuccess)
+      return (int)ce;
+    grid = grid < sh.bps * sms ? grid : sh.bps * sms;
+  }
+  cfg.gridDim = dim3((unsigned)grid);
   cfg.blockDim = dim3((unsigned)(sh.s * 32));
   cfg.stream = stream;
   if (pdl) {
@@ -109,7 +145,10 @@ int small_launch(int variant, int rows, int n, int k, const void *x,
   return (int)cudaLaunchKernelEx(
       &cfg, kern, static_cast<const uint16_t *>(x), w,
       static_cast<const uint16_t *>(b), wscale, static_cast<uint16_t *>(y),
-      rows, n, k, act, pdl ? 1 : 0);
+      rows, n, k, act,
+      !pdl        ? 0
+      : sh.bps > 0 ? MLPD_PIPE_PDL | (sh.l2 ? MLPD_PIPE_L2 : 0)
+                   : 1);
 }
 
 /* Lowest PTX and binary versions among this mode's kernels, or the

@@ -371,7 +371,10 @@ extern "C" const char *mlpd_cuda_small_name(int rows, int variant) {
 #define SHAPES(T, P)                                                           \
   T "splitk=4" P,         T "splitk=8" P,         T "splitk=16" P,            \
   T "splitk=4 lines" P,   T "splitk=8 lines" P,   T "splitk=16 lines" P,      \
-  T "splitk=4 lines 2m" P, T "splitk=8 lines 2m" P
+  T "splitk=4 lines 2m" P, T "splitk=8 lines 2m" P,                           \
+  T "pipe splitk=8 4x2deep 2/SM" P,                                           \
+  T "pipe splitk=8 lines 3deep 2/SM" P, T "pipe splitk=16 lines 2deep" P,     \
+  T "pipe splitk=16 4deep" P
 #define NAMES(T)                                                               \
   { SHAPES(T, "") }
   static const char *const names[3][MLPD_SMALL_MAX_VARIANTS] = {

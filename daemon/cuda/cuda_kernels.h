@@ -31,7 +31,7 @@ extern "C" {
 
 /* Changes whenever the meaning of a variant number changes: the engine's
  * plan cache stores variant numbers and keys on this. */
-#define MLPD_KERNELS_VERSION 6
+#define MLPD_KERNELS_VERSION 7
 
 /* Activations of mlpd's kernels (the model's mlpd_act_t, as numbers). */
 enum { MLPD_KACT_NONE = 0, MLPD_KACT_GELU = 1, MLPD_KACT_RELU = 2 };
@@ -49,13 +49,17 @@ enum {
 /* Rows (a bucket) the small-batch kernel accepts at most. */
 #define MLPD_SMALL_MAX_ROWS 32
 
-/* Variants of the small-batch kernel there are at most. */
-#define MLPD_SMALL_MAX_VARIANTS 8
+/* Variants of the small-batch kernel there are at most: 8 of the per-tile
+ * kernel, then the software-pipelined kernel's. */
+#define MLPD_SMALL_MAX_VARIANTS 12
 
 /* How many small-batch variants exist for `rows` rows; 0 when none applies
  * (rows > MLPD_SMALL_MAX_ROWS or < 1). Variants differ in how many warps
- * split one layer's K, how many bytes a thread loads at once, and how many
- * 16-feature tiles a block owns. The same for every mode. */
+ * split one layer's K, how many bytes a thread loads at once, how many
+ * 16-feature tiles a block owns, and whether a block loads its next
+ * chunks while it multiplies the last ones (the pipelined variants: a
+ * grid sized to the SMs, each block walking several tiles). The same for
+ * every mode. */
 int mlpd_cuda_small_variants(int rows);
 
 /* "mma rows<=8 splitk=8"-style description of a variant, static. */

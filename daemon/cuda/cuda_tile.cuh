@@ -147,6 +147,45 @@ template <int S, int MT, int NT> struct tile_smem {
   float red[S][MT * NT][4][32];
 };
 
+/* The mma steps of one weight vector: a and h hold the same k values of
+ * weight rows g and g+8 of an m-tile, xx[nt] those of batch row g of
+ * n-tile nt (XV input vectors a weight vector). */
+template <int MODE, int NT, int XV>
+__device__ __forceinline__ void mma_vec(float (&acc)[NT][4], const uint4 a,
+                                        const uint4 h,
+                                        const uint4 (&xx)[NT][XV]) {
+  if (MODE != 2) {
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+      /* A vector's k values 0..3 as fragment slots {2t,2t+1,2t+8,2t+9},
+       * then 4..7 likewise, for rows g (a) and g+8 (h) of the tile and, in
+       * the same order, for the input row. */
+      mma<MODE != 0>(acc[nt], a.x, h.x, a.y, h.y, xx[nt][0].x, xx[nt][0].y);
+      mma<MODE != 0>(acc[nt], a.z, h.z, a.w, h.w, xx[nt][0].z, xx[nt][0].w);
+    }
+  } else {
+    /* 16 E4M3 values a vector: word j holds k 4j..4j+3, fed as slots
+     * {2t,2t+1} (bytes 0,1) and {2t+8,2t+9} (bytes 2,3) of mma step j; the
+     * inputs' k 4j..4j+3 are words 2(j%2), 2(j%2)+1 of input vector j/2. */
+    const uint32_t aw[4] = {a.x, a.y, a.z, a.w};
+    const uint32_t hw[4] = {h.x, h.y, h.z, h.w};
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      const uint32_t a0 = e4m3x2_to_f16x2(aw[j]);
+      const uint32_t a1 = e4m3x2_to_f16x2(hw[j]);
+      const uint32_t a2 = e4m3x2_to_f16x2(aw[j] >> 16);
+      const uint32_t a3 = e4m3x2_to_f16x2(hw[j] >> 16);
+#pragma unroll
+      for (int nt = 0; nt < NT; nt++) {
+        const uint4 x4 = xx[nt][(j >> 1) & (XV - 1)];
+        const uint32_t b0 = bf16x2_to_f16x2((j & 1) ? x4.z : x4.x);
+        const uint32_t b1 = bf16x2_to_f16x2((j & 1) ? x4.w : x4.y);
+        mma<true>(acc[nt], a0, a1, a2, a3, b0, b1);
+      }
+    }
+  }
+}
+
 /* The old (measured) start of a chained layer: each thread asks L2 for the
  * lines of its own first 8/V chunks of its weight rows, before waiting for
  * the previous layer. Same addressing as tile_gemm. */
@@ -195,7 +234,6 @@ tile_gemm(const uint16_t *__restrict__ x, const void *__restrict__ wv,
           const uint16_t *__restrict__ b, const float *__restrict__ wscale,
           uint16_t *__restrict__ y, int rows, int n, int k, int act, int m0,
           tile_smem<S, MT, NT> &sm) {
-  constexpr bool F16 = MODE != 0;       /* mma type */
   constexpr int KV = MODE == 2 ? 16 : 8; /* k values per weight vector */
   constexpr int XV = KV / 8;             /* input vectors per weight vector */
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -231,7 +269,7 @@ tile_gemm(const uint16_t *__restrict__ x, const void *__restrict__ wv,
       acc[mt][nt][0] = acc[mt][nt][1] = acc[mt][nt][2] = acc[mt][nt][3] = 0;
 
   for (int c0 = warp; c0 < nchunks; c0 += S * U) {
-    uint4 lo[U][MT][V], hi[U][MT][V], xr[U][NT][V][XV];
+    uint4 lo[U][MT][V], hi[U][MT][V], xr[U][V][NT][XV];
 #pragma unroll
     for (int u = 0; u < U; u++) {
       const int c = c0 + u * S;
@@ -248,7 +286,7 @@ tile_gemm(const uint16_t *__restrict__ x, const void *__restrict__ wv,
         for (int nt = 0; nt < NT; nt++)
 #pragma unroll
           for (int j = 0; j < XV; j++)
-            xr[u][nt][v][j] =
+            xr[u][v][nt][j] =
                 ld_inputs(xp[nt] + (q + v) * XV + j, kv && xv[nt]);
       }
     }
@@ -257,41 +295,9 @@ tile_gemm(const uint16_t *__restrict__ x, const void *__restrict__ wv,
 #pragma unroll
       for (int v = 0; v < V; v++)
 #pragma unroll
-        for (int mt = 0; mt < MT; mt++) {
-          const uint4 a = lo[u][mt][v], h = hi[u][mt][v];
-          if (MODE != 2) {
-#pragma unroll
-            for (int nt = 0; nt < NT; nt++) {
-              /* A vector's k values 0..3 as fragment slots {2t,2t+1,2t+8,
-               * 2t+9}, then 4..7 likewise, for rows g (a) and g+8 (h) of
-               * the tile and, in the same order, for the input row. */
-              const uint4 xx = xr[u][nt][v][0];
-              mma<F16>(acc[mt][nt], a.x, h.x, a.y, h.y, xx.x, xx.y);
-              mma<F16>(acc[mt][nt], a.z, h.z, a.w, h.w, xx.z, xx.w);
-            }
-          } else {
-            /* 16 E4M3 values a vector: word j holds k 4j..4j+3, fed as
-             * slots {2t,2t+1} (bytes 0,1) and {2t+8,2t+9} (bytes 2,3) of
-             * mma step j; the inputs' k 4j..4j+3 are words 2(j%2), 2(j%2)+1
-             * of input vector j/2. */
-            const uint32_t aw[4] = {a.x, a.y, a.z, a.w};
-            const uint32_t hw[4] = {h.x, h.y, h.z, h.w};
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-              const uint32_t a0 = e4m3x2_to_f16x2(aw[j]);
-              const uint32_t a1 = e4m3x2_to_f16x2(hw[j]);
-              const uint32_t a2 = e4m3x2_to_f16x2(aw[j] >> 16);
-              const uint32_t a3 = e4m3x2_to_f16x2(hw[j] >> 16);
-#pragma unroll
-              for (int nt = 0; nt < NT; nt++) {
-                const uint4 xx = xr[u][nt][v][(j >> 1) & (XV - 1)];
-                const uint32_t b0 = bf16x2_to_f16x2((j & 1) ? xx.z : xx.x);
-                const uint32_t b1 = bf16x2_to_f16x2((j & 1) ? xx.w : xx.y);
-                mma<true>(acc[mt][nt], a0, a1, a2, a3, b0, b1);
-              }
-            }
-          }
-        }
+        for (int mt = 0; mt < MT; mt++)
+          mma_vec<MODE, NT, XV>(acc[mt], lo[u][mt][v], hi[u][mt][v],
+                                xr[u][v]);
   }
 
 #pragma unroll
