@@ -24,7 +24,7 @@ mkdir -p "$OUT"
 LOGS=/tmp/mlpd-logs
 rm -rf "$LOGS" && mkdir -p "$LOGS"
 B=build-gpu
-TOTAL=${TOTAL:-480}
+TOTAL=${TOTAL:-440}
 t0=$(date +%s)
 el() { echo "$(($(date +%s) - t0)) s"; }
 left() { # seconds left, at most $1
@@ -42,7 +42,7 @@ for so in /usr/lib/x86_64-linux-gnu/libsystemd.so.0 /lib/x86_64-linux-gnu/libsys
 done
 
 if [ -z "${SKIP_ENGINE:-}" ]; then
-  OUT=$LOGS DEADLINE=${ENGINE_DEADLINE:-215} PASSES=${PASSES:-1} \
+  OUT=$LOGS DEADLINE=${ENGINE_DEADLINE:-180} PASSES=${PASSES:-1} \
     TORCH_ARGS=${TORCH_ARGS-} bench/gpu-run.sh 2>&1 |
     tee "$LOGS/gpu-run.out" | tail -70
   cp "$LOGS/RESULTS.md" "$OUT/RESULTS.md" 2>/dev/null
@@ -64,8 +64,8 @@ grep -E "Test +#|tests passed|CUDA devices|auto:" "$LOGS/ctest-daemon.log" | hea
 
 M4K=/tmp/mlpd-bench/mlp-4k.safetensors
 [ -f $M4K ] || M4K=""
-OUTDIR=/tmp/mlpd-models M4K=$M4K PYTHON=python3 DURATION=${DURATION:-2} \
-  timeout "$(left 60)" bench/models-oip.sh $B >"$LOGS/models-oip.log" 2>&1
+OUTDIR=/tmp/mlpd-models M4K=$M4K PYTHON=python3 DURATION=${DURATION:-1.5} \
+  timeout "$(left 90)" bench/models-oip.sh $B >"$LOGS/models-oip.log" 2>&1
 echo "models-oip rc=$? after $(el)"
 cat "$LOGS/models-oip.log" | tail -32
 cp "$LOGS/models-oip.log" "$OUT/" 2>/dev/null
