@@ -303,49 +303,57 @@ range:
 
 /* data: rows*cols numbers flat, or rows arrays of cols numbers (only for a
  * 2-D shape). */
-static int read_data(json_t *data, size_t rank, size_t rows, size_t cols,
-                     mlpd_dtype_t t, void *dst, mlpd_err_t *err) {
+/* Whether data is laid out as the shape says (flat, or nested by rows),
+ * before any element is read: a count that disagrees is the client's
+ * mistake to name, whatever the tensor's size. */
+static int check_data(json_t *data, size_t rank, size_t rows, size_t cols,
+                      mlpd_err_t *err) {
   if (!json_is_array(data))
     return mlpd_errf(err, MLPD_EINVAL, "inputs[0].data must be an array");
   size_t n = json_array_size(data);
-  size_t total = rows * cols;
-  if (n > 0 && json_is_array(json_array_get(data, 0))) {
-    if (rank != 2)
+  if (n == 0 || !json_is_array(json_array_get(data, 0))) {
+    if (n != rows * cols)
       return mlpd_errf(err, MLPD_EINVAL,
-                       "inputs[0].data is nested deeper "
-                       "than its shape");
-    if (n != rows)
-      return mlpd_errf(err, MLPD_EINVAL,
-                       "inputs[0].data has %zu rows; shape "
-                       "says %zu",
-                       n, rows);
-    for (size_t r = 0; r < rows; r++) {
-      json_t *row = json_array_get(data, r);
-      if (!json_is_array(row))
-        return mlpd_errf(err, MLPD_EINVAL,
-                         "inputs[0].data[%zu] is not an "
-                         "array like data[0]",
-                         r);
-      if (json_array_size(row) != cols)
-        return mlpd_errf(err, MLPD_EINVAL,
-                         "inputs[0].data[%zu] has %zu "
-                         "elements; shape says %zu",
-                         r, json_array_size(row), cols);
-      for (size_t c = 0; c < cols; c++) {
-        int rc = put_number(json_array_get(row, c), dst, r * cols + c, t, err);
-        if (rc)
-          return rc;
-      }
-    }
+                       "inputs[0].data has %zu elements; "
+                       "shape says %zu",
+                       n, rows * cols);
     return 0;
   }
-  if (n != total)
+  if (rank != 2)
     return mlpd_errf(err, MLPD_EINVAL,
-                     "inputs[0].data has %zu elements; "
-                     "shape says %zu",
-                     n, total);
-  for (size_t i = 0; i < n; i++) {
-    int rc = put_number(json_array_get(data, i), dst, i, t, err);
+                     "inputs[0].data is nested deeper "
+                     "than its shape");
+  if (n != rows)
+    return mlpd_errf(err, MLPD_EINVAL,
+                     "inputs[0].data has %zu rows; shape "
+                     "says %zu",
+                     n, rows);
+  for (size_t r = 0; r < rows; r++) {
+    json_t *row = json_array_get(data, r);
+    if (!json_is_array(row))
+      return mlpd_errf(err, MLPD_EINVAL,
+                       "inputs[0].data[%zu] is not an "
+                       "array like data[0]",
+                       r);
+    if (json_array_size(row) != cols)
+      return mlpd_errf(err, MLPD_EINVAL,
+                       "inputs[0].data[%zu] has %zu "
+                       "elements; shape says %zu",
+                       r, json_array_size(row), cols);
+  }
+  return 0;
+}
+
+/* Reads data, already checked by check_data, into dst. */
+static int read_data(json_t *data, size_t rows, size_t cols, mlpd_dtype_t t,
+                     void *dst, mlpd_err_t *err) {
+  int nested =
+      json_array_size(data) > 0 && json_is_array(json_array_get(data, 0));
+  for (size_t i = 0; i < rows * cols; i++) {
+    json_t *v = nested
+                    ? json_array_get(json_array_get(data, i / cols), i % cols)
+                    : json_array_get(data, i);
+    int rc = put_number(v, dst, i, t, err);
     if (rc)
       return rc;
   }
@@ -576,13 +584,14 @@ static int parse_tree(json_t *root, const char *bin, size_t bin_len,
   } else {
     if (data == NULL)
       return mlpd_errf(err, MLPD_EINVAL, "inputs[0] has no data");
+    if ((rc = check_data(data, rank, out->rows, out->cols, err)))
+      return rc;
     if (bytes > scratch_len)
       return mlpd_errf(err, MLPD_ELIMIT,
                        "inputs[0]: %zu bytes as %s; at most "
                        "%zu in JSON (send binary data)",
                        bytes, dt, scratch_len);
-    if ((rc = read_data(data, rank, out->rows, out->cols, out->dtype, scratch,
-                        err)))
+    if ((rc = read_data(data, out->rows, out->cols, out->dtype, scratch, err)))
       return rc;
     out->data = scratch;
     out->data_bytes = bytes;

@@ -239,6 +239,12 @@ static void test_bad_requests(void **state) {
       {"{\"inputs\":[{\"name\":\"input0\",\"shape\":[2,2],\"datatype\":"
        "\"FP32\",\"data\":[1,2,3]}]}",
        MLPD_EINVAL, "has 3 elements; shape says 4"},
+      /* A shape larger than the scratch with too little data is still the
+       * count's mistake, not a tensor too large for JSON (the answer
+       * once depended on what the thread had parsed before). */
+      {"{\"inputs\":[{\"name\":\"input0\",\"shape\":[100,2],\"datatype\":"
+       "\"FP32\",\"data\":[1,2,3]}]}",
+       MLPD_EINVAL, "has 3 elements; shape says 200"},
       {"{\"inputs\":[{\"name\":\"input0\",\"shape\":[2,2],\"datatype\":"
        "\"FP32\",\"data\":[[1,2]]}]}",
        MLPD_EINVAL, "has 1 rows; shape says 2"},
@@ -306,7 +312,10 @@ static void test_bad_requests(void **state) {
        MLPD_EINVAL, "not JSON"},
       /* 32 rows of 2 FP32 fill the 256-byte scratch; 33 do not. */
       {"{\"inputs\":[{\"name\":\"input0\",\"shape\":[33,2],\"datatype\":"
-       "\"FP32\",\"data\":[]}]}",
+       "\"FP32\",\"data\":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,"
+       "1,1,1,1,"
+       "1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,"
+       "1]}]}",
        MLPD_ELIMIT, "264 bytes as FP32; at most 256 in JSON"},
   };
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
