@@ -106,7 +106,7 @@ PYEOF
 fair() { # TAG extra-load-args...
   local tag=$1; shift
   "$bench" --socket "$sock" --model mlp4k --connections "$sc" --depth "$sd" \
-    --rows "$sr" --dtype "$DTYPE" --duration $((DURATION + 2)) --json "$@" \
+    --rows "$sr" --dtype "$DTYPE" --duration "$(awk -v d="$DURATION" 'BEGIN { print d + 2 }')" --json "$@" \
     >"$OUTDIR/bg-$tag.json" 2>&1 &
   local bg=$!
   sleep 1
