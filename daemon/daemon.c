@@ -391,7 +391,7 @@ static void settle(mlpd_daemon_t *d, int m) {
   }
   set_state(d, MLPD_STATE_READY);
   MLPD_LOGI("ready: %d of %d model%s serving, max batch %d, delay %llu us, "
-            "queue %d rows per model, %d I/O thread%s, socket %s",
+            "queue %d rows in the whole daemon, %d I/O thread%s, socket %s",
             ready, d->nmodels, d->nmodels == 1 ? "" : "s", d->cfg.max_batch,
             (unsigned long long)d->cfg.max_delay_us, d->cfg.max_queue,
             d->nshards, d->nshards == 1 ? "" : "s", d->cfg.socket_path);
