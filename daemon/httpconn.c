@@ -84,6 +84,7 @@ static void maybe_done(mlpd_httpconn_t *h) {
   if (!h->closing || h->conns != NULL || h->started)
     return;
   mlpd_oip_buf_free(&h->out);
+  mlpd_bufcache_clear(&h->cache);
   free(h->scratch);
   h->scratch = NULL;
   free(h->mbuf);
@@ -92,6 +93,13 @@ static void maybe_done(mlpd_httpconn_t *h) {
   h->done = NULL;
   if (done != NULL)
     done(h->done_ud);
+}
+
+/* Responses and their bytes come from the thread's cache (bufcache.h), so
+ * a steady load allocates nothing for them. */
+static void resp_free(mlpd_httpconn_t *h, hresp_t *rs) {
+  mlpd_bufcache_put(&h->cache, rs->bytes);
+  mlpd_bufcache_put(&h->cache, rs);
 }
 
 static void free_resps(mlpd_hconn_t *c) {
@@ -103,8 +111,7 @@ static void free_resps(mlpd_hconn_t *c) {
      * engine time. */
     if (rs->infer != NULL)
       mlpd_requests_infer_cancel(h->reqs, rs->infer);
-    free(rs->bytes);
-    free(rs);
+    resp_free(h, rs);
   }
   c->tail = NULL;
 }
@@ -230,8 +237,7 @@ static void on_write(uv_write_t *wr, int status) {
   mlpd_hconn_t *c = wr->data;
   c->nwrites--;
   c->unsent -= rs->len;
-  free(rs->bytes);
-  free(rs);
+  resp_free(c->srv, rs);
   if (c->closing)
     return;
   if (status < 0) {
@@ -258,8 +264,7 @@ static void flush(mlpd_hconn_t *c) {
     rs->wr.data = c;
     uv_buf_t b = uv_buf_init(rs->bytes, (unsigned)rs->len);
     if (uv_write(&rs->wr, &c->io.stream, &b, 1, on_write) != 0) {
-      free(rs->bytes);
-      free(rs);
+      resp_free(c->srv, rs);
       conn_close(c);
       return;
     }
@@ -304,7 +309,7 @@ static int finish_resp2(mlpd_hconn_t *c, hresp_t *rs, int status,
   if (n < 0 || (size_t)n >= sizeof(hdr))
     n = 0; /* cannot happen: every piece is bounded */
   size_t total = (size_t)n + (rs->head ? 0 : blen + tlen);
-  rs->bytes = malloc(total ? total : 1);
+  rs->bytes = mlpd_bufcache_get(&c->srv->cache, total ? total : 1);
   if (rs->bytes == NULL)
     return -ENOMEM;
   memcpy(rs->bytes, hdr, (size_t)n);
@@ -350,9 +355,10 @@ static int reply_out(mlpd_hconn_t *c, hresp_t *rs, int status, int rc) {
 }
 
 static hresp_t *resp_push(mlpd_hconn_t *c) {
-  hresp_t *rs = calloc(1, sizeof(*rs));
+  hresp_t *rs = mlpd_bufcache_get(&c->srv->cache, sizeof(*rs));
   if (rs == NULL)
     return NULL;
+  memset(rs, 0, sizeof(*rs));
   rs->c = c;
   if (c->tail != NULL)
     c->tail->next = rs;
@@ -462,8 +468,8 @@ static int find_model(mlpd_hconn_t *c, hresp_t *rs, const mlpd_oip_route_t *rt,
     int index;
     const mlpd_batcher_shape_t *sh;
     mlpd_status_t st = MLPD_STATUS_UNAVAILABLE;
-    if (mlpd_requests_route(c->srv->reqs, rt->model, rt->version, &index,
-                            &sh, &st, msg, sizeof(msg)) == 0)
+    if (mlpd_requests_route(c->srv->reqs, rt->model, rt->version, &index, &sh,
+                            &st, msg, sizeof(msg)) == 0)
       snprintf(msg, sizeof(msg), "model '%s' is not ready", m->name);
     status = http_status_of(st);
   } else if (rt->version[0] != '\0')
@@ -635,7 +641,7 @@ static int repo_index(mlpd_hconn_t *c, hresp_t *rs) {
         .name = m[i].name,
         .version = ver,
         .state = index_state(&m[i]),
-        .reason = m[i].state == MLPD_MODEL_FAILED  ? m[i].message
+        .reason = m[i].state == MLPD_MODEL_FAILED     ? m[i].message
                   : m[i].state == MLPD_MODEL_UNLOADED ? "unloaded"
                                                       : NULL};
   }
@@ -741,7 +747,8 @@ static int on_headers(mlpd_httpreq_t *r, void *ud) {
     return 0;
   hresp_t *rs = resp_push(c);
   static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
-  if (rs == NULL || (rs->bytes = malloc(sizeof(cont) - 1)) == NULL) {
+  if (rs == NULL || (rs->bytes = mlpd_bufcache_get(&c->srv->cache,
+                                                   sizeof(cont) - 1)) == NULL) {
     conn_close(c);
     return -1;
   }
@@ -940,6 +947,9 @@ int mlpd_httpconn_start(mlpd_httpconn_t *h, uv_loop_t *loop, int fd,
   h->reqs = reqs;
   h->board = board;
   h->own_uid = geteuid();
+  /* Responses in flight on one thread: a few MiB even for large binary
+   * outputs; past this they go back to the C library. */
+  mlpd_bufcache_init(&h->cache, (size_t)16 << 20);
   int rc =
       mlpd_oip_buf_init(&h->out, OUT_INITIAL, 4 * cfg->max_body + (1u << 20));
   if (rc != 0) {
