@@ -395,14 +395,21 @@ static void scalar_u64(writer_t *w, const char *name, const char *type,
   sample_u64(w, name, v);
 }
 
-static void histogram(writer_t *w, const char *name, const char *help,
-                      const mlpd_hist_t *h) {
-  family(w, name, "histogram", help);
+/* The samples of one histogram, labelled with `model` when it is not NULL
+ * (the per-model families) and unlabelled otherwise. */
+static void hist_samples(writer_t *w, const char *name, const char *model,
+                         const mlpd_hist_t *h) {
   uint64_t cum = 0;
   for (int i = 0; i <= h->nbuckets; i++) {
     cum += h->counts[i];
     puts_(w, name);
-    puts_(w, "_bucket{le=\"");
+    puts_(w, "_bucket{");
+    if (model != NULL) {
+      puts_(w, "model=\"");
+      put_label_value(w, model);
+      puts_(w, "\",");
+    }
+    puts_(w, "le=\"");
     if (i < h->nbuckets)
       put_double(w, h->bounds[i]);
     else
@@ -411,14 +418,28 @@ static void histogram(writer_t *w, const char *name, const char *help,
     put_u64(w, cum);
     puts_(w, "\n");
   }
-  puts_(w, name);
-  puts_(w, "_sum ");
-  put_double(w, h->sum);
-  puts_(w, "\n");
-  puts_(w, name);
-  puts_(w, "_count ");
-  put_u64(w, h->count);
-  puts_(w, "\n");
+  static const char *const tail[] = {"_sum", "_count"};
+  for (int t = 0; t < 2; t++) {
+    puts_(w, name);
+    puts_(w, tail[t]);
+    if (model != NULL) {
+      puts_(w, "{model=\"");
+      put_label_value(w, model);
+      puts_(w, "\"}");
+    }
+    puts_(w, " ");
+    if (t == 0)
+      put_double(w, h->sum);
+    else
+      put_u64(w, h->count);
+    puts_(w, "\n");
+  }
+}
+
+static void histogram(writer_t *w, const char *name, const char *help,
+                      const mlpd_hist_t *h) {
+  family(w, name, "histogram", help);
+  hist_samples(w, name, NULL, h);
 }
 
 static void label(writer_t *w, const char *key, const char *value, int first) {
@@ -466,36 +487,8 @@ static void render_models(writer_t *w, const mlpd_metrics_t *m) {
   const char *hn = "mlpd_model_request_duration_seconds";
   family(w, hn, "histogram",
          "Infer requests of the model, frame received to response queued.");
-  for (int k = 0; k < n; k++) {
-    const mlpd_hist_t *h = &m->model_request_duration[k];
-    uint64_t cum = 0;
-    for (int i = 0; i <= h->nbuckets; i++) {
-      cum += h->counts[i];
-      puts_(w, hn);
-      puts_(w, "_bucket{model=\"");
-      put_label_value(w, m->model_names[k]);
-      puts_(w, "\",le=\"");
-      if (i < h->nbuckets)
-        put_double(w, h->bounds[i]);
-      else
-        puts_(w, "+Inf");
-      puts_(w, "\"} ");
-      put_u64(w, cum);
-      puts_(w, "\n");
-    }
-    puts_(w, hn);
-    puts_(w, "_sum{model=\"");
-    put_label_value(w, m->model_names[k]);
-    puts_(w, "\"} ");
-    put_double(w, h->sum);
-    puts_(w, "\n");
-    puts_(w, hn);
-    puts_(w, "_count{model=\"");
-    put_label_value(w, m->model_names[k]);
-    puts_(w, "\"} ");
-    put_u64(w, h->count);
-    puts_(w, "\n");
-  }
+  for (int k = 0; k < n; k++)
+    hist_samples(w, hn, m->model_names[k], &m->model_request_duration[k]);
   static const struct {
     const char *name, *type, *help;
   } fam[] = {
