@@ -11,6 +11,7 @@
  * one line, a response head is well formed and ends exactly once. */
 #include "fuzz.h"
 
+#include "fuzz_http_feed.h"
 #include "httpreq.h"
 
 #include <string.h>
@@ -86,33 +87,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
   mlpd_httpreq_t r;
   mlpd_httpreq_init(&r, on_request, &f);
-  /* As httpconn.c: bytes arrive in reads of `step`; unparsed bytes after a
-   * pause are fed again on resume. */
-  size_t pos = 0, avail = 0;
-  while (!f.final) {
-    if (pos == avail) {
-      if (avail == len)
-        break;
-      avail = len - avail < step ? len : avail + step;
-    }
-    size_t n = mlpd_httpreq_execute(&r, in + pos, avail - pos);
-    FUZZ_CHECK(n <= avail - pos);
-    pos += n;
-    enum http_errno e = HTTP_PARSER_ERRNO(&r.parser);
-    if (e == HPE_PAUSED) {
-      if (f.final)
-        break;
-      mlpd_httpreq_pause(&r, 0);
-      continue;
-    }
-    if (e != HPE_OK) {
-      int s = mlpd_httpreq_error_status(&r);
-      FUZZ_CHECK(s == 400 || s == 413 || s == 414 || s == 431);
-      check_head(&r, s, MLPD_HTTP_TEXT, NULL, 20, 1);
-      break;
-    }
-    FUZZ_CHECK(pos == avail); /* neither paused nor failed: all taken */
-    FUZZ_CHECK(r.url_len < MLPD_HTTPREQ_URL_MAX);
+  size_t fed;
+  int s = fuzz_http_feed(&r, in, len, step, &f.final, &fed);
+  if (s != 0) {
+    FUZZ_CHECK(s == 400 || s == 413 || s == 414 || s == 431);
+    check_head(&r, s, MLPD_HTTP_TEXT, NULL, 20, 1);
   }
   return 0;
 }

@@ -17,6 +17,7 @@
  * after it. */
 #include "fuzz.h"
 
+#include "fuzz_http_feed.h"
 #include "httpreq.h"
 #include "oip.h"
 
@@ -142,31 +143,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   mlpd_httpreq_t r;
   mlpd_httpreq_init(&r, on_request, &f);
   mlpd_httpreq_body_mode(&r, body_max[(data[0] >> 2) & 3], on_headers);
-  size_t pos = 0, avail = 0;
-  while (!f.final) {
-    if (pos == avail) {
-      if (avail == len)
-        break;
-      avail = len - avail < step ? len : avail + step;
-    }
-    size_t n = mlpd_httpreq_execute(&r, in + pos, avail - pos);
-    FUZZ_CHECK(n <= avail - pos);
-    pos += n;
-    enum http_errno e = HTTP_PARSER_ERRNO(&r.parser);
-    if (e == HPE_PAUSED) {
-      if (f.final)
-        break;
-      mlpd_httpreq_pause(&r, 0);
-      continue;
-    }
-    if (e != HPE_OK) {
-      int s = mlpd_httpreq_error_status(&r);
-      FUZZ_CHECK(s == 400 || s == 411 || s == 413 || s == 414 || s == 417 ||
-                 s == 431);
-      FUZZ_CHECK(fuzz_one_line(mlpd_httpreq_error_message(&r)));
-      break;
-    }
-    FUZZ_CHECK(pos == avail);
+  size_t pos;
+  int s = fuzz_http_feed(&r, in, len, step, &f.final, &pos);
+  if (s != 0) {
+    FUZZ_CHECK(s == 400 || s == 411 || s == 413 || s == 414 || s == 417 ||
+               s == 431);
+    FUZZ_CHECK(fuzz_one_line(mlpd_httpreq_error_message(&r)));
   }
   if (!f.final && pos == len && HTTP_PARSER_ERRNO(&r.parser) == HPE_OK) {
     /* The end of the stream, as httpconn.c reports it. */
