@@ -641,6 +641,22 @@ static int bind_io(conn_state_t *cs, dreq_t *d, const mlpd_rpc_request_t *q,
 
 /* After admission: counts the request and, when rows of it wait in the
  * queue, gives them their own copy (the frame is about to be reused). */
+/* A request whose rows wait for a staging slot needs them after its
+ * frame (or the caller's buffer) is gone: they are copied (bufcache.h).
+ * 0, or -ENOMEM. */
+static int keep_src(mlpd_requests_t *r, dreq_t *d, const void *data,
+                    size_t len) {
+  if (!mlpd_batcher_needs_copy(&d->r))
+    return 0;
+  d->src_copy = mlpd_bufcache_get(&r->cache, len);
+  if (d->src_copy == NULL)
+    return -ENOMEM;
+  memcpy(d->src_copy, data, len);
+  d->r.src = d->src_copy;
+  d->r.src_stable = 1;
+  return 0;
+}
+
 static void admitted(mlpd_requests_t *r, mlpd_conn_t *c, dreq_t *d,
                      const mlpd_rpc_request_t *q) {
   conn_state_t *cs = c->owner_data;
@@ -661,48 +677,57 @@ static void admitted(mlpd_requests_t *r, mlpd_conn_t *c, dreq_t *d,
     else
       m->inline_in_bytes += in_bytes;
   });
-  if (!mlpd_batcher_needs_copy(&d->r))
-    return;
-  d->src_copy = mlpd_bufcache_get(&r->cache, q->data_len);
-  if (d->src_copy == NULL) {
+  if (keep_src(r, d, q->data, q->data_len) != 0) {
     unlink_req(d);
     mlpd_scheduler_cancel(r->sched, &d->r); /* frees d via on_done */
     send_error(r, c, q->id, MLPD_RPC_INFER, MLPD_STATUS_RESOURCE_EXHAUSTED,
                "out of memory queueing %zu bytes", q->data_len);
-    return;
   }
-  memcpy(d->src_copy, q->data, q->data_len);
-  d->r.src = d->src_copy;
-  d->r.src_stable = 1;
 }
 
-/* True overload (requests.h): the rows every thread queued for this
- * request's model would keep it waiting longer than the bound. A request
- * into an empty queue is never refused. */
-static int overloaded(mlpd_requests_t *r, int rows, int model,
-                      uint64_t *wait_ns) {
+/* The two refusals of true overload, for every transport: each counts
+ * itself and writes the message naming the bound; 1 when the request of
+ * `rows` rows to `model` is refused.
+ *
+ * In an overload episode (flow control above), a request that does not
+ * fit the shared budget is refused at once, before anything is allocated
+ * for it. */
+static int refuse_over_budget(mlpd_requests_t *r, int rows, char *msg,
+                              size_t cap) {
+  if (!r->overload ||
+      mlpd_scheduler_queued_all(r->sched) + rows <= r->cfg.max_queue)
+    return 0;
+  STATS(r, m->refused[MLPD_REFUSED_OVERLOAD]++);
+  snprintf(msg, cap,
+           "overloaded: requests waited over the %llu ms bound "
+           "(--max-queue-delay-ms) for the daemon's queue, and its %d rows "
+           "(--max-queue) are taken; retry later",
+           (unsigned long long)(r->cfg.max_queue_delay_ns / 1000000u),
+           r->cfg.max_queue);
+  return 1;
+}
+
+/* (requests.h) The rows every thread queued for the model would keep the
+ * request waiting longer than the bound. A request into an empty queue is
+ * never refused. */
+static int refuse_queue_delay(mlpd_requests_t *r, int rows, int model,
+                              char *msg, size_t cap) {
   if (r->cfg.max_queue_delay_ns == 0 ||
       mlpd_scheduler_queued_model(r->sched, model) <= 0)
     return 0;
-  *wait_ns = mlpd_scheduler_wait_ns(r->sched, model, rows);
-  return *wait_ns > r->cfg.max_queue_delay_ns;
+  uint64_t wait_ns = mlpd_scheduler_wait_ns(r->sched, model, rows);
+  if (wait_ns <= r->cfg.max_queue_delay_ns)
+    return 0;
+  STATS(r, m->refused[MLPD_REFUSED_QUEUE_DELAY]++);
+  snprintf(msg, cap,
+           "overloaded: %lld rows queued for this model would keep this "
+           "request waiting about %llu ms, over the %llu ms bound "
+           "(--max-queue-delay-ms); retry later",
+           mlpd_scheduler_queued_model(r->sched, model),
+           (unsigned long long)(wait_ns / 1000000u),
+           (unsigned long long)(r->cfg.max_queue_delay_ns / 1000000u));
+  return 1;
 }
-
-/* In an overload episode (flow control above), a request that does not
- * fit the shared budget is refused at once, before anything is
- * allocated for it. */
-static int over_budget(mlpd_requests_t *r, int rows) {
-  return r->overload &&
-         mlpd_scheduler_queued_all(r->sched) + rows > r->cfg.max_queue;
-}
-
-#define OVERLOAD_FMT                                                           \
-  "overloaded: requests waited over the %llu ms bound "                        \
-  "(--max-queue-delay-ms) for the daemon's queue, and its %d rows "            \
-  "(--max-queue) are taken; retry later"
-#define OVERLOAD_ARGS(r)                                                       \
-  (unsigned long long)((r)->cfg.max_queue_delay_ns / 1000000u),                \
-      (r)->cfg.max_queue
 
 static void handle_infer(mlpd_requests_t *r, mlpd_conn_t *c,
                          const mlpd_rpc_request_t *q, uint64_t now) {
@@ -712,10 +737,9 @@ static void handle_infer(mlpd_requests_t *r, mlpd_conn_t *c,
     return;
   conn_state_t *cs = c->owner_data;
   cs->last_rows = q->rows;
-  if (over_budget(r, q->rows)) {
-    STATS(r, m->refused[MLPD_REFUSED_OVERLOAD]++);
-    send_error(r, c, q->id, MLPD_RPC_INFER, MLPD_STATUS_UNAVAILABLE,
-               OVERLOAD_FMT, OVERLOAD_ARGS(r));
+  char why[256];
+  if (refuse_over_budget(r, q->rows, why, sizeof(why))) {
+    send_error(r, c, q->id, MLPD_RPC_INFER, MLPD_STATUS_UNAVAILABLE, "%s", why);
     return;
   }
   if (!cs->turn && r->inflight > 0 && !r->overload &&
@@ -729,16 +753,8 @@ static void handle_infer(mlpd_requests_t *r, mlpd_conn_t *c,
     return;
   }
   cs->turn = 0;
-  uint64_t wait_ns = 0;
-  if (overloaded(r, q->rows, model, &wait_ns)) {
-    STATS(r, m->refused[MLPD_REFUSED_QUEUE_DELAY]++);
-    send_error(r, c, q->id, MLPD_RPC_INFER, MLPD_STATUS_UNAVAILABLE,
-               "overloaded: %lld rows queued for this model would keep "
-               "this request waiting about %llu ms, over the %llu ms bound "
-               "(--max-queue-delay-ms); retry later",
-               mlpd_scheduler_queued_model(r->sched, model),
-               (unsigned long long)(wait_ns / 1000000u),
-               (unsigned long long)(r->cfg.max_queue_delay_ns / 1000000u));
+  if (refuse_queue_delay(r, q->rows, model, why, sizeof(why))) {
+    send_error(r, c, q->id, MLPD_RPC_INFER, MLPD_STATUS_UNAVAILABLE, "%s", why);
     return;
   }
   size_t out_bytes = (size_t)q->rows * (size_t)sh->out_features *
@@ -1163,23 +1179,9 @@ static int infer_ext(mlpd_requests_t *r, const mlpd_requests_infer_t *in,
                              status, msg, cap);
   if (rc != 0)
     return rc;
-  if (over_budget(r, in->rows)) {
-    STATS(r, m->refused[MLPD_REFUSED_OVERLOAD]++);
+  if (refuse_over_budget(r, in->rows, msg, cap) ||
+      refuse_queue_delay(r, in->rows, index, msg, cap)) {
     *status = MLPD_STATUS_UNAVAILABLE;
-    snprintf(msg, cap, OVERLOAD_FMT, OVERLOAD_ARGS(r));
-    return MLPD_EBUSY;
-  }
-  uint64_t wait_ns = 0;
-  if (overloaded(r, in->rows, index, &wait_ns)) {
-    STATS(r, m->refused[MLPD_REFUSED_QUEUE_DELAY]++);
-    *status = MLPD_STATUS_UNAVAILABLE;
-    snprintf(msg, cap,
-             "overloaded: %lld rows queued for this model would keep this "
-             "request waiting about %llu ms, over the %llu ms bound "
-             "(--max-queue-delay-ms); retry later",
-             mlpd_scheduler_queued_model(r->sched, index),
-             (unsigned long long)(wait_ns / 1000000u),
-             (unsigned long long)(r->cfg.max_queue_delay_ns / 1000000u));
     return MLPD_EBUSY;
   }
   size_t out_bytes = (size_t)in->rows * (size_t)sh->out_features *
@@ -1227,19 +1229,13 @@ static int infer_ext(mlpd_requests_t *r, const mlpd_requests_infer_t *in,
     m->inline_in_bytes += in->data_len;
   });
   *handle = d;
-  if (mlpd_batcher_needs_copy(&d->r)) {
-    d->src_copy = mlpd_bufcache_get(&r->cache, in->data_len);
-    if (d->src_copy == NULL) {
-      d->ext_done = NULL;
-      mlpd_scheduler_cancel(r->sched, &d->r); /* frees d via on_done */
-      *handle = NULL;
-      *status = MLPD_STATUS_RESOURCE_EXHAUSTED;
-      snprintf(msg, cap, "out of memory queueing %zu bytes", in->data_len);
-      return -ENOMEM;
-    }
-    memcpy(d->src_copy, in->data, in->data_len);
-    d->r.src = d->src_copy;
-    d->r.src_stable = 1;
+  if (keep_src(r, d, in->data, in->data_len) != 0) {
+    d->ext_done = NULL;
+    mlpd_scheduler_cancel(r->sched, &d->r); /* frees d via on_done */
+    *handle = NULL;
+    *status = MLPD_STATUS_RESOURCE_EXHAUSTED;
+    snprintf(msg, cap, "out of memory queueing %zu bytes", in->data_len);
+    return -ENOMEM;
   }
   return 0;
 }
