@@ -84,7 +84,6 @@ static void maybe_done(mlpd_httpconn_t *h) {
   if (!h->closing || h->conns != NULL || h->started)
     return;
   mlpd_oip_buf_free(&h->out);
-  mlpd_bufcache_clear(&h->cache);
   free(h->scratch);
   h->scratch = NULL;
   free(h->mbuf);
@@ -95,11 +94,14 @@ static void maybe_done(mlpd_httpconn_t *h) {
     done(h->done_ud);
 }
 
-/* Responses and their bytes come from the thread's cache (bufcache.h), so
- * a steady load allocates nothing for them. */
+/* Responses and their bytes come from the thread's block cache, the one
+ * its requests use (requests.h), so a steady load allocates nothing for
+ * them. */
+static mlpd_bufcache_t *cache_of(mlpd_httpconn_t *h) { return &h->reqs->cache; }
+
 static void resp_free(mlpd_httpconn_t *h, hresp_t *rs) {
-  mlpd_bufcache_put(&h->cache, rs->bytes);
-  mlpd_bufcache_put(&h->cache, rs);
+  mlpd_bufcache_put(cache_of(h), rs->bytes);
+  mlpd_bufcache_put(cache_of(h), rs);
 }
 
 static void free_resps(mlpd_hconn_t *c) {
@@ -309,7 +311,7 @@ static int finish_resp2(mlpd_hconn_t *c, hresp_t *rs, int status,
   if (n < 0 || (size_t)n >= sizeof(hdr))
     n = 0; /* cannot happen: every piece is bounded */
   size_t total = (size_t)n + (rs->head ? 0 : blen + tlen);
-  rs->bytes = mlpd_bufcache_get(&c->srv->cache, total ? total : 1);
+  rs->bytes = mlpd_bufcache_get(cache_of(c->srv), total ? total : 1);
   if (rs->bytes == NULL)
     return -ENOMEM;
   memcpy(rs->bytes, hdr, (size_t)n);
@@ -355,7 +357,7 @@ static int reply_out(mlpd_hconn_t *c, hresp_t *rs, int status, int rc) {
 }
 
 static hresp_t *resp_push(mlpd_hconn_t *c) {
-  hresp_t *rs = mlpd_bufcache_get(&c->srv->cache, sizeof(*rs));
+  hresp_t *rs = mlpd_bufcache_get(cache_of(c->srv), sizeof(*rs));
   if (rs == NULL)
     return NULL;
   memset(rs, 0, sizeof(*rs));
@@ -747,7 +749,7 @@ static int on_headers(mlpd_httpreq_t *r, void *ud) {
     return 0;
   hresp_t *rs = resp_push(c);
   static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
-  if (rs == NULL || (rs->bytes = mlpd_bufcache_get(&c->srv->cache,
+  if (rs == NULL || (rs->bytes = mlpd_bufcache_get(cache_of(c->srv),
                                                    sizeof(cont) - 1)) == NULL) {
     conn_close(c);
     return -1;
@@ -947,9 +949,6 @@ int mlpd_httpconn_start(mlpd_httpconn_t *h, uv_loop_t *loop, int fd,
   h->reqs = reqs;
   h->board = board;
   h->own_uid = geteuid();
-  /* Responses in flight on one thread: a few MiB even for large binary
-   * outputs; past this they go back to the C library. */
-  mlpd_bufcache_init(&h->cache, (size_t)16 << 20);
   int rc =
       mlpd_oip_buf_init(&h->out, OUT_INITIAL, 4 * cfg->max_body + (1u << 20));
   if (rc != 0) {

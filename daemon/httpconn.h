@@ -40,7 +40,6 @@
 #define MLPD_HTTPCONN_H
 
 #include "board.h"
-#include "bufcache.h"
 #include "error.h"
 #include "oip.h"
 #include "requests.h"
@@ -77,9 +76,8 @@ typedef struct mlpd_httpconn_s {
   int full_logged;
   void (*done)(void *ud); /* mlpd_httpconn_close's */
   void *done_ud;
-  mlpd_bufcache_t cache; /* owned: responses and their bytes, recycled */
-  mlpd_oip_buf_t out;    /* response bodies, reused */
-  void *scratch;         /* JSON tensors, grown to the largest */
+  mlpd_oip_buf_t out; /* response bodies, reused */
+  void *scratch;      /* JSON tensors, grown to the largest */
   size_t scratch_cap;
   char *mbuf; /* /metrics */
   size_t mcap;

@@ -43,21 +43,21 @@
 #include "server.h"
 
 typedef struct mlpd_requests_config_s {
-  size_t max_frame;       /* an inline answer must fit one */
-  int max_queue;          /* rows queued in the whole daemon (the shared
-                             budget): past it, a connection with requests
-                             in flight is held (flow control) */
-  int win_rows;           /* per connection: rows admitted and not
-                             answered before it is held; at least two
-                             batches per device in rotation (0: that) */
-  size_t win_bytes;       /* ... and tensor bytes of those requests */
+  size_t max_frame;            /* an inline answer must fit one */
+  int max_queue;               /* rows queued in the whole daemon (the shared
+                                  budget): past it, a connection with requests
+                                  in flight is held (flow control) */
+  int win_rows;                /* per connection: rows admitted and not
+                                  answered before it is held; at least two
+                                  batches per device in rotation (0: that) */
+  size_t win_bytes;            /* ... and tensor bytes of those requests */
   uint64_t max_queue_delay_ns; /* refuse (UNAVAILABLE) a request that would
                                   wait longer than this; 0 = never */
-  int nslots;             /* staging slots per thread, for ModelInfo */
-  int max_regions;        /* per connection */
-  uint64_t max_shm_bytes; /* all connections of the daemon */
-  mlpd_pin_t *pin;        /* borrowed: the thread's region pinning (zero
-                             copy); NULL = regions are always copied */
+  int nslots;                  /* staging slots per thread, for ModelInfo */
+  int max_regions;             /* per connection */
+  uint64_t max_shm_bytes;      /* all connections of the daemon */
+  mlpd_pin_t *pin;             /* borrowed: the thread's region pinning (zero
+                                  copy); NULL = regions are always copied */
 } mlpd_requests_config_t;
 
 typedef struct mlpd_requests_conn_s mlpd_requests_conn_t;
@@ -73,16 +73,17 @@ typedef struct mlpd_requests_s {
                              shared budget, oldest first (released in
                              turn by mlpd_requests_release) */
   int line_len;
-  long long reserved;        /* budget rows promised to connections
-                                released in turn and not yet read */
-  int overload;              /* an overload episode: budget holds aged
-                                past max_queue_delay; nothing is held for
-                                the budget, what does not fit is refused */
-  mlpd_bufcache_t cache;     /* owned: request records and inline row
-                                copies, recycled (bufcache.h) */
-  char *text_buf;            /* Metrics message rendering, grows */
+  long long reserved;    /* budget rows promised to connections
+                            released in turn and not yet read */
+  int overload;          /* an overload episode: budget holds aged
+                            past max_queue_delay; nothing is held for
+                            the budget, what does not fit is refused */
+  mlpd_bufcache_t cache; /* owned: request records, inline row
+                            copies and the thread's HTTP responses
+                            (httpconn.c), recycled (bufcache.h) */
+  char *text_buf;        /* Metrics message rendering, grows */
   size_t text_cap;
-  char model_name[MLPD_MODEL_NAME_MAX + 1]; /* mlpd_requests_model's */
+  char model_name[MLPD_MODEL_NAME_MAX + 1];       /* mlpd_requests_model's */
   char model_version[MLPD_MODEL_VERSION_MAX + 1]; /* answer */
 } mlpd_requests_t;
 
