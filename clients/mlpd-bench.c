@@ -21,9 +21,9 @@
  * answer (jansson) as a plain OIP client would: the protocol's JSON cost,
  * measured by the same C tool as the native line.
  * The same load with and without --shm is
- * how the transport's cost is judged (perf_analyzer's --shared-memory). Inputs are random normal rows of the
- * model's in_features (never zeros, which would make every batch compute the
- * same easy numbers).
+ * how the transport's cost is judged (perf_analyzer's --shared-memory). Inputs
+ * are random normal rows of the model's in_features (never zeros, which would
+ * make every batch compute the same easy numbers).
  *
  * Latency is measured from the moment a request was due to the moment its
  * response was read: in closed loop that is its send; in open loop it is its
@@ -57,49 +57,50 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NINPUTS 8 /* distinct random requests each connection cycles through */
+#define NINPUTS 8 /* distinct random requests each connection cycles through   \
+                   */
 #define SLOT_BITS 20
 
 typedef struct {
   const char *socket;
-  const char *model;  /* --model, NULL = the daemon's default (HTTP: the
-                         first the repository index lists) */
+  const char *model; /* --model, NULL = the daemon's default (HTTP: the
+                        first the repository index lists) */
   int connections;
   int depth;
   int rows;
   double duration_s;
-  uint64_t requests;  /* > 0: stop after this many measured requests */
+  uint64_t requests; /* > 0: stop after this many measured requests */
   double warmup_s;
-  double rate;        /* total requests/s, 0 = closed loop */
+  double rate; /* total requests/s, 0 = closed loop */
   int in_dtype;
   int out_dtype;
   uint64_t timeout_ms; /* fits a uint32_t (the option's range) */
   int json;
-  int shm;            /* inputs and outputs in a shared-memory region */
+  int shm; /* inputs and outputs in a shared-memory region */
   uint64_t seed;
-  int cols;           /* the model's in_features */
-  int out_cols;       /* the model's out_features */
-  const char *http;   /* --http: the OIP endpoint instead of the socket */
-  int http_json;      /* --http-json: JSON tensors both ways, not binary */
+  int cols;         /* the model's in_features */
+  int out_cols;     /* the model's out_features */
+  const char *http; /* --http: the OIP endpoint instead of the socket */
+  int http_json;    /* --http-json: JSON tensors both ways, not binary */
   char model_name[256];
 } cfg_t;
 
 typedef struct {
   int idx;
   const cfg_t *cfg;
-  uint64_t t_measure;  /* ns: requests due from here on are measured */
-  uint64_t t_stop;     /* ns: no request is sent after this (duration) */
+  uint64_t t_measure;   /* ns: requests due from here on are measured */
+  uint64_t t_stop;      /* ns: no request is sent after this (duration) */
   atomic_llong *budget; /* measured requests left (--requests) */
   void *inputs[NINPUTS];
   /* results, measured requests only */
-  double *lat;         /* us */
+  double *lat; /* us */
   size_t nlat, cap;
   uint64_t ok, rows_ok;
   uint64_t by_status[16];
   double queue_sum, compute_sum, batch_sum;
-  uint64_t last_done;  /* ns */
-  uint64_t late;       /* open loop: sent > 1 ms after due */
-  int failed;          /* transport error: rc != 0 */
+  uint64_t last_done; /* ns */
+  uint64_t late;      /* open loop: sent > 1 ms after due */
+  int failed;         /* transport error: rc != 0 */
   mlpd_err_t err;
   pthread_t th;
 } worker_t;
@@ -129,6 +130,50 @@ static int push_lat(worker_t *w, double us) {
   }
   w->lat[w->nlat++] = us;
   return 0;
+}
+
+/* One connection's schedule. Closed loop (no --rate): each request is due
+ * as soon as there is room for it. Open loop: the connection's share of
+ * the rate, offset by its index so that connections do not send in
+ * lockstep. */
+typedef struct pace_s {
+  double interval_ns; /* 0: closed loop */
+  double next_due;
+} pace_t;
+
+static pace_t pace_start(const cfg_t *cfg, int idx) {
+  pace_t p = {.interval_ns =
+                  cfg->rate > 0 ? 1e9 * cfg->connections / cfg->rate : 0};
+  p.next_due = (double)mlpd_now_ns() + p.interval_ns * idx / cfg->connections;
+  return p;
+}
+
+/* When the next request is due (`now` in a closed loop). */
+static uint64_t pace_due(const pace_t *p, uint64_t now) {
+  return p->interval_ns > 0 ? (uint64_t)p->next_due : now;
+}
+
+/* The request due at d went out at now: counted late past 1 ms. */
+static void pace_sent(pace_t *p, worker_t *w, uint64_t d, uint64_t now) {
+  if (p->interval_ns > 0 && d >= w->t_measure && now > d + 1000000)
+    w->late++;
+  p->next_due += p->interval_ns;
+}
+
+/* Nothing in flight: sleeps until the next request is due. */
+static void pace_sleep(const pace_t *p, uint64_t now) {
+  uint64_t d = (uint64_t)p->next_due;
+  if (d <= now)
+    return;
+  struct timespec ts = {.tv_sec = (time_t)((d - now) / 1000000000u),
+                        .tv_nsec = (long)((d - now) % 1000000000u)};
+  nanosleep(&ts, NULL);
+}
+
+/* Milliseconds to wait for an answer before the next request is due. */
+static int pace_wait_ms(const pace_t *p, uint64_t now) {
+  uint64_t d = (uint64_t)p->next_due;
+  return d > now ? (int)((d - now + 999999) / 1000000) : 0;
 }
 
 /* May one more request go out, due at `due`? Sends stop at t_stop or when
@@ -169,15 +214,13 @@ static void *run_http(void *arg) {
     }
   if ((rc = bh_connect(cfg->http, &c, &w->err)) != 0)
     goto done;
-  double interval_ns = cfg->rate > 0 ? 1e9 * cfg->connections / cfg->rate : 0;
-  uint64_t start = mlpd_now_ns();
-  double next_due = (double)start + interval_ns * w->idx / cfg->connections;
+  pace_t pace = pace_start(cfg, w->idx);
   uint64_t seq = 0;
   int head = 0, inflight = 0, stopped = 0;
   for (;;) {
     uint64_t now = mlpd_now_ns();
     while (!stopped && inflight < depth) {
-      uint64_t d = interval_ns > 0 ? (uint64_t)next_due : now;
+      uint64_t d = pace_due(&pace, now);
       if (d > now)
         break;
       if (!may_send(w, d)) {
@@ -189,24 +232,18 @@ static void *run_http(void *arg) {
       int k = (int)(seq++ % NINPUTS);
       if ((rc = bh_send(&c, reqs[k], reqlen[k], &w->err)) != 0)
         goto done;
-      if (interval_ns > 0)
-        next_due += interval_ns;
+      pace_sent(&pace, w, d, now);
       now = mlpd_now_ns();
     }
     if (stopped && inflight == 0)
       break;
     int wait_ms = -1;
-    if (inflight == 0 || (interval_ns > 0 && !stopped && inflight < depth)) {
-      uint64_t d = (uint64_t)next_due;
-      wait_ms = d > now ? (int)((d - now + 999999) / 1000000) : 0;
-      if (inflight == 0) {
-        struct timespec ts = {.tv_sec = (time_t)((d - now) / 1000000000u),
-                              .tv_nsec = (long)((d - now) % 1000000000u)};
-        if (d > now)
-          nanosleep(&ts, NULL);
-        continue;
-      }
+    if (inflight == 0) {
+      pace_sleep(&pace, now);
+      continue;
     }
+    if (pace.interval_ns > 0 && !stopped && inflight < depth)
+      wait_ms = pace_wait_ms(&pace, now);
     int status;
     const char *body;
     size_t blen;
@@ -257,8 +294,7 @@ static void *run(void *arg) {
   if (cfg->rate > 0 && !cfg->shm) {
     double two_s = 2.0 * cfg->rate / cfg->connections;
     if (two_s > depth)
-      depth = two_s < (double)(1 << SLOT_BITS) ? (int)two_s
-                                               : (1 << SLOT_BITS);
+      depth = two_s < (double)(1 << SLOT_BITS) ? (int)two_s : (1 << SLOT_BITS);
   }
   mlpd_client_t *c = NULL;
   mlpd_client_region_t *region = NULL;
@@ -282,32 +318,28 @@ static void *run(void *arg) {
    * so no two requests in flight share a window. */
   size_t in_b = (size_t)cfg->rows * (size_t)cfg->cols *
                 mlpd_dtype_size((mlpd_dtype_t)cfg->in_dtype);
-  int odt = cfg->out_dtype == MLPD_CLIENT_DTYPE_SAME ? cfg->in_dtype
-                                                     : cfg->out_dtype;
+  int odt =
+      cfg->out_dtype == MLPD_CLIENT_DTYPE_SAME ? cfg->in_dtype : cfg->out_dtype;
   size_t out_b = (size_t)cfg->rows * (size_t)cfg->out_cols *
                  mlpd_dtype_size((mlpd_dtype_t)odt);
   if (cfg->shm) {
     size_t size = (size_t)depth * (in_b + out_b);
-    if ((rc = mlpd_client_region_create(c, "bench", size, &region,
-                                        &w->err)) != 0)
+    if ((rc = mlpd_client_region_create(c, "bench", size, &region, &w->err)) !=
+        0)
       goto done;
     uint8_t *base = mlpd_client_region_data(region);
     for (int s = 0; s < depth; s++)
       memcpy(base + (size_t)s * in_b, w->inputs[s % NINPUTS], in_b);
   }
 
-  /* Open loop: this connection's share of the rate, its schedule offset so
-   * that connections do not send in lockstep. */
-  double interval_ns = cfg->rate > 0 ? 1e9 * cfg->connections / cfg->rate : 0;
-  uint64_t start = mlpd_now_ns();
-  double next_due = (double)start + interval_ns * w->idx / cfg->connections;
+  pace_t pace = pace_start(cfg, w->idx);
   uint64_t seq = 0;
   int stopped = 0;
   for (;;) {
     uint64_t now = mlpd_now_ns();
     /* Send what is due. */
     while (!stopped && nfree > 0) {
-      uint64_t d = interval_ns > 0 ? (uint64_t)next_due : now;
+      uint64_t d = pace_due(&pace, now);
       if (d > now)
         break;
       if (!may_send(w, d)) {
@@ -316,8 +348,6 @@ static void *run(void *arg) {
       }
       int slot = freeslots[--nfree];
       due[slot] = d;
-      if (interval_ns > 0 && d >= w->t_measure && now > d + 1000000)
-        w->late++;
       mlpd_client_infer_t req;
       mlpd_client_infer_init(&req);
       req.data = w->inputs[seq % NINPUTS];
@@ -328,13 +358,12 @@ static void *run(void *arg) {
       req.timeout_ms = cfg->timeout_ms;
       uint64_t id = (seq++ << SLOT_BITS) | (uint64_t)slot;
       if (cfg->shm) {
-        mlpd_client_window_t in = {.region = "bench",
-                                   .offset = (uint64_t)slot * in_b,
-                                   .length = in_b};
-        mlpd_client_window_t out = {
-            .region = "bench",
-            .offset = (uint64_t)depth * in_b + (uint64_t)slot * out_b,
-            .length = out_b};
+        mlpd_client_window_t in = {
+            .region = "bench", .offset = (uint64_t)slot * in_b, .length = in_b};
+        mlpd_client_window_t out = {.region = "bench",
+                                    .offset = (uint64_t)depth * in_b +
+                                              (uint64_t)slot * out_b,
+                                    .length = out_b};
         req.data = NULL;
         rc = mlpd_client_send_infer_shm(c, id, &req, &in, &out, &w->err);
       } else {
@@ -342,28 +371,19 @@ static void *run(void *arg) {
       }
       if (rc != 0)
         goto done;
-      if (interval_ns > 0)
-        next_due += interval_ns;
+      pace_sent(&pace, w, d, now);
       now = mlpd_now_ns();
     }
     size_t inflight = mlpd_client_inflight(c);
     if (stopped && inflight == 0)
       break;
     if (inflight == 0) {
-      /* Open loop, idle until the next request is due. */
-      uint64_t d = (uint64_t)next_due;
-      if (d > now) {
-        struct timespec ts = {.tv_sec = (time_t)((d - now) / 1000000000u),
-                              .tv_nsec = (long)((d - now) % 1000000000u)};
-        nanosleep(&ts, NULL);
-      }
+      pace_sleep(&pace, now);
       continue;
     }
-    if (interval_ns > 0 && !stopped && nfree > 0) {
+    if (pace.interval_ns > 0 && !stopped && nfree > 0) {
       /* Wait for a response only until the next request is due. */
-      uint64_t d = (uint64_t)next_due;
-      int ms = d > now ? (int)((d - now + 999999) / 1000000) : 0;
-      rc = mlpd_client_wait(c, ms, &w->err);
+      rc = mlpd_client_wait(c, pace_wait_ms(&pace, now), &w->err);
       if (rc < 0)
         goto done;
       if (rc == 0)
@@ -454,13 +474,13 @@ int main(int argc, char **argv) {
                "default model; with --http the first the\n"
                "repository index lists)"},
       {"socket", 's', MLPD_OPT_STRING, &cfg.socket, .meta = "PATH",
-       .help = "daemon socket (default $MLPD_SOCKET, else "
-               MLPD_CLIENT_DEFAULT_SOCKET ")"},
-      {"connections", 'c', MLPD_OPT_INT, &cfg.connections, 1, 4096,
-       .meta = "N", .help = "connections, one thread each (default 1)"},
-      {"depth", 'd', MLPD_OPT_INT, &cfg.depth, 1, 1 << SLOT_BITS,
-       .meta = "D", .help = "requests in flight per connection (default 1;\n"
-                            "open loop inline: at least, up to 2 s of it)"},
+       .help = "daemon socket (default $MLPD_SOCKET, "
+               "else " MLPD_CLIENT_DEFAULT_SOCKET ")"},
+      {"connections", 'c', MLPD_OPT_INT, &cfg.connections, 1, 4096, .meta = "N",
+       .help = "connections, one thread each (default 1)"},
+      {"depth", 'd', MLPD_OPT_INT, &cfg.depth, 1, 1 << SLOT_BITS, .meta = "D",
+       .help = "requests in flight per connection (default 1;\n"
+               "open loop inline: at least, up to 2 s of it)"},
       {"rows", 'r', MLPD_OPT_INT, &cfg.rows, 1, 1 << 24, .meta = "R",
        .help = "rows per request (default 1)"},
       {"duration", 'D', MLPD_OPT_SECONDS, &cfg.duration_s, 0.001, inf,
@@ -485,8 +505,8 @@ int main(int argc, char **argv) {
                "windows of it (default: inline bytes)"},
       {"timeout-ms", 't', MLPD_OPT_U64, &cfg.timeout_ms, 0, UINT32_MAX,
        .meta = "N", .help = "server-side deadline per request"},
-      {"seed", 'S', MLPD_OPT_U64, &cfg.seed, 0, (double)UINT64_MAX,
-       .meta = "N", .help = "random inputs' seed (default 1)"},
+      {"seed", 'S', MLPD_OPT_U64, &cfg.seed, 0, (double)UINT64_MAX, .meta = "N",
+       .help = "random inputs' seed (default 1)"},
       {"json", 'j', MLPD_OPT_FLAG, &cfg.json,
        .help = "machine-readable report"},
       {"http", 0, MLPD_OPT_STRING, &cfg.http, .meta = "ADDR",
@@ -517,8 +537,8 @@ int main(int argc, char **argv) {
     if (cfg.shm)
       return mlpd_opts_error(&spec, "--shm and --http do not go together");
     int in = 0, out = 0;
-    rc = bh_model(cfg.http, cfg.model, cfg.model_name,
-                  sizeof(cfg.model_name), &in, &out, &err);
+    rc = bh_model(cfg.http, cfg.model, cfg.model_name, sizeof(cfg.model_name),
+                  &in, &out, &err);
     if (rc != 0) {
       fprintf(stderr, "mlpd-bench: %s (%s)\n", mlpd_err_msg(&err, rc),
               mlpd_err_name(rc));
@@ -590,8 +610,7 @@ int main(int argc, char **argv) {
     w[i].t_measure = t_measure;
     w[i].t_stop = t_stop;
     w[i].budget = &budget;
-    if (pthread_create(&w[i].th, NULL, cfg.http ? run_http : run, &w[i]) !=
-        0) {
+    if (pthread_create(&w[i].th, NULL, cfg.http ? run_http : run, &w[i]) != 0) {
       fprintf(stderr, "mlpd-bench: cannot start thread %d\n", i);
       break;
     }
@@ -618,8 +637,7 @@ int main(int argc, char **argv) {
     if (w[i].failed) {
       failed++;
       fprintf(stderr, "mlpd-bench: connection %d: %s (%s)\n", i,
-              mlpd_err_msg(&w[i].err, w[i].failed),
-              mlpd_err_name(w[i].failed));
+              mlpd_err_msg(&w[i].err, w[i].failed), mlpd_err_name(w[i].failed));
     }
   }
   if (started < cfg.connections)
@@ -646,8 +664,8 @@ int main(int argc, char **argv) {
          p99 = lat_pct(all, total, 99), p999 = lat_pct(all, total, 99.9),
          mx = total ? all[total - 1] : 0, mean = lat_mean(all, total);
   double okd = ok ? (double)ok : 1;
-  int out_dtype = cfg.out_dtype == MLPD_CLIENT_DTYPE_SAME ? cfg.in_dtype
-                                                          : cfg.out_dtype;
+  int out_dtype =
+      cfg.out_dtype == MLPD_CLIENT_DTYPE_SAME ? cfg.in_dtype : cfg.out_dtype;
   if (cfg.json) {
     char js[3][400];
     printf("{\"socket\": %s, \"connections\": %d, \"depth\": %d, "
@@ -665,8 +683,7 @@ int main(int argc, char **argv) {
            "\"batch_rows_mean\": %.2f, \"client_late\": %llu, "
            "\"errors_by_status\": {",
            json_str(js[0], sizeof(js[0]), cfg.socket), cfg.connections,
-           cfg.depth, cfg.rows,
-           cfg.rate > 0 ? "open" : "closed", cfg.rate,
+           cfg.depth, cfg.rows, cfg.rate > 0 ? "open" : "closed", cfg.rate,
            cfg.http_json ? "http-json"
            : cfg.http    ? "http"
            : cfg.shm     ? "shm"
@@ -675,11 +692,10 @@ int main(int argc, char **argv) {
            mlpd_dtype_name((mlpd_dtype_t)out_dtype), cfg.cols, cfg.out_cols,
            json_str(js[1], sizeof(js[1]), info.engine),
            json_str(js[2], sizeof(js[2]), info.device), total,
-           (unsigned long long)ok,
-           (unsigned long long)nerr, failed, secs, ok / secs, rows_ok / secs,
-           mean / 1e3, p50 / 1e3, p90 / 1e3, p99 / 1e3, p999 / 1e3, mx / 1e3,
-           qsum / okd / 1e3, csum / okd / 1e3, bsum / okd,
-           (unsigned long long)late);
+           (unsigned long long)ok, (unsigned long long)nerr, failed, secs,
+           ok / secs, rows_ok / secs, mean / 1e3, p50 / 1e3, p90 / 1e3,
+           p99 / 1e3, p999 / 1e3, mx / 1e3, qsum / okd / 1e3, csum / okd / 1e3,
+           bsum / okd, (unsigned long long)late);
     int first = 1;
     for (int s = 0; s < 16; s++) {
       if (by_status[s] == 0)
@@ -699,14 +715,14 @@ int main(int argc, char **argv) {
            mlpd_dtype_name((mlpd_dtype_t)out_dtype),
            cfg.http_json ? "over HTTP (OIP, JSON tensors)"
            : cfg.http    ? "over HTTP (OIP, binary tensor data)"
-           : cfg.shm ? "through shared memory"
-                     : "inline");
+           : cfg.shm     ? "through shared memory"
+                         : "inline");
     if (cfg.rate > 0)
       printf("open loop at %g requests/s\n", cfg.rate);
     else
       printf("closed loop\n");
-    printf("requests    %zu measured: %llu ok, %llu failed, in %.3f s\n",
-           total, (unsigned long long)ok, (unsigned long long)nerr, secs);
+    printf("requests    %zu measured: %llu ok, %llu failed, in %.3f s\n", total,
+           (unsigned long long)ok, (unsigned long long)nerr, secs);
     printf("throughput  %.1f requests/s, %.1f rows/s\n", ok / secs,
            rows_ok / secs);
     printf("latency     p50 %.3f ms  p90 %.3f ms  p99 %.3f ms  p99.9 %.3f ms"
