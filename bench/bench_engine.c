@@ -382,7 +382,8 @@ int main(int argc, char **argv) {
          "\"small_kernel_ptx\":%d,\"pdl\":%d,\"depth\":%d,"
          "\"weight_bytes\":%llu,\"device_bytes\":%llu,"
          "\"buckets_bf16\":%d,\"bf16_weight_bytes\":%llu,"
-         "\"fp32_replaced\":%d}\n",
+         "\"fp32_replaced\":%d,\"chains_uniform\":%d,"
+         "\"cached_setup_ms\":%.1f,\"cached_graphs_ms\":%.1f}\n",
          label, b.e->info.device, b.e->info.weights, drv, rt,
          cublasLtGetVersion(), load_ms, st1.open_ms, st1.tune_ms,
          st1.candidates_timed, st2.open_ms, (int)st2.cache_state,
@@ -392,7 +393,8 @@ int main(int argc, char **argv) {
          b.e->info.depth, (unsigned long long)b.e->info.weight_bytes,
          (unsigned long long)b.e->info.device_bytes, st1.buckets_bf16,
          (unsigned long long)st1.bf16_weight_bytes,
-         st1.plans_fp32_replaced);
+         st1.plans_fp32_replaced, st1.chains_uniform, st2.setup_ms,
+         st2.graphs_ms);
   fflush(stdout);
 
   /* N(0,1) rows (never zeros), and host buffers for three batches. */

@@ -34,12 +34,7 @@ left() { # seconds left, at most $1
   echo "$l"
 }
 
-# The image has libsystemd.so.0 but not the -dev link the carried
-# libsystemd-dev points at (relative, so dangling under /opt/deps).
-d=/opt/deps/usr/lib/x86_64-linux-gnu
-for so in /usr/lib/x86_64-linux-gnu/libsystemd.so.0 /lib/x86_64-linux-gnu/libsystemd.so.0; do
-  [ -e "$so" ] && [ ! -e "$d/libsystemd.so.0" ] && ln -sf "$so" "$d/libsystemd.so.0"
-done
+. bench/gpu-env.sh
 
 if [ -z "${SKIP_ENGINE:-}" ]; then
   OUT=$LOGS DEADLINE=${ENGINE_DEADLINE:-180} PASSES=${PASSES:-1} \
@@ -86,5 +81,5 @@ cat "$LOGS/sweep.log" | tail -25
 cp /tmp/mlpd-sweep/sweep.md /tmp/mlpd-sweep/sweep.png "$OUT/" 2>/dev/null
 
 tar -C /tmp -czf "$OUT/logs.tar.gz" mlpd-logs mlpd-sweep/sweep.jsonl \
-  mlpd-models/daemon.log 2>/dev/null
+  mlpd-models/daemon.log mlpd-serve/cold.log mlpd-serve/warm.log 2>/dev/null
 echo "total $(el)"

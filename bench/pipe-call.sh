@@ -5,7 +5,8 @@
 # bench_engine (Release, sm_90) in the background while bench/pipe-run.sh
 # checks and times the kernels, then bench_engine on mlp-4k and mlp-1k
 # (bf16 and FP8, 1, 16 and 32 rows, the autotuner choosing per layer),
-# then the CUDA engine's tests with what time is left. Logs under $OUT. Run from the checkout
+# the daemon's cold and warm start on mlp-4k (bench/serve.sh START_ONLY,
+# logs with milliseconds since start), then the CUDA engine's tests with what time is left. Logs under $OUT. Run from the checkout
 # root after `source .gpu-deps/env.sh`. PIPE_ARGS go to pipe_bench.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -15,9 +16,11 @@ mkdir -p "$OUT"
 t0=$(date +%s)
 el() { echo $(($(date +%s) - t0)); }
 B=build-gpu
+. bench/gpu-env.sh
 (cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_CUDA_ARCHITECTURES=90 -DMLPD_WERROR=ON >"$OUT/build.log" 2>&1 &&
   timeout 150 cmake --build $B -j12 --target test_engine_cuda bench_engine \
+    mlpd mlpd_cuda mlpctl \
     >>"$OUT/build.log" 2>&1
   echo "build rc=$? at $(el) s") &
 (for m in mlp-4k mlp-1k; do
@@ -36,6 +39,12 @@ if [ -x $B/bench/bench_engine ] && [ -f /tmp/mlp-4k.safetensors ]; then
     done
   done
   echo "bench_engine done at $(el) s"
+fi
+if [ -x $B/daemon/mlpd ] && [ -f /tmp/mlp-4k.safetensors ]; then
+  START_ONLY=1 OUTDIR=/tmp/pipe-serve MODEL=/tmp/mlp-4k.safetensors \
+    timeout 40 bench/serve.sh $B >"$OUT/starts.log" 2>&1
+  cp /tmp/pipe-serve/cold.log "$OUT/cold.log" 2>/dev/null
+  echo "starts done at $(el) s"
 fi
 left=$((DEADLINE - $(el)))
 if [ -x $B/tests/test_engine_cuda ] && [ $left -gt 10 ]; then

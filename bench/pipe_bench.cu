@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* pipe_bench.cu - standalone check and microbenchmark of the software-
- * pipelined small-batch kernel (daemon/cuda/cuda_pipe.cuh) against the
- * shipped per-tile kernel (cuda_kern.cuh), in one run on one GPU:
+ * pipelined small-batch kernel (daemon/cuda/cuda_pipe.cuh) and the
+ * bulk-copy experiment (bench/bulk_kernel.cuh) against the shipped
+ * per-tile kernel (cuda_kern.cuh), in one run on one GPU:
  * correctness of every configuration against a CPU reference (bf16 and
  * FP8, odd widths, partial tiles, warps without chunks, every n-tile
  * count, bit-stable reruns), then device times of an mlp-4k-shaped chain
@@ -12,6 +13,7 @@
  *   bench/pipe-run.sh (builds with nvcc for sm_90 and runs it)
  *
  * Prints one line per measurement; exits 1 when a check fails. */
+#include "bulk_kernel.cuh"
 #include "cuda_kern.cuh"
 #include "cuda_pipe.cuh"
 
@@ -47,8 +49,10 @@ typedef void (*pipe_kernel_t)(const uint16_t *, const void *,
  * fp8) and n-tile count (1, 2, 4). */
 struct pcfg_t {
   const char *name;
-  int s, bps; /* warps; blocks a SM in the grid */
+  int s, bps; /* warps; blocks a SM in the grid (0: one block a tile) */
   pipe_kernel_t k[2][3];
+  int bulk;   /* the bulk-copy kernel (cuda_bulk.cuh): S + 1 warps */
+  int smem[3]; /* its dynamic shared memory, per n-tile count */
 };
 #define PK(M, S, U, V, D, B)                                                   \
   {mlpd_small_gemm_kernel_pipe<M, 1, S, U, V, D, B>,                           \
@@ -58,7 +62,21 @@ struct pcfg_t {
   {"pipe S" #S " U" #U " V" #V " D" #D " minb" #B " bps" #BPS,                \
    S,                                                                          \
    BPS,                                                                        \
-   {PK(0, S, U, V, D, B), PK(2, S, U, V, D, B)}}
+   {PK(0, S, U, V, D, B), PK(2, S, U, V, D, B)},                               \
+   0,                                                                          \
+   {0, 0, 0}}
+#define BK(M, S, RB, NS, B)                                                    \
+  {mlpd_small_gemm_kernel_bulk<M, 1, S, RB, NS, B>,                            \
+   mlpd_small_gemm_kernel_bulk<M, 2, S, RB, NS, B>,                            \
+   mlpd_small_gemm_kernel_bulk<M, 4, S, RB, NS, B>}
+#define BC(S, RB, NS, B, BPS)                                                  \
+  {"bulk S" #S " RB" #RB " NS" #NS " minb" #B " bps" #BPS,                     \
+   S,                                                                          \
+   BPS,                                                                        \
+   {BK(0, S, RB, NS, B), BK(2, S, RB, NS, B)},                                 \
+   1,                                                                          \
+   {bulk_smem_bytes<S, 1, RB, NS>(), bulk_smem_bytes<S, 2, RB, NS>(),          \
+    bulk_smem_bytes<S, 4, RB, NS>()}}
 /* The first run (bench/pipe_bench-2026-12-03.log) also had S16 U1 V2 D3
  * minb1, S16 U1 V2 D2 minb2, S16 U1 V1 D3 minb2, S8 U1 V2 D3 minb2 bps1,
  * S8 U1 V2 D4 minb2 bps2 and S4 U1 V2 D4 minb4 bps2/bps4: none won a
@@ -66,9 +84,10 @@ struct pcfg_t {
  * minb2 bps2 replaced S8 U2 V2 D2 minb2 bps2 as the engine's variant 8.
  * The engine's variants 8-11 are the first four below. */
 static const pcfg_t cfgs[] = {
-    PC(8, 4, 1, 2, 2, 2),  PC(8, 1, 2, 3, 2, 2), PC(16, 1, 2, 2, 1, 1),
-    PC(16, 1, 1, 4, 1, 1), PC(16, 2, 1, 2, 1, 1), PC(16, 2, 2, 2, 1, 1),
-    PC(8, 2, 2, 2, 2, 2),  PC(8, 2, 2, 2, 1, 1),
+    PC(8, 4, 1, 2, 2, 2),      PC(8, 1, 2, 3, 2, 2), PC(16, 1, 2, 2, 1, 1),
+    PC(16, 1, 1, 4, 1, 1),     BC(4, 1024, 4, 3, 0), BC(4, 1024, 4, 2, 1),
+    BC(8, 2048, 3, 2, 1),      BC(4, 512, 8, 3, 0),  BC(2, 512, 6, 4, 0),
+    BC(4, 1024, 6, 2, 1),      BC(8, 1024, 4, 3, 0),
 };
 static const int ncfgs = (int)(sizeof(cfgs) / sizeof(cfgs[0]));
 static int g_sms;
@@ -79,12 +98,13 @@ static int pipe_launch(const pcfg_t *c, int mode, int rows, int n, int k,
                        cudaStream_t st) {
   const int ti = tiles_index(rows);
   const int ntiles = (n + 15) / 16;
-  int grid = c->bps * g_sms;
+  int grid = c->bps > 0 ? c->bps * g_sms : ntiles;
   grid = grid < ntiles ? grid : ntiles;
   cudaLaunchConfig_t cfg = {};
   cudaLaunchAttribute attr[1];
   cfg.gridDim = dim3((unsigned)grid);
-  cfg.blockDim = dim3((unsigned)(c->s * 32));
+  cfg.blockDim = dim3((unsigned)((c->s + c->bulk) * 32));
+  cfg.dynamicSmemBytes = (size_t)c->smem[ti];
   cfg.stream = st;
   if (flags & MLPD_PIPE_PDL) {
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -301,14 +321,20 @@ int main(int argc, char **argv) {
     for (int m = 0; m < 2; m++)
       for (int t = 0; t < 3; t++) {
         cudaFuncAttributes fa;
-        CK(cudaFuncGetAttributes(
-            &fa, reinterpret_cast<const void *>(cfgs[ci].k[m][t])));
+        const void *kf = reinterpret_cast<const void *>(cfgs[ci].k[m][t]);
+        if (cfgs[ci].smem[t] > 0)
+          CK(cudaFuncSetAttribute(
+              kf, cudaFuncAttributeMaxDynamicSharedMemorySize,
+              cfgs[ci].smem[t]));
+        CK(cudaFuncGetAttributes(&fa, kf));
         int nb = 0;
         CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &nb, cfgs[ci].k[m][t], cfgs[ci].s * 32, 0));
-        printf("ATTR %-36s %s nt %d: %3d regs, %4zu B local, %d blocks/SM\n",
+            &nb, cfgs[ci].k[m][t], (cfgs[ci].s + cfgs[ci].bulk) * 32,
+            (size_t)cfgs[ci].smem[t]));
+        printf("ATTR %-36s %s nt %d: %3d regs, %4zu B local, %6d B smem, "
+               "%d blocks/SM\n",
                cfgs[ci].name, m ? "fp8 " : "bf16", 1 << t, fa.numRegs,
-               fa.localSizeBytes, nb);
+               fa.localSizeBytes, cfgs[ci].smem[t], nb);
       }
   int fails = 0;
   if (!only_time) {
@@ -422,10 +448,14 @@ int main(int argc, char **argv) {
                best, bytes / best / 1e6, bv);
         for (int ci = 0; ci < ncfgs; ci++)
           for (int f = 0; f < 3; f++) {
-            c.cfg = ci, c.flags = fls[f];
+            /* The bulk kernel: with and without PDL (no L2 ask). */
+            if (cfgs[ci].bulk && f == 1)
+              continue;
+            c.cfg = ci, c.flags = cfgs[ci].bulk && f == 2 ? 0 : fls[f];
             double us = time_chain(&c, st);
             char nm[80];
-            snprintf(nm, sizeof(nm), "%s %s", cfgs[ci].name, fln[f]);
+            snprintf(nm, sizeof(nm), "%s %s", cfgs[ci].name,
+                     cfgs[ci].bulk && f == 2 ? "no pdl" : fln[f]);
             printf("TIME %4d %s rows %2d %-40s %7.2f us %.2f TB/s%s\n", c.n,
                    mode ? "fp8 " : "bf16", c.rows, nm, us, bytes / us / 1e6,
                    us < best ? " *" : "");

@@ -28,6 +28,7 @@
 # the rows sent, f32), DAEMON_ARGS (more `mlpd serve` flags, e.g.
 # "--io-threads 8"), OUTDIR (scratch), PYTHON.
 #
+# START_ONLY=1 stops after the cold and the warm start.
 #   bench/serve.sh --sweep [BUILD_DIR]  # the load curve instead (issue 15):
 #                                       # bench/sweep.sh, CPU or GPU
 set -uo pipefail
@@ -53,12 +54,22 @@ bench=$BUILD/clients/mlpd-bench
 mlpctl=$BUILD/clients/mlpctl
 rm -f "$cache" "$OUTDIR/lines.jsonl"
 
+# Each log line with the milliseconds since the daemon was started, so a
+# start's phases can be read off its log.
+stamp() { # $1 = start in microseconds (EPOCHREALTIME without the dot)
+  local l
+  while IFS= read -r l; do
+    printf '%6d ms %s\n' $(((${EPOCHREALTIME/./} - $1) / 1000)) "$l"
+  done
+}
 start() { # $1 = log file; sets pid and ready_ms
-  local t0
+  local t0 us
   t0=$(date +%s%N)
+  us=${EPOCHREALTIME/./}
   "$BUILD/daemon/mlpd" serve --model "$MODEL" --socket "$sock" \
     --device "$DEVICE" --max-batch "$MAX_BATCH" --plan-cache "$cache" \
-    --metrics-listen "$OUTDIR/http.sock" ${DAEMON_ARGS:-} >"$1" 2>&1 &
+    --metrics-listen "$OUTDIR/http.sock" ${DAEMON_ARGS:-} \
+    > >(stamp "$us" >"$1") 2>&1 &
   pid=$!
   until "$mlpctl" --socket "$sock" ready >/dev/null 2>&1; do
     kill -0 $pid 2>/dev/null || { echo "mlpd failed:"; tail "$1"; exit 1; }
@@ -79,7 +90,12 @@ echo "cold start (autotuning) to ready: ${ready_ms} ms; exit on SIGTERM: $exit_s
 start "$OUTDIR/warm.log"
 warm_ms=$ready_ms
 echo "warm start (plan cache) to ready: ${ready_ms} ms"
-grep -E "plan cache|fused|loaded|ready:" "$OUTDIR/warm.log" | sed 's/^[^ ]* //' | head -8
+echo "warm start's log (ms since start):"
+head -30 "$OUTDIR/warm.log" | cut -c1-220
+if [ -n "${START_ONLY:-}" ]; then # the starts alone (bench/pipe-call.sh)
+  stop
+  exit 0
+fi
 "$mlpctl" --socket "$sock" info
 "$mlpctl" --socket "$sock" info --json >"$OUTDIR/info.json"
 

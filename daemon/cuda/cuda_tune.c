@@ -430,6 +430,86 @@ static int layer_candidates(cuda_engine_t *e, bucket_t *bk, int l, int pass,
   return 0;
 }
 
+/* Per-layer tuning changes one layer at a time, so it cannot see what
+ * mlpd's kernels gain only as a chain: under programmatic dependent launch
+ * a small kernel after a small kernel loads its weights while the previous
+ * layer still runs, while after cuBLASLt it cannot (issue 17: at 16 rows
+ * the pipelined variant on all four layers of mlp-4k took 50.8 µs, the
+ * per-layer choice, cuBLASLt everywhere, 58.5). So after the passes, each
+ * variant that agreed with cuBLASLt on every layer is timed on every layer,
+ * in turn with the per-layer choice (five samples each, alternating, as in
+ * tune_layer), and the fastest chain is kept. */
+static int tune_chain(cuda_engine_t *e, bucket_t *bk, int nv,
+                      const memo_t *memo, mlpd_err_t *err) {
+  enum { MAXC = MLPD_SMALL_MAX_VARIANTS + 1 };
+  int rc = 0, nc = 0, var[MAXC];
+  cudaGraphExec_t x[MAXC];
+  choice_t ch[MAXC][MLPD_MAX_LAYERS];
+  double samp[MAXC][5], us[MAXC];
+  int iters[MAXC];
+  memcpy(ch[nc], bk->ch, sizeof(ch[0]));
+  var[nc++] = -1;
+  for (int v = 0; v < nv; v++) {
+    int all = 1;
+    for (int l = 0; l < e->nlayers; l++)
+      all &= memo[l].agree[v] == 1;
+    if (!all)
+      continue;
+    for (int l = 0; l < e->nlayers; l++)
+      ch[nc][l] = (choice_t){.small = 1, .variant = v};
+    var[nc++] = v;
+  }
+  if (nc == 1)
+    return 0;
+  for (int c = 0; c < nc; c++) {
+    mlpd_err_t cerr = {0};
+    double one = 0;
+    x[c] = NULL;
+    if (make_exec(e, bk, ch[c], &x[c], &cerr) != 0 ||
+        cudaGraphLaunch(x[c], e->st) != cudaSuccess ||
+        sample_exec(e, x[c], 1, &one, &cerr) != 0) {
+      if (x[c] != NULL)
+        cudaGraphExecDestroy(x[c]);
+      x[c] = NULL;
+      (void)cudaGetLastError();
+      if (c == 0)
+        return 0; /* the per-layer choice itself: leave it */
+      continue;
+    }
+    iters[c] = iters_for(one);
+  }
+  for (int r = 0; r < 5; r++)
+    for (int c = 0; c < nc; c++) {
+      mlpd_err_t cerr = {0};
+      if (x[c] != NULL &&
+          sample_exec(e, x[c], iters[c], &samp[c][r], &cerr) != 0) {
+        cudaGraphExecDestroy(x[c]);
+        x[c] = NULL;
+        (void)cudaGetLastError();
+      }
+    }
+  int best = -1;
+  for (int c = 0; c < nc; c++) {
+    if (x[c] == NULL)
+      continue;
+    cudaGraphExecDestroy(x[c]);
+    us[c] = median(samp[c], 5);
+    if (best < 0 || us[c] < us[best])
+      best = c;
+  }
+  if (best > 0) {
+    MLPD_LOGD("cuda engine: %d rows: mlpd's variant %d on every layer "
+              "(%.1f µs) beats the per-layer choice (%.1f µs)",
+              bk->rows, var[best], us[best], x[0] == NULL ? 0.0 : us[0]);
+    memcpy(bk->ch, ch[best], sizeof(bk->ch));
+    for (int l = 0; l < e->nlayers; l++)
+      bk->us_chosen[l] = (float)(us[best] / e->nlayers);
+    e->stats.chains_uniform++;
+  }
+  (void)err;
+  return rc;
+}
+
 /* Autotuning of every layer of bk, in two passes where mlpd's kernel
  * competes: the second lets each layer see its neighbours' final choices
  * (a small kernel after a small kernel starts early, see cuda_kernels.h).
@@ -455,6 +535,8 @@ static int autotune(cuda_engine_t *e, bucket_t *bk, int bi, int nv,
                          nlc[l], &memo[l], cand, &nc, err));
     TRY(tune_layer(e, bk, l, cand, nc, pass, err));
   }
+  if (nv > 0)
+    TRY(tune_chain(e, bk, nv, memo, err));
 fail:
   free(cand);
   free(memo);

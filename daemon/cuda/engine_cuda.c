@@ -246,6 +246,7 @@ static int open_engine(mlpd_engine_t **out, const mlpd_model_t *m,
   e->base.ops = &mlpd_engine_cuda_ops;
   e->forced_small = -1;
   TRY(mlpd_cuda_setup(e, m, o, ordinal, err));
+  e->stats.setup_ms = ms_since(t0);
   if (force >= 0 && force < mlpd__cuda_small_variants(e, 1))
     e->forced_small = force;
   e->forced_bf16 = e->fp8 ? (uint32_t)force_bf16 : 0;
@@ -256,6 +257,7 @@ static int open_engine(mlpd_engine_t **out, const mlpd_model_t *m,
   mlpd_cuda_setup_drop_bf16(e);
 
   mlpd__cuda_progress(o, "capturing %d graphs", e->nbuckets * PIPE_DEPTH);
+  uint64_t tg = mlpd_now_ns();
   for (int b = 0; b < e->nbuckets; b++) {
     bucket_t *bk = &e->bk[b];
     for (int i = 0; i < PIPE_DEPTH; i++) {
@@ -283,6 +285,7 @@ static int open_engine(mlpd_engine_t **out, const mlpd_model_t *m,
          "clear lane input");
   }
   CU(cudaStreamSynchronize(e->st), "finish startup work");
+  e->stats.graphs_ms = ms_since(tg);
 
   fill_info(e);
   e->stats.nbuckets = e->nbuckets;
@@ -316,7 +319,8 @@ static int open_engine(mlpd_engine_t **out, const mlpd_model_t *m,
   const mlpd_engine_info_t *in = &e->base.info;
   MLPD_LOGI("cuda engine: %s, %s activations, %s weights, %d layers, %d "
             "buckets (1..%d rows), %s plans in %.0f ms (%d layer plans use "
-            "mlpd's own kernel), %.1f MiB on the GPU, opened in %.0f ms",
+            "mlpd's own kernel), %.1f MiB on the GPU, opened in %.0f ms "
+            "(device and weights %.0f, graphs %.0f)",
             in->device, mlpd_dtype_name(e->dt), in->weights, e->nlayers,
             e->nbuckets, e->max_batch,
             e->stats.cache_state == MLPD_PLAN_CACHE_LOADED ? "cached"
@@ -324,7 +328,7 @@ static int open_engine(mlpd_engine_t **out, const mlpd_model_t *m,
                                                             : "heuristic",
             e->stats.tune_ms, e->stats.plans_small_kernel,
             (double)in->device_bytes / (1 << 20),
-            e->stats.open_ms);
+            e->stats.open_ms, e->stats.setup_ms, e->stats.graphs_ms);
   e->opts = NULL;
   *out = &e->base;
   return 0;

@@ -54,6 +54,9 @@ typedef struct mlpd_engine_cuda_stats_s {
                                  (bucket, layer, candidate) counted once
                                  however often it was re-timed */
   int plans_small_kernel;     /* layer plans that use mlpd's own kernel */
+  int chains_uniform;         /* buckets where one of mlpd's variants on
+                                 every layer, timed as a chain, beat the
+                                 per-layer choice */
   int small_rejected;         /* small-kernel variants that disagreed with
                                  cuBLASLt on a layer, or failed to launch,
                                  and were not used; each (bucket, layer,
@@ -66,7 +69,11 @@ typedef struct mlpd_engine_cuda_stats_s {
   mlpd_plan_cache_state_t cache_state;
   char cache_why[160];        /* why a cache was not used, else "" */
   double open_ms;             /* wall time of open */
-  double tune_ms;             /* of which autotuning */
+  double tune_ms;             /* of which plans: cache or autotuning, and
+                                 the fusion check */
+  double setup_ms;            /* of which the device, weights and buffers
+                                 (cuda_setup.c) */
+  double graphs_ms;           /* of which capturing the forward graphs */
   int small_kernel;           /* 1: mlpd's own kernels have an image for
                                  this GPU and may compete; 0: none (a
                                  build for other architectures) and every
