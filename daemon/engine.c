@@ -140,6 +140,15 @@ static int check_opts(const mlpd_engine_opts_t *o, mlpd_err_t *err) {
   return 0;
 }
 
+void mlpd_engine_prepare_device(const mlpd_device_t *dev) {
+  if (dev->kind == MLPD_DEVICE_CPU)
+    return;
+  mlpd_err_t why = {0};
+  const mlpd_engine_ops_t *cuda = mlpd_engine_ops_for("cuda", &why);
+  if (cuda != NULL && cuda->prepare != NULL)
+    cuda->prepare(dev->ordinal);
+}
+
 int mlpd_engine_open_device(mlpd_engine_t **out, const mlpd_device_t *dev,
                             const mlpd_model_t *model,
                             const mlpd_engine_opts_t *opts,

@@ -172,6 +172,12 @@ typedef struct mlpd_engine_ops_s {
   int (*host_register)(void *base, size_t size, int readonly,
                        mlpd_err_t *err);
   void (*host_unregister)(void *base);
+  /* Kind-level, optional (NULL: nothing to do): brings up what open of a
+   * device would bring up first and keeps it for the process (the CUDA
+   * driver and the device's context: a few hundred ms on a large GPU), so
+   * that the caller can do it while it reads the model. Errors are left to
+   * open, which reports them. Any thread. */
+  void (*prepare)(int device_ordinal);
 } mlpd_engine_ops_t;
 
 /* Every engine's struct starts with this. */
@@ -212,6 +218,10 @@ enum { MLPD_DEVICE_AUTO = 0, MLPD_DEVICE_CPU = 1, MLPD_DEVICE_CUDA = 2 };
 int mlpd_engine_parse_devices(const char *spec, int cuda_count,
                               mlpd_device_t *dev, int *n,
                               mlpd_err_t *err) MLPD_MUST_CHECK;
+
+/* The prepare step (mlpd_engine_ops_t.prepare) of dev's kind, if it has
+ * one; for a thread of its own beside the model's reading. */
+void mlpd_engine_prepare_device(const mlpd_device_t *dev);
 
 /* Opens the engine for one device. MLPD_DEVICE_AUTO tries the GPU
  * (ordinal 0) first and falls back to the CPU engine, logging one line

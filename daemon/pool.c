@@ -20,6 +20,11 @@ typedef struct {
   mlpd_err_t err;
 } opener_t;
 
+static void *prepare_one(void *arg) {
+  mlpd_engine_prepare_device(arg);
+  return NULL;
+}
+
 static void *open_one(void *arg) {
   opener_t *o = arg;
   o->rc = mlpd_engine_open_device(&o->pool->engines[o->index], o->dev,
@@ -47,7 +52,20 @@ int mlpd_pool_open(mlpd_pool_t **out, const char *model_path,
   mlpd_pool_t *p = calloc(1, sizeof(*p));
   if (p == NULL)
     return mlpd_errf(err, -ENOMEM, "out of memory");
-  if ((rc = mlpd_model_load(&p->model, model_path, activations, err)) != 0)
+  /* Each device's driver and context come up while this thread reads the
+   * model (engine.h, prepare): a cold start pays the longer of the two,
+   * not both. */
+  pthread_t prep[MLPD_MAX_DEVICES];
+  int nprep = 0;
+  for (int i = 0; i < ndevices; i++)
+    if (devices[i].kind != MLPD_DEVICE_CPU &&
+        pthread_create(&prep[nprep], NULL, prepare_one,
+                       (void *)&devices[i]) == 0)
+      nprep++;
+  rc = mlpd_model_load(&p->model, model_path, activations, err);
+  for (int i = 0; i < nprep; i++)
+    pthread_join(prep[i], NULL);
+  if (rc != 0)
     goto fail;
   /* Planning (autotuning above all) takes seconds per device: every device
    * plans at once, each in its own thread; the first one in this thread. */

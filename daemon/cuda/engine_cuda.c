@@ -605,6 +605,13 @@ static int cuda_wait(mlpd_engine_t *base, int block, mlpd_err_t *err) {
   return 1;
 }
 
+/* The primary context is made on the first runtime call that needs one;
+ * cudaFree(NULL) is the documented way to ask for it. */
+static void cuda_prepare(int ordinal) {
+  if (cudaSetDevice(ordinal) != cudaSuccess || cudaFree(NULL) != cudaSuccess)
+    (void)cudaGetLastError();
+}
+
 const mlpd_engine_ops_t mlpd_engine_cuda_ops = {
     .name = "cuda",
     .device_count = cuda_device_count,
@@ -616,6 +623,7 @@ const mlpd_engine_ops_t mlpd_engine_cuda_ops = {
     .close = cuda_close,
     .host_register = cuda_host_register,
     .host_unregister = cuda_host_unregister,
+    .prepare = cuda_prepare,
 };
 
 /* ---- engine_cuda.h extras ----------------------------------------------- */
