@@ -396,6 +396,11 @@ void mlpd_scheduler_on_job(mlpd_scheduler_t *s, mlpd_job_t *job) {
     retry = mlpd_pool_can_retry(p, job->engine);
   }
   count_job(s, m, job, 0);
+  /* A client in a closed loop sends its next request one round trip after
+   * this answer: the loop keeps polling that long, so the request is read
+   * without a thread wake-up (as the worker spins, worker.c). */
+  if (l->on_gpu)
+    s->hot_until_ns = mlpd_now_ns() + MLPD_SCHEDULER_LINGER_NS;
   /* The device's rate, for the queue-delay estimate: rows over device
    * time of the lane's recent batches, each sum decaying by 1/16 a batch,
    * so a slow first batch is soon forgotten and full batches weigh the
@@ -435,7 +440,7 @@ int mlpd_scheduler_poll_hot(const mlpd_scheduler_t *s) {
         l->on_gpu)
       return 1;
   }
-  return 0;
+  return s->hot_until_ns != 0 && mlpd_now_ns() < s->hot_until_ns;
 }
 
 void mlpd_scheduler_free_staging(mlpd_scheduler_t *s) {

@@ -29,6 +29,11 @@
 #include "models.h"
 #include "pool.h"
 
+/* How long the loop keeps polling after a GPU batch of its own finished:
+ * a closed-loop client's next request comes within a round trip (tens of
+ * µs); the worker spins as long (worker.c). */
+#define MLPD_SCHEDULER_LINGER_NS 200000u
+
 typedef struct mlpd_scheduler_config_s {
   uint64_t max_delay_ns;
   int nslots; /* staging slots per model */
@@ -72,6 +77,7 @@ typedef struct mlpd_scheduler_s {
   int due;    /* something changed: run before sleeping */
   int nlanes; /* lanes in use: 1 + the highest model index seen */
   int turn;   /* the lane that goes first in the next pass */
+  uint64_t hot_until_ns; /* the loop polls until then after a GPU batch */
   mlpd_lane_t lanes[MLPD_MAX_MODELS];
 } mlpd_scheduler_t;
 
@@ -145,8 +151,9 @@ void mlpd_scheduler_on_job(mlpd_scheduler_t *s, mlpd_job_t *job);
 /* Nothing admitted remains and no switch is waiting. */
 int mlpd_scheduler_idle(const mlpd_scheduler_t *s);
 
-/* A batch of this thread's runs on a GPU now: the loop may poll instead of
- * sleeping (dispatch.c says why). */
+/* A batch of this thread's runs on a GPU now, or one finished there less
+ * than MLPD_SCHEDULER_LINGER_NS ago: the loop may poll instead of sleeping
+ * (dispatch.c says why). */
 int mlpd_scheduler_poll_hot(const mlpd_scheduler_t *s);
 
 /* Frees the staging while the pools are still open (at exit). */
