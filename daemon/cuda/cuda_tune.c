@@ -136,6 +136,47 @@ static int time_forward(cuda_engine_t *e, const bucket_t *bk,
   return rc;
 }
 
+/* Up to this many forwards are timed in turn. */
+#define TURN_MAX (MLPD_SMALL_MAX_VARIANTS + 1)
+
+/* The median GPU time of each of n instantiated forwards x[i] (n <=
+ * TURN_MAX), timed in turn: one warm replay each, then five samples each,
+ * alternating, so that the clocks' drift under the power limit reaches all
+ * of them alike. A forward that fails to run (or x[i] == NULL) gets
+ * INFINITY. Destroys every x[i] and sets it to NULL. */
+static void time_in_turn(cuda_engine_t *e, cudaGraphExec_t *x, int n,
+                         double *us) {
+  double samp[TURN_MAX][5];
+  int iters[TURN_MAX];
+  for (int i = 0; i < n; i++) {
+    mlpd_err_t cerr = {0};
+    double one = 0;
+    if (x[i] != NULL && (cudaGraphLaunch(x[i], e->st) != cudaSuccess ||
+                         sample_exec(e, x[i], 1, &one, &cerr) != 0)) {
+      cudaGraphExecDestroy(x[i]);
+      x[i] = NULL;
+      (void)cudaGetLastError();
+    }
+    iters[i] = iters_for(one);
+  }
+  for (int r = 0; r < 5; r++)
+    for (int i = 0; i < n; i++) {
+      mlpd_err_t cerr = {0};
+      if (x[i] != NULL &&
+          sample_exec(e, x[i], iters[i], &samp[i][r], &cerr) != 0) {
+        cudaGraphExecDestroy(x[i]);
+        x[i] = NULL;
+        (void)cudaGetLastError();
+      }
+    }
+  for (int i = 0; i < n; i++) {
+    us[i] = x[i] != NULL ? median(samp[i], 5) : INFINITY;
+    if (x[i] != NULL)
+      cudaGraphExecDestroy(x[i]);
+    x[i] = NULL;
+  }
+}
+
 /* ---- agreement checks --------------------------------------------------- */
 
 /* Runs layer l at bucket bk once with the reference plan `ref` (cuBLASLt)
@@ -244,43 +285,26 @@ static int tune_layer(cuda_engine_t *e, bucket_t *bk, int l, cand_t *cand,
         top[k] = i;
     }
   cudaGraphExec_t tx[4] = {NULL, NULL, NULL, NULL};
-  double samp[4][5];
-  int iters[4];
+  double tus[4];
   for (int k = 0; k < 4; k++) {
     int i = top[k];
     mlpd_err_t cerr = {0};
     if (i < 0 || !isfinite(cand[i].us))
       continue;
     bk->ch[l] = cand[i].c;
-    iters[k] = iters_for(cand[i].us);
-    if (make_exec(e, bk, bk->ch, &tx[k], &cerr) == 0 &&
-        cudaGraphLaunch(tx[k], e->st) != cudaSuccess) {
-      cudaGraphExecDestroy(tx[k]);
-      tx[k] = NULL;
-    }
-    (void)cudaGetLastError();
+    if (make_exec(e, bk, bk->ch, &tx[k], &cerr) != 0)
+      (void)cudaGetLastError();
   }
-  for (int r = 0; r < 5; r++)
-    for (int k = 0; k < 4; k++) {
-      mlpd_err_t cerr = {0};
-      if (tx[k] != NULL &&
-          sample_exec(e, tx[k], iters[k], &samp[k][r], &cerr) != 0) {
-        cudaGraphExecDestroy(tx[k]);
-        tx[k] = NULL;
-        (void)cudaGetLastError();
-      }
-    }
+  time_in_turn(e, tx, 4, tus);
   int best = -1;
   double first_us = INFINITY;
   for (int k = 0; k < 4; k++) {
     int i = top[k];
-    if (tx[k] == NULL) {
-      if (i >= 0)
-        cand[i].us = INFINITY;
+    if (i < 0)
       continue;
-    }
-    cudaGraphExecDestroy(tx[k]);
-    cand[i].us = median(samp[k], 5);
+    cand[i].us = tus[k];
+    if (!isfinite(tus[k]))
+      continue;
     if (i == 0)
       first_us = cand[i].us;
     if (best < 0 || cand[i].us < cand[best].us)
@@ -439,14 +463,12 @@ static int layer_candidates(cuda_engine_t *e, bucket_t *bk, int l, int pass,
  * variant that agreed with cuBLASLt on every layer is timed on every layer,
  * in turn with the per-layer choice (five samples each, alternating, as in
  * tune_layer), and the fastest chain is kept. */
-static int tune_chain(cuda_engine_t *e, bucket_t *bk, int nv,
-                      const memo_t *memo, mlpd_err_t *err) {
-  enum { MAXC = MLPD_SMALL_MAX_VARIANTS + 1 };
-  int rc = 0, nc = 0, var[MAXC];
-  cudaGraphExec_t x[MAXC];
-  choice_t ch[MAXC][MLPD_MAX_LAYERS];
-  double samp[MAXC][5], us[MAXC];
-  int iters[MAXC];
+static void tune_chain(cuda_engine_t *e, bucket_t *bk, int nv,
+                       const memo_t *memo) {
+  int nc = 0, var[TURN_MAX];
+  cudaGraphExec_t x[TURN_MAX];
+  choice_t ch[TURN_MAX][MLPD_MAX_LAYERS];
+  double us[TURN_MAX];
   memcpy(ch[nc], bk->ch, sizeof(ch[0]));
   var[nc++] = -1;
   for (int v = 0; v < nv; v++) {
@@ -460,54 +482,28 @@ static int tune_chain(cuda_engine_t *e, bucket_t *bk, int nv,
     var[nc++] = v;
   }
   if (nc == 1)
-    return 0;
+    return;
   for (int c = 0; c < nc; c++) {
     mlpd_err_t cerr = {0};
-    double one = 0;
-    x[c] = NULL;
-    if (make_exec(e, bk, ch[c], &x[c], &cerr) != 0 ||
-        cudaGraphLaunch(x[c], e->st) != cudaSuccess ||
-        sample_exec(e, x[c], 1, &one, &cerr) != 0) {
-      if (x[c] != NULL)
-        cudaGraphExecDestroy(x[c]);
-      x[c] = NULL;
+    if (make_exec(e, bk, ch[c], &x[c], &cerr) != 0)
       (void)cudaGetLastError();
-      if (c == 0)
-        return 0; /* the per-layer choice itself: leave it */
-      continue;
-    }
-    iters[c] = iters_for(one);
   }
-  for (int r = 0; r < 5; r++)
-    for (int c = 0; c < nc; c++) {
-      mlpd_err_t cerr = {0};
-      if (x[c] != NULL &&
-          sample_exec(e, x[c], iters[c], &samp[c][r], &cerr) != 0) {
-        cudaGraphExecDestroy(x[c]);
-        x[c] = NULL;
-        (void)cudaGetLastError();
-      }
-    }
-  int best = -1;
-  for (int c = 0; c < nc; c++) {
-    if (x[c] == NULL)
-      continue;
-    cudaGraphExecDestroy(x[c]);
-    us[c] = median(samp[c], 5);
-    if (best < 0 || us[c] < us[best])
+  time_in_turn(e, x, nc, us);
+  if (!isfinite(us[0]))
+    return; /* the per-layer choice itself did not run: leave it */
+  int best = 0;
+  for (int c = 1; c < nc; c++)
+    if (us[c] < us[best])
       best = c;
-  }
   if (best > 0) {
     MLPD_LOGD("cuda engine: %d rows: mlpd's variant %d on every layer "
               "(%.1f µs) beats the per-layer choice (%.1f µs)",
-              bk->rows, var[best], us[best], x[0] == NULL ? 0.0 : us[0]);
+              bk->rows, var[best], us[best], us[0]);
     memcpy(bk->ch, ch[best], sizeof(bk->ch));
     for (int l = 0; l < e->nlayers; l++)
       bk->us_chosen[l] = (float)(us[best] / e->nlayers);
     e->stats.chains_uniform++;
   }
-  (void)err;
-  return rc;
 }
 
 /* Autotuning of every layer of bk, in two passes where mlpd's kernel
@@ -536,7 +532,7 @@ static int autotune(cuda_engine_t *e, bucket_t *bk, int bi, int nv,
     TRY(tune_layer(e, bk, l, cand, nc, pass, err));
   }
   if (nv > 0)
-    TRY(tune_chain(e, bk, nv, memo, err));
+    tune_chain(e, bk, nv, memo);
 fail:
   free(cand);
   free(memo);
@@ -579,20 +575,12 @@ static int time_two(cuda_engine_t *e, const bucket_t *a, const bucket_t *b,
                     double *us, mlpd_err_t *err) {
   int rc = 0;
   cudaGraphExec_t x[2] = {NULL, NULL};
-  double samp[2][5], one = 0;
-  int iters[2];
   TRY(make_exec(e, a, a->ch, &x[0], err));
   TRY(make_exec(e, b, b->ch, &x[1], err));
-  for (int k = 0; k < 2; k++) {
-    CU(cudaGraphLaunch(x[k], e->st), "launch graph");
-    TRY(sample_exec(e, x[k], 1, &one, err));
-    iters[k] = iters_for(one);
-  }
-  for (int r = 0; r < 5; r++)
-    for (int k = 0; k < 2; k++)
-      TRY(sample_exec(e, x[k], iters[k], &samp[k][r], err));
-  us[0] = median(samp[0], 5);
-  us[1] = median(samp[1], 5);
+  time_in_turn(e, x, 2, us);
+  if (!isfinite(us[0]) || !isfinite(us[1]))
+    rc = mlpd_errf(err, MLPD_ECUDA, "cuda engine: %d rows: a forward did "
+                   "not run when timed", a->rows);
 fail:
   for (int k = 0; k < 2; k++)
     if (x[k] != NULL)
