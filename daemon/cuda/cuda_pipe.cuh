@@ -183,21 +183,8 @@ __global__ void __launch_bounds__(S * 32, MINB)
               acc[nt][j] = 0;
             }
           __syncthreads();
-          for (int e = threadIdx.x; e < NT * 128; e += S * 32) {
-            const int nt = e >> 7, j = (e >> 5) & 3, l = e & 31;
-            float s = 0.0f;
-#pragma unroll
-            for (int v = 0; v < S; v++)
-              s += red[v][nt][j][l];
-            const int m = m0 + (l >> 2) + ((j & 2) ? 8 : 0);
-            const int r = nt * 8 + (l & 3) * 2 + (j & 1);
-            if (m < n && r < rows) {
-              if (MODE == 2)
-                s *= wscale[m];
-              const float o = s + act_to_f32<MODE>(b[m]);
-              y[(size_t)r * n + m] = act_from_f32<MODE>(activate(o, act));
-            }
-          }
+          tile_sum_store<MODE, NT, S, 1>(red, threadIdx.x, S * 32, b, wscale,
+                                         y, rows, n, m0, act);
           __syncthreads();
         }
       }

@@ -186,6 +186,36 @@ __device__ __forceinline__ void mma_vec(float (&acc)[NT][4], const uint4 a,
   }
 }
 
+/* After every warp of the block wrote its accumulators to
+ * red[warp][mt * NT + nt][j][lane] and the threads that sum have
+ * synchronised: the fixed-order sum over the S warps (so results are
+ * bit-identical run to run) and the epilogue (FP8 scale, bias, activation,
+ * rounding) of features [m0, m0 + 16*MT) for the batch's rows, by threads
+ * tid = 0 .. nthr-1. Accumulator slot j of lane l: feature g + 8*(j>>1),
+ * row 2t + (j&1). */
+template <int MODE, int NT, int S, int MT>
+__device__ __forceinline__ void
+tile_sum_store(const float (&red)[S][MT * NT][4][32], int tid, int nthr,
+               const uint16_t *__restrict__ b, const float *__restrict__ wscale,
+               uint16_t *__restrict__ y, int rows, int n, int m0, int act) {
+  for (int i = tid; i < MT * NT * 128; i += nthr) {
+    const int tile = i >> 7, j = (i >> 5) & 3, l = i & 31;
+    const int mt = tile / NT, nt = tile % NT;
+    float s = 0.0f;
+#pragma unroll
+    for (int v = 0; v < S; v++)
+      s += red[v][tile][j][l];
+    const int m = m0 + 16 * mt + (l >> 2) + ((j & 2) ? 8 : 0);
+    const int r = nt * 8 + (l & 3) * 2 + (j & 1);
+    if (m < n && r < rows) {
+      if (MODE == 2)
+        s *= wscale[m];
+      const float o = s + act_to_f32<MODE>(b[m]);
+      y[(size_t)r * n + m] = act_from_f32<MODE>(activate(o, act));
+    }
+  }
+}
+
 /* The old (measured) start of a chained layer: each thread asks L2 for the
  * lines of its own first 8/V chunks of its weight rows, before waiting for
  * the previous layer. Same addressing as tile_gemm. */
@@ -308,23 +338,8 @@ tile_gemm(const uint16_t *__restrict__ x, const void *__restrict__ wv,
       for (int j = 0; j < 4; j++)
         sm.red[warp][mt * NT + nt][j][lane] = acc[mt][nt][j];
   __syncthreads();
-  /* Accumulator slot j of lane l: feature g + 8*(j>>1), row 2t + (j&1). */
-  for (int i = threadIdx.x; i < MT * NT * 128; i += S * 32) {
-    const int tile = i >> 7, j = (i >> 5) & 3, l = i & 31;
-    const int mt = tile / NT, nt = tile % NT;
-    float s = 0.0f;
-#pragma unroll
-    for (int v = 0; v < S; v++)
-      s += sm.red[v][tile][j][l];
-    const int m = m0 + 16 * mt + (l >> 2) + ((j & 2) ? 8 : 0);
-    const int r = nt * 8 + (l & 3) * 2 + (j & 1);
-    if (m < n && r < rows) {
-      if (MODE == 2)
-        s *= wscale[m];
-      float v = s + act_to_f32<MODE>(b[m]);
-      y[(size_t)r * n + m] = act_from_f32<MODE>(activate(v, act));
-    }
-  }
+  tile_sum_store<MODE, NT, S, MT>(sm.red, threadIdx.x, S * 32, b, wscale, y,
+                                  rows, n, m0, act);
   __syncthreads();
 }
 
