@@ -46,6 +46,12 @@ mlpd_pool_t *mlpd_scheduler_pool(const mlpd_scheduler_t *s, int m) {
 static void publish(mlpd_scheduler_t *s) {
   for (int m = 0; m < s->nlanes; m++) {
     mlpd_lane_t *l = &s->lanes[m];
+    int closed = l->batcher_ready ? mlpd_batcher_closed_slots(&l->batcher) : 0;
+    if (closed != l->published_closed) {
+      if (s->cfg.model_closed != NULL)
+        atomic_fetch_add(&s->cfg.model_closed[m], closed - l->published_closed);
+      l->published_closed = closed;
+    }
     long long now = l->batcher_ready ? l->batcher.queue_rows : 0;
     if (now == l->published)
       continue;
@@ -53,6 +59,7 @@ static void publish(mlpd_scheduler_t *s) {
       atomic_fetch_add(s->cfg.queued, now - l->published);
     if (s->cfg.model_queued != NULL)
       atomic_fetch_add(&s->cfg.model_queued[m], now - l->published);
+    atomic_fetch_add(&s->stats->queued, now - l->published);
     l->published = now;
   }
 }
@@ -296,10 +303,20 @@ static int run_lane(mlpd_scheduler_t *s, int m, uint64_t now, int arriving,
     return 0;
   mlpd_pool_t *p = l->pool;
   int dead = mlpd_pool_in_rotation(p) == 0;
+  /* Full slots of other threads wait for these devices: a partial slot of
+   * ours waits behind them for as long as the rows queued ahead take
+   * (batcher.h, set_behind), rather than take a full batch's turn. */
+  int others = s->cfg.model_closed != NULL
+                   ? atomic_load(&s->cfg.model_closed[m]) - l->published_closed
+                   : 0;
+  mlpd_batcher_set_behind(&l->batcher,
+                          others > 0 ? mlpd_scheduler_wait_ns(s, m, 0) : 0);
   int i = mlpd_batcher_ready(&l->batcher, now, dead || mlpd_pool_any_idle(p),
                              arriving);
-  if (i < 0)
+  if (i < 0) {
+    *blocked |= mlpd_batcher_held_behind(&l->batcher, now);
     return 0;
+  }
   int e = dead ? -1 : pick_engine(l, i);
   if (e < 0 && !dead) {
     if (l->ready_ns[i] == 0)
@@ -353,8 +370,9 @@ uint64_t mlpd_scheduler_run(mlpd_scheduler_t *s, int arriving) {
   s->stats->m.queue_rows = queue;
   s->stats->m.dropped_rows = dropped;
   pthread_mutex_unlock(&s->stats->mu);
-  /* Waiting for a device another dispatcher keeps busy: its completion
-   * comes to that dispatcher, so look again shortly. */
+  /* Waiting for a device another dispatcher keeps busy (or behind its full
+   * slots): its completion comes to that dispatcher, so look again
+   * shortly. */
   if (blocked && mine == 0 && now + 50000 < due)
     due = now + 50000;
   return due;

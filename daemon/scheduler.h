@@ -38,6 +38,10 @@ typedef struct mlpd_scheduler_config_s {
   /* The same per model (the board's, MLPD_MAX_MODELS of them): what a
    * request to that model waits behind. */
   atomic_llong *model_queued;
+  /* Per model, its staged slots ready for a device (full) in every I/O
+   * thread (the board's, MLPD_MAX_MODELS of them; NULL: this thread's
+   * only): a partial slot waits behind the other threads' (run). */
+  atomic_int *model_closed;
 } mlpd_scheduler_config_t;
 
 /* One model's part of the scheduler. */
@@ -55,6 +59,8 @@ typedef struct mlpd_lane_s {
   int on_gpu;                /* the pool's engines are not the CPU's */
   long long published;       /* its rows counted in *cfg.queued and
                                 cfg.model_queued[m] */
+  int published_closed;      /* its full slots counted in
+                                cfg.model_closed[m] */
   double rate;               /* rows/s of one of its devices, recent batches; 0
                                 before the first few */
   double rate_rows, rate_ns; /* its decaying sums */
