@@ -11,6 +11,8 @@
 #   bench/sweep-fake.sh [BUILD_DIR]   (a build with tests: the plugin)
 #
 # Environment: DELAY_US (1000: one batch of max-batch rows), DEPTH (3),
+# WIDTHS (16,16,4; 4,4,4 below 0.5 ms a batch: the plugin's naive
+# compute runs in its worker thread),
 # IO (4 I/O threads), SAT (16:8:32), DURATION (3), WARMUP (1), DTYPE
 # (f32), SHM (1), DAEMON_ARGS (more `mlpd serve` flags), OUTDIR.
 # Prints one line per point: rows/s the daemon handed to the device in
@@ -32,8 +34,9 @@ PY=${PYTHON:-/usr/bin/python3}
 mkdir -p "$OUTDIR" && OUTDIR=$(cd "$OUTDIR" && pwd)
 shm=--shm
 [ "${SHM:-1}" = 0 ] && shm=
-model=$OUTDIR/w16-16-4.safetensors
-[ -f "$model" ] || "$PY" models/make_model.py --widths 16,16,4 --dtype F32 \
+WIDTHS=${WIDTHS:-16,16,4}
+model=$OUTDIR/w${WIDTHS//,/-}.safetensors
+[ -f "$model" ] || "$PY" models/make_model.py --widths "$WIDTHS" --dtype F32 \
   -o "$model" >/dev/null || exit 1
 sock=$OUTDIR/mlpd.sock
 plug=$BUILD/tests/plugins
@@ -71,9 +74,9 @@ for p in "${pts[@]}"; do
   "$BUILD/clients/mlpd-bench" --socket "$sock" -c "$c" -d "$d" -r "$r" \
     -D "$DURATION" -w "$WARMUP" --dtype "$DTYPE" $shm --json >"$OUTDIR/j" &
   bp=$!
-  sleep "$(echo "$WARMUP + 0.3" | bc)"
+  sleep "$(awk "BEGIN { print $WARMUP + 0.3 }")"
   snap "$OUTDIR/m0"
-  sleep "$(echo "$DURATION - 0.6" | bc)"
+  sleep "$(awk "BEGIN { print $DURATION - 0.6 }")"
   snap "$OUTDIR/m1"
   wait $bp || exit 1
   "$PY" - "$label" "$c" "$d" "$r" "$DELAY_US" "$OUTDIR" <<'EOF2'

@@ -173,8 +173,14 @@ static void unlink_req(dreq_t *q) {
  * (UNAVAILABLE), until the queue has drained to half of max_queue. */
 
 /* Two batches per device keep every device busy from one connection,
- * and a lone request on another connection waits behind at most that. */
+ * and a lone request on another connection waits behind at most that.
+ * Asked on every admission and answer (flow), so it is computed over the
+ * models only when the scheduler's layout changed (a pool switched, a
+ * device left rotation). */
 static long long own_window(mlpd_requests_t *r) {
+  unsigned layout = mlpd_scheduler_layout(r->sched);
+  if (r->window_ok && r->window_layout == layout)
+    return r->window;
   long long win = r->cfg.win_rows;
   for (int m = 0; m < MLPD_MAX_MODELS; m++) {
     const mlpd_batcher_shape_t *sh = mlpd_scheduler_shape(r->sched, m);
@@ -186,6 +192,9 @@ static long long own_window(mlpd_requests_t *r) {
     if (win < two)
       win = two;
   }
+  r->window = win;
+  r->window_layout = layout;
+  r->window_ok = 1;
   return win;
 }
 

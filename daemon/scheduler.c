@@ -149,6 +149,7 @@ void mlpd_scheduler_use_pool(mlpd_scheduler_t *s, int m, mlpd_pool_t *pool) {
   mlpd_lane_t *l = &s->lanes[m];
   l->next_pool = pool;
   l->switching = 1;
+  s->layout++;
   if (l->batcher_ready) {
     /* Let the slots staged for the old engines run, then switch; requests
      * arriving meanwhile wait in the pending queue. Unloading holds
@@ -175,6 +176,7 @@ static void unload_lane(mlpd_scheduler_t *s, mlpd_lane_t *l) {
   l->batcher_ready = 0;
   l->pool = NULL;
   l->on_gpu = 0;
+  s->layout++;
   /* A model loaded later under this index may cost differently. */
   l->rate = l->rate_rows = l->rate_ns = 0;
   l->rate_batches = 0;
@@ -191,6 +193,8 @@ static void switch_lane(mlpd_scheduler_t *s, int m) {
   }
   free_staging(s, l, old);
   l->pool = p;
+  l->rotation = mlpd_pool_in_rotation(p);
+  s->layout++;
   mlpd_pool_desc_t *pd = malloc(sizeof(*pd));
   if (pd != NULL) {
     mlpd_pool_describe(p, 0, pd);
@@ -302,7 +306,12 @@ static int run_lane(mlpd_scheduler_t *s, int m, uint64_t now, int arriving,
   if (!l->batcher_ready || l->pool == NULL)
     return 0;
   mlpd_pool_t *p = l->pool;
-  int dead = mlpd_pool_in_rotation(p) == 0;
+  int n = mlpd_pool_in_rotation(p);
+  if (n != l->rotation) {
+    l->rotation = n;
+    s->layout++;
+  }
+  int dead = n == 0;
   /* Full slots of other threads wait for these devices: a partial slot of
    * ours waits behind them for as long as the rows queued ahead take
    * (batcher.h, set_behind), rather than take a full batch's turn. */
