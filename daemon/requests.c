@@ -165,7 +165,9 @@ static void unlink_req(dreq_t *q) {
  *    evenly. A request that does not fit is left unread in the meantime
  *    (mlpd_server_defer), so the budget is not overshot; this holds for a
  *    connection with nothing in flight too (its turn comes as the queue
- *    moves), unless the thread has nothing in flight at all.
+ *    moves), unless the thread has nothing in flight at all. Between
+ *    threads, the room goes first to the one with the shortest queue
+ *    (give_way), so that every thread's batches stay full.
  * A line whose oldest hold is older than max_queue_delay is true overload
  * (a closed loop's holds last about one turn of the line): an overload
  * episode starts; nothing is held for the budget any more, every held
@@ -179,7 +181,7 @@ static void unlink_req(dreq_t *q) {
  * device left rotation). */
 static long long own_window(mlpd_requests_t *r) {
   unsigned layout = mlpd_scheduler_layout(r->sched);
-  if (r->window_ok && r->window_layout == layout)
+  if (r->win_ok && r->win_layout == layout)
     return r->window;
   long long win = r->cfg.win_rows;
   for (int m = 0; m < MLPD_MAX_MODELS; m++) {
@@ -193,8 +195,8 @@ static long long own_window(mlpd_requests_t *r) {
       win = two;
   }
   r->window = win;
-  r->window_layout = layout;
-  r->window_ok = 1;
+  r->win_layout = layout;
+  r->win_ok = 1;
   return win;
 }
 
@@ -353,9 +355,8 @@ void mlpd_requests_release(mlpd_requests_t *r) {
    * episode, all of them. With nothing of this thread's in flight no
    * answer would come to wake it: then the line goes in, whatever the
    * other threads hold. */
-  while (r->line_head != NULL &&
-         (r->overload || r->inflight == 0 ||
-          !budget_full(r, r->line_head->last_rows))) {
+  while (r->line_head != NULL && (r->overload || r->inflight == 0 ||
+                                  !budget_full(r, r->line_head->last_rows))) {
     conn_state_t *cs = r->line_head;
     line_leave(r, cs);
     if (!r->overload) {

@@ -80,9 +80,9 @@ typedef struct mlpd_scheduler_s {
   int due;    /* something changed: run before sleeping */
   int nlanes; /* lanes in use: 1 + the highest model index seen */
   int turn;   /* the lane that goes first in the next pass */
+  mlpd_lane_t lanes[MLPD_MAX_MODELS];
   unsigned layout; /* changes whenever a lane's pool, shape or devices in
                       rotation do (mlpd_scheduler_layout) */
-  mlpd_lane_t lanes[MLPD_MAX_MODELS];
 } mlpd_scheduler_t;
 
 void mlpd_scheduler_init(mlpd_scheduler_t *s, int index,

@@ -432,8 +432,8 @@ static void test_full_batches_past_saturation(void **state) {
                         "--max-queue-delay-ms", "0", NULL};
   const char *env[] = {"MLPD_PLUGIN_DIR=" MLPD_FAKE_PLUGIN_DIR,
                        fake_driver_path(), "MLPD_FAKE_CUDA_DEVICES=1",
-                       "MLPD_FAKE_CUDA_DEPTH=3", "MLPD_FAKE_CUDA_DELAY_US=10000",
-                       NULL};
+                       "MLPD_FAKE_CUDA_DEPTH=3",
+                       "MLPD_FAKE_CUDA_DELAY_US=10000", NULL};
   td_daemon_t d;
   td_spawn_ex(&d, DIGITS, args, env, -1, -1);
   td_wait_ready(&d, TIMEOUT);
