@@ -348,6 +348,12 @@ static uint64_t oldest_arrival(const mlpd_batcher_t *b, int s) {
   return t;
 }
 
+/* How long a partial slot waits for company, from its oldest row. */
+static uint64_t fill_wait(const mlpd_batcher_t *b) {
+  return b->cfg.max_delay_ns > b->behind_ns ? b->cfg.max_delay_ns
+                                            : b->behind_ns;
+}
+
 int mlpd_batcher_ready(const mlpd_batcher_t *b, uint64_t now, int engine_idle,
                        int arriving) {
   if (b->norder == 0)
@@ -357,12 +363,32 @@ int mlpd_batcher_ready(const mlpd_batcher_t *b, uint64_t now, int engine_idle,
   if (sl->state != MLPD_SLOT_FILLING || b->flush)
     return s;
   /* A partial slot: at once onto an idle engine unless more rows are on
-   * their way; otherwise it waits for company, at most max_delay. */
+   * their way; otherwise it waits for company, at most max_delay, or
+   * behind_ns while others' full slots wait. */
   if (engine_idle && !arriving)
     return s;
-  if (now - oldest_arrival(b, s) >= b->cfg.max_delay_ns)
+  if (now - oldest_arrival(b, s) >= fill_wait(b))
     return s;
   return -1;
+}
+
+void mlpd_batcher_set_behind(mlpd_batcher_t *b, uint64_t behind_ns) {
+  b->behind_ns = behind_ns;
+}
+
+int mlpd_batcher_held_behind(const mlpd_batcher_t *b, uint64_t now) {
+  if (b->behind_ns <= b->cfg.max_delay_ns || b->norder == 0 || b->flush)
+    return 0;
+  int s = b->order[0];
+  return b->slots[s].state == MLPD_SLOT_FILLING &&
+         now - oldest_arrival(b, s) >= b->cfg.max_delay_ns;
+}
+
+int mlpd_batcher_closed_slots(const mlpd_batcher_t *b) {
+  int n = b->norder;
+  if (n > 0 && b->slots[b->order[n - 1]].state == MLPD_SLOT_FILLING)
+    n--;
+  return n;
 }
 
 int mlpd_batcher_start(mlpd_batcher_t *b, int s, int engine, uint64_t now,
@@ -537,7 +563,7 @@ int mlpd_batcher_complete(mlpd_batcher_t *b, int s, int rc, const char *msg,
 uint64_t mlpd_batcher_next_wakeup(const mlpd_batcher_t *b) {
   uint64_t t = UINT64_MAX;
   if (b->norder > 0 && b->slots[b->order[0]].state == MLPD_SLOT_FILLING) {
-    uint64_t due = oldest_arrival(b, b->order[0]) + b->cfg.max_delay_ns;
+    uint64_t due = oldest_arrival(b, b->order[0]) + fill_wait(b);
     if (due < t)
       t = due;
   }

@@ -18,8 +18,10 @@
  * Policy. A full slot is ready at once. A partial slot is ready at once
  * when an engine is idle and no more rows are known to be arriving; while
  * every engine is busy (or rows are arriving) it waits for company, at most
- * max_delay from its oldest row. Flush mode (draining, reload) sends
- * partial slots as soon as an engine has room.
+ * max_delay from its oldest row, or longer while full slots of other
+ * batchers wait for the same engines (mlpd_batcher_set_behind). Flush
+ * mode (draining, reload) sends partial slots as soon as an engine has
+ * room.
  *
  * Dtypes. A slot holds its rows in one dtype each way, chosen by its first
  * request: the client's own when every engine takes it (the engine
@@ -192,6 +194,8 @@ typedef struct mlpd_batcher_s {
   int queue_rows;               /* admitted rows not yet handed over */
   int flush;                    /* partial slots go as soon as possible */
   int hold;                     /* stage nothing new (engine switch) */
+  uint64_t behind_ns;           /* a partial slot may wait this long while
+                                   others' full slots wait (set_behind) */
   uint64_t dropped_rows;        /* rows removed because owners went away */
   mlpd_batcher_done_cb done;
   void *ud;
@@ -232,6 +236,25 @@ void mlpd_batcher_expire(mlpd_batcher_t *b, uint64_t now);
  * room before it calls mlpd_batcher_start. */
 int mlpd_batcher_ready(const mlpd_batcher_t *b, uint64_t now, int engine_idle,
                        int arriving);
+
+/* For a batcher that shares its engines with others (one per I/O thread)
+ * while full slots of theirs wait for room (behind_ns > 0; 0 when none
+ * do): a partial slot past max_delay that went first would take a full
+ * batch's turn on the device with fewer rows, and at saturation its rows
+ * would wait about as long behind the queue anyway. So it goes on filling
+ * until its oldest row is behind_ns old (the caller's estimate of how
+ * long the engines need for the rows queued ahead), then goes. An idle
+ * engine still takes it at once. */
+void mlpd_batcher_set_behind(mlpd_batcher_t *b, uint64_t behind_ns);
+
+/* 1 when the next slot is partial, past max_delay and held back by
+ * set_behind: the caller looks again soon, since what holds it (the other
+ * batchers' full slots) can end without an event of its own. */
+int mlpd_batcher_held_behind(const mlpd_batcher_t *b, uint64_t now);
+
+/* Slots that are ready whenever an engine has room: queued and not
+ * filling (full, or failed once and queued again). */
+int mlpd_batcher_closed_slots(const mlpd_batcher_t *b);
 
 /* Hands slot s (from mlpd_batcher_ready) to engine `engine`: first drops
  * the requests in it whose deadline has passed (answered

@@ -15,12 +15,16 @@ void mlpd_board_init(mlpd_board_t *b, mlpd_access_t *access, int nshards) {
   atomic_init(&b->queued_rows, 0);
   for (int m = 0; m < MLPD_MAX_MODELS; m++)
     atomic_init(&b->model_queued_rows[m], 0);
+  for (int m = 0; m < MLPD_MAX_MODELS; m++)
+    atomic_init(&b->model_closed_slots[m], 0);
   b->access = access;
   b->nshards =
       nshards < MLPD_BOARD_MAX_SHARDS ? nshards : MLPD_BOARD_MAX_SHARDS;
   pthread_mutex_init(&b->mu, NULL);
   for (int i = 0; i < MLPD_BOARD_MAX_SHARDS; i++) {
     pthread_mutex_init(&b->shards[i].mu, NULL);
+    atomic_init(&b->shards[i].queued, 0);
+    atomic_init(&b->shards[i].waiting, 0);
     mlpd_metrics_init(&b->shards[i].m);
   }
   mlpd_models_init(&b->models, NULL, NULL);

@@ -41,6 +41,10 @@ typedef struct mlpd_board_shard_s {
   pthread_mutex_t mu; /* guards m: written by its thread, read by
                          any thread rendering */
   mlpd_metrics_t m;
+  atomic_llong queued; /* its rows admitted and not yet handed to a device
+                          (its scheduler's): its part of queued_rows */
+  atomic_int waiting;  /* it holds connections for the budget (its
+                          requests.c line is not empty) */
 } mlpd_board_shard_t;
 
 typedef struct mlpd_board_s {
@@ -54,6 +58,11 @@ typedef struct mlpd_board_s {
   atomic_llong model_queued_rows[MLPD_MAX_MODELS]; /* the same by model:
                                       what its queue-delay estimate
                                       waits behind */
+  atomic_int model_closed_slots[MLPD_MAX_MODELS];  /* by model: staged
+                                       slots ready for a device (full),
+                                       every I/O thread, for a partial
+                                       slot to wait behind
+                                       (mlpd_batcher_set_behind) */
   mlpd_access_t *access;                           /* borrowed: uid labels */
   int nshards;                                     /* I/O threads */
   pthread_mutex_t mu;  /* guards the published part below */

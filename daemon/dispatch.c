@@ -130,7 +130,8 @@ int mlpd_dispatch_start(mlpd_dispatch_t *d, int index,
   mlpd_scheduler_config_t sc = {.max_delay_ns = cfg->max_delay_ns,
                                 .nslots = cfg->nslots,
                                 .queued = &board->queued_rows,
-                                .model_queued = board->model_queued_rows};
+                                .model_queued = board->model_queued_rows,
+                                .model_closed = board->model_closed_slots};
   mlpd_scheduler_init(&d->sched, index, &sc, &d->mb, stats,
                       mlpd_requests_on_done, &d->reqs);
   mlpd_requests_config_t rc_cfg = {.max_frame = cfg->max_frame,

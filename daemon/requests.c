@@ -165,7 +165,9 @@ static void unlink_req(dreq_t *q) {
  *    evenly. A request that does not fit is left unread in the meantime
  *    (mlpd_server_defer), so the budget is not overshot; this holds for a
  *    connection with nothing in flight too (its turn comes as the queue
- *    moves), unless the thread has nothing in flight at all.
+ *    moves), unless the thread has nothing in flight at all. Between
+ *    threads, the room goes first to the one with the shortest queue
+ *    (give_way), so that every thread's batches stay full.
  * A line whose oldest hold is older than max_queue_delay is true overload
  * (a closed loop's holds last about one turn of the line): an overload
  * episode starts; nothing is held for the budget any more, every held
@@ -173,8 +175,14 @@ static void unlink_req(dreq_t *q) {
  * (UNAVAILABLE), until the queue has drained to half of max_queue. */
 
 /* Two batches per device keep every device busy from one connection,
- * and a lone request on another connection waits behind at most that. */
+ * and a lone request on another connection waits behind at most that.
+ * Asked on every admission and answer (flow), so it is computed over the
+ * models only when the scheduler's layout changed (a pool switched, a
+ * device left rotation). */
 static long long own_window(mlpd_requests_t *r) {
+  unsigned layout = mlpd_scheduler_layout(r->sched);
+  if (r->win_ok && r->win_layout == layout)
+    return r->window;
   long long win = r->cfg.win_rows;
   for (int m = 0; m < MLPD_MAX_MODELS; m++) {
     const mlpd_batcher_shape_t *sh = mlpd_scheduler_shape(r->sched, m);
@@ -186,7 +194,16 @@ static long long own_window(mlpd_requests_t *r) {
     if (win < two)
       win = two;
   }
+  r->window = win;
+  r->win_layout = layout;
+  r->win_ok = 1;
   return win;
+}
+
+/* Whether this thread holds connections for the budget, for the other
+ * threads to see (give_way). */
+static void line_publish(mlpd_requests_t *r) {
+  atomic_store(&r->stats->waiting, r->line_head != NULL);
 }
 
 static void line_leave(mlpd_requests_t *r, conn_state_t *cs) {
@@ -202,7 +219,8 @@ static void line_leave(mlpd_requests_t *r, conn_state_t *cs) {
     r->line_tail = cs->prev;
   cs->prev = cs->next = NULL;
   cs->queued = 0;
-  r->line_len--;
+  if (--r->line_len == 0)
+    line_publish(r);
 }
 
 static void line_join(mlpd_requests_t *r, conn_state_t *cs, uint64_t now) {
@@ -217,7 +235,8 @@ static void line_join(mlpd_requests_t *r, conn_state_t *cs, uint64_t now) {
   else
     r->line_head = cs;
   r->line_tail = cs;
-  r->line_len++;
+  if (r->line_len++ == 0)
+    line_publish(r);
 }
 
 /* The budget a connection released in turn was promised goes back once it
@@ -227,8 +246,37 @@ static void unreserve(mlpd_requests_t *r, conn_state_t *cs) {
   cs->reserve = 0;
 }
 
-static int budget_full(mlpd_requests_t *r) {
-  return mlpd_scheduler_queued_all(r->sched) + r->reserved >= r->cfg.max_queue;
+/* Room in the budget goes first to the I/O thread with the shortest queue
+ * among those holding connections for it. Each thread batches only its
+ * own rows, and every thread's turn at the device comes as often: a thread
+ * that took the room freed by its own hand-overs again and again would
+ * hold most of the queue while the others, starved of rows, sent their
+ * slots out partial once max_delay passed (issue 15: mean batch 226 at 2x
+ * saturation). So a thread whose queue is longer than a waiting one's by
+ * more than `rows` (a request, so that equal threads do not take turns
+ * giving way) leaves the room to it; that one takes it at its next loop
+ * iteration (at most a max_delay, or a batch, away: its rows in flight
+ * wake it), while the queue ahead of the devices stays full. */
+static int give_way(mlpd_requests_t *r, long long rows) {
+  mlpd_board_t *b = r->board;
+  if (b == NULL || b->nshards < 2)
+    return 0;
+  long long mine = atomic_load(&r->stats->queued) + r->reserved;
+  for (int i = 0; i < b->nshards; i++) {
+    mlpd_board_shard_t *o = &b->shards[i];
+    if (o != r->stats && atomic_load(&o->waiting) &&
+        atomic_load(&o->queued) + rows < mine)
+      return 1;
+  }
+  return 0;
+}
+
+/* No room for this thread in the budget: it is spoken for, or another
+ * thread's turn (give_way; rows: a request of this thread's). */
+static int budget_full(mlpd_requests_t *r, long long rows) {
+  return mlpd_scheduler_queued_all(r->sched) + r->reserved >=
+             r->cfg.max_queue ||
+         give_way(r, rows);
 }
 
 static void set_overload(mlpd_requests_t *r, int on) {
@@ -283,7 +331,7 @@ static void flow(mlpd_requests_t *r, mlpd_conn_t *c) {
   }
   if (cs->queued)
     return; /* released in turn, not by its own answers */
-  if (!r->overload && budget_full(r)) {
+  if (!r->overload && budget_full(r, cs->last_rows)) {
     unreserve(r, cs);
     line_join(r, cs, mlpd_now_ns());
     if (!c->held)
@@ -307,8 +355,8 @@ void mlpd_requests_release(mlpd_requests_t *r) {
    * episode, all of them. With nothing of this thread's in flight no
    * answer would come to wake it: then the line goes in, whatever the
    * other threads hold. */
-  while (r->line_head != NULL &&
-         (r->overload || r->inflight == 0 || !budget_full(r))) {
+  while (r->line_head != NULL && (r->overload || r->inflight == 0 ||
+                                  !budget_full(r, r->line_head->last_rows))) {
     conn_state_t *cs = r->line_head;
     line_leave(r, cs);
     if (!r->overload) {
@@ -743,10 +791,12 @@ static void handle_infer(mlpd_requests_t *r, mlpd_conn_t *c,
     return;
   }
   if (!cs->turn && r->inflight > 0 && !r->overload &&
-      mlpd_scheduler_queued_all(r->sched) + r->reserved + q->rows >
-          r->cfg.max_queue) {
-    /* The budget has no room for it: the connection waits in line with
-     * this frame unread, rather than overshoot the budget by it. */
+      (mlpd_scheduler_queued_all(r->sched) + r->reserved + q->rows >
+           r->cfg.max_queue ||
+       give_way(r, q->rows))) {
+    /* The budget has no room for it (or the room is another thread's
+     * turn): the connection waits in line with this frame unread, rather
+     * than overshoot the budget by it. */
     line_join(r, cs, mlpd_now_ns());
     mlpd_server_hold(c, 1);
     mlpd_server_defer(c);

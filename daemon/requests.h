@@ -73,6 +73,9 @@ typedef struct mlpd_requests_s {
                              shared budget, oldest first (released in
                              turn by mlpd_requests_release) */
   int line_len;
+  long long window;      /* own_window's answer, cached */
+  unsigned win_layout;   /* ... for this mlpd_scheduler_layout */
+  int win_ok;            /* ... once computed */
   long long reserved;    /* budget rows promised to connections
                             released in turn and not yet read */
   int overload;          /* an overload episode: budget holds aged

@@ -46,6 +46,12 @@ mlpd_pool_t *mlpd_scheduler_pool(const mlpd_scheduler_t *s, int m) {
 static void publish(mlpd_scheduler_t *s) {
   for (int m = 0; m < s->nlanes; m++) {
     mlpd_lane_t *l = &s->lanes[m];
+    int closed = l->batcher_ready ? mlpd_batcher_closed_slots(&l->batcher) : 0;
+    if (closed != l->published_closed) {
+      if (s->cfg.model_closed != NULL)
+        atomic_fetch_add(&s->cfg.model_closed[m], closed - l->published_closed);
+      l->published_closed = closed;
+    }
     long long now = l->batcher_ready ? l->batcher.queue_rows : 0;
     if (now == l->published)
       continue;
@@ -53,6 +59,7 @@ static void publish(mlpd_scheduler_t *s) {
       atomic_fetch_add(s->cfg.queued, now - l->published);
     if (s->cfg.model_queued != NULL)
       atomic_fetch_add(&s->cfg.model_queued[m], now - l->published);
+    atomic_fetch_add(&s->stats->queued, now - l->published);
     l->published = now;
   }
 }
@@ -142,6 +149,7 @@ void mlpd_scheduler_use_pool(mlpd_scheduler_t *s, int m, mlpd_pool_t *pool) {
   mlpd_lane_t *l = &s->lanes[m];
   l->next_pool = pool;
   l->switching = 1;
+  s->layout++;
   if (l->batcher_ready) {
     /* Let the slots staged for the old engines run, then switch; requests
      * arriving meanwhile wait in the pending queue. Unloading holds
@@ -168,6 +176,7 @@ static void unload_lane(mlpd_scheduler_t *s, mlpd_lane_t *l) {
   l->batcher_ready = 0;
   l->pool = NULL;
   l->on_gpu = 0;
+  s->layout++;
   /* A model loaded later under this index may cost differently. */
   l->rate = l->rate_rows = l->rate_ns = 0;
   l->rate_batches = 0;
@@ -184,6 +193,8 @@ static void switch_lane(mlpd_scheduler_t *s, int m) {
   }
   free_staging(s, l, old);
   l->pool = p;
+  l->rotation = mlpd_pool_in_rotation(p);
+  s->layout++;
   mlpd_pool_desc_t *pd = malloc(sizeof(*pd));
   if (pd != NULL) {
     mlpd_pool_describe(p, 0, pd);
@@ -295,11 +306,26 @@ static int run_lane(mlpd_scheduler_t *s, int m, uint64_t now, int arriving,
   if (!l->batcher_ready || l->pool == NULL)
     return 0;
   mlpd_pool_t *p = l->pool;
-  int dead = mlpd_pool_in_rotation(p) == 0;
+  int n = mlpd_pool_in_rotation(p);
+  if (n != l->rotation) {
+    l->rotation = n;
+    s->layout++;
+  }
+  int dead = n == 0;
+  /* Full slots of other threads wait for these devices: a partial slot of
+   * ours waits behind them for as long as the rows queued ahead take
+   * (batcher.h, set_behind), rather than take a full batch's turn. */
+  int others = s->cfg.model_closed != NULL
+                   ? atomic_load(&s->cfg.model_closed[m]) - l->published_closed
+                   : 0;
+  mlpd_batcher_set_behind(&l->batcher,
+                          others > 0 ? mlpd_scheduler_wait_ns(s, m, 0) : 0);
   int i = mlpd_batcher_ready(&l->batcher, now, dead || mlpd_pool_any_idle(p),
                              arriving);
-  if (i < 0)
+  if (i < 0) {
+    *blocked |= mlpd_batcher_held_behind(&l->batcher, now);
     return 0;
+  }
   int e = dead ? -1 : pick_engine(l, i);
   if (e < 0 && !dead) {
     if (l->ready_ns[i] == 0)
@@ -353,8 +379,9 @@ uint64_t mlpd_scheduler_run(mlpd_scheduler_t *s, int arriving) {
   s->stats->m.queue_rows = queue;
   s->stats->m.dropped_rows = dropped;
   pthread_mutex_unlock(&s->stats->mu);
-  /* Waiting for a device another dispatcher keeps busy: its completion
-   * comes to that dispatcher, so look again shortly. */
+  /* Waiting for a device another dispatcher keeps busy (or behind its full
+   * slots): its completion comes to that dispatcher, so look again
+   * shortly. */
   if (blocked && mine == 0 && now + 50000 < due)
     due = now + 50000;
   return due;

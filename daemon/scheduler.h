@@ -43,6 +43,10 @@ typedef struct mlpd_scheduler_config_s {
   /* The same per model (the board's, MLPD_MAX_MODELS of them): what a
    * request to that model waits behind. */
   atomic_llong *model_queued;
+  /* Per model, its staged slots ready for a device (full) in every I/O
+   * thread (the board's, MLPD_MAX_MODELS of them; NULL: this thread's
+   * only): a partial slot waits behind the other threads' (run). */
+  atomic_int *model_closed;
 } mlpd_scheduler_config_t;
 
 /* One model's part of the scheduler. */
@@ -57,9 +61,13 @@ typedef struct mlpd_lane_s {
   mlpd_job_t jobs[MLPD_BATCHER_MAX_SLOTS];   /* one per slot */
   uint64_t ready_ns[MLPD_BATCHER_MAX_SLOTS]; /* slot ready, no engine yet */
   int next_engine;                           /* round-robin hint */
+  int rotation;              /* its pool's devices in rotation, at the
+                                last pass */
   int on_gpu;                /* the pool's engines are not the CPU's */
   long long published;       /* its rows counted in *cfg.queued and
                                 cfg.model_queued[m] */
+  int published_closed;      /* its full slots counted in
+                                cfg.model_closed[m] */
   double rate;               /* rows/s of one of its devices, recent batches; 0
                                 before the first few */
   double rate_rows, rate_ns; /* its decaying sums */
@@ -79,6 +87,8 @@ typedef struct mlpd_scheduler_s {
   int turn;   /* the lane that goes first in the next pass */
   uint64_t hot_until_ns; /* the loop polls until then after a GPU batch */
   mlpd_lane_t lanes[MLPD_MAX_MODELS];
+  unsigned layout; /* changes whenever a lane's pool, shape or devices in
+                      rotation do (mlpd_scheduler_layout) */
 } mlpd_scheduler_t;
 
 void mlpd_scheduler_init(mlpd_scheduler_t *s, int index,
@@ -121,6 +131,14 @@ long long mlpd_scheduler_queued_model(const mlpd_scheduler_t *s, int m);
  * measured yet. Models have their own pools, so other models' rows do not
  * delay it. */
 uint64_t mlpd_scheduler_wait_ns(const mlpd_scheduler_t *s, int m, int rows);
+
+/* A value that changes whenever what mlpd_scheduler_shape and
+ * mlpd_scheduler_pool answer for any model, or the devices in rotation of
+ * a pool (as the last scheduling pass saw them), may have: what is
+ * derived from them (requests.c's window) is cached against it. */
+static inline unsigned mlpd_scheduler_layout(const mlpd_scheduler_t *s) {
+  return s->layout;
+}
 
 /* Asks for a scheduling pass before the loop sleeps. */
 static inline void mlpd_scheduler_kick(mlpd_scheduler_t *s) { s->due = 1; }

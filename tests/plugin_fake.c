@@ -22,6 +22,15 @@
  *   MLPD_FAKE_CUDA_DELAY_MS=N   a batch takes N ms: its rows are read and
  *                               its outputs written only then, in wait,
  *                               as a GPU's DMA would (test_zcopy)
+ *   MLPD_FAKE_CUDA_DELAY_US=N   the same in microseconds (wins over _MS),
+ *                               for a device of a given batch time
+ *   MLPD_FAKE_CUDA_DEPTH=N      batches in flight per device (default 1,
+ *                               at most MLPD_ENGINE_MAX_DEPTH), run one
+ *                               after the other as on a GPU's stream: a
+ *                               batch ends its delay after the later of
+ *                               its submission and the previous one's
+ *                               end, so the device keeps its pace however
+ *                               late the worker thread wakes
  *   MLPD_FAKE_CUDA_REGISTER=fail  host_register refuses every range
  *   MLPD_FAKE_CUDA_REGISTER_DELAY_MS=N  host_register takes N ms, as
  *                               cudaHostRegister of a large region does
@@ -77,18 +86,24 @@ extern const mlpd_plugin_abi_t mlpd_plugin_abi;
 const mlpd_plugin_abi_t mlpd_plugin_abi = {"0.0.1-old", {0, 0, 0, 0, 0}};
 #endif
 
+/* One batch in flight, run in wait. */
+typedef struct {
+  mlpd_engine_batch_t bt;
+  int failed;           /* it failed */
+  const uint8_t **held; /* [2 * max_batch]: registrations its segments hold */
+  int nheld;
+  uint64_t due_ns;      /* when the device is done with it, 0 = at once */
+} fake_batch_t;
+
 typedef struct {
   mlpd_engine_t base; /* first */
   const mlpd_model_t *m;
   float *a, *b; /* [max_batch][max_width] */
-  int outstanding;
-  int failed;         /* the outstanding batch failed */
   long fail_after;    /* MLPD_FAKE_CUDA_FAIL for this device, 0 = never */
   long batches;       /* submitted so far */
-  mlpd_engine_batch_t bt; /* the outstanding batch, run in wait */
-  const uint8_t **held; /* [max_batch]: registrations its segments hold */
-  int nheld;
-  uint64_t due_ns;    /* MLPD_FAKE_CUDA_DELAY_MS after submit */
+  fake_batch_t q[MLPD_ENGINE_MAX_DEPTH]; /* in flight, oldest at head */
+  int head, outstanding;
+  uint64_t last_due_ns; /* the newest batch's due_ns */
 } fake_t;
 
 static uint64_t now_ns(void) {
@@ -97,9 +112,18 @@ static uint64_t now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static long delay_ms(void) {
+static uint64_t delay_ns(void) {
+  const char *us = getenv("MLPD_FAKE_CUDA_DELAY_US");
+  if (us != NULL && *us != '\0')
+    return (uint64_t)strtoll(us, NULL, 10) * 1000u;
   const char *v = getenv("MLPD_FAKE_CUDA_DELAY_MS");
-  return v != NULL ? strtol(v, NULL, 10) : 0;
+  return v != NULL ? (uint64_t)strtoll(v, NULL, 10) * 1000000u : 0;
+}
+
+static int fake_depth(void) {
+  const char *v = getenv("MLPD_FAKE_CUDA_DEPTH");
+  int d = v != NULL && *v != '\0' ? atoi(v) : 1;
+  return d < 1 ? 1 : d > MLPD_ENGINE_MAX_DEPTH ? MLPD_ENGINE_MAX_DEPTH : d;
 }
 
 static int fake_host_register(void *base, size_t size, int readonly,
@@ -183,12 +207,13 @@ static int reg_of(const void *p, size_t len, int write) {
 
 /* Checks every direct segment of bt against the registrations and holds
  * them for the batch; 0, or -1 (nothing held) naming the first bad one. */
-static int hold_segments(fake_t *e, const mlpd_engine_batch_t *bt) {
+static int hold_segments(fake_t *e, fake_batch_t *fb,
+                         const mlpd_engine_batch_t *bt) {
   const mlpd_engine_info_t *in = &e->base.info;
   size_t isz = mlpd_dtype_size(bt->in_dtype);
   size_t osz = mlpd_dtype_size(bt->out_dtype);
   int rc = 0, last = -1;
-  e->nheld = 0;
+  fb->nheld = 0;
   pthread_mutex_lock(&regs.mu);
   for (int k = 0; k < bt->ndirect && rc == 0; k++) {
     const mlpd_engine_seg_t *sg = &bt->direct[k];
@@ -216,26 +241,26 @@ static int hold_segments(fake_t *e, const mlpd_engine_batch_t *bt) {
         break;
       }
       regs.r[i].busy++;
-      e->held[e->nheld++] = regs.r[i].base;
+      fb->held[fb->nheld++] = regs.r[i].base;
     }
   }
   pthread_mutex_unlock(&regs.mu);
   if (rc != 0) {
-    for (int k = 0; k < e->nheld; k++) {
+    for (int k = 0; k < fb->nheld; k++) {
       pthread_mutex_lock(&regs.mu);
       for (int i = 0; i < regs.n; i++)
-        if (regs.r[i].base == e->held[k]) {
+        if (regs.r[i].base == fb->held[k]) {
           regs.r[i].busy--;
           break;
         }
       pthread_mutex_unlock(&regs.mu);
     }
-    e->nheld = 0;
+    fb->nheld = 0;
   }
   return rc;
 }
 
-static void release_segments(fake_t *e) {
+static void release_segments(fake_batch_t *e) {
   pthread_mutex_lock(&regs.mu);
   for (int k = 0; k < e->nheld; k++)
     for (int i = 0; i < regs.n; i++)
@@ -290,7 +315,8 @@ static void fake_close(mlpd_engine_t *base) {
     return;
   free(e->a);
   free(e->b);
-  free(e->held);
+  for (int i = 0; i < MLPD_ENGINE_MAX_DEPTH; i++)
+    free(e->q[i].held);
   free(e);
 }
 
@@ -303,9 +329,12 @@ static int fake_open(mlpd_engine_t **out, const mlpd_model_t *m,
                      "fake cuda engine: cuda:%d does not exist", ordinal);
   fake_t *e = calloc(1, sizeof(*e));
   size_t n = mlpd_engine_batch_bytes(o->max_batch, m->max_width);
-  if (e == NULL || (e->a = malloc(n)) == NULL || (e->b = malloc(n)) == NULL ||
-      (e->held = calloc(2 * (size_t)o->max_batch, sizeof(*e->held))) ==
-          NULL) {
+  int oom = e == NULL || (e->a = malloc(n)) == NULL ||
+            (e->b = malloc(n)) == NULL;
+  for (int i = 0; !oom && i < MLPD_ENGINE_MAX_DEPTH; i++)
+    oom = (e->q[i].held = calloc(2 * (size_t)o->max_batch,
+                                 sizeof(*e->q[i].held))) == NULL;
+  if (oom) {
     fake_close(e ? &e->base : NULL);
     return mlpd_errf(err, -12, "fake cuda engine: out of memory");
   }
@@ -327,7 +356,7 @@ static int fake_open(mlpd_engine_t **out, const mlpd_model_t *m,
   in->in_stride = (m->in_features + 8) & ~7;
   in->out_stride = (m->out_features + 8) & ~7;
   in->max_batch = o->max_batch;
-  in->depth = 1;
+  in->depth = fake_depth();
   in->direct_io = 1;
   MLPD_LOGI("fake cuda engine: opened %s", in->name);
   *out = &e->base;
@@ -336,9 +365,8 @@ static int fake_open(mlpd_engine_t **out, const mlpd_model_t *m,
 
 /* Runs the outstanding batch: rows in from the slot or their direct
  * segment, the layers in fp32, rows out likewise. */
-static void run_batch(fake_t *e) {
+static void run_batch(fake_t *e, const mlpd_engine_batch_t *bt) {
   const mlpd_model_t *m = e->m;
-  const mlpd_engine_batch_t *bt = &e->bt;
   const mlpd_engine_info_t *info = &e->base.info;
   size_t w = (size_t)m->max_width;
   mlpd_dtype_convert_rows(e->a, MLPD_DTYPE_F32, w, bt->in, bt->in_dtype,
@@ -396,43 +424,53 @@ static void run_batch(fake_t *e) {
 static int fake_submit(mlpd_engine_t *base, const mlpd_engine_batch_t *bt,
                        mlpd_err_t *err) {
   fake_t *e = (fake_t *)base;
-  if (e->outstanding)
+  if (e->outstanding == base->info.depth)
     return mlpd_errf(err, MLPD_EBUSY, "fake cuda engine: busy");
   if (bt->rows < 1 || bt->rows > base->info.max_batch)
     return mlpd_errf(err, MLPD_EINVAL, "fake cuda engine: %d rows",
                      bt->rows);
-  e->outstanding = 1;
-  e->bt = *bt;
-  long d = delay_ms();
-  e->due_ns = d > 0 ? now_ns() + (uint64_t)d * 1000000u : 0;
+  fake_batch_t *fb =
+      &e->q[(e->head + e->outstanding) % MLPD_ENGINE_MAX_DEPTH];
+  e->outstanding++;
+  fb->bt = *bt;
+  fb->failed = 0;
+  uint64_t d = delay_ns(), t = now_ns();
+  /* In order, as on one stream: it starts when the one before it ends. */
+  uint64_t from = e->outstanding > 1 && e->last_due_ns > t ? e->last_due_ns
+                                                           : t;
+  fb->due_ns = d > 0 ? from + d : 0;
+  e->last_due_ns = fb->due_ns;
   if ((e->fail_after > 0 && ++e->batches > e->fail_after) ||
-      hold_segments(e, bt) != 0)
-    e->failed = 1;
+      hold_segments(e, fb, bt) != 0)
+    fb->failed = 1;
   return 0;
 }
 
 static int fake_wait(mlpd_engine_t *base, int block, mlpd_err_t *err) {
   fake_t *e = (fake_t *)base;
-  if (!e->outstanding)
+  if (e->outstanding == 0)
     return mlpd_errf(err, MLPD_EINVAL, "fake cuda engine: nothing to wait");
-  uint64_t t = now_ns();
-  if (e->due_ns > t) {
+  fake_batch_t *fb = &e->q[e->head];
+  if (fb->due_ns > now_ns()) {
     if (!block)
       return 0;
-    struct timespec ts = {(time_t)((e->due_ns - t) / 1000000000u),
-                          (long)((e->due_ns - t) % 1000000000u)};
-    nanosleep(&ts, NULL);
+    struct timespec ts = {(time_t)(fb->due_ns / 1000000000u),
+                          (long)(fb->due_ns % 1000000000u)};
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) ==
+           EINTR)
+      ;
   }
-  e->outstanding = 0;
-  if (e->failed) {
-    e->failed = 0;
+  e->head = (e->head + 1) % MLPD_ENGINE_MAX_DEPTH;
+  e->outstanding--;
+  if (fb->failed) {
+    fb->failed = 0;
     return mlpd_errf(err, MLPD_ECUDA,
                      "fake cuda engine %s: injected failure "
                      "(MLPD_FAKE_CUDA_FAIL) or a bad direct segment",
                      base->info.name);
   }
-  run_batch(e);
-  release_segments(e);
+  run_batch(e, &fb->bt);
+  release_segments(fb);
   return 1;
 }
 

@@ -226,6 +226,61 @@ static void test_no_delay_on_an_idle_engine(void **state) {
   fx_free(f);
 }
 
+/* Issue 15: a partial slot past the delay while other batchers' full
+ * slots wait for the same engines (set_behind) goes on filling until its
+ * oldest row is behind_ns old, and says it is held (the caller looks
+ * again soon); an idle engine still takes it at once, a full slot goes at
+ * once, and with nothing ahead (0) the delay alone counts again. */
+static void test_partial_waits_behind_full_slots(void **state) {
+  (void)state;
+  fx_t *f = fx_new(4, 5 * MS, 64);
+  mlpd_req_t *a = req_new(1, 2, 0, 0), *b = req_new(2, 2, 0, 0);
+  assert_int_equal(mlpd_batcher_admit(&f->b, a, 0), 0);
+  assert_int_equal(mlpd_batcher_closed_slots(&f->b), 0);
+  mlpd_batcher_set_behind(&f->b, 20 * MS);
+  /* Past the delay, engines busy: held, and the wake-up is the later. */
+  assert_int_equal(mlpd_batcher_ready(&f->b, 5 * MS, 0, 0), -1);
+  assert_int_equal(mlpd_batcher_ready(&f->b, 20 * MS - 1, 0, 0), -1);
+  assert_false(mlpd_batcher_held_behind(&f->b, 5 * MS - 1));
+  assert_true(mlpd_batcher_held_behind(&f->b, 5 * MS));
+  assert_int_equal(mlpd_batcher_next_wakeup(&f->b), 20 * MS);
+  /* An idle engine takes it anyway. */
+  int s = mlpd_batcher_ready(&f->b, 6 * MS, 1, 0);
+  assert_true(s >= 0);
+  /* Held, it kept filling: now full, it goes at once and counts as
+   * closed for the other batchers. */
+  assert_int_equal(mlpd_batcher_admit(&f->b, b, 7 * MS), 0);
+  assert_int_equal(mlpd_batcher_closed_slots(&f->b), 1);
+  assert_false(mlpd_batcher_held_behind(&f->b, 7 * MS));
+  assert_int_equal(mlpd_batcher_ready(&f->b, 7 * MS, 0, 0), s);
+  assert_int_equal(start_run(f, s, 0, 7 * MS), 4);
+  assert_int_equal(mlpd_batcher_closed_slots(&f->b), 0);
+  assert_int_equal(mlpd_batcher_complete(&f->b, s, 0, NULL, 0, 7 * MS,
+                                         8 * MS),
+                   0);
+  assert_int_equal(f->ndone, 2);
+  check_output(f, a);
+  check_output(f, b);
+  /* Its age reaches behind_ns: it goes, engines busy or not. */
+  mlpd_req_t *c = req_new(3, 1, 10 * MS, 0);
+  assert_int_equal(mlpd_batcher_admit(&f->b, c, 10 * MS), 0);
+  assert_int_equal(mlpd_batcher_ready(&f->b, 29 * MS, 0, 0), -1);
+  s = mlpd_batcher_ready(&f->b, 30 * MS, 0, 0);
+  assert_true(s >= 0);
+  /* Nothing ahead any more: the delay alone. */
+  mlpd_batcher_set_behind(&f->b, 0);
+  assert_false(mlpd_batcher_held_behind(&f->b, 16 * MS));
+  assert_int_equal(mlpd_batcher_ready(&f->b, 15 * MS, 0, 0), s);
+  assert_int_equal(mlpd_batcher_next_wakeup(&f->b), 15 * MS);
+  assert_int_equal(run_ready(f, 15 * MS, NULL), 1);
+  assert_int_equal(f->ndone, 3);
+  check_output(f, c);
+  req_free(a);
+  req_free(b);
+  req_free(c);
+  fx_free(f);
+}
+
 static void test_partial_waits_while_engines_busy(void **state) {
   (void)state;
   fx_t *f = fx_new(4, 5 * MS, 64);
@@ -757,6 +812,7 @@ int main(void) {
       cmocka_unit_test(test_full_batch_goes_at_once),
       cmocka_unit_test(test_no_delay_on_an_idle_engine),
       cmocka_unit_test(test_partial_waits_while_engines_busy),
+      cmocka_unit_test(test_partial_waits_behind_full_slots),
       cmocka_unit_test(test_queue_full_and_oversize),
       cmocka_unit_test(test_cancel_compacts_before_the_engine),
       cmocka_unit_test(test_deadlines),
