@@ -22,6 +22,11 @@
 #   DTYPE      rows sent (f32); SHM=1 for shared memory
 #   DURATION   seconds per point (3); WARMUP (1)
 #   DAEMON_ARGS more `mlpd serve` flags (default flags otherwise)
+#   OPEN_DAEMON_ARGS  when set, the open-loop points run on a daemon
+#              restarted with these flags too (e.g. a --max-queue-delay-ms
+#              whose backlog the client's windows can hold)
+#   OPEN_DEPTH requests in flight a connection may have in open loop (64);
+#              with SHM=1 each is a window of the client's region
 #   OUTDIR     (BUILD/sweep-out)
 # Builds BUILD_DIR (Release, no tests; no CUDA on cpu) when it has no mlpd.
 set -uo pipefail
@@ -60,14 +65,21 @@ if [ -z "${MODEL:-}" ]; then
 fi
 sock=$OUTDIR/mlpd.sock
 bench=$BUILD/clients/mlpd-bench
-"$BUILD/daemon/mlpd" serve --model "$MODEL" --socket "$sock" \
-  --device "$DEVICE" --log-level warn ${DAEMON_ARGS:-} >"$OUTDIR/mlpd.log" 2>&1 &
-pid=$!
+pid=""
+start_daemon() { # extra flags
+  [ -n "$pid" ] && { kill $pid; wait $pid 2>/dev/null; }
+  "$BUILD/daemon/mlpd" serve --model "$MODEL" --socket "$sock" \
+    --device "$DEVICE" --log-level warn ${DAEMON_ARGS:-} "$@" \
+    >>"$OUTDIR/mlpd.log" 2>&1 &
+  pid=$!
+  until "$BUILD/clients/mlpctl" --socket "$sock" ready >/dev/null 2>&1; do
+    kill -0 $pid 2>/dev/null || { echo "mlpd failed:"; tail "$OUTDIR/mlpd.log"; exit 1; }
+    sleep 0.05
+  done
+}
+: >"$OUTDIR/mlpd.log"
 trap 'kill $pid 2>/dev/null' EXIT
-until "$BUILD/clients/mlpctl" --socket "$sock" ready >/dev/null 2>&1; do
-  kill -0 $pid 2>/dev/null || { echo "mlpd failed:"; tail "$OUTDIR/mlpd.log"; exit 1; }
-  sleep 0.05
-done
+start_daemon
 : >"$OUTDIR/sweep.jsonl"
 
 point() { # $1 label, $2 conns, $3 depth, $4 rows, [$5 rate]
@@ -92,11 +104,13 @@ peak=$("$PY" -c '
 import json,sys
 print(max(json.loads(l)["bench"]["rows_per_s"] for l in open(sys.argv[1])))
 ' "$OUTDIR/sweep.jsonl")
+# shellcheck disable=SC2086 # flags, split on purpose
+[ -n "${OPEN_DAEMON_ARGS:-}" ] && start_daemon $OPEN_DAEMON_ARGS
 for pct in $OPEN; do
   # Requests/s for pct% of the peak rows/s; depth high enough that the
   # client never waits for a free slot (it would send late).
   rate=$("$PY" -c "print(round($peak * $pct / 100 / $r0, 1))")
-  point "open ${pct}%" "$c0" 64 "$r0" "$rate" || exit 1
+  point "open ${pct}%" "$c0" "${OPEN_DEPTH:-64}" "$r0" "$rate" || exit 1
 done
 
 "$PY" - "$OUTDIR" "$sat" "$peak" "$DEVICE" "$DTYPE" "${SHM:-0}" <<'EOF'
@@ -112,20 +126,26 @@ lines.append("date: %s; machine: %d CPUs, %s; device %s; rows %s%s" % (
 lines.append("")
 lines.append("| point | conns x depth x rows | in flight (x sat) | offered req/s |"
              " goodput rows/s | % of peak | refused | p50 ms | p99 ms |"
-             " p99.9 ms | server queue ms | mean batch |")
-lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
+             " p99.9 ms | OK p99 ms | refused p99 ms | late sends |"
+             " server queue ms | mean batch |")
+lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for p in pts:
     b = p["bench"]
     infl = b["connections"] * b["depth"] * b["rows_per_request"]
     refused = sum(b["errors_by_status"].values())
     closed = b["mode"] == "closed"
+    okl = b.get("ok_latency_ms", {})
+    bad = b.get("error_latency_ms", {})
     lines.append("| %s | %dx%dx%d | %s | %s | %.0f | %.0f%% | %d | %.2f | %.2f |"
-                 " %.2f | %.2f | %.1f |" % (
+                 " %.2f | %s | %s | %d | %.2f | %.1f |" % (
         p["label"], b["connections"], b["depth"], b["rows_per_request"],
         "%d (%.0fx)" % (infl, infl / sat) if closed else "open loop",
         "-" if closed else "%.0f" % b["rate"], b["rows_per_s"],
         100 * b["rows_per_s"] / peak, refused, b["latency_ms"]["p50"],
         b["latency_ms"]["p99"], b["latency_ms"]["p99_9"],
+        "%.2f" % okl["p99"] if okl else "-",
+        "%.2f" % bad["p99"] if refused and bad else "-",
+        b.get("client_late", 0),
         b["server_ms"]["queue_mean"], b["batch_rows_mean"]))
 open(os.path.join(out, "sweep.md"), "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))

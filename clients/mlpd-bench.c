@@ -93,7 +93,8 @@ typedef struct {
   atomic_llong *budget; /* measured requests left (--requests) */
   void *inputs[NINPUTS];
   /* results, measured requests only */
-  double *lat; /* us */
+  double *lat;  /* us */
+  uint8_t *lok; /* 1: lat[i] is an OK answer's */
   size_t nlat, cap;
   uint64_t ok, rows_ok;
   uint64_t by_status[16];
@@ -119,15 +120,19 @@ static double rng_normal(uint64_t *s) {
   return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
-static int push_lat(worker_t *w, double us) {
+static int push_lat(worker_t *w, double us, int ok) {
   if (w->nlat == w->cap) {
     size_t n = w->cap ? w->cap * 2 : 65536;
     double *p = realloc(w->lat, n * sizeof(*p));
-    if (p == NULL)
+    if (p != NULL)
+      w->lat = p;
+    uint8_t *q = p != NULL ? realloc(w->lok, n) : NULL;
+    if (q == NULL)
       return mlpd_errf(&w->err, -ENOMEM, "out of memory for latencies");
-    w->lat = p;
+    w->lok = q;
     w->cap = n;
   }
+  w->lok[w->nlat] = (uint8_t)(ok != 0);
   w->lat[w->nlat++] = us;
   return 0;
 }
@@ -258,8 +263,6 @@ static void *run_http(void *arg) {
     inflight--;
     if (d < w->t_measure)
       continue;
-    if ((rc = push_lat(w, (double)(now - d) / 1e3)) != 0)
-      goto done;
     w->last_done = now;
     int st = bh_status_code(status);
     /* A 200 whose JSON is not the answer asked for is a failure too. */
@@ -267,6 +270,9 @@ static void *run_http(void *arg) {
         bh_json_outputs(body, blen,
                         (size_t)cfg->rows * (size_t)cfg->out_cols) != 1)
       st = MLPD_STATUS_INTERNAL;
+    if ((rc = push_lat(w, (double)(now - d) / 1e3, st == MLPD_STATUS_OK)) !=
+        0)
+      goto done;
     if (st == MLPD_STATUS_OK) {
       w->ok++;
       w->rows_ok += (uint64_t)cfg->rows;
@@ -401,7 +407,8 @@ static void *run(void *arg) {
     freeslots[nfree++] = slot;
     if (due[slot] < w->t_measure)
       continue;
-    if ((rc = push_lat(w, (double)(now - due[slot]) / 1e3)) != 0)
+    if ((rc = push_lat(w, (double)(now - due[slot]) / 1e3,
+                       res.status == MLPD_STATUS_OK)) != 0)
       goto done;
     w->last_done = now;
     if (res.status == MLPD_STATUS_OK) {
@@ -572,7 +579,7 @@ int main(int argc, char **argv) {
 
   int status = 1;
   worker_t *w = calloc((size_t)cfg.connections, sizeof(*w));
-  double *all = NULL;
+  double *all = NULL, *split = NULL;
   if (w == NULL) {
     fprintf(stderr, "mlpd-bench: out of memory\n");
     return 1;
@@ -643,7 +650,8 @@ int main(int argc, char **argv) {
   if (started < cfg.connections)
     failed++;
   all = malloc((total ? total : 1) * sizeof(*all));
-  if (all == NULL) {
+  split = malloc((total ? total : 1) * sizeof(*split));
+  if (all == NULL || split == NULL) {
     fprintf(stderr, "mlpd-bench: out of memory\n");
     goto out;
   }
@@ -655,6 +663,24 @@ int main(int argc, char **argv) {
       memcpy(all + pos, w[i].lat, w[i].nlat * sizeof(*all));
     pos += w[i].nlat;
   }
+  /* The same latencies split by outcome: OK answers first, then the
+   * others (refusals above all), each part sorted: an open loop past
+   * capacity is judged by both (issue 15: admitted requests within the
+   * queue-delay bound, refusals at once). */
+  size_t nok = 0, nbad = 0;
+  for (int i = 0; i < started; i++)
+    for (size_t k = 0; k < w[i].nlat; k++)
+      nok += w[i].lok[k];
+  for (int i = 0, io = 0; i < started; i++)
+    for (size_t k = 0; k < w[i].nlat; k++) {
+      if (w[i].lok[k])
+        split[io++] = w[i].lat[k];
+      else
+        split[nok + nbad++] = w[i].lat[k];
+    }
+  lat_sort(split, nok);
+  lat_sort(split + nok, nbad);
+  const double *bad = split + nok;
   lat_sort(all, total);
   double secs = (double)(last - t_measure) / 1e9;
   if (secs <= 0)
@@ -681,6 +707,10 @@ int main(int argc, char **argv) {
            "\"p99\": %.4f, \"p99_9\": %.4f, \"max\": %.4f}, "
            "\"server_ms\": {\"queue_mean\": %.4f, \"compute_mean\": %.4f}, "
            "\"batch_rows_mean\": %.2f, \"client_late\": %llu, "
+           "\"ok_latency_ms\": {\"p50\": %.4f, \"p99\": %.4f, "
+           "\"max\": %.4f}, "
+           "\"error_latency_ms\": {\"p50\": %.4f, \"p99\": %.4f, "
+           "\"max\": %.4f}, "
            "\"errors_by_status\": {",
            json_str(js[0], sizeof(js[0]), cfg.socket), cfg.connections,
            cfg.depth, cfg.rows, cfg.rate > 0 ? "open" : "closed", cfg.rate,
@@ -695,7 +725,10 @@ int main(int argc, char **argv) {
            (unsigned long long)ok, (unsigned long long)nerr, failed, secs,
            ok / secs, rows_ok / secs, mean / 1e3, p50 / 1e3, p90 / 1e3,
            p99 / 1e3, p999 / 1e3, mx / 1e3, qsum / okd / 1e3, csum / okd / 1e3,
-           bsum / okd, (unsigned long long)late);
+           bsum / okd, (unsigned long long)late,
+           lat_pct(split, nok, 50) / 1e3, lat_pct(split, nok, 99) / 1e3,
+           nok ? split[nok - 1] / 1e3 : 0, lat_pct(bad, nbad, 50) / 1e3,
+           lat_pct(bad, nbad, 99) / 1e3, nbad ? bad[nbad - 1] / 1e3 : 0);
     int first = 1;
     for (int s = 0; s < 16; s++) {
       if (by_status[s] == 0)
@@ -735,6 +768,11 @@ int main(int argc, char **argv) {
       if (by_status[s])
         printf("errors      %s: %llu\n", mlpd_status_name(s),
                (unsigned long long)by_status[s]);
+    if (nbad > 0)
+      printf("split       OK answers p50 %.3f ms  p99 %.3f ms; failed ones "
+             "p50 %.3f ms  p99 %.3f ms\n",
+             lat_pct(split, nok, 50) / 1e3, lat_pct(split, nok, 99) / 1e3,
+             lat_pct(bad, nbad, 50) / 1e3, lat_pct(bad, nbad, 99) / 1e3);
     if (late)
       printf("late        %llu requests went out more than 1 ms after they "
              "were due\n            (the client fell behind, not the "
@@ -748,9 +786,11 @@ out:
     for (int k = 0; k < NINPUTS; k++)
       free(w[i].inputs[k]);
     free(w[i].lat);
+    free(w[i].lok);
   }
   free(w);
   free(all);
+  free(split);
   free(tmp);
   return status;
 }
