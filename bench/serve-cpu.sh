@@ -23,6 +23,7 @@
 # client's region into staging.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 BUILD=${1:-build-cpu-bench}
 LOADS=${LOADS:-"2:4:64 2:2:128 2:8:16"}
 REPS=${REPS:-5}
@@ -51,10 +52,7 @@ bench=$BUILD/clients/mlpd-bench
   >"$OUTDIR/mlpd.log" 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null' EXIT
-until "$BUILD/clients/mlpctl" --socket "$sock" ready >/dev/null 2>&1; do
-  kill -0 $pid 2>/dev/null || { echo "mlpd failed:"; tail "$OUTDIR/mlpd.log"; exit 1; }
-  sleep 0.05
-done
+wait_ready "$BUILD/clients/mlpctl" "$sock" $pid "$OUTDIR/mlpd.log" || exit 1
 
 {
   echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"

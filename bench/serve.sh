@@ -33,6 +33,7 @@
 #                                       # bench/sweep.sh, CPU or GPU
 set -uo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 if [ "${1:-}" = --sweep ]; then
   shift
   exec bench/sweep.sh "$@"
@@ -71,10 +72,7 @@ start() { # $1 = log file; sets pid and ready_ms
     --metrics-listen "$OUTDIR/http.sock" ${DAEMON_ARGS:-} \
     > >(stamp "$us" >"$1") 2>&1 &
   pid=$!
-  until "$mlpctl" --socket "$sock" ready >/dev/null 2>&1; do
-    kill -0 $pid 2>/dev/null || { echo "mlpd failed:"; tail "$1"; exit 1; }
-    sleep 0.02
-  done
+  wait_ready "$mlpctl" "$sock" $pid "$1" || exit 1
   ready_ms=$((($(date +%s%N) - t0) / 1000000))
 }
 stop() { # sets exit_status

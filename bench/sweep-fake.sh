@@ -21,6 +21,7 @@
 # mean batch, engine wait, pauses (from the daemon's metrics).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 BUILD=${1:-build-rel}
 DELAY_US=${DELAY_US:-1000}
 DEPTH=${DEPTH:-3}
@@ -48,10 +49,7 @@ MLPD_PLUGIN_DIR=$plug/fake LD_LIBRARY_PATH=$plug/driver${LD_LIBRARY_PATH:+:$LD_L
   >"$OUTDIR/mlpd.log" 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null' EXIT
-until "$BUILD/clients/mlpctl" --socket "$sock" ready >/dev/null 2>&1; do
-  kill -0 $pid 2>/dev/null || { echo "mlpd failed:"; tail "$OUTDIR/mlpd.log"; exit 1; }
-  sleep 0.05
-done
+wait_ready "$BUILD/clients/mlpctl" "$sock" $pid "$OUTDIR/mlpd.log" || exit 1
 echo "device: ${DELAY_US} us a batch, depth $DEPTH; $IO I/O threads; $DTYPE ${shm:-inline}"
 echo "point conns x depth x rows | daemon rows/s, % of device | bench goodput, % | refused | p50 ms | p99 ms | mean batch | engine wait ms | pauses"
 IFS=: read -r c0 d0 r0 <<<"$SAT"

@@ -31,6 +31,7 @@
 # Builds BUILD_DIR (Release, no tests; no CUDA on cpu) when it has no mlpd.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 BUILD=${1:-build-bench}
 DEVICE=${DEVICE:-cpu}
 SAT=${SAT:-16:8:32}
@@ -72,10 +73,7 @@ start_daemon() { # extra flags
     --device "$DEVICE" --log-level warn ${DAEMON_ARGS:-} "$@" \
     >>"$OUTDIR/mlpd.log" 2>&1 &
   pid=$!
-  until "$BUILD/clients/mlpctl" --socket "$sock" ready >/dev/null 2>&1; do
-    kill -0 $pid 2>/dev/null || { echo "mlpd failed:"; tail "$OUTDIR/mlpd.log"; exit 1; }
-    sleep 0.05
-  done
+  wait_ready "$BUILD/clients/mlpctl" "$sock" $pid "$OUTDIR/mlpd.log" || exit 1
 }
 : >"$OUTDIR/mlpd.log"
 trap 'kill $pid 2>/dev/null' EXIT
