@@ -36,12 +36,7 @@ void mlpd_config_init(mlpd_config_t *c) {
   mlpd_engine_opts_init(&c->engine);
   c->max_batch = 256;
   c->max_delay_us = 200;
-  /* 64 batches of the default size. At 4096 (1.2 ms of mlp-4k on an H200)
-   * the budget paced closed loops of 2x-8x that many rows to 87-89% of the
-   * device's rate; at 16384 the same loads ran at 98-99%
-   * (bench/RESULTS.md, 21:25 call). The queue-delay bound, not this,
-   * limits what a slow device keeps queued. */
-  c->max_queue = 16384;
+  c->max_queue = 4096;
   c->max_queue_delay_ms = 500;
   c->max_frame = 64u << 20;
   c->max_unsent = 16u << 20;

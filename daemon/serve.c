@@ -198,7 +198,7 @@ static int parse_command_line(mlpd_config_t *cfg, int argc, char **argv,
        .meta = "N",
        .help = "rows queued in the whole daemon; past it, connections\n"
                "with requests in flight are paced, not refused "
-               "(default 16384)"},
+               "(default 4096)"},
       {"max-queue-delay-ms", 0, MLPD_OPT_U64, &cfg->max_queue_delay_ms, 0,
        3600000, .meta = "MS",
        .help = "refuse (UNAVAILABLE) a request that would wait longer\n"
