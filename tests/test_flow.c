@@ -58,6 +58,38 @@ static void model(char *dir, char *path, size_t len, tu_mlp_t *ref,
   tu_make_mlp(ref, path, nlayers, widths, MLPD_DTYPE_BF16, 5, 0, NULL);
 }
 
+/* A daemon on the CPU engine (one thread) serving a 256 -> 1024 -> 1024
+ * -> 16 model, large enough that a 64-row batch takes milliseconds, so a
+ * queue of a few batches is one the tests can watch. */
+typedef struct {
+  char dir[256], path[512];
+  tu_mlp_t ref;
+  td_daemon_t d;
+} cpu_daemon_t;
+
+static void cpu_daemon_start(cpu_daemon_t *c, const char *const *args) {
+  const int widths[] = {256, 1024, 1024, 16};
+  model(c->dir, c->path, sizeof(c->path), &c->ref, widths, 3);
+  td_spawn(&c->d, c->path, 0, 0, args);
+  td_wait_ready(&c->d, TIMEOUT);
+}
+
+static void cpu_daemon_stop(cpu_daemon_t *c) {
+  assert_int_equal(td_stop(&c->d, SIGTERM, TIMEOUT), 0);
+  td_cleanup(&c->d, 0);
+  tu_free_mlp(&c->ref);
+  tu_rmtree(c->dir);
+}
+
+/* n copies of the frame f (one bytes) back to back; the caller frees. */
+static uint8_t *repeat_frame(const uint8_t *f, size_t one, int n) {
+  uint8_t *all = malloc((size_t)n * one);
+  assert_non_null(all);
+  for (int i = 0; i < n; i++)
+    memcpy(all + (size_t)i * one, f, one);
+  return all;
+}
+
 typedef struct {
   int fd;
   const uint8_t *buf;
@@ -238,24 +270,18 @@ static void *drain_thread(void *arg) {
  * pipeline's window is two batches), not behind the whole pipeline. */
 static void test_lone_request_beside_a_deep_pipeline(void **state) {
   (void)state;
-  char dir[256], path[512];
-  tu_mlp_t ref;
-  const int widths[] = {256, 1024, 1024, 16};
-  model(dir, path, sizeof(path), &ref, widths, 3);
   const char *args[] = {
       "--max-batch",    "64", "--max-queue", "256", "--cpu-threads", "1",
       "--max-delay-us", "0",  NULL};
-  td_daemon_t d;
-  td_spawn(&d, path, 0, 0, args);
-  td_wait_ready(&d, TIMEOUT);
-  int deep = td_connect(d.sock);
+  cpu_daemon_t c;
+  cpu_daemon_start(&c, args);
+  td_daemon_t *d = &c.d;
+  int deep = td_connect(d->sock);
   float *x = tu_random_rows(2, 64, 256);
   size_t one;
   uint8_t *f = td_infer_frame(1, x, MLPD_DTYPE_F32, 64, 256, 0, 0, &one);
   const int n = 60;
-  uint8_t *all = malloc((size_t)n * one);
-  for (int i = 0; i < n; i++)
-    memcpy(all + (size_t)i * one, f, one);
+  uint8_t *all = repeat_frame(f, one, n);
   free(f);
   sender_t s = {.fd = deep, .buf = all, .len = (size_t)n * one};
   drain_t dr = {.fd = deep, .n = n};
@@ -265,10 +291,10 @@ static void test_lone_request_beside_a_deep_pipeline(void **state) {
   assert_int_equal(pthread_create(&ts, NULL, send_thread, &s), 0);
   assert_int_equal(pthread_create(&tr, NULL, drain_thread, &dr), 0);
   /* Steady state: the pipeline is paced and answers flow. */
-  wait_metric(d.sock, "mlpd_connection_pauses_total", 1);
+  wait_metric(d->sock, "mlpd_connection_pauses_total", 1);
   while (atomic_load(&dr.got) < 4)
     usleep(1000);
-  int lone = td_connect(d.sock);
+  int lone = td_connect(d->sock);
   uint8_t *lf = td_infer_frame(9, x, MLPD_DTYPE_F32, 1, 256, 0, 0, &one);
   int before = atomic_load(&dr.got);
   uint64_t t0 = mlpd_now_ns();
@@ -300,10 +326,7 @@ static void test_lone_request_beside_a_deep_pipeline(void **state) {
   free(x);
   close(lone);
   close(deep);
-  assert_int_equal(td_stop(&d, SIGTERM, TIMEOUT), 0);
-  td_cleanup(&d, 0);
-  tu_free_mlp(&ref);
-  tu_rmtree(dir);
+  cpu_daemon_stop(&c);
 }
 
 /* ---- held for the queue, released in turn ------------------------------ */
@@ -343,39 +366,33 @@ static void *pipe_drain(void *arg) {
  * two.) */
 static void test_held_connection_released_in_turn(void **state) {
   (void)state;
-  char dir[256], path[512];
-  tu_mlp_t ref;
-  const int widths[] = {256, 1024, 1024, 16};
-  model(dir, path, sizeof(path), &ref, widths, 3);
   const char *args[] = {
       "--max-batch",    "64", "--max-queue", "512", "--cpu-threads", "1",
       "--max-delay-us", "0",  NULL};
-  td_daemon_t d;
-  td_spawn(&d, path, 0, 0, args);
-  td_wait_ready(&d, TIMEOUT);
+  cpu_daemon_t c;
+  cpu_daemon_start(&c, args);
+  td_daemon_t *d = &c.d;
   float *x = tu_random_rows(4, 32, 256);
   size_t one;
   uint8_t *f = td_infer_frame(1, x, MLPD_DTYPE_F32, 32, 256, 0, 0, &one);
-  uint8_t *all = malloc((size_t)TURN_N * one);
-  for (int i = 0; i < TURN_N; i++)
-    memcpy(all + (size_t)i * one, f, one);
+  uint8_t *all = repeat_frame(f, one, TURN_N);
   atomic_int answers;
   atomic_init(&answers, 0);
   sender_t s[TURN_PIPES];
   pipe_drain_t dr[TURN_PIPES];
   pthread_t ts[TURN_PIPES], tr[TURN_PIPES];
   for (int i = 0; i < TURN_PIPES; i++) {
-    int fd = td_connect(d.sock);
+    int fd = td_connect(d->sock);
     s[i] = (sender_t){.fd = fd, .buf = all, .len = (size_t)TURN_N * one};
     dr[i] = (pipe_drain_t){.fd = fd, .n = TURN_N, .answers = &answers};
     assert_int_equal(pthread_create(&ts[i], NULL, send_thread, &s[i]), 0);
     assert_int_equal(pthread_create(&tr[i], NULL, pipe_drain, &dr[i]), 0);
   }
   /* Steady state: the queue is full and answers flow. */
-  wait_metric(d.sock, "mlpd_connection_pauses_total", TURN_PIPES);
+  wait_metric(d->sock, "mlpd_connection_pauses_total", TURN_PIPES);
   while (atomic_load(&answers) < 16)
     usleep(1000);
-  int lone = td_connect(d.sock);
+  int lone = td_connect(d->sock);
   uint8_t two[2 * one];
   memcpy(two, f, one);
   memcpy(two + one, f, one);
@@ -393,7 +410,7 @@ static void test_held_connection_released_in_turn(void **state) {
   print_message("two requests on a held connection: %d pipeline answers "
                 "came between their answers; %d pipeline requests still to "
                 "come; held %g times\n",
-                between, left, metric(d.sock, "mlpd_connection_pauses_total"));
+                between, left, metric(d->sock, "mlpd_connection_pauses_total"));
   /* The pipelines were still running (else nothing was held), and the
    * second request did not wait for the whole queue after the first's
    * answer (eight batches, sixteen answers); in turn it waits for about
@@ -408,16 +425,13 @@ static void test_held_connection_released_in_turn(void **state) {
     close(s[i].fd);
   }
   assert_int_equal(atomic_load(&answers), TURN_PIPES * TURN_N);
-  assert_true(metric(d.sock, "mlpd_requests_refused_total{reason=\""
+  assert_true(metric(d->sock, "mlpd_requests_refused_total{reason=\""
                              "overload\"}") == 0);
   free(all);
   free(f);
   free(x);
   close(lone);
-  assert_int_equal(td_stop(&d, SIGTERM, TIMEOUT), 0);
-  td_cleanup(&d, 0);
-  tu_free_mlp(&ref);
-  tu_rmtree(dir);
+  cpu_daemon_stop(&c);
 }
 
 /* ---- an open-loop flood -------------------------------------------------- */
@@ -482,10 +496,7 @@ static void *flood_reader(void *arg) {
  * after the queue. `max_queue` rows (--max-queue) and `bound_ms`
  * (--max-queue-delay-ms) choose which rule refuses (`reason`). */
 static void flood(const char *max_queue, int bound_ms, const char *reason) {
-  char dir[256], path[512], bound[16], metric_name[128];
-  tu_mlp_t ref;
-  const int widths[] = {256, 1024, 1024, 16};
-  model(dir, path, sizeof(path), &ref, widths, 3);
+  char bound[16], metric_name[128];
   snprintf(bound, sizeof(bound), "%d", bound_ms);
   snprintf(metric_name, sizeof(metric_name),
            "mlpd_requests_refused_total{reason=\"%s\"}", reason);
@@ -498,15 +509,15 @@ static void flood(const char *max_queue, int bound_ms, const char *reason) {
                         "--max-queue-delay-ms",
                         bound,
                         NULL};
-  td_daemon_t d;
-  td_spawn(&d, path, 0, 0, args);
-  td_wait_ready(&d, TIMEOUT);
+  cpu_daemon_t c;
+  cpu_daemon_start(&c, args);
+  td_daemon_t *d = &c.d;
   float *x = tu_random_rows(3, 64, 256);
   size_t one;
   uint8_t *f = td_infer_frame(1, x, MLPD_DTYPE_F32, 64, 256, 0, 0, &one);
   /* The daemon measures its rate from the batches it runs (it trusts the
    * estimate after eight): ten first. */
-  int probe = td_connect(d.sock);
+  int probe = td_connect(d->sock);
   td_response_t r;
   for (int i = 0; i < 10; i++) {
     td_write_all(probe, f, one);
@@ -521,7 +532,7 @@ static void flood(const char *max_queue, int bound_ms, const char *reason) {
   flood_t fl[FLOOD_CONNS];
   for (int i = 0; i < FLOOD_CONNS; i++) {
     memset(&fl[i], 0, sizeof(fl[i]));
-    fl[i].fd = td_connect(d.sock);
+    fl[i].fd = td_connect(d->sock);
     fl[i].frame = f;
     fl[i].len = one;
     fl[i].stop = &stop;
@@ -530,7 +541,7 @@ static void flood(const char *max_queue, int bound_ms, const char *reason) {
     assert_int_equal(pthread_create(&ts[i], NULL, flood_sender, &fl[i]), 0);
     assert_int_equal(pthread_create(&tr[i], NULL, flood_reader, &fl[i]), 0);
   }
-  wait_metric(d.sock, metric_name, 10);
+  wait_metric(d->sock, metric_name, 10);
   /* Into the flood: answered at once, not after the queue. The queue sits
    * at the bound, so a probe may just fit after a batch: the first refused
    * of up to ten probes is timed. */
@@ -598,17 +609,14 @@ static void flood(const char *max_queue, int bound_ms, const char *reason) {
      * seen: on this shared machine one batch in a busy moment can take
      * several times another), with 20 ms for a stalled I/O thread. */
     print_message("overload episodes: %g\n",
-                  metric(d.sock, "mlpd_overload_episodes_total"));
-    assert_true(metric(d.sock, "mlpd_overload_episodes_total") >= 1);
+                  metric(d->sock, "mlpd_overload_episodes_total"));
+    assert_true(metric(d->sock, "mlpd_overload_episodes_total") >= 1);
     assert_true(worst <= (uint64_t)bound_ms * 1000u + 3 * batch + 20000);
   }
   free(f);
   free(x);
   close(probe);
-  assert_int_equal(td_stop(&d, SIGTERM, TIMEOUT), 0);
-  td_cleanup(&d, 0);
-  tu_free_mlp(&ref);
-  tu_rmtree(dir);
+  cpu_daemon_stop(&c);
 }
 
 static void test_open_loop_flood_is_refused_fast(void **state) {

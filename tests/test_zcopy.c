@@ -162,6 +162,28 @@ static void wait_pinned(const td_daemon_t *d, mlpd_client_t *c,
   mlpd_client_result_free(&res);
 }
 
+/* One request of `rows` f32 rows through region `name`, its input at 0 and
+ * its output right after it (`base` is the region's mapping): answered OK,
+ * with ref bit for bit in the output window (poisoned before). */
+static void infer_whole_region(mlpd_client_t *c, const char *name, int rows,
+                               uint8_t *base, const void *ref) {
+  const size_t in_b = (size_t)rows * IN * 4, out_b = (size_t)rows * OUT * 4;
+  mlpd_client_infer_t req;
+  mlpd_client_infer_init(&req);
+  req.rows = rows;
+  req.cols = IN;
+  mlpd_client_window_t in = {.region = name, .offset = 0};
+  mlpd_client_window_t out = {.region = name, .offset = in_b, .length = out_b};
+  mlpd_client_result_t res;
+  mlpd_client_result_init(&res);
+  mlpd_err_t err = {0};
+  memset(base + in_b, 0xA5, out_b);
+  assert_int_equal(mlpd_client_infer_shm(c, &req, &in, &out, &res, &err), 0);
+  assert_int_equal(res.status, MLPD_STATUS_OK);
+  assert_memory_equal(base + in_b, ref, out_b);
+  mlpd_client_result_free(&res);
+}
+
 /* Waits until the daemon's log has a line containing needle. */
 static int wait_log(const td_daemon_t *d, const char *needle) {
   for (uint64_t t0 = now_ms(); now_ms() - t0 < TIMEOUT; usleep(2000))
@@ -513,25 +535,12 @@ static void test_register_refused(void **state) {
   size_t n;
   void *ref =
       tc_inline_answer(c, x, MLPD_DTYPE_F32, ROWS, IN, MLPD_DTYPE_F32, &n);
-  mlpd_client_infer_t req;
-  mlpd_client_infer_init(&req);
-  req.rows = ROWS;
-  req.cols = IN;
-  mlpd_client_window_t in = {.region = "plain", .offset = 0};
-  mlpd_client_window_t out = {
-      .region = "plain", .offset = in_b, .length = out_b};
-  mlpd_client_result_t res;
-  mlpd_client_result_init(&res);
-  for (int k = 0; k < 2; k++) {
-    assert_int_equal(mlpd_client_infer_shm(c, &req, &in, &out, &res, &err), 0);
-    assert_int_equal(res.status, MLPD_STATUS_OK);
-    assert_memory_equal(base + in_b, ref, out_b);
-  }
+  for (int k = 0; k < 2; k++)
+    infer_whole_region(c, "plain", ROWS, base, ref);
   assert_true(metric(&d, DIRECT) == 0);
   assert_true(metric(&d, COPIED) == 2 * ROWS);
   /* Logged when the registration, off the loop, came back refused. */
   assert_true(wait_log(&d, "cannot be registered"));
-  mlpd_client_result_free(&res);
   mlpd_client_close(c);
   mlpd_client_region_free(reg);
   free(x);
@@ -578,19 +587,7 @@ static void test_pin_off_loop(void **state) {
   free(y);
   uint64_t t_other = now_ms() - t0;
   /* The region's own request, while it is being pinned: copied. */
-  mlpd_client_infer_t req;
-  mlpd_client_infer_init(&req);
-  req.rows = ROWS;
-  req.cols = IN;
-  mlpd_client_window_t in = {.region = "slow", .offset = 0};
-  mlpd_client_window_t out = {
-      .region = "slow", .offset = in_b, .length = out_b};
-  mlpd_client_result_t res;
-  mlpd_client_result_init(&res);
-  memset(base + in_b, 0xA5, out_b);
-  assert_int_equal(mlpd_client_infer_shm(a, &req, &in, &out, &res, &err), 0);
-  assert_int_equal(res.status, MLPD_STATUS_OK);
-  assert_memory_equal(base + in_b, ref, out_b);
+  infer_whole_region(a, "slow", ROWS, base, ref);
   double direct = metric(&d, DIRECT), copied = metric(&d, COPIED);
   uint64_t t_copied = now_ms() - t0;
   printf("pin off the loop: registration %d ms; the other connection "
@@ -608,10 +605,7 @@ static void test_pin_off_loop(void **state) {
   wait_pinned(&d, a, "slow", 0);
   assert_true(now_ms() - t0 >= REG_MS);
   direct = metric(&d, DIRECT);
-  memset(base + in_b, 0xA5, out_b);
-  assert_int_equal(mlpd_client_infer_shm(a, &req, &in, &out, &res, &err), 0);
-  assert_int_equal(res.status, MLPD_STATUS_OK);
-  assert_memory_equal(base + in_b, ref, out_b);
+  infer_whole_region(a, "slow", ROWS, base, ref);
   assert_true(metric(&d, DIRECT) == direct + ROWS);
   const double mapped = (double)(in_b + out_b);
   assert_true(metric(&d, "mlpd_shm_mapped_bytes") == mapped);
@@ -632,9 +626,7 @@ static void test_pin_off_loop(void **state) {
        metric(&d, "mlpd_shm_mapped_bytes") != mapped && now_ms() - t < TIMEOUT;)
     usleep(2000);
   assert_true(metric(&d, "mlpd_shm_mapped_bytes") == mapped);
-  assert_int_equal(mlpd_client_infer_shm(a, &req, &in, &out, &res, &err), 0);
-  assert_int_equal(res.status, MLPD_STATUS_OK);
-  assert_memory_equal(base + in_b, ref, out_b);
+  infer_whole_region(a, "slow", ROWS, base, ref);
 
   /* Stopped while a region is being pinned: the daemon waits for it, then
    * undoes it, before its engines close; exit 0 (stop asserts it), with
@@ -642,7 +634,6 @@ static void test_pin_off_loop(void **state) {
   mlpd_client_region_t *r4 = NULL;
   assert_int_equal(mlpd_client_region_create(a, "last", 1 << 20, &r4, &err), 0);
   assert_false(td_log_contains(&d, "cannot be registered"));
-  mlpd_client_result_free(&res);
   mlpd_client_close(a);
   mlpd_client_close(b);
   mlpd_client_region_free(reg);
