@@ -142,6 +142,7 @@ size_t mlpd_board_render(void *ud, char *buf, size_t cap) {
                          sizeof(m->uid_names[u]));
   m->ready = mlpd_board_state(b) == MLPD_STATE_READY;
   m->shm_mapped_bytes = atomic_load(&b->shm_mapped);
+  m->queue_max_rows = (uint64_t)mlpd_board_max_queue(b);
   m->extra = mlpd_procmetrics_render; /* process_*: client_golang's names */
   pthread_mutex_lock(&b->mu);
   add_model(b, m);

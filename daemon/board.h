@@ -58,6 +58,9 @@ typedef struct mlpd_board_s {
   atomic_llong model_queued_rows[MLPD_MAX_MODELS]; /* the same by model:
                                       what its queue-delay estimate
                                       waits behind */
+  atomic_int max_queue; /* rows: the budget queued_rows is held to
+                           (--max-queue, or what the devices serving
+                           call for); the daemon's to set */
   atomic_int model_closed_slots[MLPD_MAX_MODELS];  /* by model: staged
                                        slots ready for a device (full),
                                        every I/O thread, for a partial
@@ -86,6 +89,12 @@ mlpd_state_t mlpd_board_state(mlpd_board_t *b);
  * (NULL: none). */
 void mlpd_board_publish(mlpd_board_t *b, mlpd_pool_t *pool, uint64_t generation,
                         uint64_t reloads_ok, uint64_t reloads_failed);
+
+/* The admission budget in effect (rows, the whole daemon): the daemon
+ * sets it, any thread reads it. */
+static inline int mlpd_board_max_queue(const mlpd_board_t *b) {
+  return atomic_load_explicit(&b->max_queue, memory_order_relaxed);
+}
 
 /* I/O thread i's counter block. */
 mlpd_board_shard_t *mlpd_board_shard(mlpd_board_t *b, int i);

@@ -36,7 +36,7 @@ void mlpd_config_init(mlpd_config_t *c) {
   mlpd_engine_opts_init(&c->engine);
   c->max_batch = 256;
   c->max_delay_us = 200;
-  c->max_queue = 4096;
+  c->max_queue = 0;
   c->max_queue_delay_ms = 500;
   c->max_frame = 64u << 20;
   c->max_unsent = 16u << 20;
@@ -393,7 +393,8 @@ static void settle(mlpd_daemon_t *d, int m) {
   MLPD_LOGI("ready: %d of %d model%s serving, max batch %d, delay %llu us, "
             "queue %d rows in the whole daemon, %d I/O thread%s, socket %s",
             ready, d->nmodels, d->nmodels == 1 ? "" : "s", d->cfg.max_batch,
-            (unsigned long long)d->cfg.max_delay_us, d->cfg.max_queue,
+            (unsigned long long)d->cfg.max_delay_us,
+            mlpd_board_max_queue(&d->board),
             d->nshards, d->nshards == 1 ? "" : "s", d->cfg.socket_path);
   mlpd_notify_ready();
 }
@@ -557,6 +558,56 @@ static void warmed(mlpd_daemon_t *d, int m) {
   pump(d);
 }
 
+/* Batches of queue a device needs to stay busy while the I/O threads
+ * refill it: a GPU runs a 256-row batch of mlp-4k in 75 us, and 16
+ * batches (1.2 ms) kept 2x-8x closed loops at 87-90% of its rate on the
+ * H200 against 98-99% with 64; the CPU engine runs for milliseconds a
+ * batch, and 16 batches are its best there (the larger queue cost 5-15
+ * points and twice the p99 on two cores: bench/RESULTS.md). */
+#define QUEUE_BATCHES_GPU 64
+#define QUEUE_BATCHES_CPU 16
+
+/* --max-queue when not given: QUEUE_BATCHES of --max-batch for every
+ * device serving a model (a device two models share counted once, and
+ * the CPU engine once); before any model serves, one CPU's worth. */
+static int auto_max_queue(mlpd_daemon_t *d) {
+  const char *gpus[MLPD_MAX_MODELS * MLPD_MAX_DEVICES];
+  int ngpus = 0, cpu = 0;
+  for (int m = 0; m < d->nmodels; m++) {
+    if (d->models[m].pool == NULL)
+      continue;
+    mlpd_pool_describe(d->models[m].pool, 0, &d->desc);
+    if (strcmp(d->desc.kind, "cuda") != 0) {
+      cpu = 1;
+      continue;
+    }
+    for (int i = 0; i < d->desc.n; i++) {
+      int seen = 0;
+      for (int j = 0; j < ngpus && !seen; j++)
+        seen = strcmp(gpus[j], d->desc.devices[i].device) == 0;
+      if (!seen)
+        gpus[ngpus++] = d->desc.devices[i].device;
+    }
+  }
+  long long batches = (long long)ngpus * QUEUE_BATCHES_GPU;
+  if (cpu || ngpus == 0)
+    batches += QUEUE_BATCHES_CPU;
+  long long rows = batches * d->cfg.max_batch;
+  return rows < (1 << 30) ? (int)rows : 1 << 30;
+}
+
+/* Sets the admission budget on the board: --max-queue, or what the
+ * devices now serving call for. */
+static void set_max_queue(mlpd_daemon_t *d) {
+  int rows = d->cfg.max_queue > 0 ? d->cfg.max_queue : auto_max_queue(d);
+  int was = atomic_exchange(&d->board.max_queue, rows);
+  if (was != rows && d->cfg.max_queue == 0 && was != 0)
+    MLPD_LOGI("queue: %d rows in the whole daemon (%d batches of %d; "
+              "--max-queue not given: %d batches a GPU, %d for the CPU)",
+              rows, rows / d->cfg.max_batch, d->cfg.max_batch,
+              QUEUE_BATCHES_GPU, QUEUE_BATCHES_CPU);
+}
+
 /* Every I/O thread let go of model m's old pool (or of its pool, when
  * unloading). */
 static void switched(mlpd_daemon_t *d, int m) {
@@ -568,6 +619,7 @@ static void switched(mlpd_daemon_t *d, int m) {
     dm->pool = NULL;
     mlpd_models_set(&d->board.models, m, MLPD_MODEL_UNLOADED, NULL);
     publish(d, m);
+    set_max_queue(d);
     retire(d, old);
     MLPD_LOGI("model '%s' unloaded", name_of(d, m));
     pump(d);
@@ -599,6 +651,7 @@ static void switched(mlpd_daemon_t *d, int m) {
             (unsigned long long)dm->generation, mo->nlayers, mo->in_features,
             mo->out_features, mlpd_dtype_name(pd->compute_dtype), devs,
             (unsigned long long)pd->device_bytes);
+  set_max_queue(d);
   retire(d, old);
   /* After SIGHUP systemd waits for READY=1, also for a model that is new
    * (no old pool); it is idempotent for the rest. */
@@ -956,9 +1009,14 @@ static int io_threads(const mlpd_config_t *c) {
 
 static int start_shards(mlpd_daemon_t *d, mlpd_err_t *err) {
   int n = d->nshards;
-  /* --max-queue is one budget for the whole daemon (the board's
-   * queued_rows); only the staging slots are sized per thread. */
-  int queue = (d->cfg.max_queue + n - 1) / n;
+  set_max_queue(d);
+  /* Each thread's staging slots hold what it stages ahead of the devices:
+   * its share of --max-queue when given, else of a CPU's queue (the slots
+   * are pinned memory, made at start; a larger queue waits in the
+   * batchers' pending lists, zero-copy rows need no staging). */
+  int rows = d->cfg.max_queue > 0 ? d->cfg.max_queue
+                                  : QUEUE_BATCHES_CPU * d->cfg.max_batch;
+  int queue = (rows + n - 1) / n;
   int slots = (queue + d->cfg.max_batch - 1) / d->cfg.max_batch + 3;
   if (slots > MLPD_BATCHER_MAX_SLOTS)
     slots = MLPD_BATCHER_MAX_SLOTS;
@@ -968,8 +1026,6 @@ static int start_shards(mlpd_daemon_t *d, mlpd_err_t *err) {
       .idle_timeout_ms = d->cfg.idle_timeout_ms,
       .frame_timeout_ms = d->cfg.frame_timeout_ms,
       .max_delay_ns = d->cfg.max_delay_us * 1000u,
-      .max_queue = d->cfg.max_queue,
-      .queue_slots = queue,
       .max_queue_delay_ns = d->cfg.max_queue_delay_ms * 1000000u,
       .nslots = slots,
       .max_regions = d->cfg.max_regions,

@@ -60,7 +60,8 @@ typedef struct mlpd_config_s {
                                   max_batch set from max_batch */
   int max_batch;               /* --max-batch rows */
   uint64_t max_delay_us;       /* --max-delay-us */
-  int max_queue;               /* --max-queue rows, the whole daemon */
+  int max_queue;               /* --max-queue rows, the whole daemon;
+                                  0 = follow the devices serving */
   uint64_t max_queue_delay_ms; /* --max-queue-delay-ms, 0 = no bound */
   size_t max_frame;            /* --max-frame bytes */
   size_t max_unsent;           /* per-connection backpressure bound */

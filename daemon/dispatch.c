@@ -135,7 +135,6 @@ int mlpd_dispatch_start(mlpd_dispatch_t *d, int index,
   mlpd_scheduler_init(&d->sched, index, &sc, &d->mb, stats,
                       mlpd_requests_on_done, &d->reqs);
   mlpd_requests_config_t rc_cfg = {.max_frame = cfg->max_frame,
-                                   .max_queue = cfg->max_queue,
                                    .win_rows = 0,
                                    .win_bytes = cfg->max_unsent,
                                    .max_queue_delay_ns =

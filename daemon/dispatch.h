@@ -44,9 +44,6 @@ typedef struct mlpd_dispatch_config_s {
   uint64_t idle_timeout_ms;
   uint64_t frame_timeout_ms;
   uint64_t max_delay_ns;
-  int max_queue;          /* rows queued in the whole daemon (the board's
-                             shared budget) */
-  int queue_slots;        /* rows this dispatcher's staging is sized for */
   uint64_t max_queue_delay_ns; /* refuse what would wait longer; 0 = never */
   int nslots;             /* staging slots */
   int max_regions;        /* per connection */

@@ -550,6 +550,10 @@ size_t mlpd_metrics_render(const mlpd_metrics_t *m, char *buf, size_t cap) {
   scalar_u64(&w, "mlpd_rows_total", "counter", "Rows computed.", m->rows);
   scalar_u64(&w, "mlpd_queue_rows", "gauge",
              "Rows accepted and waiting for a batch.", m->queue_rows);
+  scalar_u64(&w, "mlpd_queue_max_rows", "gauge",
+             "Rows the daemon queues before it paces connections "
+             "(--max-queue, or 64 batches a GPU and 16 for the CPU).",
+             m->queue_max_rows);
   scalar_u64(&w, "mlpd_connections", "gauge", "Open client connections.",
              m->connections);
   scalar_u64(&w, "mlpd_inflight_requests", "gauge",

@@ -24,6 +24,9 @@
  *   batches_total                     counter
  *   rows_total                        counter, rows computed
  *   queue_rows                        gauge, rows accepted and not yet computing
+ *   queue_max_rows                    gauge, the admission budget in effect
+ *                                     (--max-queue, or what the devices call
+ *                                     for)
  *   connections                       gauge, open client connections
  *   inflight_requests                 gauge, infer requests accepted and not
  *                                     yet answered
@@ -127,6 +130,7 @@ typedef struct mlpd_metrics_s {
   uint64_t batches;
   uint64_t rows;
   uint64_t queue_rows;
+  uint64_t queue_max_rows; /* not merged: the board's */
   uint64_t connections;
   uint64_t inflight_requests;
   int ready;

@@ -49,6 +49,11 @@ typedef mlpd_requests_conn_t conn_state_t;
 
 static dreq_t *dreq_of(mlpd_req_t *r) { return (dreq_t *)r; }
 
+/* --max-queue as the daemon set it (it may follow the devices). */
+static int budget(const mlpd_requests_t *r) {
+  return mlpd_board_max_queue(r->board);
+}
+
 /* ---- counters ---------------------------------------------------------------
  */
 
@@ -275,7 +280,7 @@ static int give_way(mlpd_requests_t *r, long long rows) {
  * thread's turn (give_way; rows: a request of this thread's). */
 static int budget_full(mlpd_requests_t *r, long long rows) {
   return mlpd_scheduler_queued_all(r->sched) + r->reserved >=
-             r->cfg.max_queue ||
+             budget(r) ||
          give_way(r, rows);
 }
 
@@ -293,7 +298,7 @@ static void set_overload(mlpd_requests_t *r, int on) {
               "(--max-queue-delay-ms); refusing what does not fit "
               "--max-queue %d until it drains to half",
               (unsigned long long)(r->cfg.max_queue_delay_ns / 1000000u),
-              r->cfg.max_queue);
+              budget(r));
   else
     MLPD_LOGI("overload over: the queue drained; holding connections "
               "for it again");
@@ -343,7 +348,7 @@ static void flow(mlpd_requests_t *r, mlpd_conn_t *c) {
 }
 
 void mlpd_requests_release(mlpd_requests_t *r) {
-  if (r->overload && mlpd_scheduler_queued_all(r->sched) < r->cfg.max_queue / 2)
+  if (r->overload && mlpd_scheduler_queued_all(r->sched) < budget(r) / 2)
     set_overload(r, 0);
   if (r->line_head == NULL)
     return;
@@ -743,7 +748,7 @@ static void admitted(mlpd_requests_t *r, mlpd_conn_t *c, dreq_t *d,
 static int refuse_over_budget(mlpd_requests_t *r, int rows, char *msg,
                               size_t cap) {
   if (!r->overload ||
-      mlpd_scheduler_queued_all(r->sched) + rows <= r->cfg.max_queue)
+      mlpd_scheduler_queued_all(r->sched) + rows <= budget(r))
     return 0;
   STATS(r, m->refused[MLPD_REFUSED_OVERLOAD]++);
   snprintf(msg, cap,
@@ -751,7 +756,7 @@ static int refuse_over_budget(mlpd_requests_t *r, int rows, char *msg,
            "(--max-queue-delay-ms) for the daemon's queue, and its %d rows "
            "(--max-queue) are taken; retry later",
            (unsigned long long)(r->cfg.max_queue_delay_ns / 1000000u),
-           r->cfg.max_queue);
+           budget(r));
   return 1;
 }
 
@@ -792,7 +797,7 @@ static void handle_infer(mlpd_requests_t *r, mlpd_conn_t *c,
   }
   if (!cs->turn && r->inflight > 0 && !r->overload &&
       (mlpd_scheduler_queued_all(r->sched) + r->reserved + q->rows >
-           r->cfg.max_queue ||
+           budget(r) ||
        give_way(r, q->rows))) {
     /* The budget has no room for it (or the room is another thread's
      * turn): the connection waits in line with this frame unread, rather
@@ -1265,7 +1270,7 @@ static int infer_ext(mlpd_requests_t *r, const mlpd_requests_infer_t *in,
       snprintf(msg, cap,
                "queue full: %lld rows queued in the daemon, limit %d "
                "(--max-queue); retry",
-               mlpd_scheduler_queued_all(r->sched), r->cfg.max_queue);
+               mlpd_scheduler_queued_all(r->sched), budget(r));
     } else {
       *status = MLPD_STATUS_INVALID_ARGUMENT;
       snprintf(msg, cap, "request not admitted: %s", mlpd_strerror(rc));

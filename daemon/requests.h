@@ -16,9 +16,9 @@
  * Admission is flow control first: a connection whose admitted and not
  * yet answered requests pass its window (rows or bytes) is held
  * (mlpd_server_hold) until its answers go out; one whose request does
- * not fit the max_queue rows the whole daemon may queue is held in a line,
- * that request unread, and released in turn, oldest first, as the queue
- * frees (mlpd_requests_release). Its client is paced, never refused. Only true
+ * not fit the rows the whole daemon may queue (the board's max_queue) is
+ * held in a line, that request unread, and released in turn, oldest
+ * first, as the queue frees (mlpd_requests_release). Its client is paced, never refused. Only true
  * overload is refused, at once (UNAVAILABLE): a request that would wait
  * longer than max_queue_delay behind the rows queued by every thread (at
  * the rate recent batches ran), and, once connections have waited in the
@@ -44,9 +44,6 @@
 
 typedef struct mlpd_requests_config_s {
   size_t max_frame;            /* an inline answer must fit one */
-  int max_queue;               /* rows queued in the whole daemon (the shared
-                                  budget): past it, a connection with requests
-                                  in flight is held (flow control) */
   int win_rows;                /* per connection: rows admitted and not
                                   answered before it is held; at least two
                                   batches per device in rotation (0: that) */

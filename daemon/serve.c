@@ -194,11 +194,11 @@ static int parse_command_line(mlpd_config_t *cfg, int argc, char **argv,
        .meta = "N",
        .help = "wait at most this long for a batch to fill (default 200; 0 "
                "= never wait)"},
-      {"max-queue", 0, MLPD_OPT_INT, &cfg->max_queue, 1, 1 << 30,
+      {"max-queue", 0, MLPD_OPT_INT, &cfg->max_queue, 0, 1 << 30,
        .meta = "N",
        .help = "rows queued in the whole daemon; past it, connections\n"
-               "with requests in flight are paced, not refused "
-               "(default 4096)"},
+               "with requests in flight are paced, not refused (default\n"
+               "0: 64 batches for every GPU serving, 16 for the CPU)"},
       {"max-queue-delay-ms", 0, MLPD_OPT_U64, &cfg->max_queue_delay_ms, 0,
        3600000, .meta = "MS",
        .help = "refuse (UNAVAILABLE) a request that would wait longer\n"

@@ -231,6 +231,36 @@ static void test_failing_device_leaves_rotation(void **state) {
   td_cleanup(&d, 0);
 }
 
+/* The budget a daemon without --max-queue uses: 64 batches for each GPU
+ * serving and 16 for the CPU engine, however many CPU instances; a given
+ * --max-queue wins. */
+static void expect_max_queue(const char *const *args,
+                             const char *const *env, double rows) {
+  td_daemon_t d;
+  td_spawn_ex(&d, DIGITS, args, env, -1, -1);
+  td_wait_ready(&d, TIMEOUT);
+  char *t = td_metrics(d.sock, TIMEOUT);
+  print_message("%s: mlpd_queue_max_rows %.0f\n", args[1],
+                tu_metric(t, "mlpd_queue_max_rows"));
+  assert_true(tu_metric(t, "mlpd_queue_max_rows") == rows);
+  free(t);
+  assert_int_equal(td_stop(&d, SIGTERM, TIMEOUT), 0);
+  td_cleanup(&d, 0);
+}
+
+static void test_max_queue_follows_devices(void **state) {
+  (void)state;
+  const char *gpus[] = {"--device", "cuda:0,cuda:1", "--max-batch", "16",
+                        NULL};
+  const char *env[] = FAKE_GPU_ENV("");
+  expect_max_queue(gpus, env, 2 * 64 * 16);
+  const char *cpus[] = {"--device", "cpu:0,cpu:1", "--max-batch", "16", NULL};
+  expect_max_queue(cpus, NULL, 16 * 16);
+  const char *given[] = {"--device", "cuda:0,cuda:1", "--max-batch", "16",
+                         "--max-queue", "1000", NULL};
+  expect_max_queue(given, env, 1000);
+}
+
 static void test_no_device_left_exits_1(void **state) {
   (void)state;
   const char *args[] = {"--device", "cuda:0,cuda:1", "--max-batch", "4",
@@ -475,6 +505,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_batches_spread_over_devices),
       cmocka_unit_test(test_failing_device_leaves_rotation),
+      cmocka_unit_test(test_max_queue_follows_devices),
       cmocka_unit_test(test_no_device_left_exits_1),
       cmocka_unit_test(test_dtype_on_cpu_devices),
       cmocka_unit_test(test_io_threads),

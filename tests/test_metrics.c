@@ -387,6 +387,7 @@ static void test_required_names(void **state) {
       {"mlpd_batches_total", "counter"},
       {"mlpd_rows_total", "counter"},
       {"mlpd_queue_rows", "gauge"},
+      {"mlpd_queue_max_rows", "gauge"},
       {"mlpd_connections", "gauge"},
       {"mlpd_inflight_requests", "gauge"},
       {"mlpd_ready", "gauge"},
@@ -457,6 +458,7 @@ static void test_values(void **state) {
   m.batches = 12;
   m.rows = 3000;
   m.queue_rows = 17;
+  m.queue_max_rows = 4096;
   m.connections = 65;
   m.inflight_requests = 9;
   m.ready = 1;
@@ -482,6 +484,8 @@ static void test_values(void **state) {
   assert_true(find_sample(&e, "mlpd_batches_total", NULL, NULL)->value == 12);
   assert_true(find_sample(&e, "mlpd_rows_total", NULL, NULL)->value == 3000);
   assert_true(find_sample(&e, "mlpd_queue_rows", NULL, NULL)->value == 17);
+  assert_true(find_sample(&e, "mlpd_queue_max_rows", NULL, NULL)->value ==
+              4096);
   assert_true(find_sample(&e, "mlpd_connections", NULL, NULL)->value == 65);
   assert_true(find_sample(&e, "mlpd_inflight_requests", NULL, NULL)->value ==
               9);
