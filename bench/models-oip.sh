@@ -138,13 +138,18 @@ def window(tag):
                 metric(b, "mlpd_model_rows_total") - metric(a, "mlpd_model_rows_total"))
     except OSError:
         return 0, 0
-print("| line | transport | rows/s | p50 ms | p99 ms | ok | errors |")
-print("|---|---|---|---|---|---|---|")
+# "in daemon" / "outside": an OK answer's time from arrival to its
+# batch's end, and the rest (sockets, reading, writing, wake-ups), p99 of
+# each (native protocol lines only).
+print("| line | transport | rows/s | p50 ms | p99 ms | in daemon p99 | outside p99 | ok | errors |")
+print("|---|---|---|---|---|---|---|---|---|")
 for r in rows:
     L = r.get("latency_ms", {})
-    print("| %s | %s | %.0f | %.3f | %.3f | %s | %s |" % (r["line"], r.get("transport", "?"),
-          r.get("rows_per_s", 0), L.get("p50", 0), L.get("p99", 0), r.get("ok", "?"),
-          r.get("errors", r.get("error", 0))))
+    S, O = r.get("server_ms", {}), r.get("outside_ms", {})
+    print("| %s | %s | %.0f | %.3f | %.3f | %s | %s | %s | %s |" % (r["line"], r.get("transport", "?"),
+          r.get("rows_per_s", 0), L.get("p50", 0), L.get("p99", 0),
+          "%.3f" % S["p99"] if S.get("p99") else "-", "%.3f" % O["p99"] if O.get("p99") else "-",
+          r.get("ok", "?"), r.get("errors", r.get("error", 0))))
 by = {r["line"]: r for r in rows}
 try:
     print("OIP binary / native inline rows/s at saturation: %.3f" %

@@ -95,6 +95,8 @@ typedef struct {
   /* results, measured requests only */
   double *lat;  /* us */
   uint8_t *lok; /* 1: lat[i] is an OK answer's */
+  double *srv;  /* us: the daemon's queue_us + compute_us of lat[i], or -1
+                   (not OK, or HTTP, which does not say) */
   size_t nlat, cap;
   uint64_t ok, rows_ok;
   uint64_t by_status[16];
@@ -120,19 +122,23 @@ static double rng_normal(uint64_t *s) {
   return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
-static int push_lat(worker_t *w, double us, int ok) {
+static int push_lat(worker_t *w, double us, int ok, double srv_us) {
   if (w->nlat == w->cap) {
     size_t n = w->cap ? w->cap * 2 : 65536;
     double *p = realloc(w->lat, n * sizeof(*p));
     if (p != NULL)
       w->lat = p;
-    uint8_t *q = p != NULL ? realloc(w->lok, n) : NULL;
+    double *sv = p != NULL ? realloc(w->srv, n * sizeof(*sv)) : NULL;
+    if (sv != NULL)
+      w->srv = sv;
+    uint8_t *q = sv != NULL ? realloc(w->lok, n) : NULL;
     if (q == NULL)
       return mlpd_errf(&w->err, -ENOMEM, "out of memory for latencies");
     w->lok = q;
     w->cap = n;
   }
   w->lok[w->nlat] = (uint8_t)(ok != 0);
+  w->srv[w->nlat] = ok ? srv_us : -1;
   w->lat[w->nlat++] = us;
   return 0;
 }
@@ -270,8 +276,8 @@ static void *run_http(void *arg) {
         bh_json_outputs(body, blen,
                         (size_t)cfg->rows * (size_t)cfg->out_cols) != 1)
       st = MLPD_STATUS_INTERNAL;
-    if ((rc = push_lat(w, (double)(now - d) / 1e3, st == MLPD_STATUS_OK)) !=
-        0)
+    if ((rc = push_lat(w, (double)(now - d) / 1e3, st == MLPD_STATUS_OK,
+                       -1)) != 0)
       goto done;
     if (st == MLPD_STATUS_OK) {
       w->ok++;
@@ -408,7 +414,8 @@ static void *run(void *arg) {
     if (due[slot] < w->t_measure)
       continue;
     if ((rc = push_lat(w, (double)(now - due[slot]) / 1e3,
-                       res.status == MLPD_STATUS_OK)) != 0)
+                       res.status == MLPD_STATUS_OK,
+                       (double)res.queue_us + (double)res.compute_us)) != 0)
       goto done;
     w->last_done = now;
     if (res.status == MLPD_STATUS_OK) {
@@ -579,7 +586,7 @@ int main(int argc, char **argv) {
 
   int status = 1;
   worker_t *w = calloc((size_t)cfg.connections, sizeof(*w));
-  double *all = NULL, *split = NULL;
+  double *all = NULL, *split = NULL, *srv = NULL, *outside = NULL;
   if (w == NULL) {
     fprintf(stderr, "mlpd-bench: out of memory\n");
     return 1;
@@ -651,7 +658,9 @@ int main(int argc, char **argv) {
     failed++;
   all = malloc((total ? total : 1) * sizeof(*all));
   split = malloc((total ? total : 1) * sizeof(*split));
-  if (all == NULL || split == NULL) {
+  srv = malloc((total ? total : 1) * sizeof(*srv));
+  outside = malloc((total ? total : 1) * sizeof(*outside));
+  if (all == NULL || split == NULL || srv == NULL || outside == NULL) {
     fprintf(stderr, "mlpd-bench: out of memory\n");
     goto out;
   }
@@ -678,6 +687,19 @@ int main(int argc, char **argv) {
       else
         split[nok + nbad++] = w[i].lat[k];
     }
+  /* Where an OK answer's time went: the daemon's own (arrival to the end
+   * of its batch) and the rest, outside it (the client's send, the
+   * sockets, the daemon's reading and writing, thread wake-ups): which
+   * of the two a tail comes from. */
+  size_t nsrv = 0;
+  for (int i = 0; i < started; i++)
+    for (size_t k = 0; k < w[i].nlat; k++)
+      if (w[i].srv[k] >= 0) {
+        srv[nsrv] = w[i].srv[k];
+        outside[nsrv++] = w[i].lat[k] - w[i].srv[k];
+      }
+  lat_sort(srv, nsrv);
+  lat_sort(outside, nsrv);
   lat_sort(split, nok);
   lat_sort(split + nok, nbad);
   const double *bad = split + nok;
@@ -705,7 +727,9 @@ int main(int argc, char **argv) {
            "\"requests_per_s\": %.3f, \"rows_per_s\": %.3f, "
            "\"latency_ms\": {\"mean\": %.4f, \"p50\": %.4f, \"p90\": %.4f, "
            "\"p99\": %.4f, \"p99_9\": %.4f, \"max\": %.4f}, "
-           "\"server_ms\": {\"queue_mean\": %.4f, \"compute_mean\": %.4f}, "
+           "\"server_ms\": {\"queue_mean\": %.4f, \"compute_mean\": %.4f, "
+           "\"p50\": %.4f, \"p99\": %.4f}, "
+           "\"outside_ms\": {\"p50\": %.4f, \"p99\": %.4f}, "
            "\"batch_rows_mean\": %.2f, \"client_late\": %llu, "
            "\"ok_latency_ms\": {\"p50\": %.4f, \"p99\": %.4f, "
            "\"max\": %.4f}, "
@@ -725,6 +749,8 @@ int main(int argc, char **argv) {
            (unsigned long long)ok, (unsigned long long)nerr, failed, secs,
            ok / secs, rows_ok / secs, mean / 1e3, p50 / 1e3, p90 / 1e3,
            p99 / 1e3, p999 / 1e3, mx / 1e3, qsum / okd / 1e3, csum / okd / 1e3,
+           lat_pct(srv, nsrv, 50) / 1e3, lat_pct(srv, nsrv, 99) / 1e3,
+           lat_pct(outside, nsrv, 50) / 1e3, lat_pct(outside, nsrv, 99) / 1e3,
            bsum / okd, (unsigned long long)late,
            lat_pct(split, nok, 50) / 1e3, lat_pct(split, nok, 99) / 1e3,
            nok ? split[nok - 1] / 1e3 : 0, lat_pct(bad, nbad, 50) / 1e3,
@@ -764,6 +790,12 @@ int main(int argc, char **argv) {
     printf("server      mean queue %.3f ms, compute %.3f ms, batch %.1f "
            "rows\n",
            qsum / okd / 1e3, csum / okd / 1e3, bsum / okd);
+    if (nsrv > 0)
+      printf("split       in the daemon p50 %.3f ms  p99 %.3f ms; outside "
+             "it p50 %.3f ms  p99 %.3f ms\n",
+             lat_pct(srv, nsrv, 50) / 1e3, lat_pct(srv, nsrv, 99) / 1e3,
+             lat_pct(outside, nsrv, 50) / 1e3,
+             lat_pct(outside, nsrv, 99) / 1e3);
     for (int s = 0; s < 16; s++)
       if (by_status[s])
         printf("errors      %s: %llu\n", mlpd_status_name(s),
@@ -787,10 +819,13 @@ out:
       free(w[i].inputs[k]);
     free(w[i].lat);
     free(w[i].lok);
+    free(w[i].srv);
   }
   free(w);
   free(all);
   free(split);
+  free(srv);
+  free(outside);
   free(tmp);
   return status;
 }
