@@ -72,13 +72,16 @@ echo "serve rc=$? after $(el)"
 cat "$LOGS/serve.log" | tail -30
 cp /tmp/mlpd-serve/serve.json "$OUT/" 2>/dev/null
 
-# The open loop on the sweep's daemon with 64 windows a connection: the
-# 21:15 call's 256 windows and a 20 ms bound (bench/RESULTS.md) made every
-# point pin 2 GiB of new regions and stall; SWEEP_OPEN_* set them.
+# The open loop on a daemon with a 2 ms queue-delay bound (27 batches of
+# 256 rows: the device stays fed) and 32 connections x 32 windows: at 150%
+# each connection then has about 340 rows admitted, inside its window of
+# two batches, so what is past the bound is refused, not paced by the
+# window (with 16 connections it is: the CPU rehearsal in
+# bench/RESULTS.md). SWEEP_OPEN_* change them.
 OUTDIR=/tmp/mlpd-sweep MODEL=${M4K:-} DEVICE=cuda:0 SHM=1 DTYPE=bf16 \
   DAEMON_ARGS=${SWEEP_DAEMON_ARGS:-} DURATION=${SWEEP_DURATION:-1.5} \
-  OPEN_DEPTH=${SWEEP_OPEN_DEPTH:-64} \
-  OPEN_DAEMON_ARGS=${SWEEP_OPEN_DAEMON_ARGS:-} \
+  OPEN_DEPTH=${SWEEP_OPEN_DEPTH:-32} OPEN_CONNS=${SWEEP_OPEN_CONNS:-32} \
+  OPEN_DAEMON_ARGS=${SWEEP_OPEN_DAEMON_ARGS:---max-queue-delay-ms 2} \
   WARMUP=0.5 PYTHON=python3 \
   timeout "$(left 200)" bench/sweep.sh $B >"$LOGS/sweep.log" 2>&1
 echo "sweep rc=$? after $(el)"

@@ -27,6 +27,11 @@
 #              whose backlog the client's windows can hold)
 #   OPEN_DEPTH requests in flight a connection may have in open loop (64);
 #              with SHM=1 each is a window of the client's region
+#   OPEN_CONNS connections of the open loop (the 1x point's): each may
+#              have two batches per device admitted (its window), so an
+#              open loop refused by the queue-delay bound needs connections
+#              whose rows over the bound fit that (rate / conns x bound <=
+#              2 x max-batch), else the window paces it like a closed loop
 #   OUTDIR     (BUILD/sweep-out)
 # Builds BUILD_DIR (Release, no tests; no CUDA on cpu) when it has no mlpd.
 set -uo pipefail
@@ -108,7 +113,8 @@ for pct in $OPEN; do
   # Requests/s for pct% of the peak rows/s; depth high enough that the
   # client never waits for a free slot (it would send late).
   rate=$("$PY" -c "print(round($peak * $pct / 100 / $r0, 1))")
-  point "open ${pct}%" "$c0" "${OPEN_DEPTH:-64}" "$r0" "$rate" || exit 1
+  point "open ${pct}%" "${OPEN_CONNS:-$c0}" "${OPEN_DEPTH:-64}" "$r0" \
+    "$rate" || exit 1
 done
 
 "$PY" - "$OUTDIR" "$sat" "$peak" "$DEVICE" "$DTYPE" "${SHM:-0}" <<'EOF'
