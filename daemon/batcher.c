@@ -338,7 +338,7 @@ void mlpd_batcher_expire(mlpd_batcher_t *b, uint64_t now) {
     stage(b);
 }
 
-static uint64_t oldest_arrival(const mlpd_batcher_t *b, int s) {
+uint64_t mlpd_batcher_slot_arrival(const mlpd_batcher_t *b, int s) {
   uint64_t t = UINT64_MAX;
   for (int k = 0; k < b->slots[s].nsegs; k++) {
     uint64_t a = b->slots[s].segs[k].req->arrival_ns;
@@ -367,7 +367,7 @@ int mlpd_batcher_ready(const mlpd_batcher_t *b, uint64_t now, int engine_idle,
    * behind_ns while others' full slots wait. */
   if (engine_idle && !arriving)
     return s;
-  if (now - oldest_arrival(b, s) >= fill_wait(b))
+  if (now - mlpd_batcher_slot_arrival(b, s) >= fill_wait(b))
     return s;
   return -1;
 }
@@ -381,7 +381,7 @@ int mlpd_batcher_held_behind(const mlpd_batcher_t *b, uint64_t now) {
     return 0;
   int s = b->order[0];
   return b->slots[s].state == MLPD_SLOT_FILLING &&
-         now - oldest_arrival(b, s) >= b->cfg.max_delay_ns;
+         now - mlpd_batcher_slot_arrival(b, s) >= b->cfg.max_delay_ns;
 }
 
 int mlpd_batcher_closed_slots(const mlpd_batcher_t *b) {
@@ -563,7 +563,7 @@ int mlpd_batcher_complete(mlpd_batcher_t *b, int s, int rc, const char *msg,
 uint64_t mlpd_batcher_next_wakeup(const mlpd_batcher_t *b) {
   uint64_t t = UINT64_MAX;
   if (b->norder > 0 && b->slots[b->order[0]].state == MLPD_SLOT_FILLING) {
-    uint64_t due = oldest_arrival(b, b->order[0]) + fill_wait(b);
+    uint64_t due = mlpd_batcher_slot_arrival(b, b->order[0]) + fill_wait(b);
     if (due < t)
       t = due;
   }

@@ -247,6 +247,10 @@ int mlpd_batcher_ready(const mlpd_batcher_t *b, uint64_t now, int engine_idle,
  * engine still takes it at once. */
 void mlpd_batcher_set_behind(mlpd_batcher_t *b, uint64_t behind_ns);
 
+/* When the oldest row staged in slot s arrived (its request's arrival_ns):
+ * the slot's place in a first-come, first-served order. */
+uint64_t mlpd_batcher_slot_arrival(const mlpd_batcher_t *b, int s);
+
 /* 1 when the next slot is partial, past max_delay and held back by
  * set_behind: the caller looks again soon, since what holds it (the other
  * batchers' full slots) can end without an event of its own. */

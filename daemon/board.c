@@ -15,8 +15,15 @@ void mlpd_board_init(mlpd_board_t *b, mlpd_access_t *access, int nshards) {
   atomic_init(&b->queued_rows, 0);
   for (int m = 0; m < MLPD_MAX_MODELS; m++)
     atomic_init(&b->model_queued_rows[m], 0);
-  for (int m = 0; m < MLPD_MAX_MODELS; m++)
+  for (int m = 0; m < MLPD_MAX_MODELS; m++) {
     atomic_init(&b->model_closed_slots[m], 0);
+    for (int i = 0; i < MLPD_BOARD_MAX_SHARDS; i++) {
+      atomic_init(&b->seats[m][i].waiting_since, 0);
+      atomic_init(&b->seats[m][i].seen, 0);
+      atomic_init(&b->seats[m][i].pool, 0);
+    }
+  }
+  atomic_init(&b->max_queue, 0);
   b->access = access;
   b->nshards =
       nshards < MLPD_BOARD_MAX_SHARDS ? nshards : MLPD_BOARD_MAX_SHARDS;

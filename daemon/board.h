@@ -36,6 +36,18 @@ typedef enum {
 
 #define MLPD_BOARD_MAX_SHARDS 16
 
+/* One I/O thread's claim on model m's devices: since when its oldest full
+ * slot has waited for a seat in a device's pipeline (0: none waits), and
+ * when it last looked. Seats go to the longest-waiting thread first
+ * (scheduler.c), so that a thread holding seats does not keep them to
+ * itself by taking each one back the moment its own batch ends. */
+typedef struct mlpd_board_seat_s {
+  atomic_uint_fast64_t waiting_since; /* ns, mlpd_now_ns() */
+  atomic_uint_fast64_t seen;          /* ns: its heartbeat while waiting */
+  atomic_uintptr_t pool;              /* the pool it waits for (a reload
+                                         may leave threads on two) */
+} mlpd_board_seat_t;
+
 /* One I/O thread's counters. */
 typedef struct mlpd_board_shard_s {
   pthread_mutex_t mu; /* guards m: written by its thread, read by
@@ -66,6 +78,7 @@ typedef struct mlpd_board_s {
                                        every I/O thread, for a partial
                                        slot to wait behind
                                        (mlpd_batcher_set_behind) */
+  mlpd_board_seat_t seats[MLPD_MAX_MODELS][MLPD_BOARD_MAX_SHARDS];
   mlpd_access_t *access;                           /* borrowed: uid labels */
   int nshards;                                     /* I/O threads */
   pthread_mutex_t mu;  /* guards the published part below */

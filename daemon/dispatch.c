@@ -131,7 +131,9 @@ int mlpd_dispatch_start(mlpd_dispatch_t *d, int index,
                                 .nslots = cfg->nslots,
                                 .queued = &board->queued_rows,
                                 .model_queued = board->model_queued_rows,
-                                .model_closed = board->model_closed_slots};
+                                .model_closed = board->model_closed_slots,
+                                .seats = board->seats,
+                                .nshards = board->nshards};
   mlpd_scheduler_init(&d->sched, index, &sc, &d->mb, stats,
                       mlpd_requests_on_done, &d->reqs);
   mlpd_requests_config_t rc_cfg = {.max_frame = cfg->max_frame,

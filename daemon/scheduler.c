@@ -168,8 +168,12 @@ void mlpd_scheduler_flush(mlpd_scheduler_t *s) {
   s->due = 1;
 }
 
+static void publish_claim(mlpd_scheduler_t *s, int m, uint64_t now);
+
 /* Lets go of lane l's pool: every request admitted to it was answered. */
 static void unload_lane(mlpd_scheduler_t *s, mlpd_lane_t *l) {
+  l->claim = 0;
+  publish_claim(s, (int)(l - s->lanes), 0);
   free_staging(s, l, l->pool);
   if (l->batcher_ready)
     mlpd_batcher_free(&l->batcher);
@@ -262,6 +266,66 @@ static int pick_engine(mlpd_lane_t *l, int i) {
   return e;
 }
 
+/* A thread with a slot waiting for a seat in a device's pipeline looks
+ * for one this often: a seat another thread's batch frees is announced to
+ * nobody, and the device still runs the rest of its pipeline meanwhile
+ * (depth 3: over 100 µs of a 256-row mlp-4k batch each). */
+#define SEAT_POLL_NS 20000u
+/* A claim is honoured while its thread has looked within the last batch
+ * time of the device (at least this long): the device's pipeline still
+ * has that much work queued, so leaving the seat to the claimant for as
+ * long costs nothing; a thread that has not looked for longer (a long loop
+ * iteration, a descheduled thread, or gone) is passed over. */
+#define SEAT_STALE_NS 100000u
+
+static uint64_t seat_stale_ns(const mlpd_lane_t *l) {
+  if (l->rate <= 0)
+    return SEAT_STALE_NS;
+  double batch = mlpd_pool_shape(l->pool)->max_batch / l->rate * 1e9;
+  return batch > SEAT_STALE_NS ? (uint64_t)batch : SEAT_STALE_NS;
+}
+
+/* Another I/O thread's slot for lane m's pool holds rows older than ours
+ * (its oldest arrived before `since`) and waits for a seat, and that
+ * thread is looking: the seat is its. First come, first served across threads; without it, the
+ * thread whose batch ends takes its seat straight back (its completion
+ * wakes it, not the others), and the rows of the others wait. */
+static int older_claim(const mlpd_scheduler_t *s, int m, uint64_t since,
+                       uint64_t now) {
+  if (s->cfg.seats == NULL)
+    return 0;
+  const mlpd_lane_t *l = &s->lanes[m];
+  uintptr_t pool = (uintptr_t)l->pool;
+  uint64_t stale = seat_stale_ns(l);
+  for (int k = 0; k < s->cfg.nshards; k++) {
+    const mlpd_board_seat_t *st = &s->cfg.seats[m][k];
+    if (k == s->index ||
+        atomic_load_explicit(&st->pool, memory_order_relaxed) != pool)
+      continue;
+    uint64_t w = atomic_load_explicit(&st->waiting_since, memory_order_relaxed);
+    if (w != 0 && w < since &&
+        atomic_load_explicit(&st->seen, memory_order_relaxed) + stale > now)
+      return 1;
+  }
+  return 0;
+}
+
+/* Publishes lane m's claim (its `claim`: 0, or since when its oldest
+ * ready slot waits for a seat) and, while it waits, that it still looks. */
+static void publish_claim(mlpd_scheduler_t *s, int m, uint64_t now) {
+  mlpd_lane_t *l = &s->lanes[m];
+  if (s->cfg.seats == NULL || (l->claim == 0 && l->seat_since == 0))
+    return;
+  mlpd_board_seat_t *st = &s->cfg.seats[m][s->index];
+  if (l->claim != 0) {
+    atomic_store_explicit(&st->pool, (uintptr_t)l->pool, memory_order_relaxed);
+    atomic_store_explicit(&st->seen, now, memory_order_relaxed);
+  }
+  if (l->claim != l->seat_since)
+    atomic_store_explicit(&st->waiting_since, l->claim, memory_order_relaxed);
+  l->seat_since = l->claim;
+}
+
 /* Hands slot i of lane m, which engine e has room for, to e's worker. */
 static void hand_over(mlpd_scheduler_t *s, int m, int i, int e, uint64_t now) {
   mlpd_lane_t *l = &s->lanes[m];
@@ -303,6 +367,7 @@ static void hand_over(mlpd_scheduler_t *s, int m, int i, int e, uint64_t now) {
 static int run_lane(mlpd_scheduler_t *s, int m, uint64_t now, int arriving,
                     int *blocked) {
   mlpd_lane_t *l = &s->lanes[m];
+  l->claim = 0;
   if (!l->batcher_ready || l->pool == NULL)
     return 0;
   mlpd_pool_t *p = l->pool;
@@ -326,10 +391,16 @@ static int run_lane(mlpd_scheduler_t *s, int m, uint64_t now, int arriving,
     *blocked |= mlpd_batcher_held_behind(&l->batcher, now);
     return 0;
   }
-  int e = dead ? -1 : pick_engine(l, i);
+  /* Its place in line for a seat: when its oldest row arrived. */
+  uint64_t since = mlpd_batcher_slot_arrival(&l->batcher, i);
+  int e = -1;
+  if (!dead && !(l->on_gpu && older_claim(s, m, since, now)))
+    e = pick_engine(l, i);
   if (e < 0 && !dead) {
     if (l->ready_ns[i] == 0)
       l->ready_ns[i] = now;
+    if (l->on_gpu)
+      l->claim = since;
     *blocked = 1;
     return 0;
   }
@@ -360,6 +431,11 @@ uint64_t mlpd_scheduler_run(mlpd_scheduler_t *s, int arriving) {
       moved |= run_lane(s, (first + k) % s->nlanes, now, arriving, &blocked);
   }
   publish(s);
+  int claiming = 0;
+  for (int m = 0; m < s->nlanes; m++) {
+    publish_claim(s, m, now);
+    claiming |= s->lanes[m].claim != 0;
+  }
   uint64_t due = UINT64_MAX;
   uint64_t queue = 0, dropped = 0;
   pthread_mutex_lock(&s->stats->mu);
@@ -384,6 +460,8 @@ uint64_t mlpd_scheduler_run(mlpd_scheduler_t *s, int arriving) {
    * shortly. */
   if (blocked && mine == 0 && now + 50000 < due)
     due = now + 50000;
+  if (claiming && now + SEAT_POLL_NS < due)
+    due = now + SEAT_POLL_NS;
   return due;
 }
 

@@ -10,7 +10,10 @@
  * lane per round, starting one lane further on each pass, so a saturated
  * model delays a lone request to another by one batch at most (each model's
  * pool has its own workers, so their device reservations never block each
- * other).
+ * other). Between I/O threads, a model's devices take ready slots first
+ * come, first served: a thread whose slot has waited for a seat in a
+ * device's pipeline longer than ours gets the next free one (the board's
+ * seats), so no thread keeps the seats its own batches free.
  *
  * It knows requests only as the batcher does (mlpd_req_t): admitting and
  * answering them is requests.h's, which passes the batcher's done callback
@@ -47,6 +50,10 @@ typedef struct mlpd_scheduler_config_s {
    * thread (the board's, MLPD_MAX_MODELS of them; NULL: this thread's
    * only): a partial slot waits behind the other threads' (run). */
   atomic_int *model_closed;
+  /* The board's seats (board.h) of every model and I/O thread, nshards of
+   * them used; NULL: this thread takes any free seat at once. */
+  mlpd_board_seat_t (*seats)[MLPD_BOARD_MAX_SHARDS];
+  int nshards;
 } mlpd_scheduler_config_t;
 
 /* One model's part of the scheduler. */
@@ -72,6 +79,9 @@ typedef struct mlpd_lane_s {
                                 before the first few */
   double rate_rows, rate_ns; /* its decaying sums */
   int rate_batches;          /* batches measured, up to the first few */
+  uint64_t claim;            /* this pass: 0, or since when its oldest ready
+                                slot waits for a seat on a device */
+  uint64_t seat_since;       /* the claim published in its board seat */
 } mlpd_lane_t;
 
 typedef struct mlpd_scheduler_s {
