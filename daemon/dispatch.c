@@ -5,6 +5,7 @@
 
 #include "log.h"
 
+#include <sched.h>
 #include <stdint.h>
 #include <string.h>
 #include <unistd.h>
@@ -110,10 +111,16 @@ static void on_msg(mlpd_mailbox_t *mb, mlpd_msg_t *msg) {
  * computation itself. */
 static void *dispatch_main(void *arg) {
   mlpd_dispatch_t *d = arg;
-  while (uv_run(&d->loop, mlpd_scheduler_poll_hot(&d->sched)
-                              ? UV_RUN_NOWAIT
-                              : UV_RUN_ONCE) != 0)
-    ;
+  for (;;) {
+    int hot = mlpd_scheduler_poll_hot(&d->sched);
+    if (uv_run(&d->loop, hot ? UV_RUN_NOWAIT : UV_RUN_ONCE) == 0)
+      break;
+    /* Polling, yield the core to whatever else is runnable: on a host
+     * with more runnable threads than cores, another I/O thread waiting
+     * for its turn at a device (scheduler.c, seats) must get to run. */
+    if (hot)
+      sched_yield();
+  }
   return NULL;
 }
 
