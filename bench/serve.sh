@@ -98,8 +98,8 @@ fi
 "$mlpctl" --socket "$sock" info --json >"$OUTDIR/info.json"
 
 echo
-echo "| line | transport | connections x depth | rows/request | load | requests/s | rows/s | p50 ms | p99 ms | p99.9 ms | server queue ms | server compute ms | mean batch | failed |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| line | transport | connections x depth | rows/request | load | requests/s | rows/s | p50 ms | p99 ms | p99.9 ms | server queue ms | server compute ms | outside p50 ms | mean batch | failed |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 # run_load LINE TRANSPORT CONNS DEPTH ROWS [RATE] [hup]: one mlpd-bench run;
 # prints its table row and appends it, with the daemon's metric deltas, to
 # lines.jsonl.
@@ -110,7 +110,8 @@ run_load() {
   [ -n "$rate" ] && extra+=(--rate "$rate")
   "$mlpctl" --socket "$sock" metrics >"$OUTDIR/metrics-before.txt"
   "$bench" --socket "$sock" --connections "$c" --depth "$d" --rows "$r" \
-    --dtype "$DTYPE" --duration "$DURATION" --warmup 1 "${extra[@]}" --json \
+    --dtype "${LINE_DTYPE:-$DTYPE}" --duration "$DURATION" --warmup 1 \
+    "${extra[@]}" --json \
     >"$OUTDIR/load.json" 2>&1 &
   local b=$!
   if [ "$hup" = hup ]; then sleep 1.5; kill -HUP $pid; fi
@@ -147,7 +148,8 @@ note = " (SIGHUP reload during the run)" if hup == "hup" else ""
 print(f"| {line}{note} | {r['transport']} | {r['connections']} x {r['depth']} | "
       f"{r['rows_per_request']} | {load} | {r['requests_per_s']:.0f} | {r['rows_per_s']:.0f} | "
       f"{lat['p50']:.3f} | {lat['p99']:.3f} | {lat['p99_9']:.3f} | {srv['queue_mean']:.3f} | "
-      f"{srv['compute_mean']:.3f} | {r['batch_rows_mean']:.1f} | "
+      f"{srv['compute_mean']:.3f} | {r.get('outside_ms', {}).get('p50', 0):.3f} | "
+      f"{r['batch_rows_mean']:.1f} | "
       f"{r['errors'] + r['transport_failures']} |")
 r["line"] = line + note
 r["server_metrics_delta"] = delta
@@ -162,6 +164,10 @@ last_rps() {
 IFS=: read -r sc sd sr <<<"$SAT"
 run_load lone inline 1 1 1
 run_load lone shm 1 1 1
+# The engine's device time is bf16 activations; rows sent as bf16 need no
+# conversion on the way (LINE_DTYPE: this line's row dtype).
+LINE_DTYPE=bf16 run_load "lone, bf16 rows" inline 1 1 1
+LINE_DTYPE=bf16 run_load "lone, bf16 rows" shm 1 1 1
 run_load small inline 1 4 1
 run_load small inline 4 8 1
 run_load saturation inline "$sc" "$sd" "$sr"
