@@ -64,12 +64,25 @@ static void publish(mlpd_scheduler_t *s) {
   }
 }
 
+static int run_lane(mlpd_scheduler_t *s, int m, uint64_t now, int arriving,
+                    int may_answer, int *blocked);
+
 int mlpd_scheduler_admit(mlpd_scheduler_t *s, mlpd_req_t *req, uint64_t now) {
   if (mlpd_scheduler_shape(s, req->model) == NULL)
     return MLPD_EINVAL;
-  int rc = mlpd_batcher_admit(&s->lanes[req->model].batcher, req, now);
-  if (rc == 0)
+  mlpd_lane_t *l = &s->lanes[req->model];
+  int rc = mlpd_batcher_admit(&l->batcher, req, now);
+  if (rc == 0) {
     s->due = 1;
+    /* A slot this request filled goes to a free seat on a GPU now, not
+     * after the rest of the loop turn's reading: a turn of a busy thread
+     * (hundreds of frames in an open-loop flood) outlasts the device's
+     * pipeline, which would run dry meanwhile. Nothing can join a full
+     * slot, so batches are no smaller for it. */
+    int blocked = 0;
+    if (l->on_gpu && mlpd_batcher_closed_slots(&l->batcher) > 0)
+      (void)run_lane(s, req->model, mlpd_now_ns(), 1, 0, &blocked);
+  }
   publish(s);
   return rc;
 }
@@ -363,9 +376,11 @@ static void hand_over(mlpd_scheduler_t *s, int m, int i, int e, uint64_t now) {
 }
 
 /* Hands lane m's next ready slot to a device: 1 when it did, 0 when none
- * is ready or no device has room (*blocked set). */
+ * is ready or no device has room (*blocked set). With no device left in
+ * rotation it fails the slot's requests, answering them, unless
+ * !may_answer (the admission of one of them is still under way). */
 static int run_lane(mlpd_scheduler_t *s, int m, uint64_t now, int arriving,
-                    int *blocked) {
+                    int may_answer, int *blocked) {
   mlpd_lane_t *l = &s->lanes[m];
   l->claim = 0;
   if (!l->batcher_ready || l->pool == NULL)
@@ -377,6 +392,8 @@ static int run_lane(mlpd_scheduler_t *s, int m, uint64_t now, int arriving,
     s->layout++;
   }
   int dead = n == 0;
+  if (dead && !may_answer)
+    return 0;
   /* Full slots of other threads wait for these devices: a partial slot of
    * ours waits behind them for as long as the rows queued ahead take
    * (batcher.h, set_behind), rather than take a full batch's turn. */
@@ -428,7 +445,8 @@ uint64_t mlpd_scheduler_run(mlpd_scheduler_t *s, int arriving) {
   for (int moved = 1; moved;) {
     moved = 0;
     for (int k = 0; k < s->nlanes; k++)
-      moved |= run_lane(s, (first + k) % s->nlanes, now, arriving, &blocked);
+      moved |= run_lane(s, (first + k) % s->nlanes, now, arriving, 1,
+                        &blocked);
   }
   publish(s);
   int claiming = 0;
