@@ -17,6 +17,8 @@ void mlpd_board_init(mlpd_board_t *b, mlpd_access_t *access, int nshards) {
     atomic_init(&b->model_queued_rows[m], 0);
   for (int m = 0; m < MLPD_MAX_MODELS; m++) {
     atomic_init(&b->model_closed_slots[m], 0);
+    atomic_init(&b->model_rate[m], 0);
+    atomic_init(&b->model_running_rows[m], 0);
     for (int i = 0; i < MLPD_BOARD_MAX_SHARDS; i++) {
       atomic_init(&b->seats[m][i].waiting_since, 0);
       atomic_init(&b->seats[m][i].seen, 0);

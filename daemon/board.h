@@ -70,6 +70,11 @@ typedef struct mlpd_board_s {
   atomic_llong model_queued_rows[MLPD_MAX_MODELS]; /* the same by model:
                                       what its queue-delay estimate
                                       waits behind */
+  /* By model, for every I/O thread's queue-delay estimate (scheduler.h):
+   * one device's rows/s x 1000 as the latest thread measured it (0: none
+   * yet), and rows handed to its devices and not yet back. */
+  atomic_llong model_rate[MLPD_MAX_MODELS];
+  atomic_llong model_running_rows[MLPD_MAX_MODELS];
   atomic_int max_queue; /* rows: the budget queued_rows is held to
                            (--max-queue, or what the devices serving
                            call for); the daemon's to set */

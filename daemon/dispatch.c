@@ -139,6 +139,8 @@ int mlpd_dispatch_start(mlpd_dispatch_t *d, int index,
                                 .queued = &board->queued_rows,
                                 .model_queued = board->model_queued_rows,
                                 .model_closed = board->model_closed_slots,
+                                .model_rate = board->model_rate,
+                                .model_running = board->model_running_rows,
                                 .seats = board->seats,
                                 .nshards = board->nshards};
   mlpd_scheduler_init(&d->sched, index, &sc, &d->mb, stats,

@@ -110,15 +110,40 @@ long long mlpd_scheduler_queued_model(const mlpd_scheduler_t *s, int m) {
                                      : l->published;
 }
 
-uint64_t mlpd_scheduler_wait_ns(const mlpd_scheduler_t *s, int m, int rows) {
+/* One device's rows/s for model m: the latest any thread measured (the
+ * board's), else this thread's own; 0 before either has one. */
+static double lane_rate(const mlpd_scheduler_t *s, int m) {
+  if (s->cfg.model_rate != NULL) {
+    long long r = atomic_load_explicit(&s->cfg.model_rate[m],
+                                       memory_order_relaxed);
+    if (r > 0)
+      return (double)r / 1000.0;
+  }
+  return s->lanes[m].rate;
+}
+
+/* How long `rows` more rows of model m wait behind the rows every thread
+ * queued for it, and with `running` behind those on its devices too. */
+static uint64_t wait_behind(const mlpd_scheduler_t *s, int m, int rows,
+                            int running) {
   const mlpd_lane_t *l = lane_c(s, m);
-  if (l == NULL || l->rate <= 0 || l->pool == NULL)
+  if (l == NULL || l->pool == NULL)
     return 0;
+  double rate = lane_rate(s, m);
   int n = mlpd_pool_in_rotation(l->pool);
   long long q = mlpd_scheduler_queued_model(s, m) + rows;
-  if (n < 1 || q <= 0)
+  if (running)
+    q += s->cfg.model_running != NULL
+             ? atomic_load_explicit(&s->cfg.model_running[m],
+                                    memory_order_relaxed)
+             : l->running;
+  if (rate <= 0 || n < 1 || q <= 0)
     return 0;
-  return (uint64_t)((double)q / (l->rate * n) * 1e9);
+  return (uint64_t)((double)q / (rate * n) * 1e9);
+}
+
+uint64_t mlpd_scheduler_wait_ns(const mlpd_scheduler_t *s, int m, int rows) {
+  return wait_behind(s, m, rows, 1);
 }
 
 int mlpd_scheduler_queue_rows(const mlpd_scheduler_t *s, int m) {
@@ -197,6 +222,8 @@ static void unload_lane(mlpd_scheduler_t *s, mlpd_lane_t *l) {
   /* A model loaded later under this index may cost differently. */
   l->rate = l->rate_rows = l->rate_ns = 0;
   l->rate_batches = 0;
+  if (s->cfg.model_rate != NULL)
+    atomic_store(&s->cfg.model_rate[(int)(l - s->lanes)], 0);
 }
 
 static void switch_lane(mlpd_scheduler_t *s, int m) {
@@ -291,10 +318,11 @@ static int pick_engine(mlpd_lane_t *l, int i) {
  * iteration, a descheduled thread, or gone) is passed over. */
 #define SEAT_STALE_NS 100000u
 
-static uint64_t seat_stale_ns(const mlpd_lane_t *l) {
-  if (l->rate <= 0)
+static uint64_t seat_stale_ns(const mlpd_scheduler_t *s, int m) {
+  double rate = lane_rate(s, m);
+  if (rate <= 0)
     return SEAT_STALE_NS;
-  double batch = mlpd_pool_shape(l->pool)->max_batch / l->rate * 1e9;
+  double batch = mlpd_pool_shape(s->lanes[m].pool)->max_batch / rate * 1e9;
   return batch > SEAT_STALE_NS ? (uint64_t)batch : SEAT_STALE_NS;
 }
 
@@ -309,7 +337,7 @@ static int older_claim(const mlpd_scheduler_t *s, int m, uint64_t since,
     return 0;
   const mlpd_lane_t *l = &s->lanes[m];
   uintptr_t pool = (uintptr_t)l->pool;
-  uint64_t stale = seat_stale_ns(l);
+  uint64_t stale = seat_stale_ns(s, m);
   for (int k = 0; k < s->cfg.nshards; k++) {
     const mlpd_board_seat_t *st = &s->cfg.seats[m][k];
     if (k == s->index ||
@@ -372,6 +400,9 @@ static void hand_over(mlpd_scheduler_t *s, int m, int i, int e, uint64_t now) {
   job->cookie = (void *)(intptr_t)(m * MLPD_BATCHER_MAX_SLOTS + i);
   job->engine = e;
   l->next_engine = e;
+  l->running += rows;
+  if (s->cfg.model_running != NULL)
+    atomic_fetch_add(&s->cfg.model_running[m], rows);
   mlpd_pool_submit(l->pool, e, job);
 }
 
@@ -401,7 +432,7 @@ static int run_lane(mlpd_scheduler_t *s, int m, uint64_t now, int arriving,
                    ? atomic_load(&s->cfg.model_closed[m]) - l->published_closed
                    : 0;
   mlpd_batcher_set_behind(&l->batcher,
-                          others > 0 ? mlpd_scheduler_wait_ns(s, m, 0) : 0);
+                          others > 0 ? wait_behind(s, m, 0, 0) : 0);
   int i = mlpd_batcher_ready(&l->batcher, now, dead || mlpd_pool_any_idle(p),
                              arriving);
   if (i < 0) {
@@ -519,6 +550,9 @@ void mlpd_scheduler_on_job(mlpd_scheduler_t *s, mlpd_job_t *job) {
     retry = mlpd_pool_can_retry(p, job->engine);
   }
   count_job(s, m, job, 0);
+  l->running -= job->batch.rows;
+  if (s->cfg.model_running != NULL)
+    atomic_fetch_sub(&s->cfg.model_running[m], job->batch.rows);
   /* A client in a closed loop sends its next request one round trip after
    * this answer: the loop keeps polling that long, so the request is read
    * without a thread wake-up (as the worker spins, worker.c). */
@@ -536,8 +570,17 @@ void mlpd_scheduler_on_job(mlpd_scheduler_t *s, mlpd_job_t *job) {
      * are far slower than the rest: no estimate before a few. */
     if (l->rate_batches < 8)
       l->rate_batches++;
-    if (l->rate_batches >= 8)
+    if (l->rate_batches >= 8) {
       l->rate = l->rate_rows / l->rate_ns * 1e9;
+      /* Every thread's estimate uses the latest: a thread that has run
+       * few batches of m yet has no rate of its own, and would admit
+       * anything (on a 16-core machine, 4 I/O threads let a flood wait
+       * 2.5 times the bound). */
+      if (s->cfg.model_rate != NULL)
+        atomic_store_explicit(&s->cfg.model_rate[m],
+                              (long long)(l->rate * 1000.0),
+                              memory_order_relaxed);
+    }
   }
   if (l->batcher_ready &&
       mlpd_batcher_complete(&l->batcher, i, job->rc, job->why, retry,

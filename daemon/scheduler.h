@@ -50,6 +50,14 @@ typedef struct mlpd_scheduler_config_s {
    * thread (the board's, MLPD_MAX_MODELS of them; NULL: this thread's
    * only): a partial slot waits behind the other threads' (run). */
   atomic_int *model_closed;
+  /* Per model, the board's (MLPD_MAX_MODELS each; NULL: this thread's
+   * own): one device's rows/s x 1000 as the latest thread measured it, so
+   * that a thread that has run few batches of a model yet (its
+   * connections came later) still estimates; and rows handed to the
+   * model's devices and not yet back, which a new request waits behind
+   * too. */
+  atomic_llong *model_rate;
+  atomic_llong *model_running;
   /* The board's seats (board.h) of every model and I/O thread, nshards of
    * them used; NULL: this thread takes any free seat at once. */
   mlpd_board_seat_t (*seats)[MLPD_BOARD_MAX_SHARDS];
@@ -79,6 +87,8 @@ typedef struct mlpd_lane_s {
                                 before the first few */
   double rate_rows, rate_ns; /* its decaying sums */
   int rate_batches;          /* batches measured, up to the first few */
+  long long running;         /* its rows on devices, counted in
+                                cfg.model_running[m] */
   uint64_t claim;            /* this pass: 0, or since when its oldest ready
                                 slot waits for a seat on a device */
   uint64_t seat_since;       /* the claim published in its board seat */
@@ -136,10 +146,10 @@ long long mlpd_scheduler_queued_all(const mlpd_scheduler_t *s);
 long long mlpd_scheduler_queued_model(const mlpd_scheduler_t *s, int m);
 
 /* How long `rows` more rows of model m would wait behind what every
- * thread has queued for that model, from the rows/s this thread measured
- * on recent batches of m and the devices in m's pool; 0 while nothing was
- * measured yet. Models have their own pools, so other models' rows do not
- * delay it. */
+ * thread has queued for that model and the rows on its devices, from the
+ * rows/s the latest thread measured on recent batches of m and the
+ * devices in m's pool; 0 while nothing was measured yet. Models have their
+ * own pools, so other models' rows do not delay it. */
 uint64_t mlpd_scheduler_wait_ns(const mlpd_scheduler_t *s, int m, int rows);
 
 /* A value that changes whenever what mlpd_scheduler_shape and
