@@ -174,7 +174,7 @@ int mlpd_pool_reserve(mlpd_pool_t *p, int hint, int avoid) {
       if (i == avoid || !atomic_load(&w->in_rotation))
         continue;
       int load = mlpd_worker_load(w);
-      if (load >= w->engine->info.depth)
+      if (load >= mlpd_worker_room(w))
         continue;
       if (best < 0 || load < best_load) {
         best = i;

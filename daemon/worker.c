@@ -170,7 +170,8 @@ int mlpd_worker_reserve(mlpd_worker_t *w) {
   if (!atomic_load(&w->in_rotation))
     return 0;
   int cur = atomic_load(&w->load);
-  while (cur < w->engine->info.depth) {
+  int room = mlpd_worker_room(w);
+  while (cur < room) {
     if (atomic_compare_exchange_weak(&w->load, &cur, cur + 1))
       return 1;
   }
