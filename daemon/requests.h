@@ -18,10 +18,11 @@
  * (mlpd_server_hold) until its answers go out; one whose request does
  * not fit the rows the whole daemon may queue (the board's max_queue) is
  * held in a line, that request unread, and released in turn, oldest
- * first, as the queue frees (mlpd_requests_release). Its client is paced, never refused. Only true
- * overload is refused, at once (UNAVAILABLE): a request that would wait
- * longer than max_queue_delay behind the rows queued by every thread (at
- * the rate recent batches ran), and, once connections have waited in the
+ * first, as the queue frees (mlpd_requests_release). Its client is paced,
+ * never refused. Only true overload is refused, at once (UNAVAILABLE): a
+ * request that would wait longer than max_queue_delay behind the rows
+ * queued by every thread and those on the model's devices (at the rate
+ * recent batches ran), and, once connections have waited in the
  * line longer than max_queue_delay (an overload episode), a request that
  * does not fit max_queue.
  *

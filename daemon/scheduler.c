@@ -328,9 +328,10 @@ static uint64_t seat_stale_ns(const mlpd_scheduler_t *s, int m) {
 
 /* Another I/O thread's slot for lane m's pool holds rows older than ours
  * (its oldest arrived before `since`) and waits for a seat, and that
- * thread is looking: the seat is its. First come, first served across threads; without it, the
- * thread whose batch ends takes its seat straight back (its completion
- * wakes it, not the others), and the rows of the others wait. */
+ * thread is looking: the seat is its. First come, first served across
+ * threads; without it, the thread whose batch ends takes its seat straight
+ * back (its completion wakes it, not the others), and the rows of the
+ * others wait. */
 static int older_claim(const mlpd_scheduler_t *s, int m, uint64_t since,
                        uint64_t now) {
   if (s->cfg.seats == NULL)
@@ -343,7 +344,8 @@ static int older_claim(const mlpd_scheduler_t *s, int m, uint64_t since,
     if (k == s->index ||
         atomic_load_explicit(&st->pool, memory_order_relaxed) != pool)
       continue;
-    uint64_t w = atomic_load_explicit(&st->waiting_since, memory_order_relaxed);
+    uint64_t w =
+        atomic_load_explicit(&st->waiting_since, memory_order_relaxed);
     if (w != 0 && w < since &&
         atomic_load_explicit(&st->seen, memory_order_relaxed) + stale > now)
       return 1;
@@ -359,7 +361,8 @@ static void publish_claim(mlpd_scheduler_t *s, int m, uint64_t now) {
     return;
   mlpd_board_seat_t *st = &s->cfg.seats[m][s->index];
   if (l->claim != 0) {
-    atomic_store_explicit(&st->pool, (uintptr_t)l->pool, memory_order_relaxed);
+    atomic_store_explicit(&st->pool, (uintptr_t)l->pool,
+                          memory_order_relaxed);
     atomic_store_explicit(&st->seen, now, memory_order_relaxed);
   }
   if (l->claim != l->seat_since)

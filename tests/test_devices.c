@@ -450,6 +450,61 @@ static void wait_answered(atomic_long *answered, long n) {
   }
 }
 
+/* One fake GPU (the plugin: `delay_us` a batch, three in flight) behind
+ * `io_threads` I/O threads, batches of 32 rows. */
+static void fake_device_start(td_daemon_t *d, const char *io_threads,
+                              const char *max_queue, const char *delay_us) {
+  const char *args[] = {"--device",    "cuda:0",  "--io-threads",
+                        io_threads,    "--max-batch", "32",
+                        "--max-queue", max_queue, "--max-queue-delay-ms",
+                        "0",           NULL};
+  char delay[64];
+  snprintf(delay, sizeof(delay), "MLPD_FAKE_CUDA_DELAY_US=%s", delay_us);
+  const char *env[] = {"MLPD_PLUGIN_DIR=" MLPD_FAKE_PLUGIN_DIR,
+                       fake_driver_path(), "MLPD_FAKE_CUDA_DEVICES=1",
+                       "MLPD_FAKE_CUDA_DEPTH=3", delay, NULL};
+  td_spawn_ex(d, DIGITS, args, env, -1, -1);
+  td_wait_ready(d, TIMEOUT);
+}
+
+#define MAX_LOOPS 16
+
+/* `conns` closed loops (closed_loop) on one daemon. */
+typedef struct {
+  int conns;
+  atomic_int stop;
+  atomic_long answered;
+  closed_t jobs[MAX_LOOPS];
+  pthread_t th[MAX_LOOPS];
+} loops_t;
+
+static void loops_start(loops_t *L, const char *sock, int conns, int depth,
+                        int rows) {
+  assert_true(conns <= MAX_LOOPS);
+  L->conns = conns;
+  atomic_init(&L->stop, 0);
+  atomic_init(&L->answered, 0);
+  for (int i = 0; i < conns; i++) {
+    L->jobs[i] = (closed_t){.sock = sock, .depth = depth, .rows = rows,
+                            .stop = &L->stop, .answered = &L->answered};
+    atomic_init(&L->jobs[i].mine, 0);
+    assert_int_equal(
+        pthread_create(&L->th[i], NULL, closed_loop, &L->jobs[i]), 0);
+  }
+}
+
+/* Stops the loops once their requests in flight are answered: the answers
+ * that were not OK. */
+static int loops_stop(loops_t *L) {
+  atomic_store(&L->stop, 1);
+  int bad = 0;
+  for (int i = 0; i < L->conns; i++) {
+    pthread_join(L->th[i], NULL);
+    bad += L->jobs[i].bad;
+  }
+  return bad;
+}
+
 /* Four I/O threads feed one device (the fake plugin: 10 ms a batch, three
  * in flight) from 16 connections holding four times the daemon's queue
  * (--max-queue) in flight. Every thread batches only its own rows; the
@@ -460,40 +515,18 @@ static void wait_answered(atomic_long *answered, long n) {
  * must be full: at most one row in 32 missing on average. */
 static void test_full_batches_past_saturation(void **state) {
   (void)state;
-  const char *args[] = {"--device", "cuda:0", "--io-threads", "4",
-                        "--max-batch", "32", "--max-queue", "512",
-                        "--max-queue-delay-ms", "0", NULL};
-  const char *env[] = {"MLPD_PLUGIN_DIR=" MLPD_FAKE_PLUGIN_DIR,
-                       fake_driver_path(), "MLPD_FAKE_CUDA_DEVICES=1",
-                       "MLPD_FAKE_CUDA_DEPTH=3",
-                       "MLPD_FAKE_CUDA_DELAY_US=10000", NULL};
   td_daemon_t d;
-  td_spawn_ex(&d, DIGITS, args, env, -1, -1);
-  td_wait_ready(&d, TIMEOUT);
+  fake_device_start(&d, "4", "512", "10000");
   enum { CONNS = 16, DEPTH = 16, ROWS = 8 };
-  atomic_int stop;
-  atomic_long answered;
-  atomic_init(&stop, 0);
-  atomic_init(&answered, 0);
-  closed_t jobs[CONNS];
-  pthread_t th[CONNS];
-  for (int i = 0; i < CONNS; i++) {
-    jobs[i] = (closed_t){.sock = d.sock, .depth = DEPTH, .rows = ROWS,
-                         .stop = &stop, .answered = &answered};
-    assert_int_equal(pthread_create(&th[i], NULL, closed_loop, &jobs[i]), 0);
-  }
+  static loops_t L;
+  loops_start(&L, d.sock, CONNS, DEPTH, ROWS);
   /* Past the start (the queue filling) and 100 batches' worth later. */
-  wait_answered(&answered, CONNS * DEPTH + 100);
+  wait_answered(&L.answered, CONNS * DEPTH + 100);
   double r0, b0, r1, b1;
   batch_rows(d.sock, &r0, &b0);
-  wait_answered(&answered, atomic_load(&answered) + 100 * 32 / ROWS);
+  wait_answered(&L.answered, atomic_load(&L.answered) + 100 * 32 / ROWS);
   batch_rows(d.sock, &r1, &b1);
-  atomic_store(&stop, 1);
-  int bad = 0;
-  for (int i = 0; i < CONNS; i++) {
-    pthread_join(th[i], NULL);
-    bad += jobs[i].bad;
-  }
+  int bad = loops_stop(&L);
   double mean = (r1 - r0) / (b1 - b0);
   print_message("mean batch %.2f rows of 32 over %.0f batches\n", mean,
                 b1 - b0);
@@ -518,48 +551,25 @@ static void test_full_batches_past_saturation(void **state) {
  * fastest. */
 static void test_seats_first_come_first_served(void **state) {
   (void)state;
-  const char *args[] = {"--device", "cuda:0", "--io-threads", "2",
-                        "--max-batch", "32", "--max-queue", "4096",
-                        "--max-queue-delay-ms", "0", NULL};
-  const char *env[] = {"MLPD_PLUGIN_DIR=" MLPD_FAKE_PLUGIN_DIR,
-                       fake_driver_path(), "MLPD_FAKE_CUDA_DEVICES=1",
-                       "MLPD_FAKE_CUDA_DEPTH=3",
-                       "MLPD_FAKE_CUDA_DELAY_US=5000", NULL};
   td_daemon_t d;
-  td_spawn_ex(&d, DIGITS, args, env, -1, -1);
-  td_wait_ready(&d, TIMEOUT);
+  fake_device_start(&d, "2", "4096", "5000");
   enum { CONNS = 16, DEPTH = 1, ROWS = 32 };
-  atomic_int stop;
-  atomic_long answered;
-  atomic_init(&stop, 0);
-  atomic_init(&answered, 0);
-  closed_t jobs[CONNS];
-  pthread_t th[CONNS];
-  for (int i = 0; i < CONNS; i++) {
-    jobs[i] = (closed_t){.sock = d.sock, .depth = DEPTH, .rows = ROWS,
-                         .stop = &stop, .answered = &answered};
-    atomic_init(&jobs[i].mine, 0);
-    assert_int_equal(pthread_create(&th[i], NULL, closed_loop, &jobs[i]), 0);
-  }
-  wait_answered(&answered, CONNS * DEPTH * 2);
+  static loops_t L;
+  loops_start(&L, d.sock, CONNS, DEPTH, ROWS);
+  wait_answered(&L.answered, CONNS * DEPTH * 2);
   long from[CONNS];
   for (int i = 0; i < CONNS; i++)
-    from[i] = atomic_load(&jobs[i].mine);
-  wait_answered(&answered, atomic_load(&answered) + 300 * 32 / ROWS);
+    from[i] = atomic_load(&L.jobs[i].mine);
+  wait_answered(&L.answered, atomic_load(&L.answered) + 300 * 32 / ROWS);
   long least = LONG_MAX, most = 0;
   char each[CONNS * 12] = "";
   for (int i = 0; i < CONNS; i++) {
-    long n = atomic_load(&jobs[i].mine) - from[i];
+    long n = atomic_load(&L.jobs[i].mine) - from[i];
     snprintf(each + strlen(each), sizeof(each) - strlen(each), " %ld", n);
     least = n < least ? n : least;
     most = n > most ? n : most;
   }
-  atomic_store(&stop, 1);
-  int bad = 0;
-  for (int i = 0; i < CONNS; i++) {
-    pthread_join(th[i], NULL);
-    bad += jobs[i].bad;
-  }
+  int bad = loops_stop(&L);
   print_message("answers per connection over 300 batches: %ld to %ld (%s)\n",
                 least, most, each);
   assert_int_equal(bad, 0);
