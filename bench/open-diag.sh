@@ -43,25 +43,15 @@ probe() {
     -D "$DURATION" -w 0.5 --dtype bf16 --shm "${r[@]}" --json \
     >"$OUTDIR/j" 2>&1
   "$mlpctl" --socket "$sock" metrics >"$OUTDIR/m1"
-  "$PY" - "$label" "$OUTDIR" <<'EOF'
+  PYTHONPATH=bench "$PY" - "$label" "$OUTDIR" <<'EOF'
 import json, sys
+from promtext import load
 label, out = sys.argv[1:3]
 try:
     b = json.load(open(out + "/j"))
 except ValueError:
     print(label, "mlpd-bench failed:", open(out + "/j").read()[:300]); sys.exit(0)
-def load(f):
-    v = {}
-    for l in open(f):
-        if l and not l.startswith("#") and " " in l:
-            k, x = l.rsplit(" ", 1)
-            k = k.split("{")[0]
-            try:
-                v[k] = v.get(k, 0) + float(x)
-            except ValueError:
-                pass
-    return v
-m0, m1 = load(out + "/m0"), load(out + "/m1")
+m0, m1 = load(out + "/m0")[1], load(out + "/m1")[1]
 d = lambda k: m1.get(k, 0) - m0.get(k, 0)
 busy = d("mlpd_device_busy_seconds_total")
 batches = d("mlpd_batch_rows_count")

@@ -77,19 +77,11 @@ for p in "${pts[@]}"; do
   sleep "$(awk "BEGIN { print $DURATION - 0.6 }")"
   snap "$OUTDIR/m1"
   wait $bp || exit 1
-  "$PY" - "$label" "$c" "$d" "$r" "$DELAY_US" "$OUTDIR" <<'EOF2'
+  PYTHONPATH=bench "$PY" - "$label" "$c" "$d" "$r" "$DELAY_US" "$OUTDIR" <<'EOF2'
 import json, sys
+from promtext import load
 label, c, d, r, delay, out = sys.argv[1:7]
 b = json.load(open(out + "/j"))
-def load(f):
-    lines = open(f).read().split("\n")
-    t, v = float(lines[0]), {}
-    for l in lines[1:]:
-        if l and not l.startswith("#"):
-            k, x = l.rsplit(" ", 1)
-            k = k.split("{")[0]
-            v[k] = v.get(k, 0) + float(x)
-    return t, v
 t0, m0 = load(out + "/m0")
 t1, m1 = load(out + "/m1")
 dd = lambda k: m1.get(k, 0) - m0.get(k, 0)

@@ -36,13 +36,15 @@ typedef enum {
 
 #define MLPD_BOARD_MAX_SHARDS 16
 
-/* One I/O thread's claim on model m's devices: since when its oldest full
- * slot has waited for a seat in a device's pipeline (0: none waits), and
- * when it last looked. Seats go to the longest-waiting thread first
- * (scheduler.c), so that a thread holding seats does not keep them to
- * itself by taking each one back the moment its own batch ends. */
+/* One I/O thread's claim on model m's devices: when the oldest row of its
+ * ready slot that waits for a seat in a device's pipeline arrived (0: none
+ * waits), and when the thread last looked. Seats go to the oldest rows
+ * first, whichever thread holds them (scheduler.c), so that a thread does
+ * not keep seats to itself by taking each one back the moment its own
+ * batch ends. */
 typedef struct mlpd_board_seat_s {
-  atomic_uint_fast64_t waiting_since; /* ns, mlpd_now_ns() */
+  atomic_uint_fast64_t waiting_since; /* ns, mlpd_now_ns(): the row's
+                                         arrival */
   atomic_uint_fast64_t seen;          /* ns: its heartbeat while waiting */
   atomic_uintptr_t pool;              /* the pool it waits for (a reload
                                          may leave threads on two) */

@@ -596,6 +596,15 @@ static int auto_max_queue(mlpd_daemon_t *d) {
   return rows < (1 << 30) ? (int)rows : 1 << 30;
 }
 
+/* The rows each I/O thread's staging slots are sized for, together: the
+ * given --max-queue, else a CPU's queue (the slots are pinned memory, made
+ * at start; a larger queue waits in the batchers' pending lists, and
+ * zero-copy rows need no staging). */
+static int staged_rows(const mlpd_daemon_t *d) {
+  return d->cfg.max_queue > 0 ? d->cfg.max_queue
+                              : QUEUE_BATCHES_CPU * d->cfg.max_batch;
+}
+
 /* Sets the admission budget on the board: --max-queue, or what the
  * devices now serving call for. */
 static void set_max_queue(mlpd_daemon_t *d) {
@@ -1010,13 +1019,7 @@ static int io_threads(const mlpd_config_t *c) {
 static int start_shards(mlpd_daemon_t *d, mlpd_err_t *err) {
   int n = d->nshards;
   set_max_queue(d);
-  /* Each thread's staging slots hold what it stages ahead of the devices:
-   * its share of --max-queue when given, else of a CPU's queue (the slots
-   * are pinned memory, made at start; a larger queue waits in the
-   * batchers' pending lists, zero-copy rows need no staging). */
-  int rows = d->cfg.max_queue > 0 ? d->cfg.max_queue
-                                  : QUEUE_BATCHES_CPU * d->cfg.max_batch;
-  int queue = (rows + n - 1) / n;
+  int queue = (staged_rows(d) + n - 1) / n;
   int slots = (queue + d->cfg.max_batch - 1) / d->cfg.max_batch + 3;
   if (slots > MLPD_BATCHER_MAX_SLOTS)
     slots = MLPD_BATCHER_MAX_SLOTS;

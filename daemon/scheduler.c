@@ -353,8 +353,9 @@ static int older_claim(const mlpd_scheduler_t *s, int m, uint64_t since,
   return 0;
 }
 
-/* Publishes lane m's claim (its `claim`: 0, or since when its oldest
- * ready slot waits for a seat) and, while it waits, that it still looks. */
+/* Publishes lane m's claim (its `claim`: 0, or the arrival of the oldest
+ * row of its ready slot that waits for a seat) and, while it waits, that
+ * it still looks. */
 static void publish_claim(mlpd_scheduler_t *s, int m, uint64_t now) {
   mlpd_lane_t *l = &s->lanes[m];
   if (s->cfg.seats == NULL || (l->claim == 0 && l->seat_since == 0))

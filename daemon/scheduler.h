@@ -11,9 +11,9 @@
  * model delays a lone request to another by one batch at most (each model's
  * pool has its own workers, so their device reservations never block each
  * other). Between I/O threads, a model's devices take ready slots first
- * come, first served: a thread whose slot has waited for a seat in a
- * device's pipeline longer than ours gets the next free one (the board's
- * seats), so no thread keeps the seats its own batches free.
+ * come, first served: the next free seat in a device's pipeline goes to
+ * the ready slot whose oldest row arrived first, whichever thread holds it
+ * (the board's seats), so no thread keeps the seats its own batches free.
  *
  * It knows requests only as the batcher does (mlpd_req_t): admitting and
  * answering them is requests.h's, which passes the batcher's done callback
@@ -89,8 +89,9 @@ typedef struct mlpd_lane_s {
   int rate_batches;          /* batches measured, up to the first few */
   long long running;         /* its rows on devices, counted in
                                 cfg.model_running[m] */
-  uint64_t claim;            /* this pass: 0, or since when its oldest ready
-                                slot waits for a seat on a device */
+  uint64_t claim;            /* this pass: 0, or the arrival of the oldest
+                                row of its ready slot that waits for a seat
+                                on a device */
   uint64_t seat_since;       /* the claim published in its board seat */
 } mlpd_lane_t;
 
