@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* httpconn.c - see httpconn.h. libuv streams on the I/O thread's loop;
- * HTTP parsed by httpreq.h (libhttp-parser), the OIP by oip.h (jansson);
+ * HTTP parsed by httpreq.h (libhttp-parser), the OIP by oip.h (yajl);
  * inference through requests.h. What is here: connections, the in-order
  * response queue, and the choice of answer for each route. */
 #include "httpconn.h"

@@ -31,8 +31,9 @@
  *    binary output. Finite FP32 values are written with "%.9g", which
  *    reads back to the same float.
  *
- * Allocation: request parsing uses jansson, which allocates the JSON tree
- * (freed before returning); nothing else allocates. Responses are written
+ * Allocation: requests are read by yajl's streaming parser, which
+ * allocates only its own small handle (freed before returning): no tree,
+ * the numbers go straight into the caller's scratch. Responses are written
  * by hand into an mlpd_oip_buf_t that grows up to a bound and is kept from
  * request to request, so a warm connection allocates nothing to answer. */
 #ifndef MLPD_OIP_H
@@ -141,10 +142,14 @@ typedef struct mlpd_oip_infer_s {
  * found through `lookup`. `hdr_len`/`hdr_len_n` is the value of the
  * Inference-Header-Content-Length header, or NULL when the request has none
  * (then the whole body is JSON). `scratch` receives JSON numbers converted
- * to the input's datatype; a tensor larger than scratch_len is MLPD_ELIMIT.
+ * to the input's datatype; they are read as 4-byte floats first, so a
+ * tensor of more than scratch_len / 4 elements is MLPD_ELIMIT (2 x the
+ * body's length + 64 bytes always suffice: a number takes 2 bytes of JSON).
  *
- * Checks, each a 400 (MLPD_EINVAL) naming the field: JSON well formed,
- * objects where objects belong, no duplicate keys; exactly one input, named
+ * Checks, each a 400 (MLPD_EINVAL) naming the field: JSON well formed (no
+ * \u0000 in a string, nesting at most 128 deep, a number at most 128
+ * characters), objects where objects belong, none of the keys mlpd reads
+ * given twice (keys it ignores are ignored); exactly one input, named
  * as the model's input; datatype FP32/FP16/BF16; shape [rows, cols] or
  * [cols] of integers 1..2^31-1 / 1..2^20 with cols the model's
  * in_features; data flat with rows*cols numbers or nested exactly to the

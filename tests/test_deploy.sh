@@ -402,7 +402,7 @@ deb() {
     /usr/share/doc/mlpd/examples/kubernetes.yaml
   d=$(deb_of mlpd)
   depends=$(dpkg-deb -f "$d" Depends)
-  for dep in libuv1 libopenblas0 libjansson4 libhttp-parser2.9 libsystemd0; do
+  for dep in libuv1 libopenblas0 libjansson4 libyajl2 libhttp-parser2.9 libsystemd0; do
     printf '%s\n' "$depends" | grep -q "$dep" || fail "mlpd: Depends lacks $dep"
   done
   if printf '%s\n' "$depends $(dpkg-deb -f "$d" Recommends)" |

@@ -11,6 +11,7 @@
 
 #include <cmocka.h>
 
+#include "dtype.h"
 #include "oip.h"
 
 #include <errno.h>
@@ -129,6 +130,70 @@ static void test_nested_and_dtypes(void **state) {
                          "1e-50]}]}",
                          &in, &err),
                    0);
+}
+
+/* The keys in any order, values mlpd does not read skipped whatever they
+ * hold, and the numbers narrowed in place to FP16 across the scratch. */
+static void test_key_order_and_skipping(void **state) {
+  (void)state;
+  mlpd_oip_infer_t in;
+  mlpd_err_t err = {0};
+  char body[2048];
+  int n = snprintf(body, sizeof(body),
+                   "{\"outputs\":[{\"parameters\":{\"binary_data\":true,"
+                   "\"x\":[1,{\"a\":[]}]},\"name\":\"output0\"}],"
+                   "\"ignored\":1,\"ignored\":[2],"
+                   "\"inputs\":[{\"data\":[");
+  float want[64];
+  for (int i = 0; i < 64; i++) {
+    want[i] = (float)i * 0.25f - 8.0f;
+    n += snprintf(body + n, sizeof(body) - (size_t)n, i ? ",%g" : "%g",
+                  (double)want[i]);
+  }
+  snprintf(body + n, sizeof(body) - (size_t)n,
+           "],\"parameters\":{\"note\":\"1e999 is not read\"},"
+           "\"shape\":[32,2],\"datatype\":\"FP16\",\"name\":\"input0\"}],"
+           "\"parameters\":{\"extra\":{\"deep\":[[[1e999]]]},\"timeout\":5},"
+           "\"id\":\"x\"}");
+  assert_int_equal(parse(body, &in, &err), 0);
+  assert_string_equal(in.id, "x");
+  assert_int_equal(in.timeout_us, 5);
+  assert_true(in.binary_output);
+  assert_int_equal(in.rows, 32);
+  assert_int_equal(in.dtype, MLPD_DTYPE_F16);
+  assert_int_equal(in.data_bytes, 128);
+  const uint16_t *h = in.data;
+  for (int i = 0; i < 64; i++)
+    assert_int_equal(h[i], mlpd_f32_to_f16(want[i]));
+
+  /* A key mlpd reads, given twice in a nested object. */
+  assert_int_equal(parse("{\"inputs\":[{\"name\":\"input0\",\"name\":\"x\","
+                         "\"shape\":[1,2],\"datatype\":\"FP32\","
+                         "\"data\":[1,2]}]}",
+                         &in, &err),
+                   MLPD_EINVAL);
+  assert_non_null(strstr(err.msg, "not JSON: duplicate object key"));
+  /* A second input is counted, not read. */
+  assert_int_equal(parse("{\"inputs\":[{\"name\":\"input0\",\"shape\":[1,2],"
+                         "\"datatype\":\"FP32\",\"data\":[1,2]},{\"data\":"
+                         "[[[]]]}]}",
+                         &in, &err),
+                   MLPD_EINVAL);
+  assert_non_null(strstr(err.msg, "inputs has 2 tensors"));
+  /* A number of 129 characters, and nesting 129 deep. */
+  n = snprintf(body, sizeof(body),
+               "{\"inputs\":[{\"name\":\"input0\",\"shape\":[1,2],"
+               "\"datatype\":\"FP32\",\"data\":[1,0.");
+  memset(body + n, '1', 127);
+  snprintf(body + n + 127, sizeof(body) - (size_t)n - 127, "]}]}");
+  assert_int_equal(parse(body, &in, &err), MLPD_EINVAL);
+  assert_non_null(strstr(err.msg, "not JSON: a number longer than 128"));
+  n = snprintf(body, sizeof(body), "{\"parameters\":{\"x\":");
+  memset(body + n, '[', 129);
+  memset(body + n + 129, ']', 129);
+  snprintf(body + n + 258, sizeof(body) - (size_t)n - 258, "},\"inputs\":[]}");
+  assert_int_equal(parse(body, &in, &err), MLPD_EINVAL);
+  assert_non_null(strstr(err.msg, "not JSON: nesting deeper than 128"));
 }
 
 /* The binary tensor data extension, request side: zero copy into the body,
@@ -310,13 +375,14 @@ static void test_bad_requests(void **state) {
       {"{\"inputs\":[{\"name\":\"input\\u0000x\",\"shape\":[1,2],"
        "\"datatype\":\"FP32\",\"data\":[1,2]}]}",
        MLPD_EINVAL, "not JSON"},
-      /* 32 rows of 2 FP32 fill the 256-byte scratch; 33 do not. */
+      /* 32 rows of 2 numbers fill the 256-byte scratch as floats; 33 do
+       * not. */
       {"{\"inputs\":[{\"name\":\"input0\",\"shape\":[33,2],\"datatype\":"
        "\"FP32\",\"data\":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,"
        "1,1,1,1,"
        "1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,"
        "1]}]}",
-       MLPD_ELIMIT, "264 bytes as FP32; at most 256 in JSON"},
+       MLPD_ELIMIT, "66 numbers take 264 bytes as parsed; at most 256 in JSON"},
   };
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     mlpd_oip_infer_t in;
@@ -752,6 +818,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_spec_request),
       cmocka_unit_test(test_nested_and_dtypes),
+      cmocka_unit_test(test_key_order_and_skipping),
       cmocka_unit_test(test_binary_request),
       cmocka_unit_test(test_bad_requests),
       cmocka_unit_test(test_long_strings),
