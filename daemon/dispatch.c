@@ -239,4 +239,5 @@ void mlpd_dispatch_join(mlpd_dispatch_t *d) {
   mlpd_scheduler_free(&d->sched);
   (void)uv_loop_close(&d->loop);
   mlpd_requests_free(&d->reqs);
+  mlpd_server_free_cache(&d->server);
 }

@@ -14,14 +14,18 @@
 #include <unistd.h>
 
 /* A request as this module keeps it: the batcher's part first, then what
- * ties it to its connection and regions; inline output rows follow the
- * struct in the same block. */
+ * ties it to its connection and regions. A native request's inline output
+ * rows are written into the frame that answers it (`frame`, ANSWER_ROOM
+ * bytes in: its head goes in front of them); an external front end's
+ * follow the struct in the same block. */
 typedef struct {
   mlpd_req_t r;             /* first */
   mlpd_conn_t *conn;        /* NULL once the connection is gone */
   mlpd_region_t *in_region; /* references held while in flight */
   mlpd_region_t *out_region;
   uint8_t *src_copy; /* owned copy of inline rows still queued */
+  uint8_t *frame;    /* owned until sent: mlpd_server_alloc_write of srv */
+  mlpd_server_t *srv;
   int uid_slot;
   int ext;                        /* from another front end (no conn) */
   mlpd_requests_done_fn ext_done; /* NULL once cancelled */
@@ -73,18 +77,22 @@ static void count(mlpd_requests_t *r, mlpd_conn_t *c, mlpd_status_t st) {
 /* ---- responses ------------------------------------------------------------
  */
 
+static uint8_t *alloc_write(void *server, size_t len) {
+  return mlpd_server_alloc_write(server, len);
+}
+
 static void send_response(mlpd_conn_t *c, const mlpd_rpc_response_t *resp) {
   if (c == NULL || c->closing)
     return;
   uint8_t *buf = NULL;
   size_t len = 0;
-  int rc = mlpd_rpc_encode_alloc(resp, mlpd_server_alloc_write, &buf, &len);
+  int rc = mlpd_rpc_encode_alloc(resp, alloc_write, c->srv, &buf, &len);
   if (rc != 0) {
     /* Out of memory for one response: that client loses its connection,
      * which it can see; nobody else is affected. */
     MLPD_LOGW("conn %llu: cannot encode a response (%s); closing",
               (unsigned long long)c->serial, mlpd_err_name(rc));
-    mlpd_server_free_write(buf);
+    mlpd_server_free_write(c->srv, buf);
     mlpd_server_close_conn(c, 0);
     return;
   }
@@ -459,12 +467,61 @@ static void count_done(mlpd_requests_t *r, const dreq_t *q,
 }
 
 static void free_req(mlpd_requests_t *r, dreq_t *q) {
+  if (q->frame != NULL)
+    mlpd_server_free_write(q->srv, q->frame);
   if (q->in_region != NULL)
     mlpd_region_unref(q->in_region);
   if (q->out_region != NULL)
     mlpd_region_unref(q->out_region);
   mlpd_bufcache_put(&r->cache, q->src_copy);
   mlpd_bufcache_put(&r->cache, q);
+}
+
+/* Room for an infer answer's head in front of its rows (rpc.h). */
+#define ANSWER_ROOM MLPD_RPC_INFER_ENVELOPE_MAX
+
+static mlpd_rpc_response_t infer_response(mlpd_requests_t *r, const dreq_t *q,
+                                          mlpd_status_t status,
+                                          const char *msg) {
+  const mlpd_req_t *req = &q->r;
+  mlpd_pool_t *p = mlpd_scheduler_pool(r->sched, req->model);
+  return (mlpd_rpc_response_t){
+      .id = req->id,
+      .status = status,
+      .message = msg,
+      .kind = MLPD_RPC_INFER,
+      .out_dtype = req->out_dtype,
+      .rows = req->rows,
+      .cols = req->out_cols,
+      .out = q->out_region != NULL ? NULL : req->out,
+      .queue_us = req->start_ns ? (req->start_ns - req->arrival_ns) / 1000u : 0,
+      .compute_us = req->compute_ns / 1000u,
+      .batch_rows = (uint32_t)req->batch_rows,
+      .device = p != NULL ? mlpd_pool_engine_name(p, req->engine) : NULL,
+  };
+}
+
+/* An OK answer with inline rows: its head written in front of the rows
+ * the engine put in the frame, which goes out as it is (no copy). */
+static void send_rows(mlpd_requests_t *r, mlpd_conn_t *c, dreq_t *q,
+                      const char *msg) {
+  if (c == NULL || c->closing)
+    return;
+  mlpd_rpc_response_t resp = infer_response(r, q, MLPD_STATUS_OK, msg);
+  uint8_t head[ANSWER_ROOM];
+  size_t hl = 0;
+  if (mlpd_rpc_encode_infer_head(&resp, head, sizeof(head), &hl) != 0) {
+    MLPD_LOGW("conn %llu: cannot encode a response; closing",
+              (unsigned long long)c->serial);
+    mlpd_server_close_conn(c, 0);
+    return;
+  }
+  size_t rows = (size_t)q->r.rows * (size_t)q->r.out_cols *
+                mlpd_dtype_size(q->r.out_dtype);
+  memcpy(q->frame + ANSWER_ROOM - hl, head, hl);
+  uint8_t *frame = q->frame;
+  q->frame = NULL; /* the server's now */
+  (void)mlpd_server_write_from(c, frame, ANSWER_ROOM - hl, hl + rows);
 }
 
 void mlpd_requests_on_done(void *ud, mlpd_req_t *req, mlpd_status_t status,
@@ -477,25 +534,10 @@ void mlpd_requests_on_done(void *ud, mlpd_req_t *req, mlpd_status_t status,
   if (q->ext) {
     if (q->ext_done != NULL && status != MLPD_STATUS_CANCELLED)
       q->ext_done(q->ext_ud, req, status, msg);
+  } else if (status == MLPD_STATUS_OK && q->frame != NULL) {
+    send_rows(r, c, q, msg);
   } else if (status != MLPD_STATUS_CANCELLED) {
-    mlpd_pool_t *p = mlpd_scheduler_pool(r->sched, req->model);
-    const char *device =
-        p != NULL ? mlpd_pool_engine_name(p, req->engine) : NULL;
-    mlpd_rpc_response_t resp = {
-        .id = req->id,
-        .status = status,
-        .message = msg,
-        .kind = MLPD_RPC_INFER,
-        .out_dtype = req->out_dtype,
-        .rows = req->rows,
-        .cols = req->out_cols,
-        .out = q->out_region != NULL ? NULL : req->out,
-        .queue_us =
-            req->start_ns ? (req->start_ns - req->arrival_ns) / 1000u : 0,
-        .compute_us = req->compute_ns / 1000u,
-        .batch_rows = (uint32_t)req->batch_rows,
-        .device = device,
-    };
+    mlpd_rpc_response_t resp = infer_response(r, q, status, msg);
     send_response(c, &resp);
   }
   free_req(r, q);
@@ -666,7 +708,8 @@ static void choose_direct(mlpd_requests_t *r, dreq_t *d,
 static int bind_io(conn_state_t *cs, dreq_t *d, const mlpd_rpc_request_t *q,
                    const mlpd_batcher_shape_t *sh, size_t out_bytes,
                    mlpd_err_t *err) {
-  uint8_t *in_p = NULL, *out_p = (uint8_t *)(d + 1);
+  uint8_t *in_p = NULL;
+  uint8_t *out_p = d->frame != NULL ? d->frame + ANSWER_ROOM : NULL;
   if (q->in_region.set &&
       mlpd_region_window(&cs->regions, q->in_region.name, q->in_region.offset,
                          q->in_region.length, 0, &in_p, &d->in_region,
@@ -815,16 +858,24 @@ static void handle_infer(mlpd_requests_t *r, mlpd_conn_t *c,
   size_t out_bytes = (size_t)q->rows * (size_t)sh->out_features *
                      mlpd_dtype_size(q->out_dtype);
   int inline_out = !q->out_region.set;
-  /* Only the struct is zeroed: inline output rows are all written before
-   * they are read, and zeroing megabytes would cost page faults. */
-  dreq_t *d =
-      mlpd_bufcache_get(&r->cache, sizeof(*d) + (inline_out ? out_bytes : 0));
+  dreq_t *d = mlpd_bufcache_get(&r->cache, sizeof(*d));
+  if (d != NULL) {
+    memset(d, 0, sizeof(*d));
+    /* Not zeroed: inline output rows are all written before they are
+     * read, and zeroing megabytes would cost page faults. */
+    d->srv = c->srv;
+    if (inline_out &&
+        (d->frame = mlpd_server_alloc_write(c->srv, ANSWER_ROOM + out_bytes)) ==
+            NULL) {
+      mlpd_bufcache_put(&r->cache, d);
+      d = NULL;
+    }
+  }
   if (d == NULL) {
     send_error(r, c, q->id, MLPD_RPC_INFER, MLPD_STATUS_RESOURCE_EXHAUSTED,
                "out of memory for %d output rows", q->rows);
     return;
   }
-  memset(d, 0, sizeof(*d));
   mlpd_err_t err = {0};
   if (bind_io(c->owner_data, d, q, sh, out_bytes, &err) != 0) {
     send_error(r, c, q->id, MLPD_RPC_INFER, MLPD_STATUS_INVALID_ARGUMENT, "%s",

@@ -185,12 +185,23 @@ int mlpd_rpc_encode(const mlpd_rpc_response_t *r, uint8_t *buf, size_t cap,
                     size_t *len) MLPD_MUST_CHECK;
 
 /* Builds the response once, gets a buffer of the size it needs from
- * alloc, and encodes into it: 0 with the buffer in *buf (the caller's, also
- * on MLPD_EINTERNAL) and the length in *len, or -ENOMEM when alloc
- * returned NULL (*buf is NULL). The daemon's path: one build per answer. */
+ * alloc(ud, size), and encodes into it: 0 with the buffer in *buf (the
+ * caller's, also on MLPD_EINTERNAL) and the length in *len, or -ENOMEM when
+ * alloc returned NULL (*buf is NULL). The daemon's path: one build per
+ * answer. */
 int mlpd_rpc_encode_alloc(const mlpd_rpc_response_t *r,
-                          uint8_t *(*alloc)(size_t), uint8_t **buf,
-                          size_t *len) MLPD_MUST_CHECK;
+                          uint8_t *(*alloc)(void *ud, size_t), void *ud,
+                          uint8_t **buf, size_t *len) MLPD_MUST_CHECK;
+
+/* An OK inline infer answer without copying its rows: writes into buf the
+ * frame's head, everything up to the output tensor's bytes (the output
+ * field last, protobuf allows any order); the frame is that head followed
+ * by the rows * cols * size(out_dtype) bytes of the output (r->out is not
+ * read). Returns 0 and the head's length in *len (at most
+ * MLPD_RPC_INFER_ENVELOPE_MAX), MLPD_EINVAL for any other response, or
+ * MLPD_EINTERNAL when cap is too small. */
+int mlpd_rpc_encode_infer_head(const mlpd_rpc_response_t *r, uint8_t *buf,
+                               size_t cap, size_t *len) MLPD_MUST_CHECK;
 
 /* Bytes an infer response adds to its output tensor at most: ids, status,
  * message, shape, times, device, tags and lengths. */

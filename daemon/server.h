@@ -54,6 +54,7 @@
 #define MLPD_SERVER_H
 
 #include "access.h"
+#include "bufcache.h"
 #include "error.h"
 #include "mlpd.h"
 #include "status.h"
@@ -146,6 +147,7 @@ struct mlpd_server_s {
   mlpd_server_config_t cfg;
   mlpd_server_callbacks_t cb;
   mlpd_conn_t *conns;            /* owned, every open connection */
+  mlpd_bufcache_t wcache;        /* owned: write buffers, recycled */
   uint64_t nconns;
   uint64_t serial;
   int partial;                   /* connections in the middle of a frame,
@@ -174,14 +176,27 @@ int mlpd_server_start(mlpd_server_t *s, uv_loop_t *loop, int listen_fd,
 /* Stops accepting; open connections stay. */
 void mlpd_server_stop_listening(mlpd_server_t *s);
 
-/* A buffer for mlpd_server_write of `len` bytes; NULL when out of memory. */
-uint8_t *mlpd_server_alloc_write(size_t len);
-void mlpd_server_free_write(uint8_t *buf);
+/* A buffer for mlpd_server_write of `len` bytes, from the server's cache
+ * of write buffers (recycled, not zeroed); NULL when out of memory. A
+ * buffer not written goes back with mlpd_server_free_write. Both on the
+ * server's thread, until mlpd_server_free_cache. */
+uint8_t *mlpd_server_alloc_write(mlpd_server_t *s, size_t len);
+void mlpd_server_free_write(mlpd_server_t *s, uint8_t *buf);
+
+/* Frees the cache of write buffers, once closed and once nothing can give
+ * a buffer back any more (a request still holding one frees it into the
+ * cache: call this after the loop has ended). */
+void mlpd_server_free_cache(mlpd_server_t *s);
 
 /* Queues `len` bytes of `buf` (from mlpd_server_alloc_write; owned by the
  * server from here on) and writes what the socket takes at once. Returns 0,
  * or an error when the connection is closing (buf is freed). */
 int mlpd_server_write(mlpd_conn_t *c, uint8_t *buf, size_t len);
+
+/* The same for the `len` bytes at buf + from: a frame written where its
+ * rows already were, its head in front of them (requests.c). */
+int mlpd_server_write_from(mlpd_conn_t *c, uint8_t *buf, size_t from,
+                           size_t len);
 
 /* During on_frame: the oldest descriptor that arrived with this frame's
  * bytes and is not yet claimed (the caller owns it), -1 when there is

@@ -999,6 +999,81 @@ static void roundtrip(const mlpd_rpc_response_t *r, mlpd_v1_Response *msg,
   assert_true(pb_decode(&in, mlpd_v1_Response_fields, msg));
 }
 
+/* An inline infer answer sent as a head and the rows after it
+ * (mlpd_rpc_encode_infer_head) reads back as the whole encoding does. */
+static void test_infer_head_then_rows(void **state) {
+  (void)state;
+  static float y[3 * 600];
+  for (size_t i = 0; i < 3 * 600; i++)
+    y[i] = (float)i - 7.5f;
+  static const int rows[] = {1, 2, 600};
+  for (size_t k = 0; k < sizeof(rows) / sizeof(rows[0]); k++) {
+    mlpd_rpc_response_t r = {.id = 1ull << 40,
+                             .kind = MLPD_RPC_INFER,
+                             .out_dtype = MLPD_DTYPE_F32,
+                             .rows = rows[k],
+                             .cols = 3,
+                             .out = (const uint8_t *)y,
+                             .queue_us = 300,
+                             .compute_us = 70000,
+                             .batch_rows = 256,
+                             .device = "NVIDIA H200 (cuda:0)"};
+    static uint8_t whole[16384 + 64], split[16384 + 64];
+    size_t wl = 0, hl = 0, data = (size_t)rows[k] * 3 * sizeof(float);
+    assert_int_equal(mlpd_rpc_encode(&r, whole, sizeof(whole), &wl), 0);
+    assert_int_equal(mlpd_rpc_encode_infer_head(&r, split, 8, &hl),
+                     MLPD_EINTERNAL);
+    assert_int_equal(
+        mlpd_rpc_encode_infer_head(&r, split, MLPD_RPC_INFER_ENVELOPE_MAX, &hl),
+        0);
+    assert_true(hl <= MLPD_RPC_INFER_ENVELOPE_MAX);
+    memcpy(split + hl, y, data);
+    /* Same bytes, in another order: the same length. */
+    assert_int_equal(hl + data, wl);
+    mlpd_v1_Response a, b;
+    static bytes_t ca, cb;
+    const uint8_t *frames[2] = {whole, split};
+    mlpd_v1_Response *msgs[2] = {&a, &b};
+    bytes_t *cbs[2] = {&ca, &cb};
+    for (int f = 0; f < 2; f++) {
+      size_t fh;
+      uint64_t bl;
+      assert_int_equal(mlpd_frame_parse_header(frames[f], wl, SIZE_MAX, &fh, &bl),
+                       1);
+      assert_int_equal(fh + bl, wl);
+      *msgs[f] = (mlpd_v1_Response)mlpd_v1_Response_init_zero;
+      mlpd_err_t err = {0};
+      if (mlpd_pbcheck(frames[f] + fh, (size_t)bl, mlpd_v1_Response_fields,
+                       msgs[f], MLPD_PBCHECK_ONCE, NULL, "response",
+                       &err) != 0)
+        fail_msg("%s", err.msg);
+      cbs[f]->n = 0;
+      msgs[f]->cb_kind.funcs.decode = dec_resp_kind;
+      msgs[f]->cb_kind.arg = cbs[f];
+      pb_istream_t in = pb_istream_from_buffer(frames[f] + fh, (size_t)bl);
+      assert_true(pb_decode(&in, mlpd_v1_Response_fields, msgs[f]));
+    }
+    assert_int_equal(b.id, r.id);
+    assert_int_equal(b.which_kind, mlpd_v1_Response_infer_tag);
+    assert_int_equal(b.kind.infer.output.shape[0], rows[k]);
+    assert_int_equal(b.kind.infer.output.shape[1], 3);
+    assert_int_equal(b.kind.infer.queue_us, 300);
+    assert_int_equal(b.kind.infer.compute_us, 70000);
+    assert_int_equal(b.kind.infer.batch_rows, 256);
+    assert_string_equal(b.kind.infer.device, a.kind.infer.device);
+    assert_int_equal(cb.n, data);
+    assert_int_equal(ca.n, data);
+    assert_memory_equal(cb.b, ca.b, data);
+  }
+  /* Only an OK infer answer has a head. */
+  mlpd_rpc_response_t e = {.id = 1, .kind = MLPD_RPC_INFER,
+                           .status = MLPD_STATUS_UNAVAILABLE};
+  uint8_t head[64];
+  size_t hl;
+  assert_int_equal(mlpd_rpc_encode_infer_head(&e, head, sizeof(head), &hl),
+                   MLPD_EINVAL);
+}
+
 static void test_responses_roundtrip(void **state) {
   (void)state;
   mlpd_v1_Response m;
@@ -1193,6 +1268,7 @@ int main(void) {
       cmocka_unit_test(test_values_out_of_range),
       cmocka_unit_test(test_invalid_requests),
       cmocka_unit_test(test_responses_roundtrip),
+      cmocka_unit_test(test_infer_head_then_rows),
       cmocka_unit_test(test_response_strings_are_utf8),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
