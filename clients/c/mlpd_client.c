@@ -578,15 +578,6 @@ static int next_response(mlpd_client_t *c, uint64_t deadline,
 
 /* ---- sending ---- */
 
-static bool encode_bytes(pb_ostream_t *s, const pb_field_t *f,
-                         void *const *arg) {
-  const mlpd_client_infer_t *req = *arg;
-  size_t n = (size_t)req->rows * (size_t)req->cols *
-             mlpd_dtype_size(req->dtype);
-  return pb_encode_tag_for_field(s, f) &&
-         pb_encode_string(s, (const pb_byte_t *)req->data, n);
-}
-
 /* Encodes *msg behind its length prefix into sbuf; *len = frame bytes. */
 static int encode_frame(mlpd_client_t *c, const mlpd_v1_Request *msg,
                         size_t *len, mlpd_err_t *err) {
@@ -609,6 +600,63 @@ static int encode_frame(mlpd_client_t *c, const mlpd_v1_Request *msg,
     return mlpd_errf(err, MLPD_EINTERNAL, "cannot encode the request: %s",
                      PB_GET_ERROR(&os));
   *len = h + body;
+  return 0;
+}
+
+/* An inline infer request's head into sbuf: the frame header and every
+ * field but the input rows, which go out from the caller's buffer right
+ * after it (send_frame's tail: not copied). Protobuf readers take fields in
+ * any order, so the input tensor goes last in the InferRequest and its data
+ * last in the tensor; each enclosing length counts the bytes that follow.
+ * *len = head bytes. */
+static int encode_infer_head(mlpd_client_t *c, const mlpd_v1_Request *msg,
+                             size_t data, size_t *len, mlpd_err_t *err) {
+  mlpd_v1_Request env = *msg;
+  mlpd_v1_InferRequest ir = msg->kind.infer;
+  mlpd_v1_Tensor t = ir.input;
+  ir.has_input = false;
+  env.which_kind = 0; /* the envelope: the id */
+  size_t env_n, ir_n, t_n;
+  if (!pb_get_encoded_size(&env_n, mlpd_v1_Request_fields, &env) ||
+      !pb_get_encoded_size(&ir_n, mlpd_v1_InferRequest_fields, &ir) ||
+      !pb_get_encoded_size(&t_n, mlpd_v1_Tensor_fields, &t))
+    return mlpd_errf(err, MLPD_EINTERNAL, "cannot size the request");
+  /* A length-delimited field of number 1..15: a one-byte tag, the length
+   * as a varint, the bytes. */
+  uint8_t v[10];
+  pb_ostream_t vs = pb_ostream_from_buffer(v, sizeof(v));
+  (void)pb_encode_varint(&vs, data);
+  size_t t_len = t_n + 1 + vs.bytes_written + data;
+  vs = pb_ostream_from_buffer(v, sizeof(v));
+  (void)pb_encode_varint(&vs, t_len);
+  size_t ir_len = ir_n + 1 + vs.bytes_written + t_len;
+  vs = pb_ostream_from_buffer(v, sizeof(v));
+  (void)pb_encode_varint(&vs, ir_len);
+  size_t body = env_n + 1 + vs.bytes_written + ir_len;
+  if (body > c->max_send)
+    return mlpd_errf(err, MLPD_EMSGSIZE,
+                     "request of %zu bytes exceeds the frame limit of %zu "
+                     "bytes; send fewer rows per request (or raise the "
+                     "limit on both sides: --max-frame, "
+                     "mlpd_client_set_max_frame)",
+                     body, c->max_send);
+  size_t head = body - data + MLPD_FRAME_HEADER_MAX;
+  if (grow(&c->smem, &c->scap, head) != 0)
+    return mlpd_errf(err, -ENOMEM, "out of memory for a request");
+  size_t h = mlpd_frame_encode_header(SBUF(c), body);
+  pb_ostream_t os = pb_ostream_from_buffer(SBUF(c) + h, head - h);
+  if (!pb_encode(&os, mlpd_v1_Request_fields, &env) ||
+      !pb_encode_tag(&os, PB_WT_STRING, mlpd_v1_Request_infer_tag) ||
+      !pb_encode_varint(&os, ir_len) ||
+      !pb_encode(&os, mlpd_v1_InferRequest_fields, &ir) ||
+      !pb_encode_tag(&os, PB_WT_STRING, mlpd_v1_InferRequest_input_tag) ||
+      !pb_encode_varint(&os, t_len) ||
+      !pb_encode(&os, mlpd_v1_Tensor_fields, &t) ||
+      !pb_encode_tag(&os, PB_WT_STRING, mlpd_v1_Tensor_data_tag) ||
+      !pb_encode_varint(&os, data))
+    return mlpd_errf(err, MLPD_EINTERNAL, "cannot encode the request: %s",
+                     PB_GET_ERROR(&os));
+  *len = h + os.bytes_written;
   return 0;
 }
 
@@ -709,14 +757,26 @@ static ssize_t send_with_fd(int sock, const void *p, size_t n, int pass_fd) {
 /* Writes sbuf[0..len), with `pass_fd` (when >= 0) attached to its first
  * bytes. While the socket is full it reads what the daemon sends, so
  * neither side waits for the other forever. */
-static int send_frame(mlpd_client_t *c, size_t len, int pass_fd,
-                      uint64_t deadline, mlpd_err_t *err) {
-  size_t off = 0;
+static int send_frame(mlpd_client_t *c, size_t head, const void *tail,
+                      size_t tail_len, int pass_fd, uint64_t deadline,
+                      mlpd_err_t *err) {
+  size_t off = 0, len = head + tail_len;
   while (off < len) {
-    ssize_t n = off == 0 && pass_fd >= 0
-                    ? send_with_fd(c->fd, SBUF(c), len, pass_fd)
-                    : send(c->fd, SBUF(c) + off, len - off,
-                           MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t n;
+    if (off == 0 && pass_fd >= 0) {
+      n = send_with_fd(c->fd, SBUF(c), head, pass_fd); /* no tail */
+    } else {
+      /* What is left of sbuf's head, then of the tail. */
+      struct iovec iov[2];
+      int k = 0;
+      if (off < head)
+        iov[k++] = (struct iovec){SBUF(c) + off, head - off};
+      size_t t = off < head ? 0 : off - head;
+      if (tail_len > t)
+        iov[k++] = (struct iovec){(uint8_t *)tail + t, tail_len - t};
+      struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)k};
+      n = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
     if (n > 0) {
       off += (size_t)n;
       continue;
@@ -832,9 +892,6 @@ static int send_infer(mlpd_client_t *c, uint64_t id,
     ir->input.has_region = true;
     if ((rc = set_window(&ir->input.region, in, req, 1, err)) != 0)
       return rc;
-  } else {
-    ir->input.data.funcs.encode = encode_bytes;
-    ir->input.data.arg = (void *)req;
   }
   if (out != NULL) {
     ir->has_output_region = true;
@@ -844,10 +901,14 @@ static int send_infer(mlpd_client_t *c, uint64_t id,
   ir->timeout_ms = req->timeout_ms;
   ir->output_dtype = dtype_to_wire(req->out_dtype);
   memcpy(ir->model, c->model, sizeof(ir->model));
-  size_t len;
-  if ((rc = encode_frame(c, &msg, &len, err)) != 0)
+  size_t len, data = in != NULL ? 0
+                                : (size_t)req->rows * (size_t)req->cols *
+                                      mlpd_dtype_size(req->dtype);
+  if ((rc = in != NULL ? encode_frame(c, &msg, &len, err)
+                       : encode_infer_head(c, &msg, data, &len, err)) != 0)
     return rc;
-  if ((rc = send_frame(c, len, -1, deadline, err)) != 0)
+  if ((rc = send_frame(c, len, in != NULL ? NULL : req->data, data, -1,
+                       deadline, err)) != 0)
     return rc;
   c->inflight++;
   return 0;
@@ -991,7 +1052,7 @@ static int roundtrip(mlpd_client_t *c, const call_t *call,
     call->msg->id = id;
     rc = encode_frame(c, call->msg, &len, err);
     if (rc == 0)
-      rc = send_frame(c, len, call->pass_fd, deadline, err);
+      rc = send_frame(c, len, NULL, 0, call->pass_fd, deadline, err);
     if (rc == 0)
       c->inflight++;
   }
