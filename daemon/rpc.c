@@ -5,6 +5,7 @@
 #include "frame.h"
 #include "mlpd.pb.h"
 #include "pbcheck.h"
+#include "pbtail.h"
 
 #include <pb_decode.h>
 #include <pb_encode.h>
@@ -619,12 +620,9 @@ int mlpd_rpc_encode(const mlpd_rpc_response_t *r, uint8_t *buf, size_t cap,
   return write_frame(&msg, body, buf, cap, len);
 }
 
-/* The head of an inline infer answer: the frame header and every field
- * but the output's bytes, which the caller sends right after it from where
- * the engine wrote them (no copy into the frame). Protobuf readers take
- * fields in any order, so the InferResponse's output tensor goes last
- * (after its times and device), and the tensor's data last in it; each
- * enclosing length counts the bytes that follow. */
+/* The head of an inline infer answer (pbtail.h): Response, InferResponse
+ * and Tensor, each without the field that holds the next, the output's
+ * bytes last. */
 int mlpd_rpc_encode_infer_head(const mlpd_rpc_response_t *r, uint8_t *buf,
                                size_t cap, size_t *len) {
   if (r->kind != MLPD_RPC_INFER || r->status != MLPD_STATUS_OK)
@@ -634,46 +632,19 @@ int mlpd_rpc_encode_infer_head(const mlpd_rpc_response_t *r, uint8_t *buf,
   mlpd_v1_Response msg;
   bytes_ref_t ref = {0};
   build(&env, &msg, &ref);
-  size_t data = (size_t)r->rows * (size_t)r->cols * mlpd_dtype_size(r->out_dtype);
   mlpd_v1_InferResponse ir = msg.kind.infer;
   mlpd_v1_Tensor t = ir.output;
   ir.has_output = false;
-  msg.which_kind = 0; /* the envelope: id, status, message */
-  size_t env_n, ir_n, t_n;
-  if (!pb_get_encoded_size(&env_n, mlpd_v1_Response_fields, &msg) ||
-      !pb_get_encoded_size(&ir_n, mlpd_v1_InferResponse_fields, &ir) ||
-      !pb_get_encoded_size(&t_n, mlpd_v1_Tensor_fields, &t))
-    return MLPD_EINTERNAL;
-  /* Each length-delimited field: a one-byte tag (fields 1..15) and its
-   * length as a varint. */
-  uint8_t tmp[10];
-  pb_ostream_t sz = pb_ostream_from_buffer(tmp, sizeof(tmp));
-  (void)pb_encode_varint(&sz, data);
-  size_t t_len = t_n + 1 + sz.bytes_written + data;
-  sz = pb_ostream_from_buffer(tmp, sizeof(tmp));
-  (void)pb_encode_varint(&sz, t_len);
-  size_t ir_len = ir_n + 1 + sz.bytes_written + t_len;
-  sz = pb_ostream_from_buffer(tmp, sizeof(tmp));
-  (void)pb_encode_varint(&sz, ir_len);
-  size_t body = env_n + 1 + sz.bytes_written + ir_len;
-  uint8_t hdr[MLPD_FRAME_HEADER_MAX];
-  size_t hl = mlpd_frame_encode_header(hdr, body);
-  if (hl > cap)
-    return MLPD_EINTERNAL;
-  memcpy(buf, hdr, hl);
-  pb_ostream_t out = pb_ostream_from_buffer(buf + hl, cap - hl);
-  if (!pb_encode(&out, mlpd_v1_Response_fields, &msg) ||
-      !pb_encode_tag(&out, PB_WT_STRING, mlpd_v1_Response_infer_tag) ||
-      !pb_encode_varint(&out, ir_len) ||
-      !pb_encode(&out, mlpd_v1_InferResponse_fields, &ir) ||
-      !pb_encode_tag(&out, PB_WT_STRING, mlpd_v1_InferResponse_output_tag) ||
-      !pb_encode_varint(&out, t_len) ||
-      !pb_encode(&out, mlpd_v1_Tensor_fields, &t) ||
-      !pb_encode_tag(&out, PB_WT_STRING, mlpd_v1_Tensor_data_tag) ||
-      !pb_encode_varint(&out, data))
-    return MLPD_EINTERNAL;
-  *len = hl + out.bytes_written;
-  return 0;
+  msg.which_kind = 0;
+  const mlpd_pbtail_level_t levels[] = {
+      {mlpd_v1_Response_fields, &msg, mlpd_v1_Response_infer_tag},
+      {mlpd_v1_InferResponse_fields, &ir, mlpd_v1_InferResponse_output_tag},
+      {mlpd_v1_Tensor_fields, &t, mlpd_v1_Tensor_data_tag}};
+  size_t body;
+  return mlpd_pbtail_head(levels, 3,
+                          (size_t)r->rows * (size_t)r->cols *
+                              mlpd_dtype_size(r->out_dtype),
+                          buf, cap, len, &body);
 }
 
 int mlpd_rpc_encode_alloc(const mlpd_rpc_response_t *r,

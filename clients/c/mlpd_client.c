@@ -29,6 +29,7 @@
 #include "frame.h"
 #include "mlpd.pb.h"
 #include "pbcheck.h"
+#include "pbtail.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -79,6 +80,9 @@ _Static_assert(sizeof(((mlpd_v1_RegionRef *)0)->region) ==
 
 #define BLOCKING_ID_BIT ((uint64_t)1 << 63)
 #define RBUF_INITIAL ((size_t)64 << 10)
+/* An infer request's head: ids, shape, model name, region names and the
+ * lengths, all bounded well below this. */
+#define HEAD_MAX ((size_t)1024)
 
 struct mlpd_client_s {
   int fd;               /* owned: the connected socket */
@@ -578,12 +582,8 @@ static int next_response(mlpd_client_t *c, uint64_t deadline,
 
 /* ---- sending ---- */
 
-/* Encodes *msg behind its length prefix into sbuf; *len = frame bytes. */
-static int encode_frame(mlpd_client_t *c, const mlpd_v1_Request *msg,
-                        size_t *len, mlpd_err_t *err) {
-  size_t body;
-  if (!pb_get_encoded_size(&body, mlpd_v1_Request_fields, msg))
-    return mlpd_errf(err, MLPD_EINTERNAL, "cannot size the request");
+/* A request body of `body` bytes within the frame limit, or the error. */
+static int check_size(const mlpd_client_t *c, size_t body, mlpd_err_t *err) {
   if (body > c->max_send)
     return mlpd_errf(err, MLPD_EMSGSIZE,
                      "request of %zu bytes exceeds the frame limit of %zu "
@@ -591,6 +591,18 @@ static int encode_frame(mlpd_client_t *c, const mlpd_v1_Request *msg,
                      "limit on both sides: --max-frame, "
                      "mlpd_client_set_max_frame)",
                      body, c->max_send);
+  return 0;
+}
+
+/* Encodes *msg behind its length prefix into sbuf; *len = frame bytes. */
+static int encode_frame(mlpd_client_t *c, const mlpd_v1_Request *msg,
+                        size_t *len, mlpd_err_t *err) {
+  size_t body;
+  int rc;
+  if (!pb_get_encoded_size(&body, mlpd_v1_Request_fields, msg))
+    return mlpd_errf(err, MLPD_EINTERNAL, "cannot size the request");
+  if ((rc = check_size(c, body, err)) != 0)
+    return rc;
   if (grow(&c->smem, &c->scap, body + MLPD_FRAME_HEADER_MAX) != 0)
     return mlpd_errf(err, -ENOMEM, "out of memory for a %zu-byte request",
                      body);
@@ -603,61 +615,27 @@ static int encode_frame(mlpd_client_t *c, const mlpd_v1_Request *msg,
   return 0;
 }
 
-/* An inline infer request's head into sbuf: the frame header and every
- * field but the input rows, which go out from the caller's buffer right
- * after it (send_frame's tail: not copied). Protobuf readers take fields in
- * any order, so the input tensor goes last in the InferRequest and its data
- * last in the tensor; each enclosing length counts the bytes that follow.
- * *len = head bytes. */
+/* An inline infer request's head into sbuf (pbtail.h): Request,
+ * InferRequest and Tensor, each without the field that holds the next; the
+ * input rows follow from the caller's buffer (send_frame's tail), not
+ * copied. *len = head bytes. */
 static int encode_infer_head(mlpd_client_t *c, const mlpd_v1_Request *msg,
                              size_t data, size_t *len, mlpd_err_t *err) {
   mlpd_v1_Request env = *msg;
   mlpd_v1_InferRequest ir = msg->kind.infer;
   mlpd_v1_Tensor t = ir.input;
   ir.has_input = false;
-  env.which_kind = 0; /* the envelope: the id */
-  size_t env_n, ir_n, t_n;
-  if (!pb_get_encoded_size(&env_n, mlpd_v1_Request_fields, &env) ||
-      !pb_get_encoded_size(&ir_n, mlpd_v1_InferRequest_fields, &ir) ||
-      !pb_get_encoded_size(&t_n, mlpd_v1_Tensor_fields, &t))
-    return mlpd_errf(err, MLPD_EINTERNAL, "cannot size the request");
-  /* A length-delimited field of number 1..15: a one-byte tag, the length
-   * as a varint, the bytes. */
-  uint8_t v[10];
-  pb_ostream_t vs = pb_ostream_from_buffer(v, sizeof(v));
-  (void)pb_encode_varint(&vs, data);
-  size_t t_len = t_n + 1 + vs.bytes_written + data;
-  vs = pb_ostream_from_buffer(v, sizeof(v));
-  (void)pb_encode_varint(&vs, t_len);
-  size_t ir_len = ir_n + 1 + vs.bytes_written + t_len;
-  vs = pb_ostream_from_buffer(v, sizeof(v));
-  (void)pb_encode_varint(&vs, ir_len);
-  size_t body = env_n + 1 + vs.bytes_written + ir_len;
-  if (body > c->max_send)
-    return mlpd_errf(err, MLPD_EMSGSIZE,
-                     "request of %zu bytes exceeds the frame limit of %zu "
-                     "bytes; send fewer rows per request (or raise the "
-                     "limit on both sides: --max-frame, "
-                     "mlpd_client_set_max_frame)",
-                     body, c->max_send);
-  size_t head = body - data + MLPD_FRAME_HEADER_MAX;
-  if (grow(&c->smem, &c->scap, head) != 0)
+  env.which_kind = 0;
+  const mlpd_pbtail_level_t levels[] = {
+      {mlpd_v1_Request_fields, &env, mlpd_v1_Request_infer_tag},
+      {mlpd_v1_InferRequest_fields, &ir, mlpd_v1_InferRequest_input_tag},
+      {mlpd_v1_Tensor_fields, &t, mlpd_v1_Tensor_data_tag}};
+  size_t body;
+  if (grow(&c->smem, &c->scap, HEAD_MAX) != 0)
     return mlpd_errf(err, -ENOMEM, "out of memory for a request");
-  size_t h = mlpd_frame_encode_header(SBUF(c), body);
-  pb_ostream_t os = pb_ostream_from_buffer(SBUF(c) + h, head - h);
-  if (!pb_encode(&os, mlpd_v1_Request_fields, &env) ||
-      !pb_encode_tag(&os, PB_WT_STRING, mlpd_v1_Request_infer_tag) ||
-      !pb_encode_varint(&os, ir_len) ||
-      !pb_encode(&os, mlpd_v1_InferRequest_fields, &ir) ||
-      !pb_encode_tag(&os, PB_WT_STRING, mlpd_v1_InferRequest_input_tag) ||
-      !pb_encode_varint(&os, t_len) ||
-      !pb_encode(&os, mlpd_v1_Tensor_fields, &t) ||
-      !pb_encode_tag(&os, PB_WT_STRING, mlpd_v1_Tensor_data_tag) ||
-      !pb_encode_varint(&os, data))
-    return mlpd_errf(err, MLPD_EINTERNAL, "cannot encode the request: %s",
-                     PB_GET_ERROR(&os));
-  *len = h + os.bytes_written;
-  return 0;
+  if (mlpd_pbtail_head(levels, 3, data, SBUF(c), HEAD_MAX, len, &body) != 0)
+    return mlpd_errf(err, MLPD_EINTERNAL, "cannot encode the request");
+  return check_size(c, body, err);
 }
 
 /* The error code for a status the daemon gave the whole connection (id 0)
