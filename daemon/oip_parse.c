@@ -234,18 +234,25 @@ static void put_data(doc_t *d, double v) {
     first(&d->over_bf16, k, v);
 }
 
+/* One element of the tensor, in data's order: a number, or the first
+ * non-number's place. */
+static void element(doc_t *d, int is_number, double v) {
+  if (is_number)
+    put_data(d, v);
+  else
+    not_number(d);
+}
+
 /* A data element that is not an array, in nested data (a bad row) or flat
- * (a number or not). */
+ * (an element). */
 static void data_scalar(doc_t *d, frame_t *fr, int is_number, double v) {
   size_t idx = fr->count++;
   if (idx == 0)
     d->nested = 0;
   if (d->nested)
     first(&d->non_array_row, idx, 0);
-  else if (is_number)
-    put_data(d, v);
   else
-    not_number(d);
+    element(d, is_number, v);
 }
 
 /* A scalar: `type`, and its value where it has one. */
@@ -281,10 +288,7 @@ static int scalar(doc_t *d, int type, int boolean, const char *num,
     return 1;
   case E_ROW:
     d->st[d->top].count++;
-    if (is_number)
-      put_data(d, v);
-    else
-      not_number(d);
+    element(d, is_number, v);
     return 1;
   default:
     break;
@@ -527,16 +531,16 @@ static int want_bool(const field_t *f, int *out, const char *what,
   return 0;
 }
 
+/* The inverse of mlpd_oip_datatype, so the names live in one place. */
 static int parse_datatype(const char *s, mlpd_dtype_t *t) {
-  if (strcmp(s, "FP32") == 0)
-    *t = MLPD_DTYPE_F32;
-  else if (strcmp(s, "FP16") == 0)
-    *t = MLPD_DTYPE_F16;
-  else if (strcmp(s, "BF16") == 0)
-    *t = MLPD_DTYPE_BF16;
-  else
-    return -1;
-  return 0;
+  static const mlpd_dtype_t served[] = {MLPD_DTYPE_F32, MLPD_DTYPE_F16,
+                                        MLPD_DTYPE_BF16};
+  for (size_t i = 0; i < sizeof(served) / sizeof(served[0]); i++)
+    if (strcmp(s, mlpd_oip_datatype(served[i])) == 0) {
+      *t = served[i];
+      return 0;
+    }
+  return -1;
 }
 
 static int check_shape(const doc_t *d, const mlpd_oip_model_t *m,
