@@ -12,7 +12,9 @@
 #   4. bench/serve.sh on mlp-4k with f32 rows: cold and warm start to ready,
 #      the lone 1-row request (inline and shared memory), saturation inline
 #      and through shared memory (issues 15 and 17);
-#   5. bench/sweep.sh on mlp-4k: the load curve, closed loop 1x-8x and open
+#   5. bench/host-path.sh on mlp-4k: inline f32 rows at saturation with
+#      and without the I/O threads' pinned arena (issue 15);
+#   6. bench/sweep.sh on mlp-4k: the load curve, closed loop 1x-8x and open
 #      loop to 150%, through shared memory with bf16 rows (issue 15).
 # The device tool brings back at most 8 files: logs go into one tarball,
 # RESULTS.md, the tables and the PNG beside it.
@@ -71,6 +73,17 @@ OUTDIR=/tmp/mlpd-serve MODEL=${M4K:-} DEVICE=cuda:0 SAT=16:8:32 DTYPE=f32 \
 echo "serve rc=$? after $(el)"
 cat "$LOGS/serve.log" | tail -30
 cp /tmp/mlpd-serve/serve.json "$OUT/" 2>/dev/null
+
+# Inline f32 rows at saturation without and with the I/O threads' pinned
+# arena (--io-arena-bytes), alternating, on the GPU: rows/s and each
+# daemon thread's CPU per row.
+if [ -n "$M4K" ]; then
+  REAL=1 MODEL=$M4K IO=4 LOAD=16:8:32 DURATION=1.5 ROUNDS=2 \
+    OUTDIR=/tmp/mlpd-arena timeout "$(left 40)" bench/host-path.sh $B \
+    >"$LOGS/arena.log" 2>&1
+  echo "arena A/B rc=$? after $(el)"
+  cat "$LOGS/arena.log"
+fi
 
 # The open loop on a daemon with a 2 ms queue-delay bound (27 batches of
 # 256 rows: the device stays fed) and 32 connections x 32 windows: at 150%

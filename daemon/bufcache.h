@@ -11,9 +11,19 @@
  * (max_cached bytes): past that, or above the largest class, a block goes
  * back to the C library, so a burst of huge requests does not pin memory.
  *
+ * An arena (mlpd_bufcache_set_arena) is memory the caller made special,
+ * pinned for the GPUs' copy engines (dispatch.c): new blocks are carved
+ * from it while it has room, and blocks in it always go back on the lists
+ * (the arena is never returned piecemeal), so a steady load's blocks all
+ * end up in it; once it is used up, blocks come from malloc as before.
+ * Blocks of one class are not split or joined: a load whose sizes change
+ * may leave the arena's blocks in classes it no longer asks for, and is
+ * then served from malloc (mlpd_bufcache_in_arena says which).
+ *
  * Ownership: blocks come from mlpd_bufcache_get and go back through
  * mlpd_bufcache_put on the same cache; mlpd_bufcache_clear frees what the
- * lists hold (blocks still out stay the caller's to put back first).
+ * lists hold (blocks still out stay the caller's to put back first). The
+ * arena stays the caller's; it must outlive every block carved from it.
  * Blocks are aligned for any type (as malloc's) and not zeroed.
  * Single-threaded: the owning I/O thread. */
 #ifndef MLPD_BUFCACHE_H
@@ -31,9 +41,22 @@ typedef struct mlpd_bufcache_s {
   size_t max_cached;                 /* the bound on that */
   uint64_t reused;                   /* gets answered from a list */
   uint64_t allocated;                /* gets that called malloc */
+  uint8_t *arena;                    /* borrowed, NULL: none */
+  size_t arena_size;
+  size_t arena_used;                 /* carved so far, from its start */
+  size_t arena_min;                  /* smallest block carved from it */
 } mlpd_bufcache_t;
 
 void mlpd_bufcache_init(mlpd_bufcache_t *c, size_t max_cached);
+
+/* Carves new blocks of at least min_bytes from [base, base + size) while
+ * it has room (smaller ones, and blocks taken before, are malloc'd).
+ * Once. */
+void mlpd_bufcache_set_arena(mlpd_bufcache_t *c, void *base, size_t size,
+                             size_t min_bytes);
+
+/* 1 when block p (from mlpd_bufcache_get) lies in the arena. */
+int mlpd_bufcache_in_arena(const mlpd_bufcache_t *c, const void *p);
 
 /* A block of at least `bytes` bytes, or NULL when out of memory. */
 void *mlpd_bufcache_get(mlpd_bufcache_t *c, size_t bytes);

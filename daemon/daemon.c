@@ -45,6 +45,7 @@ void mlpd_config_init(mlpd_config_t *c) {
   c->frame_timeout_ms = 30000;
   c->max_regions = 64;
   c->max_shm_bytes = (uint64_t)16 << 30;
+  c->io_arena_bytes = (size_t)64 << 20;
   c->drain_timeout_s = 30;
 }
 
@@ -1033,6 +1034,7 @@ static int start_shards(mlpd_daemon_t *d, mlpd_err_t *err) {
       .nslots = slots,
       .max_regions = d->cfg.max_regions,
       .max_shm_bytes = d->cfg.max_shm_bytes,
+      .arena_bytes = d->cfg.io_arena_bytes,
       .http = {.max_body = d->cfg.http_max_body,
                .max_unsent = d->cfg.max_unsent,
                /* 0 (native: never) is httpconn's 30 s: an HTTP

@@ -72,6 +72,8 @@ typedef struct mlpd_config_s {
   int max_regions;             /* --max-regions per connection */
   uint64_t max_shm_bytes;      /* --max-shm-bytes, the whole daemon */
   int io_threads;              /* --io-threads, 0 = by core count */
+  size_t io_arena_bytes;       /* --io-arena-bytes per I/O thread, pinned
+                                  once a GPU serves; 0 = none */
   const char *http_listen;     /* --http-listen (--metrics-listen), NULL =
                                   off */
   int http_allow_remote;       /* --http-allow-remote */

@@ -7,6 +7,7 @@
 
 #include <sched.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -64,6 +65,28 @@ static void server_closed(void *ud) {
     tell_daemon(d, MLPD_MSG_CLOSED);
 }
 
+/* The first pool whose engines take direct segments: the arena is made
+ * and pinned with that kind (in the thread pool, pin.h); until it is
+ * pinned, and for good if it cannot be, inline rows are copied. */
+static void make_arena(mlpd_dispatch_t *d, mlpd_pool_t *pool) {
+  const mlpd_engine_ops_t *ops = pool != NULL ? mlpd_pool_direct_ops(pool)
+                                              : NULL;
+  if (d->arena != NULL || d->arena_bytes == 0 || ops == NULL)
+    return;
+  mlpd_err_t err = {0};
+  char name[48];
+  snprintf(name, sizeof(name), "the arena of I/O thread %d", d->index);
+  if (mlpd_region_anon(name, d->arena_bytes, &d->arena, &err) != 0) {
+    MLPD_LOGW("dispatcher %d: no arena for inline rows (%s); they are "
+              "copied", d->index, err.msg);
+    d->arena_bytes = 0;
+    return;
+  }
+  mlpd_server_set_arena(&d->server, d->arena->base, d->arena_bytes);
+  mlpd_requests_set_arena(&d->reqs, d->arena);
+  mlpd_pin_start(&d->pin, d->arena, ops);
+}
+
 static void on_msg(mlpd_mailbox_t *mb, mlpd_msg_t *msg) {
   mlpd_dispatch_t *d = mb->data;
   mlpd_dispatch_msg_t *m = (mlpd_dispatch_msg_t *)msg;
@@ -72,6 +95,7 @@ static void on_msg(mlpd_mailbox_t *mb, mlpd_msg_t *msg) {
     mlpd_scheduler_on_job(&d->sched, (mlpd_job_t *)msg);
     break;
   case MLPD_MSG_USE_POOL:
+    make_arena(d, m->pool);
     mlpd_scheduler_use_pool(&d->sched, m->model, m->pool);
     break;
   case MLPD_MSG_DRAIN:
@@ -111,6 +135,10 @@ static void on_msg(mlpd_mailbox_t *mb, mlpd_msg_t *msg) {
  * computation itself. */
 static void *dispatch_main(void *arg) {
   mlpd_dispatch_t *d = arg;
+  /* For top -H, perf and gdb: which thread is which. */
+  char name[16];
+  snprintf(name, sizeof(name), "mlpd-io%d", d->index);
+  (void)pthread_setname_np(pthread_self(), name);
   for (;;) {
     int hot = mlpd_scheduler_poll_hot(&d->sched);
     if (uv_run(&d->loop, hot ? UV_RUN_NOWAIT : UV_RUN_ONCE) == 0)
@@ -133,6 +161,7 @@ int mlpd_dispatch_start(mlpd_dispatch_t *d, int index,
   memset(d, 0, sizeof(*d));
   d->index = index;
   d->daemon_mb = daemon_mb;
+  d->arena_bytes = cfg->arena_bytes;
   mlpd_board_shard_t *stats = mlpd_board_shard(board, index);
   mlpd_scheduler_config_t sc = {.max_delay_ns = cfg->max_delay_ns,
                                 .nslots = cfg->nslots,
@@ -237,7 +266,15 @@ void mlpd_dispatch_join(mlpd_dispatch_t *d) {
     MLPD_LOGE("dispatcher %d: %d region registrations still pending",
               d->index, d->pin.pending);
   mlpd_scheduler_free(&d->sched);
-  (void)uv_loop_close(&d->loop);
   mlpd_requests_free(&d->reqs);
   mlpd_server_free_cache(&d->server);
+  /* Last: every block carved from the arena is back. Unpinning runs in
+   * the loop's thread pool like a region's (pin.c), so the loop runs
+   * once more until it is done. */
+  if (d->arena != NULL) {
+    mlpd_region_unref(d->arena);
+    d->arena = NULL;
+    uv_run(&d->loop, UV_RUN_DEFAULT);
+  }
+  (void)uv_loop_close(&d->loop);
 }

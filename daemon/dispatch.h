@@ -48,6 +48,9 @@ typedef struct mlpd_dispatch_config_s {
   int nslots;             /* staging slots */
   int max_regions;        /* per connection */
   uint64_t max_shm_bytes; /* all connections of the daemon */
+  size_t arena_bytes;     /* the pinned arena for inline rows, made when
+                             a pool that takes direct segments first
+                             arrives; 0 = none */
   int http_fd;            /* a duplicate of the HTTP listener, owned by the
                              dispatcher from start on; -1 = none */
   mlpd_httpconn_config_t http;
@@ -89,6 +92,13 @@ typedef struct mlpd_dispatch_s {
   uv_check_t check;            /* schedules once per loop iteration */
   mlpd_pin_t pin;              /* regions being pinned or released, in
                                   the loop's thread pool */
+  size_t arena_bytes;          /* cfg's */
+  mlpd_region_t *arena;        /* owned (one reference), NULL until made:
+                                  memory pinned for the devices that
+                                  large inline frames are received into
+                                  and answers written from, so their rows
+                                  go to and from the GPU by DMA (server.h,
+                                  requests.c choose_direct) */
   mlpd_requests_t reqs;        /* the request half */
   mlpd_scheduler_t sched;          /* the scheduling half */
   int draining;

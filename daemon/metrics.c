@@ -184,6 +184,8 @@ void mlpd_metrics_merge(mlpd_metrics_t *d, const mlpd_metrics_t *s) {
   d->shm_regions += s->shm_regions;
   d->shm_rows_direct += s->shm_rows_direct;
   d->shm_rows_copied += s->shm_rows_copied;
+  d->inline_rows_direct += s->inline_rows_direct;
+  d->inline_rows_copied += s->inline_rows_copied;
   d->batches_retried += s->batches_retried;
   for (int k = 0; k < MLPD_METRICS_MAX_MODELS; k++) {
     for (int i = 0; i < MLPD_STATUS_SLOTS; i++)
@@ -683,6 +685,15 @@ size_t mlpd_metrics_render(const mlpd_metrics_t *m, char *buf, size_t cap) {
   put_u64(&w, m->shm_rows_direct);
   puts_(&w, "\nmlpd_shm_rows_total{path=\"copied\"} ");
   put_u64(&w, m->shm_rows_copied);
+  puts_(&w, "\n");
+  family(&w, "mlpd_inline_rows_total", "counter",
+         "Rows of answered native inline requests, moved between the frame "
+         "and the device directly (the I/O thread's pinned arena, "
+         "--io-arena-bytes) or copied through staging.");
+  puts_(&w, "mlpd_inline_rows_total{path=\"direct\"} ");
+  put_u64(&w, m->inline_rows_direct);
+  puts_(&w, "\nmlpd_inline_rows_total{path=\"copied\"} ");
+  put_u64(&w, m->inline_rows_copied);
   puts_(&w, "\n");
   scalar_u64(&w, "mlpd_batches_retried_total", "counter",
              "Failed batches run again on another device.", m->batches_retried);

@@ -145,6 +145,7 @@ typedef struct mlpd_metrics_s {
   uint64_t inline_in_bytes, inline_out_bytes;
   uint64_t shm_in_bytes, shm_out_bytes;
   uint64_t shm_rows_direct, shm_rows_copied;
+  uint64_t inline_rows_direct, inline_rows_copied; /* native frames */
   uint64_t shm_mapped_bytes;
   uint64_t shm_regions;
   uint64_t batches_retried;

@@ -68,7 +68,9 @@ static void pin_work(uv_work_t *w) {
 }
 
 static void pin_done(uv_work_t *w, int status) {
-  static atomic_int logged; /* one line for the whole daemon */
+  /* One line for the whole daemon: for clients' regions, for the I/O
+   * threads' arenas. */
+  static atomic_int logged, logged_own;
   pin_job_t *j = (pin_job_t *)w;
   mlpd_region_t *r = j->r;
   j->p->pending--;
@@ -77,7 +79,13 @@ static void pin_done(uv_work_t *w, int status) {
     j->rc = status;
   if (j->rc != 0) {
     r->pin_state = MLPD_REGION_PIN_FAILED;
-    if (atomic_exchange(&logged, 1) == 0)
+    if (r->own && atomic_exchange(&logged_own, 1) == 0)
+      MLPD_LOGW("%s (%llu bytes) cannot be registered with the %s devices "
+                "(%s); inline rows are copied through staging (logged "
+                "once)",
+                r->name, (unsigned long long)r->size, j->ops->name,
+                mlpd_err_msg(&j->err, j->rc));
+    else if (!r->own && atomic_exchange(&logged, 1) == 0)
       MLPD_LOGW("region '%s' (%llu bytes) cannot be registered with the "
                 "%s devices (%s); regions are served by copying "
                 "(logged once)",

@@ -131,9 +131,36 @@ fail:
   return rc;
 }
 
+int mlpd_region_anon(const char *name, uint64_t size, mlpd_region_t **out,
+                     mlpd_err_t *err) {
+  *out = NULL;
+  mlpd_region_t *r = calloc(1, sizeof(*r));
+  if (r == NULL)
+    return mlpd_errf(err, -ENOMEM, "%s: out of memory", name);
+  /* Reserved, not committed: pages are touched as blocks are carved, or
+   * all at once when the devices pin it. */
+  void *p = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) {
+    int e = errno;
+    free(r);
+    return mlpd_errf(err, -e, "%s: mmap of %llu bytes: %s", name,
+                     (unsigned long long)size, strerror(e));
+  }
+  snprintf(r->name, sizeof(r->name), "%s", name);
+  r->base = p;
+  r->size = size;
+  r->writable = 1;
+  r->own = 1;
+  r->refs = 1;
+  *out = r;
+  return 0;
+}
+
 void mlpd_region_unmap(const mlpd_region_map_t *m) {
   munmap(m->base, (size_t)m->size);
-  atomic_fetch_sub(m->mapped, m->size);
+  if (m->mapped != NULL)
+    atomic_fetch_sub(m->mapped, m->size);
 }
 
 void mlpd_region_ref(mlpd_region_t *r) { r->refs++; }

@@ -72,6 +72,8 @@ struct mlpd_region_s {
   mlpd_region_t *next;     /* the table's list, while registered */
   atomic_uint_fast64_t *mapped; /* the shared count, borrowed */
   int pin_state;                /* owner's: MLPD_REGION_PIN_* */
+  int own;                      /* the daemon's (mlpd_region_anon), not
+                                   a client's */
   /* The owner's hook, once set: the last reference hands it the mapping. */
   void (*release)(void *ud, const mlpd_region_map_t *m);
   void *release_ud;
@@ -113,6 +115,13 @@ int mlpd_region_window(mlpd_regions_t *t, const char *name, uint64_t offset,
                        mlpd_region_t **r, mlpd_err_t *err) MLPD_MUST_CHECK;
 
 void mlpd_region_unref(mlpd_region_t *r);
+
+/* A region of the daemon's own: `size` bytes of anonymous read-write
+ * memory, in no table and not counted in any table's bytes, with one
+ * reference (the caller's). Pinning and release work as for a client's
+ * (dispatch.c: the I/O thread's arena). */
+int mlpd_region_anon(const char *name, uint64_t size, mlpd_region_t **out,
+                     mlpd_err_t *err) MLPD_MUST_CHECK;
 
 /* Region `name` of the table, or NULL; borrowed (no reference taken). */
 mlpd_region_t *mlpd_region_get(const mlpd_regions_t *t, const char *name);

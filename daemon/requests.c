@@ -25,6 +25,8 @@ typedef struct {
   mlpd_region_t *out_region;
   uint8_t *src_copy; /* owned copy of inline rows still queued */
   uint8_t *frame;    /* owned until sent: mlpd_server_alloc_write of srv */
+  uint8_t *in_frame; /* owned: the arena block its inline rows arrived in
+                        (mlpd_server_take_frame), kept until done */
   mlpd_server_t *srv;
   int uid_slot;
   int ext;                        /* from another front end (no conn) */
@@ -456,6 +458,9 @@ static void count_done(mlpd_requests_t *r, const dreq_t *q,
       if (q->in_region != NULL || q->out_region != NULL) {
         m->shm_rows_direct += (uint64_t)req->direct_rows;
         m->shm_rows_copied += (uint64_t)(req->rows - req->direct_rows);
+      } else if (!q->ext) {
+        m->inline_rows_direct += (uint64_t)req->direct_rows;
+        m->inline_rows_copied += (uint64_t)(req->rows - req->direct_rows);
       }
       if (q->out_region != NULL)
         m->shm_out_bytes += out_bytes;
@@ -469,6 +474,8 @@ static void count_done(mlpd_requests_t *r, const dreq_t *q,
 static void free_req(mlpd_requests_t *r, dreq_t *q) {
   if (q->frame != NULL)
     mlpd_server_free_write(q->srv, q->frame);
+  if (q->in_frame != NULL)
+    mlpd_server_free_frame(q->srv, q->in_frame);
   if (q->in_region != NULL)
     mlpd_region_unref(q->in_region);
   if (q->out_region != NULL)
@@ -682,13 +689,29 @@ static void try_pin(mlpd_requests_t *r, mlpd_region_t *g) {
   mlpd_pin_start(r->cfg.pin, g, ops);
 }
 
-/* Which halves of request d may bypass staging: those in pinned regions,
- * when the model's engines take direct segments. */
-static void choose_direct(mlpd_requests_t *r, dreq_t *d,
+/* Which halves of request d may bypass staging, when the model's engines
+ * take direct segments: those in pinned regions; for a request with no
+ * region (so that the metrics of each transport stay its own), rows
+ * received into, and answered from, the I/O thread's pinned arena. Such a
+ * request keeps the frame its rows arrived in until it is answered. */
+static void choose_direct(mlpd_requests_t *r, mlpd_conn_t *c, dreq_t *d,
                           const mlpd_batcher_shape_t *sh) {
   d->r.direct = 0;
   if (!sh->direct_io)
     return;
+  mlpd_region_t *a = r->arena;
+  if (a != NULL && a->pin_state == MLPD_REGION_PIN_PINNED &&
+      d->in_region == NULL && d->out_region == NULL) {
+    if ((d->in_frame = mlpd_server_take_frame(c)) != NULL) {
+      d->r.src_stable = 1;
+      d->r.direct |= MLPD_REQ_DIRECT_IN;
+      d->r.direct_in_id = a;
+    }
+    if (d->frame != NULL && mlpd_server_in_arena(d->srv, d->frame)) {
+      d->r.direct |= MLPD_REQ_DIRECT_OUT;
+      d->r.direct_out_id = a;
+    }
+  }
   if (d->in_region != NULL) {
     try_pin(r, d->in_region);
     if (d->in_region->pin_state == MLPD_REGION_PIN_PINNED)
@@ -895,7 +918,7 @@ static void handle_infer(mlpd_requests_t *r, mlpd_conn_t *c,
   d->r.arrival_ns = now;
   d->r.deadline_ns =
       q->timeout_ms ? now + (uint64_t)q->timeout_ms * 1000000u : 0;
-  choose_direct(r, d, sh);
+  choose_direct(r, c, d, sh);
   int rc = mlpd_scheduler_admit(r->sched, &d->r, now);
   if (rc != 0) {
     send_error(r, c, q->id, MLPD_RPC_INFER, MLPD_STATUS_INVALID_ARGUMENT,
@@ -1366,6 +1389,10 @@ void mlpd_requests_infer_cancel(mlpd_requests_t *r, void *handle) {
 
 /* ---- setup
  * ------------------------------------------------------------------- */
+
+void mlpd_requests_set_arena(mlpd_requests_t *r, mlpd_region_t *arena) {
+  r->arena = arena;
+}
 
 void mlpd_requests_init(mlpd_requests_t *r, const mlpd_requests_config_t *cfg,
                         mlpd_board_t *board, mlpd_board_shard_t *stats,

@@ -79,6 +79,8 @@ typedef struct mlpd_requests_s {
   int overload;          /* an overload episode: budget holds aged
                             past max_queue_delay; nothing is held for
                             the budget, what does not fit is refused */
+  mlpd_region_t *arena;  /* borrowed, NULL = none: the I/O thread's
+                            pinned arena (mlpd_requests_set_arena) */
   mlpd_bufcache_t cache; /* owned: request records, inline row
                             copies and the thread's HTTP responses
                             (httpconn.c), recycled (bufcache.h) */
@@ -87,6 +89,12 @@ typedef struct mlpd_requests_s {
   char model_name[MLPD_MODEL_NAME_MAX + 1];       /* mlpd_requests_model's */
   char model_version[MLPD_MODEL_VERSION_MAX + 1]; /* answer */
 } mlpd_requests_t;
+
+/* From now on, inline requests whose frames lie in `arena` (the server's
+ * arena, mlpd_server_config_t) move their rows to and from the devices
+ * directly once it is pinned (its pin_state). The caller keeps it until
+ * mlpd_requests_free. */
+void mlpd_requests_set_arena(mlpd_requests_t *r, mlpd_region_t *arena);
 
 void mlpd_requests_init(mlpd_requests_t *r, const mlpd_requests_config_t *cfg,
                         mlpd_board_t *board, mlpd_board_shard_t *stats,

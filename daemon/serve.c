@@ -152,6 +152,7 @@ static int parse_command_line(mlpd_config_t *cfg, int argc, char **argv,
    * applied after parsing. */
   int no_autotune = 0, max_connections = (int)cfg->access.max_connections;
   size_t max_shm = (size_t)cfg->max_shm_bytes;
+  size_t io_arena = cfg->io_arena_bytes;
   size_t max_gpu = 0;
   mlpd_log_level_t level = (mlpd_log_level_t)-1;
   const mlpd_opt_t table[] = {
@@ -240,6 +241,12 @@ static int parse_command_line(mlpd_config_t *cfg, int argc, char **argv,
                "16 GiB)"},
       {"io-threads", 0, MLPD_OPT_INT, &cfg->io_threads, 0, 16, .meta = "N",
        .help = "I/O threads (default: 1, 2 from 8 cores, 4 from 16)"},
+      {"io-arena-bytes", 0, MLPD_OPT_SIZE, &io_arena, 0,
+       (double)(1ull << 36), .meta = "B",
+       .help = "memory of each I/O thread pinned for the GPUs, that large "
+               "inline\nframes are received into and answered from, "
+               "without a copy\n(default 64M, only when a GPU serves; 0: "
+               "off)"},
       {"http-listen", 0, MLPD_OPT_STRING, &cfg->http_listen,
        .meta = "ADDR",
        .help = "HTTP: /healthz /readyz /metrics and the Open Inference "
@@ -288,6 +295,7 @@ static int parse_command_line(mlpd_config_t *cfg, int argc, char **argv,
   cfg->engine.autotune = !no_autotune;
   cfg->access.max_connections = (size_t)max_connections;
   cfg->max_shm_bytes = max_shm;
+  cfg->io_arena_bytes = io_arena;
   if ((int)level >= 0)
     mlpd_log_set_level(level);
   return 1;

@@ -64,6 +64,16 @@ static void put_wbuf(mlpd_server_t *s, mlpd_wbuf_t *w) {
   mlpd_bufcache_put(&s->wcache, w);
 }
 
+void mlpd_server_set_arena(mlpd_server_t *s, void *base, size_t size) {
+  s->cfg.arena = base;
+  s->cfg.arena_size = size;
+  mlpd_bufcache_set_arena(&s->wcache, base, size, MLPD_SERVER_ARENA_MIN);
+}
+
+int mlpd_server_in_arena(const mlpd_server_t *s, uint8_t *buf) {
+  return buf != NULL && mlpd_bufcache_in_arena(&s->wcache, wbuf_of(buf));
+}
+
 void mlpd_server_free_write(mlpd_server_t *s, uint8_t *buf) {
   if (buf != NULL)
     put_wbuf(s, wbuf_of(buf));
@@ -71,6 +81,68 @@ void mlpd_server_free_write(mlpd_server_t *s, uint8_t *buf) {
 
 void mlpd_server_free_cache(mlpd_server_t *s) {
   mlpd_bufcache_clear(&s->wcache);
+}
+
+/* ---- read buffers ---------------------------------------------------------- */
+
+static void rbuf_release(mlpd_conn_t *c) {
+  if (c->rbuf_block)
+    mlpd_bufcache_put(&c->srv->wcache, c->rbuf);
+  else
+    free(c->rbuf);
+  c->rbuf = NULL;
+  c->rcap = 0;
+  c->rbuf_block = 0;
+}
+
+/* Moves the buffered bytes to a buffer of `cap` bytes: an arena block when
+ * `block` (0 when the arena has none to give), else malloc'd memory. */
+static int rbuf_move(mlpd_conn_t *c, size_t cap, int block) {
+  uint8_t *nb = NULL;
+  if (block) {
+    nb = mlpd_bufcache_get(&c->srv->wcache, cap);
+    if (nb != NULL && !mlpd_bufcache_in_arena(&c->srv->wcache, nb)) {
+      mlpd_bufcache_put(&c->srv->wcache, nb);
+      return 0;
+    }
+  } else if (!c->rbuf_block) {
+    nb = realloc(c->rbuf, cap);
+    if (nb == NULL)
+      return -ENOMEM;
+    c->rbuf = nb;
+    c->rcap = cap;
+    return 0;
+  } else {
+    nb = malloc(cap);
+  }
+  if (nb == NULL)
+    return block ? 0 : -ENOMEM;
+  if (c->rlen > 0)
+    memcpy(nb, c->rbuf, c->rlen);
+  rbuf_release(c);
+  c->rbuf = nb;
+  c->rcap = cap;
+  c->rbuf_block = block;
+  return 0;
+}
+
+uint8_t *mlpd_server_take_frame(mlpd_conn_t *c) {
+  /* Only a frame alone in its block: reads stop at a large frame's end. */
+  if (!c->rbuf_block || c->frame_lo != c->rx_off ||
+      c->frame_hi != c->rx_off + c->rlen)
+    return NULL;
+  uint8_t *b = c->rbuf;
+  c->rx_off += c->rlen;
+  c->rlen = 0;
+  c->rbuf = NULL;
+  c->rcap = 0;
+  c->rbuf_block = 0;
+  c->frame_taken = 1;
+  return b;
+}
+
+void mlpd_server_free_frame(mlpd_server_t *s, uint8_t *block) {
+  mlpd_bufcache_put(&s->wcache, block);
 }
 
 /* ---- connections ----------------------------------------------------------- */
@@ -170,7 +242,7 @@ static void conn_closed(uv_handle_t *h) {
     put_wbuf(s, w);
   }
   close(c->fd);
-  free(c->rbuf);
+  rbuf_release(c);
   free(c);
   maybe_done(s);
 }
@@ -373,6 +445,15 @@ static void process(mlpd_conn_t *c) {
     c->frame_lo = c->rx_off + pos;
     c->frame_hi = c->frame_lo + hl + bl;
     s->cb.on_frame(s->cb.ud, c, c->rbuf + pos + hl, (size_t)bl);
+    if (c->frame_taken) {
+      /* The owner kept the buffer, and the frame was all it held. */
+      c->frame_taken = 0;
+      if (!c->closing)
+        close_stale_fds(c, c->frame_hi);
+      frames++;
+      c->frame_ns = 0;
+      break;
+    }
     if (c->deferred) {
       /* Left for later: handled again from its first byte once released. */
       c->deferred = 0;
@@ -403,11 +484,8 @@ static void process(mlpd_conn_t *c) {
     c->frame_ns = 0;
   set_backlog(c, ready && !c->held && !c->close_after_write);
   set_partial(c, partial || c->backlog);
-  if (c->rlen == 0 && c->rcap > SHRINK_ABOVE) {
-    free(c->rbuf);
-    c->rbuf = NULL;
-    c->rcap = 0;
-  }
+  if (c->rlen == 0 && (c->rbuf_block || c->rcap > SHRINK_ABOVE))
+    rbuf_release(c);
 }
 
 /* One turn for every connection with frames left over, in list order, so
@@ -469,13 +547,18 @@ static ssize_t read_some(mlpd_conn_t *c, size_t limit) {
   size_t want = c->rlen + READ_CHUNK;
   if (c->need > want)
     want = c->need;
-  if (want > c->rcap) {
-    uint8_t *nb = realloc(c->rbuf, want);
-    if (nb == NULL)
-      return -ENOMEM;
-    c->rbuf = nb;
-    c->rcap = want;
-  }
+  /* A large frame is received into an arena block of its own (when the
+   * server has an arena), which the owner may keep (take_frame): its rows
+   * then reach the device by DMA from where they were received. */
+  if (c->need >= MLPD_SERVER_ARENA_MIN && c->need > c->rlen &&
+      !c->rbuf_block && c->srv->cfg.arena != NULL &&
+      rbuf_move(c, c->need, 1) != 0)
+    return -ENOMEM;
+  /* A block holds its frame and nothing after it. */
+  if (c->rbuf_block && c->rlen < c->rcap)
+    want = c->rcap;
+  if (want > c->rcap && rbuf_move(c, want, 0) != 0)
+    return -ENOMEM;
   size_t room = c->rcap - c->rlen;
   if (limit > 0 && room > limit)
     room = limit;
@@ -730,6 +813,8 @@ int mlpd_server_start(mlpd_server_t *s, uv_loop_t *loop, int listen_fd,
                       const mlpd_server_callbacks_t *cb, mlpd_err_t *err) {
   memset(s, 0, sizeof(*s));
   mlpd_bufcache_init(&s->wcache, WRITE_CACHE_BYTES);
+  mlpd_bufcache_set_arena(&s->wcache, cfg->arena, cfg->arena_size,
+                          MLPD_SERVER_ARENA_MIN);
   s->loop = loop;
   s->cfg = *cfg;
   s->cb = *cb;

@@ -66,6 +66,11 @@ typedef struct mlpd_conn_s mlpd_conn_t;
 
 #define MLPD_CONN_MAX_FDS 4
 
+/* The smallest frame received into, and write buffer carved from, the
+ * arena (mlpd_server_config_t): below it, a DMA of its own would cost the
+ * device's worker more than the copy it saves. */
+#define MLPD_SERVER_ARENA_MIN ((size_t)64 << 10)
+
 typedef struct mlpd_server_callbacks_s {
   /* A complete frame body (may be 0 bytes). The bytes are valid only during
    * the call. */
@@ -96,6 +101,13 @@ typedef struct mlpd_server_config_s {
   uint64_t idle_timeout_ms;  /* 0 = connections may idle forever */
   uint64_t frame_timeout_ms; /* 0 = a frame may take forever */
   mlpd_access_t *access;     /* shared by every server; borrowed */
+  void *arena;               /* borrowed, NULL = none: memory the owner
+                                made reachable by its devices (pinned),
+                                valid until mlpd_server_free_cache; write
+                                buffers and frames of MLPD_SERVER_ARENA_MIN
+                                or more are carved from it while it has
+                                room (bufcache.h) */
+  size_t arena_size;
 } mlpd_server_config_t;
 
 typedef struct mlpd_wbuf_s mlpd_wbuf_t;
@@ -109,6 +121,9 @@ struct mlpd_conn_s {
   size_t rcap;
   size_t rlen;
   size_t need;              /* bytes the frame at rbuf[0] needs, if known */
+  int rbuf_block;           /* rbuf is an arena block holding one large
+                               frame (mlpd_server_take_frame) */
+  int frame_taken;          /* the owner took the frame being handled */
   int fds[MLPD_CONN_MAX_FDS]; /* owned: received, not yet claimed; -N
                                 for a message that carried N > 1 */
   uint64_t fd_at[MLPD_CONN_MAX_FDS]; /* stream offset each arrived at */
@@ -182,6 +197,21 @@ void mlpd_server_stop_listening(mlpd_server_t *s);
  * server's thread, until mlpd_server_free_cache. */
 uint8_t *mlpd_server_alloc_write(mlpd_server_t *s, size_t len);
 void mlpd_server_free_write(mlpd_server_t *s, uint8_t *buf);
+
+/* Gives the server its arena after start (see mlpd_server_config_t),
+ * once; blocks taken before stay where they are. */
+void mlpd_server_set_arena(mlpd_server_t *s, void *base, size_t size);
+
+/* 1 when buf (from mlpd_server_alloc_write) lies in the arena. */
+int mlpd_server_in_arena(const mlpd_server_t *s, uint8_t *buf);
+
+/* During on_frame: when the frame was received into an arena block of its
+ * own (a large frame, with an arena), the owner takes that block, so the
+ * body stays valid after the call (the block starts with the frame's
+ * header); it gives it back with mlpd_server_free_frame on the server's
+ * thread, before mlpd_server_free_cache. NULL otherwise. */
+uint8_t *mlpd_server_take_frame(mlpd_conn_t *c);
+void mlpd_server_free_frame(mlpd_server_t *s, uint8_t *block);
 
 /* Frees the cache of write buffers, once closed and once nothing can give
  * a buffer back any more (a request still holding one frees it into the

@@ -5,6 +5,7 @@
 #include "log.h"
 
 #include <sched.h>
+#include <stdio.h>
 #include <string.h>
 
 static void finish(mlpd_worker_t *w, mlpd_job_t *job, int rc,
@@ -114,6 +115,12 @@ static void spin_for_work(mlpd_worker_t *w) {
 
 static void *worker_main(void *arg) {
   mlpd_worker_t *w = arg;
+  /* For top -H, perf and gdb: the device this thread drives (the kernel
+   * keeps 15 characters). */
+  char name[32];
+  snprintf(name, sizeof(name), "mlpd-%s", w->engine->info.name);
+  name[15] = '\0';
+  (void)pthread_setname_np(pthread_self(), name);
   for (;;) {
     if (w->ninflight == 0)
       spin_for_work(w);

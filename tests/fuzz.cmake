@@ -78,3 +78,6 @@ mlpd_fuzz(fuzz_oip RUNS 60000 MAX_LEN 4096 LIBS mlpd_oip)
 # route and infer parse on what the parser kept.
 mlpd_fuzz(fuzz_oip_http RUNS 150000 MAX_LEN 4096 LIBS mlpd_httpreq mlpd_oip
   ARGS -dict=${MLPD_FUZZ_DIR}/http.dict)
+# The server's read path (server.c): framing, turns, hold and defer, and
+# the arena blocks large frames are received into, over a real socket.
+mlpd_fuzz(fuzz_server RUNS 1500 MAX_LEN 4096 LIBS mlpd_core)

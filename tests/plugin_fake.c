@@ -31,6 +31,10 @@
  *                               its submission and the previous one's
  *                               end, so the device keeps its pace however
  *                               late the worker thread wakes
+ *   MLPD_FAKE_CUDA_COMPUTE=0    batches neither read their rows nor write
+ *                               outputs (left as they were), as a GPU's
+ *                               DMA costs the host nothing: benchmarks
+ *                               of the daemon's own path (bench/host-path.sh)
  *   MLPD_FAKE_CUDA_REGISTER=fail  host_register refuses every range
  *   MLPD_FAKE_CUDA_REGISTER_DELAY_MS=N  host_register takes N ms, as
  *                               cudaHostRegister of a large region does
@@ -365,7 +369,14 @@ static int fake_open(mlpd_engine_t **out, const mlpd_model_t *m,
 
 /* Runs the outstanding batch: rows in from the slot or their direct
  * segment, the layers in fp32, rows out likewise. */
+static int computes(void) {
+  const char *v = getenv("MLPD_FAKE_CUDA_COMPUTE");
+  return v == NULL || strcmp(v, "0") != 0;
+}
+
 static void run_batch(fake_t *e, const mlpd_engine_batch_t *bt) {
+  if (!computes())
+    return;
   const mlpd_model_t *m = e->m;
   const mlpd_engine_info_t *info = &e->base.info;
   size_t w = (size_t)m->max_width;

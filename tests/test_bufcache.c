@@ -77,11 +77,57 @@ static void test_bounded(void **state) {
   assert_int_equal(c.cached, 0);
 }
 
+/* With an arena, new blocks are carved from it while it has room, then
+ * come from malloc; its blocks are always kept, whatever the bound (the
+ * arena is never freed piecemeal: ASan would catch a free() of one), and
+ * come back to the next request of their class. */
+static void test_arena(void **state) {
+  (void)state;
+  static _Alignas(64) uint8_t arena[3 * 4096 + 100];
+  mlpd_bufcache_t c;
+  mlpd_bufcache_init(&c, 0); /* keeps no malloc'd block */
+  mlpd_bufcache_set_arena(&c, arena + 1, sizeof(arena) - 1, 2000);
+  void *small = mlpd_bufcache_get(&c, 1000); /* under the minimum */
+  assert_false(mlpd_bufcache_in_arena(&c, small));
+  mlpd_bufcache_put(&c, small);
+  void *p[4];
+  for (int i = 0; i < 4; i++) {
+    p[i] = mlpd_bufcache_get(&c, 3000); /* class 4096 */
+    assert_non_null(p[i]);
+    memset(p[i], i, 3000);
+    assert_int_equal((uintptr_t)p[i] % _Alignof(max_align_t), 0);
+  }
+  /* Header + 4096 bytes each: two fit in what is left after alignment. */
+  for (int i = 0; i < 2; i++) {
+    assert_true(mlpd_bufcache_in_arena(&c, p[i]));
+    assert_true((uint8_t *)p[i] > arena &&
+                (uint8_t *)p[i] + 4096 <= arena + sizeof(arena));
+  }
+  assert_false(mlpd_bufcache_in_arena(&c, p[2]));
+  assert_false(mlpd_bufcache_in_arena(&c, p[3]));
+  assert_false(mlpd_bufcache_in_arena(&c, NULL));
+  assert_int_equal(c.allocated, 3);
+  for (int i = 0; i < 4; i++)
+    mlpd_bufcache_put(&c, p[i]);
+  assert_int_equal(c.cached, 0); /* the malloc'd two went back */
+  void *a = mlpd_bufcache_get(&c, 4000), *b = mlpd_bufcache_get(&c, 4000);
+  assert_true(mlpd_bufcache_in_arena(&c, a));
+  assert_true(mlpd_bufcache_in_arena(&c, b));
+  assert_int_equal(c.allocated, 3);
+  assert_int_equal(c.reused, 2);
+  mlpd_bufcache_put(&c, a);
+  mlpd_bufcache_put(&c, b);
+  mlpd_bufcache_clear(&c);
+  /* Cleared lists leave the arena's blocks carved, not reusable: the
+   * caller clears only when it is done with the arena. */
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_steady_load_reuses),
       cmocka_unit_test(test_distinct_and_aligned),
       cmocka_unit_test(test_bounded),
+      cmocka_unit_test(test_arena),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

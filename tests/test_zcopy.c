@@ -70,9 +70,12 @@ static const char *driver_path(void) {
  * set): a batch's delay, a refusal of every registration, a registration's
  * delay; one I/O thread when one_thread. Waits until it is ready. */
 static void spawn_ex(td_daemon_t *d, const char *delay_ms, int refuse_register,
-                     const char *register_delay_ms, int one_thread) {
+                     const char *register_delay_ms, int one_thread,
+                     const char *arena) {
   static char delay[64], reg_delay[80];
-  const char *args[] = {"--device",
+  const char *args[] = {"--io-arena-bytes",
+                        arena != NULL ? arena : "64M",
+                        "--device",
                         g.real ? "cuda:0" : "cuda:0,cuda:1",
                         "--max-batch",
                         "64",
@@ -104,7 +107,7 @@ static void spawn_ex(td_daemon_t *d, const char *delay_ms, int refuse_register,
 }
 
 static void spawn(td_daemon_t *d, const char *delay_ms, int refuse_register) {
-  spawn_ex(d, delay_ms, refuse_register, NULL, 0);
+  spawn_ex(d, delay_ms, refuse_register, NULL, 0, NULL);
 }
 
 static void stop(td_daemon_t *d) {
@@ -124,6 +127,8 @@ static double metric(const td_daemon_t *d, const char *name) {
 
 #define DIRECT "mlpd_shm_rows_total{path=\"direct\"}"
 #define COPIED "mlpd_shm_rows_total{path=\"copied\"}"
+#define INLINE_DIRECT "mlpd_inline_rows_total{path=\"direct\"}"
+#define INLINE_COPIED "mlpd_inline_rows_total{path=\"copied\"}"
 
 static uint64_t now_ms(void) {
   struct timespec ts;
@@ -539,8 +544,11 @@ static void test_register_refused(void **state) {
     infer_whole_region(c, "plain", ROWS, base, ref);
   assert_true(metric(&d, DIRECT) == 0);
   assert_true(metric(&d, COPIED) == 2 * ROWS);
-  /* Logged when the registration, off the loop, came back refused. */
-  assert_true(wait_log(&d, "cannot be registered"));
+  /* Logged when the registration, off the loop, came back refused: the
+   * region's, and the I/O thread's arena's, each once. */
+  assert_true(wait_log(&d, "region 'plain'"));
+  assert_true(wait_log(&d, "the arena of I/O thread 0 ("));
+  assert_true(wait_log(&d, "inline rows are copied"));
   mlpd_client_close(c);
   mlpd_client_region_free(reg);
   free(x);
@@ -560,7 +568,7 @@ static void test_pin_off_loop(void **state) {
   if (g.real)
     skip(); /* the fake's knob */
   td_daemon_t d;
-  spawn_ex(&d, NULL, 0, "500", 1);
+  spawn_ex(&d, NULL, 0, "500", 1, NULL);
   mlpd_client_t *a = tc_connect(d.sock, TIMEOUT),
                 *b = tc_connect(d.sock, TIMEOUT);
   mlpd_err_t err = {0};
@@ -643,6 +651,177 @@ static void test_pin_off_loop(void **state) {
   stop(&d);
 }
 
+/* ---- inline rows through the I/O thread's pinned arena ---- */
+
+/* The load of test_inline_arena: each request's rows and dtype; the one
+ * with cols IN + 1 is refused (its large frame is released unused). The
+ * first two, large frames of one size, go on two connections: were the
+ * first's block given back before its batch ran, the second would be
+ * received into it. */
+static const struct {
+  int rows;
+  mlpd_dtype_t dt;
+  int bad;
+} arena_load[] = {
+    {300, MLPD_DTYPE_F32, 0},  {300, MLPD_DTYPE_F32, 0},
+    {1, MLPD_DTYPE_F32, 0},    {600, MLPD_DTYPE_F32, 0},
+    {300, MLPD_DTYPE_BF16, 0},
+    {300, MLPD_DTYPE_F32, 1}, {7, MLPD_DTYPE_BF16, 0},
+    {600, MLPD_DTYPE_BF16, 0}, {257, MLPD_DTYPE_F32, 0},
+    {64, MLPD_DTYPE_F32, 0},   {2000, MLPD_DTYPE_F32, 0},
+};
+#define NLOAD MLPD_ARRAY_SIZE(arena_load)
+
+/* Whether request k's rows go direct on the fake with an ample arena: f32
+ * (the fake's batches take f32 rows only), and a frame or an answer of 64
+ * KiB or more (MLPD_SERVER_ARENA_MIN; the 2000-row request has both). */
+static int arena_direct(size_t k) {
+  size_t in_b = (size_t)arena_load[k].rows * IN * 4,
+         out_b = (size_t)arena_load[k].rows * OUT * 4;
+  return !arena_load[k].bad && arena_load[k].dt == MLPD_DTYPE_F32 &&
+         (in_b >= (64u << 10) || out_b >= (64u << 10));
+}
+
+/* Sends the load pipelined on two connections (request k on connection
+ * k % 2), then receives every answer: answers[k] (malloc'd, nbytes[k]) for
+ * the good ones; the bad one must be refused. Returns the rows that go
+ * direct on the fake with an ample arena (arena_direct). */
+static int run_arena_load(const td_daemon_t *d, void *answers[NLOAD],
+                          size_t nbytes[NLOAD]) {
+  mlpd_client_t *c[2] = {tc_connect(d->sock, TIMEOUT),
+                         tc_connect(d->sock, TIMEOUT)};
+  mlpd_err_t err = {0};
+  void *x[NLOAD];
+  int direct_rows = 0;
+  for (size_t k = 0; k < NLOAD; k++) {
+    int cols = arena_load[k].bad ? IN + 1 : IN;
+    x[k] = rows_as((int)k * 11, arena_load[k].rows * cols / IN + 1,
+                   arena_load[k].dt);
+    mlpd_client_infer_t req;
+    mlpd_client_infer_init(&req);
+    req.dtype = arena_load[k].dt;
+    req.rows = arena_load[k].rows;
+    req.cols = cols;
+    req.data = x[k];
+    assert_int_equal(mlpd_client_send_infer(c[k % 2], 100 + k, &req, &err),
+                     0);
+    if (arena_direct(k))
+      direct_rows += arena_load[k].rows;
+  }
+  mlpd_client_result_t res;
+  mlpd_client_result_init(&res);
+  for (size_t n = 0; n < NLOAD; n++) {
+    mlpd_client_t *cc = c[n < (NLOAD + 1) / 2 ? 0 : 1];
+    assert_int_equal(mlpd_client_recv(cc, &res, &err), 0);
+    assert_true(res.id >= 100 && res.id < 100 + NLOAD);
+    size_t k = (size_t)(res.id - 100);
+    assert_ptr_equal(cc, c[k % 2]);
+    if (arena_load[k].bad) {
+      assert_int_equal(res.status, MLPD_STATUS_INVALID_ARGUMENT);
+      answers[k] = NULL;
+      continue;
+    }
+    if (res.status != MLPD_STATUS_OK)
+      fail_msg("request %zu: %s: %s", k, mlpd_status_name(res.status),
+               res.message);
+    assert_int_equal(res.rows, arena_load[k].rows);
+    answers[k] = malloc(res.nbytes);
+    assert_non_null(answers[k]);
+    memcpy(answers[k], res.data, res.nbytes);
+    nbytes[k] = res.nbytes;
+  }
+  mlpd_client_result_free(&res);
+  mlpd_client_close(c[0]);
+  mlpd_client_close(c[1]);
+  for (size_t k = 0; k < NLOAD; k++)
+    free(x[k]);
+  return direct_rows;
+}
+
+/* Sends 300-row f32 requests until one goes direct: the arena is pinned
+ * off the loop once the pool arrives, and rows are copied until then. */
+static void wait_arena_pinned(const td_daemon_t *d) {
+  mlpd_client_t *c = tc_connect(d->sock, TIMEOUT);
+  void *x = rows_as(3, 300, MLPD_DTYPE_F32);
+  uint64_t t0 = now_ms();
+  while (metric(d, INLINE_DIRECT) == 0) {
+    size_t n;
+    free(tc_inline_answer(c, x, MLPD_DTYPE_F32, 300, IN, MLPD_DTYPE_F32, &n));
+    if (now_ms() - t0 > TIMEOUT)
+      fail_msg("the I/O thread's arena was never pinned");
+  }
+  free(x);
+  mlpd_client_close(c);
+}
+
+/* Inline rows through the I/O thread's pinned arena (server.h,
+ * requests.c choose_direct): a frame of 64 KiB or more is received into
+ * an arena block that its request keeps, and answers are written from
+ * arena blocks, so rows go to and from the device as direct segments (the
+ * fake fails a batch whose segment is not registered, and aborts on one
+ * unregistered in use). The answers equal, bit for bit, those of a daemon
+ * without the arena (--io-arena-bytes 0: every row copied through
+ * staging), with requests pipelined on one connection, of 1 to 600 rows
+ * (several batches of 64), f32 (direct on the fake) and bf16 (converted,
+ * so copied), and a refused large frame among them; an arena too small
+ * for the largest frames serves them by copying, as correctly. */
+static void test_inline_arena(void **state) {
+  (void)state;
+  void *ref[NLOAD], *got[NLOAD];
+  size_t nref[NLOAD], ngot[NLOAD];
+  td_daemon_t d;
+  /* Batches read their rows 2 ms after submission (the fake's DMA), so a
+   * frame given back before its batch ran would show in the answers. */
+  spawn_ex(&d, g.real ? NULL : "2", 0, NULL, 1, "0");
+  int direct_rows = run_arena_load(&d, ref, nref);
+  assert_true(metric(&d, INLINE_DIRECT) == 0);
+  stop(&d);
+
+  /* 256 KiB: a 600-row frame (150 KiB, a 256 KiB block) never fits, and
+   * one 300-row frame at a time does. */
+  static const char *arenas[] = {"64M", "256K"};
+  for (size_t a = 0; a < MLPD_ARRAY_SIZE(arenas); a++) {
+    spawn_ex(&d, g.real ? NULL : "2", 0, NULL, 1, arenas[a]);
+    if (a == 0)
+      wait_arena_pinned(&d);
+    double direct0 = metric(&d, INLINE_DIRECT),
+           copied0 = metric(&d, INLINE_COPIED);
+    int rows = 0;
+    for (int round = 0; round < 3; round++) {
+      assert_int_equal(run_arena_load(&d, got, ngot), direct_rows);
+      for (size_t k = 0; k < NLOAD; k++) {
+        if (arena_load[k].bad)
+          continue;
+        rows += arena_load[k].rows;
+        assert_int_equal(ngot[k], nref[k]);
+        if (memcmp(got[k], ref[k], nref[k]) != 0)
+          fail_msg("arena %s, request %zu (%d rows %s): differs from the "
+                   "copied answer", arenas[a], k, arena_load[k].rows,
+                   mlpd_dtype_name(arena_load[k].dt));
+        free(got[k]);
+      }
+    }
+    double direct = metric(&d, INLINE_DIRECT) - direct0,
+           copied = metric(&d, INLINE_COPIED) - copied0;
+    printf("arena %s: %g rows direct, %g copied\n", arenas[a], direct,
+           copied);
+    assert_true(direct + copied == rows);
+    /* On the fake with 64 MiB, exactly the large f32 ones went direct;
+     * with 256 KiB, fewer (no 600- or 2000-row frame fits). The GPU takes
+     * bf16 rows too, but a slot's rows share its first request's dtype. */
+    if (g.real)
+      assert_true(direct > 0);
+    else if (a == 0)
+      assert_true(direct == 3 * direct_rows);
+    else
+      assert_true(direct < 3 * direct_rows);
+    assert_false(td_log_contains(&d, "outside every registered"));
+    stop(&d);
+  }
+  for (size_t k = 0; k < NLOAD; k++)
+    free(ref[k]);
+}
+
 static int setup(void **state) {
   (void)state;
   mlpd_err_t err = {0};
@@ -676,6 +855,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_disconnect_mid_batch),
       cmocka_unit_test(test_register_refused),
       cmocka_unit_test(test_pin_off_loop),
+      cmocka_unit_test(test_inline_arena),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
