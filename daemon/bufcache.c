@@ -34,32 +34,55 @@ void mlpd_bufcache_init(mlpd_bufcache_t *c, size_t max_cached) {
   *c = (mlpd_bufcache_t){.max_cached = max_cached};
 }
 
-void *mlpd_bufcache_get(mlpd_bufcache_t *c, size_t bytes) {
-  int cls = class_of(bytes);
-  block_t *b = NULL;
-  if (cls >= 0 && c->free[cls] != NULL) {
-    b = c->free[cls];
-    c->free[cls] = b->h.next;
-    if (!in_arena(c, b))
-      c->cached -= SMALLEST << cls;
+/* A block of class cls from the arena: one it gave back, or a new one
+ * carved while it has room; NULL otherwise. */
+static block_t *arena_block(mlpd_bufcache_t *c, int cls, size_t bytes) {
+  block_t *b = c->arena_free[cls];
+  if (b != NULL) {
+    c->arena_free[cls] = b->h.next;
     c->reused++;
-  } else if (cls >= 0 && bytes >= c->arena_min &&
-             c->arena_size - c->arena_used >=
-                 sizeof(block_t) + (SMALLEST << cls)) {
-    b = (block_t *)(void *)(c->arena + c->arena_used);
-    c->arena_used += sizeof(block_t) + (SMALLEST << cls);
-  } else {
-    size_t size = cls >= 0 ? SMALLEST << cls : bytes;
-    if (size > SIZE_MAX - sizeof(block_t))
-      return NULL;
-    b = malloc(sizeof(block_t) + size);
-    if (b == NULL)
-      return NULL;
-    c->allocated++;
+    return b;
   }
+  if (bytes < c->arena_min ||
+      c->arena_size - c->arena_used < sizeof(block_t) + (SMALLEST << cls))
+    return NULL;
+  b = (block_t *)(void *)(c->arena + c->arena_used);
+  c->arena_used += sizeof(block_t) + (SMALLEST << cls);
+  return b;
+}
+
+static void *hand_out(block_t *b, int cls) {
   b->h.cls = cls;
   b->h.next = NULL;
   return b + 1;
+}
+
+void *mlpd_bufcache_get(mlpd_bufcache_t *c, size_t bytes) {
+  int cls = class_of(bytes);
+  block_t *b = cls >= 0 ? arena_block(c, cls, bytes) : NULL;
+  if (b != NULL)
+    return hand_out(b, cls);
+  if (cls >= 0 && c->free[cls] != NULL) {
+    b = c->free[cls];
+    c->free[cls] = b->h.next;
+    c->cached -= SMALLEST << cls;
+    c->reused++;
+    return hand_out(b, cls);
+  }
+  size_t size = cls >= 0 ? SMALLEST << cls : bytes;
+  if (size > SIZE_MAX - sizeof(block_t))
+    return NULL;
+  b = malloc(sizeof(block_t) + size);
+  if (b == NULL)
+    return NULL;
+  c->allocated++;
+  return hand_out(b, cls);
+}
+
+void *mlpd_bufcache_get_arena(mlpd_bufcache_t *c, size_t bytes) {
+  int cls = class_of(bytes);
+  block_t *b = cls >= 0 ? arena_block(c, cls, bytes) : NULL;
+  return b != NULL ? hand_out(b, cls) : NULL;
 }
 
 void mlpd_bufcache_set_arena(mlpd_bufcache_t *c, void *base, size_t size,
@@ -82,15 +105,19 @@ void mlpd_bufcache_put(mlpd_bufcache_t *c, void *p) {
   if (p == NULL)
     return;
   block_t *b = (block_t *)p - 1;
-  int cls = b->h.cls, arena = in_arena(c, b);
-  if (!arena && (cls < 0 || c->cached + (SMALLEST << cls) > c->max_cached)) {
+  int cls = b->h.cls;
+  if (in_arena(c, b)) {
+    b->h.next = c->arena_free[cls];
+    c->arena_free[cls] = b;
+    return;
+  }
+  if (cls < 0 || c->cached + (SMALLEST << cls) > c->max_cached) {
     free(b);
     return;
   }
   b->h.next = c->free[cls];
   c->free[cls] = b;
-  if (!arena)
-    c->cached += SMALLEST << cls;
+  c->cached += SMALLEST << cls;
 }
 
 void mlpd_bufcache_clear(mlpd_bufcache_t *c) {
@@ -98,9 +125,9 @@ void mlpd_bufcache_clear(mlpd_bufcache_t *c) {
     while (c->free[i] != NULL) {
       block_t *b = c->free[i];
       c->free[i] = b->h.next;
-      if (!in_arena(c, b))
-        free(b);
+      free(b);
     }
+    c->arena_free[i] = NULL;
   }
   c->cached = 0;
 }

@@ -12,10 +12,11 @@
  * back to the C library, so a burst of huge requests does not pin memory.
  *
  * An arena (mlpd_bufcache_set_arena) is memory the caller made special,
- * pinned for the GPUs' copy engines (dispatch.c): new blocks are carved
- * from it while it has room, and blocks in it always go back on the lists
- * (the arena is never returned piecemeal), so a steady load's blocks all
- * end up in it; once it is used up, blocks come from malloc as before.
+ * pinned for the GPUs' copy engines (dispatch.c): blocks come from it
+ * first, new ones carved while it has room, and its blocks go back on
+ * lists of their own whatever the bound (the arena is never returned
+ * piecemeal), so a steady load's blocks all end up in it; once it is used
+ * up, blocks come from malloc as before.
  * Blocks of one class are not split or joined: a load whose sizes change
  * may leave the arena's blocks in classes it no longer asks for, and is
  * then served from malloc (mlpd_bufcache_in_arena says which).
@@ -37,6 +38,7 @@
 
 typedef struct mlpd_bufcache_s {
   void *free[MLPD_BUFCACHE_CLASSES]; /* owned: free lists, one per class */
+  void *arena_free[MLPD_BUFCACHE_CLASSES]; /* the arena's, apart */
   size_t cached;                     /* bytes on the lists */
   size_t max_cached;                 /* the bound on that */
   uint64_t reused;                   /* gets answered from a list */
@@ -58,8 +60,12 @@ void mlpd_bufcache_set_arena(mlpd_bufcache_t *c, void *base, size_t size,
 /* 1 when block p (from mlpd_bufcache_get) lies in the arena. */
 int mlpd_bufcache_in_arena(const mlpd_bufcache_t *c, const void *p);
 
-/* A block of at least `bytes` bytes, or NULL when out of memory. */
+/* A block of at least `bytes` bytes, or NULL when out of memory: from
+ * the arena when it has one of that size, else from the lists or malloc. */
 void *mlpd_bufcache_get(mlpd_bufcache_t *c, size_t bytes);
+
+/* The same, from the arena only: NULL when it has none of that size. */
+void *mlpd_bufcache_get_arena(mlpd_bufcache_t *c, size_t bytes);
 
 /* Gives a block back (NULL is ignored). */
 void mlpd_bufcache_put(mlpd_bufcache_t *c, void *p);

@@ -95,34 +95,28 @@ static void rbuf_release(mlpd_conn_t *c) {
   c->rbuf_block = 0;
 }
 
-/* Moves the buffered bytes to a buffer of `cap` bytes: an arena block when
- * `block` (0 when the arena has none to give), else malloc'd memory. */
-static int rbuf_move(mlpd_conn_t *c, size_t cap, int block) {
-  uint8_t *nb = NULL;
-  if (block) {
-    nb = mlpd_bufcache_get(&c->srv->wcache, cap);
-    if (nb != NULL && !mlpd_bufcache_in_arena(&c->srv->wcache, nb)) {
-      mlpd_bufcache_put(&c->srv->wcache, nb);
-      return 0;
-    }
-  } else if (!c->rbuf_block) {
-    nb = realloc(c->rbuf, cap);
-    if (nb == NULL)
-      return -ENOMEM;
-    c->rbuf = nb;
-    c->rcap = cap;
-    return 0;
-  } else {
-    nb = malloc(cap);
-  }
-  if (nb == NULL)
-    return block ? 0 : -ENOMEM;
+/* The buffered bytes move to `nb` (cap bytes; an arena block when
+ * `block`). */
+static void rbuf_adopt(mlpd_conn_t *c, uint8_t *nb, size_t cap, int block) {
   if (c->rlen > 0)
     memcpy(nb, c->rbuf, c->rlen);
   rbuf_release(c);
   c->rbuf = nb;
   c->rcap = cap;
   c->rbuf_block = block;
+}
+
+/* Room for `cap` bytes, in malloc'd memory. 0 or -ENOMEM. */
+static int rbuf_grow(mlpd_conn_t *c, size_t cap) {
+  uint8_t *nb = c->rbuf_block ? malloc(cap) : realloc(c->rbuf, cap);
+  if (nb == NULL)
+    return -ENOMEM;
+  if (c->rbuf_block) {
+    rbuf_adopt(c, nb, cap, 0);
+  } else {
+    c->rbuf = nb;
+    c->rcap = cap;
+  }
   return 0;
 }
 
@@ -551,13 +545,15 @@ static ssize_t read_some(mlpd_conn_t *c, size_t limit) {
    * server has an arena), which the owner may keep (take_frame): its rows
    * then reach the device by DMA from where they were received. */
   if (c->need >= MLPD_SERVER_ARENA_MIN && c->need > c->rlen &&
-      !c->rbuf_block && c->srv->cfg.arena != NULL &&
-      rbuf_move(c, c->need, 1) != 0)
-    return -ENOMEM;
+      !c->rbuf_block && c->srv->cfg.arena != NULL) {
+    uint8_t *nb = mlpd_bufcache_get_arena(&c->srv->wcache, c->need);
+    if (nb != NULL)
+      rbuf_adopt(c, nb, c->need, 1);
+  }
   /* A block holds its frame and nothing after it. */
   if (c->rbuf_block && c->rlen < c->rcap)
     want = c->rcap;
-  if (want > c->rcap && rbuf_move(c, want, 0) != 0)
+  if (want > c->rcap && rbuf_grow(c, want) != 0)
     return -ENOMEM;
   size_t room = c->rcap - c->rlen;
   if (limit > 0 && room > limit)

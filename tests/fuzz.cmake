@@ -26,7 +26,7 @@ set(MLPD_FUZZ_SAN address,undefined)
 set(MLPD_FUZZ_CFLAGS -fsanitize=fuzzer-no-link,${MLPD_FUZZ_SAN}
     -fno-sanitize-recover=all -fno-omit-frame-pointer -g)
 foreach(lib mlpd_base mlpd_codec mlpd_proto mlpd_engine mlpd_httpreq
-            mlpd_oip mlpd_client_obj)
+            mlpd_oip mlpd_client_obj mlpd_core mlpd_procmetrics)
   target_compile_options(${lib} PRIVATE ${MLPD_FUZZ_CFLAGS})
 endforeach()
 
