@@ -397,6 +397,20 @@ static void scalar_u64(writer_t *w, const char *name, const char *type,
   sample_u64(w, name, v);
 }
 
+/* A counter family of rows with a `path` label: direct or copied. */
+static void rows_by_path(writer_t *w, const char *name, const char *help,
+                         uint64_t direct, uint64_t copied) {
+  family(w, name, "counter", help);
+  puts_(w, name);
+  puts_(w, "{path=\"direct\"} ");
+  put_u64(w, direct);
+  puts_(w, "\n");
+  puts_(w, name);
+  puts_(w, "{path=\"copied\"} ");
+  put_u64(w, copied);
+  puts_(w, "\n");
+}
+
 /* The samples of one histogram, labelled with `model` when it is not NULL
  * (the per-model families) and unlabelled otherwise. */
 static void hist_samples(writer_t *w, const char *name, const char *model,
@@ -677,24 +691,16 @@ size_t mlpd_metrics_render(const mlpd_metrics_t *m, char *buf, size_t cap) {
              m->shm_mapped_bytes);
   scalar_u64(&w, "mlpd_shm_regions", "gauge",
              "Shared-memory regions registered.", m->shm_regions);
-  family(&w, "mlpd_shm_rows_total", "counter",
-         "Rows of answered shared-memory requests, moved between the "
-         "region and the device directly (zero copy) or copied through "
-         "staging.");
-  puts_(&w, "mlpd_shm_rows_total{path=\"direct\"} ");
-  put_u64(&w, m->shm_rows_direct);
-  puts_(&w, "\nmlpd_shm_rows_total{path=\"copied\"} ");
-  put_u64(&w, m->shm_rows_copied);
-  puts_(&w, "\n");
-  family(&w, "mlpd_inline_rows_total", "counter",
-         "Rows of answered native inline requests, moved between the frame "
-         "and the device directly (the I/O thread's pinned arena, "
-         "--io-arena-bytes) or copied through staging.");
-  puts_(&w, "mlpd_inline_rows_total{path=\"direct\"} ");
-  put_u64(&w, m->inline_rows_direct);
-  puts_(&w, "\nmlpd_inline_rows_total{path=\"copied\"} ");
-  put_u64(&w, m->inline_rows_copied);
-  puts_(&w, "\n");
+  rows_by_path(&w, "mlpd_shm_rows_total",
+               "Rows of answered shared-memory requests, moved between the "
+               "region and the device directly (zero copy) or copied "
+               "through staging.",
+               m->shm_rows_direct, m->shm_rows_copied);
+  rows_by_path(&w, "mlpd_inline_rows_total",
+               "Rows of answered native inline requests, moved between the "
+               "frame and the device directly (the I/O thread's pinned "
+               "arena, --io-arena-bytes) or copied through staging.",
+               m->inline_rows_direct, m->inline_rows_copied);
   scalar_u64(&w, "mlpd_batches_retried_total", "counter",
              "Failed batches run again on another device.", m->batches_retried);
   uint64_t in_rot = 0;

@@ -13,6 +13,10 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -35,6 +39,34 @@ static inline int fuzz_one_line(const char *msg) {
       return 0;
   }
   return 1;
+}
+
+/* A listening Unix socket at /tmp/mlpd-fuzz-<tag>-<pid>.sock, made once
+ * per process and unlinked at exit; *path gets its name. For harnesses
+ * that drive code over a real socket. */
+static char fuzz_sock_path[108];
+
+static inline void fuzz_unlink_sock(void) {
+  if (fuzz_sock_path[0] != '\0')
+    unlink(fuzz_sock_path);
+}
+
+static inline int fuzz_listen_unix(const char *tag, const char **path) {
+  static int lfd = -1;
+  *path = fuzz_sock_path;
+  if (lfd >= 0)
+    return lfd;
+  snprintf(fuzz_sock_path, sizeof(fuzz_sock_path),
+           "/tmp/mlpd-fuzz-%s-%010d.sock", tag, (int)getpid());
+  unlink(fuzz_sock_path);
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  memcpy(sa.sun_path, fuzz_sock_path, strlen(fuzz_sock_path) + 1);
+  lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  FUZZ_CHECK(lfd >= 0);
+  FUZZ_CHECK(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+  FUZZ_CHECK(listen(lfd, 4) == 0);
+  atexit(fuzz_unlink_sock);
+  return lfd;
 }
 
 #endif

@@ -28,29 +28,6 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-static int lfd = -1;
-static char path[108];
-
-static void cleanup(void) {
-  if (path[0] != '\0')
-    unlink(path);
-}
-
-static void listen_once(void) {
-  if (lfd >= 0)
-    return;
-  snprintf(path, sizeof(path), "/tmp/mlpd-fuzz-client-%010d.sock",
-           (int)getpid());
-  unlink(path);
-  struct sockaddr_un sa = {.sun_family = AF_UNIX};
-  memcpy(sa.sun_path, path, strlen(path) + 1);
-  lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  FUZZ_CHECK(lfd >= 0);
-  FUZZ_CHECK(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
-  FUZZ_CHECK(listen(lfd, 4) == 0);
-  atexit(cleanup);
-}
-
 static void check_result(int rc, const mlpd_client_result_t *res,
                          const mlpd_err_t *err) {
   if (rc != 0) {
@@ -130,7 +107,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
    * socket's buffer. */
   if (size < 1 || size > 60000)
     return 0;
-  listen_once();
+  const char *path;
+  int lfd = fuzz_listen_unix("client", &path);
   mlpd_client_t *c = NULL;
   mlpd_err_t err = {0};
   FUZZ_CHECK(mlpd_client_connect(path, &c, &err) == 0);

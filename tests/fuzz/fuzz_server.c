@@ -46,8 +46,6 @@
 #define MAX_TAKEN 64
 #define MAX_STREAM ((size_t)1 << 20)
 
-static int lfd = -1;
-static char path[108];
 static uint8_t stream[MAX_STREAM];
 static _Alignas(64) uint8_t arena[255 * 8192];
 
@@ -69,26 +67,6 @@ typedef struct {
   } taken[MAX_TAKEN];
   int ntaken;
 } run_t;
-
-static void cleanup(void) {
-  if (path[0] != '\0')
-    unlink(path);
-}
-
-static void listen_once(void) {
-  if (lfd >= 0)
-    return;
-  snprintf(path, sizeof(path), "/tmp/mlpd-fuzz-server-%010d.sock",
-           (int)getpid());
-  unlink(path);
-  struct sockaddr_un sa = {.sun_family = AF_UNIX};
-  memcpy(sa.sun_path, path, strlen(path) + 1);
-  lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  FUZZ_CHECK(lfd >= 0);
-  FUZZ_CHECK(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
-  FUZZ_CHECK(listen(lfd, 4) == 0);
-  atexit(cleanup);
-}
 
 static void on_frame(void *ud, mlpd_conn_t *c, const uint8_t *body,
                      size_t len) {
@@ -188,7 +166,8 @@ static size_t make_stream(const uint8_t *src, size_t n, int synthetic) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 2 || size - 2 > MAX_STREAM)
     return 0;
-  listen_once();
+  const char *path;
+  int lfd = fuzz_listen_unix("server", &path);
   uint8_t mode = data[0];
   static const size_t chunks[2][4] = {{1, 7, 4096, MAX_STREAM},
                                       {4096, 65536, 200000, MAX_STREAM}};
