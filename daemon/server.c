@@ -85,37 +85,67 @@ void mlpd_server_free_cache(mlpd_server_t *s) {
 
 /* ---- read buffers ---------------------------------------------------------- */
 
-static void rbuf_release(mlpd_conn_t *c) {
+/* While a large frame is received into an arena block, the connection's
+ * own buffer waits aside (spare), to be its buffer again once the frame
+ * is handled or taken: no allocation per frame. */
+
+/* Frees both buffers (the connection is going). */
+static void rbuf_free(mlpd_conn_t *c) {
   if (c->rbuf_block)
     mlpd_bufcache_put(&c->srv->wcache, c->rbuf);
   else
     free(c->rbuf);
-  c->rbuf = NULL;
-  c->rcap = 0;
+  free(c->spare);
+  c->rbuf = c->spare = NULL;
+  c->rcap = c->spare_cap = 0;
   c->rbuf_block = 0;
 }
 
-/* The buffered bytes move to `nb` (cap bytes; an arena block when
- * `block`). */
-static void rbuf_adopt(mlpd_conn_t *c, uint8_t *nb, size_t cap, int block) {
-  if (c->rlen > 0)
-    memcpy(nb, c->rbuf, c->rlen);
-  rbuf_release(c);
-  c->rbuf = nb;
-  c->rcap = cap;
-  c->rbuf_block = block;
+/* The connection's own buffer is its buffer again (rlen must be 0 or fit
+ * it: the caller says which bytes to keep). */
+static void rbuf_unblock(mlpd_conn_t *c) {
+  c->rbuf = c->spare;
+  c->rcap = c->spare_cap;
+  c->spare = NULL;
+  c->spare_cap = 0;
+  c->rbuf_block = 0;
 }
 
-/* Room for `cap` bytes, in malloc'd memory. 0 or -ENOMEM. */
-static int rbuf_grow(mlpd_conn_t *c, size_t cap) {
-  uint8_t *nb = c->rbuf_block ? malloc(cap) : realloc(c->rbuf, cap);
+/* The frame at rbuf[0], `cap` bytes in all, is received into an arena
+ * block when the arena has one of that size. */
+static void rbuf_to_arena(mlpd_conn_t *c, size_t cap) {
+  uint8_t *nb = mlpd_bufcache_get_arena(&c->srv->wcache, cap);
   if (nb == NULL)
-    return -ENOMEM;
+    return;
+  if (c->rlen > 0)
+    memcpy(nb, c->rbuf, c->rlen);
+  c->spare = c->rbuf;
+  c->spare_cap = c->rcap;
+  c->rbuf = nb;
+  c->rcap = cap;
+  c->rbuf_block = 1;
+}
+
+/* Room for `cap` bytes in the connection's own buffer. 0 or -ENOMEM. */
+static int rbuf_grow(mlpd_conn_t *c, size_t cap) {
+  uint8_t *own = c->rbuf_block ? c->spare : c->rbuf;
+  size_t own_cap = c->rbuf_block ? c->spare_cap : c->rcap;
+  if (own_cap < cap) {
+    own = realloc(own, cap);
+    if (own == NULL)
+      return -ENOMEM;
+    own_cap = cap;
+  }
   if (c->rbuf_block) {
-    rbuf_adopt(c, nb, cap, 0);
+    /* A block's frame that stays buffered (held) while more is read. */
+    memcpy(own, c->rbuf, c->rlen);
+    mlpd_bufcache_put(&c->srv->wcache, c->rbuf);
+    c->spare = own;
+    c->spare_cap = own_cap;
+    rbuf_unblock(c);
   } else {
-    c->rbuf = nb;
-    c->rcap = cap;
+    c->rbuf = own;
+    c->rcap = own_cap;
   }
   return 0;
 }
@@ -128,9 +158,7 @@ uint8_t *mlpd_server_take_frame(mlpd_conn_t *c) {
   uint8_t *b = c->rbuf;
   c->rx_off += c->rlen;
   c->rlen = 0;
-  c->rbuf = NULL;
-  c->rcap = 0;
-  c->rbuf_block = 0;
+  rbuf_unblock(c);
   c->frame_taken = 1;
   return b;
 }
@@ -236,7 +264,7 @@ static void conn_closed(uv_handle_t *h) {
     put_wbuf(s, w);
   }
   close(c->fd);
-  rbuf_release(c);
+  rbuf_free(c);
   free(c);
   maybe_done(s);
 }
@@ -478,8 +506,15 @@ static void process(mlpd_conn_t *c) {
     c->frame_ns = 0;
   set_backlog(c, ready && !c->held && !c->close_after_write);
   set_partial(c, partial || c->backlog);
-  if (c->rlen == 0 && (c->rbuf_block || c->rcap > SHRINK_ABOVE))
-    rbuf_release(c);
+  if (c->rlen == 0 && c->rbuf_block) {
+    mlpd_bufcache_put(&s->wcache, c->rbuf);
+    rbuf_unblock(c);
+  }
+  if (c->rlen == 0 && c->rcap > SHRINK_ABOVE) {
+    free(c->rbuf);
+    c->rbuf = NULL;
+    c->rcap = 0;
+  }
 }
 
 /* One turn for every connection with frames left over, in list order, so
@@ -545,11 +580,8 @@ static ssize_t read_some(mlpd_conn_t *c, size_t limit) {
    * server has an arena), which the owner may keep (take_frame): its rows
    * then reach the device by DMA from where they were received. */
   if (c->need >= MLPD_SERVER_ARENA_MIN && c->need > c->rlen &&
-      !c->rbuf_block && c->srv->cfg.arena != NULL) {
-    uint8_t *nb = mlpd_bufcache_get_arena(&c->srv->wcache, c->need);
-    if (nb != NULL)
-      rbuf_adopt(c, nb, c->need, 1);
-  }
+      !c->rbuf_block && c->srv->cfg.arena != NULL)
+    rbuf_to_arena(c, c->need);
   /* A block holds its frame and nothing after it. */
   if (c->rbuf_block && c->rlen < c->rcap)
     want = c->rcap;

@@ -123,6 +123,9 @@ struct mlpd_conn_s {
   size_t need;              /* bytes the frame at rbuf[0] needs, if known */
   int rbuf_block;           /* rbuf is an arena block holding one large
                                frame (mlpd_server_take_frame) */
+  uint8_t *spare;           /* owned: the connection's own buffer, aside
+                               while rbuf is such a block */
+  size_t spare_cap;
   int frame_taken;          /* the owner took the frame being handled */
   int fds[MLPD_CONN_MAX_FDS]; /* owned: received, not yet claimed; -N
                                 for a message that carried N > 1 */
