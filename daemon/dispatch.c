@@ -6,6 +6,7 @@
 #include "log.h"
 
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -85,6 +86,12 @@ static void make_arena(mlpd_dispatch_t *d, mlpd_pool_t *pool) {
   mlpd_server_set_arena(&d->server, d->arena->base, d->arena_bytes);
   mlpd_requests_set_arena(&d->reqs, d->arena);
   mlpd_pin_start(&d->pin, d->arena, ops);
+  static atomic_int logged; /* one line for all I/O threads */
+  if (atomic_exchange(&logged, 1) == 0)
+    MLPD_LOGI("inline rows: each I/O thread pins %zu MiB of host memory "
+              "for the %s devices, that frames and answers of 64 KiB or "
+              "more move through without a copy (--io-arena-bytes)",
+              d->arena_bytes >> 20, ops->name);
 }
 
 static void on_msg(mlpd_mailbox_t *mb, mlpd_msg_t *msg) {
