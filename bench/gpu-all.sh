@@ -79,6 +79,7 @@ cp /tmp/mlpd-serve/serve.json "$OUT/" 2>/dev/null
 # daemon thread's CPU per row.
 if [ -n "$M4K" ]; then
   REAL=1 MODEL=$M4K IO=4 LOAD=16:8:32 DURATION=1.5 ROUNDS=2 \
+    DAEMON_ARGS="--plan-cache /tmp/mlpd-arena-plans.bin" \
     OUTDIR=/tmp/mlpd-arena timeout "$(left 40)" bench/host-path.sh $B \
     >"$LOGS/arena.log" 2>&1
   echo "arena A/B rc=$? after $(el)"

@@ -18,7 +18,8 @@
 # (4 s), ROUNDS (3), IO (1 I/O thread), DELAY_US (20), VARIANTS
 # ("--io-arena-bytes=0 --io-arena-bytes=64M": space-separated, commas
 # inside one variant for several flags), SHM (0; 1: --shm), REAL (0),
-# MODEL (REAL=1: the model file), BENCH (the mlpd-bench to drive it:
+# MODEL (REAL=1: the model file), DAEMON_ARGS (more flags for every
+# variant, e.g. --plan-cache FILE so that a GPU starts warm), BENCH (the mlpd-bench to drive it:
 # $BUILD's, or another build's, for an A/B of the client).
 # Prints one line per run: rows/s, p50, and each daemon thread's CPU
 # microseconds per row (mlpd-io0 the I/O thread, mlpd-cuda:0 the device's
@@ -76,6 +77,7 @@ for round in $(seq "$ROUNDS"); do
     rm -f "$sock"
     env "${fake_env[@]}" "$BUILD/daemon/mlpd" serve --model "$model" --socket "$sock" \
       --device cuda:0 --io-threads "$IO" --log-level warn ${flags//=/ } \
+      ${DAEMON_ARGS:-} \
       >"$OUTDIR/mlpd.log" 2>&1 &
     pid=$!
     wait_ready "$BUILD/clients/mlpctl" "$sock" $pid "$OUTDIR/mlpd.log" || exit 1
