@@ -682,15 +682,43 @@ static int arena_direct(size_t k) {
          (in_b >= (64u << 10) || out_b >= (64u << 10));
 }
 
-/* Sends the load pipelined on two connections (request k on connection
- * k % 2), then receives every answer: answers[k] (malloc'd, nbytes[k]) for
- * the good ones; the bad one must be refused. Returns the rows that go
- * direct on the fake with an ample arena (arena_direct). */
+/* Receives the next answer on c into answers[k] (malloc'd, nbytes[k]) for
+ * a good request; the bad one must be refused. */
+static void recv_arena_answer(mlpd_client_t *c, mlpd_client_t *const *conns,
+                              mlpd_client_result_t *res, void *answers[NLOAD],
+                              size_t nbytes[NLOAD]) {
+  mlpd_err_t err = {0};
+  assert_int_equal(mlpd_client_recv(c, res, &err), 0);
+  assert_true(res->id >= 100 && res->id < 100 + NLOAD);
+  size_t k = (size_t)(res->id - 100);
+  assert_ptr_equal(c, conns[k % 2]);
+  answers[k] = NULL;
+  if (arena_load[k].bad) {
+    assert_int_equal(res->status, MLPD_STATUS_INVALID_ARGUMENT);
+    return;
+  }
+  if (res->status != MLPD_STATUS_OK)
+    fail_msg("request %zu: %s: %s", k, mlpd_status_name(res->status),
+             res->message);
+  assert_int_equal(res->rows, arena_load[k].rows);
+  answers[k] = malloc(res->nbytes);
+  assert_non_null(answers[k]);
+  memcpy(answers[k], res->data, res->nbytes);
+  nbytes[k] = res->nbytes;
+}
+
+/* Sends the load on two connections (request k on connection k % 2),
+ * pipelined on the fake; on a GPU one request at a time, so that each is
+ * a batch of its own in every daemon (a GPU's bits may depend on the
+ * batch's size). Returns the rows that go direct on the fake with an
+ * ample arena (arena_direct). */
 static int run_arena_load(const td_daemon_t *d, void *answers[NLOAD],
                           size_t nbytes[NLOAD]) {
   mlpd_client_t *c[2] = {tc_connect(d->sock, TIMEOUT),
                          tc_connect(d->sock, TIMEOUT)};
   mlpd_err_t err = {0};
+  mlpd_client_result_t res;
+  mlpd_client_result_init(&res);
   void *x[NLOAD];
   int direct_rows = 0;
   for (size_t k = 0; k < NLOAD; k++) {
@@ -705,31 +733,14 @@ static int run_arena_load(const td_daemon_t *d, void *answers[NLOAD],
     req.data = x[k];
     assert_int_equal(mlpd_client_send_infer(c[k % 2], 100 + k, &req, &err),
                      0);
+    if (g.real)
+      recv_arena_answer(c[k % 2], c, &res, answers, nbytes);
     if (arena_direct(k))
       direct_rows += arena_load[k].rows;
   }
-  mlpd_client_result_t res;
-  mlpd_client_result_init(&res);
-  for (size_t n = 0; n < NLOAD; n++) {
-    mlpd_client_t *cc = c[n < (NLOAD + 1) / 2 ? 0 : 1];
-    assert_int_equal(mlpd_client_recv(cc, &res, &err), 0);
-    assert_true(res.id >= 100 && res.id < 100 + NLOAD);
-    size_t k = (size_t)(res.id - 100);
-    assert_ptr_equal(cc, c[k % 2]);
-    if (arena_load[k].bad) {
-      assert_int_equal(res.status, MLPD_STATUS_INVALID_ARGUMENT);
-      answers[k] = NULL;
-      continue;
-    }
-    if (res.status != MLPD_STATUS_OK)
-      fail_msg("request %zu: %s: %s", k, mlpd_status_name(res.status),
-               res.message);
-    assert_int_equal(res.rows, arena_load[k].rows);
-    answers[k] = malloc(res.nbytes);
-    assert_non_null(answers[k]);
-    memcpy(answers[k], res.data, res.nbytes);
-    nbytes[k] = res.nbytes;
-  }
+  for (size_t n = 0; !g.real && n < NLOAD; n++)
+    recv_arena_answer(c[n < (NLOAD + 1) / 2 ? 0 : 1], c, &res, answers,
+                      nbytes);
   mlpd_client_result_free(&res);
   mlpd_client_close(c[0]);
   mlpd_client_close(c[1]);
