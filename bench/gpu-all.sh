@@ -77,9 +77,11 @@ cp /tmp/mlpd-serve/serve.json "$OUT/" 2>/dev/null
 # Inline f32 rows at saturation without and with the I/O threads' pinned
 # arena (--io-arena-bytes), alternating, on the GPU: rows/s and each
 # daemon thread's CPU per row.
-if [ -n "$M4K" ]; then
-  REAL=1 MODEL=$M4K IO=4 LOAD=16:8:32 DURATION=1.5 ROUNDS=2 \
-    DAEMON_ARGS="--plan-cache /tmp/mlpd-arena-plans.bin" \
+# serve.sh wrote mlp-4k and its plan cache when the engine part did not.
+A4K=${M4K:-/tmp/mlpd-serve/mlp-4k.safetensors}
+if [ -f "$A4K" ]; then
+  REAL=1 MODEL=$A4K IO=4 LOAD=16:8:32 DURATION=1.5 ROUNDS=2 \
+    DAEMON_ARGS="--plan-cache /tmp/mlpd-serve/plans.bin" \
     OUTDIR=/tmp/mlpd-arena timeout "$(left 40)" bench/host-path.sh $B \
     >"$LOGS/arena.log" 2>&1
   echo "arena A/B rc=$? after $(el)"
