@@ -505,11 +505,18 @@ static void flood(const char *max_queue, int bound_ms, const char *reason) {
   snprintf(bound, sizeof(bound), "%d", bound_ms);
   snprintf(metric_name, sizeof(metric_name),
            "mlpd_requests_refused_total{reason=\"%s\"}", reason);
+  /* One I/O thread, as on the 2-core machine: with several, the CPU
+   * engine's seat goes to whichever thread's batch ended, not to the
+   * oldest rows (bench/RESULTS.md, 2026-12-04: 142-213 ms against a 100
+   * ms bound with four, the default from 16 cores; on the H200 machine
+   * this test waited 194 ms). */
   const char *args[] = {"--max-batch",
                         "64",
                         "--max-queue",
                         max_queue,
                         "--cpu-threads",
+                        "1",
+                        "--io-threads",
                         "1",
                         "--max-queue-delay-ms",
                         bound,
