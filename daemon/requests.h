@@ -91,7 +91,7 @@ typedef struct mlpd_requests_s {
 } mlpd_requests_t;
 
 /* From now on, inline requests whose frames lie in `arena` (the server's
- * arena, mlpd_server_config_t) move their rows to and from the devices
+ * arena, mlpd_server_set_arena) move their rows to and from the devices
  * directly once it is pinned (its pin_state). The caller keeps it until
  * mlpd_requests_free. */
 void mlpd_requests_set_arena(mlpd_requests_t *r, mlpd_region_t *arena);

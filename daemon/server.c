@@ -65,8 +65,6 @@ static void put_wbuf(mlpd_server_t *s, mlpd_wbuf_t *w) {
 }
 
 void mlpd_server_set_arena(mlpd_server_t *s, void *base, size_t size) {
-  s->cfg.arena = base;
-  s->cfg.arena_size = size;
   mlpd_bufcache_set_arena(&s->wcache, base, size, MLPD_SERVER_ARENA_MIN);
 }
 
@@ -580,7 +578,7 @@ static ssize_t read_some(mlpd_conn_t *c, size_t limit) {
    * server has an arena), which the owner may keep (take_frame): its rows
    * then reach the device by DMA from where they were received. */
   if (c->need >= MLPD_SERVER_ARENA_MIN && c->need > c->rlen &&
-      !c->rbuf_block && c->srv->cfg.arena != NULL)
+      !c->rbuf_block && c->srv->wcache.arena != NULL)
     rbuf_to_arena(c, c->need);
   /* A block holds its frame and nothing after it. */
   if (c->rbuf_block && c->rlen < c->rcap)
@@ -841,8 +839,6 @@ int mlpd_server_start(mlpd_server_t *s, uv_loop_t *loop, int listen_fd,
                       const mlpd_server_callbacks_t *cb, mlpd_err_t *err) {
   memset(s, 0, sizeof(*s));
   mlpd_bufcache_init(&s->wcache, WRITE_CACHE_BYTES);
-  mlpd_bufcache_set_arena(&s->wcache, cfg->arena, cfg->arena_size,
-                          MLPD_SERVER_ARENA_MIN);
   s->loop = loop;
   s->cfg = *cfg;
   s->cb = *cb;

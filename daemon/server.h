@@ -67,7 +67,7 @@ typedef struct mlpd_conn_s mlpd_conn_t;
 #define MLPD_CONN_MAX_FDS 4
 
 /* The smallest frame received into, and write buffer carved from, the
- * arena (mlpd_server_config_t): below it, a DMA of its own would cost the
+ * arena (mlpd_server_set_arena): below it, a DMA of its own would cost the
  * device's worker more than the copy it saves. */
 #define MLPD_SERVER_ARENA_MIN ((size_t)64 << 10)
 
@@ -101,13 +101,6 @@ typedef struct mlpd_server_config_s {
   uint64_t idle_timeout_ms;  /* 0 = connections may idle forever */
   uint64_t frame_timeout_ms; /* 0 = a frame may take forever */
   mlpd_access_t *access;     /* shared by every server; borrowed */
-  void *arena;               /* borrowed, NULL = none: memory the owner
-                                made reachable by its devices (pinned),
-                                valid until mlpd_server_free_cache; write
-                                buffers and frames of MLPD_SERVER_ARENA_MIN
-                                or more are carved from it while it has
-                                room (bufcache.h) */
-  size_t arena_size;
 } mlpd_server_config_t;
 
 typedef struct mlpd_wbuf_s mlpd_wbuf_t;
@@ -201,8 +194,11 @@ void mlpd_server_stop_listening(mlpd_server_t *s);
 uint8_t *mlpd_server_alloc_write(mlpd_server_t *s, size_t len);
 void mlpd_server_free_write(mlpd_server_t *s, uint8_t *buf);
 
-/* Gives the server its arena after start (see mlpd_server_config_t),
- * once; blocks taken before stay where they are. */
+/* Gives the server an arena, once, at any time after start: [base, base +
+ * size), memory the owner made reachable by its devices (pinned), valid
+ * until mlpd_server_free_cache (borrowed). Write buffers and frames of
+ * MLPD_SERVER_ARENA_MIN or more are carved from it while it has room
+ * (bufcache.h); blocks taken before stay where they are. */
 void mlpd_server_set_arena(mlpd_server_t *s, void *base, size_t size);
 
 /* 1 when buf (from mlpd_server_alloc_write) lies in the arena. */

@@ -185,11 +185,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   mlpd_server_config_t cfg = {.max_frame = r.max_frame,
                               .max_unsent = 1 << 20,
                               .access = &access};
-  if (mode & 4) {
-    r.arena = 1;
-    cfg.arena = arena;
-    cfg.arena_size = (size_t)data[1] * 8192;
-  }
   mlpd_server_callbacks_t cb = {.on_frame = on_frame,
                                 .on_stream_error = on_stream_error,
                                 .on_open = on_open,
@@ -201,6 +196,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   int dup_fd = fcntl(lfd, F_DUPFD_CLOEXEC, 3);
   FUZZ_CHECK(dup_fd >= 0);
   FUZZ_CHECK(mlpd_server_start(&srv, &loop, dup_fd, &cfg, &cb, &err) == 0);
+  if (mode & 4) {
+    r.arena = 1;
+    mlpd_server_set_arena(&srv, arena, (size_t)data[1] * 8192);
+  }
 
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   FUZZ_CHECK(fd >= 0);
