@@ -20,7 +20,11 @@
 # inside one variant for several flags), SHM (0; 1: --shm), REAL (0),
 # MODEL (REAL=1: the model file), DAEMON_ARGS (more flags for every
 # variant, e.g. --plan-cache FILE so that a GPU starts warm), BENCH (the mlpd-bench to drive it:
-# $BUILD's, or another build's, for an A/B of the client).
+# $BUILD's, or another build's, for an A/B of the client), HTTP (a port:
+# the load goes through the Open Inference Protocol's binary extension on
+# 127.0.0.1:HTTP instead of native frames, as bench/models-oip.sh's
+# saturation line), MLPD (the daemon binary: $BUILD's, or another build's,
+# for an A/B of the daemon's code on one load).
 # Prints one line per run: rows/s, p50, and each daemon thread's CPU
 # microseconds per row (mlpd-io0 the I/O thread, mlpd-cuda:0 the device's
 # worker, which polls while a batch is out), and mlpd-bench's (client).
@@ -43,6 +47,12 @@ shm=
 [ "${SHM:-0}" = 1 ] && shm=--shm
 REAL=${REAL:-0}
 BENCH=${BENCH:-$BUILD/clients/mlpd-bench}
+MLPD=${MLPD:-$BUILD/daemon/mlpd}
+http_listen=() http_load=()
+if [ -n "${HTTP:-}" ]; then
+  http_listen=(--http-listen "127.0.0.1:$HTTP")
+  http_load=(--http "127.0.0.1:$HTTP")
+fi
 if [ "$REAL" = 1 ]; then
   model=${MODEL:?REAL=1 needs MODEL}
 else
@@ -69,24 +79,25 @@ ticks() {
 
 dev="fake device ${DELAY_US} us a batch"
 [ "$REAL" = 1 ] && dev="cuda:0, $(basename "$model")"
-echo "host path: $WIDTHS $DTYPE ${shm:-inline}, ${conns}x${depth}x${rows}," \
+echo "host path: $WIDTHS $DTYPE ${shm:-inline}${HTTP:+ (OIP binary)}, ${conns}x${depth}x${rows}," \
   "$dev, $IO I/O thread(s), $DURATION s a run"
 for round in $(seq "$ROUNDS"); do
   for v in $VARIANTS; do
     flags=${v//,/ }
     rm -f "$sock"
-    env "${fake_env[@]}" "$BUILD/daemon/mlpd" serve --model "$model" --socket "$sock" \
+    env "${fake_env[@]}" "$MLPD" serve --model "$model" --socket "$sock" \
       --device cuda:0 --io-threads "$IO" --log-level warn ${flags//=/ } \
+      "${http_listen[@]}" \
       ${DAEMON_ARGS:-} \
       >"$OUTDIR/mlpd.log" 2>&1 &
     pid=$!
     wait_ready "$BUILD/clients/mlpctl" "$sock" $pid "$OUTDIR/mlpd.log" || exit 1
     # One unmeasured second: staging, caches and the arena's blocks settle.
-    "$BENCH" -s "$sock" -c "$conns" -d "$depth" \
+    "$BENCH" -s "$sock" "${http_load[@]}" -c "$conns" -d "$depth" \
       -r "$rows" --dtype "$DTYPE" $shm -D 1 -w 0 >/dev/null || exit 1
     ticks $pid >"$OUTDIR/t0"
     TIMEFORMAT='%U %S'
-    { time "$BENCH" -s "$sock" -c "$conns" -d "$depth" \
+    { time "$BENCH" -s "$sock" "${http_load[@]}" -c "$conns" -d "$depth" \
       -r "$rows" --dtype "$DTYPE" $shm -D "$DURATION" -w 0 \
       >"$OUTDIR/bench.out"; } 2>"$OUTDIR/client.time" || exit 1
     ticks $pid >"$OUTDIR/t1"

@@ -218,7 +218,8 @@ int mlpd_dispatch_start(mlpd_dispatch_t *d, int index,
   if (http_fd >= 0 &&
       (http_fd = -1,
        rc = mlpd_httpconn_start(&d->http, &d->loop, cfg->http_fd, &cfg->http,
-                                &d->reqs, board, err)) != 0) {
+                                &d->reqs, mlpd_server_blocks(&d->server),
+                                board, err)) != 0) {
     mlpd_httpconn_close(&d->http, NULL, NULL);
     mlpd_server_close(&d->server, 0, NULL, NULL);
     goto fail_timer;

@@ -25,6 +25,13 @@
 #define LINGER_MS 2000
 #define OUT_INITIAL (64 * 1024)
 #define SCRATCH_KEEP (1u << 20) /* larger scratch is freed after use */
+/* Room for a binary answer's head (status line, headers and the JSON
+ * part, whose only unbounded-looking pieces, the model name and the id,
+ * are bounded by MLPD_OIP_NAME_MAX and MLPD_OIP_ID_MAX, at most 6 bytes a
+ * byte escaped) in front of its rows. */
+#define HEAD_ROOM 4096
+/* Binary answers of this many bytes or more are written in place. */
+#define INPLACE_OUT_MIN MLPD_SERVER_ARENA_MIN
 
 typedef struct hresp_s hresp_t;
 
@@ -42,11 +49,14 @@ struct hresp_s {
   void *infer; /* the request in flight (requests.h), or NULL */
   /* What an inference answer needs. */
   int binary;
+  int out_room; /* its rows go to the block the request hands back, at
+                   HEAD_ROOM */
   int has_id;
   mlpd_dtype_t dtype;
   char id[MLPD_OIP_ID_MAX];
   char model[MLPD_OIP_NAME_MAX];
-  char *bytes; /* owned */
+  char *bytes; /* owned: a block of the thread's cache */
+  size_t off;  /* the response starts at bytes + off */
   size_t len;
 };
 
@@ -72,10 +82,13 @@ struct mlpd_hconn_s {
   unsigned reading : 1, paused : 1, final : 1, lingering : 1, eof : 1,
       closing : 1;
   size_t rlen;
+  char *inplace; /* the read in progress goes straight into the body */
   char rbuf[RBUF_SIZE];
 };
 
-static void conn_parse(mlpd_hconn_t *c);
+static void conn_parse_at(mlpd_hconn_t *c, const char *buf, size_t len);
+
+static void conn_parse(mlpd_hconn_t *c) { conn_parse_at(c, c->rbuf, c->rlen); }
 static void flush(mlpd_hconn_t *c);
 
 /* ---- life cycle ---------------------------------------------------------- */
@@ -94,12 +107,12 @@ static void maybe_done(mlpd_httpconn_t *h) {
     done(h->done_ud);
 }
 
-/* Responses and their bytes come from the thread's block cache, the one
- * its requests use (requests.h), so a steady load allocates nothing for
- * them. */
-static mlpd_bufcache_t *cache_of(mlpd_httpconn_t *h) { return &h->reqs->cache; }
+/* Responses and their bytes come from the thread's block cache (the
+ * server's, with the arena), so a steady load allocates nothing for them. */
+static mlpd_bufcache_t *cache_of(mlpd_httpconn_t *h) { return h->blocks; }
 
 static void resp_free(mlpd_httpconn_t *h, hresp_t *rs) {
+  /* rs->bytes is a whole block, even with an offset (finish_in_place). */
   mlpd_bufcache_put(cache_of(h), rs->bytes);
   mlpd_bufcache_put(cache_of(h), rs);
 }
@@ -168,9 +181,25 @@ static void read_stop(mlpd_hconn_t *c) {
   }
 }
 
+/* Reads in place from this many body bytes on: below, the extra read a
+ * request would cost (it stops at the body's end) outweighs the copy. */
+#define INPLACE_MIN (RBUF_SIZE / 2)
+
 static void on_alloc(uv_handle_t *handle, size_t hint, uv_buf_t *buf) {
   (void)hint;
   mlpd_hconn_t *c = handle->data;
+  char *p;
+  size_t room;
+  c->inplace = NULL;
+  if (c->rlen == 0 && mlpd_httpreq_body_room(&c->req, &p, &room) &&
+      room >= INPLACE_MIN) {
+    /* The rest of a large body, into its buffer, and not a byte past it:
+     * the parser then reads it where it lies. */
+    c->inplace = p;
+    buf->base = p;
+    buf->len = room;
+    return;
+  }
   buf->base = c->rbuf + c->rlen;
   buf->len = sizeof(c->rbuf) - c->rlen;
 }
@@ -264,7 +293,7 @@ static void flush(mlpd_hconn_t *c) {
     if (!rs->interim)
       c->npending--;
     rs->wr.data = c;
-    uv_buf_t b = uv_buf_init(rs->bytes, (unsigned)rs->len);
+    uv_buf_t b = uv_buf_init(rs->bytes + rs->off, (unsigned)rs->len);
     if (uv_write(&rs->wr, &c->io.stream, &b, 1, on_write) != 0) {
       resp_free(c->srv, rs);
       conn_close(c);
@@ -390,6 +419,34 @@ static int http_status_of(mlpd_status_t st) {
   }
 }
 
+/* A binary answer whose rows the batcher wrote into `block` at HEAD_ROOM:
+ * its head goes in front of them, and the block is the response as it is.
+ * 1 when done; 0 when the head does not fit (cannot happen, HEAD_ROOM). */
+static int finish_in_place(mlpd_hconn_t *c, hresp_t *rs, char *block,
+                           size_t rows_len, size_t jlen) {
+  mlpd_httpconn_t *h = c->srv;
+  char hdr[512];
+  const char *conn_hdr = rs->close    ? "Connection: close\r\n"
+                         : rs->http10 ? "Connection: keep-alive\r\n"
+                                      : "";
+  int n = snprintf(hdr, sizeof(hdr),
+                   "HTTP/1.1 200 OK\r\nDate: %s\r\nContent-Type: "
+                   "application/octet-stream\r\nContent-Length: %zu\r\n"
+                   "Cache-Control: no-store\r\n"
+                   "Inference-Header-Content-Length: %zu\r\n%s\r\n",
+                   date_now(h), h->out.len + rows_len, jlen, conn_hdr);
+  if (n < 0 || (size_t)n >= sizeof(hdr) || (size_t)n + h->out.len > HEAD_ROOM)
+    return 0;
+  size_t off = HEAD_ROOM - h->out.len - (size_t)n;
+  memcpy(block + off, hdr, (size_t)n);
+  memcpy(block + off + n, h->out.p, h->out.len);
+  rs->bytes = block;
+  rs->off = off;
+  rs->len = HEAD_ROOM - off + rows_len;
+  rs->ready = 1;
+  return 1;
+}
+
 /* The batch came back (mlpd_requests_done_fn). */
 static void on_infer_done(void *ud, const mlpd_req_t *req, mlpd_status_t status,
                           const char *msg) {
@@ -398,6 +455,11 @@ static void on_infer_done(void *ud, const mlpd_req_t *req, mlpd_status_t status,
   mlpd_httpconn_t *h = c->srv;
   rs->infer = NULL;
   int rc;
+  size_t rows_len = (size_t)req->rows * (size_t)req->out_cols *
+                    mlpd_dtype_size(req->out_dtype);
+  char *block = status == MLPD_STATUS_OK && rs->out_room
+                    ? mlpd_requests_take_out(req)
+                    : NULL;
   if (status != MLPD_STATUS_OK) {
     rc = reply_error(c, rs, http_status_of(status),
                      msg ? msg : mlpd_status_name(status));
@@ -416,18 +478,18 @@ static void on_infer_done(void *ud, const mlpd_req_t *req, mlpd_status_t status,
       rc = reply_error(c, rs, 500,
                        "the response does not fit the response buffer; ask "
                        "for binary output");
+    else if (block != NULL && finish_in_place(c, rs, block, rows_len, jlen))
+      block = NULL; /* the response's now */
     else if (rs->binary)
-      /* The output rows go straight from the request into the response:
-       * one copy, as on the native path. */
+      /* The output rows go from the request into the response: one
+       * copy. */
       rc = finish_resp2(c, rs, 200, "application/octet-stream", NULL, h->out.p,
-                        h->out.len, req->out,
-                        (size_t)req->rows * (size_t)req->out_cols *
-                            mlpd_dtype_size(req->out_dtype),
-                        jlen);
+                        h->out.len, req->out, rows_len, jlen);
     else
       rc = finish_resp(c, rs, 200, JSON_TYPE, NULL, h->out.p, h->out.len,
                        SIZE_MAX);
   }
+  mlpd_bufcache_put(cache_of(h), block);
   if (h->out.cap > 4 * OUT_INITIAL && h->out.owned) {
     /* One huge answer must not pin its buffer for the thread's life. */
     mlpd_oip_buf_free(&h->out);
@@ -524,6 +586,8 @@ static int handle_infer(mlpd_hconn_t *c, hresp_t *rs,
     return reply_error(c, rs, 413, msg);
   }
   rs->binary = inf.binary_output;
+  rs->out_room = inf.binary_output && !rs->head &&
+                 out_bytes >= INPLACE_OUT_MIN;
   rs->has_id = inf.has_id;
   memcpy(rs->id, inf.id, sizeof(rs->id));
   snprintf(rs->model, sizeof(rs->model), "%s", m.name);
@@ -542,7 +606,17 @@ static int handle_infer(mlpd_hconn_t *c, hresp_t *rs,
       .uid_slot = -1,
       .done = on_infer_done,
       .done_ud = rs,
+      .blocks = h->blocks,
+      /* Binary rows stay in the body's block until answered. */
+      .in_block = inf.data_binary ? mlpd_httpreq_take_body(r) : NULL,
   };
+  if (rs->out_room) {
+    in.out_block = mlpd_bufcache_get(h->blocks, HEAD_ROOM + out_bytes);
+    if (in.out_block != NULL)
+      in.out = (uint8_t *)in.out_block + HEAD_ROOM;
+    else
+      rs->out_room = 0; /* answered through a copy */
+  }
   mlpd_status_t st;
   char msg[256];
   rc = mlpd_requests_infer(h->reqs, &in, &rs->infer, &st, msg, sizeof(msg));
@@ -816,8 +890,10 @@ static void respond_error(mlpd_hconn_t *c) {
   flush(c);
 }
 
-static void conn_parse(mlpd_hconn_t *c) {
-  size_t n = mlpd_httpreq_execute(&c->req, c->rbuf, c->rlen);
+/* Parses len bytes at buf: the read buffer's, or a body's read in place
+ * (the read buffer then empty). */
+static void conn_parse_at(mlpd_hconn_t *c, const char *buf, size_t len) {
+  size_t n = mlpd_httpreq_execute(&c->req, buf, len);
   if (c->closing)
     return;
   enum http_errno e = HTTP_PARSER_ERRNO(&c->req.parser);
@@ -828,8 +904,13 @@ static void conn_parse(mlpd_hconn_t *c) {
       maybe_finish(c);
       return;
     }
-    size_t rest = c->rlen - n;
-    memmove(c->rbuf, c->rbuf + n, rest);
+    size_t rest = len - n;
+    if (rest > sizeof(c->rbuf)) { /* cannot happen: reads in place stop at
+                                     the body's end, where the parser pauses */
+      conn_close(c);
+      return;
+    }
+    memmove(c->rbuf, buf + n, rest);
     c->rlen = rest;
     c->paused = 1;
     return;
@@ -870,11 +951,28 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   }
   if (c->lingering || c->final)
     return;
+  if (c->inplace != NULL && buf->base == c->inplace) {
+    c->inplace = NULL;
+    conn_parse_at(c, buf->base, (size_t)nread);
+    return;
+  }
   c->rlen += (size_t)nread;
   conn_parse(c);
 }
 
 /* ---- accepting ----------------------------------------------------------- */
+
+/* Large bodies go into blocks of the thread's cache (httpreq.h): the
+ * arena's where it has one of that size. */
+static void *body_get(void *ud, size_t len) {
+  mlpd_httpconn_t *h = ud;
+  return mlpd_bufcache_get(h->blocks, len);
+}
+
+static void body_put(void *ud, void *block) {
+  mlpd_httpconn_t *h = ud;
+  mlpd_bufcache_put(h->blocks, block);
+}
 
 static void on_connection(uv_stream_t *server, int status) {
   mlpd_httpconn_t *h = server->data;
@@ -927,6 +1025,8 @@ static void on_connection(uv_stream_t *server, int status) {
     uv_tcp_nodelay(&c->io.tcp, 1);
   mlpd_httpreq_init(&c->req, on_request, c);
   mlpd_httpreq_body_mode(&c->req, h->cfg.max_body, on_headers);
+  mlpd_httpreq_body_blocks(&c->req, MLPD_SERVER_ARENA_MIN, body_get, body_put,
+                           h);
   touch(c);
   read_start(c);
 }
@@ -939,9 +1039,10 @@ static void on_listener_closed(uv_handle_t *handle) {
 
 int mlpd_httpconn_start(mlpd_httpconn_t *h, uv_loop_t *loop, int fd,
                         const mlpd_httpconn_config_t *cfg,
-                        mlpd_requests_t *reqs, mlpd_board_t *board,
-                        mlpd_err_t *err) {
+                        mlpd_requests_t *reqs, mlpd_bufcache_t *blocks,
+                        mlpd_board_t *board, mlpd_err_t *err) {
   memset(h, 0, sizeof(*h));
+  h->blocks = blocks;
   h->loop = loop;
   h->cfg = *cfg;
   if (h->cfg.idle_timeout_ms == 0)

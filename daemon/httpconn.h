@@ -24,6 +24,15 @@
  * {"error": "..."} and the connection closes after it; a bad request that
  * parses (bad JSON, wrong shape) gets a 400 and the connection goes on.
  *
+ * Copies: a body of 64 KiB or more (MLPD_SERVER_ARENA_MIN) is read from
+ * the socket straight into a block of its own, which an infer request with
+ * binary input keeps until it is answered, so its rows are neither copied
+ * out of the read buffer nor queued as a copy; a binary answer's rows are
+ * written by the batcher into the block that goes out, its head put in
+ * front of them. Where those blocks lie in the thread's pinned arena
+ * (server.h), the rows move between them and the GPUs by DMA alone, as a
+ * native inline request's do.
+ *
  * Deadlines: a request's parameters.timeout, in microseconds (Triton's
  * convention), is the native timeout: rows still queued when it passes are
  * answered 504 (DEADLINE_EXCEEDED).
@@ -69,6 +78,9 @@ typedef struct mlpd_httpconn_s {
   int started;
   mlpd_httpconn_config_t cfg;
   mlpd_requests_t *reqs; /* borrowed: this thread's request half */
+  mlpd_bufcache_t *blocks; /* borrowed: the thread's block cache, with its
+                              pinned arena (mlpd_server_blocks): records,
+                              responses, large bodies and answers */
   mlpd_board_t *board;   /* borrowed */
   mlpd_hconn_t *conns;   /* owned */
   int nconns;
@@ -87,11 +99,12 @@ typedef struct mlpd_httpconn_s {
 } mlpd_httpconn_t;
 
 /* Serves `fd` (a listening socket; owned from here, closed on failure)
- * on `loop`. */
+ * on `loop`, drawing its memory from `blocks`, which must outlive every
+ * request (the thread's, mlpd_server_blocks). */
 int mlpd_httpconn_start(mlpd_httpconn_t *h, uv_loop_t *loop, int fd,
                         const mlpd_httpconn_config_t *cfg,
-                        mlpd_requests_t *reqs, mlpd_board_t *board,
-                        mlpd_err_t *err) MLPD_MUST_CHECK;
+                        mlpd_requests_t *reqs, mlpd_bufcache_t *blocks,
+                        mlpd_board_t *board, mlpd_err_t *err) MLPD_MUST_CHECK;
 
 /* Closes the listener and every connection, each once the answers to what
  * it sent are written; calls done(ud) once every handle is closed (at once

@@ -9,8 +9,19 @@
 #include <string.h>
 #include <strings.h>
 
+/* A lent block nobody took goes back; the body is in own_body again. */
+static void give_back(mlpd_httpreq_t *r) {
+  if (r->body_lent && r->body_put != NULL)
+    r->body_put(r->block_ud, r->body);
+  r->body_lent = 0;
+  r->body = r->own_body;
+  r->body_cap = r->own_cap;
+}
+
 static int on_message_begin(http_parser *p) {
   mlpd_httpreq_t *r = p->data;
+  give_back(r);
+  r->in_body = 0;
   r->err_status = 0;
   r->err_msg = NULL;
   r->hdr_bytes = 0;
@@ -121,13 +132,22 @@ static int headers_body_mode(http_parser *p, mlpd_httpreq_t *r) {
   }
   if (p->content_length > r->body_max)
     return fail(r, 413, "body larger than --http-max-body");
-  if (p->content_length > r->body_cap) {
-    char *b = realloc(r->body, (size_t)p->content_length);
+  size_t len = (size_t)p->content_length;
+  void *block = NULL;
+  if (len > 0 && len >= r->block_min && r->body_get != NULL &&
+      (block = r->body_get(r->block_ud, len)) != NULL) {
+    r->body = block;
+    r->body_cap = len;
+    r->body_lent = 1;
+  } else if (len > r->own_cap) {
+    char *b = realloc(r->own_body, len);
     if (b == NULL)
       return fail(r, 413, "out of memory for the body");
-    r->body = b;
-    r->body_cap = (size_t)p->content_length;
+    r->body = r->own_body = b;
+    r->body_cap = r->own_cap = len;
   }
+  r->body_expect = len;
+  r->in_body = len > 0;
   if (r->on_headers != NULL && r->on_headers(r, r->ud) != 0)
     return -1;
   return 0;
@@ -150,7 +170,8 @@ static int on_body(http_parser *p, const char *at, size_t len) {
     /* Content-Length bounded it and sized the buffer. */
     if (r->body_len + len > r->body_cap)
       return fail(r, 413, "body larger than --http-max-body");
-    memcpy(r->body + r->body_len, at, len);
+    if (at != r->body + r->body_len) /* else read in place */
+      memcpy(r->body + r->body_len, at, len);
     r->body_len += len;
     return 0;
   }
@@ -161,7 +182,10 @@ static int on_body(http_parser *p, const char *at, size_t len) {
 
 static int on_message_complete(http_parser *p) {
   mlpd_httpreq_t *r = p->data;
-  return r->on_request != NULL ? r->on_request(r, r->ud) : 0;
+  r->in_body = 0;
+  int rc = r->on_request != NULL ? r->on_request(r, r->ud) : 0;
+  give_back(r);
+  return rc;
 }
 
 static const http_parser_settings *settings(void) {
@@ -200,10 +224,37 @@ void mlpd_httpreq_body_mode(mlpd_httpreq_t *r, size_t body_max,
   r->on_headers = on_headers;
 }
 
+void mlpd_httpreq_body_blocks(mlpd_httpreq_t *r, size_t min,
+                              void *(*get)(void *ud, size_t len),
+                              void (*put)(void *ud, void *block), void *ud) {
+  r->block_min = min;
+  r->body_get = get;
+  r->body_put = put;
+  r->block_ud = ud;
+}
+
+void *mlpd_httpreq_take_body(mlpd_httpreq_t *r) {
+  if (!r->body_lent)
+    return NULL;
+  r->body_lent = 0; /* r->body stays until give_back */
+  return r->body;
+}
+
+int mlpd_httpreq_body_room(const mlpd_httpreq_t *r, char **p, size_t *len) {
+  if (!r->in_body || r->body_len >= r->body_expect ||
+      HTTP_PARSER_ERRNO(&r->parser) != HPE_OK)
+    return 0;
+  *p = r->body + r->body_len;
+  *len = r->body_expect - r->body_len;
+  return 1;
+}
+
 void mlpd_httpreq_free(mlpd_httpreq_t *r) {
-  free(r->body);
-  r->body = NULL;
-  r->body_cap = r->body_len = 0;
+  give_back(r);
+  free(r->own_body);
+  r->body = r->own_body = NULL;
+  r->body_cap = r->own_cap = r->body_len = 0;
+  r->in_body = 0;
 }
 
 int mlpd_httpreq_error_status(const mlpd_httpreq_t *r) {

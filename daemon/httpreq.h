@@ -59,8 +59,18 @@ struct mlpd_httpreq_s {
   size_t body_max;
   mlpd_httpreq_cb on_headers; /* body mode: after the headers of a request
                                  that passed the bounds (may be NULL) */
-  char *body;                 /* owned: the body of the current request */
+  char *body;                 /* the body of the current request: in own_body,
+                                 or in a block lent by body_get */
   size_t body_len, body_cap;
+  size_t body_expect;         /* its Content-Length, while it is read */
+  int in_body;                /* between headers and message complete */
+  char *own_body;             /* owned: grown to the largest body not lent */
+  size_t own_cap;
+  int body_lent;              /* body is a block of body_get's */
+  size_t block_min;           /* mlpd_httpreq_body_blocks */
+  void *(*body_get)(void *ud, size_t len);
+  void (*body_put)(void *ud, void *block);
+  void *block_ud;
   int expect_continue;        /* Expect: 100-continue */
   int has_ihcl;               /* Inference-Header-Content-Length given */
   size_t ihcl_len;
@@ -93,7 +103,28 @@ void mlpd_httpreq_pause(mlpd_httpreq_t *r, int paused);
 void mlpd_httpreq_body_mode(mlpd_httpreq_t *r, size_t body_max,
                             mlpd_httpreq_cb on_headers);
 
-/* Frees the body buffer (body mode). */
+/* Body mode: a body of at least `min` bytes goes into a block that
+ * get(ud, len) lends (NULL: into the module's own buffer), so that the
+ * caller can keep it past the request without a copy
+ * (mlpd_httpreq_take_body). A lent block not taken by the time on_request
+ * returns, or when the request fails or is freed half read, goes back
+ * through put(ud, block). */
+void mlpd_httpreq_body_blocks(mlpd_httpreq_t *r, size_t min,
+                              void *(*get)(void *ud, size_t len),
+                              void (*put)(void *ud, void *block), void *ud);
+
+/* During on_request: the lent block the body lies in, now the caller's
+ * (r->body stays readable until on_request returns); NULL when the body is
+ * in the module's own buffer. */
+void *mlpd_httpreq_take_body(mlpd_httpreq_t *r);
+
+/* Body mode, while a body is being read: 1 with where its remaining
+ * `*len` bytes go, so that the caller can read them from the socket in
+ * place and then feed exactly those bytes (at *p) to
+ * mlpd_httpreq_execute, which then copies nothing; 0 otherwise. */
+int mlpd_httpreq_body_room(const mlpd_httpreq_t *r, char **p, size_t *len);
+
+/* Frees the body buffer (body mode) and gives back a lent block. */
 void mlpd_httpreq_free(mlpd_httpreq_t *r);
 
 /* After a parse error: the status to answer it with (411, 413, 414, 417,

@@ -32,6 +32,9 @@ typedef struct {
   int ext;                        /* from another front end (no conn) */
   mlpd_requests_done_fn ext_done; /* NULL once cancelled */
   void *ext_ud;
+  mlpd_bufcache_t *ext_blocks; /* where its blocks go back */
+  void *ext_in_block;          /* owned: its rows arrived in it */
+  void *ext_out_block;         /* owned until taken: its answer's rows */
   size_t win_bytes; /* counted in its connection's window */
 } dreq_t;
 
@@ -458,7 +461,7 @@ static void count_done(mlpd_requests_t *r, const dreq_t *q,
       if (q->in_region != NULL || q->out_region != NULL) {
         m->shm_rows_direct += (uint64_t)req->direct_rows;
         m->shm_rows_copied += (uint64_t)(req->rows - req->direct_rows);
-      } else if (!q->ext) {
+      } else {
         m->inline_rows_direct += (uint64_t)req->direct_rows;
         m->inline_rows_copied += (uint64_t)(req->rows - req->direct_rows);
       }
@@ -480,6 +483,10 @@ static void free_req(mlpd_requests_t *r, dreq_t *q) {
     mlpd_region_unref(q->in_region);
   if (q->out_region != NULL)
     mlpd_region_unref(q->out_region);
+  if (q->ext_blocks != NULL) {
+    mlpd_bufcache_put(q->ext_blocks, q->ext_in_block);
+    mlpd_bufcache_put(q->ext_blocks, q->ext_out_block);
+  }
   mlpd_bufcache_put(&r->cache, q->src_copy);
   mlpd_bufcache_put(&r->cache, q);
 }
@@ -1298,9 +1305,35 @@ int mlpd_requests_models(mlpd_requests_t *r, mlpd_models_status_t *out,
   return mlpd_models_list(&r->board->models, out, max);
 }
 
+/* choose_direct's rule for another front end's blocks: those in the
+ * pinned arena move by DMA alone. */
+static void ext_direct(mlpd_requests_t *r, dreq_t *d,
+                       const mlpd_requests_infer_t *in,
+                       const mlpd_batcher_shape_t *sh) {
+  mlpd_region_t *a = r->arena;
+  if (!sh->direct_io || a == NULL || in->blocks == NULL ||
+      a->pin_state != MLPD_REGION_PIN_PINNED)
+    return;
+  if (in->in_block != NULL && mlpd_bufcache_in_arena(in->blocks, in->in_block)) {
+    d->r.direct |= MLPD_REQ_DIRECT_IN;
+    d->r.direct_in_id = a;
+  }
+  if (in->out != NULL && mlpd_bufcache_in_arena(in->blocks, in->out_block)) {
+    d->r.direct |= MLPD_REQ_DIRECT_OUT;
+    d->r.direct_out_id = a;
+  }
+}
+
+void *mlpd_requests_take_out(const mlpd_req_t *req) {
+  dreq_t *d = (dreq_t *)req; /* this module's own record */
+  void *b = d->ext_out_block;
+  d->ext_out_block = NULL;
+  return b;
+}
+
 static int infer_ext(mlpd_requests_t *r, const mlpd_requests_infer_t *in,
-                     void **handle, mlpd_status_t *status, char *msg,
-                     size_t cap) {
+                     void **handle, int *blocks_held, mlpd_status_t *status,
+                     char *msg, size_t cap) {
   const mlpd_batcher_shape_t *sh = NULL;
   int index = -1;
   *handle = NULL;
@@ -1315,13 +1348,19 @@ static int infer_ext(mlpd_requests_t *r, const mlpd_requests_infer_t *in,
   }
   size_t out_bytes = (size_t)in->rows * (size_t)sh->out_features *
                      mlpd_dtype_size(in->out_dtype);
-  dreq_t *d = mlpd_bufcache_get(&r->cache, sizeof(*d) + out_bytes);
+  dreq_t *d = mlpd_bufcache_get(&r->cache,
+                                sizeof(*d) + (in->out != NULL ? 0 : out_bytes));
   if (d == NULL) {
     *status = MLPD_STATUS_RESOURCE_EXHAUSTED;
     snprintf(msg, cap, "out of memory for %d output rows", in->rows);
     return -ENOMEM;
   }
   memset(d, 0, sizeof(*d));
+  /* From here the record frees the blocks, whatever becomes of it. */
+  *blocks_held = 1;
+  d->ext_blocks = in->blocks;
+  d->ext_in_block = in->in_block;
+  d->ext_out_block = in->out_block;
   d->ext = 1;
   d->ext_done = in->done;
   d->ext_ud = in->done_ud;
@@ -1334,9 +1373,11 @@ static int infer_ext(mlpd_requests_t *r, const mlpd_requests_infer_t *in,
   d->r.in_dtype = in->in_dtype;
   d->r.out_dtype = in->out_dtype;
   d->r.src = in->data;
-  d->r.out = (uint8_t *)(d + 1);
+  d->r.src_stable = in->in_block != NULL;
+  d->r.out = in->out != NULL ? in->out : (uint8_t *)(d + 1);
   d->r.arrival_ns = in->arrival_ns;
   d->r.deadline_ns = in->deadline_ns;
+  ext_direct(r, d, in, sh);
   rc = mlpd_scheduler_admit(r->sched, &d->r, in->arrival_ns);
   if (rc != 0) {
     if (rc == MLPD_EBUSY) {
@@ -1372,7 +1413,12 @@ static int infer_ext(mlpd_requests_t *r, const mlpd_requests_infer_t *in,
 int mlpd_requests_infer(mlpd_requests_t *r, const mlpd_requests_infer_t *in,
                         void **handle, mlpd_status_t *status, char *msg,
                         size_t cap) {
-  int rc = infer_ext(r, in, handle, status, msg, cap);
+  int held = 0;
+  int rc = infer_ext(r, in, handle, &held, status, msg, cap);
+  if (!held && in->blocks != NULL) {
+    mlpd_bufcache_put(in->blocks, in->in_block);
+    mlpd_bufcache_put(in->blocks, in->out_block);
+  }
   if (rc != 0 && *handle == NULL)
     STATS(r, mlpd_metrics_count_uid(m, in->uid_slot, *status));
   return rc;

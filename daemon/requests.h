@@ -182,14 +182,31 @@ typedef struct mlpd_requests_infer_s {
   int rows, cols;
   mlpd_dtype_t in_dtype, out_dtype;
   const void *data; /* rows x cols of in_dtype, any alignment; valid until
-                       the call returns */
+                       the call returns (unless in in_block) */
   size_t data_len;
+  /* Zero copy (all optional): blocks of `blocks` that an admitted request
+   * owns until it is freed, then puts back there. data may lie in
+   * in_block (then it is never copied to wait in the queue); out, when
+   * set, is where the output rows go, in out_block, which the done
+   * callback may take back (mlpd_requests_take_out). Rows in blocks that
+   * lie in the thread's pinned arena (mlpd_requests_set_arena) move to and
+   * from the devices without a host copy. The blocks are the request's
+   * from the call on, admitted or refused (a refused one's go back at
+   * once). */
+  mlpd_bufcache_t *blocks;
+  void *in_block;
+  uint8_t *out;
+  void *out_block;
   uint64_t arrival_ns;
   uint64_t deadline_ns; /* 0 = none */
   int uid_slot;         /* metrics label, -1 = none */
   mlpd_requests_done_fn done;
   void *done_ud;
 } mlpd_requests_infer_t;
+
+/* During the done callback of an OK answer: the infer's out_block, with
+ * the output rows at its `out`, now the caller's; NULL when it had none. */
+void *mlpd_requests_take_out(const mlpd_req_t *req);
 
 /* Admits the request. Returns 0 (done will be called once, unless it is
  * cancelled first; *handle names it) or a negative code with *status and

@@ -244,9 +244,9 @@ static int parse_command_line(mlpd_config_t *cfg, int argc, char **argv,
       {"io-arena-bytes", 0, MLPD_OPT_SIZE, &io_arena, 0,
        (double)(1ull << 36), .meta = "B",
        .help = "memory of each I/O thread pinned for the GPUs, that large "
-               "inline\nframes are received into and answered from, "
-               "without a copy\n(default 64M, only when a GPU serves; 0: "
-               "off)"},
+               "inline\nframes and HTTP bodies are received into and "
+               "answered from,\nwithout a copy (default 64M, only when a "
+               "GPU serves; 0: off)"},
       {"http-listen", 0, MLPD_OPT_STRING, &cfg->http_listen,
        .meta = "ADDR",
        .help = "HTTP: /healthz /readyz /metrics and the Open Inference "

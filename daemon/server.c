@@ -68,6 +68,8 @@ void mlpd_server_set_arena(mlpd_server_t *s, void *base, size_t size) {
   mlpd_bufcache_set_arena(&s->wcache, base, size, MLPD_SERVER_ARENA_MIN);
 }
 
+mlpd_bufcache_t *mlpd_server_blocks(mlpd_server_t *s) { return &s->wcache; }
+
 int mlpd_server_in_arena(const mlpd_server_t *s, uint8_t *buf) {
   return buf != NULL && mlpd_bufcache_in_arena(&s->wcache, wbuf_of(buf));
 }

@@ -201,6 +201,12 @@ void mlpd_server_free_write(mlpd_server_t *s, uint8_t *buf);
  * (bufcache.h); blocks taken before stay where they are. */
 void mlpd_server_set_arena(mlpd_server_t *s, void *base, size_t size);
 
+/* The thread's block cache, which holds the arena: another front end on
+ * the same loop (httpconn.h) draws its records, bodies and answers from
+ * it, so that its large ones lie in the arena too. Valid until
+ * mlpd_server_free_cache. */
+mlpd_bufcache_t *mlpd_server_blocks(mlpd_server_t *s);
+
 /* 1 when buf (from mlpd_server_alloc_write) lies in the arena. */
 int mlpd_server_in_arena(const mlpd_server_t *s, uint8_t *buf);
 

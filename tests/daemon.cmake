@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # The daemon's own suites: batching policy (unit, fake clock) and the real
 # daemon in a child process (framing, bad input, concurrency, lifecycle).
-add_library(mlpd_daemonutil STATIC daemonutil.c)
+add_library(mlpd_daemonutil STATIC daemonutil.c httputil.c)
 target_link_libraries(mlpd_daemonutil PUBLIC mlpd_testutil mlpd_proto)
 target_compile_definitions(mlpd_daemonutil PRIVATE
   MLPD_BINARY_DIR="${PROJECT_BINARY_DIR}")

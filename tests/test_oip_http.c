@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "daemonutil.h"
+#include "httputil.h"
 #include "rowsfile.h"
 #include "testutil.h"
 
@@ -37,118 +38,13 @@
 
 /* ---- a small HTTP client: one buffered reader per connection ---- */
 
-typedef struct {
-  int fd;
-  char *buf;
-  size_t len, cap;
-} hc_t;
-
-typedef struct {
-  int status;
-  long ihcl; /* Inference-Header-Content-Length, -1 when absent */
-  int close;
-  char *body; /* malloc'ed, NUL-terminated */
-  size_t blen;
-} hr_t;
-
-static void hc_open(hc_t *c, const char *path) {
-  memset(c, 0, sizeof(*c));
-  c->fd = td_connect(path);
-  assert_true(c->fd >= 0);
-}
-
-static int hc_open_tcp(hc_t *c, int port) {
-  memset(c, 0, sizeof(*c));
-  c->fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  return connect(c->fd, (struct sockaddr *)&a, sizeof(a));
-}
-
-static void hc_close(hc_t *c) {
-  close(c->fd);
-  free(c->buf);
-}
-
-/* Reads more into the buffer; 0 at EOF. Fails the test after 20 s. */
-static ssize_t hc_fill(hc_t *c) {
-  if (c->cap - c->len < 65536) {
-    c->cap = c->cap * 2 + 65536;
-    c->buf = realloc(c->buf, c->cap + 1);
-    assert_non_null(c->buf);
-  }
-  struct pollfd p = {.fd = c->fd, .events = POLLIN};
-  if (poll(&p, 1, 20000) != 1)
-    fail_msg("no answer within 20 s");
-  ssize_t n = recv(c->fd, c->buf + c->len, c->cap - c->len, 0);
-  if (n < 0 && errno == ECONNRESET)
-    n = 0;
-  assert_true(n >= 0);
-  c->len += (size_t)n;
-  c->buf[c->len] = '\0';
-  return n;
-}
-
-static void hc_consume(hc_t *c, size_t n) {
-  memmove(c->buf, c->buf + n, c->len - n);
-  c->len -= n;
-}
-
-/* One response; returns 0, or -1 at EOF before one. */
-static int hc_read(hc_t *c, hr_t *r) {
-  memset(r, 0, sizeof(*r));
-  char *end;
-  while ((end = c->len ? strstr(c->buf, "\r\n\r\n") : NULL) == NULL)
-    if (hc_fill(c) == 0)
-      return -1;
-  size_t hlen = (size_t)(end - c->buf) + 4;
-  assert_int_equal(sscanf(c->buf, "HTTP/1.1 %d", &r->status), 1);
-  r->ihcl = -1;
-  size_t clen = 0;
-  for (char *l = strstr(c->buf, "\r\n") + 2; l < end;
-       l = strstr(l, "\r\n") + 2) {
-    if (strncasecmp(l, "Content-Length:", 15) == 0)
-      clen = strtoul(l + 15, NULL, 10);
-    else if (strncasecmp(l, "Inference-Header-Content-Length:", 32) == 0)
-      r->ihcl = strtol(l + 32, NULL, 10);
-    else if (strncasecmp(l, "Connection: close", 17) == 0)
-      r->close = 1;
-  }
-  if (r->status == 100) {
-    hc_consume(c, hlen);
-    return 0;
-  }
-  while (c->len < hlen + clen)
-    if (hc_fill(c) == 0)
-      fail_msg("EOF inside a response body");
-  r->body = malloc(clen + 1);
-  memcpy(r->body, c->buf + hlen, clen);
-  r->body[clen] = '\0';
-  r->blen = clen;
-  hc_consume(c, hlen + clen);
-  return 0;
-}
-
-static void hr_free(hr_t *r) { free(r->body); }
-
-static void hc_send(hc_t *c, const char *method, const char *path,
-                    const char *headers, const void *body, size_t blen) {
-  char head[1024];
-  int n = snprintf(head, sizeof(head),
-                   "%s %s HTTP/1.1\r\nHost: t\r\n%sContent-Length: %zu\r\n\r\n",
-                   method, path, headers ? headers : "", blen);
-  td_write_all(c->fd, head, (size_t)n);
-  if (blen)
-    td_write_all(c->fd, body, blen);
-}
-
 static int do_req(const char *sock, const char *method, const char *path,
-                  const char *body, hr_t *r) {
-  hc_t c;
-  hc_open(&c, sock);
-  hc_send(&c, method, path, NULL, body, body ? strlen(body) : 0);
-  assert_int_equal(hc_read(&c, r), 0);
-  hc_close(&c);
+                  const char *body, th_resp_t *r) {
+  th_conn_t c;
+  th_open(&c, sock);
+  th_send(&c, method, path, NULL, body, body ? strlen(body) : 0);
+  assert_int_equal(th_read(&c, r), 0);
+  th_close(&c);
   return r->status;
 }
 
@@ -189,7 +85,7 @@ static int teardown(void **state) {
   return 0;
 }
 
-static json_t *parse(const hr_t *r) {
+static json_t *parse(const th_resp_t *r) {
   json_error_t je;
   json_t *j = json_loadb(r->body, r->blen, 0, &je);
   if (j == NULL)
@@ -197,7 +93,7 @@ static json_t *parse(const hr_t *r) {
   return j;
 }
 
-static void expect_error(const hr_t *r, int status, const char *needle) {
+static void expect_error(const th_resp_t *r, int status, const char *needle) {
   if (r->status != status)
     fail_msg("status %d, wanted %d: %s", r->status, status, r->body);
   json_t *j = parse(r);
@@ -212,19 +108,19 @@ static void expect_error(const hr_t *r, int status, const char *needle) {
 
 static void test_endpoints(void **state) {
   (void)state;
-  hr_t r;
+  th_resp_t r;
   assert_int_equal(do_req(http_sock, "GET", "/v2/health/live", NULL, &r),
                    200);
   json_t *j = parse(&r);
   assert_true(json_is_true(json_object_get(j, "live")));
   json_decref(j);
-  hr_free(&r);
+  th_resp_free(&r);
   assert_int_equal(do_req(http_sock, "GET", "/v2/health/ready", NULL, &r),
                    200);
   j = parse(&r);
   assert_true(json_is_true(json_object_get(j, "ready")));
   json_decref(j);
-  hr_free(&r);
+  th_resp_free(&r);
 
   assert_int_equal(do_req(http_sock, "GET", "/v2", NULL, &r), 200);
   j = parse(&r);
@@ -235,7 +131,7 @@ static void test_endpoints(void **state) {
   assert_string_equal(json_string_value(json_array_get(ext, 0)),
                       "binary_tensor_data");
   json_decref(j);
-  hr_free(&r);
+  th_resp_free(&r);
 
   assert_int_equal(do_req(http_sock, "GET", "/v2/models/digits", NULL, &r),
                    200);
@@ -257,7 +153,7 @@ static void test_endpoints(void **state) {
                        json_object_get(out0, "shape"), 1)),
                    10);
   json_decref(j);
-  hr_free(&r);
+  th_resp_free(&r);
 
   assert_int_equal(
       do_req(http_sock, "GET", "/v2/models/digits/ready", NULL, &r), 200);
@@ -266,32 +162,32 @@ static void test_endpoints(void **state) {
                       "digits");
   assert_true(json_is_true(json_object_get(j, "ready")));
   json_decref(j);
-  hr_free(&r);
+  th_resp_free(&r);
 
   do_req(http_sock, "GET", "/v2/models/nope", NULL, &r);
   expect_error(&r, 404, "unknown model 'nope'");
-  hr_free(&r);
+  th_resp_free(&r);
   do_req(http_sock, "GET", "/v2/models/digits/versions/7/ready", NULL, &r);
   expect_error(&r, 404, "no version '7'");
-  hr_free(&r);
+  th_resp_free(&r);
   do_req(http_sock, "POST", "/v2/models/nope/infer", "{}", &r);
   expect_error(&r, 404, "unknown model");
-  hr_free(&r);
+  th_resp_free(&r);
   do_req(http_sock, "GET", "/v2/models/digits/infer", NULL, &r);
   expect_error(&r, 405, "POST");
-  hr_free(&r);
+  th_resp_free(&r);
   do_req(http_sock, "GET", "/v2/nothing", NULL, &r);
   expect_error(&r, 404, NULL);
-  hr_free(&r);
+  th_resp_free(&r);
 
   /* The probes share the listener. */
   assert_int_equal(do_req(http_sock, "GET", "/healthz", NULL, &r), 200);
-  hr_free(&r);
+  th_resp_free(&r);
   assert_int_equal(do_req(http_sock, "GET", "/readyz", NULL, &r), 200);
-  hr_free(&r);
+  th_resp_free(&r);
   assert_int_equal(do_req(http_sock, "GET", "/metrics", NULL, &r), 200);
   assert_non_null(strstr(r.body, "mlpd_"));
-  hr_free(&r);
+  th_resp_free(&r);
 
   /* Repository: the index lists the model; load/unload pass the access
    * check (our own uid on a Unix path) and reach the model table, which
@@ -306,13 +202,13 @@ static void test_endpoints(void **state) {
       json_string_value(json_object_get(json_array_get(j, 0), "state")),
       "READY");
   json_decref(j);
-  hr_free(&r);
+  th_resp_free(&r);
   do_req(http_sock, "POST", "/v2/repository/models/nope/load", "", &r);
   expect_error(&r, 404, "nope");
-  hr_free(&r);
+  th_resp_free(&r);
   do_req(http_sock, "POST", "/v2/repository/models/nope/unload", "", &r);
   expect_error(&r, 404, "nope");
-  hr_free(&r);
+  th_resp_free(&r);
 
   /* The spec's own inference example: a UINT32 tensor, refused by name. */
   do_req(http_sock, "POST", "/v2/models/digits/infer",
@@ -321,7 +217,7 @@ static void test_endpoints(void **state) {
          "[{\"name\":\"output\"}]}",
          &r);
   expect_error(&r, 400, "UINT32");
-  hr_free(&r);
+  th_resp_free(&r);
 }
 
 /* ---- inference: JSON, binary, native ---- */
@@ -381,7 +277,7 @@ static void test_json_digits(void **state) {
   float *native = native_infer();
   for (int nested = 0; nested < 2; nested++) {
     char *body = json_rows(nested, "digits-1");
-    hr_t r;
+    th_resp_t r;
     assert_int_equal(
         do_req(http_sock, "POST", "/v2/models/digits/infer", body, &r), 200);
     free(body);
@@ -414,7 +310,7 @@ static void test_json_digits(void **state) {
     assert_int_equal(same, rows.rows);
     assert_true(acc >= 0.974);
     json_decref(j);
-    hr_free(&r);
+    th_resp_free(&r);
   }
   free(native);
 }
@@ -457,17 +353,17 @@ static void test_binary(void **state) {
                               p);
       free(j);
     }
-    hc_t c;
-    hc_open(&c, http_sock);
-    hc_send(&c, "POST", "/v2/models/digits/infer", headers, body, blen);
+    th_conn_t c;
+    th_open(&c, http_sock);
+    th_send(&c, "POST", "/v2/models/digits/infer", headers, body, blen);
     free(body);
-    hr_t r;
-    assert_int_equal(hc_read(&c, &r), 0);
+    th_resp_t r;
+    assert_int_equal(th_read(&c, &r), 0);
     assert_int_equal(r.status, 200);
     if (bin_out) {
       assert_true(r.ihcl > 0);
       assert_int_equal(r.blen, (size_t)r.ihcl + out_bytes);
-      hr_t hj = {.body = r.body, .blen = (size_t)r.ihcl};
+      th_resp_t hj = {.body = r.body, .blen = (size_t)r.ihcl};
       json_t *j = parse(&hj);
       json_t *o = json_array_get(json_object_get(j, "outputs"), 0);
       assert_int_equal(json_integer_value(json_object_get(
@@ -488,8 +384,8 @@ static void test_binary(void **state) {
       }
       json_decref(j);
     }
-    hr_free(&r);
-    hc_close(&c);
+    th_resp_free(&r);
+    th_close(&c);
   }
   free(native);
 }
@@ -526,19 +422,19 @@ static void test_binary_half(void **state) {
     memcpy(body + n, in, n_in * 2);
     char hdr[96];
     snprintf(hdr, sizeof(hdr), "Inference-Header-Content-Length: %d\r\n", n);
-    hc_t c;
-    hc_open(&c, http_sock);
-    hc_send(&c, "POST", "/v2/models/digits/infer", hdr, body,
+    th_conn_t c;
+    th_open(&c, http_sock);
+    th_send(&c, "POST", "/v2/models/digits/infer", hdr, body,
             (size_t)n + n_in * 2);
-    hr_t r;
-    assert_int_equal(hc_read(&c, &r), 0);
+    th_resp_t r;
+    assert_int_equal(th_read(&c, &r), 0);
     assert_int_equal(r.status, 200);
     assert_true(r.ihcl > 0);
     assert_int_equal(r.blen, (size_t)r.ihcl + n_out * 2);
     assert_non_null(strstr(r.body, names[t]));
     assert_memory_equal(r.body + r.ihcl, nat.data, n_out * 2);
-    hr_free(&r);
-    hc_close(&c);
+    th_resp_free(&r);
+    th_close(&c);
     td_response_free(&nat);
     free(body);
     free(in);
@@ -560,7 +456,7 @@ static char *one_row(int row, const char *id) {
   return s;
 }
 
-static void check_row_answer(const hr_t *r, const char *id) {
+static void check_row_answer(const th_resp_t *r, const char *id) {
   if (r->status != 200)
     fail_msg("status %d: %s", r->status, r->body);
   json_t *j = parse(r);
@@ -575,22 +471,22 @@ static void check_row_answer(const hr_t *r, const char *id) {
  * that waits for 100 Continue gets it. */
 static void test_pipeline(void **state) {
   (void)state;
-  hc_t c;
-  hc_open(&c, http_sock);
+  th_conn_t c;
+  th_open(&c, http_sock);
   char id[32];
   for (int round = 0; round < 3; round++) {
     for (int i = 0; i < 20; i++) {
       snprintf(id, sizeof(id), "p%d", i);
       char *b = one_row(i, id);
       if (i % 5 == 4)
-        hc_send(&c, "GET", "/v2/health/ready", NULL, NULL, 0);
+        th_send(&c, "GET", "/v2/health/ready", NULL, NULL, 0);
       else
-        hc_send(&c, "POST", "/v2/models/digits/infer", NULL, b, strlen(b));
+        th_send(&c, "POST", "/v2/models/digits/infer", NULL, b, strlen(b));
       free(b);
     }
     for (int i = 0; i < 20; i++) {
-      hr_t r;
-      assert_int_equal(hc_read(&c, &r), 0);
+      th_resp_t r;
+      assert_int_equal(th_read(&c, &r), 0);
       snprintf(id, sizeof(id), "p%d", i);
       if (i % 5 == 4) {
         assert_int_equal(r.status, 200);
@@ -599,7 +495,7 @@ static void test_pipeline(void **state) {
         check_row_answer(&r, id);
       }
       assert_false(r.close);
-      hr_free(&r);
+      th_resp_free(&r);
     }
   }
   /* Expect: 100-continue: the interim answer, then the body, then the
@@ -611,15 +507,15 @@ static void test_pipeline(void **state) {
                    "Expect: 100-continue\r\nContent-Length: %zu\r\n\r\n",
                    strlen(b));
   td_write_all(c.fd, head, (size_t)n);
-  hr_t r;
-  assert_int_equal(hc_read(&c, &r), 0);
+  th_resp_t r;
+  assert_int_equal(th_read(&c, &r), 0);
   assert_int_equal(r.status, 100);
   td_write_all(c.fd, b, strlen(b));
   free(b);
-  assert_int_equal(hc_read(&c, &r), 0);
+  assert_int_equal(th_read(&c, &r), 0);
   check_row_answer(&r, "cont");
-  hr_free(&r);
-  hc_close(&c);
+  th_resp_free(&r);
+  th_close(&c);
 }
 
 /* ---- malformed input ---- */
@@ -634,19 +530,19 @@ typedef struct {
   const char *needle; /* in the error message */
 } bad_t;
 
-static void send_bad(const bad_t *b, hr_t *r) {
-  hc_t c;
-  hc_open(&c, http_sock);
+static void send_bad(const bad_t *b, th_resp_t *r) {
+  th_conn_t c;
+  th_open(&c, http_sock);
   if (b->raw != NULL)
     td_write_all(c.fd, b->raw, strlen(b->raw));
   else
-    hc_send(&c, "POST", "/v2/models/digits/infer", b->hdrs, b->body,
+    th_send(&c, "POST", "/v2/models/digits/infer", b->hdrs, b->body,
             strlen(b->body));
   if (b->shut)
     shutdown(c.fd, SHUT_WR);
-  if (hc_read(&c, r) != 0)
+  if (th_read(&c, r) != 0)
     fail_msg("%s: no answer", b->what);
-  hc_close(&c);
+  th_close(&c);
 }
 
 static char *deep(int depth) {
@@ -736,24 +632,24 @@ static void test_malformed(void **state) {
        NULL, NULL, 0, 400, NULL},
   };
   /* Another client keeps a connection and is served between each. */
-  hc_t good;
-  hc_open(&good, http_sock);
+  th_conn_t good;
+  th_open(&good, http_sock);
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-    hr_t r;
+    th_resp_t r;
     send_bad(&cases[i], &r);
     if (r.status != cases[i].status)
       fail_msg("%s: status %d, wanted %d: %s", cases[i].what, r.status,
                cases[i].status, r.body);
     expect_error(&r, cases[i].status, cases[i].needle);
-    hr_free(&r);
+    th_resp_free(&r);
     char *b = one_row((int)i, "good");
-    hc_send(&good, "POST", "/v2/models/digits/infer", NULL, b, strlen(b));
+    th_send(&good, "POST", "/v2/models/digits/infer", NULL, b, strlen(b));
     free(b);
-    assert_int_equal(hc_read(&good, &r), 0);
+    assert_int_equal(th_read(&good, &r), 0);
     check_row_answer(&r, "good");
-    hr_free(&r);
+    th_resp_free(&r);
   }
-  hc_close(&good);
+  th_close(&good);
   free(nest);
 }
 
@@ -765,16 +661,16 @@ static void test_deadline(void **state) {
   char *b = one_row(0, "late");
   char *p = strstr(b, "\"inputs\"");
   char body[4096];
-  hr_t r;
+  th_resp_t r;
   snprintf(body, sizeof(body), "{\"parameters\":{\"timeout\":1},%s", p);
   do_req(http_sock, "POST", "/v2/models/digits/infer", body, &r);
   expect_error(&r, 504, "deadline");
-  hr_free(&r);
+  th_resp_free(&r);
   snprintf(body, sizeof(body),
            "{\"id\":\"late\",\"parameters\":{\"timeout\":30000000},%s", p);
   do_req(http_sock, "POST", "/v2/models/digits/infer", body, &r);
   check_row_answer(&r, "late");
-  hr_free(&r);
+  th_resp_free(&r);
   free(b);
 }
 
@@ -810,25 +706,25 @@ static void test_remote(void **state) {
     if (f)
       fclose(f);
     assert_true(port > 0);
-    hc_t c;
-    assert_int_equal(hc_open_tcp(&c, port), 0);
-    hc_send(&c, "POST", "/v2/repository/models/nope/load", NULL, "", 0);
-    hr_t r;
-    assert_int_equal(hc_read(&c, &r), 0);
+    th_conn_t c;
+    assert_int_equal(th_open_tcp(&c, port), 0);
+    th_send(&c, "POST", "/v2/repository/models/nope/load", NULL, "", 0);
+    th_resp_t r;
+    assert_int_equal(th_read(&c, &r), 0);
     /* Refused over TCP unless allowed; allowed, it reaches the model
      * table, which knows no 'nope'. */
     if (pass)
       expect_error(&r, 404, "nope");
     else
       expect_error(&r, 403, "http-allow-repository-remote");
-    hr_free(&r);
+    th_resp_free(&r);
     char *b = one_row(1, "tcp");
-    hc_send(&c, "POST", "/v2/models/digits/infer", NULL, b, strlen(b));
+    th_send(&c, "POST", "/v2/models/digits/infer", NULL, b, strlen(b));
     free(b);
-    assert_int_equal(hc_read(&c, &r), 0);
+    assert_int_equal(th_read(&c, &r), 0);
     check_row_answer(&r, "tcp");
-    hr_free(&r);
-    hc_close(&c);
+    th_resp_free(&r);
+    th_close(&c);
     int st = td_stop(&d2, SIGTERM, 30000);
     td_cleanup(&d2, st != 0);
     assert_int_equal(st, 0);
@@ -856,7 +752,7 @@ static char *row_of(int cols, const char *id) {
  * how many models it lists. */
 static int index_state_of(const char *sock, const char *name, char *state,
                           size_t cap) {
-  hr_t r;
+  th_resp_t r;
   assert_int_equal(do_req(sock, "POST", "/v2/repository/index", "", &r), 200);
   json_t *j = parse(&r);
   assert_true(json_is_array(j));
@@ -869,7 +765,7 @@ static int index_state_of(const char *sock, const char *name, char *state,
   }
   int n = (int)json_array_size(j);
   json_decref(j);
-  hr_free(&r);
+  th_resp_free(&r);
   return n;
 }
 
@@ -911,14 +807,14 @@ static void test_two_models(void **state) {
   char st[32];
   assert_int_equal(index_state_of(sock, "narrow", st, sizeof(st)), 2);
 
-  hr_t r;
+  th_resp_t r;
   assert_int_equal(do_req(sock, "GET", "/v2/models/narrow", NULL, &r), 200);
   json_t *j = parse(&r);
   json_t *in0 = json_array_get(json_object_get(j, "inputs"), 0);
   assert_int_equal(
       json_integer_value(json_array_get(json_object_get(in0, "shape"), 1)), 8);
   json_decref(j);
-  hr_free(&r);
+  th_resp_free(&r);
 
   /* Each name reaches its own model: 8 columns for narrow (3 outputs),
    * 64 for digits (10), and each refuses the other's width. */
@@ -944,51 +840,51 @@ static void test_two_models(void **state) {
     got[k] = (float)json_number_value(json_array_get(data, (size_t)k));
   assert_true(tu_rel_frobenius(got, y, 3) < 1e-4);
   json_decref(j);
-  hr_free(&r);
+  th_resp_free(&r);
   do_req(sock, "POST", "/v2/models/digits/infer", b64, &r);
   check_row_answer(&r, "d");
-  hr_free(&r);
+  th_resp_free(&r);
   do_req(sock, "POST", "/v2/models/digits/infer", b8, &r);
   expect_error(&r, 400, "takes");
-  hr_free(&r);
+  th_resp_free(&r);
   do_req(sock, "POST", "/v2/models/narrow/infer", b64, &r);
   expect_error(&r, 400, "takes");
-  hr_free(&r);
+  th_resp_free(&r);
   do_req(sock, "POST", "/v2/models/nope/infer", b8, &r);
   expect_error(&r, 404, "unknown model 'nope'");
-  hr_free(&r);
+  th_resp_free(&r);
 
   /* Unload over the Unix-path listener (our own uid): 200 once accepted;
    * when it has settled the model is listed, unavailable, and refused. */
   do_req(sock, "POST", "/v2/repository/models/narrow/unload", "", &r);
   if (r.status != 200)
     fail_msg("unload: %d %s", r.status, r.body);
-  hr_free(&r);
+  th_resp_free(&r);
   wait_state(sock, "narrow", "UNAVAILABLE");
   assert_int_equal(index_state_of(sock, "digits", st, sizeof(st)), 2);
   assert_string_equal(st, "READY");
   do_req(sock, "POST", "/v2/models/narrow/infer", b8, &r);
   expect_error(&r, 503, "narrow");
-  hr_free(&r);
+  th_resp_free(&r);
   do_req(sock, "GET", "/v2/models/narrow/ready", NULL, &r);
   assert_int_equal(r.status, 503);
   j = parse(&r);
   assert_true(json_is_false(json_object_get(j, "ready")));
   json_decref(j);
-  hr_free(&r);
+  th_resp_free(&r);
   do_req(sock, "POST", "/v2/models/digits/infer", b64, &r);
   check_row_answer(&r, "d");
-  hr_free(&r);
+  th_resp_free(&r);
 
   /* And back. */
   do_req(sock, "POST", "/v2/repository/models/narrow/load", "", &r);
   if (r.status != 200)
     fail_msg("load: %d %s", r.status, r.body);
-  hr_free(&r);
+  th_resp_free(&r);
   wait_state(sock, "narrow", "READY");
   do_req(sock, "POST", "/v2/models/narrow/infer", b8, &r);
   check_row_answer(&r, "n");
-  hr_free(&r);
+  th_resp_free(&r);
 
   free(b8);
   free(b64);

@@ -43,6 +43,7 @@
 #include <cmocka.h>
 
 #include "daemonutil.h"
+#include "httputil.h"
 
 #define MODEL MLPD_MODELS_DIR "/digits.safetensors"
 #define HELDOUT MLPD_MODELS_DIR "/digits-heldout.safetensors"
@@ -54,6 +55,7 @@
 static struct {
   int real;         /* the real plugin on cuda:0 */
   mlpd_rows_t rows; /* held-out digits, f32 [n][IN] */
+  char http[400];   /* spawn_ex adds this HTTP listener when set */
 } g;
 
 /* ---- helpers ---- */
@@ -73,17 +75,24 @@ static void spawn_ex(td_daemon_t *d, const char *delay_ms, int refuse_register,
                      const char *register_delay_ms, int one_thread,
                      const char *arena) {
   static char delay[64], reg_delay[80];
-  const char *args[] = {"--io-arena-bytes",
-                        arena != NULL ? arena : "64M",
-                        "--device",
-                        g.real ? "cuda:0" : "cuda:0,cuda:1",
-                        "--max-batch",
-                        "64",
-                        "--max-delay-us",
-                        "2000",
-                        one_thread ? "--io-threads" : NULL,
-                        "1",
-                        NULL};
+  const char *args[16] = {"--io-arena-bytes",
+                          arena != NULL ? arena : "64M",
+                          "--device",
+                          g.real ? "cuda:0" : "cuda:0,cuda:1",
+                          "--max-batch",
+                          "64",
+                          "--max-delay-us",
+                          "2000"};
+  int na = 8;
+  if (one_thread) {
+    args[na++] = "--io-threads";
+    args[na++] = "1";
+  }
+  if (g.http[0] != '\0') {
+    args[na++] = "--http-listen";
+    args[na++] = g.http;
+  }
+  args[na] = NULL;
   const char *env[6];
   int n = 0;
   env[n++] = g.real ? "MLPD_PLUGIN_DIR=" MLPD_REAL_PLUGIN_DIR
@@ -833,6 +842,166 @@ static void test_inline_arena(void **state) {
     free(ref[k]);
 }
 
+/* The load of test_http_arena over the Open Inference Protocol's binary
+ * extension: rows, dtype, whether the answer is JSON, whether the request
+ * is malformed (its shape's width is not the model's: a 400 after its body
+ * was read into a block). Bodies of 64 KiB or more are read into blocks
+ * of their own (f32 rows from 256 on), answers of 64 KiB or more written
+ * in place (f32 rows from 1639 on). */
+static const struct {
+  int rows;
+  mlpd_dtype_t dt;
+  int json_out;
+  int bad;
+} http_load[] = {
+    {300, MLPD_DTYPE_F32, 0, 0},  {300, MLPD_DTYPE_F32, 0, 0},
+    {1, MLPD_DTYPE_F32, 0, 0},    {2000, MLPD_DTYPE_F32, 0, 0},
+    {300, MLPD_DTYPE_F32, 0, 1},  {600, MLPD_DTYPE_BF16, 0, 0},
+    {2000, MLPD_DTYPE_F32, 1, 0}, {2000, MLPD_DTYPE_F32, 0, 0},
+};
+#define NHTTP MLPD_ARRAY_SIZE(http_load)
+
+/* Request k's body: the JSON part, then its rows (held-out rows from 7k,
+ * or rows 1 wider for the bad one). */
+static char *http_body(size_t k, size_t *blen, char *hdrs, size_t hcap) {
+  int cols = http_load[k].bad ? IN + 1 : IN;
+  const char *dt = http_load[k].dt == MLPD_DTYPE_F32 ? "FP32" : "BF16";
+  size_t bytes =
+      (size_t)http_load[k].rows * cols * mlpd_dtype_size(http_load[k].dt);
+  char js[400];
+  int n = snprintf(js, sizeof(js),
+                   "{\"id\":\"r%zu\",\"inputs\":[{\"name\":\"input\","
+                   "\"shape\":[%d,%d],\"datatype\":\"%s\",\"parameters\":"
+                   "{\"binary_data_size\":%zu}}],\"outputs\":[{\"name\":"
+                   "\"output\",\"parameters\":{\"binary_data\":%s}}]}",
+                   k, http_load[k].rows, cols, dt, bytes,
+                   http_load[k].json_out ? "false" : "true");
+  void *x = rows_as(7 * (int)k, http_load[k].rows * cols / IN + 1,
+                    http_load[k].dt);
+  char *body = malloc((size_t)n + bytes);
+  assert_non_null(body);
+  memcpy(body, js, (size_t)n);
+  memcpy(body + n, x, bytes);
+  free(x);
+  snprintf(hdrs, hcap, "Inference-Header-Content-Length: %d\r\n", n);
+  *blen = (size_t)n + bytes;
+  return body;
+}
+
+/* The answer to request k must equal `want` (the native protocol's, in
+ * the request's dtype), bit for bit: the binary part, or the JSON numbers
+ * (written with %.9g, so they read back to the same f32). */
+static void check_http_answer(size_t k, const th_resp_t *r, const void *want,
+                              size_t nwant) {
+  if (http_load[k].bad) {
+    assert_int_equal(r->status, 400);
+    assert_non_null(strstr(r->body, "shape"));
+    return;
+  }
+  if (r->status != 200)
+    fail_msg("request %zu: HTTP %d: %s", k, r->status, r->body);
+  char id[16];
+  snprintf(id, sizeof(id), "\"r%zu\"", k);
+  assert_non_null(strstr(r->body, id)); /* answers come in order */
+  if (!http_load[k].json_out) {
+    assert_true(r->ihcl > 0);
+    assert_int_equal(r->blen, (size_t)r->ihcl + nwant);
+    if (memcmp(r->body + r->ihcl, want, nwant) != 0)
+      fail_msg("request %zu (%d rows): differs from the native answer", k,
+               http_load[k].rows);
+    return;
+  }
+  const char *p = strstr(r->body, "\"data\":[");
+  assert_non_null(p);
+  p += 7; /* at '[', then at each ',' */
+  for (size_t i = 0; i < nwant / 4; i++) {
+    char *end;
+    float f = strtof(p + 1, &end), w;
+    memcpy(&w, (const char *)want + 4 * i, 4);
+    if (end == p + 1 || memcmp(&f, &w, 4) != 0)
+      fail_msg("request %zu: JSON number %zu differs from the native answer",
+               k, i);
+    p = end;
+  }
+}
+
+/* The Open Inference Protocol's binary rows through the same pinned arena
+ * (httpconn.h): a body of 64 KiB or more is read from the socket straight
+ * into a block its request keeps until answered, and a binary answer of 64
+ * KiB or more is written by the batcher into the block that goes out. The
+ * load, pipelined on one connection (on the fake, whose batches read their
+ * rows 2 ms late, two bodies of one size in a row would share a block were
+ * the first given back early), is answered in order, bit for bit as the
+ * native protocol answers the same rows; mlpd_inline_rows_total says that
+ * exactly the f32 rows in blocks moved direct on the fake, and nothing lay
+ * outside the registrations. */
+static void test_http_arena(void **state) {
+  (void)state;
+  snprintf(g.http, sizeof(g.http), "/tmp/mlpd-zcopy-http-%d.sock",
+           (int)getpid());
+  unlink(g.http);
+  td_daemon_t d;
+  spawn_ex(&d, g.real ? NULL : "2", 0, NULL, 1, "64M");
+  wait_arena_pinned(&d);
+  mlpd_client_t *nc = tc_connect(d.sock, TIMEOUT);
+  void *want[NHTTP];
+  size_t nwant[NHTTP];
+  int direct_rows = 0, rows = 0;
+  for (size_t k = 0; k < NHTTP; k++) {
+    want[k] = NULL;
+    if (http_load[k].bad)
+      continue;
+    void *x = rows_as(7 * (int)k, http_load[k].rows, http_load[k].dt);
+    want[k] = tc_inline_answer(nc, x, http_load[k].dt, http_load[k].rows, IN,
+                               http_load[k].dt, &nwant[k]);
+    free(x);
+    rows += http_load[k].rows;
+    if (http_load[k].dt == MLPD_DTYPE_F32 && http_load[k].rows >= 256)
+      direct_rows += http_load[k].rows;
+  }
+  mlpd_client_close(nc);
+  double direct0 = metric(&d, INLINE_DIRECT),
+         copied0 = metric(&d, INLINE_COPIED);
+  th_conn_t c;
+  th_open(&c, g.http);
+  for (int round = 0; round < 3; round++) {
+    for (size_t k = 0; k < NHTTP; k++) {
+      char hdrs[80];
+      size_t blen;
+      char *body = http_body(k, &blen, hdrs, sizeof(hdrs));
+      th_send(&c, "POST", "/v2/models/digits/infer", hdrs, body, blen);
+      free(body);
+      if (!g.real)
+        continue; /* pipelined */
+      th_resp_t r; /* a batch of its own, as the native reference's */
+      assert_int_equal(th_read(&c, &r), 0);
+      check_http_answer(k, &r, want[k], nwant[k]);
+      th_resp_free(&r);
+    }
+    for (size_t k = 0; !g.real && k < NHTTP; k++) {
+      th_resp_t r;
+      assert_int_equal(th_read(&c, &r), 0);
+      check_http_answer(k, &r, want[k], nwant[k]);
+      th_resp_free(&r);
+    }
+  }
+  th_close(&c);
+  double direct = metric(&d, INLINE_DIRECT) - direct0,
+         copied = metric(&d, INLINE_COPIED) - copied0;
+  printf("http: %g rows direct, %g copied\n", direct, copied);
+  assert_true(direct + copied == 3 * rows);
+  if (g.real)
+    assert_true(direct > 0);
+  else
+    assert_true(direct == 3 * direct_rows);
+  assert_false(td_log_contains(&d, "outside every registered"));
+  stop(&d);
+  unlink(g.http);
+  g.http[0] = '\0';
+  for (size_t k = 0; k < NHTTP; k++)
+    free(want[k]);
+}
+
 static int setup(void **state) {
   (void)state;
   mlpd_err_t err = {0};
@@ -867,6 +1036,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_register_refused),
       cmocka_unit_test(test_pin_off_loop),
       cmocka_unit_test(test_inline_arena),
+      cmocka_unit_test(test_http_arena),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

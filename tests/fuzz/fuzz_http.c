@@ -88,7 +88,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   mlpd_httpreq_t r;
   mlpd_httpreq_init(&r, on_request, &f);
   size_t fed;
-  int s = fuzz_http_feed(&r, in, len, step, &f.final, &fed);
+  int s = fuzz_http_feed(&r, in, len, step, 0, &f.final, &fed);
   if (s != 0) {
     FUZZ_CHECK(s == 400 || s == 413 || s == 414 || s == 431);
     check_head(&r, s, MLPD_HTTP_TEXT, NULL, 20, 1);

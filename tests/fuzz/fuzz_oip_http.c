@@ -8,8 +8,11 @@
  * inference answer encoded, JSON or binary.
  *
  * Input: byte 0 picks the read size, the body bound and the model's
- * width; byte 1 how often the parser is paused (as for unsent output); the
- * rest is the stream (pipelined requests). Invariants: parse errors have a
+ * width; byte 1 how often the parser is paused (as for unsent output),
+ * whether bodies go into lent blocks (from which size, and whether every
+ * request takes its block, as a binary infer does) and are read in place;
+ * the rest is the stream (pipelined requests). Lent blocks: every one
+ * comes back exactly once, taken or not, by the end. Invariants: parse errors have a
  * status from the documented set and a one-line message; a request's body
  * is exactly its Content-Length, never past the bound; a parsed tensor lies
  * inside the body or the scratch buffer, rows x cols x element size bytes of
@@ -29,6 +32,8 @@ typedef struct {
   size_t width;
   unsigned pause_every, completed;
   int final;
+  int lend, take;     /* body blocks lent / taken by every request */
+  long blocks_out;    /* lent and not back */
   float scratch[2048];
   char out_mem[16384];
 } fx_t;
@@ -51,6 +56,21 @@ static void check_json(const char *p, size_t len) {
   json_t *j = json_loadb(p, len, JSON_REJECT_DUPLICATES, &je);
   FUZZ_CHECK(j != NULL);
   json_decref(j);
+}
+
+static void *block_get(void *ud, size_t len) {
+  fx_t *f = ud;
+  void *b = malloc(len);
+  if (b != NULL)
+    f->blocks_out++;
+  return b;
+}
+
+static void block_put(void *ud, void *block) {
+  fx_t *f = ud;
+  FUZZ_CHECK(block != NULL);
+  f->blocks_out--;
+  free(block);
 }
 
 static int on_headers(mlpd_httpreq_t *r, void *ud) {
@@ -117,6 +137,12 @@ static int on_request(mlpd_httpreq_t *r, void *ud) {
     FUZZ_CHECK(mlpd_oip_error_body(&b, err.msg) == 0);
     check_json(b.p, b.len);
   }
+  if (f->take) {
+    void *b = mlpd_httpreq_take_body(r);
+    FUZZ_CHECK(mlpd_httpreq_take_body(r) == NULL);
+    if (b != NULL)
+      block_put(f, b);
+  }
   f->completed++;
   if (mlpd_httpreq_wants_close(r)) {
     f->final = 1;
@@ -136,6 +162,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   memset(&f, 0, offsetof(fx_t, scratch));
   f.width = ((data[0] >> 4) & 7) + 1;
   f.pause_every = data[1] & 3;
+  f.lend = (data[1] >> 2) & 3; /* 0: no blocks; else from 1, 16, 256 bytes */
+  f.take = (data[1] >> 4) & 1;
+  int inplace = (data[1] >> 5) & 1;
   size_t step = steps[data[0] & 3];
   const char *in = (const char *)data + 2;
   size_t len = size - 2;
@@ -143,8 +172,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   mlpd_httpreq_t r;
   mlpd_httpreq_init(&r, on_request, &f);
   mlpd_httpreq_body_mode(&r, body_max[(data[0] >> 2) & 3], on_headers);
+  if (f.lend)
+    mlpd_httpreq_body_blocks(&r, (size_t)1 << (4 * (f.lend - 1)), block_get,
+                             block_put, &f);
   size_t pos;
-  int s = fuzz_http_feed(&r, in, len, step, &f.final, &pos);
+  int s = fuzz_http_feed(&r, in, len, step, inplace, &f.final, &pos);
   if (s != 0) {
     FUZZ_CHECK(s == 400 || s == 411 || s == 413 || s == 414 || s == 417 ||
                s == 431);
@@ -159,5 +191,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                  fuzz_one_line(mlpd_httpreq_error_message(&r)));
   }
   mlpd_httpreq_free(&r);
+  FUZZ_CHECK(f.blocks_out == 0);
   return 0;
 }
