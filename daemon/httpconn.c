@@ -321,29 +321,39 @@ static const char *date_now(mlpd_httpconn_t *h) {
  * tail[0..tlen) (left out for HEAD). ihcl: the
  * Inference-Header-Content-Length to send, or SIZE_MAX for none. Returns
  * 0, or -ENOMEM. */
-static int finish_resp2(mlpd_hconn_t *c, hresp_t *rs, int status,
-                        const char *ctype, const char *extra, const void *body,
-                        size_t blen, const void *tail, size_t tlen,
-                        size_t ihcl) {
-  char hdr[512], ih[64] = "";
+/* A response head into hdr[HEAD_MAX] for a body of `clen` bytes; returns
+ * its length (0 cannot happen: every piece is bounded). */
+#define HEAD_MAX 512
+static size_t format_head(mlpd_hconn_t *c, const hresp_t *rs, char *hdr,
+                          int status, const char *ctype, const char *extra,
+                          size_t clen, size_t ihcl) {
+  char ih[64] = "";
   if (ihcl != SIZE_MAX)
     snprintf(ih, sizeof(ih), "Inference-Header-Content-Length: %zu\r\n", ihcl);
   const char *conn_hdr = rs->close    ? "Connection: close\r\n"
                          : rs->http10 ? "Connection: keep-alive\r\n"
                                       : "";
-  int n = snprintf(hdr, sizeof(hdr),
+  int n = snprintf(hdr, HEAD_MAX,
                    "HTTP/1.1 %d %s\r\nDate: %s\r\nContent-Type: %s\r\n"
                    "Content-Length: %zu\r\nCache-Control: no-store\r\n"
                    "%s%s%s\r\n",
                    status, mlpd_httpreq_reason(status), date_now(c->srv), ctype,
-                   blen + tlen, ih, extra ? extra : "", conn_hdr);
-  if (n < 0 || (size_t)n >= sizeof(hdr))
-    n = 0; /* cannot happen: every piece is bounded */
-  size_t total = (size_t)n + (rs->head ? 0 : blen + tlen);
+                   clen, ih, extra ? extra : "", conn_hdr);
+  return n < 0 || n >= HEAD_MAX ? 0 : (size_t)n;
+}
+
+static int finish_resp2(mlpd_hconn_t *c, hresp_t *rs, int status,
+                        const char *ctype, const char *extra, const void *body,
+                        size_t blen, const void *tail, size_t tlen,
+                        size_t ihcl) {
+  char hdr[HEAD_MAX];
+  size_t n =
+      format_head(c, rs, hdr, status, ctype, extra, blen + tlen, ihcl);
+  size_t total = n + (rs->head ? 0 : blen + tlen);
   rs->bytes = mlpd_bufcache_get(cache_of(c->srv), total ? total : 1);
   if (rs->bytes == NULL)
     return -ENOMEM;
-  memcpy(rs->bytes, hdr, (size_t)n);
+  memcpy(rs->bytes, hdr, n);
   if (!rs->head && blen > 0)
     memcpy(rs->bytes + n, body, blen);
   if (!rs->head && tlen > 0)
@@ -360,6 +370,7 @@ static int finish_resp(mlpd_hconn_t *c, hresp_t *rs, int status,
 }
 
 #define JSON_TYPE "application/json"
+#define BINARY_TYPE "application/octet-stream"
 
 /* {"error": msg} with `status` (and extra header lines). */
 static int reply_error_ex(mlpd_hconn_t *c, hresp_t *rs, int status,
@@ -425,20 +436,13 @@ static int http_status_of(mlpd_status_t st) {
 static int finish_in_place(mlpd_hconn_t *c, hresp_t *rs, char *block,
                            size_t rows_len, size_t jlen) {
   mlpd_httpconn_t *h = c->srv;
-  char hdr[512];
-  const char *conn_hdr = rs->close    ? "Connection: close\r\n"
-                         : rs->http10 ? "Connection: keep-alive\r\n"
-                                      : "";
-  int n = snprintf(hdr, sizeof(hdr),
-                   "HTTP/1.1 200 OK\r\nDate: %s\r\nContent-Type: "
-                   "application/octet-stream\r\nContent-Length: %zu\r\n"
-                   "Cache-Control: no-store\r\n"
-                   "Inference-Header-Content-Length: %zu\r\n%s\r\n",
-                   date_now(h), h->out.len + rows_len, jlen, conn_hdr);
-  if (n < 0 || (size_t)n >= sizeof(hdr) || (size_t)n + h->out.len > HEAD_ROOM)
+  char hdr[HEAD_MAX];
+  size_t n = format_head(c, rs, hdr, 200, BINARY_TYPE, NULL,
+                         h->out.len + rows_len, jlen);
+  if (n == 0 || n + h->out.len > HEAD_ROOM)
     return 0;
-  size_t off = HEAD_ROOM - h->out.len - (size_t)n;
-  memcpy(block + off, hdr, (size_t)n);
+  size_t off = HEAD_ROOM - h->out.len - n;
+  memcpy(block + off, hdr, n);
   memcpy(block + off + n, h->out.p, h->out.len);
   rs->bytes = block;
   rs->off = off;
@@ -483,7 +487,7 @@ static void on_infer_done(void *ud, const mlpd_req_t *req, mlpd_status_t status,
     else if (rs->binary)
       /* The output rows go from the request into the response: one
        * copy. */
-      rc = finish_resp2(c, rs, 200, "application/octet-stream", NULL, h->out.p,
+      rc = finish_resp2(c, rs, 200, BINARY_TYPE, NULL, h->out.p,
                         h->out.len, req->out, rows_len, jlen);
     else
       rc = finish_resp(c, rs, 200, JSON_TYPE, NULL, h->out.p, h->out.len,
