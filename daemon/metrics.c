@@ -697,9 +697,10 @@ size_t mlpd_metrics_render(const mlpd_metrics_t *m, char *buf, size_t cap) {
                "through staging.",
                m->shm_rows_direct, m->shm_rows_copied);
   rows_by_path(&w, "mlpd_inline_rows_total",
-               "Rows of answered native inline requests, moved between the "
-               "frame and the device directly (the I/O thread's pinned "
-               "arena, --io-arena-bytes) or copied through staging.",
+               "Rows of answered requests that carried them (native inline "
+               "frames, OIP tensors), moved between the request's memory "
+               "and the device directly (the I/O thread's pinned arena, "
+               "--io-arena-bytes) or copied through staging.",
                m->inline_rows_direct, m->inline_rows_copied);
   scalar_u64(&w, "mlpd_batches_retried_total", "counter",
              "Failed batches run again on another device.", m->batches_retried);
