@@ -700,6 +700,19 @@ int main(int argc, char **argv) {
       }
   lat_sort(srv, nsrv);
   lat_sort(outside, nsrv);
+  /* Fairness between connections: the slowest and fastest connection's
+   * mean latency (a closed loop's p99 grows faster than its rows in
+   * flight when some connections are served less often than others). */
+  double conn_lo = 0, conn_hi = 0;
+  for (int i = 0, n = 0; i < started; i++) {
+    if (w[i].nlat == 0)
+      continue;
+    double m = lat_mean(w[i].lat, w[i].nlat);
+    if (n++ == 0 || m < conn_lo)
+      conn_lo = m;
+    if (m > conn_hi)
+      conn_hi = m;
+  }
   lat_sort(split, nok);
   lat_sort(split + nok, nbad);
   const double *bad = split + nok;
@@ -730,6 +743,7 @@ int main(int argc, char **argv) {
            "\"server_ms\": {\"queue_mean\": %.4f, \"compute_mean\": %.4f, "
            "\"p50\": %.4f, \"p99\": %.4f}, "
            "\"outside_ms\": {\"p50\": %.4f, \"p99\": %.4f}, "
+           "\"connection_mean_ms\": {\"min\": %.4f, \"max\": %.4f}, "
            "\"batch_rows_mean\": %.2f, \"client_late\": %llu, "
            "\"ok_latency_ms\": {\"p50\": %.4f, \"p99\": %.4f, "
            "\"max\": %.4f}, "
@@ -751,7 +765,7 @@ int main(int argc, char **argv) {
            p99 / 1e3, p999 / 1e3, mx / 1e3, qsum / okd / 1e3, csum / okd / 1e3,
            lat_pct(srv, nsrv, 50) / 1e3, lat_pct(srv, nsrv, 99) / 1e3,
            lat_pct(outside, nsrv, 50) / 1e3, lat_pct(outside, nsrv, 99) / 1e3,
-           bsum / okd, (unsigned long long)late,
+           conn_lo / 1e3, conn_hi / 1e3, bsum / okd, (unsigned long long)late,
            lat_pct(split, nok, 50) / 1e3, lat_pct(split, nok, 99) / 1e3,
            nok ? split[nok - 1] / 1e3 : 0, lat_pct(bad, nbad, 50) / 1e3,
            lat_pct(bad, nbad, 99) / 1e3, nbad ? bad[nbad - 1] / 1e3 : 0);
@@ -790,6 +804,10 @@ int main(int argc, char **argv) {
     printf("server      mean queue %.3f ms, compute %.3f ms, batch %.1f "
            "rows\n",
            qsum / okd / 1e3, csum / okd / 1e3, bsum / okd);
+    if (started > 1)
+      printf("fairness    each connection's mean latency from %.3f to %.3f "
+             "ms\n",
+             conn_lo / 1e3, conn_hi / 1e3);
     if (nsrv > 0)
       printf("split       in the daemon p50 %.3f ms  p99 %.3f ms; outside "
              "it p50 %.3f ms  p99 %.3f ms\n",

@@ -34,6 +34,7 @@ void mlpd_board_init(mlpd_board_t *b, mlpd_access_t *access, int nshards) {
     pthread_mutex_init(&b->shards[i].mu, NULL);
     atomic_init(&b->shards[i].queued, 0);
     atomic_init(&b->shards[i].waiting, 0);
+    atomic_init(&b->shards[i].active, 0);
     mlpd_metrics_init(&b->shards[i].m);
   }
   mlpd_models_init(&b->models, NULL, NULL);

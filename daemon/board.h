@@ -59,6 +59,9 @@ typedef struct mlpd_board_shard_s {
                           (its scheduler's): its part of queued_rows */
   atomic_int waiting;  /* it holds connections for the budget (its
                           requests.c line is not empty) */
+  atomic_int active;   /* its connections with rows admitted or held for
+                          the budget: the weight of its share of the
+                          budget (requests.c give_way) */
 } mlpd_board_shard_t;
 
 typedef struct mlpd_board_s {

@@ -53,6 +53,7 @@ struct mlpd_requests_conn_s {
   int last_rows; /* rows of its last infer request (a turn's share) */
   int reserve;   /* rows of the budget promised at its release in turn */
   int turn;      /* released in turn: its next request goes in */
+  int active;    /* counted in its thread's nactive */
 };
 typedef mlpd_requests_conn_t conn_state_t;
 
@@ -224,6 +225,18 @@ static void line_publish(mlpd_requests_t *r) {
   atomic_store(&r->stats->waiting, r->line_head != NULL);
 }
 
+/* A connection that wants the devices (rows admitted, or held in line for
+ * the budget) counts towards its thread's share of the budget; `gone`:
+ * it is closing. */
+static void note_active(mlpd_requests_t *r, conn_state_t *cs, int gone) {
+  int on = !gone && (cs->rows > 0 || cs->queued);
+  if (on == cs->active)
+    return;
+  cs->active = on;
+  r->nactive += on ? 1 : -1;
+  atomic_store(&r->stats->active, r->nactive);
+}
+
 static void line_leave(mlpd_requests_t *r, conn_state_t *cs) {
   if (!cs->queued)
     return;
@@ -239,6 +252,7 @@ static void line_leave(mlpd_requests_t *r, conn_state_t *cs) {
   cs->queued = 0;
   if (--r->line_len == 0)
     line_publish(r);
+  note_active(r, cs, 0);
 }
 
 static void line_join(mlpd_requests_t *r, conn_state_t *cs, uint64_t now) {
@@ -255,6 +269,7 @@ static void line_join(mlpd_requests_t *r, conn_state_t *cs, uint64_t now) {
   r->line_tail = cs;
   if (r->line_len++ == 0)
     line_publish(r);
+  note_active(r, cs, 0);
 }
 
 /* The budget a connection released in turn was promised goes back once it
@@ -265,14 +280,18 @@ static void unreserve(mlpd_requests_t *r, conn_state_t *cs) {
 }
 
 /* Room in the budget goes first to the I/O thread with the shortest queue
- * among those holding connections for it. Each thread batches only its
- * own rows, and every thread's turn at the device comes as often: a thread
- * that took the room freed by its own hand-overs again and again would
- * hold most of the queue while the others, starved of rows, sent their
- * slots out partial once max_delay passed (issue 15: mean batch 226 at 2x
- * saturation). So a thread whose queue is longer than a waiting one's by
+ * for its connections among those holding connections for it. Each thread
+ * batches only its own rows: a thread that took the room freed by its own
+ * hand-overs again and again would hold most of the queue while the
+ * others, starved of rows, sent their slots out partial once max_delay
+ * passed (issue 15: mean batch 226 at 2x saturation). And each thread's
+ * share is its connections': the kernel spreads connections over the
+ * threads unevenly, and equal shares per thread served a connection on a
+ * crowded thread at a quarter of another's rate (bench/RESULTS.md,
+ * 2026-12-05: each connection's mean latency 75 to 303 ms). So a thread
+ * whose queue per active connection is longer than a waiting one's, by
  * more than `rows` (a request, so that equal threads do not take turns
- * giving way) leaves the room to it; that one takes it at its next loop
+ * giving way), leaves the room to it; that one takes it at its next loop
  * iteration (at most a max_delay, or a batch, away: its rows in flight
  * wake it), while the queue ahead of the devices stays full. */
 static int give_way(mlpd_requests_t *r, long long rows) {
@@ -280,10 +299,15 @@ static int give_way(mlpd_requests_t *r, long long rows) {
   if (b == NULL || b->nshards < 2)
     return 0;
   long long mine = atomic_load(&r->stats->queued) + r->reserved;
+  long long my_n = r->nactive > 0 ? r->nactive : 1;
   for (int i = 0; i < b->nshards; i++) {
     mlpd_board_shard_t *o = &b->shards[i];
-    if (o != r->stats && atomic_load(&o->waiting) &&
-        atomic_load(&o->queued) + rows < mine)
+    if (o == r->stats || !atomic_load(&o->waiting))
+      continue;
+    long long o_n = atomic_load(&o->active);
+    if (o_n < 1)
+      o_n = 1;
+    if ((atomic_load(&o->queued) + rows) * my_n < mine * o_n)
       return 1;
   }
   return 0;
@@ -323,6 +347,7 @@ static void flow(mlpd_requests_t *r, mlpd_conn_t *c) {
   conn_state_t *cs = c->owner_data;
   if (cs == NULL || c->closing)
     return;
+  note_active(r, cs, 0);
   if (c->busy == 0 && cs->queued)
     return; /* its turn comes, or the thread runs dry (release) */
   if (c->busy == 0) {
@@ -417,6 +442,7 @@ static void on_close(void *ud, mlpd_conn_t *c) {
     return;
   line_leave(r, cs);
   unreserve(r, cs);
+  note_active(r, cs, 1);
   /* Drop what the client can no longer receive before it costs engine time;
    * rows already on a device are computed and discarded. */
   while (cs->head != NULL) {

@@ -71,6 +71,8 @@ typedef struct mlpd_requests_s {
                              shared budget, oldest first (released in
                              turn by mlpd_requests_release) */
   int line_len;
+  int nactive;           /* connections with rows admitted or in the line
+                            (published on the board as its active) */
   long long window;      /* own_window's answer, cached */
   unsigned win_layout;   /* ... for this mlpd_scheduler_layout */
   int win_ok;            /* ... once computed */
