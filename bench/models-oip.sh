@@ -12,7 +12,8 @@
 # e.g. a small one for a CPU run, is served as "mlp4k"), SAT
 # (CONNS:DEPTH:ROWS of the saturation lines, 16:8:32), DTYPE (rows sent,
 # bf16), DURATION (s, 2), PYTHON, PYCLIENT (1: also the Python client's
-# lone JSON line; 0: not), OUTDIR.
+# lone JSON line; 0: not), OUTDIR, MLPD (the daemon to run: BUILD's, or
+# another build's for an A/B on the same clients).
 # Lines (every one but the Python client's comes from mlpd-bench):
 #   lone native / binary / JSON  1 row to the digits model, one request at
 #                             a time: native frames, OIP with the binary
@@ -47,7 +48,7 @@ bench=$BUILD/clients/mlpd-bench
 mlpctl=$BUILD/clients/mlpctl
 IFS=: read -r sc sd sr <<<"$SAT"
 
-"$BUILD/daemon/mlpd" serve --model digits=models/digits.safetensors \
+"${MLPD:-$BUILD/daemon/mlpd}" serve --model digits=models/digits.safetensors \
   --model mlp4k="$M4K" --device "$DEVICE" --socket "$sock" \
   --http-listen 127.0.0.1:$port --plan-cache "$OUTDIR/plans.bin" \
   >"$OUTDIR/daemon.log" 2>&1 &

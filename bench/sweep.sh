@@ -33,6 +33,8 @@
 #              whose rows over the bound fit that (rate / conns x bound <=
 #              2 x max-batch), else the window paces it like a closed loop
 #   OUTDIR     (BUILD/sweep-out)
+#   MLPD       the daemon to run (BUILD's; another build's for an A/B on
+#              the same client, bench/ab-gpu.sh)
 # Builds BUILD_DIR (Release, no tests; no CUDA on cpu) when it has no mlpd.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -74,7 +76,7 @@ bench=$BUILD/clients/mlpd-bench
 pid=""
 start_daemon() { # extra flags
   [ -n "$pid" ] && { kill $pid; wait $pid 2>/dev/null; }
-  "$BUILD/daemon/mlpd" serve --model "$MODEL" --socket "$sock" \
+  "${MLPD:-$BUILD/daemon/mlpd}" serve --model "$MODEL" --socket "$sock" \
     --device "$DEVICE" --log-level warn ${DAEMON_ARGS:-} "$@" \
     >>"$OUTDIR/mlpd.log" 2>&1 &
   pid=$!

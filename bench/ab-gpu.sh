@@ -1,0 +1,78 @@
+#!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
+# bench/ab-gpu.sh - an A/B of two daemons on the GPU, in one device call:
+# this tree's and another source tree's (an earlier commit, e.g.
+# `git archive COMMIT | tar -x -C .ab/old`, carried to the GPU machine),
+# run alternately on the same clients (this tree's mlpd-bench): per round,
+# bench/models-oip.sh (issue 16: the digits' lone p99 beside a saturated
+# mlp-4k, OIP against native) and bench/sweep.sh's closed-loop points
+# (issue 15: p99 against the rows in flight, each connection's mean
+# latency). First this tree's GPU daemon suites; last, on this tree's
+# daemon only, the sweep's open-loop points.
+#
+#   source .gpu-deps/env.sh && bench/ab-gpu.sh OLD_SRC
+#
+# Environment: ROUNDS (2), DURATION (1.5 s a line), OUT (logs; /tmp/ab-out).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OLD=${1:?usage: bench/ab-gpu.sh OLD_SRC}
+ROUNDS=${ROUNDS:-2}
+DURATION=${DURATION:-1.5}
+OUT=${OUT:-/tmp/ab-out}
+mkdir -p "$OUT"
+t0=$(date +%s)
+el() { echo "$(($(date +%s) - t0)) s"; }
+. bench/gpu-env.sh
+build() { # SRC DIR TESTS
+  cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_CUDA_ARCHITECTURES=90 -DMLPD_BUILD_TESTS="$3" >"$2.log" 2>&1 &&
+    cmake --build "$2" >>"$2.log" 2>&1
+}
+B=$PWD/build-gpu
+build . "$B" ON & b1=$!
+build "$OLD" "$OLD/build-ab" OFF & b2=$!
+wait $b1 || { echo "build failed:"; tail -5 "$B.log"; exit 1; }
+wait $b2 || { echo "old build failed:"; tail -5 "$OLD/build-ab.log"; exit 1; }
+echo "builds done after $(el)"
+(cd "$B" && timeout 90 ctest -j8 --output-on-failure --timeout 60 \
+  -R 'test_plugin_real|test_devices|test_shm|test_zcopy|test_oip_http|test_models|test_flow') \
+  >"$OUT/ctest-daemon.log" 2>&1
+echo "daemon suites rc=$? after $(el)"
+grep -E "Test +#|tests passed" "$OUT/ctest-daemon.log"
+M4K=/tmp/ab-models/mlp-4k.safetensors
+mkdir -p /tmp/ab-models
+[ -f $M4K ] || python3 models/make_model.py mlp-4k -o $M4K >/dev/null || exit 1
+declare -A daemon=([old]="$OLD/build-ab/daemon/mlpd" [new]="$B/daemon/mlpd")
+for round in $(seq "$ROUNDS"); do
+  for v in old new; do
+    OUTDIR=/tmp/ab-models/$v M4K=$M4K PYTHON=python3 PYCLIENT=0 \
+      DURATION=$DURATION MLPD=${daemon[$v]} timeout 120 \
+      bench/models-oip.sh "$B" >"$OUT/models-oip-$v-$round.log" 2>&1
+    echo "round $round $v models-oip (after $(el)):"
+    grep -E "^OIP|^lone|^digits" "$OUT/models-oip-$v-$round.log"
+    OUTDIR=/tmp/ab-sweep/$v MODEL=$M4K DEVICE=cuda:0 SHM=1 DTYPE=bf16 \
+      OPEN="" DURATION=$DURATION WARMUP=0.5 PYTHON=python3 MLPD=${daemon[$v]} \
+      timeout 120 bench/sweep.sh "$B" >"$OUT/sweep-$v-$round.log" 2>&1
+    cp /tmp/ab-sweep/$v/sweep.jsonl "$OUT/sweep-$v-$round.jsonl" 2>/dev/null
+    echo "round $round $v closed loop (after $(el)):"
+    python3 - "$OUT/sweep-$v-$round.jsonl" <<'EOF'
+import json, sys
+for l in open(sys.argv[1]):
+    r = json.loads(l); b = r["bench"]
+    c = b.get("connection_mean_ms", {})
+    print("  %-15s %8.0f rows/s  p50 %6.2f  p99 %6.2f  outside p99 %6.2f  "
+          "connections' means %.2f-%.2f ms" % (
+              r["label"], b["rows_per_s"], b["latency_ms"]["p50"],
+              b["latency_ms"]["p99"], b["outside_ms"]["p99"],
+              c.get("min", 0), c.get("max", 0)))
+EOF
+  done
+done
+OUTDIR=/tmp/ab-sweep/open MODEL=$M4K DEVICE=cuda:0 SHM=1 DTYPE=bf16 \
+  DURATION=$DURATION WARMUP=0.5 PYTHON=python3 OPEN_DEPTH=32 OPEN_CONNS=32 \
+  OPEN_DAEMON_ARGS="--max-queue-delay-ms 2" timeout 200 \
+  bench/sweep.sh "$B" >"$OUT/sweep-open.log" 2>&1
+echo "open loop, new daemon (after $(el)):"
+tail -14 "$OUT/sweep-open.log"
+cp /tmp/ab-sweep/open/sweep.jsonl /tmp/ab-sweep/open/sweep.png "$OUT/" 2>/dev/null
+echo "total $(el)"
