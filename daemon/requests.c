@@ -185,8 +185,9 @@ static void unlink_req(dreq_t *q) {
  *    (mlpd_server_defer), so the budget is not overshot; this holds for a
  *    connection with nothing in flight too (its turn comes as the queue
  *    moves), unless the thread has nothing in flight at all. Between
- *    threads, the room goes first to the one with the shortest queue
- *    (give_way), so that every thread's batches stay full.
+ *    threads, the room goes first to the one with the shortest queue for
+ *    each of its active connections (give_way), so that every thread's
+ *    batches stay full and every connection is served as often.
  * A line whose oldest hold is older than max_queue_delay is true overload
  * (a closed loop's holds last about one turn of the line): an overload
  * episode starts; nothing is held for the budget any more, every held

@@ -83,9 +83,8 @@ typedef struct mlpd_requests_s {
                             the budget, what does not fit is refused */
   mlpd_region_t *arena;  /* borrowed, NULL = none: the I/O thread's
                             pinned arena (mlpd_requests_set_arena) */
-  mlpd_bufcache_t cache; /* owned: request records, inline row
-                            copies and the thread's HTTP responses
-                            (httpconn.c), recycled (bufcache.h) */
+  mlpd_bufcache_t cache; /* owned: request records and inline row
+                            copies, recycled (bufcache.h) */
   char *text_buf;        /* Metrics message rendering, grows */
   size_t text_cap;
   char model_name[MLPD_MODEL_NAME_MAX + 1];       /* mlpd_requests_model's */
