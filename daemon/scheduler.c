@@ -67,25 +67,6 @@ static void publish(mlpd_scheduler_t *s) {
 static int run_lane(mlpd_scheduler_t *s, int m, uint64_t now, int arriving,
                     int may_answer, int *blocked);
 
-/* The request is all its model has on this thread, while another model
- * keeps the thread busy: it goes to an idle device now rather than at the
- * end of the loop turn, which reading the other model's frames and
- * writing its answers makes long (issue 16: a lone request beside a
- * saturated model waits for one of that model's batches at most). With
- * one model the turn's end still gathers what arrived together. */
-static int lone_beside_load(const mlpd_scheduler_t *s, const mlpd_req_t *req) {
-  const mlpd_batcher_t *b = &s->lanes[req->model].batcher;
-  if (b->nrunning != 0 || b->queue_rows != req->rows)
-    return 0;
-  for (int m = 0; m < s->nlanes; m++) {
-    const mlpd_lane_t *o = &s->lanes[m];
-    if (m != req->model && o->batcher_ready &&
-        (o->batcher.queue_rows > 0 || o->batcher.nrunning > 0))
-      return 1;
-  }
-  return 0;
-}
-
 int mlpd_scheduler_admit(mlpd_scheduler_t *s, mlpd_req_t *req, uint64_t now) {
   if (mlpd_scheduler_shape(s, req->model) == NULL)
     return MLPD_EINVAL;
@@ -101,8 +82,6 @@ int mlpd_scheduler_admit(mlpd_scheduler_t *s, mlpd_req_t *req, uint64_t now) {
     int blocked = 0;
     if (l->on_gpu && mlpd_batcher_closed_slots(&l->batcher) > 0)
       (void)run_lane(s, req->model, mlpd_now_ns(), 1, 0, &blocked);
-    else if (l->on_gpu && lone_beside_load(s, req))
-      (void)run_lane(s, req->model, mlpd_now_ns(), 0, 0, &blocked);
   }
   publish(s);
   return rc;

@@ -10,8 +10,7 @@
  * lane per round, starting one lane further on each pass, so a saturated
  * model delays a lone request to another by one batch at most (each model's
  * pool has its own workers, so their device reservations never block each
- * other); such a lone request goes to its idle device as it is admitted,
- * not at the end of a loop turn spent on the other model's frames. Between I/O threads, a model's devices take ready slots first
+ * other). Between I/O threads, a model's devices take ready slots first
  * come, first served: the next free seat in a device's pipeline goes to
  * the ready slot whose oldest row arrived first, whichever thread holds it
  * (the board's seats), so no thread keeps the seats its own batches free.
