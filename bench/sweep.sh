@@ -18,7 +18,7 @@
 #              in flight); the 2x/4x/8x points double connections once, then
 #              depth
 #   OPEN       open-loop loads in % of the closed-loop peak
-#              (default "50 75 100 125 150")
+#              (default "50 75 100 125 150"; empty: none)
 #   DTYPE      rows sent (f32); SHM=1 for shared memory
 #   DURATION   seconds per point (3); WARMUP (1)
 #   DAEMON_ARGS more `mlpd serve` flags (default flags otherwise)
@@ -42,7 +42,7 @@ cd "$(dirname "$0")/.."
 BUILD=${1:-build-bench}
 DEVICE=${DEVICE:-cpu}
 SAT=${SAT:-16:8:32}
-OPEN=${OPEN:-"50 75 100 125 150"}
+OPEN=${OPEN-"50 75 100 125 150"}
 DTYPE=${DTYPE:-f32}
 DURATION=${DURATION:-3}
 WARMUP=${WARMUP:-1}
