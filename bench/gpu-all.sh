@@ -13,7 +13,8 @@
 #      the lone 1-row request (inline and shared memory), saturation inline
 #      and through shared memory (issues 15 and 17);
 #   5. bench/host-path.sh on mlp-4k: inline f32 rows at saturation with
-#      and without the I/O threads' pinned arena (issue 15);
+#      and without the I/O threads' pinned arena (issue 15; SKIP_ARENA=1
+#      leaves it out);
 #   6. bench/sweep.sh on mlp-4k: the load curve, closed loop 1x-8x and open
 #      loop to 150%, through shared memory with bf16 rows (issue 15).
 # The device tool brings back at most 8 files: logs go into one tarball,
@@ -79,7 +80,7 @@ cp /tmp/mlpd-serve/serve.json "$OUT/" 2>/dev/null
 # daemon thread's CPU per row.
 # serve.sh wrote mlp-4k and its plan cache when the engine part did not.
 A4K=${M4K:-/tmp/mlpd-serve/mlp-4k.safetensors}
-if [ -f "$A4K" ]; then
+if [ -f "$A4K" ] && [ -z "${SKIP_ARENA:-}" ]; then
   REAL=1 MODEL=$A4K IO=4 LOAD=16:8:32 DURATION=1.5 ROUNDS=2 \
     DAEMON_ARGS="--plan-cache /tmp/mlpd-serve/plans.bin" \
     OUTDIR=/tmp/mlpd-arena timeout "$(left 40)" bench/host-path.sh $B \
