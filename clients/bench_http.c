@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <strings.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -95,7 +96,7 @@ int bh_send(bh_conn_t *c, const void *p, size_t n, mlpd_err_t *err) {
 }
 
 /* Reads what the socket has into the buffer: 1, 0 on timeout, or < 0. */
-static int fill(bh_conn_t *c, int timeout_ms, mlpd_err_t *err) {
+static int fill(bh_conn_t *c, long long timeout_us, mlpd_err_t *err) {
   if (c->cap - c->len < 65536) {
     size_t cap = c->cap * 2 + 65536;
     char *b = realloc(c->buf, cap + 1);
@@ -105,8 +106,10 @@ static int fill(bh_conn_t *c, int timeout_ms, mlpd_err_t *err) {
     c->cap = cap;
   }
   struct pollfd pf = {.fd = c->fd, .events = POLLIN};
-  int pr = poll(&pf, 1, timeout_ms);
-  if (pr == 0)
+  struct timespec ts = {.tv_sec = (time_t)(timeout_us / 1000000),
+                        .tv_nsec = (long)(timeout_us % 1000000) * 1000};
+  int pr = ppoll(&pf, 1, timeout_us < 0 ? NULL : &ts, NULL);
+  if (pr == 0 || (pr < 0 && errno == EINTR))
     return 0;
   ssize_t k = recv(c->fd, c->buf + c->len, c->cap - c->len, 0);
   if (k < 0)
@@ -119,8 +122,8 @@ static int fill(bh_conn_t *c, int timeout_ms, mlpd_err_t *err) {
   return 1;
 }
 
-int bh_read(bh_conn_t *c, int timeout_ms, int *status, const char **body,
-            size_t *blen, mlpd_err_t *err) {
+int bh_read(bh_conn_t *c, long long timeout_us, int *status,
+            const char **body, size_t *blen, mlpd_err_t *err) {
   if (c->consumed > 0) {
     memmove(c->buf, c->buf + c->consumed, c->len - c->consumed);
     c->len -= c->consumed;
@@ -140,7 +143,7 @@ int bh_read(bh_conn_t *c, int timeout_ms, int *status, const char **body,
           clen = strtoul(l + 15, NULL, 10);
       if (*status == 100) { /* interim */
         c->consumed = hlen;
-        return bh_read(c, timeout_ms, status, body, blen, err);
+        return bh_read(c, timeout_us, status, body, blen, err);
       }
       if (c->len >= hlen + clen) {
         *body = c->buf + hlen;
@@ -149,7 +152,7 @@ int bh_read(bh_conn_t *c, int timeout_ms, int *status, const char **body,
         return 1;
       }
     }
-    int rc = fill(c, timeout_ms, err);
+    int rc = fill(c, timeout_us, err);
     if (rc <= 0)
       return rc;
   }

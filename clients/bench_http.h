@@ -31,10 +31,11 @@ int bh_send(bh_conn_t *c, const void *p, size_t n,
             mlpd_err_t *err) MLPD_MUST_CHECK;
 
 /* Reads one response: 1 with *status and the body (valid until the next
- * read), 0 when nothing came within timeout_ms (-1: wait forever), or a
- * negative code. */
-int bh_read(bh_conn_t *c, int timeout_ms, int *status, const char **body,
-            size_t *blen, mlpd_err_t *err) MLPD_MUST_CHECK;
+ * read), 0 when nothing came within timeout_us (-1: wait forever; in
+ * microseconds, so that an open loop's next request is not held for a
+ * millisecond's rounding), or a negative code. */
+int bh_read(bh_conn_t *c, long long timeout_us, int *status,
+            const char **body, size_t *blen, mlpd_err_t *err) MLPD_MUST_CHECK;
 
 /* The model to drive: `name` (NULL: the first the repository index
  * lists) and its widths, from GET /v2/models/{name}. */

@@ -51,6 +51,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -181,10 +182,31 @@ static void pace_sleep(const pace_t *p, uint64_t now) {
   nanosleep(&ts, NULL);
 }
 
-/* Milliseconds to wait for an answer before the next request is due. */
-static int pace_wait_ms(const pace_t *p, uint64_t now) {
+/* Waits for an answer until the next request is due, to the microsecond:
+ * 1 when one is ready to be received, 0 when the request is due, or a
+ * negative code. (mlpd_client_wait counts whole milliseconds: rounded up,
+ * they sent a request up to 1 ms late whenever no answer came first, and
+ * its latency, counted from when it was due, carried that.) */
+static int wait_due(mlpd_client_t *c, const pace_t *p, mlpd_err_t *err) {
+  for (;;) {
+    int rc = mlpd_client_wait(c, 0, err);
+    if (rc != 0)
+      return rc;
+    uint64_t now = mlpd_now_ns(), d = (uint64_t)p->next_due;
+    if (d <= now)
+      return 0;
+    struct timespec ts = {.tv_sec = (time_t)((d - now) / 1000000000u),
+                          .tv_nsec = (long)((d - now) % 1000000000u)};
+    struct pollfd pf = {.fd = mlpd_client_fd(c), .events = POLLIN};
+    if (ppoll(&pf, 1, &ts, NULL) <= 0)
+      return 0; /* due (or a signal: the caller looks again) */
+  }
+}
+
+/* Microseconds to wait for an answer before the next request is due. */
+static long long pace_wait_us(const pace_t *p, uint64_t now) {
   uint64_t d = (uint64_t)p->next_due;
-  return d > now ? (int)((d - now + 999999) / 1000000) : 0;
+  return d > now ? (long long)((d - now + 999) / 1000) : 0;
 }
 
 /* May one more request go out, due at `due`? Sends stop at t_stop or when
@@ -248,17 +270,17 @@ static void *run_http(void *arg) {
     }
     if (stopped && inflight == 0)
       break;
-    int wait_ms = -1;
+    long long wait_us = -1;
     if (inflight == 0) {
       pace_sleep(&pace, now);
       continue;
     }
     if (pace.interval_ns > 0 && !stopped && inflight < depth)
-      wait_ms = pace_wait_ms(&pace, now);
+      wait_us = pace_wait_us(&pace, now);
     int status;
     const char *body;
     size_t blen;
-    rc = bh_read(&c, wait_ms, &status, &body, &blen, &w->err);
+    rc = bh_read(&c, wait_us, &status, &body, &blen, &w->err);
     if (rc < 0)
       goto done;
     if (rc == 0)
@@ -395,7 +417,7 @@ static void *run(void *arg) {
     }
     if (pace.interval_ns > 0 && !stopped && nfree > 0) {
       /* Wait for a response only until the next request is due. */
-      rc = mlpd_client_wait(c, pace_wait_ms(&pace, now), &w->err);
+      rc = wait_due(c, &pace, &w->err);
       if (rc < 0)
         goto done;
       if (rc == 0)
