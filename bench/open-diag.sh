@@ -56,11 +56,15 @@ d = lambda k: m1.get(k, 0) - m0.get(k, 0)
 busy = d("mlpd_device_busy_seconds_total")
 batches = d("mlpd_batch_rows_count")
 wait_n = d("mlpd_engine_wait_duration_seconds_count")
-print("%-34s goodput %8.0f rows/s, refused %6d, OK p99 %.2f ms, refused p99 %.2f ms, late %5d | "
-      "daemon: %d batches, device busy %.2f s (%.1f us a batch), mean compute %.1f us, "
-      "engine waits %d (mean %.1f us)" % (
-      label, b["rows_per_s"], b["errors"], b["ok_latency_ms"]["p99"],
-      b["error_latency_ms"]["p99"], b["client_late"], batches, busy,
+print("%-34s goodput %8.0f rows/s, refused %6d, p50 %.2f ms, OK p99 %.2f ms "
+      "(outside the daemon %.2f), refused p99 %.2f ms, late %5d, connections' "
+      "means %.2f-%.2f ms | daemon: %d batches, device busy %.2f s (%.1f us a "
+      "batch), mean compute %.1f us, engine waits %d (mean %.1f us)" % (
+      label, b["rows_per_s"], b["errors"], b["latency_ms"]["p50"],
+      b["ok_latency_ms"]["p99"], b["outside_ms"]["p99"],
+      b["error_latency_ms"]["p99"], b["client_late"],
+      b.get("connection_mean_ms", {}).get("min", 0),
+      b.get("connection_mean_ms", {}).get("max", 0), batches, busy,
       1e6 * busy / batches if batches else 0, 1e3 * b["server_ms"]["compute_mean"],
       wait_n, 1e6 * d("mlpd_engine_wait_duration_seconds_sum") / wait_n if wait_n else 0))
 EOF
@@ -71,3 +75,8 @@ probe "open 150%, 32x32, 8 I/O threads" "--max-queue-delay-ms 2 --io-threads 8" 
 probe "open 150%, 16x64, bound 2 ms" "--max-queue-delay-ms 2" 16 64
 probe "open 150%, 32x32, bound 5 ms" "--max-queue-delay-ms 5" 32 32
 probe "open 100%, 32x32, bound 2 ms" "--max-queue-delay-ms 2" 32 32 $((RATE * 2 / 3))
+# The closed loop at 4x (32 x 16 x 32: each connection's rows in flight
+# are its window, and all of them the default --max-queue): its tail with
+# the default budget and with one that never binds.
+probe "closed 4x 32x16" "" 32 16 ""
+probe "closed 4x 32x16, --max-queue 65536" "--max-queue 65536" 32 16 ""
