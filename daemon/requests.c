@@ -287,9 +287,9 @@ static void unreserve(mlpd_requests_t *r, conn_state_t *cs) {
  * others, starved of rows, sent their slots out partial once max_delay
  * passed (issue 15: mean batch 226 at 2x saturation). And each thread's
  * share is its connections': the kernel spreads connections over the
- * threads unevenly, and equal shares per thread served a connection on a
- * crowded thread at a quarter of another's rate (bench/RESULTS.md,
- * 2026-12-05: each connection's mean latency 75 to 303 ms). So a thread
+ * threads unevenly, and an equal share per thread would serve a
+ * connection on a crowded thread less often than one on a quiet thread
+ * (bench/RESULTS.md, 2026-12-05: the 8x closed loop's p99). So a thread
  * whose queue per active connection is longer than a waiting one's, by
  * more than `rows` (a request, so that equal threads do not take turns
  * giving way), leaves the room to it; that one takes it at its next loop
@@ -728,14 +728,23 @@ static void try_pin(mlpd_requests_t *r, mlpd_region_t *g) {
  * region (so that the metrics of each transport stay its own), rows
  * received into, and answered from, the I/O thread's pinned arena. Such a
  * request keeps the frame its rows arrived in until it is answered. */
+/* The thread's arena, when rows in it can move by DMA to the model's
+ * engines now (pinned, and engines that take direct segments). */
+static mlpd_region_t *usable_arena(const mlpd_requests_t *r,
+                                   const mlpd_batcher_shape_t *sh) {
+  mlpd_region_t *a = r->arena;
+  return sh->direct_io && a != NULL && a->pin_state == MLPD_REGION_PIN_PINNED
+             ? a
+             : NULL;
+}
+
 static void choose_direct(mlpd_requests_t *r, mlpd_conn_t *c, dreq_t *d,
                           const mlpd_batcher_shape_t *sh) {
   d->r.direct = 0;
   if (!sh->direct_io)
     return;
-  mlpd_region_t *a = r->arena;
-  if (a != NULL && a->pin_state == MLPD_REGION_PIN_PINNED &&
-      d->in_region == NULL && d->out_region == NULL) {
+  mlpd_region_t *a = usable_arena(r, sh);
+  if (a != NULL && d->in_region == NULL && d->out_region == NULL) {
     if ((d->in_frame = mlpd_server_take_frame(c)) != NULL) {
       d->r.src_stable = 1;
       d->r.direct |= MLPD_REQ_DIRECT_IN;
@@ -1337,9 +1346,8 @@ int mlpd_requests_models(mlpd_requests_t *r, mlpd_models_status_t *out,
 static void ext_direct(mlpd_requests_t *r, dreq_t *d,
                        const mlpd_requests_infer_t *in,
                        const mlpd_batcher_shape_t *sh) {
-  mlpd_region_t *a = r->arena;
-  if (!sh->direct_io || a == NULL || in->blocks == NULL ||
-      a->pin_state != MLPD_REGION_PIN_PINNED)
+  mlpd_region_t *a = usable_arena(r, sh);
+  if (a == NULL || in->blocks == NULL)
     return;
   if (in->in_block != NULL && mlpd_bufcache_in_arena(in->blocks, in->in_block)) {
     d->r.direct |= MLPD_REQ_DIRECT_IN;
