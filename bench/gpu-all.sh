@@ -63,6 +63,7 @@ grep -E "Test +#|tests passed|CUDA devices|auto:" "$LOGS/ctest-daemon.log" | hea
 M4K=/tmp/mlpd-bench/mlp-4k.safetensors
 [ -f $M4K ] || M4K=""
 OUTDIR=/tmp/mlpd-models M4K=$M4K PYTHON=python3 DURATION=${DURATION:-1.5} \
+  FAIR_DURATION=${FAIR_DURATION:-4} \
   timeout "$(left 90)" bench/models-oip.sh $B >"$LOGS/models-oip.log" 2>&1
 echo "models-oip rc=$? after $(el)"
 cat "$LOGS/models-oip.log" | tail -32

@@ -11,7 +11,9 @@
 # with models/make_model.py when absent; any model with the same role,
 # e.g. a small one for a CPU run, is served as "mlp4k"), SAT
 # (CONNS:DEPTH:ROWS of the saturation lines, 16:8:32), DTYPE (rows sent,
-# bf16), DURATION (s, 2), PYTHON, PYCLIENT (1: also the Python client's
+# bf16), DURATION (s, 2), FAIR_DURATION (s, the lone native line and
+# the two beside the load: their p99 is the fairness target's, and a
+# longer line steadies it; DURATION), PYTHON, PYCLIENT (1: also the Python client's
 # lone JSON line; 0: not), OUTDIR, MLPD (the daemon to run: BUILD's, or
 # another build's for an A/B on the same clients).
 # Lines (every one but the Python client's comes from mlpd-bench):
@@ -36,6 +38,7 @@ DEVICE=${DEVICE:-cuda:0}
 SAT=${SAT:-16:8:32}
 DTYPE=${DTYPE:-bf16}
 DURATION=${DURATION:-2}
+FAIR_DURATION=${FAIR_DURATION:-$DURATION}
 PY=${PYTHON:-python3}
 PYCLIENT=${PYCLIENT:-1}
 OUTDIR=${OUTDIR:-$BUILD/models-oip-out}
@@ -64,7 +67,7 @@ done
 : >"$OUTDIR/models-oip.jsonl"
 line() { # NAME mlpd-bench-args...
   local name=$1; shift
-  "$bench" --socket "$sock" --duration "$DURATION" --warmup 0.5 --json "$@" \
+  "$bench" --socket "$sock" --duration "${LINE_DURATION:-$DURATION}" --warmup 0.5 --json "$@" \
     >"$OUTDIR/one.json" 2>"$OUTDIR/one.err"
   "$PY" - "$name" "$OUTDIR/one.json" >>"$OUTDIR/models-oip.jsonl" <<'PYEOF'
 import json, sys
@@ -77,7 +80,8 @@ print(json.dumps(r))
 PYEOF
 }
 lone="--model digits --connections 1 --depth 1 --rows 1 --dtype f32"
-line "lone native" $lone
+# The lone native line is the fairness lines' baseline: as long as they.
+LINE_DURATION=$FAIR_DURATION line "lone native" $lone
 line "lone binary" --http 127.0.0.1:$port $lone
 line "lone JSON" --http 127.0.0.1:$port --http-json $lone
 [ "$PYCLIENT" = 0 ] || "$PY" - "$port" "$DURATION" >>"$OUTDIR/models-oip.jsonl" <<'PYEOF'
@@ -107,12 +111,12 @@ PYEOF
 fair() { # TAG extra-load-args...
   local tag=$1; shift
   "$bench" --socket "$sock" --model mlp4k --connections "$sc" --depth "$sd" \
-    --rows "$sr" --dtype "$DTYPE" --duration "$(awk -v d="$DURATION" 'BEGIN { print d + 2 }')" --json "$@" \
+    --rows "$sr" --dtype "$DTYPE" --duration "$(awk -v d="$FAIR_DURATION" 'BEGIN { print d + 2 }')" --json "$@" \
     >"$OUTDIR/bg-$tag.json" 2>&1 &
   local bg=$!
   sleep 1
   "$mlpctl" --socket "$sock" metrics >"$OUTDIR/metrics-$tag-a.txt"
-  line "lone native beside mlp-4k $tag load" $lone
+  LINE_DURATION=$FAIR_DURATION line "lone native beside mlp-4k $tag load" $lone
   "$mlpctl" --socket "$sock" metrics >"$OUTDIR/metrics-$tag-b.txt"
   wait $bg
 }
