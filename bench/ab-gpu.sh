@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # bench/ab-gpu.sh - an A/B of two daemons on the GPU, in one device call:
 # this tree's and another source tree's (an earlier commit, e.g.
-# `git archive COMMIT | tar -x -C .ab/old`, carried to the GPU machine),
+# `mkdir -p .ab/old && git archive COMMIT | tar -x -C .ab/old`, git-ignored,
+# carried to the GPU machine with `carry: [".gpu-deps", ".ab"]`),
 # run alternately on the same clients (this tree's mlpd-bench): per round,
 # bench/models-oip.sh (issue 16: the digits' lone p99 beside a saturated
 # mlp-4k, OIP against native) and bench/sweep.sh's closed-loop points
