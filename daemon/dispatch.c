@@ -89,9 +89,9 @@ static void make_arena(mlpd_dispatch_t *d, mlpd_pool_t *pool) {
   static atomic_int logged; /* one line for all I/O threads */
   if (atomic_exchange(&logged, 1) == 0)
     MLPD_LOGI("inline rows: each I/O thread pins %zu MiB of host memory "
-              "for the %s devices, that frames and answers of 64 KiB or "
+              "for the %s devices, that frames and answers of %zu KiB or "
               "more move through without a copy (--io-arena-bytes)",
-              d->arena_bytes >> 20, ops->name);
+              d->arena_bytes >> 20, ops->name, MLPD_SERVER_ARENA_MIN >> 10);
 }
 
 static void on_msg(mlpd_mailbox_t *mb, mlpd_msg_t *msg) {

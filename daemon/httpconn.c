@@ -317,12 +317,9 @@ static const char *date_now(mlpd_httpconn_t *h) {
   return h->date;
 }
 
-/* Fills rs with a whole response: the head, then body[0..blen) and
- * tail[0..tlen) (left out for HEAD). ihcl: the
- * Inference-Header-Content-Length to send, or SIZE_MAX for none. Returns
- * 0, or -ENOMEM. */
-/* A response head into hdr[HEAD_MAX] for a body of `clen` bytes; returns
- * its length (0 cannot happen: every piece is bounded). */
+/* A response head into hdr[HEAD_MAX] for a body of `clen` bytes; ihcl:
+ * the Inference-Header-Content-Length to send, or SIZE_MAX for none.
+ * Returns its length (0 cannot happen: every piece is bounded). */
 #define HEAD_MAX 512
 static size_t format_head(mlpd_hconn_t *c, const hresp_t *rs, char *hdr,
                           int status, const char *ctype, const char *extra,
@@ -342,6 +339,8 @@ static size_t format_head(mlpd_hconn_t *c, const hresp_t *rs, char *hdr,
   return n < 0 || n >= HEAD_MAX ? 0 : (size_t)n;
 }
 
+/* Fills rs with a whole response: the head, then body[0..blen) and
+ * tail[0..tlen) (left out for HEAD). Returns 0, or -ENOMEM. */
 static int finish_resp2(mlpd_hconn_t *c, hresp_t *rs, int status,
                         const char *ctype, const char *extra, const void *body,
                         size_t blen, const void *tail, size_t tlen,

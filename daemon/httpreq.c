@@ -21,7 +21,7 @@ static void give_back(mlpd_httpreq_t *r) {
 static int on_message_begin(http_parser *p) {
   mlpd_httpreq_t *r = p->data;
   give_back(r);
-  r->in_body = 0;
+  r->body_expect = 0;
   r->err_status = 0;
   r->err_msg = NULL;
   r->hdr_bytes = 0;
@@ -147,7 +147,6 @@ static int headers_body_mode(http_parser *p, mlpd_httpreq_t *r) {
     r->body_cap = r->own_cap = len;
   }
   r->body_expect = len;
-  r->in_body = len > 0;
   if (r->on_headers != NULL && r->on_headers(r, r->ud) != 0)
     return -1;
   return 0;
@@ -182,7 +181,6 @@ static int on_body(http_parser *p, const char *at, size_t len) {
 
 static int on_message_complete(http_parser *p) {
   mlpd_httpreq_t *r = p->data;
-  r->in_body = 0;
   int rc = r->on_request != NULL ? r->on_request(r, r->ud) : 0;
   give_back(r);
   return rc;
@@ -241,7 +239,9 @@ void *mlpd_httpreq_take_body(mlpd_httpreq_t *r) {
 }
 
 int mlpd_httpreq_body_room(const mlpd_httpreq_t *r, char **p, size_t *len) {
-  if (!r->in_body || r->body_len >= r->body_expect ||
+  /* Before a request's headers body_expect is 0; after its body,
+   * body_len has reached it. */
+  if (r->body_len >= r->body_expect ||
       HTTP_PARSER_ERRNO(&r->parser) != HPE_OK)
     return 0;
   *p = r->body + r->body_len;
@@ -253,8 +253,7 @@ void mlpd_httpreq_free(mlpd_httpreq_t *r) {
   give_back(r);
   free(r->own_body);
   r->body = r->own_body = NULL;
-  r->body_cap = r->own_cap = r->body_len = 0;
-  r->in_body = 0;
+  r->body_cap = r->own_cap = r->body_len = r->body_expect = 0;
 }
 
 int mlpd_httpreq_error_status(const mlpd_httpreq_t *r) {

@@ -62,8 +62,7 @@ struct mlpd_httpreq_s {
   char *body;                 /* the body of the current request: in own_body,
                                  or in a block lent by body_get */
   size_t body_len, body_cap;
-  size_t body_expect;         /* its Content-Length, while it is read */
-  int in_body;                /* between headers and message complete */
+  size_t body_expect;         /* its Content-Length (0 until the headers) */
   char *own_body;             /* owned: grown to the largest body not lent */
   size_t own_cap;
   int body_lent;              /* body is a block of body_get's */

@@ -723,11 +723,6 @@ static void try_pin(mlpd_requests_t *r, mlpd_region_t *g) {
   mlpd_pin_start(r->cfg.pin, g, ops);
 }
 
-/* Which halves of request d may bypass staging, when the model's engines
- * take direct segments: those in pinned regions; for a request with no
- * region (so that the metrics of each transport stay its own), rows
- * received into, and answered from, the I/O thread's pinned arena. Such a
- * request keeps the frame its rows arrived in until it is answered. */
 /* The thread's arena, when rows in it can move by DMA to the model's
  * engines now (pinned, and engines that take direct segments). */
 static mlpd_region_t *usable_arena(const mlpd_requests_t *r,
@@ -738,6 +733,11 @@ static mlpd_region_t *usable_arena(const mlpd_requests_t *r,
              : NULL;
 }
 
+/* Which halves of request d may bypass staging, when the model's engines
+ * take direct segments: those in pinned regions; for a request with no
+ * region (so that the metrics of each transport stay its own), rows
+ * received into, and answered from, the I/O thread's pinned arena. Such a
+ * request keeps the frame its rows arrived in until it is answered. */
 static void choose_direct(mlpd_requests_t *r, mlpd_conn_t *c, dreq_t *d,
                           const mlpd_batcher_shape_t *sh) {
   d->r.direct = 0;
