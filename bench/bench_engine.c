@@ -382,6 +382,7 @@ int main(int argc, char **argv) {
          "\"small_kernel_ptx\":%d,\"pdl\":%d,\"depth\":%d,"
          "\"weight_bytes\":%llu,\"device_bytes\":%llu,"
          "\"buckets_bf16\":%d,\"bf16_weight_bytes\":%llu,"
+         "\"wg_kernel\":%d,\"tiled_weight_bytes\":%llu,"
          "\"fp32_replaced\":%d,\"chains_uniform\":%d,"
          "\"cached_setup_ms\":%.1f,\"cached_graphs_ms\":%.1f}\n",
          label, b.e->info.device, b.e->info.weights, drv, rt,
@@ -392,7 +393,8 @@ int main(int argc, char **argv) {
          st1.small_kernel ? st1.small_kernel_ptx : 0, st1.pdl,
          b.e->info.depth, (unsigned long long)b.e->info.weight_bytes,
          (unsigned long long)b.e->info.device_bytes, st1.buckets_bf16,
-         (unsigned long long)st1.bf16_weight_bytes,
+         (unsigned long long)st1.bf16_weight_bytes, st1.wg_kernel,
+         (unsigned long long)st1.tiled_weight_bytes,
          st1.plans_fp32_replaced, st1.chains_uniform, st2.setup_ms,
          st2.graphs_ms);
   fflush(stdout);

@@ -689,7 +689,10 @@ static void check_forced(mlpd_dtype_t dt, int fp8, const char *acts,
   const int maxb = dt == MLPD_DTYPE_F32 ? MLPD_F32_MAX_ROWS
                                         : MLPD_SMALL_MAX_ROWS;
   const int nv = dt == MLPD_DTYPE_F32 ? mlpd_cuda_f32_variants(1)
-                                      : mlpd_cuda_small_variants(1);
+                                      : mlpd_cuda_small_variants(
+                                            fp8 ? MLPD_KMODE_FP8
+                                                : MLPD_KMODE_BF16,
+                                            1);
   const double tol = dt == MLPD_DTYPE_F32 ? 1e-3 : 1e-2;
   model_t mm;
   model_make(&mm, w, nl, acts, seed);
@@ -726,7 +729,25 @@ static void check_forced(mlpd_dtype_t dt, int fp8, const char *acts,
       mlpd_engine_close(e);
       break;
     }
+    if (v >= MLPD_SMALL_MMA_VARIANTS && !st.wg_kernel) {
+      /* Hopper (sm_90) must run them: only a GPU of another generation
+       * may lack them. */
+      int dev = 0, major = 0;
+      assert_int_equal(cudaGetDevice(&dev), cudaSuccess);
+      assert_int_equal(cudaDeviceGetAttribute(
+                           &major, cudaDevAttrComputeCapabilityMajor, dev),
+                       cudaSuccess);
+      assert_int_not_equal(major, 9);
+      print_message("  the wgmma variants have no image for this GPU "
+                    "(sm_%d*): not checked\n",
+                    major);
+      mlpd_engine_close(e);
+      break;
+    }
     assert_int_equal(st.forced_small, v);
+    /* The tiled weights stay exactly when the plans read them. */
+    assert_int_equal(st.tiled_weight_bytes > 0,
+                     dt != MLPD_DTYPE_F32 && v >= MLPD_SMALL_TILED_FIRST);
     assert_int_equal(st.cache_state, MLPD_PLAN_CACHE_UNUSED);
     assert_int_equal(st.candidates_timed, 0);
     assert_int_equal(st.plans_small_kernel, st.nbuckets * st.nlayers);

@@ -86,6 +86,11 @@ typedef struct {
   void *w16;
   cublasLtMatmulDesc_t desc16;
   cublasLtMatrixLayout_t lw16;
+  /* 16-bit engines with the wgmma variants: the weights again, tiled for
+   * the variants from MLPD_SMALL_TILED_FIRST on (mlpd_cuda_wg_tile), an
+   * allocation of its own; NULL once open found no plan of this layer
+   * that reads it, or when there was no room. */
+  void *wt;
 } layer_t;
 
 /* One lane of the pipeline: a batch in flight owns one. Device buffers are
@@ -140,14 +145,18 @@ typedef struct {
                           planning; vbuf[1] lies inside vbuf[0]'s block */
   size_t slab_bytes, act_bytes, lane_bytes, scratch_bytes, vbuf_bytes;
   size_t slab16_bytes; /* 0 when slab16 is NULL */
+  size_t wt_bytes;     /* of the layers' tiled copies (layer_t.wt) */
+  int tiled_ok;        /* the tiled copies were made: the tiled variants
+                          may compete while open plans */
   const mlpd_engine_opts_t *opts; /* valid during open only */
   char gpu[256];
   int cc_major, cc_minor, sms;
   /* From the kernel probes at open: small_ok = mlpd's 16-bit/FP8 kernel
    * has an image here; pdl_ok = that image waits for the kernel before it
    * (PTX >= 90), so chained per-layer kernels may start early; f32_ok =
-   * the fp32 GEMV has one. */
-  int small_ok, pdl_ok, f32_ok;
+   * the fp32 GEMV has one; wg_ok = the wgmma variants run here too (a
+   * 16-bit engine on sm_90a with pdl_ok). */
+  int small_ok, pdl_ok, f32_ok, wg_ok;
   int forced_small; /* the variant mlpd_engine_cuda_open_forced asked this
                        engine to use everywhere it applies; -1: none */
   uint32_t forced_bf16; /* FP8 engines, tests: buckets (bit b = bucket b)

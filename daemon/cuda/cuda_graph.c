@@ -20,7 +20,15 @@
 int mlpd__cuda_small_variants(const cuda_engine_t *e, int rows) {
   if (e->kmode < 0)
     return e->f32_ok ? mlpd_cuda_f32_variants(rows) : 0;
-  return e->small_ok ? mlpd_cuda_small_variants(rows) : 0;
+  if (!e->small_ok)
+    return 0;
+  /* The variants come in order of what they need: the mma.sync kernels,
+   * the wgmma ones (an sm_90a image), the tiled ones (their copies). */
+  int n = mlpd_cuda_small_variants(e->kmode, rows);
+  int most = !e->wg_ok      ? MLPD_SMALL_MMA_VARIANTS
+             : !e->tiled_ok ? MLPD_SMALL_TILED_FIRST
+                            : MLPD_SMALL_MAX_VARIANTS;
+  return n < most ? n : most;
 }
 
 const char *mlpd__cuda_small_name(const cuda_engine_t *e, int rows,
@@ -52,10 +60,17 @@ int mlpd_cuda_graph_enqueue_layer(cuda_engine_t *e, const bucket_t *bk,
       ce = mlpd_cuda_small_gemm(MLPD_KMODE_BF16, c->variant, bk->rows,
                                 L->out_p, L->in_p, x, L->w16, L->b, NULL, y,
                                 L->act, pdl && e->pdl_ok, e->st);
+    else if (c->variant >= MLPD_SMALL_TILED_FIRST && L->wt == NULL)
+      return mlpd_errf(err, MLPD_EINVAL,
+                       "cuda engine: layer %d at %d rows: %s needs the "
+                       "tiled weights, which were not kept",
+                       l + 1, bk->rows,
+                       mlpd__cuda_small_name(e, bk->rows, c->variant));
     else
-      ce = mlpd_cuda_small_gemm(e->kmode, c->variant, bk->rows, L->out_p,
-                                L->in_p, x, L->w, L->b, L->ws, y, L->act,
-                                pdl && e->pdl_ok, e->st);
+      ce = mlpd_cuda_small_gemm(
+          e->kmode, c->variant, bk->rows, L->out_p, L->in_p, x,
+          c->variant >= MLPD_SMALL_TILED_FIRST ? L->wt : L->w, L->b, L->ws,
+          y, L->act, pdl && e->pdl_ok, e->st);
     if (ce != 0)
       return mlpd__cuda_fail(err, (cudaError_t)ce, __FILE__, __LINE__,
                              "%s, layer %d at %d rows",

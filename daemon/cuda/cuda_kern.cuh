@@ -66,7 +66,7 @@ struct small_variant_t {
   int l2;            /* pipelined: the L2 ask before the PDL wait */
 };
 #define MLPD_SMALL_TILE_VARIANTS 8
-static const small_variant_t small_shapes[MLPD_SMALL_MAX_VARIANTS] = {
+static const small_variant_t small_shapes[MLPD_SMALL_MMA_VARIANTS] = {
     {4, 1, 1, 0, 0},  {8, 1, 1, 0, 0},  {16, 1, 1, 0, 0}, {4, 2, 1, 0, 0},
     {8, 2, 1, 0, 0},  {16, 2, 1, 0, 0}, {4, 2, 2, 0, 0},  {8, 2, 2, 0, 0},
     {8, 1, 1, 2, 0},  {8, 2, 1, 2, 1},  {16, 2, 1, 1, 1}, {16, 1, 1, 1, 1}};
@@ -98,10 +98,10 @@ static inline int tiles_index(int rows) {
 }
 
 template <int MODE> struct small_table {
-  static const small_kernel_t k[3][MLPD_SMALL_MAX_VARIANTS];
+  static const small_kernel_t k[3][MLPD_SMALL_MMA_VARIANTS];
 };
 template <int MODE>
-const small_kernel_t small_table<MODE>::k[3][MLPD_SMALL_MAX_VARIANTS] = {
+const small_kernel_t small_table<MODE>::k[3][MLPD_SMALL_MMA_VARIANTS] = {
     {MLPD_K_SMALL_ROW(MODE, 1, 4, 2), MLPD_K_PIPE_ROW(MODE, 1)},
     {MLPD_K_SMALL_ROW(MODE, 2, 4, 2), MLPD_K_PIPE_ROW(MODE, 2)},
     {MLPD_K_SMALL_ROW(MODE, 4, 2, 1), MLPD_K_PIPE_ROW(MODE, 4)}};
@@ -112,7 +112,7 @@ int small_launch(int variant, int rows, int n, int k, const void *x,
                  int act, int pdl, cudaStream_t stream) {
   const int kq = MODE == 2 ? 16 : 8;
   if (rows < 1 || rows > MLPD_SMALL_MAX_ROWS || variant < 0 ||
-      variant >= MLPD_SMALL_MAX_VARIANTS || n < 1 || k < kq || (n & 7) ||
+      variant >= MLPD_SMALL_MMA_VARIANTS || n < 1 || k < kq || (n & 7) ||
       k % kq || (MODE == 2 && wscale == NULL) || act < MLPD_KACT_NONE ||
       act > MLPD_KACT_RELU)
     return (int)cudaErrorInvalidValue;
@@ -156,7 +156,7 @@ int small_launch(int variant, int rows, int n, int k, const void *x,
 template <int MODE> int probe(int *ptx, int *bin) {
   int p = 1 << 30, b = 1 << 30;
   for (int t = 0; t < 3; t++) {
-    for (int v = 0; v < MLPD_SMALL_MAX_VARIANTS; v++) {
+    for (int v = 0; v < MLPD_SMALL_MMA_VARIANTS; v++) {
       cudaFuncAttributes fa;
       cudaError_t ce = cudaFuncGetAttributes(
           &fa, reinterpret_cast<const void *>(small_table<MODE>::k[t][v]));

@@ -40,6 +40,13 @@ MLPD_K_DECLARE(bf16)
 MLPD_K_DECLARE(f16)
 MLPD_K_DECLARE(fp8)
 #undef MLPD_K_DECLARE
+/* cuda_wg.cu (sm_90a only). */
+int mlpd__k_wg_gemm(int f16, int variant, int rows, int n, int k,
+                    const void *x, const void *w, const void *b, void *y,
+                    int act, int pdl, cudaStream_t st);
+int mlpd__k_wg_probe(void);
+int mlpd__k_wg_tile(void *wt, const void *w, int n, int k, cudaStream_t st);
+size_t mlpd__k_wg_tiled_bytes(int n, int k);
 
 namespace {
 
@@ -362,9 +369,11 @@ int launch(void (*kern)(P...), int grid, int threads, cudaStream_t st,
 
 /* ---- small-batch kernel ------------------------------------------------- */
 
-extern "C" int mlpd_cuda_small_variants(int rows) {
-  return rows >= 1 && rows <= MLPD_SMALL_MAX_ROWS ? MLPD_SMALL_MAX_VARIANTS
-                                                  : 0;
+extern "C" int mlpd_cuda_small_variants(int mode, int rows) {
+  if (rows < 1 || rows > MLPD_SMALL_MAX_ROWS)
+    return 0;
+  return mode == MLPD_KMODE_FP8 ? MLPD_SMALL_MMA_VARIANTS
+                                : MLPD_SMALL_MAX_VARIANTS;
 }
 
 extern "C" const char *mlpd_cuda_small_name(int rows, int variant) {
@@ -375,17 +384,30 @@ extern "C" const char *mlpd_cuda_small_name(int rows, int variant) {
   T "pipe splitk=8 4x2deep 2/SM" P,                                           \
   T "pipe splitk=8 lines 3deep 2/SM" P, T "pipe splitk=16 lines 2deep" P,     \
   T "pipe splitk=16 4deep" P
-#define NAMES(T)                                                               \
-  { SHAPES(T, "") }
+#define WG(W, D)                                                               \
+  W "tma 4 atoms x 3 stages", W "tma 2 atoms x " D " stages",                 \
+      W "tiled 4 atoms x 3 stages", W "tiled 2 atoms x " D " stages"
   static const char *const names[3][MLPD_SMALL_MAX_VARIANTS] = {
-      NAMES("mlpd mma rows<=8 "), NAMES("mlpd mma rows<=16 "),
-      NAMES("mlpd mma rows<=32 ")};
-#undef NAMES
+      {SHAPES("mlpd mma rows<=8 ", ""), WG("mlpd wgmma rows<=8 ", "6")},
+      {SHAPES("mlpd mma rows<=16 ", ""), WG("mlpd wgmma rows<=16 ", "6")},
+      {SHAPES("mlpd mma rows<=32 ", ""), WG("mlpd wgmma rows<=32 ", "5")}};
+#undef WG
 #undef SHAPES
-  if (mlpd_cuda_small_variants(rows) == 0 || variant < 0 ||
+  if (mlpd_cuda_small_variants(MLPD_KMODE_BF16, rows) == 0 || variant < 0 ||
       variant >= MLPD_SMALL_MAX_VARIANTS)
     return "none";
   return names[rows <= 8 ? 0 : rows <= 16 ? 1 : 2][variant];
+}
+
+extern "C" int mlpd_cuda_wg_probe(void) { return mlpd__k_wg_probe(); }
+
+extern "C" size_t mlpd_cuda_wg_tiled_bytes(int n, int k) {
+  return mlpd__k_wg_tiled_bytes(n, k);
+}
+
+extern "C" int mlpd_cuda_wg_tile(void *wt, const void *w, int n, int k,
+                                 cudaStream_t st) {
+  return mlpd__k_wg_tile(wt, w, n, k, st);
 }
 
 extern "C" int mlpd_cuda_small_probe(int mode, int *ptx, int *bin) {
@@ -402,6 +424,12 @@ extern "C" int mlpd_cuda_small_gemm(int mode, int variant, int rows, int n,
                                     const void *b, const float *wscale,
                                     void *y, int act, int pdl,
                                     cudaStream_t st) {
+  if (variant >= MLPD_SMALL_MMA_VARIANTS)
+    return mode == MLPD_KMODE_FP8
+               ? (int)cudaErrorInvalidValue
+               : mlpd__k_wg_gemm(mode == MLPD_KMODE_F16,
+                                 variant - MLPD_SMALL_MMA_VARIANTS, rows, n,
+                                 k, x, w, b, y, act, pdl, st);
   switch (mode) {
   case MLPD_KMODE_BF16:
     return mlpd__k_small_bf16(variant, rows, n, k, x, w, b, wscale, y, act,

@@ -31,7 +31,7 @@ extern "C" {
 
 /* Changes whenever the meaning of a variant number changes: the engine's
  * plan cache stores variant numbers and keys on this. */
-#define MLPD_KERNELS_VERSION 7
+#define MLPD_KERNELS_VERSION 8
 
 /* Activations of mlpd's kernels (the model's mlpd_act_t, as numbers). */
 enum { MLPD_KACT_NONE = 0, MLPD_KACT_GELU = 1, MLPD_KACT_RELU = 2 };
@@ -50,17 +50,27 @@ enum {
 #define MLPD_SMALL_MAX_ROWS 32
 
 /* Variants of the small-batch kernel there are at most: 8 of the per-tile
- * kernel, then the software-pipelined kernel's. */
-#define MLPD_SMALL_MAX_VARIANTS 12
+ * kernel, 4 of the software-pipelined kernel (mma.sync, every mode), then
+ * MLPD_WG_VARIANTS of the wgmma kernel (16-bit modes on sm_90a only:
+ * weights by the tensor copy engine, warpgroup MMA, the K split over a
+ * thread-block cluster; cuda_wg.cuh). */
+#define MLPD_SMALL_MMA_VARIANTS 12
+#define MLPD_WG_VARIANTS 4
+#define MLPD_SMALL_MAX_VARIANTS (MLPD_SMALL_MMA_VARIANTS + MLPD_WG_VARIANTS)
+/* The last two wgmma variants read a tiled copy of the weights
+ * (mlpd_cuda_wg_tile) instead of the row-major matrix: pass that copy as
+ * their `w`. */
+#define MLPD_SMALL_TILED_FIRST (MLPD_SMALL_MAX_VARIANTS - 2)
 
-/* How many small-batch variants exist for `rows` rows; 0 when none applies
- * (rows > MLPD_SMALL_MAX_ROWS or < 1). Variants differ in how many warps
- * split one layer's K, how many bytes a thread loads at once, how many
- * 16-feature tiles a block owns, and whether a block loads its next
- * chunks while it multiplies the last ones (the pipelined variants: a
- * grid sized to the SMs, each block walking several tiles). The same for
- * every mode. */
-int mlpd_cuda_small_variants(int rows);
+/* How many small-batch variants exist for `rows` rows in `mode`; 0 when
+ * none applies (rows > MLPD_SMALL_MAX_ROWS or < 1). Variants differ in
+ * how many warps split one layer's K, how many bytes a thread loads at
+ * once, how many 16-feature tiles a block owns, whether a block loads its
+ * next chunks while it multiplies the last ones (the pipelined variants: a
+ * grid sized to the SMs, each block walking several tiles), and, from
+ * MLPD_SMALL_MMA_VARIANTS on (bf16 and f16), whether the copy engine and
+ * wgmma do the work; those need mlpd_cuda_wg_probe() == 0 as well. */
+int mlpd_cuda_small_variants(int mode, int rows);
 
 /* "mma rows<=8 splitk=8"-style description of a variant, static. */
 const char *mlpd_cuda_small_name(int rows, int variant);
@@ -74,6 +84,22 @@ const char *mlpd_cuda_small_name(int rows, int variant);
  * *ptx_version >= 90 (older images do not wait for the kernel before
  * them). */
 int mlpd_cuda_small_probe(int mode, int *ptx_version, int *binary_version);
+
+/* Whether the wgmma variants run on the current device: 0, or the
+ * cudaError_t that says why not (no sm_90a image for it, no tensor-map
+ * encoder in the driver); the error is cleared. Call it on each device
+ * before launching them there: it also sets their shared-memory limits. */
+int mlpd_cuda_wg_probe(void);
+
+/* The tiled copy of 16-bit weights w [n][k] that variants from
+ * MLPD_SMALL_TILED_FIRST on read: its bytes, and a kernel on `stream`
+ * that writes it (wt of that many bytes, 128-byte aligned; w and wt must
+ * not overlap). Tiles of 64 weight rows by 64 k, swizzled as the copy
+ * engine would store them, so each CTA of those variants streams one
+ * contiguous run. */
+size_t mlpd_cuda_wg_tiled_bytes(int n, int k);
+int mlpd_cuda_wg_tile(void *wt, const void *w, int n, int k,
+                      cudaStream_t stream);
 
 /* Enqueues y[rows][n] = act((x[rows][k] . w[n][k]^T) * s[n] + b[n]) on
  * `stream`: s = wscale in MLPD_KMODE_FP8 (w is E4M3 bytes), 1 otherwise;

@@ -80,9 +80,16 @@ static void probe_kernels(cuda_engine_t *e) {
   e->small_ok = 1;
   e->pdl_ok = ptx >= 90 && e->cc_major >= 9;
   e->stats.small_kernel_ptx = ptx;
+  /* The wgmma variants: 16-bit weights (FP8 engines' bf16 path keeps the
+   * mma.sync kernels), an sm_90a image, and chained launches, which their
+   * weight prefetch is made for. */
+  int wce = e->fp8 || !e->pdl_ok ? (int)cudaErrorNotSupported
+                                 : mlpd_cuda_wg_probe();
+  e->wg_ok = wce == 0;
   MLPD_LOGD("cuda engine: small-batch kernels from PTX %d, binary sm_%d; "
-            "chained launches %s",
-            ptx, bin, e->pdl_ok ? "on" : "off");
+            "chained launches %s; wgmma variants %s",
+            ptx, bin, e->pdl_ok ? "on" : "off",
+            e->wg_ok ? "on" : cudaGetErrorString((cudaError_t)wce));
 }
 
 /* Fills n elements of device memory with N(0,1)-like values (a sum of three
@@ -125,6 +132,40 @@ static int fill_random(cuda_engine_t *e, void *dst, size_t n, uint64_t seed,
 fail:
   free(f);
   free(h);
+  return rc;
+}
+
+/* The tiled copies of the weights that the tiled wgmma variants read, one
+ * allocation a layer so that open can keep only those its plans use
+ * (mlpd_cuda_setup_drop_tiled). An option, not a need: without room for
+ * them (all together at most half the free memory) those variants do not
+ * compete. */
+static int make_tiled(cuda_engine_t *e, mlpd_err_t *err) {
+  int rc = 0;
+  size_t total = 0, fr = 0, tot = 0;
+  if (!e->wg_ok)
+    return 0;
+  for (int l = 0; l < e->nlayers; l++)
+    total += mlpd_cuda_wg_tiled_bytes(e->L[l].out_p, e->L[l].in_p);
+  if (cudaMemGetInfo(&fr, &tot) != cudaSuccess || total > fr / 2) {
+    (void)cudaGetLastError();
+    MLPD_LOGI("cuda engine: no room for the tiled weights (%.1f MiB, %.1f "
+              "MiB free): the tiled wgmma variants do not compete",
+              (double)total / (1 << 20), (double)fr / (1 << 20));
+    return 0;
+  }
+  for (int l = 0; l < e->nlayers; l++) {
+    layer_t *L = &e->L[l];
+    size_t b = mlpd_cuda_wg_tiled_bytes(L->out_p, L->in_p);
+    CU(cudaMalloc(&L->wt, b), "allocate %zu bytes for layer %d's tiled "
+       "weights", b, l + 1);
+    e->wt_bytes += b;
+    CU((cudaError_t)mlpd_cuda_wg_tile(L->wt, L->w, L->out_p, L->in_p, e->st),
+       "tile layer %d's weights", l + 1);
+  }
+  CU(cudaStreamSynchronize(e->st), "tile the weights");
+  e->tiled_ok = 1;
+fail:
   return rc;
 }
 
@@ -342,6 +383,30 @@ void mlpd_cuda_setup_drop_bf16(cuda_engine_t *e) {
     e->L[l].w16 = NULL;
 }
 
+void mlpd_cuda_setup_drop_tiled(cuda_engine_t *e) {
+  int kept = 0;
+  for (int l = 0; l < e->nlayers; l++) {
+    layer_t *L = &e->L[l];
+    int used = 0;
+    for (int b = 0; b < e->nbuckets && !used; b++)
+      used = e->bk[b].ch[l].small &&
+             e->bk[b].ch[l].variant >= MLPD_SMALL_TILED_FIRST;
+    if (L->wt == NULL)
+      continue;
+    if (used) {
+      kept++;
+      continue;
+    }
+    e->wt_bytes -= mlpd_cuda_wg_tiled_bytes(L->out_p, L->in_p);
+    (void)cudaFree(L->wt);
+    L->wt = NULL;
+  }
+  if (e->tiled_ok)
+    MLPD_LOGI("cuda engine: %d of %d layers run a tiled wgmma variant "
+              "somewhere (%.1f MiB of tiled weights kept)",
+              kept, e->nlayers, (double)e->wt_bytes / (1 << 20));
+}
+
 size_t mlpd_cuda_setup_lane_bytes(const cuda_engine_t *e) {
   size_t rows = (size_t)e->max_rows;
   size_t in = (size_t)e->L[0].in_p, out = (size_t)e->L[e->nlayers - 1].out_p;
@@ -544,6 +609,7 @@ int mlpd_cuda_setup(cuda_engine_t *e, const mlpd_model_t *m,
   CU(cudaEventCreate(&e->ev[1]), "create event");
   LT(cublasLtCreate(&e->lt), "create cuBLASLt handle");
   TRY(upload_weights(e, err));
+  TRY(make_tiled(e, err));
   TRY(make_buffers(e, err));
   TRY(make_descriptors(e, err));
 fail:
@@ -572,6 +638,7 @@ void mlpd_cuda_setup_free(cuda_engine_t *e) {
     e->bk = NULL;
   }
   for (int l = 0; l < e->nlayers; l++) {
+    cudaFree(e->L[l].wt);
     if (e->L[l].desc != NULL)
       cublasLtMatmulDescDestroy(e->L[l].desc);
     if (e->L[l].lw != NULL)

@@ -5,7 +5,8 @@
  * support), the layers' padded shapes and the batch buckets, the streams,
  * events and cuBLASLt handle, the weights on the device (16-bit or fp32
  * converted on the host; FP8 quantized per output feature on the GPU, and
- * for the bf16 path also rounded to bf16), the
+ * for the bf16 path also rounded to bf16; tiled for the tiled wgmma
+ * variants where those may run), the
  * activation, pipeline and scratch buffers (filled with random values, so
  * tuning never runs on zeros), and the cuBLASLt descriptors and layouts.
  *
@@ -31,6 +32,10 @@ void mlpd_cuda_setup_free(cuda_engine_t *e);
 /* FP8 engines: frees the bf16 path's weights (slab16, every w16) when no
  * bucket runs the bf16 path; otherwise, and for other engines, nothing. */
 void mlpd_cuda_setup_drop_bf16(cuda_engine_t *e);
+
+/* Frees each layer's tiled weights that no plan reads (all of them when
+ * the tiled wgmma variants won nowhere). After the plans are made. */
+void mlpd_cuda_setup_drop_tiled(cuda_engine_t *e);
 
 /* Bytes of device memory of one lane, for info.activation_bytes. */
 size_t mlpd_cuda_setup_lane_bytes(const cuda_engine_t *e);

@@ -220,9 +220,9 @@ static void fill_info(cuda_engine_t *e) {
   in->out_stride = e->L[e->nlayers - 1].out_p;
   in->max_batch = e->max_batch;
   in->depth = PIPE_DEPTH;
-  /* The bf16 path's weights count only while some bucket runs it (else
-   * open freed them). */
-  in->weight_bytes = e->slab_bytes + e->slab16_bytes;
+  /* The bf16 path's weights, and the tiled copies, count only while some
+   * plan reads them (else open freed them). */
+  in->weight_bytes = e->slab_bytes + e->slab16_bytes + e->wt_bytes;
   in->workspace_bytes = WS_BYTES;
   in->activation_bytes = 2 * e->act_bytes +
                          (uint64_t)PIPE_DEPTH * e->lane_bytes +
@@ -255,6 +255,7 @@ static int open_engine(mlpd_engine_t **out, const mlpd_model_t *m,
   cudaFree(e->vbuf[0]);
   e->vbuf[0] = e->vbuf[1] = NULL;
   mlpd_cuda_setup_drop_bf16(e);
+  mlpd_cuda_setup_drop_tiled(e);
 
   mlpd__cuda_progress(o, "capturing %d graphs", e->nbuckets * PIPE_DEPTH);
   uint64_t tg = mlpd_now_ns();
@@ -294,6 +295,7 @@ static int open_engine(mlpd_engine_t **out, const mlpd_model_t *m,
   e->stats.nlayers = e->nlayers;
   e->stats.small_kernel = e->small_ok || e->f32_ok;
   e->stats.pdl = e->pdl_ok;
+  e->stats.wg_kernel = e->wg_ok;
   e->stats.fp8 = e->fp8;
   e->stats.forced_small = e->forced_small;
   char paths[160] = "";
@@ -308,6 +310,7 @@ static int open_engine(mlpd_engine_t **out, const mlpd_model_t *m,
                              pn ? "," : "", e->bk[b].rows);
   }
   e->stats.bf16_weight_bytes = e->slab16_bytes;
+  e->stats.tiled_weight_bytes = e->wt_bytes;
   if (e->fp8)
     MLPD_LOGI("cuda engine: FP8 model: %d of %d buckets run the bf16 path%s%s"
               "%s (%.1f MiB of bf16 weights kept)",

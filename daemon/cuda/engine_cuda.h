@@ -82,6 +82,8 @@ typedef struct mlpd_engine_cuda_stats_s {
                                  sm_90 code); 0 when unavailable */
   int pdl;                    /* 1: chained small-kernel layers start
                                  early; needs an image from PTX >= 90 */
+  int wg_kernel;              /* 1: the wgmma variants (16-bit weights,
+                                 sm_90a) may compete too */
   int fp8;                    /* weights in FP8 E4M3 */
   int forced_small;           /* variant forced for this engine by
                                  mlpd_engine_cuda_open_forced, else -1 */
@@ -97,6 +99,10 @@ typedef struct mlpd_engine_cuda_stats_s {
   uint64_t bf16_weight_bytes; /* device bytes of the bf16 weights kept for
                                  those buckets (0 when none runs it); part
                                  of info.weight_bytes and device_bytes */
+  uint64_t tiled_weight_bytes; /* device bytes of the tiled weights kept
+                                  for layers whose plans use a tiled wgmma
+                                  variant (0 when none does); part of
+                                  info.weight_bytes and device_bytes */
   /* Every plan fused (issue 17.4): fp32 plans where cuBLASLt ran a
    * separate epilogue kernel and mlpd's fused fp32 kernel replaced it. */
   int plans_fp32_replaced;

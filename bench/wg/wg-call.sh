@@ -1,0 +1,31 @@
+#!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
+# bench/wg/wg-call.sh - one device call for the wgmma streaming experiment:
+# runs a wg_bench built here (nvcc 13.0, sm_90a; carried in .ab/wg) or
+# builds it, then PyTorch on the same shapes (bench/torch_bench.py).
+# Logs under $OUT.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/wg-out}
+mkdir -p "$OUT"
+B=.ab/wg/wg_bench
+if [ ! -x $B ]; then
+  mkdir -p .ab/wg
+  nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Idaemon/cuda \
+    bench/wg/wg_bench.cu -o $B || exit 1
+fi
+nvidia-smi --format=csv \
+  --query-gpu=name,driver_version,clocks.sm,temperature.gpu,power.draw
+timeout "${WG_TIMEOUT:-150}" $B ${WG_ARGS:-} >"$OUT/wg_bench.log" 2>&1
+echo "wg_bench rc=$?"
+grep -E "CHECKS|FAIL|ATTR" "$OUT/wg_bench.log" | head -40
+if [ -z "${NO_TORCH:-}" ]; then
+  python3 models/make_model.py mlp-4k -o /tmp/mlp-4k.safetensors >/dev/null 2>&1
+  python3 models/make_model.py mlp-1k -o /tmp/mlp-1k.safetensors >/dev/null 2>&1
+  timeout 120 python3 bench/torch_bench.py --measure "$OUT/torch.json" \
+    --model mlp-4k=/tmp/mlp-4k.safetensors \
+    --model mlp-1k=/tmp/mlp-1k.safetensors \
+    --batches 1,16,32,64,128,256 >"$OUT/torch.log" 2>&1
+  echo "torch rc=$?"
+  tail -30 "$OUT/torch.log"
+fi

@@ -1,0 +1,426 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* wg_bench.cu - check and time the wgmma small-batch kernel
+ * (daemon/cuda/cuda_wg.cuh) in more configurations than the engine ships,
+ * on one GPU: every configuration against a CPU reference
+ * (odd widths, partial tiles, splits with no K, every row count class,
+ * bit-identical reruns), then device times of 4-layer chains (mlp-4k:
+ * 4 x 4096 x 4096 bf16, 128 MiB, so every replay streams from HBM;
+ * mlp-1k) in a CUDA graph with programmatic dependent launch, beside a
+ * kernel that only reads the bytes.
+ *
+ *   bench/wg/wg-call.sh (one device call: builds with nvcc for sm_90a,
+ *   runs it, then PyTorch on the same shapes)
+ *   ./wg_bench [time]
+ *
+ * One line per measurement; exits 1 when a check fails. */
+#include "cuda_wg.cuh"
+
+#include <algorithm>
+#include <cuda_runtime.h>
+#include <cudaTypedefs.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <vector>
+
+#define CK(x)                                                                  \
+  do {                                                                         \
+    cudaError_t e_ = (x);                                                      \
+    if (e_ != cudaSuccess) {                                                   \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x,             \
+              cudaGetErrorString(e_));                                         \
+      exit(2);                                                                 \
+    }                                                                          \
+  } while (0)
+
+using namespace mlpd_wg;
+
+typedef void (*wg_kernel_t)(const CUtensorMap, const CUtensorMap,
+                            const wg_args);
+
+struct cfg_t {
+  const char *name;
+  int nr, c, wt, br, smem, threads;
+  wg_kernel_t k;
+};
+#define CF(NR, C, BKA, ST, WT, BR)                                             \
+  {"NR" #NR " C" #C " BKA" #BKA " ST" #ST " WT" #WT " BR" #BR,                \
+   NR,                                                                         \
+   C,                                                                          \
+   WT,                                                                         \
+   BR,                                                                         \
+   wg_shape<NR, C, BKA, ST>::SMEM,                                             \
+   wg_shape<NR, C, BKA, ST>::THREADS,                                          \
+   mlpd_small_gemm_kernel_wg<NR, C, BKA, ST, WT, BR, 0>}
+static const cfg_t cfgs[] = {
+    CF(8, 1, 4, 3, 0, 16),   CF(8, 1, 4, 3, 1, 16),  CF(8, 1, 2, 6, 0, 16),
+    CF(8, 1, 2, 6, 1, 16),   CF(8, 1, 8, 2, 1, 16),  CF(8, 1, 4, 3, 0, 64),
+    CF(16, 1, 4, 3, 0, 16),  CF(16, 1, 4, 3, 1, 16), CF(16, 1, 2, 6, 1, 16),
+    CF(32, 1, 2, 5, 1, 16),  CF(32, 1, 2, 5, 0, 16), CF(64, 1, 2, 4, 1, 16),
+    CF(64, 2, 2, 3, 1, 16),  CF(128, 2, 1, 5, 1, 16), CF(128, 2, 2, 3, 1, 16),
+    CF(128, 1, 2, 3, 1, 16), CF(256, 2, 1, 4, 1, 16), CF(256, 2, 1, 4, 0, 64),
+};
+static const int ncfgs = (int)(sizeof(cfgs) / sizeof(cfgs[0]));
+static const cfg_t cfg_f16 = {"NR16 C1 BKA4 ST3 WT1 BR16 f16", 16, 1, 1, 16,
+                              wg_shape<16, 1, 4, 3>::SMEM,
+                              wg_shape<16, 1, 4, 3>::THREADS,
+                              mlpd_small_gemm_kernel_wg<16, 1, 4, 3, 1, 16, 1>};
+static int g_sms;
+static PFN_cuTensorMapEncodeTiled_v12000 encode;
+
+static void make_map(CUtensorMap *m, const void *p, int inner, int outer,
+                     int box_outer) {
+  cuuint64_t dims[2] = {(cuuint64_t)inner, (cuuint64_t)outer};
+  cuuint64_t strides[1] = {(cuuint64_t)inner * 2};
+  cuuint32_t box[2] = {64, (cuuint32_t)box_outer};
+  cuuint32_t es[2] = {1, 1};
+  CUresult r = encode(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)p, dims,
+                      strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                      CU_TENSOR_MAP_SWIZZLE_128B,
+                      CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    fprintf(stderr, "cuTensorMapEncodeTiled: %d (inner %d outer %d box %d)\n",
+            (int)r, inner, outer, box_outer);
+    exit(2);
+  }
+}
+
+static void *make_tiled(const void *w, int n, int k) {
+  const int tiles = (n + 127) / 128 * 2; /* whole tiles for C = 2 too */
+  void *wt;
+  CK(cudaMalloc(&wt, wg_tiled_bytes(tiles, k)));
+  wg_tile_weights<<<1024, 256>>>((const uint16_t *)w, (uint16_t *)wt, n, k,
+                                 tiles);
+  CK(cudaGetLastError());
+  CK(cudaDeviceSynchronize());
+  return wt;
+}
+
+struct layer_t {
+  CUtensorMap mw, mx;
+  wg_args a;
+};
+
+static void setup_layer(layer_t *L, const cfg_t *c, int rows, int n, int k,
+                        const void *x, const void *w, const void *wt,
+                        const void *b, void *y, int act, int flags,
+                        int splits) {
+  make_map(&L->mw, w, k, n, c->br);
+  make_map(&L->mx, x, k, rows, c->nr);
+  L->a.b = (const uint16_t *)b;
+  L->a.y = (uint16_t *)y;
+  L->a.wt = (const uint8_t *)wt;
+  L->a.rows = rows, L->a.n = n, L->a.k = k, L->a.act = act;
+  L->a.flags = flags, L->a.splits = splits;
+}
+
+static int launch(const cfg_t *c, const layer_t *L, int pdl_attr,
+                  cudaStream_t st) {
+  const int tiles = (L->a.n + 64 * c->c - 1) / (64 * c->c);
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchAttribute attr[2];
+  cfg.gridDim = dim3((unsigned)(tiles * L->a.splits));
+  cfg.blockDim = dim3((unsigned)c->threads);
+  cfg.dynamicSmemBytes = (size_t)c->smem;
+  cfg.stream = st;
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = (unsigned)L->a.splits;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  if (pdl_attr) {
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[1].val.programmaticStreamSerializationAllowed = 1;
+    cfg.numAttrs = 2;
+  }
+  return (int)cudaLaunchKernelEx(&cfg, c->k, L->mw, L->mx, L->a);
+}
+
+static uint32_t rng = 12345;
+static float frand() {
+  float s = 0;
+  for (int i = 0; i < 4; i++) {
+    rng = rng * 1664525u + 1013904223u;
+    s += (float)(rng >> 8) / 16777216.0f;
+  }
+  return (s - 2.0f) * 1.7320508f;
+}
+static uint16_t f2bf(float f) {
+  return __bfloat16_as_ushort(__float2bfloat16_rn(f));
+}
+static float bf2f(uint16_t h) {
+  return __bfloat162float(__ushort_as_bfloat16(h));
+}
+static uint16_t f2h(float f) { return __half_as_ushort(__float2half_rn(f)); }
+static float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+static float gelu(float x) {
+  return 0.5f * x *
+         (1.0f + tanhf(0.7978845608f * (x + 0.044715f * x * x * x)));
+}
+
+static int check(const cfg_t *c, int f16, int rows, int n, int k, int act,
+                 int splits) {
+  std::vector<uint16_t> hx((size_t)rows * k), hw((size_t)n * k), hb(n),
+      hy((size_t)rows * n), hy2((size_t)rows * n);
+  std::vector<float> xf(hx.size()), wf(hw.size()), bf(n);
+  const float ws = 1.0f / sqrtf((float)k);
+  for (size_t i = 0; i < hx.size(); i++) {
+    hx[i] = f16 ? f2h(frand()) : f2bf(frand());
+    xf[i] = f16 ? h2f(hx[i]) : bf2f(hx[i]);
+  }
+  for (size_t i = 0; i < hw.size(); i++) {
+    hw[i] = f16 ? f2h(frand() * ws) : f2bf(frand() * ws);
+    wf[i] = f16 ? h2f(hw[i]) : bf2f(hw[i]);
+  }
+  for (int m = 0; m < n; m++) {
+    hb[m] = f16 ? f2h(frand() * 0.5f) : f2bf(frand() * 0.5f);
+    bf[m] = f16 ? h2f(hb[m]) : bf2f(hb[m]);
+  }
+  void *dx, *dw, *db, *dy;
+  CK(cudaMalloc(&dx, hx.size() * 2));
+  CK(cudaMalloc(&dw, hw.size() * 2));
+  CK(cudaMalloc(&db, (size_t)n * 2));
+  CK(cudaMalloc(&dy, hy.size() * 2));
+  CK(cudaMemcpy(dx, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(dw, hw.data(), hw.size() * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(db, hb.data(), (size_t)n * 2, cudaMemcpyHostToDevice));
+  void *dwt = c->wt ? make_tiled(dw, n, k) : NULL;
+  layer_t L;
+  std::vector<uint16_t> *out[2] = {&hy, &hy2};
+  for (int rep = 0; rep < 2; rep++) {
+    CK(cudaMemset(dy, rep ? 0 : 0xff, hy.size() * 2));
+    setup_layer(&L, c, rows, n, k, dx, dw, dwt, db, dy, act, 0, splits);
+    int ce = launch(c, &L, rep, 0); /* the PDL attribute on the rerun */
+    cudaError_t se = cudaDeviceSynchronize();
+    if (ce != 0 || se != cudaSuccess) {
+      printf("CHECK FAIL %s rows %d %dx%d S%d: launch %s / %s\n", c->name,
+             rows, n, k, splits, cudaGetErrorString((cudaError_t)ce),
+             cudaGetErrorString(se));
+      exit(1); /* a sticky error: nothing after it would run */
+    }
+    CK(cudaMemcpy(out[rep]->data(), dy, hy.size() * 2,
+                  cudaMemcpyDeviceToHost));
+  }
+  double num = 0, den = 0;
+  int same = memcmp(hy.data(), hy2.data(), hy.size() * 2) == 0;
+  for (int r = 0; r < rows; r++)
+    for (int m = 0; m < n; m++) {
+      double s = 0;
+      for (int i = 0; i < k; i++)
+        s += (double)xf[(size_t)r * k + i] * wf[(size_t)m * k + i];
+      float v = (float)s + bf[m];
+      if (act == 1)
+        v = gelu(v);
+      else if (act == 2)
+        v = v > 0 ? v : 0;
+      uint16_t h = hy[(size_t)r * n + m];
+      float got = f16 ? h2f(h) : bf2f(h);
+      num += ((double)got - v) * ((double)got - v);
+      den += (double)v * v;
+    }
+  double rel = sqrt(num / (den > 0 ? den : 1));
+  int ok = same && rel < 8e-3 && rel == rel;
+  printf("CHECK %s %-32s%s rows %3d n %5d k %5d act %d S%d: rel %.2e%s\n",
+         ok ? "ok  " : "FAIL", c->name, f16 ? " f16" : "", rows, n, k, act,
+         splits, rel, same ? "" : " (not bit-stable)");
+  cudaFree(dx), cudaFree(dw), cudaFree(db), cudaFree(dy);
+  if (dwt)
+    cudaFree(dwt);
+  return !ok;
+}
+
+__global__ void read_kernel(const uint4 *p, size_t n, unsigned *sink) {
+  uint4 acc = make_uint4(0, 0, 0, 0);
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    uint4 v = __ldcs(p + i);
+    acc.x ^= v.x, acc.y ^= v.y, acc.z ^= v.z, acc.w ^= v.w;
+  }
+  if ((acc.x ^ acc.y ^ acc.z ^ acc.w) == 0x12345678u)
+    *sink = 1;
+}
+
+static double time_graph(cudaGraphExec_t ge, cudaStream_t st) {
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  for (int i = 0; i < 20; i++)
+    CK(cudaGraphLaunch(ge, st));
+  std::vector<double> v;
+  for (int r = 0; r < 11; r++) {
+    CK(cudaEventRecord(a, st));
+    for (int i = 0; i < 20; i++)
+      CK(cudaGraphLaunch(ge, st));
+    CK(cudaEventRecord(b, st));
+    CK(cudaEventSynchronize(b));
+    float ms;
+    CK(cudaEventElapsedTime(&ms, a, b));
+    v.push_back(ms * 1000.0 / 20);
+  }
+  std::sort(v.begin(), v.end());
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return v[v.size() / 2];
+}
+
+static double time_chain(const cfg_t *c, layer_t *L, int nl, int pdl,
+                         cudaStream_t st) {
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+  int ce = 0;
+  for (int l = 0; l < nl && ce == 0; l++)
+    ce = launch(c, &L[l], pdl && l > 0, st);
+  CK(cudaStreamEndCapture(st, &g));
+  if (ce != 0) {
+    printf("launch failed: %s\n", cudaGetErrorString((cudaError_t)ce));
+    cudaGetLastError();
+    return -1;
+  }
+  CK(cudaGraphInstantiate(&ge, g, 0));
+  double us = time_graph(ge, st);
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+  return us;
+}
+
+int main(int argc, char **argv) {
+  const int only_time = argc > 1 && strcmp(argv[1], "time") == 0;
+  cudaDeviceProp p;
+  CK(cudaGetDeviceProperties(&p, 0));
+  g_sms = p.multiProcessorCount;
+  printf("GPU %s, %d SMs, L2 %d MiB\n", p.name, g_sms, p.l2CacheSize >> 20);
+  cudaDriverEntryPointQueryResult q;
+  CK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled",
+                                      (void **)&encode, 12000,
+                                      cudaEnableDefault, &q));
+  for (int ci = 0; ci <= ncfgs; ci++) {
+    const cfg_t *c = ci < ncfgs ? &cfgs[ci] : &cfg_f16;
+    cudaFuncAttributes fa;
+    CK(cudaFuncSetAttribute((const void *)c->k,
+                            cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            c->smem));
+    CK(cudaFuncGetAttributes(&fa, (const void *)c->k));
+    int nb = 0;
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, c->k, c->threads,
+                                                     (size_t)c->smem));
+    printf("ATTR %-34s %3d regs, %4zu B local, %6d B smem, %d blocks/SM\n",
+           c->name, fa.numRegs, fa.localSizeBytes, c->smem, nb);
+  }
+  int fails = 0;
+  if (!only_time) {
+    const int shapes[][2] = {{520, 4112}, {1000, 1040}, {72, 208},
+                             {4104, 64},  {200, 136},   {4096, 4096}};
+    for (int ci = 0; ci < ncfgs; ci++) {
+      const cfg_t *c = &cfgs[ci];
+      const int rowss[] = {1, c->nr / 2 + 1, c->nr};
+      for (int si = 0; si < 6; si++)
+        for (int ri = 0; ri < 3; ri++) {
+          if (c->nr >= 128 && (si == 0 || si == 5) && ri != 2)
+            continue; /* CPU time */
+          if (si == 5 && ri != 0)
+            continue;
+          const int splits = 1 + (si + ri + ci) % 4;
+          fails += check(c, 0, rowss[ri], shapes[si][0], shapes[si][1],
+                         (si + ri) % 3, splits);
+        }
+    }
+    fails += check(&cfg_f16, 1, 13, 1000, 1040, 1, 2);
+    fails += check(&cfg_f16, 1, 16, 520, 4112, 2, 3);
+    printf("CHECKS %s (%d failed)\n", fails ? "FAILED" : "passed", fails);
+  }
+
+  cudaStream_t st;
+  CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  {
+    unsigned *sink;
+    CK(cudaMalloc(&sink, 4));
+    void *big;
+    CK(cudaMalloc(&big, (size_t)128 << 20));
+    CK(cudaMemset(big, 1, (size_t)128 << 20));
+    for (int parts = 1; parts <= 4; parts *= 4) {
+      cudaGraph_t g;
+      cudaGraphExec_t ge;
+      size_t per = ((size_t)128 << 20) / parts / 16;
+      CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+      for (int i = 0; i < parts; i++)
+        read_kernel<<<g_sms * 4, 512, 0, st>>>((const uint4 *)big + per * i,
+                                               per, sink);
+      CK(cudaStreamEndCapture(st, &g));
+      CK(cudaGraphInstantiate(&ge, g, 0));
+      double us = time_graph(ge, st);
+      printf("TIME read-only 128 MiB as %d kernel(s): %.1f us = %.2f TB/s\n",
+             parts, us, (double)(128 << 20) / us / 1e6);
+      cudaGraphExecDestroy(ge);
+      cudaGraphDestroy(g);
+    }
+    cudaFree(big);
+  }
+
+  const int NL = 4, maxn = 4096, maxr = 256;
+  void *w[NL], *wt[NL], *b[NL], *x, *act[2];
+  {
+    std::vector<uint16_t> hw((size_t)maxn * maxn);
+    for (int l = 0; l < NL; l++) {
+      for (auto &v : hw)
+        v = f2bf(frand() / 64);
+      CK(cudaMalloc(&w[l], hw.size() * 2));
+      CK(cudaMemcpy(w[l], hw.data(), hw.size() * 2, cudaMemcpyHostToDevice));
+      CK(cudaMalloc(&b[l], maxn * 2));
+      CK(cudaMemset(b[l], 0, maxn * 2));
+    }
+    std::vector<uint16_t> hx((size_t)maxr * maxn);
+    for (auto &v : hx)
+      v = f2bf(frand());
+    CK(cudaMalloc(&x, hx.size() * 2));
+    CK(cudaMemcpy(x, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMalloc(&act[0], hx.size() * 2));
+    CK(cudaMalloc(&act[1], hx.size() * 2));
+  }
+  const int dims[] = {4096, 1024};
+  const int trows[] = {1, 8, 16, 32, 64, 128, 256};
+  for (int di = 0; di < 2; di++) {
+    const int n = dims[di];
+    for (int l = 0; l < NL; l++)
+      wt[l] = make_tiled(w[l], n, n);
+    const double bytes = (double)NL * n * n * 2;
+    for (int ri = 0; ri < 7; ri++) {
+      const int rows = trows[ri];
+      for (int ci = 0; ci < ncfgs; ci++) {
+        const cfg_t *c = &cfgs[ci];
+        if (rows > c->nr || (c->nr > 8 && rows <= c->nr / 2))
+          continue;
+        if (di == 1 && (rows == 8 || rows == 32 || rows == 64))
+          continue;
+        const int tiles = (n + 64 * c->c - 1) / (64 * c->c);
+        for (int splits = 1; splits <= 8; splits *= 2) {
+          if (tiles * splits > 2 * g_sms || tiles * splits < g_sms / 3)
+            continue;
+          for (int mode = 0; mode < 3; mode++) {
+            /* mode 0: PDL; 1: no PDL; 2: copies only (PDL) */
+            if (mode == 2 && rows != c->nr)
+              continue;
+            layer_t L[NL];
+            for (int l = 0; l < NL; l++)
+              setup_layer(&L[l], c, rows, n, n, l ? act[(l - 1) & 1] : x,
+                          w[l], wt[l], b[l], act[l & 1],
+                          l + 1 < NL ? 1 : 0,
+                          mode == 2 ? WG_NO_MATH : 0,
+                          splits);
+            double us = time_chain(c, L, NL, mode != 1, st);
+            printf("TIME %4d rows %3d %-32s S%d %-6s %7.2f us %.2f TB/s\n", n,
+                   rows, c->name, splits,
+                   mode == 0 ? "pdl" : mode == 1 ? "nopdl" : "copy",
+                   us, bytes / us / 1e6);
+          }
+        }
+      }
+    }
+    for (int l = 0; l < NL; l++)
+      cudaFree(wt[l]);
+  }
+  return fails ? 1 : 0;
+}

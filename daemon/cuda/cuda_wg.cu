@@ -1,0 +1,184 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* cuda_wg.cu - the wgmma variants of mlpd's small-batch kernel
+ * (cuda_wg.cuh), callable from cuda_kernels.cu: a launcher that makes the
+ * layer's tensor maps and picks the split, and a probe. Built for sm_90a
+ * alone (wgmma and the tensor copies exist nowhere else), in an object
+ * library of its own, so that no other image of these kernels exists for
+ * the driver to pick instead.
+ *
+ * The tensor maps are made at every launch: launches happen while the
+ * engine tunes and captures its graphs, never while it serves (a graph
+ * keeps the kernel's parameters, maps included). The driver's encoder is
+ * reached through the runtime, so nothing links libcuda. */
+#include "cuda_kernels.h"
+#include "cuda_wg.cuh"
+
+#include <cudaTypedefs.h>
+#include <mutex>
+
+using namespace mlpd_wg;
+
+namespace {
+
+typedef void (*wg_kernel_t)(const CUtensorMap, const CUtensorMap,
+                            const wg_args);
+
+/* One variant at each row class (8, 16, 32 rows): its kernels for bf16
+ * and f16, the rows they take, shared memory, threads, and whether it
+ * reads the tiled copy of the weights. */
+struct wg_variant_t {
+  wg_kernel_t k[2];
+  int nr, smem, threads, tiled;
+};
+#define WGV(NR, C, BKA, ST, WT)                                                \
+  {{mlpd_small_gemm_kernel_wg<NR, C, BKA, ST, WT, 16, 0>,                      \
+    mlpd_small_gemm_kernel_wg<NR, C, BKA, ST, WT, 16, 1>},                     \
+   NR,                                                                         \
+   wg_shape<NR, C, BKA, ST>::SMEM,                                             \
+   wg_shape<NR, C, BKA, ST>::THREADS,                                          \
+   WT}
+/* [row class][variant]: stages of 4 atoms x 3 deep, and of 2 atoms as
+ * deep as fits (the two best of each class in bench/wg, 2026-12-05),
+ * from the row-major weights, then the same from the tiled copy. */
+static const wg_variant_t wg_table[3][MLPD_WG_VARIANTS] = {
+    {WGV(8, 1, 4, 3, 0), WGV(8, 1, 2, 6, 0), WGV(8, 1, 4, 3, 1),
+     WGV(8, 1, 2, 6, 1)},
+    {WGV(16, 1, 4, 3, 0), WGV(16, 1, 2, 6, 0), WGV(16, 1, 4, 3, 1),
+     WGV(16, 1, 2, 6, 1)},
+    {WGV(32, 1, 4, 3, 0), WGV(32, 1, 2, 5, 0), WGV(32, 1, 4, 3, 1),
+     WGV(32, 1, 2, 5, 1)}};
+#undef WGV
+
+PFN_cuTensorMapEncodeTiled_v12000 g_encode;
+cudaError_t g_encode_err = cudaSuccess;
+std::once_flag g_encode_once;
+
+cudaError_t encoder(void) {
+  std::call_once(g_encode_once, [] {
+    cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+    void *fn = nullptr;
+    g_encode_err = cudaGetDriverEntryPointByVersion(
+        "cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q);
+    if (g_encode_err == cudaSuccess && q != cudaDriverEntryPointSuccess)
+      g_encode_err = cudaErrorNotSupported;
+    g_encode = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  });
+  return g_encode_err;
+}
+
+/* A map of a row-major [outer][inner] matrix of 16-bit values, boxes of
+ * 64 values (128 bytes, swizzled as wgmma reads them) x box_outer rows;
+ * out of bounds reads are zeros. */
+cudaError_t make_map(CUtensorMap *m, const void *p, int f16, int inner,
+                     int outer, int box_outer) {
+  cuuint64_t dims[2] = {(cuuint64_t)inner, (cuuint64_t)outer};
+  cuuint64_t strides[1] = {(cuuint64_t)inner * 2};
+  cuuint32_t box[2] = {64, (cuuint32_t)box_outer};
+  cuuint32_t es[2] = {1, 1};
+  CUresult r = g_encode(
+      m, f16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+      2, const_cast<void *>(p), dims, strides, box, es,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+int row_class(int rows) { return rows <= 8 ? 0 : rows <= 16 ? 1 : 2; }
+
+} // namespace
+
+int mlpd__k_wg_gemm(int f16, int variant, int rows, int n, int k,
+                     const void *x, const void *w, const void *b,
+                     void *y, int act, int pdl, cudaStream_t st) {
+  if (rows < 1 || rows > MLPD_SMALL_MAX_ROWS || variant < 0 ||
+      variant >= MLPD_WG_VARIANTS || n < 1 || k < 8 || (n & 7) || (k & 7) ||
+      act < MLPD_KACT_NONE || act > MLPD_KACT_RELU)
+    return (int)cudaErrorInvalidValue;
+  cudaError_t ce = encoder();
+  if (ce != cudaSuccess)
+    return (int)ce;
+  const wg_variant_t *v = &wg_table[row_class(rows)][variant];
+  const wg_kernel_t kern = v->k[f16 ? 1 : 0];
+  int dev = 0, sms = 0;
+  ce = cudaGetDevice(&dev);
+  if (ce == cudaSuccess)
+    ce = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  if (ce != cudaSuccess)
+    return (int)ce;
+  /* One wave: split K so the tiles' CTAs fill the SMs once, at most 4 ways
+   * (bench/wg: 8-CTA clusters and a second wave both cost more than idle
+   * SMs; 64 tiles x 2 and 16 x 4 were the best splits of mlp-4k and
+   * mlp-1k). */
+  const int tiles = (n + 63) / 64;
+  int splits = sms / tiles;
+  splits = splits < 1 ? 1 : splits > 4 ? 4 : splits;
+  /* The tiled variants read w as the tiled copy and have no use for a
+   * weight map: they get the input's. */
+  CUtensorMap mw, mx;
+  ce = make_map(&mx, x, f16, k, rows, v->nr);
+  if (ce == cudaSuccess)
+    mw = mx;
+  if (ce == cudaSuccess && !v->tiled)
+    ce = make_map(&mw, w, f16, k, n, 16);
+  if (ce != cudaSuccess)
+    return (int)ce;
+  wg_args a = {};
+  a.wt = v->tiled ? static_cast<const uint8_t *>(w) : nullptr;
+  a.b = static_cast<const uint16_t *>(b);
+  a.y = static_cast<uint16_t *>(y);
+  a.rows = rows, a.n = n, a.k = k, a.act = act, a.splits = splits;
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchAttribute attr[2];
+  cfg.gridDim = dim3((unsigned)(tiles * splits));
+  cfg.blockDim = dim3((unsigned)v->threads);
+  cfg.dynamicSmemBytes = (size_t)v->smem;
+  cfg.stream = st;
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = (unsigned)splits;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  if (pdl) {
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[1].val.programmaticStreamSerializationAllowed = 1;
+    cfg.numAttrs = 2;
+  }
+  return (int)cudaLaunchKernelEx(&cfg, kern, mw, mx, a);
+}
+
+size_t mlpd__k_wg_tiled_bytes(int n, int k) {
+  return n < 1 || k < 1 ? 0 : wg_tiled_bytes((n + 63) / 64, k);
+}
+
+int mlpd__k_wg_tile(void *wt, const void *w, int n, int k,
+                    cudaStream_t st) {
+  if (n < 1 || k < 1)
+    return (int)cudaErrorInvalidValue;
+  const size_t chunks = wg_tiled_bytes((n + 63) / 64, k) / 16;
+  const size_t blocks = (chunks + 255) / 256;
+  wg_tile_weights<<<(unsigned)(blocks < 4096 ? blocks : 4096), 256, 0, st>>>(
+      static_cast<const uint16_t *>(w), static_cast<uint16_t *>(wt), n, k,
+      (n + 63) / 64);
+  return (int)cudaGetLastError();
+}
+
+/* Also raises each kernel's dynamic shared memory limit, once per device
+ * (graph capture then needs no call that is not a launch). */
+int mlpd__k_wg_probe(void) {
+  cudaError_t ce = encoder();
+  for (int c = 0; c < 3 && ce == cudaSuccess; c++)
+    for (int v = 0; v < MLPD_WG_VARIANTS && ce == cudaSuccess; v++)
+      for (int f = 0; f < 2 && ce == cudaSuccess; f++) {
+        const void *kf = reinterpret_cast<const void *>(wg_table[c][v].k[f]);
+        cudaFuncAttributes fa;
+        ce = cudaFuncGetAttributes(&fa, kf);
+        if (ce == cudaSuccess)
+          ce = cudaFuncSetAttribute(
+              kf, cudaFuncAttributeMaxDynamicSharedMemorySize,
+              wg_table[c][v].smem);
+      }
+  if (ce != cudaSuccess)
+    (void)cudaGetLastError();
+  return (int)ce;
+}

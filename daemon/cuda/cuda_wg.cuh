@@ -1,0 +1,323 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* cuda_wg.cuh - INTERNAL to mlpd's CUDA kernels (cuda_wg.cu; measured
+ * alone by bench/wg/wg_bench.cu): one layer y = act(x . W^T + b) for up
+ * to NR rows on sm_90a, the weights streamed by the copy engine and
+ * multiplied by warpgroup MMA (wgmma) with the roles swapped: W is the
+ * 64-row A operand (64 output features a warpgroup), the batch rows are
+ * wgmma's N (8..256), so one row costs the same instructions as 8.
+ *
+ *   - A CTA owns 64*C features of one K range (split s of S). The S CTAs
+ *     of a feature tile form one thread-block cluster and sum their fp32
+ *     partials through distributed shared memory in rank order (bit-stable
+ *     run to run), then apply bias and activation and write the rows.
+ *   - One producer thread fills a ring of ST stages; a stage is BKA atoms
+ *     of 64 K-values (128 bytes) for each of the C warpgroups' 64 weight
+ *     rows, plus the same atoms of the NR input rows, all under the
+ *     128-byte swizzle that wgmma reads. Weights come by 2-D tensor copies
+ *     of BR rows x 128 B from the row-major matrix (WT = 0: what the engine
+ *     runs), or by one 1-D bulk copy a warpgroup and stage from a copy of W
+ *     laid out tile by tile and pre-swizzled (WT = 1: measured in
+ *     bench/wg, 1-4 us faster a 4-layer chain at 1-32 rows on the H200,
+ *     but it needs that second copy of the weights).
+ *   - Under programmatic dependent launch the producer issues the weights
+ *     of its first ST stages before griddepcontrol.wait, the inputs after;
+ *     without the launch attribute both griddepcontrol instructions are
+ *     no-ops.
+ *   - Consumers keep one wgmma group in flight: a stage is handed back when
+ *     the group after it has been issued.
+ *
+ * Measured (bench/RESULTS.md, issue 17, 2026-12-05): a 4 x 4096 x 4096
+ * bf16 chain at 32 rows in 53.2 us (WT = 0) against 54.0 for PyTorch's
+ * graph and 61 for cuBLASLt's plans in the engine; at 16 rows 50.8 (WT =
+ * 0) / 46.5 (WT = 1); at 1 row it loses to the pipelined mma.sync kernel
+ * (44 against 42), and past 32 rows every CTA's own copy of the inputs
+ * through L2 makes it slower than cuBLASLt.
+ *
+ * What it does not do: FP8, rows > NR, k not a multiple of 8 (the tensor
+ * map's row stride must be a multiple of 16 bytes). */
+#pragma once
+#include "cuda_wgmma.cuh"
+
+#include <cooperative_groups.h>
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+namespace mlpd_wg {
+namespace cg = cooperative_groups;
+
+/* wg_args.flags: consumers skip the math (the bench's copy-only chains). */
+enum { WG_NO_MATH = 2 };
+
+struct wg_args {
+  const uint16_t *b;  /* bias [n], activation dtype */
+  uint16_t *y;        /* [rows][n] */
+  const uint8_t *wt;  /* tiled weights (WT = 1) */
+  int rows, n, k, act, flags, splits;
+};
+
+template <int NR, int C, int BKA, int ST> struct wg_shape {
+  static constexpr int WB = C * BKA * 8192; /* weight bytes a stage */
+  static constexpr int XB = BKA * NR * 128; /* input bytes a stage */
+  static constexpr int SB = WB + XB;
+  static constexpr int PS = 64 * C + 4; /* partial sums' row stride */
+  static constexpr int PB = NR * PS * 4;
+  static constexpr int RING = ST * SB;
+  static constexpr int SMEM = (RING > PB ? RING : PB) + 1024;
+  static constexpr int THREADS = (C + 1) * 128;
+};
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(uint32_t bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar),
+               "r"(count)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, unsigned bytes) {
+  asm volatile(
+      "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
+      "r"(bytes)
+      : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, unsigned parity) {
+  asm volatile("{\n\t.reg .pred p;\n\t"
+               "WAIT_%=:\n\t"
+               "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n\t"
+               "@!p bra WAIT_%=;\n\t}" ::"r"(bar),
+               "r"(parity)
+               : "memory");
+}
+__device__ __forceinline__ void tma_2d(uint32_t dst, const CUtensorMap *tm,
+                                       int c0, int c1, uint32_t bar) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::"
+               "complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(dst),
+               "l"(reinterpret_cast<uint64_t>(tm)), "r"(c0), "r"(c1),
+               "r"(bar)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_g2s(uint32_t dst, const void *src,
+                                         unsigned bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::"
+               "bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+/* Shared-memory matrix descriptor of a K-major operand under the 128-byte
+ * swizzle: rows 128 bytes apart, groups of 8 rows 1024 bytes apart (the
+ * leading offset is unused for this layout; 1 by convention). */
+__device__ __forceinline__ uint64_t wg_desc(uint32_t saddr) {
+  return (uint64_t)((saddr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) |
+         ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
+}
+template <int R>
+__device__ __forceinline__ void fence_acc(float (&a)[R]) {
+#pragma unroll
+  for (int i = 0; i < R; i++)
+    asm volatile("" : "+f"(a[i])::"memory");
+}
+__device__ __forceinline__ float wg_act(float x, int act) {
+  if (act == 1) {
+    const float k = 0.7978845608028654f;
+    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+  }
+  if (act == 2)
+    return x < 0.0f ? 0.0f : x;
+  return x;
+}
+template <int F16> __device__ __forceinline__ float to_f(uint16_t v) {
+  return F16 ? __half2float(__ushort_as_half(v))
+             : __bfloat162float(__ushort_as_bfloat16(v));
+}
+template <int F16> __device__ __forceinline__ uint16_t from_f(float v) {
+  return F16 ? __half_as_ushort(__float2half_rn(v))
+             : __bfloat16_as_ushort(__float2bfloat16_rn(v));
+}
+
+template <int NR, int C, int BKA, int ST, int WT, int BR, int F16>
+__global__ void __launch_bounds__((C + 1) * 128, 1)
+    mlpd_small_gemm_kernel_wg(const __grid_constant__ CUtensorMap tmw,
+            const __grid_constant__ CUtensorMap tmx, const wg_args p) {
+  using SH = wg_shape<NR, C, BKA, ST>;
+  extern __shared__ uint8_t smem_raw[];
+  __shared__ __align__(8) uint64_t full[ST], empty[ST];
+  uint8_t *smem =
+      reinterpret_cast<uint8_t *>(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+  const uint32_t sbase = smem_u32(smem);
+  const int tid = threadIdx.x, wg = tid >> 7;
+  cg::cluster_group cl = cg::this_cluster();
+  const int S = p.splits;
+  const int split = (int)cl.block_rank();
+  const int tile = blockIdx.x / S;
+  /* Splits own whole stages, so every stage is BKA atoms: atoms past K
+   * are zeros (out of the tensor maps' bounds; zero padding in the tiled
+   * copy, which pads each tile's atoms to a multiple of 8). */
+  const int atoms = (p.k + 63) >> 6;
+  const int stages = (atoms + BKA - 1) / BKA;
+  const int per = (stages + S - 1) / S;
+  const int st0 = split * per < stages ? split * per : stages;
+  const int nst = (st0 + per < stages ? st0 + per : stages) - st0;
+  const int a0 = st0 * BKA;
+  const int tstride = (atoms + 7) & ~7; /* atoms a tile in the tiled copy */
+  const int f0 = tile * 64 * C;
+
+  if (tid == 0) {
+    for (int i = 0; i < ST; i++) {
+      mbar_init(smem_u32(&full[i]), 1);
+      mbar_init(smem_u32(&empty[i]), C * 128);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+
+  float acc[NR / 2];
+#pragma unroll
+  for (int i = 0; i < NR / 2; i++)
+    acc[i] = 0.0f;
+  if (wg == C) {
+    if (tid == C * 128) {
+      auto load_w = [&](int it) {
+        const int s = it % ST;
+        const uint32_t ws = sbase + s * SH::SB;
+        const uint32_t bar = smem_u32(&full[s]);
+        mbar_expect_tx(bar, (unsigned)(BKA * (C * 8192 + NR * 128)));
+        if (WT) {
+          for (int c = 0; c < C; c++)
+            bulk_g2s(ws + c * BKA * 8192,
+                     p.wt + ((size_t)(tile * C + c) * tstride + a0 +
+                             it * BKA) * 8192,
+                     (unsigned)(BKA * 8192), bar);
+        } else {
+          for (int c = 0; c < C; c++)
+            for (int q = 0; q < 64 / BR; q++)
+              for (int a = 0; a < BKA; a++)
+                tma_2d(ws + (c * BKA + a) * 8192 + q * BR * 128, &tmw,
+                       (a0 + it * BKA + a) * 64, f0 + c * 64 + q * BR, bar);
+        }
+      };
+      auto load_x = [&](int it) {
+        const int s = it % ST;
+        const uint32_t xs = sbase + s * SH::SB + SH::WB;
+        const uint32_t bar = smem_u32(&full[s]);
+        for (int a = 0; a < BKA; a++)
+          tma_2d(xs + a * NR * 128, &tmx, (a0 + it * BKA + a) * 64, 0, bar);
+      };
+      const int pre = nst < ST ? nst : ST;
+      for (int it = 0; it < pre; it++)
+        load_w(it);
+      asm volatile("griddepcontrol.wait;" ::: "memory");
+      for (int it = 0; it < pre; it++)
+        load_x(it);
+      for (int it = pre; it < nst; it++) {
+        mbar_wait(smem_u32(&empty[it % ST]), ((it / ST) - 1) & 1);
+        load_w(it);
+        load_x(it);
+      }
+    }
+  } else {
+#pragma unroll 1
+    for (int it = 0; it < nst; it++) {
+      const int s = it % ST;
+      mbar_wait(smem_u32(&full[s]), (it / ST) & 1);
+      if (p.flags & WG_NO_MATH) {
+        mbar_arrive(smem_u32(&empty[s]));
+        continue;
+      }
+      const uint32_t ws = sbase + s * SH::SB + wg * BKA * 8192;
+      const uint32_t xs = sbase + s * SH::SB + SH::WB;
+      fence_acc(acc);
+      asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+      for (int a = 0; a < BKA; a++) {
+        const uint64_t da = wg_desc(ws + a * 8192);
+        const uint64_t db = wg_desc(xs + a * NR * 128);
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+          wgmma<NR, F16>::mma(acc, da + 2 * kk, db + 2 * kk);
+      }
+      asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+      asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+      fence_acc(acc);
+      if (it > 0)
+        mbar_arrive(smem_u32(&empty[(it - 1) % ST]));
+    }
+    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+    fence_acc(acc);
+  }
+  /* Every stage has been read: the ring is free for the partial sums. */
+  __syncthreads();
+  if (wg < C) {
+    float *part = reinterpret_cast<float *>(smem);
+    const int warp = (tid >> 5) & 3, lane = tid & 31;
+    const int m = wg * 64 + warp * 16 + (lane >> 2);
+#pragma unroll
+    for (int j = 0; j < NR / 8; j++) {
+      const int r = j * 8 + (lane & 3) * 2;
+      part[r * SH::PS + m] = acc[4 * j];
+      part[(r + 1) * SH::PS + m] = acc[4 * j + 1];
+      part[r * SH::PS + m + 8] = acc[4 * j + 2];
+      part[(r + 1) * SH::PS + m + 8] = acc[4 * j + 3];
+    }
+  }
+  cl.sync();
+  {
+    float *part = reinterpret_cast<float *>(smem);
+    const int rows = p.rows < NR ? p.rows : NR;
+    constexpr int W = 64 * C;
+    const int total = rows * W;
+    for (int e = split * SH::THREADS + tid; e < total;
+         e += S * SH::THREADS) {
+      const int r = e / W, m = e - r * W, f = f0 + m;
+      if (f < p.n) {
+        float s = 0.0f;
+        for (int q = 0; q < S; q++)
+          s += cl.map_shared_rank(part, q)[r * SH::PS + m];
+        p.y[(size_t)r * p.n + f] =
+            from_f<F16>(wg_act(s + to_f<F16>(p.b[f]), p.act));
+      }
+    }
+  }
+  cl.sync();
+}
+
+/* The tiled copy of W [n][k] that WT = 1 reads: `tiles` tiles of 64
+ * weight rows (at least ceil(n / 64)), each [atoms][64 rows][128 bytes]
+ * with atoms = ceil(k / 64) rounded up to a multiple of 8 (so every
+ * stage of every split is whole), each atom pre-swizzled as the copy
+ * engine's 128-byte swizzle would store it; zeros beyond n and k. One
+ * thread a 16-byte chunk. */
+__global__ void wg_tile_weights(const uint16_t *__restrict__ w,
+                                uint16_t *__restrict__ wt, int n, int k,
+                                int tiles) {
+  const int atoms = (((k + 63) >> 6) + 7) & ~7;
+  const size_t total = (size_t)tiles * atoms * 64 * 8;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+       i += (size_t)gridDim.x * blockDim.x) {
+    const int chunk = (int)(i & 7), r = (int)((i >> 3) & 63);
+    const size_t ta = i >> 9;
+    const int a = (int)(ta % atoms), t = (int)(ta / atoms);
+    const int row = t * 64 + r, k0 = a * 64 + chunk * 8;
+    uint16_t v[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+      v[j] = row < n && k0 + j < k ? w[(size_t)row * k + k0 + j] : 0;
+    uint16_t *dst = wt + ta * 4096 + r * 64 + ((chunk ^ (r & 7)) * 8);
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+      dst[j] = v[j];
+  }
+}
+
+/* Bytes of that copy. */
+__host__ __device__ inline size_t wg_tiled_bytes(int tiles, int k) {
+  return (size_t)tiles * (size_t)((((k + 63) >> 6) + 7) & ~7) * 8192;
+}
+
+} // namespace mlpd_wg
