@@ -609,8 +609,10 @@ int mlpd_cuda_setup(cuda_engine_t *e, const mlpd_model_t *m,
   CU(cudaEventCreate(&e->ev[1]), "create event");
   LT(cublasLtCreate(&e->lt), "create cuBLASLt handle");
   TRY(upload_weights(e, err));
-  TRY(make_tiled(e, err));
   TRY(make_buffers(e, err));
+  /* After the buffers, which the engine needs: the tiled copies only take
+   * room that is left. */
+  TRY(make_tiled(e, err));
   TRY(make_descriptors(e, err));
 fail:
   return rc;
