@@ -33,8 +33,9 @@
  * (44 against 42), and past 32 rows every CTA's own copy of the inputs
  * through L2 makes it slower than cuBLASLt.
  *
- * What it does not do: FP8, rows > NR, k not a multiple of 8 (the tensor
- * map's row stride must be a multiple of 16 bytes). */
+ * What it does not do: FP8, rows > NR, n or k not a multiple of 8 (the
+ * tensor map's row stride must be a multiple of 16 bytes; the epilogue
+ * writes 4 features at a time), more than WG_MAX_SPLITS splits. */
 #pragma once
 #include "cuda_wgmma.cuh"
 
@@ -46,6 +47,9 @@
 
 namespace mlpd_wg {
 namespace cg = cooperative_groups;
+
+/* Splits (cluster size) at most: the portable cluster size. */
+#define WG_MAX_SPLITS 8
 
 /* wg_args.flags: consumers skip the math (the bench's copy-only chains). */
 enum { WG_NO_MATH = 2 };
@@ -268,20 +272,48 @@ __global__ void __launch_bounds__((C + 1) * 128, 1)
   }
   cl.sync();
   {
-    float *part = reinterpret_cast<float *>(smem);
+    /* Four features at a time, the S ranks' partials loaded together and
+     * summed in rank order: one round trip through the cluster's network
+     * for all of them (a load per rank in turn cost the 128-row chains ~5
+     * us a layer at 4 splits, in bench/wg). */
+    const float *part = reinterpret_cast<const float *>(smem);
+    const float *src[WG_MAX_SPLITS];
+#pragma unroll
+    for (int q = 0; q < WG_MAX_SPLITS; q++)
+      src[q] = q < S ? cl.map_shared_rank(part, q) : part;
     const int rows = p.rows < NR ? p.rows : NR;
-    constexpr int W = 64 * C;
-    const int total = rows * W;
+    constexpr int W4 = 16 * C; /* float4 columns of a row */
+    const int total = rows * W4;
     for (int e = split * SH::THREADS + tid; e < total;
          e += S * SH::THREADS) {
-      const int r = e / W, m = e - r * W, f = f0 + m;
-      if (f < p.n) {
-        float s = 0.0f;
-        for (int q = 0; q < S; q++)
-          s += cl.map_shared_rank(part, q)[r * SH::PS + m];
-        p.y[(size_t)r * p.n + f] =
-            from_f<F16>(wg_act(s + to_f<F16>(p.b[f]), p.act));
-      }
+      const int r = e / W4, m = (e - r * W4) * 4, f = f0 + m;
+      if (f >= p.n) /* n is a multiple of 8: the 4 are in or out */
+        continue;
+      float4 v[WG_MAX_SPLITS];
+#pragma unroll
+      for (int q = 0; q < WG_MAX_SPLITS; q++)
+        if (q < S)
+          v[q] = *reinterpret_cast<const float4 *>(src[q] + r * SH::PS + m);
+      float4 t = v[0];
+#pragma unroll
+      for (int q = 1; q < WG_MAX_SPLITS; q++)
+        if (q < S) {
+          t.x += v[q].x;
+          t.y += v[q].y;
+          t.z += v[q].z;
+          t.w += v[q].w;
+        }
+      const uint2 bb = *reinterpret_cast<const uint2 *>(p.b + f);
+      const float o[4] = {t.x + to_f<F16>((uint16_t)(bb.x & 0xffff)),
+                          t.y + to_f<F16>((uint16_t)(bb.x >> 16)),
+                          t.z + to_f<F16>((uint16_t)(bb.y & 0xffff)),
+                          t.w + to_f<F16>((uint16_t)(bb.y >> 16))};
+      uint2 out;
+      out.x = (uint32_t)from_f<F16>(wg_act(o[0], p.act)) |
+              (uint32_t)from_f<F16>(wg_act(o[1], p.act)) << 16;
+      out.y = (uint32_t)from_f<F16>(wg_act(o[2], p.act)) |
+              (uint32_t)from_f<F16>(wg_act(o[3], p.act)) << 16;
+      *reinterpret_cast<uint2 *>(p.y + (size_t)r * p.n + f) = out;
     }
   }
   cl.sync();
