@@ -60,6 +60,11 @@ static const cfg_t cfgs[] = {
     CF(32, 1, 2, 5, 1, 16),  CF(32, 1, 2, 5, 0, 16), CF(64, 1, 2, 4, 1, 16),
     CF(64, 2, 2, 3, 1, 16),  CF(128, 2, 1, 5, 1, 16), CF(128, 2, 2, 3, 1, 16),
     CF(128, 1, 2, 3, 1, 16), CF(256, 2, 1, 4, 1, 16), CF(256, 2, 1, 4, 0, 64),
+    /* Added after the 2026-12-05 05:55 call: 16 rows in two blocks an SM
+     * (<= 113 KB); four warpgroups (256 features) a CTA, a quarter of the
+     * input copies of one, with 8-CTA clusters. */
+    CF(16, 1, 2, 5, 1, 16),  CF(16, 1, 2, 5, 0, 16), CF(64, 4, 1, 5, 1, 16),
+    CF(128, 4, 1, 4, 1, 16), CF(128, 4, 1, 4, 0, 16),
 };
 static const int ncfgs = (int)(sizeof(cfgs) / sizeof(cfgs[0]));
 static const cfg_t cfg_f16 = {"NR16 C1 BKA4 ST3 WT1 BR16 f16", 16, 1, 1, 16,
