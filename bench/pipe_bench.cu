@@ -14,6 +14,7 @@
  *
  * Prints one line per measurement; exits 1 when a check fails. */
 #include "bulk_kernel.cuh"
+#include "gpu_bench.cuh"
 #include "cuda_kern.cuh"
 #include "cuda_pipe.cuh"
 
@@ -27,16 +28,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <vector>
-
-#define CK(x)                                                                  \
-  do {                                                                         \
-    cudaError_t e_ = (x);                                                      \
-    if (e_ != cudaSuccess) {                                                   \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x,             \
-              cudaGetErrorString(e_));                                         \
-      exit(2);                                                                 \
-    }                                                                          \
-  } while (0)
 
 using namespace mlpd_k;
 
@@ -117,27 +108,6 @@ static int pipe_launch(const pcfg_t *c, int mode, int rows, int n, int k,
       (const uint16_t *)b, ws, (uint16_t *)y, rows, n, k, act, flags);
 }
 
-static uint32_t rng = 12345;
-static float frand() { /* ~N(0,1) */
-  float s = 0;
-  for (int i = 0; i < 4; i++) {
-    rng = rng * 1664525u + 1013904223u;
-    s += (float)(rng >> 8) / 16777216.0f;
-  }
-  return (s - 2.0f) * 1.7320508f;
-}
-static uint16_t f2bf(float f) {
-  return __bfloat16_as_ushort(__float2bfloat16_rn(f));
-}
-static float bf2f(uint16_t h) {
-  return __bfloat162float(__ushort_as_bfloat16(h));
-}
-static uint16_t f2h(float f) { return __half_as_ushort(__float2half_rn(f)); }
-static float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
-static float gelu(float x) {
-  return 0.5f * x *
-         (1.0f + tanhf(0.7978845608f * (x + 0.044715f * x * x * x)));
-}
 
 /* ---- correctness ------------------------------------------------------ */
 
@@ -201,23 +171,9 @@ static int check(int ci, int mode, int rows, int n, int k, int act) {
     CK(cudaMemcpy(out[rep]->data(), dy, hy.size() * 2,
                   cudaMemcpyDeviceToHost));
   }
-  double num = 0, den = 0;
   int same = memcmp(hy.data(), hy2.data(), hy.size() * 2) == 0;
-  for (int r = 0; r < rows; r++)
-    for (int m = 0; m < n; m++) {
-      double s = 0;
-      for (int i = 0; i < k; i++)
-        s += (double)xf[(size_t)r * k + i] * wf[(size_t)m * k + i];
-      float v = (float)(s * sc[m]) + bf[m];
-      if (act == 1)
-        v = gelu(v);
-      else if (act == 2)
-        v = v > 0 ? v : 0;
-      float got = bf2f(hy[(size_t)r * n + m]);
-      num += ((double)got - v) * ((double)got - v);
-      den += (double)v * v;
-    }
-  double rel = sqrt(num / (den > 0 ? den : 1));
+  double rel = ref_rel_error(xf.data(), wf.data(), bf.data(), sc.data(), rows, n, k,
+                             act, hy.data(), 0);
   int ok = same && rel < 8e-3 && rel == rel;
   if (!ok || rows == 1)
     printf("CHECK %s %-36s mode %d rows %3d n %5d k %5d act %d: rel %.2e%s\n",
@@ -229,39 +185,6 @@ static int check(int ci, int mode, int rows, int n, int k, int act) {
 
 /* ---- timing ----------------------------------------------------------- */
 
-__global__ void read_kernel(const uint4 *p, size_t n, unsigned *sink) {
-  uint4 acc = make_uint4(0, 0, 0, 0);
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x) {
-    uint4 v = __ldcs(p + i);
-    acc.x ^= v.x, acc.y ^= v.y, acc.z ^= v.z, acc.w ^= v.w;
-  }
-  if ((acc.x ^ acc.y ^ acc.z ^ acc.w) == 0x12345678u)
-    *sink = 1;
-}
-
-static double time_graph(cudaGraphExec_t ge, cudaStream_t st) {
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  for (int i = 0; i < 20; i++)
-    CK(cudaGraphLaunch(ge, st));
-  std::vector<double> v;
-  for (int r = 0; r < 15; r++) {
-    CK(cudaEventRecord(a, st));
-    for (int i = 0; i < 20; i++)
-      CK(cudaGraphLaunch(ge, st));
-    CK(cudaEventRecord(b, st));
-    CK(cudaEventSynchronize(b));
-    float ms;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    v.push_back(ms * 1000.0 / 20);
-  }
-  std::sort(v.begin(), v.end());
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  return v[v.size() / 2];
-}
 
 struct chain_t {
   int mode, rows, n, k, nl;
@@ -295,20 +218,8 @@ static int enqueue_chain(const chain_t *c, cudaStream_t st) {
 }
 
 static double time_chain(const chain_t *c, cudaStream_t st) {
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-  int ce = enqueue_chain(c, st);
-  CK(cudaStreamEndCapture(st, &g));
-  if (ce != 0) {
-    cudaGetLastError();
-    return -1;
-  }
-  CK(cudaGraphInstantiate(&ge, g, 0));
-  double us = time_graph(ge, st);
-  cudaGraphExecDestroy(ge);
-  cudaGraphDestroy(g);
-  return us;
+  return time_captured(st, 15,
+                       [&](cudaStream_t s) { return enqueue_chain(c, s); });
 }
 
 int main(int argc, char **argv) {
@@ -389,30 +300,7 @@ int main(int argc, char **argv) {
   cudaStream_t st;
   CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
 
-  {
-    unsigned *sink;
-    CK(cudaMalloc(&sink, 4));
-    void *big;
-    CK(cudaMalloc(&big, (size_t)128 << 20));
-    CK(cudaMemset(big, 1, (size_t)128 << 20));
-    for (int parts = 1; parts <= 4; parts *= 4) {
-      cudaGraph_t g;
-      cudaGraphExec_t ge;
-      size_t per = ((size_t)128 << 20) / parts / 16;
-      CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-      for (int i = 0; i < parts; i++)
-        read_kernel<<<g_sms * 4, 512, 0, st>>>((const uint4 *)big + per * i,
-                                               per, sink);
-      CK(cudaStreamEndCapture(st, &g));
-      CK(cudaGraphInstantiate(&ge, g, 0));
-      double us = time_graph(ge, st);
-      printf("TIME read-only 128 MiB as %d kernel(s): %.1f us = %.2f TB/s\n",
-             parts, us, (double)(128 << 20) / us / 1e6);
-      cudaGraphExecDestroy(ge);
-      cudaGraphDestroy(g);
-    }
-    cudaFree(big);
-  }
+  time_read_only(st, g_sms, 15);
 
   /* Chains: mlp-4k (4096) at 1/8/16/32 rows, mlp-1k (1024) at 1/16 rows;
    * bf16 and fp8; the per-tile kernel's best variant, then every

@@ -14,6 +14,7 @@
  *
  * One line per measurement; exits 1 when a check fails. */
 #include "cuda_wg.cuh"
+#include "../gpu_bench.cuh"
 
 #include <algorithm>
 #include <cuda_runtime.h>
@@ -24,15 +25,6 @@
 #include <string.h>
 #include <vector>
 
-#define CK(x)                                                                  \
-  do {                                                                         \
-    cudaError_t e_ = (x);                                                      \
-    if (e_ != cudaSuccess) {                                                   \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x,             \
-              cudaGetErrorString(e_));                                         \
-      exit(2);                                                                 \
-    }                                                                          \
-  } while (0)
 
 using namespace mlpd_wg;
 
@@ -76,18 +68,9 @@ static PFN_cuTensorMapEncodeTiled_v12000 encode;
 
 static void make_map(CUtensorMap *m, const void *p, int inner, int outer,
                      int box_outer) {
-  cuuint64_t dims[2] = {(cuuint64_t)inner, (cuuint64_t)outer};
-  cuuint64_t strides[1] = {(cuuint64_t)inner * 2};
-  cuuint32_t box[2] = {64, (cuuint32_t)box_outer};
-  cuuint32_t es[2] = {1, 1};
-  CUresult r = encode(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)p, dims,
-                      strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                      CU_TENSOR_MAP_SWIZZLE_128B,
-                      CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) {
-    fprintf(stderr, "cuTensorMapEncodeTiled: %d (inner %d outer %d box %d)\n",
-            (int)r, inner, outer, box_outer);
+  if (wg_make_map(encode, m, p, 0, inner, outer, box_outer) != cudaSuccess) {
+    fprintf(stderr, "cuTensorMapEncodeTiled failed (inner %d outer %d box "
+            "%d)\n", inner, outer, box_outer);
     exit(2);
   }
 }
@@ -124,47 +107,10 @@ static void setup_layer(layer_t *L, const cfg_t *c, int rows, int n, int k,
 static int launch(const cfg_t *c, const layer_t *L, int pdl_attr,
                   cudaStream_t st) {
   const int tiles = (L->a.n + 64 * c->c - 1) / (64 * c->c);
-  cudaLaunchConfig_t cfg = {};
-  cudaLaunchAttribute attr[2];
-  cfg.gridDim = dim3((unsigned)(tiles * L->a.splits));
-  cfg.blockDim = dim3((unsigned)c->threads);
-  cfg.dynamicSmemBytes = (size_t)c->smem;
-  cfg.stream = st;
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = (unsigned)L->a.splits;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  if (pdl_attr) {
-    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[1].val.programmaticStreamSerializationAllowed = 1;
-    cfg.numAttrs = 2;
-  }
-  return (int)cudaLaunchKernelEx(&cfg, c->k, L->mw, L->mx, L->a);
+  return (int)wg_launch(c->k, tiles, c->threads, c->smem, pdl_attr, st, L->mw,
+                        L->mx, L->a);
 }
 
-static uint32_t rng = 12345;
-static float frand() {
-  float s = 0;
-  for (int i = 0; i < 4; i++) {
-    rng = rng * 1664525u + 1013904223u;
-    s += (float)(rng >> 8) / 16777216.0f;
-  }
-  return (s - 2.0f) * 1.7320508f;
-}
-static uint16_t f2bf(float f) {
-  return __bfloat16_as_ushort(__float2bfloat16_rn(f));
-}
-static float bf2f(uint16_t h) {
-  return __bfloat162float(__ushort_as_bfloat16(h));
-}
-static uint16_t f2h(float f) { return __half_as_ushort(__float2half_rn(f)); }
-static float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
-static float gelu(float x) {
-  return 0.5f * x *
-         (1.0f + tanhf(0.7978845608f * (x + 0.044715f * x * x * x)));
-}
 
 static int check(const cfg_t *c, int f16, int rows, int n, int k, int act,
                  int splits) {
@@ -209,24 +155,9 @@ static int check(const cfg_t *c, int f16, int rows, int n, int k, int act,
     CK(cudaMemcpy(out[rep]->data(), dy, hy.size() * 2,
                   cudaMemcpyDeviceToHost));
   }
-  double num = 0, den = 0;
   int same = memcmp(hy.data(), hy2.data(), hy.size() * 2) == 0;
-  for (int r = 0; r < rows; r++)
-    for (int m = 0; m < n; m++) {
-      double s = 0;
-      for (int i = 0; i < k; i++)
-        s += (double)xf[(size_t)r * k + i] * wf[(size_t)m * k + i];
-      float v = (float)s + bf[m];
-      if (act == 1)
-        v = gelu(v);
-      else if (act == 2)
-        v = v > 0 ? v : 0;
-      uint16_t h = hy[(size_t)r * n + m];
-      float got = f16 ? h2f(h) : bf2f(h);
-      num += ((double)got - v) * ((double)got - v);
-      den += (double)v * v;
-    }
-  double rel = sqrt(num / (den > 0 ? den : 1));
+  double rel = ref_rel_error(xf.data(), wf.data(), bf.data(), NULL, rows, n, k,
+                             act, hy.data(), f16);
   int ok = same && rel < 8e-3 && rel == rel;
   printf("CHECK %s %-32s%s rows %3d n %5d k %5d act %d S%d: rel %.2e%s\n",
          ok ? "ok  " : "FAIL", c->name, f16 ? " f16" : "", rows, n, k, act,
@@ -237,59 +168,15 @@ static int check(const cfg_t *c, int f16, int rows, int n, int k, int act,
   return !ok;
 }
 
-__global__ void read_kernel(const uint4 *p, size_t n, unsigned *sink) {
-  uint4 acc = make_uint4(0, 0, 0, 0);
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x) {
-    uint4 v = __ldcs(p + i);
-    acc.x ^= v.x, acc.y ^= v.y, acc.z ^= v.z, acc.w ^= v.w;
-  }
-  if ((acc.x ^ acc.y ^ acc.z ^ acc.w) == 0x12345678u)
-    *sink = 1;
-}
-
-static double time_graph(cudaGraphExec_t ge, cudaStream_t st) {
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  for (int i = 0; i < 20; i++)
-    CK(cudaGraphLaunch(ge, st));
-  std::vector<double> v;
-  for (int r = 0; r < 11; r++) {
-    CK(cudaEventRecord(a, st));
-    for (int i = 0; i < 20; i++)
-      CK(cudaGraphLaunch(ge, st));
-    CK(cudaEventRecord(b, st));
-    CK(cudaEventSynchronize(b));
-    float ms;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    v.push_back(ms * 1000.0 / 20);
-  }
-  std::sort(v.begin(), v.end());
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  return v[v.size() / 2];
-}
 
 static double time_chain(const cfg_t *c, layer_t *L, int nl, int pdl,
                          cudaStream_t st) {
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-  int ce = 0;
-  for (int l = 0; l < nl && ce == 0; l++)
-    ce = launch(c, &L[l], pdl && l > 0, st);
-  CK(cudaStreamEndCapture(st, &g));
-  if (ce != 0) {
-    printf("launch failed: %s\n", cudaGetErrorString((cudaError_t)ce));
-    cudaGetLastError();
-    return -1;
-  }
-  CK(cudaGraphInstantiate(&ge, g, 0));
-  double us = time_graph(ge, st);
-  cudaGraphExecDestroy(ge);
-  cudaGraphDestroy(g);
-  return us;
+  return time_captured(st, 11, [&](cudaStream_t s) {
+    int ce = 0;
+    for (int l = 0; l < nl && ce == 0; l++)
+      ce = launch(c, &L[l], pdl && l > 0, s);
+    return ce;
+  });
 }
 
 int main(int argc, char **argv) {
@@ -340,30 +227,7 @@ int main(int argc, char **argv) {
 
   cudaStream_t st;
   CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  {
-    unsigned *sink;
-    CK(cudaMalloc(&sink, 4));
-    void *big;
-    CK(cudaMalloc(&big, (size_t)128 << 20));
-    CK(cudaMemset(big, 1, (size_t)128 << 20));
-    for (int parts = 1; parts <= 4; parts *= 4) {
-      cudaGraph_t g;
-      cudaGraphExec_t ge;
-      size_t per = ((size_t)128 << 20) / parts / 16;
-      CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-      for (int i = 0; i < parts; i++)
-        read_kernel<<<g_sms * 4, 512, 0, st>>>((const uint4 *)big + per * i,
-                                               per, sink);
-      CK(cudaStreamEndCapture(st, &g));
-      CK(cudaGraphInstantiate(&ge, g, 0));
-      double us = time_graph(ge, st);
-      printf("TIME read-only 128 MiB as %d kernel(s): %.1f us = %.2f TB/s\n",
-             parts, us, (double)(128 << 20) / us / 1e6);
-      cudaGraphExecDestroy(ge);
-      cudaGraphDestroy(g);
-    }
-    cudaFree(big);
-  }
+  time_read_only(st, g_sms, 11);
 
   const int NL = 4, maxn = 4096, maxr = 256;
   void *w[NL], *wt[NL], *b[NL], *x, *act[2];

@@ -13,7 +13,6 @@
 #include "cuda_kernels.h"
 #include "cuda_wg.cuh"
 
-#include <cudaTypedefs.h>
 #include <mutex>
 
 using namespace mlpd_wg;
@@ -66,23 +65,6 @@ cudaError_t encoder(void) {
   return g_encode_err;
 }
 
-/* A map of a row-major [outer][inner] matrix of 16-bit values, boxes of
- * 64 values (128 bytes, swizzled as wgmma reads them) x box_outer rows;
- * out of bounds reads are zeros. */
-cudaError_t make_map(CUtensorMap *m, const void *p, int f16, int inner,
-                     int outer, int box_outer) {
-  cuuint64_t dims[2] = {(cuuint64_t)inner, (cuuint64_t)outer};
-  cuuint64_t strides[1] = {(cuuint64_t)inner * 2};
-  cuuint32_t box[2] = {64, (cuuint32_t)box_outer};
-  cuuint32_t es[2] = {1, 1};
-  CUresult r = g_encode(
-      m, f16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-      2, const_cast<void *>(p), dims, strides, box, es,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
-}
-
 int row_class(int rows) { return rows <= 8 ? 0 : rows <= 16 ? 1 : 2; }
 
 } // namespace
@@ -115,11 +97,11 @@ int mlpd__k_wg_gemm(int f16, int variant, int rows, int n, int k,
   /* The tiled variants read w as the tiled copy and have no use for a
    * weight map: they get the input's. */
   CUtensorMap mw, mx;
-  ce = make_map(&mx, x, f16, k, rows, v->nr);
+  ce = wg_make_map(g_encode, &mx, x, f16, k, rows, v->nr);
   if (ce == cudaSuccess)
     mw = mx;
   if (ce == cudaSuccess && !v->tiled)
-    ce = make_map(&mw, w, f16, k, n, 16);
+    ce = wg_make_map(g_encode, &mw, w, f16, k, n, 16);
   if (ce != cudaSuccess)
     return (int)ce;
   wg_args a = {};
@@ -127,24 +109,8 @@ int mlpd__k_wg_gemm(int f16, int variant, int rows, int n, int k,
   a.b = static_cast<const uint16_t *>(b);
   a.y = static_cast<uint16_t *>(y);
   a.rows = rows, a.n = n, a.k = k, a.act = act, a.splits = splits;
-  cudaLaunchConfig_t cfg = {};
-  cudaLaunchAttribute attr[2];
-  cfg.gridDim = dim3((unsigned)(tiles * splits));
-  cfg.blockDim = dim3((unsigned)v->threads);
-  cfg.dynamicSmemBytes = (size_t)v->smem;
-  cfg.stream = st;
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = (unsigned)splits;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  if (pdl) {
-    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[1].val.programmaticStreamSerializationAllowed = 1;
-    cfg.numAttrs = 2;
-  }
-  return (int)cudaLaunchKernelEx(&cfg, kern, mw, mx, a);
+  return (int)wg_launch(kern, tiles, v->threads, v->smem, pdl, st, mw, mx,
+                        a);
 }
 
 size_t mlpd__k_wg_tiled_bytes(int n, int k) {

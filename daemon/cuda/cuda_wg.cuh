@@ -41,6 +41,7 @@
 
 #include <cooperative_groups.h>
 #include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
@@ -345,6 +346,53 @@ __global__ void wg_tile_weights(const uint16_t *__restrict__ w,
     for (int j = 0; j < 8; j++)
       dst[j] = v[j];
   }
+}
+
+/* A tensor map of a row-major [outer][inner] matrix of 16-bit values for
+ * this kernel: boxes of 64 values (128 bytes, swizzled as wgmma reads
+ * them) x box_outer rows; out-of-bounds reads are zeros. `enc` is the
+ * driver's encoder (cudaGetDriverEntryPointByVersion). */
+static inline cudaError_t wg_make_map(PFN_cuTensorMapEncodeTiled_v12000 enc,
+                                      CUtensorMap *m, const void *p, int f16,
+                                      int inner, int outer, int box_outer) {
+  cuuint64_t dims[2] = {(cuuint64_t)inner, (cuuint64_t)outer};
+  cuuint64_t strides[1] = {(cuuint64_t)inner * 2};
+  cuuint32_t box[2] = {64, (cuuint32_t)box_outer};
+  cuuint32_t es[2] = {1, 1};
+  CUresult r = enc(
+      m, f16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+      2, const_cast<void *>(p), dims, strides, box, es,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+/* Launches `kern` (an instance of mlpd_small_gemm_kernel_wg) over `tiles`
+ * feature tiles split `a.splits` ways, one cluster a tile; `pdl` adds the
+ * programmatic-dependent-launch attribute. */
+template <typename K>
+static inline cudaError_t wg_launch(K kern, int tiles, int threads, int smem,
+                                    int pdl, cudaStream_t st,
+                                    const CUtensorMap &mw,
+                                    const CUtensorMap &mx, const wg_args &a) {
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchAttribute attr[2];
+  cfg.gridDim = dim3((unsigned)(tiles * a.splits));
+  cfg.blockDim = dim3((unsigned)threads);
+  cfg.dynamicSmemBytes = (size_t)smem;
+  cfg.stream = st;
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = (unsigned)a.splits;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  if (pdl) {
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[1].val.programmaticStreamSerializationAllowed = 1;
+    cfg.numAttrs = 2;
+  }
+  return cudaLaunchKernelEx(&cfg, kern, mw, mx, a);
 }
 
 /* Bytes of that copy. */
