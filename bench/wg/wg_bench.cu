@@ -268,8 +268,9 @@ int main(int argc, char **argv) {
         for (int splits = 1; splits <= 8; splits *= 2) {
           if (tiles * splits > 2 * g_sms || tiles * splits < g_sms / 3)
             continue;
-          for (int mode = 0; mode < 3; mode++) {
-            /* mode 0: PDL; 1: no PDL; 2: copies only (PDL) */
+          for (int mode = 0; mode < 4; mode++) {
+            /* mode 0: PDL; 1: no PDL; 2: copies only (PDL); 3: PDL and
+             * the rest of each CTA's weights asked of L2 before the wait */
             if (mode == 2 && rows != c->nr)
               continue;
             layer_t L[NL];
@@ -277,12 +278,17 @@ int main(int argc, char **argv) {
               setup_layer(&L[l], c, rows, n, n, l ? act[(l - 1) & 1] : x,
                           w[l], wt[l], b[l], act[l & 1],
                           l + 1 < NL ? 1 : 0,
-                          mode == 2 ? WG_NO_MATH : 0,
+                          mode == 2   ? WG_NO_MATH
+                          : mode == 3 ? WG_L2_PREFETCH
+                                      : 0,
                           splits);
             double us = time_chain(c, L, NL, mode != 1, st);
             printf("TIME %4d rows %3d %-32s S%d %-6s %7.2f us %.2f TB/s\n", n,
                    rows, c->name, splits,
-                   mode == 0 ? "pdl" : mode == 1 ? "nopdl" : "copy",
+                   mode == 0   ? "pdl"
+                   : mode == 1 ? "nopdl"
+                   : mode == 2 ? "copy"
+                               : "pdl+l2",
                    us, bytes / us / 1e6);
           }
         }

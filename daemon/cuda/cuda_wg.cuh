@@ -52,8 +52,11 @@ namespace cg = cooperative_groups;
 /* Splits (cluster size) at most: the portable cluster size. */
 #define WG_MAX_SPLITS 8
 
-/* wg_args.flags: consumers skip the math (the bench's copy-only chains). */
-enum { WG_NO_MATH = 2 };
+/* wg_args.flags, for bench/wg's experiments (the engine passes 0):
+ * WG_NO_MATH, consumers skip the math (copy-only chains); WG_L2_PREFETCH,
+ * before the wait for the previous layer the producer also asks L2 for
+ * the rest of the CTA's weights, beyond what its ring holds. */
+enum { WG_NO_MATH = 2, WG_L2_PREFETCH = 4 };
 
 struct wg_args {
   const uint16_t *b;  /* bias [n], activation dtype */
@@ -105,6 +108,18 @@ __device__ __forceinline__ void tma_2d(uint32_t dst, const CUtensorMap *tm,
                "complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(dst),
                "l"(reinterpret_cast<uint64_t>(tm)), "r"(c0), "r"(c1),
                "r"(bar)
+               : "memory");
+}
+__device__ __forceinline__ void prefetch_l2(const void *src, unsigned bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void prefetch_tma_2d(const CUtensorMap *tm, int c0,
+                                                int c1) {
+  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, "
+               "%2}];" ::"l"(reinterpret_cast<uint64_t>(tm)),
+               "r"(c0), "r"(c1)
                : "memory");
 }
 __device__ __forceinline__ void bulk_g2s(uint32_t dst, const void *src,
@@ -217,6 +232,19 @@ __global__ void __launch_bounds__((C + 1) * 128, 1)
       const int pre = nst < ST ? nst : ST;
       for (int it = 0; it < pre; it++)
         load_w(it);
+      if (p.flags & WG_L2_PREFETCH)
+        for (int it = pre; it < nst; it++)
+          for (int c = 0; c < C; c++) {
+            if (WT)
+              prefetch_l2(p.wt + ((size_t)(tile * C + c) * tstride + a0 +
+                                  it * BKA) * 8192,
+                          (unsigned)(BKA * 8192));
+            else
+              for (int q = 0; q < 64 / BR; q++)
+                for (int a = 0; a < BKA; a++)
+                  prefetch_tma_2d(&tmw, (a0 + it * BKA + a) * 64,
+                                  f0 + c * 64 + q * BR);
+          }
       asm volatile("griddepcontrol.wait;" ::: "memory");
       for (int it = 0; it < pre; it++)
         load_x(it);
