@@ -14,11 +14,13 @@
  *
  * One line per measurement; exits 1 when a check fails. */
 #include "cuda_wg.cuh"
+#include "wg8_kernel.cuh"
 #include "../gpu_bench.cuh"
 
 #include <algorithm>
 #include <cuda_runtime.h>
 #include <cudaTypedefs.h>
+#include <cuda_fp8.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -179,6 +181,168 @@ static double time_chain(const cfg_t *c, layer_t *L, int nl, int pdl,
   });
 }
 
+/* ---- FP8 weights (wg8_kernel.cuh) ------------------------------------ */
+
+typedef void (*wg8_kernel_t)(const CUtensorMap, const wg8_args);
+struct cfg8_t {
+  const char *name;
+  int nr, smem;
+  wg8_kernel_t k;
+};
+#define C8(NR, BKA, ST)                                                        \
+  {"fp8 NR" #NR " BKA" #BKA " ST" #ST, NR, wg8_shape<NR, BKA, ST>::SMEM,       \
+   wg8_gemm<NR, BKA, ST>}
+static const cfg8_t cfgs8[] = {C8(8, 2, 5), C8(8, 4, 2), C8(16, 2, 4),
+                               C8(32, 2, 3)};
+static const int ncfgs8 = (int)(sizeof(cfgs8) / sizeof(cfgs8[0]));
+
+struct layer8_t {
+  CUtensorMap mx;
+  wg8_args a;
+};
+
+static void *make_tiled8(const void *w, int n, int k) {
+  const int tiles = (n + 63) / 64;
+  void *wt;
+  CK(cudaMalloc(&wt, wg8_tiled_bytes(tiles, k)));
+  wg8_tile_weights<<<4096, 256>>>((const uint8_t *)w, (uint8_t *)wt, n, k,
+                                  tiles);
+  CK(cudaGetLastError());
+  CK(cudaDeviceSynchronize());
+  return wt;
+}
+
+static int launch8(const cfg8_t *c, const layer8_t *L, int pdl,
+                   cudaStream_t st) {
+  cudaLaunchConfig_t cfg;
+  cudaLaunchAttribute attr[2];
+  wg_config(&cfg, attr, (L->a.n + 63) / 64 * L->a.splits, 256, c->smem,
+            L->a.splits, pdl, st);
+  return (int)cudaLaunchKernelEx(&cfg, c->k, L->mx, L->a);
+}
+
+static void setup8(layer8_t *L, const cfg8_t *c, int rows, int n, int k,
+                   const void *x, const void *wt, const void *b,
+                   const float *ws, void *y, int act, int splits) {
+  make_map(&L->mx, x, k, rows, c->nr);
+  L->a.b = (const uint16_t *)b;
+  L->a.ws = ws;
+  L->a.y = (uint16_t *)y;
+  L->a.wt = (const uint8_t *)wt;
+  L->a.rows = rows, L->a.n = n, L->a.k = k, L->a.act = act;
+  L->a.flags = 0, L->a.splits = splits;
+}
+
+static int check8(const cfg8_t *c, int rows, int n, int k, int act,
+                  int splits) {
+  std::vector<uint16_t> hx((size_t)rows * k), hb(n), hy((size_t)rows * n),
+      hy2((size_t)rows * n);
+  std::vector<uint8_t> hw((size_t)n * k);
+  std::vector<float> xf(hx.size()), wf(hw.size()), bf(n), sc(n);
+  for (size_t i = 0; i < hx.size(); i++) {
+    hx[i] = f2bf(frand());
+    xf[i] = bf2f(hx[i]);
+  }
+  for (int m = 0; m < n; m++) {
+    hb[m] = f2bf(frand() * 0.5f);
+    bf[m] = bf2f(hb[m]);
+    sc[m] = (0.5f + (m % 7) * 0.1f) / 16.0f / sqrtf((float)k);
+  }
+  for (size_t i = 0; i < hw.size(); i++) {
+    __nv_fp8_e4m3 q(frand() * 16.0f);
+    hw[i] = q.__x;
+    wf[i] = (float)q;
+  }
+  void *dx, *dw, *db, *dy;
+  float *ds;
+  CK(cudaMalloc(&dx, hx.size() * 2));
+  CK(cudaMalloc(&dw, hw.size()));
+  CK(cudaMalloc(&db, (size_t)n * 2));
+  CK(cudaMalloc(&ds, (size_t)n * 4));
+  CK(cudaMalloc(&dy, hy.size() * 2));
+  CK(cudaMemcpy(dx, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(dw, hw.data(), hw.size(), cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(db, hb.data(), (size_t)n * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(ds, sc.data(), (size_t)n * 4, cudaMemcpyHostToDevice));
+  void *dwt = make_tiled8(dw, n, k);
+  layer8_t L;
+  std::vector<uint16_t> *out[2] = {&hy, &hy2};
+  for (int rep = 0; rep < 2; rep++) {
+    CK(cudaMemset(dy, rep ? 0 : 0xff, hy.size() * 2));
+    setup8(&L, c, rows, n, k, dx, dwt, db, ds, dy, act, splits);
+    int ce = launch8(c, &L, rep, 0);
+    cudaError_t se = cudaDeviceSynchronize();
+    if (ce != 0 || se != cudaSuccess) {
+      printf("CHECK FAIL %s rows %d %dx%d S%d: launch %s / %s\n", c->name,
+             rows, n, k, splits, cudaGetErrorString((cudaError_t)ce),
+             cudaGetErrorString(se));
+      exit(1);
+    }
+    CK(cudaMemcpy(out[rep]->data(), dy, hy.size() * 2,
+                  cudaMemcpyDeviceToHost));
+  }
+  int same = memcmp(hy.data(), hy2.data(), hy.size() * 2) == 0;
+  double rel = ref_rel_error(xf.data(), wf.data(), bf.data(), sc.data(),
+                             rows, n, k, act, hy.data(), 0);
+  int ok = same && rel < 8e-3 && rel == rel;
+  printf("CHECK %s %-32s rows %3d n %5d k %5d act %d S%d: rel %.2e%s\n",
+         ok ? "ok  " : "FAIL", c->name, rows, n, k, act, splits, rel,
+         same ? "" : " (not bit-stable)");
+  cudaFree(dx), cudaFree(dw), cudaFree(db), cudaFree(ds), cudaFree(dy);
+  cudaFree(dwt);
+  return !ok;
+}
+
+/* FP8 chains (4 x 4096 x 4096 E4M3, 64 MiB) at 1-32 rows; the bf16
+ * chains' buffers. */
+static void time_fp8(void *const *act, void *x, void *const *b,
+                     cudaStream_t st) {
+  const int NL = 4, n = 4096;
+  std::vector<uint8_t> hw((size_t)n * n);
+  std::vector<float> hs(n, 1.0f / 64 / 16);
+  void *wt[NL];
+  float *ds;
+  CK(cudaMalloc(&ds, n * 4));
+  CK(cudaMemcpy(ds, hs.data(), n * 4, cudaMemcpyHostToDevice));
+  for (int l = 0; l < NL; l++) {
+    for (auto &v : hw)
+      v = __nv_fp8_e4m3(frand() * 16).__x;
+    void *dw;
+    CK(cudaMalloc(&dw, hw.size()));
+    CK(cudaMemcpy(dw, hw.data(), hw.size(), cudaMemcpyHostToDevice));
+    wt[l] = make_tiled8(dw, n, n);
+    cudaFree(dw);
+  }
+  const double bytes = (double)NL * n * n;
+  const int trows[] = {1, 8, 16, 32};
+  for (int ri = 0; ri < 4; ri++)
+    for (int ci = 0; ci < ncfgs8; ci++) {
+      const cfg8_t *c = &cfgs8[ci];
+      const int rows = trows[ri];
+      if (rows > c->nr || (c->nr > 8 && rows <= c->nr / 2))
+        continue;
+      for (int splits = 1; splits <= 4; splits *= 2)
+        for (int pdl = 1; pdl >= 0; pdl--) {
+          layer8_t L[NL];
+          for (int l = 0; l < NL; l++)
+            setup8(&L[l], c, rows, n, n, l ? act[(l - 1) & 1] : x, wt[l],
+                   b[l], ds, act[l & 1], l + 1 < NL ? 1 : 0, splits);
+          double us = time_captured(st, 11, [&](cudaStream_t s) {
+            int ce = 0;
+            for (int l = 0; l < NL && ce == 0; l++)
+              ce = launch8(c, &L[l], pdl && l > 0, s);
+            return ce;
+          });
+          printf("TIME %4d fp8 rows %3d %-28s S%d %-6s %7.2f us %.2f TB/s\n",
+                 n, rows, c->name, splits, pdl ? "pdl" : "nopdl", us,
+                 bytes / us / 1e6);
+        }
+    }
+  for (int l = 0; l < NL; l++)
+    cudaFree(wt[l]);
+  cudaFree(ds);
+}
+
 int main(int argc, char **argv) {
   const int only_time = argc > 1 && strcmp(argv[1], "time") == 0;
   cudaDeviceProp p;
@@ -202,6 +366,16 @@ int main(int argc, char **argv) {
     printf("ATTR %-34s %3d regs, %4zu B local, %6d B smem, %d blocks/SM\n",
            c->name, fa.numRegs, fa.localSizeBytes, c->smem, nb);
   }
+  for (int ci = 0; ci < ncfgs8; ci++) {
+    const cfg8_t *c = &cfgs8[ci];
+    cudaFuncAttributes fa;
+    CK(cudaFuncSetAttribute((const void *)c->k,
+                            cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            c->smem));
+    CK(cudaFuncGetAttributes(&fa, (const void *)c->k));
+    printf("ATTR %-34s %3d regs, %4zu B local, %6d B smem\n", c->name,
+           fa.numRegs, fa.localSizeBytes, c->smem);
+  }
   int fails = 0;
   if (!only_time) {
     const int shapes[][2] = {{520, 4112}, {1000, 1040}, {72, 208},
@@ -222,6 +396,13 @@ int main(int argc, char **argv) {
     }
     fails += check(&cfg_f16, 1, 13, 1000, 1040, 1, 2);
     fails += check(&cfg_f16, 1, 16, 520, 4112, 2, 3);
+    for (int ci = 0; ci < ncfgs8; ci++) {
+      const int nr = cfgs8[ci].nr;
+      fails += check8(&cfgs8[ci], 1, 520, 4112, 1, 1 + ci % 3);
+      fails += check8(&cfgs8[ci], nr, 1000, 1040, 2, 2);
+      fails += check8(&cfgs8[ci], nr / 2 + 1, 72, 208, 0, 3);
+      fails += check8(&cfgs8[ci], nr, 4104, 128, 1, 2);
+    }
     printf("CHECKS %s (%d failed)\n", fails ? "FAILED" : "passed", fails);
   }
 
@@ -297,5 +478,6 @@ int main(int argc, char **argv) {
     for (int l = 0; l < NL; l++)
       cudaFree(wt[l]);
   }
+  time_fp8(act, x, b, st);
   return fails ? 1 : 0;
 }

@@ -160,6 +160,87 @@ template <int F16> __device__ __forceinline__ uint16_t from_f(float v) {
              : __bfloat16_as_ushort(__float2bfloat16_rn(v));
 }
 
+/* The end of a CTA's work, once every thread is past its last stage: the
+ * consumers' accumulators (64*C features x NR rows) into shared memory
+ * (the ring's space), then the cluster's S ranks sum them in rank order,
+ * four features at a time, each rank for its share of the outputs:
+ * y = act(sum * ws + b), ws (per-feature scales) may be null. All the
+ * CTA's threads call it. */
+template <int NR, int C, int F16>
+__device__ __forceinline__ void wg_finish(uint8_t *smem, const float *acc,
+                                          bool consumer, int split, int S,
+                                          int f0, int nrows, int n,
+                                          const uint16_t *b, const float *ws,
+                                          uint16_t *y, int act) {
+  constexpr int PS = 64 * C + 4; /* wg_shape's */
+  constexpr int THREADS = (C + 1) * 128;
+  cg::cluster_group cl = cg::this_cluster();
+  const int tid = threadIdx.x;
+  if (consumer) {
+    float *part = reinterpret_cast<float *>(smem);
+    const int warp = (tid >> 5) & 3, lane = tid & 31;
+    const int m = (tid >> 7) * 64 + warp * 16 + (lane >> 2);
+#pragma unroll
+    for (int j = 0; j < NR / 8; j++) {
+      const int r = j * 8 + (lane & 3) * 2;
+      part[r * PS + m] = acc[4 * j];
+      part[(r + 1) * PS + m] = acc[4 * j + 1];
+      part[r * PS + m + 8] = acc[4 * j + 2];
+      part[(r + 1) * PS + m + 8] = acc[4 * j + 3];
+    }
+  }
+  cl.sync();
+  {
+    /* The S ranks' partials loaded together before they are added: one
+     * round trip through the cluster's network for all of them (a load
+     * per rank in turn cost the 128-row chains ~5 us a layer at 4 splits,
+     * in bench/wg). */
+    const float *part = reinterpret_cast<const float *>(smem);
+    const float *src[WG_MAX_SPLITS];
+#pragma unroll
+    for (int q = 0; q < WG_MAX_SPLITS; q++)
+      src[q] = q < S ? cl.map_shared_rank(part, q) : part;
+    const int rows = nrows < NR ? nrows : NR;
+    constexpr int W4 = 16 * C; /* float4 columns of a row */
+    const int total = rows * W4;
+    for (int e = split * THREADS + tid; e < total; e += S * THREADS) {
+      const int r = e / W4, m = (e - r * W4) * 4, f = f0 + m;
+      if (f >= n) /* n is a multiple of 8: the 4 are in or out */
+        continue;
+      float4 v[WG_MAX_SPLITS];
+#pragma unroll
+      for (int q = 0; q < WG_MAX_SPLITS; q++)
+        if (q < S)
+          v[q] = *reinterpret_cast<const float4 *>(src[q] + r * PS + m);
+      float4 t = v[0];
+#pragma unroll
+      for (int q = 1; q < WG_MAX_SPLITS; q++)
+        if (q < S) {
+          t.x += v[q].x;
+          t.y += v[q].y;
+          t.z += v[q].z;
+          t.w += v[q].w;
+        }
+      if (ws != nullptr) {
+        const float4 sc = *reinterpret_cast<const float4 *>(ws + f);
+        t.x *= sc.x, t.y *= sc.y, t.z *= sc.z, t.w *= sc.w;
+      }
+      const uint2 bb = *reinterpret_cast<const uint2 *>(b + f);
+      const float o[4] = {t.x + to_f<F16>((uint16_t)(bb.x & 0xffff)),
+                          t.y + to_f<F16>((uint16_t)(bb.x >> 16)),
+                          t.z + to_f<F16>((uint16_t)(bb.y & 0xffff)),
+                          t.w + to_f<F16>((uint16_t)(bb.y >> 16))};
+      uint2 out;
+      out.x = (uint32_t)from_f<F16>(wg_act(o[0], act)) |
+              (uint32_t)from_f<F16>(wg_act(o[1], act)) << 16;
+      out.y = (uint32_t)from_f<F16>(wg_act(o[2], act)) |
+              (uint32_t)from_f<F16>(wg_act(o[3], act)) << 16;
+      *reinterpret_cast<uint2 *>(y + (size_t)r * n + f) = out;
+    }
+  }
+  cl.sync();
+}
+
 template <int NR, int C, int BKA, int ST, int WT, int BR, int F16>
 __global__ void __launch_bounds__((C + 1) * 128, 1)
     mlpd_small_gemm_kernel_wg(const __grid_constant__ CUtensorMap tmw,
@@ -286,66 +367,8 @@ __global__ void __launch_bounds__((C + 1) * 128, 1)
   }
   /* Every stage has been read: the ring is free for the partial sums. */
   __syncthreads();
-  if (wg < C) {
-    float *part = reinterpret_cast<float *>(smem);
-    const int warp = (tid >> 5) & 3, lane = tid & 31;
-    const int m = wg * 64 + warp * 16 + (lane >> 2);
-#pragma unroll
-    for (int j = 0; j < NR / 8; j++) {
-      const int r = j * 8 + (lane & 3) * 2;
-      part[r * SH::PS + m] = acc[4 * j];
-      part[(r + 1) * SH::PS + m] = acc[4 * j + 1];
-      part[r * SH::PS + m + 8] = acc[4 * j + 2];
-      part[(r + 1) * SH::PS + m + 8] = acc[4 * j + 3];
-    }
-  }
-  cl.sync();
-  {
-    /* Four features at a time, the S ranks' partials loaded together and
-     * summed in rank order: one round trip through the cluster's network
-     * for all of them (a load per rank in turn cost the 128-row chains ~5
-     * us a layer at 4 splits, in bench/wg). */
-    const float *part = reinterpret_cast<const float *>(smem);
-    const float *src[WG_MAX_SPLITS];
-#pragma unroll
-    for (int q = 0; q < WG_MAX_SPLITS; q++)
-      src[q] = q < S ? cl.map_shared_rank(part, q) : part;
-    const int rows = p.rows < NR ? p.rows : NR;
-    constexpr int W4 = 16 * C; /* float4 columns of a row */
-    const int total = rows * W4;
-    for (int e = split * SH::THREADS + tid; e < total;
-         e += S * SH::THREADS) {
-      const int r = e / W4, m = (e - r * W4) * 4, f = f0 + m;
-      if (f >= p.n) /* n is a multiple of 8: the 4 are in or out */
-        continue;
-      float4 v[WG_MAX_SPLITS];
-#pragma unroll
-      for (int q = 0; q < WG_MAX_SPLITS; q++)
-        if (q < S)
-          v[q] = *reinterpret_cast<const float4 *>(src[q] + r * SH::PS + m);
-      float4 t = v[0];
-#pragma unroll
-      for (int q = 1; q < WG_MAX_SPLITS; q++)
-        if (q < S) {
-          t.x += v[q].x;
-          t.y += v[q].y;
-          t.z += v[q].z;
-          t.w += v[q].w;
-        }
-      const uint2 bb = *reinterpret_cast<const uint2 *>(p.b + f);
-      const float o[4] = {t.x + to_f<F16>((uint16_t)(bb.x & 0xffff)),
-                          t.y + to_f<F16>((uint16_t)(bb.x >> 16)),
-                          t.z + to_f<F16>((uint16_t)(bb.y & 0xffff)),
-                          t.w + to_f<F16>((uint16_t)(bb.y >> 16))};
-      uint2 out;
-      out.x = (uint32_t)from_f<F16>(wg_act(o[0], p.act)) |
-              (uint32_t)from_f<F16>(wg_act(o[1], p.act)) << 16;
-      out.y = (uint32_t)from_f<F16>(wg_act(o[2], p.act)) |
-              (uint32_t)from_f<F16>(wg_act(o[3], p.act)) << 16;
-      *reinterpret_cast<uint2 *>(p.y + (size_t)r * p.n + f) = out;
-    }
-  }
-  cl.sync();
+  wg_finish<NR, C, F16>(smem, acc, wg < C, split, S, f0, p.rows, p.n, p.b,
+                        nullptr, p.y, p.act);
 }
 
 /* The tiled copy of W [n][k] that WT = 1 reads: `tiles` tiles of 64
@@ -395,31 +418,41 @@ static inline cudaError_t wg_make_map(PFN_cuTensorMapEncodeTiled_v12000 enc,
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
+/* The launch configuration of these kernels: `grid` CTAs in clusters of
+ * `splits` (the K split of a tile), and with `pdl` the
+ * programmatic-dependent-launch attribute; attr holds 2 entries. */
+static inline void wg_config(cudaLaunchConfig_t *cfg,
+                             cudaLaunchAttribute *attr, int grid,
+                             int threads, int smem, int splits, int pdl,
+                             cudaStream_t st) {
+  *cfg = cudaLaunchConfig_t{};
+  cfg->gridDim = dim3((unsigned)grid);
+  cfg->blockDim = dim3((unsigned)threads);
+  cfg->dynamicSmemBytes = (size_t)smem;
+  cfg->stream = st;
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = (unsigned)splits;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg->attrs = attr;
+  cfg->numAttrs = 1;
+  if (pdl) {
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[1].val.programmaticStreamSerializationAllowed = 1;
+    cfg->numAttrs = 2;
+  }
+}
+
 /* Launches `kern` (an instance of mlpd_small_gemm_kernel_wg) over `tiles`
- * feature tiles split `a.splits` ways, one cluster a tile; `pdl` adds the
- * programmatic-dependent-launch attribute. */
+ * feature tiles split `a.splits` ways, one cluster a tile. */
 template <typename K>
 static inline cudaError_t wg_launch(K kern, int tiles, int threads, int smem,
                                     int pdl, cudaStream_t st,
                                     const CUtensorMap &mw,
                                     const CUtensorMap &mx, const wg_args &a) {
-  cudaLaunchConfig_t cfg = {};
+  cudaLaunchConfig_t cfg;
   cudaLaunchAttribute attr[2];
-  cfg.gridDim = dim3((unsigned)(tiles * a.splits));
-  cfg.blockDim = dim3((unsigned)threads);
-  cfg.dynamicSmemBytes = (size_t)smem;
-  cfg.stream = st;
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = (unsigned)a.splits;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  if (pdl) {
-    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[1].val.programmaticStreamSerializationAllowed = 1;
-    cfg.numAttrs = 2;
-  }
+  wg_config(&cfg, attr, tiles * a.splits, threads, smem, a.splits, pdl, st);
   return cudaLaunchKernelEx(&cfg, kern, mw, mx, a);
 }
 

@@ -24,5 +24,24 @@ for f16, ty in ((0, "bf16"), (1, "f16")):
         out.append('      : "l"(a), "l"(b));')
         out.append("  }")
         out.append("};")
+# A from registers (four .b32 of bf16 pairs, the mma.m16n8k16 A fragment
+# of each warp's 16 rows), B from shared memory: for weights converted in
+# registers (FP8 widened to bf16) against bf16 inputs.
+out.append("template <int N> struct wgmma_rs;")
+for n in (8, 16, 32):
+    r = n // 2
+    regs = ", ".join("%%%d" % i for i in range(r))
+    outs = ", ".join('"+f"(d[%d])' % i for i in range(r))
+    out.append("template <> struct wgmma_rs<%d> {" % n)
+    out.append("  __device__ __forceinline__ static void mma(float *d, "
+               "const uint32_t *a, uint64_t b) {")
+    out.append('    asm volatile("{\\n.reg .pred p;\\nsetp.ne.b32 p, 1, 0;\\n"')
+    out.append('      "wgmma.mma_async.sync.aligned.m64n%dk16.f32.bf16.bf16 "' % n)
+    out.append('      "{%s}, {%%%d, %%%d, %%%d, %%%d}, %%%d, p, 1, 1, 0;\\n}\\n"'
+               % (regs, r, r + 1, r + 2, r + 3, r + 4))
+    out.append("      : %s" % outs)
+    out.append('      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));')
+    out.append("  }")
+    out.append("};")
 out.append("} // namespace mlpd_wg")
 open("cuda_wgmma.cuh", "w").write("\n".join(out) + "\n")
