@@ -14,11 +14,12 @@
  *     of 64 K-values (128 bytes) for each of the C warpgroups' 64 weight
  *     rows, plus the same atoms of the NR input rows, all under the
  *     128-byte swizzle that wgmma reads. Weights come by 2-D tensor copies
- *     of BR rows x 128 B from the row-major matrix (WT = 0: what the engine
- *     runs), or by one 1-D bulk copy a warpgroup and stage from a copy of W
- *     laid out tile by tile and pre-swizzled (WT = 1: measured in
- *     bench/wg, 1-4 us faster a 4-layer chain at 1-32 rows on the H200,
- *     but it needs that second copy of the weights).
+ *     of BR rows x 128 B from the row-major matrix (WT = 0), or by one 1-D
+ *     bulk copy a warpgroup and stage from a copy of W laid out tile by
+ *     tile and pre-swizzled (WT = 1, wg_tile_weights: 1-4 us faster a
+ *     4-layer chain at 1-32 rows on the H200, for a second copy of the
+ *     weights, which the engine keeps only for layers whose plans use
+ *     it).
  *   - Under programmatic dependent launch the producer issues the weights
  *     of its first ST stages before griddepcontrol.wait, the inputs after;
  *     without the launch attribute both griddepcontrol instructions are
