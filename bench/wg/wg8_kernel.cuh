@@ -73,23 +73,13 @@ __global__ void __launch_bounds__(256, 1)
   const int split = (int)cl.block_rank();
   const int tile = blockIdx.x / S;
   const int atoms = (p.k + 127) >> 7; /* of 128 K values */
-  const int stages = (atoms + BKA - 1) / BKA;
-  const int per = (stages + S - 1) / S;
-  const int st0 = split * per < stages ? split * per : stages;
-  const int nst = (st0 + per < stages ? st0 + per : stages) - st0;
+  int st0, nst;
+  wg_split((atoms + BKA - 1) / BKA, split, S, &st0, &nst);
   const int a0 = st0 * BKA;
   const int tstride = (atoms + 7) & ~7;
   const int f0 = tile * 64;
 
-  if (tid == 0) {
-    for (int i = 0; i < ST; i++) {
-      mbar_init(smem_u32(&full[i]), 1);
-      mbar_init(smem_u32(&empty[i]), 128);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  __syncthreads();
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  wg_ring_init<ST>(full, empty, 128);
 
   float acc[NR / 2];
 #pragma unroll
@@ -113,17 +103,7 @@ __global__ void __launch_bounds__(256, 1)
           tma_2d(xs + a * NR * 128, &tmx, (2 * (a0 + it * BKA) + a) * 64, 0,
                  bar);
       };
-      const int pre = nst < ST ? nst : ST;
-      for (int it = 0; it < pre; it++)
-        load_w(it);
-      asm volatile("griddepcontrol.wait;" ::: "memory");
-      for (int it = 0; it < pre; it++)
-        load_x(it);
-      for (int it = pre; it < nst; it++) {
-        mbar_wait(smem_u32(&empty[it % ST]), ((it / ST) - 1) & 1);
-        load_w(it);
-        load_x(it);
-      }
+      wg_produce<ST>(nst, empty, load_w, load_x, [](int) {});
     }
   } else {
     const int warp = tid >> 5, lane = tid & 31;

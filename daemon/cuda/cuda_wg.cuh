@@ -161,6 +161,55 @@ template <int F16> __device__ __forceinline__ uint16_t from_f(float v) {
              : __bfloat16_as_ushort(__float2bfloat16_rn(v));
 }
 
+/* Split `split` of S of `stages` stages: its first stage and how many
+ * (whole stages each, so a split may get none). */
+__device__ __forceinline__ void wg_split(int stages, int split, int S,
+                                         int *first, int *count) {
+  const int per = (stages + S - 1) / S;
+  const int st0 = split * per < stages ? split * per : stages;
+  *first = st0;
+  *count = (st0 + per < stages ? st0 + per : stages) - st0;
+}
+
+/* The ring's barriers (full: the producer's one arrival and the copies'
+ * bytes; empty: every consumer thread), then, once the whole CTA has seen
+ * them, the next layer may launch. All threads call it. */
+template <int ST>
+__device__ __forceinline__ void wg_ring_init(uint64_t *full, uint64_t *empty,
+                                             unsigned consumers) {
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < ST; i++) {
+      mbar_init(smem_u32(&full[i]), 1);
+      mbar_init(smem_u32(&empty[i]), consumers);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+/* The producer thread's schedule over its nst stages: the weights of the
+ * first ST (what the ring holds) and before_wait(ST) while the previous
+ * layer may still run, then the wait for it, those stages' inputs, and
+ * the rest stage by stage as the consumers hand them back. */
+template <int ST, typename LW, typename LX, typename BW>
+__device__ __forceinline__ void wg_produce(int nst, uint64_t *empty,
+                                           LW load_w, LX load_x,
+                                           BW before_wait) {
+  const int pre = nst < ST ? nst : ST;
+  for (int it = 0; it < pre; it++)
+    load_w(it);
+  before_wait(pre);
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  for (int it = 0; it < pre; it++)
+    load_x(it);
+  for (int it = pre; it < nst; it++) {
+    mbar_wait(smem_u32(&empty[it % ST]), ((it / ST) - 1) & 1);
+    load_w(it);
+    load_x(it);
+  }
+}
+
 /* The end of a CTA's work, once every thread is past its last stage: the
  * consumers' accumulators (64*C features x NR rows) into shared memory
  * (the ring's space), then the cluster's S ranks sum them in rank order,
@@ -261,23 +310,13 @@ __global__ void __launch_bounds__((C + 1) * 128, 1)
    * are zeros (out of the tensor maps' bounds; zero padding in the tiled
    * copy, which pads each tile's atoms to a multiple of 8). */
   const int atoms = (p.k + 63) >> 6;
-  const int stages = (atoms + BKA - 1) / BKA;
-  const int per = (stages + S - 1) / S;
-  const int st0 = split * per < stages ? split * per : stages;
-  const int nst = (st0 + per < stages ? st0 + per : stages) - st0;
+  int st0, nst;
+  wg_split((atoms + BKA - 1) / BKA, split, S, &st0, &nst);
   const int a0 = st0 * BKA;
   const int tstride = (atoms + 7) & ~7; /* atoms a tile in the tiled copy */
   const int f0 = tile * 64 * C;
 
-  if (tid == 0) {
-    for (int i = 0; i < ST; i++) {
-      mbar_init(smem_u32(&full[i]), 1);
-      mbar_init(smem_u32(&empty[i]), C * 128);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  __syncthreads();
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  wg_ring_init<ST>(full, empty, C * 128);
 
   float acc[NR / 2];
 #pragma unroll
@@ -311,10 +350,9 @@ __global__ void __launch_bounds__((C + 1) * 128, 1)
         for (int a = 0; a < BKA; a++)
           tma_2d(xs + a * NR * 128, &tmx, (a0 + it * BKA + a) * 64, 0, bar);
       };
-      const int pre = nst < ST ? nst : ST;
-      for (int it = 0; it < pre; it++)
-        load_w(it);
-      if (p.flags & WG_L2_PREFETCH)
+      auto prefetch = [&](int pre) {
+        if (!(p.flags & WG_L2_PREFETCH))
+          return;
         for (int it = pre; it < nst; it++)
           for (int c = 0; c < C; c++) {
             if (WT)
@@ -327,14 +365,8 @@ __global__ void __launch_bounds__((C + 1) * 128, 1)
                   prefetch_tma_2d(&tmw, (a0 + it * BKA + a) * 64,
                                   f0 + c * 64 + q * BR);
           }
-      asm volatile("griddepcontrol.wait;" ::: "memory");
-      for (int it = 0; it < pre; it++)
-        load_x(it);
-      for (int it = pre; it < nst; it++) {
-        mbar_wait(smem_u32(&empty[it % ST]), ((it / ST) - 1) & 1);
-        load_w(it);
-        load_x(it);
-      }
+      };
+      wg_produce<ST>(nst, empty, load_w, load_x, prefetch);
     }
   } else {
 #pragma unroll 1
