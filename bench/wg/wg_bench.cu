@@ -78,7 +78,7 @@ static void make_map(CUtensorMap *m, const void *p, int inner, int outer,
 }
 
 static void *make_tiled(const void *w, int n, int k) {
-  const int tiles = (n + 127) / 128 * 2; /* whole tiles for C = 2 too */
+  const int tiles = (n + 255) / 256 * 4; /* whole CTA tiles for C <= 4 */
   void *wt;
   CK(cudaMalloc(&wt, wg_tiled_bytes(tiles, k)));
   wg_tile_weights<<<1024, 256>>>((const uint16_t *)w, (uint16_t *)wt, n, k,
