@@ -1,19 +1,19 @@
 #!/bin/bash
 # SPDX-License-Identifier: Apache-2.0
-# bench/wg/wg-call.sh - one device call for the wgmma streaming experiment:
-# runs a wg_bench built here (nvcc 13.0, sm_90a; carried in .ab/wg) or
-# builds it, then PyTorch on the same shapes (bench/torch_bench.py).
+# bench/wg/wg-call.sh - one device call for the wgmma kernels: builds and
+# runs bench/wg/wg_bench.cu (sm_90a), then, unless NO_TORCH=1, PyTorch on
+# the same shapes (bench/torch_bench.py).
 # Logs under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/wg-out}
 mkdir -p "$OUT"
-B=.ab/wg/wg_bench
-if [ ! -x $B ]; then
-  mkdir -p .ab/wg
-  nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Idaemon/cuda \
-    bench/wg/wg_bench.cu -o $B || exit 1
-fi
+# Built here every time (about 20 s): a binary carried from elsewhere
+# could be of an older source.
+B=/tmp/wg/wg_bench
+mkdir -p /tmp/wg
+nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Idaemon/cuda \
+  bench/wg/wg_bench.cu -o $B || exit 1
 nvidia-smi --format=csv \
   --query-gpu=name,driver_version,clocks.sm,temperature.gpu,power.draw
 timeout "${WG_TIMEOUT:-150}" $B ${WG_ARGS:-} >"$OUT/wg_bench.log" 2>&1
