@@ -31,65 +31,12 @@
 #define MLPD_BENCH_BULK_KERNEL_CUH
 
 #include "cuda_kernels.h"
+#include "cuda_async.cuh"
 #include "cuda_tile.cuh"
 
 namespace mlpd_k {
 
-/* ---- mbarrier and bulk copy (PTX ISA 8.0, sm_90) -------------------- */
-
-__device__ __forceinline__ unsigned smem_addr(const void *p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void mbar_init(uint64_t *bar, unsigned count) {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)),
-               "r"(count)
-               : "memory");
-#endif
-}
-
-__device__ __forceinline__ void mbar_expect_tx(uint64_t *bar, unsigned bytes) {
-#if __CUDA_ARCH__ >= 900
-  asm volatile(
-      "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(
-          smem_addr(bar)),
-      "r"(bytes)
-      : "memory");
-#endif
-}
-
-__device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(
-                   smem_addr(bar))
-               : "memory");
-#endif
-}
-
-/* Waits until the barrier's phase of parity `parity` has completed. */
-__device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity) {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("{\n\t.reg .pred p;\n"
-               "BULK_WAIT:\n\t"
-               "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n\t"
-               "@!p bra BULK_WAIT;\n\t}" ::"r"(smem_addr(bar)),
-               "r"(parity)
-               : "memory");
-#endif
-}
-
-/* bytes (a multiple of 16) from global src to shared dst, completing on
- * bar's transaction count. */
-__device__ __forceinline__ void bulk_g2s(void *dst, const void *src,
-                                         unsigned bytes, uint64_t *bar) {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::"
-               "bytes [%0], [%1], %2, [%3];" ::"r"(smem_addr(dst)),
-               "l"(src), "r"(bytes), "r"(smem_addr(bar))
-               : "memory");
-#endif
-}
+/* mbarriers and bulk copies: cuda_async.cuh. */
 
 __device__ __forceinline__ uint4 lds128(const unsigned char *p, bool pred) {
   uint4 r = make_uint4(0, 0, 0, 0);
@@ -144,8 +91,8 @@ __global__ void __launch_bounds__((S + 1) * 32, MINB)
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < NS; s++) {
-      mbar_init(&full[s], 1);
-      mbar_init(&empty[s], S);
+      mbar_init(smem_u32(&full[s]), 1);
+      mbar_init(smem_u32(&empty[s]), S);
     }
 #if __CUDA_ARCH__ >= 900
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -162,18 +109,18 @@ __global__ void __launch_bounds__((S + 1) * 32, MINB)
     for (int i = 0; i < total; i++) {
       const int s = i % NS, u = i / NS;
       if (u > 0)
-        mbar_wait(&empty[s], (u - 1) & 1);
+        mbar_wait(smem_u32(&empty[s]), (u - 1) & 1);
       const int m0 = ((int)blockIdx.x + (i / nst) * (int)gridDim.x) * 16;
       const int off = (i % nst) * RB;
       const int bytes = rowbytes - off < RB ? rowbytes - off : RB;
       const int nr = n - m0 < 16 ? n - m0 : 16;
       if (lane == 0)
-        mbar_expect_tx(&full[s], (unsigned)(nr * bytes));
+        mbar_expect_tx(smem_u32(&full[s]), (unsigned)(nr * bytes));
       __syncwarp();
       if (lane < nr)
-        bulk_g2s(ring + (s * 16 + lane) * RS,
+        bulk_g2s(smem_u32(ring + (s * 16 + lane) * RS),
                  w + (size_t)(m0 + lane) * rowbytes + off, (unsigned)bytes,
-                 &full[s]);
+                 smem_u32(&full[s]));
     }
     return;
   }
@@ -213,7 +160,7 @@ __global__ void __launch_bounds__((S + 1) * 32, MINB)
           xr[j][nt][q] = ld_inputs(x4 + xo[nt] + (size_t)vi * XV + q,
                                    kv[j] && xv[nt]);
     }
-    mbar_wait(&full[s], u & 1);
+    mbar_wait(smem_u32(&full[s]), u & 1);
     const unsigned char *st = ring + s * 16 * RS;
 #pragma unroll
     for (int j = 0; j < CW; j++) {
@@ -223,7 +170,7 @@ __global__ void __launch_bounds__((S + 1) * 32, MINB)
     }
     __syncwarp();
     if (lane == 0)
-      mbar_arrive(&empty[s]);
+      mbar_arrive(smem_u32(&empty[s]));
 #pragma unroll
     for (int j = 0; j < CW; j++)
       mma_vec<MODE, NT, XV>(acc, a[j], h[j], xr[j]);

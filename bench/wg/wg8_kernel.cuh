@@ -44,16 +44,11 @@ struct wg8_args {
   int rows, n, k, act, flags, splits;
 };
 
-/* Two E4M3 (the low byte first) to a bf16 pair, exactly: through f16,
- * which holds every E4M3 value too. */
+/* Two E4M3 (the low byte first) to a bf16 pair, exactly: through f16
+ * (cuda_tile.cuh's widening), which holds every E4M3 value too. */
 __device__ __forceinline__ uint32_t e4m3x2_bf16x2(uint32_t v16) {
-  uint32_t h;
-  asm("{\n\t.reg .b16 t;\n\tmov.b16 t, %1;\n\t"
-      "cvt.rn.f16x2.e4m3x2 %0, t;\n\t}"
-      : "=r"(h)
-      : "h"((unsigned short)v16));
-  __half2 hh = *reinterpret_cast<__half2 *>(&h);
-  const float2 f = __half22float2(hh);
+  uint32_t h = e4m3x2_to_f16x2(v16);
+  const float2 f = __half22float2(*reinterpret_cast<__half2 *>(&h));
   __nv_bfloat162 bb = __floats2bfloat162_rn(f.x, f.y);
   return *reinterpret_cast<uint32_t *>(&bb);
 }

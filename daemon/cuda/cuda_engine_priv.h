@@ -145,7 +145,6 @@ typedef struct {
                           planning; vbuf[1] lies inside vbuf[0]'s block */
   size_t slab_bytes, act_bytes, lane_bytes, scratch_bytes, vbuf_bytes;
   size_t slab16_bytes; /* 0 when slab16 is NULL */
-  size_t wt_bytes;     /* of the layers' tiled copies (layer_t.wt) */
   int tiled_ok;        /* the tiled copies were made: the tiled variants
                           may compete while open plans */
   const mlpd_engine_opts_t *opts; /* valid during open only */

@@ -40,13 +40,11 @@ MLPD_K_DECLARE(bf16)
 MLPD_K_DECLARE(f16)
 MLPD_K_DECLARE(fp8)
 #undef MLPD_K_DECLARE
-/* cuda_wg.cu (sm_90a only). */
+/* cuda_wg.cu (sm_90a only), which also defines cuda_kernels.h's
+ * mlpd_cuda_wg_* functions. */
 int mlpd__k_wg_gemm(int f16, int variant, int rows, int n, int k,
                     const void *x, const void *w, const void *b, void *y,
                     int act, int pdl, cudaStream_t st);
-int mlpd__k_wg_probe(void);
-int mlpd__k_wg_tile(void *wt, const void *w, int n, int k, cudaStream_t st);
-size_t mlpd__k_wg_tiled_bytes(int n, int k);
 
 namespace {
 
@@ -397,17 +395,6 @@ extern "C" const char *mlpd_cuda_small_name(int rows, int variant) {
       variant >= MLPD_SMALL_MAX_VARIANTS)
     return "none";
   return names[rows <= 8 ? 0 : rows <= 16 ? 1 : 2][variant];
-}
-
-extern "C" int mlpd_cuda_wg_probe(void) { return mlpd__k_wg_probe(); }
-
-extern "C" size_t mlpd_cuda_wg_tiled_bytes(int n, int k) {
-  return mlpd__k_wg_tiled_bytes(n, k);
-}
-
-extern "C" int mlpd_cuda_wg_tile(void *wt, const void *w, int n, int k,
-                                 cudaStream_t st) {
-  return mlpd__k_wg_tile(wt, w, n, k, st);
 }
 
 extern "C" int mlpd_cuda_small_probe(int mode, int *ptx, int *bin) {

@@ -159,7 +159,6 @@ static int make_tiled(cuda_engine_t *e, mlpd_err_t *err) {
     size_t b = mlpd_cuda_wg_tiled_bytes(L->out_p, L->in_p);
     CU(cudaMalloc(&L->wt, b), "allocate %zu bytes for layer %d's tiled "
        "weights", b, l + 1);
-    e->wt_bytes += b;
     CU((cudaError_t)mlpd_cuda_wg_tile(L->wt, L->w, L->out_p, L->in_p, e->st),
        "tile layer %d's weights", l + 1);
   }
@@ -397,14 +396,22 @@ void mlpd_cuda_setup_drop_tiled(cuda_engine_t *e) {
       kept++;
       continue;
     }
-    e->wt_bytes -= mlpd_cuda_wg_tiled_bytes(L->out_p, L->in_p);
     (void)cudaFree(L->wt);
     L->wt = NULL;
   }
   if (e->tiled_ok)
     MLPD_LOGI("cuda engine: %d of %d layers run a tiled wgmma variant "
               "somewhere (%.1f MiB of tiled weights kept)",
-              kept, e->nlayers, (double)e->wt_bytes / (1 << 20));
+              kept, e->nlayers,
+              (double)mlpd_cuda_setup_tiled_bytes(e) / (1 << 20));
+}
+
+size_t mlpd_cuda_setup_tiled_bytes(const cuda_engine_t *e) {
+  size_t b = 0;
+  for (int l = 0; l < e->nlayers; l++)
+    if (e->L[l].wt != NULL)
+      b += mlpd_cuda_wg_tiled_bytes(e->L[l].out_p, e->L[l].in_p);
+  return b;
 }
 
 size_t mlpd_cuda_setup_lane_bytes(const cuda_engine_t *e) {

@@ -37,6 +37,9 @@ void mlpd_cuda_setup_drop_bf16(cuda_engine_t *e);
  * the tiled wgmma variants won nowhere). After the plans are made. */
 void mlpd_cuda_setup_drop_tiled(cuda_engine_t *e);
 
+/* Device bytes of the tiled copies the layers hold now. */
+size_t mlpd_cuda_setup_tiled_bytes(const cuda_engine_t *e);
+
 /* Bytes of device memory of one lane, for info.activation_bytes. */
 size_t mlpd_cuda_setup_lane_bytes(const cuda_engine_t *e);
 

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* cuda_wg.cu - the wgmma variants of mlpd's small-batch kernel
- * (cuda_wg.cuh), callable from cuda_kernels.cu: a launcher that makes the
- * layer's tensor maps and picks the split, and a probe. Built for sm_90a
+ * (cuda_wg.cuh): a launcher that makes the layer's tensor maps and picks
+ * the split (for cuda_kernels.cu's dispatch), and cuda_kernels.h's
+ * mlpd_cuda_wg_* functions (the probe, the tiled copy). Built for sm_90a
  * alone (wgmma and the tensor copies exist nowhere else), in an object
  * library of its own, so that no other image of these kernels exists for
  * the driver to pick instead.
@@ -113,12 +114,12 @@ int mlpd__k_wg_gemm(int f16, int variant, int rows, int n, int k,
                         a);
 }
 
-size_t mlpd__k_wg_tiled_bytes(int n, int k) {
+extern "C" size_t mlpd_cuda_wg_tiled_bytes(int n, int k) {
   return n < 1 || k < 1 ? 0 : wg_tiled_bytes((n + 63) / 64, k);
 }
 
-int mlpd__k_wg_tile(void *wt, const void *w, int n, int k,
-                    cudaStream_t st) {
+extern "C" int mlpd_cuda_wg_tile(void *wt, const void *w, int n, int k,
+                                 cudaStream_t st) {
   if (n < 1 || k < 1)
     return (int)cudaErrorInvalidValue;
   const size_t chunks = wg_tiled_bytes((n + 63) / 64, k) / 16;
@@ -131,7 +132,7 @@ int mlpd__k_wg_tile(void *wt, const void *w, int n, int k,
 
 /* Also raises each kernel's dynamic shared memory limit, once per device
  * (graph capture then needs no call that is not a launch). */
-int mlpd__k_wg_probe(void) {
+extern "C" int mlpd_cuda_wg_probe(void) {
   cudaError_t ce = encoder();
   for (int c = 0; c < 3 && ce == cudaSuccess; c++)
     for (int v = 0; v < MLPD_WG_VARIANTS && ce == cudaSuccess; v++)

@@ -38,6 +38,8 @@
  * tensor map's row stride must be a multiple of 16 bytes; the epilogue
  * writes 4 features at a time), more than WG_MAX_SPLITS splits. */
 #pragma once
+#include "cuda_async.cuh"
+#include "cuda_tile.cuh"
 #include "cuda_wgmma.cuh"
 
 #include <cooperative_groups.h>
@@ -49,6 +51,7 @@
 
 namespace mlpd_wg {
 namespace cg = cooperative_groups;
+using namespace mlpd_k; /* the async copies, activate, act_*_f32 */
 
 /* Splits (cluster size) at most: the portable cluster size. */
 #define WG_MAX_SPLITS 8
@@ -77,59 +80,6 @@ template <int NR, int C, int BKA, int ST> struct wg_shape {
   static constexpr int THREADS = (C + 1) * 128;
 };
 
-__device__ __forceinline__ uint32_t smem_u32(const void *p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void mbar_init(uint32_t bar, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar),
-               "r"(count)
-               : "memory");
-}
-__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, unsigned bytes) {
-  asm volatile(
-      "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
-      "r"(bytes)
-      : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar)
-               : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, unsigned parity) {
-  asm volatile("{\n\t.reg .pred p;\n\t"
-               "WAIT_%=:\n\t"
-               "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n\t"
-               "@!p bra WAIT_%=;\n\t}" ::"r"(bar),
-               "r"(parity)
-               : "memory");
-}
-__device__ __forceinline__ void tma_2d(uint32_t dst, const CUtensorMap *tm,
-                                       int c0, int c1, uint32_t bar) {
-  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::"
-               "complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(dst),
-               "l"(reinterpret_cast<uint64_t>(tm)), "r"(c0), "r"(c1),
-               "r"(bar)
-               : "memory");
-}
-__device__ __forceinline__ void prefetch_l2(const void *src, unsigned bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src),
-               "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void prefetch_tma_2d(const CUtensorMap *tm, int c0,
-                                                int c1) {
-  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, "
-               "%2}];" ::"l"(reinterpret_cast<uint64_t>(tm)),
-               "r"(c0), "r"(c1)
-               : "memory");
-}
-__device__ __forceinline__ void bulk_g2s(uint32_t dst, const void *src,
-                                         unsigned bytes, uint32_t bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::"
-               "bytes [%0], [%1], %2, [%3];" ::"r"(dst),
-               "l"(src), "r"(bytes), "r"(bar)
-               : "memory");
-}
 /* Shared-memory matrix descriptor of a K-major operand under the 128-byte
  * swizzle: rows 128 bytes apart, groups of 8 rows 1024 bytes apart (the
  * leading offset is unused for this layout; 1 by convention). */
@@ -143,24 +93,6 @@ __device__ __forceinline__ void fence_acc(float (&a)[R]) {
   for (int i = 0; i < R; i++)
     asm volatile("" : "+f"(a[i])::"memory");
 }
-__device__ __forceinline__ float wg_act(float x, int act) {
-  if (act == 1) {
-    const float k = 0.7978845608028654f;
-    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
-  }
-  if (act == 2)
-    return x < 0.0f ? 0.0f : x;
-  return x;
-}
-template <int F16> __device__ __forceinline__ float to_f(uint16_t v) {
-  return F16 ? __half2float(__ushort_as_half(v))
-             : __bfloat162float(__ushort_as_bfloat16(v));
-}
-template <int F16> __device__ __forceinline__ uint16_t from_f(float v) {
-  return F16 ? __half_as_ushort(__float2half_rn(v))
-             : __bfloat16_as_ushort(__float2bfloat16_rn(v));
-}
-
 /* Split `split` of S of `stages` stages: its first stage and how many
  * (whole stages each, so a split may get none). */
 __device__ __forceinline__ void wg_split(int stages, int split, int S,
@@ -276,15 +208,15 @@ __device__ __forceinline__ void wg_finish(uint8_t *smem, const float *acc,
         t.x *= sc.x, t.y *= sc.y, t.z *= sc.z, t.w *= sc.w;
       }
       const uint2 bb = *reinterpret_cast<const uint2 *>(b + f);
-      const float o[4] = {t.x + to_f<F16>((uint16_t)(bb.x & 0xffff)),
-                          t.y + to_f<F16>((uint16_t)(bb.x >> 16)),
-                          t.z + to_f<F16>((uint16_t)(bb.y & 0xffff)),
-                          t.w + to_f<F16>((uint16_t)(bb.y >> 16))};
+      const float o[4] = {t.x + act_to_f32<F16>((uint16_t)(bb.x & 0xffff)),
+                          t.y + act_to_f32<F16>((uint16_t)(bb.x >> 16)),
+                          t.z + act_to_f32<F16>((uint16_t)(bb.y & 0xffff)),
+                          t.w + act_to_f32<F16>((uint16_t)(bb.y >> 16))};
       uint2 out;
-      out.x = (uint32_t)from_f<F16>(wg_act(o[0], act)) |
-              (uint32_t)from_f<F16>(wg_act(o[1], act)) << 16;
-      out.y = (uint32_t)from_f<F16>(wg_act(o[2], act)) |
-              (uint32_t)from_f<F16>(wg_act(o[3], act)) << 16;
+      out.x = (uint32_t)act_from_f32<F16>(activate(o[0], act)) |
+              (uint32_t)act_from_f32<F16>(activate(o[1], act)) << 16;
+      out.y = (uint32_t)act_from_f32<F16>(activate(o[2], act)) |
+              (uint32_t)act_from_f32<F16>(activate(o[3], act)) << 16;
       *reinterpret_cast<uint2 *>(y + (size_t)r * n + f) = out;
     }
   }

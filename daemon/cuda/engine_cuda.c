@@ -222,7 +222,8 @@ static void fill_info(cuda_engine_t *e) {
   in->depth = PIPE_DEPTH;
   /* The bf16 path's weights, and the tiled copies, count only while some
    * plan reads them (else open freed them). */
-  in->weight_bytes = e->slab_bytes + e->slab16_bytes + e->wt_bytes;
+  in->weight_bytes = e->slab_bytes + e->slab16_bytes +
+                    mlpd_cuda_setup_tiled_bytes(e);
   in->workspace_bytes = WS_BYTES;
   in->activation_bytes = 2 * e->act_bytes +
                          (uint64_t)PIPE_DEPTH * e->lane_bytes +
@@ -310,7 +311,7 @@ static int open_engine(mlpd_engine_t **out, const mlpd_model_t *m,
                              pn ? "," : "", e->bk[b].rows);
   }
   e->stats.bf16_weight_bytes = e->slab16_bytes;
-  e->stats.tiled_weight_bytes = e->wt_bytes;
+  e->stats.tiled_weight_bytes = mlpd_cuda_setup_tiled_bytes(e);
   if (e->fp8)
     MLPD_LOGI("cuda engine: FP8 model: %d of %d buckets run the bf16 path%s%s"
               "%s (%.1f MiB of bf16 weights kept)",
