@@ -77,15 +77,22 @@ static void make_map(CUtensorMap *m, const void *p, int inner, int outer,
   }
 }
 
-static void *make_tiled(const void *w, int n, int k) {
-  const int tiles = (n + 255) / 256 * 4; /* whole CTA tiles for C <= 4 */
+/* A tiled copy of `bytes`, written by `tile(wt)` (a kernel launch). */
+template <typename F> static void *tiled_copy(size_t bytes, F tile) {
   void *wt;
-  CK(cudaMalloc(&wt, wg_tiled_bytes(tiles, k)));
-  wg_tile_weights<<<1024, 256>>>((const uint16_t *)w, (uint16_t *)wt, n, k,
-                                 tiles);
+  CK(cudaMalloc(&wt, bytes));
+  tile(wt);
   CK(cudaGetLastError());
   CK(cudaDeviceSynchronize());
   return wt;
+}
+
+static void *make_tiled(const void *w, int n, int k) {
+  const int tiles = (n + 255) / 256 * 4; /* whole CTA tiles for C <= 4 */
+  return tiled_copy(wg_tiled_bytes(tiles, k), [&](void *wt) {
+    wg_tile_weights<<<1024, 256>>>((const uint16_t *)w, (uint16_t *)wt, n,
+                                   k, tiles);
+  });
 }
 
 struct layer_t {
@@ -203,13 +210,10 @@ struct layer8_t {
 
 static void *make_tiled8(const void *w, int n, int k) {
   const int tiles = (n + 63) / 64;
-  void *wt;
-  CK(cudaMalloc(&wt, wg8_tiled_bytes(tiles, k)));
-  wg8_tile_weights<<<4096, 256>>>((const uint8_t *)w, (uint8_t *)wt, n, k,
-                                  tiles);
-  CK(cudaGetLastError());
-  CK(cudaDeviceSynchronize());
-  return wt;
+  return tiled_copy(wg8_tiled_bytes(tiles, k), [&](void *wt) {
+    wg8_tile_weights<<<4096, 256>>>((const uint8_t *)w, (uint8_t *)wt, n, k,
+                                    tiles);
+  });
 }
 
 static int launch8(const cfg8_t *c, const layer8_t *L, int pdl,
