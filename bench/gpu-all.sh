@@ -13,13 +13,14 @@
 #      the lone 1-row request (inline and shared memory), saturation inline
 #      and through shared memory (issues 15 and 17);
 #   5. bench/host-path.sh on mlp-4k: inline f32 rows at saturation with
-#      and without the I/O threads' pinned arena (issue 15; SKIP_ARENA=1
-#      leaves it out);
+#      4 and 8 I/O threads (issue 15; SKIP_IO_AB=1 leaves it out);
 #   6. bench/sweep.sh on mlp-4k: the load curve, closed loop 1x-8x and open
 #      loop to 150%, through shared memory with bf16 rows (issue 15).
 # WG=1 first runs bench/wg/wg-call.sh without PyTorch (the wgmma kernel's
 # checks and chains, bf16 and FP8: about 35 s on 2026-12-05, more with the
-# configurations added since; at most 120 s): raise TOTAL by as much.
+# configurations added since; at most 120 s, and 60 for the multicast
+# configurations): raise TOTAL by as much.
+# OIP_DAEMON_ARGS: more flags for step 3's daemon (e.g. "--io-threads 8").
 # The device tool brings back at most 8 files: logs go into one tarball,
 # RESULTS.md, the tables and the PNG beside it.
 #   source .gpu-deps/env.sh && bench/gpu-all.sh
@@ -43,7 +44,9 @@ left() { # seconds left, at most $1
 . bench/gpu-env.sh
 
 if [ -n "${WG:-}" ]; then
-  OUT=$LOGS NO_TORCH=1 WG_TIMEOUT=120 bench/wg/wg-call.sh 2>&1 | tail -8
+  OUT=$LOGS NO_TORCH=1 WG_TIMEOUT=120 WG_MC_TIMEOUT=60 bench/wg/wg-call.sh \
+    2>&1 | tail -8
+  cp "$LOGS/wg_best.txt" "$OUT/" 2>/dev/null
   echo "wgmma bench done after $(el)"
 fi
 
@@ -71,6 +74,7 @@ grep -E "Test +#|tests passed|CUDA devices|auto:" "$LOGS/ctest-daemon.log" | hea
 M4K=/tmp/mlpd-bench/mlp-4k.safetensors
 [ -f $M4K ] || M4K=""
 OUTDIR=/tmp/mlpd-models M4K=$M4K PYTHON=python3 DURATION=${DURATION:-1.5} \
+  DAEMON_ARGS=${OIP_DAEMON_ARGS:-} \
   FAIR_DURATION=${FAIR_DURATION:-4} \
   timeout "$(left 90)" bench/models-oip.sh $B >"$LOGS/models-oip.log" 2>&1
 echo "models-oip rc=$? after $(el)"
@@ -84,18 +88,20 @@ echo "serve rc=$? after $(el)"
 cat "$LOGS/serve.log" | tail -30
 cp /tmp/mlpd-serve/serve.json "$OUT/" 2>/dev/null
 
-# Inline f32 rows at saturation without and with the I/O threads' pinned
-# arena (--io-arena-bytes), alternating, on the GPU: rows/s and each
-# daemon thread's CPU per row.
+# Inline f32 rows at saturation with 4 and with 8 I/O threads,
+# alternating, on the GPU: rows/s and each daemon thread's CPU per row
+# (issue 15's inline line, 30% of the engine with the default 4 on
+# 2026-12-05; whether the default for a 16-core host should be 8).
 # serve.sh wrote mlp-4k and its plan cache when the engine part did not.
 A4K=${M4K:-/tmp/mlpd-serve/mlp-4k.safetensors}
-if [ -f "$A4K" ] && [ -z "${SKIP_ARENA:-}" ]; then
+if [ -f "$A4K" ] && [ -z "${SKIP_IO_AB:-}" ]; then
   REAL=1 MODEL=$A4K IO=4 LOAD=16:8:32 DURATION=1.5 ROUNDS=2 \
+    VARIANTS="--io-threads=4 --io-threads=8" \
     DAEMON_ARGS="--plan-cache /tmp/mlpd-serve/plans.bin" \
-    OUTDIR=/tmp/mlpd-arena timeout "$(left 40)" bench/host-path.sh $B \
-    >"$LOGS/arena.log" 2>&1
-  echo "arena A/B rc=$? after $(el)"
-  cat "$LOGS/arena.log"
+    OUTDIR=/tmp/mlpd-ioab timeout "$(left 40)" bench/host-path.sh $B \
+    >"$LOGS/io-ab.log" 2>&1
+  echo "I/O threads A/B rc=$? after $(el)"
+  cat "$LOGS/io-ab.log"
 fi
 
 # The open loop on a daemon with a 2 ms queue-delay bound (27 batches of

@@ -15,7 +15,8 @@
 # the two beside the load: their p99 is the fairness target's, and a
 # longer line steadies it; DURATION), PYTHON, PYCLIENT (1: also the Python client's
 # lone JSON line; 0: not), OUTDIR, MLPD (the daemon to run: BUILD's, or
-# another build's for an A/B on the same clients).
+# another build's for an A/B on the same clients), DAEMON_ARGS (more
+# `mlpd serve` flags, e.g. "--io-threads 8").
 # Lines (every one but the Python client's comes from mlpd-bench):
 #   lone native / binary / JSON  1 row to the digits model, one request at
 #                             a time: native frames, OIP with the binary
@@ -54,7 +55,7 @@ IFS=: read -r sc sd sr <<<"$SAT"
 "${MLPD:-$BUILD/daemon/mlpd}" serve --model digits=models/digits.safetensors \
   --model mlp4k="$M4K" --device "$DEVICE" --socket "$sock" \
   --http-listen 127.0.0.1:$port --plan-cache "$OUTDIR/plans.bin" \
-  >"$OUTDIR/daemon.log" 2>&1 &
+  ${DAEMON_ARGS:-} >"$OUTDIR/daemon.log" 2>&1 &
 pid=$!
 for i in $(seq 1200); do
   "$mlpctl" --socket "$sock" ready >/dev/null 2>&1 && break

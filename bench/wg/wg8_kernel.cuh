@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(256, 1)
           tma_2d(xs + a * NR * 128, &tmx, (2 * (a0 + it * BKA) + a) * 64, 0,
                  bar);
       };
-      wg_produce<ST>(nst, empty, load_w, load_x, [](int) {});
+      wg_produce<ST, 1>(nst, empty, load_w, load_x, [](int) {});
     }
   } else {
     const int warp = tid >> 5, lane = tid & 31;
@@ -142,7 +142,7 @@ __global__ void __launch_bounds__(256, 1)
     }
   }
   __syncthreads();
-  wg_finish<NR, 1, 0>(smem, acc, wg == 0, split, S, f0, p.rows, p.n, p.b,
+  wg_finish<NR, 1, 0>(smem, acc, wg == 0, 0, split, S, f0, p.rows, p.n, p.b,
                       p.ws, p.y, p.act);
 }
 

@@ -10,7 +10,11 @@
  *
  *   bench/wg/wg-call.sh (one device call: builds with nvcc for sm_90a,
  *   runs it, then PyTorch on the same shapes)
- *   ./wg_bench [time]
+ *   ./wg_bench [time] [mc|nomc]
+ * time: chains only, no checks; mc / nomc: only the configurations that
+ * multicast their inputs (MC > 1), with their checks, or all the others
+ * and FP8 (a barrier bug in one hangs the run: wg-call.sh runs the two
+ * apart, each under its own timeout).
  *
  * One line per measurement; exits 1 when a check fails. */
 #include "cuda_wg.cuh"
@@ -37,16 +41,24 @@ struct cfg_t {
   const char *name;
   int nr, c, wt, br, smem, threads;
   wg_kernel_t k;
+  int mc; /* feature tiles a cluster whose inputs are multicast */
 };
-#define CF(NR, C, BKA, ST, WT, BR)                                             \
-  {"NR" #NR " C" #C " BKA" #BKA " ST" #ST " WT" #WT " BR" #BR,                \
+#define CFM(NR, C, BKA, ST, WT, BR, MC, NAME)                                  \
+  {NAME,                                                                       \
    NR,                                                                         \
    C,                                                                          \
    WT,                                                                         \
    BR,                                                                         \
    wg_shape<NR, C, BKA, ST>::SMEM,                                             \
    wg_shape<NR, C, BKA, ST>::THREADS,                                          \
-   mlpd_small_gemm_kernel_wg<NR, C, BKA, ST, WT, BR, 0>}
+   mlpd_small_gemm_kernel_wg<NR, C, BKA, ST, WT, BR, 0, MC>,                   \
+   MC}
+#define CF(NR, C, BKA, ST, WT, BR)                                             \
+  CFM(NR, C, BKA, ST, WT, BR, 1,                                               \
+      "NR" #NR " C" #C " BKA" #BKA " ST" #ST " WT" #WT " BR" #BR)
+#define MCF(NR, C, BKA, ST, WT, MC)                                            \
+  CFM(NR, C, BKA, ST, WT, 16, MC,                                              \
+      "NR" #NR " C" #C " BKA" #BKA " ST" #ST " WT" #WT " MC" #MC)
 static const cfg_t cfgs[] = {
     CF(8, 1, 4, 3, 0, 16),   CF(8, 1, 4, 3, 1, 16),  CF(8, 1, 2, 6, 0, 16),
     CF(8, 1, 2, 6, 1, 16),   CF(8, 1, 8, 2, 1, 16),  CF(8, 1, 4, 3, 0, 64),
@@ -59,13 +71,24 @@ static const cfg_t cfgs[] = {
      * input copies of one, with 8-CTA clusters. */
     CF(16, 1, 2, 5, 1, 16),  CF(16, 1, 2, 5, 0, 16), CF(64, 4, 1, 5, 1, 16),
     CF(128, 4, 1, 4, 1, 16), CF(128, 4, 1, 4, 0, 16),
+    /* Added on 2026-12-05 after that call, for 32-256 rows: the inputs of
+     * a split multicast to MC feature tiles (a cluster of S x MC CTAs);
+     * copy-only chains of the configurations above grew from 42 us at 8
+     * rows to 69 at 128 and 122 at 256 with the same weights, each CTA
+     * reading its own inputs through L2. */
+    MCF(32, 1, 2, 5, 1, 2),  MCF(64, 1, 2, 4, 1, 2),  MCF(64, 1, 2, 4, 1, 4),
+    MCF(128, 1, 2, 3, 1, 2), MCF(128, 1, 2, 3, 1, 4), MCF(128, 1, 2, 3, 0, 4),
+    MCF(128, 2, 2, 3, 1, 2), MCF(256, 1, 1, 4, 1, 4), MCF(256, 2, 1, 4, 1, 2),
 };
 static const int ncfgs = (int)(sizeof(cfgs) / sizeof(cfgs[0]));
 static const cfg_t cfg_f16 = {"NR16 C1 BKA4 ST3 WT1 BR16 f16", 16, 1, 1, 16,
                               wg_shape<16, 1, 4, 3>::SMEM,
                               wg_shape<16, 1, 4, 3>::THREADS,
-                              mlpd_small_gemm_kernel_wg<16, 1, 4, 3, 1, 16, 1>};
+                              mlpd_small_gemm_kernel_wg<16, 1, 4, 3, 1, 16, 1>,
+                              1};
 static int g_sms;
+static int g_mc = -1; /* -1: every configuration; 0: MC = 1; 1: MC > 1 */
+static bool wanted(const cfg_t *c) { return g_mc < 0 || (c->mc > 1) == g_mc; }
 static PFN_cuTensorMapEncodeTiled_v12000 encode;
 
 static void make_map(CUtensorMap *m, const void *p, int inner, int outer,
@@ -88,7 +111,8 @@ template <typename F> static void *tiled_copy(size_t bytes, F tile) {
 }
 
 static void *make_tiled(const void *w, int n, int k) {
-  const int tiles = (n + 255) / 256 * 4; /* whole CTA tiles for C <= 4 */
+  /* whole clusters' tiles for C x MC <= 8 */
+  const int tiles = (n + 511) / 512 * 8;
   return tiled_copy(wg_tiled_bytes(tiles, k), [&](void *wt) {
     wg_tile_weights<<<1024, 256>>>((const uint16_t *)w, (uint16_t *)wt, n,
                                    k, tiles);
@@ -105,7 +129,7 @@ static void setup_layer(layer_t *L, const cfg_t *c, int rows, int n, int k,
                         const void *b, void *y, int act, int flags,
                         int splits) {
   make_map(&L->mw, w, k, n, c->br);
-  make_map(&L->mx, x, k, rows, c->nr);
+  make_map(&L->mx, x, k, rows, c->nr / c->mc);
   L->a.b = (const uint16_t *)b;
   L->a.y = (uint16_t *)y;
   L->a.wt = (const uint8_t *)wt;
@@ -117,7 +141,7 @@ static int launch(const cfg_t *c, const layer_t *L, int pdl_attr,
                   cudaStream_t st) {
   const int tiles = (L->a.n + 64 * c->c - 1) / (64 * c->c);
   return (int)wg_launch(c->k, tiles, c->threads, c->smem, pdl_attr, st, L->mw,
-                        L->mx, L->a);
+                        L->mx, L->a, c->mc);
 }
 
 
@@ -348,7 +372,13 @@ static void time_fp8(void *const *act, void *x, void *const *b,
 }
 
 int main(int argc, char **argv) {
-  const int only_time = argc > 1 && strcmp(argv[1], "time") == 0;
+  int only_time = 0;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "time") == 0)
+      only_time = 1;
+    else if (strcmp(argv[i], "mc") == 0 || strcmp(argv[i], "nomc") == 0)
+      g_mc = argv[i][0] == 'm';
+  }
   cudaDeviceProp p;
   CK(cudaGetDeviceProperties(&p, 0));
   g_sms = p.multiProcessorCount;
@@ -359,6 +389,8 @@ int main(int argc, char **argv) {
                                       cudaEnableDefault, &q));
   for (int ci = 0; ci <= ncfgs; ci++) {
     const cfg_t *c = ci < ncfgs ? &cfgs[ci] : &cfg_f16;
+    if (!wanted(c))
+      continue;
     cudaFuncAttributes fa;
     CK(cudaFuncSetAttribute((const void *)c->k,
                             cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -367,10 +399,24 @@ int main(int argc, char **argv) {
     int nb = 0;
     CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, c->k, c->threads,
                                                      (size_t)c->smem));
-    printf("ATTR %-34s %3d regs, %4zu B local, %6d B smem, %d blocks/SM\n",
-           c->name, fa.numRegs, fa.localSizeBytes, c->smem, nb);
+    /* Clusters of 2, 4, 8 CTAs that fit at once: a grid of more runs in
+     * two waves (a 4-split chain of 4096 features lost to 2 splits even
+     * copy-only, at 128 CTAs). */
+    int ncl[3] = {0, 0, 0};
+    for (int i = 0; i < 3; i++) {
+      cudaLaunchConfig_t lc;
+      cudaLaunchAttribute la[2];
+      wg_config(&lc, la, 2 << i, c->threads, c->smem, 2 << i, 0, 0);
+      if (cudaOccupancyMaxActiveClusters(&ncl[i], (const void *)c->k, &lc) !=
+          cudaSuccess)
+        (void)cudaGetLastError();
+    }
+    printf("ATTR %-34s %3d regs, %4zu B local, %6d B smem, %d blocks/SM, "
+           "clusters of 2/4/8 at once: %d/%d/%d\n",
+           c->name, fa.numRegs, fa.localSizeBytes, c->smem, nb, ncl[0],
+           ncl[1], ncl[2]);
   }
-  for (int ci = 0; ci < ncfgs8; ci++) {
+  for (int ci = 0; ci < ncfgs8 && g_mc != 1; ci++) {
     const cfg8_t *c = &cfgs8[ci];
     cudaFuncAttributes fa;
     CK(cudaFuncSetAttribute((const void *)c->k,
@@ -386,6 +432,8 @@ int main(int argc, char **argv) {
                              {4104, 64},  {200, 136},   {4096, 4096}};
     for (int ci = 0; ci < ncfgs; ci++) {
       const cfg_t *c = &cfgs[ci];
+      if (!wanted(c))
+        continue;
       const int rowss[] = {1, c->nr / 2 + 1, c->nr};
       for (int si = 0; si < 6; si++)
         for (int ri = 0; ri < 3; ri++) {
@@ -393,14 +441,17 @@ int main(int argc, char **argv) {
             continue; /* CPU time */
           if (si == 5 && ri != 0)
             continue;
-          const int splits = 1 + (si + ri + ci) % 4;
+          const int smax = c->mc > 2 ? 2 : 4; /* clusters of <= 8 */
+          const int splits = 1 + (si + ri + ci) % smax;
           fails += check(c, 0, rowss[ri], shapes[si][0], shapes[si][1],
                          (si + ri) % 3, splits);
         }
     }
-    fails += check(&cfg_f16, 1, 13, 1000, 1040, 1, 2);
-    fails += check(&cfg_f16, 1, 16, 520, 4112, 2, 3);
-    for (int ci = 0; ci < ncfgs8; ci++) {
+    if (wanted(&cfg_f16)) {
+      fails += check(&cfg_f16, 1, 13, 1000, 1040, 1, 2);
+      fails += check(&cfg_f16, 1, 16, 520, 4112, 2, 3);
+    }
+    for (int ci = 0; ci < ncfgs8 && g_mc != 1; ci++) {
       const int nr = cfgs8[ci].nr;
       fails += check8(&cfgs8[ci], 1, 520, 4112, 1, 1 + ci % 3);
       fails += check8(&cfgs8[ci], nr, 1000, 1040, 2, 2);
@@ -445,18 +496,20 @@ int main(int argc, char **argv) {
       const int rows = trows[ri];
       for (int ci = 0; ci < ncfgs; ci++) {
         const cfg_t *c = &cfgs[ci];
-        if (rows > c->nr || (c->nr > 8 && rows <= c->nr / 2))
+        if (!wanted(c) || rows > c->nr || (c->nr > 8 && rows <= c->nr / 2))
           continue;
         if (di == 1 && (rows == 8 || rows == 32 || rows == 64))
           continue;
         const int tiles = (n + 64 * c->c - 1) / (64 * c->c);
         for (int splits = 1; splits <= 8; splits *= 2) {
-          if (tiles * splits > 2 * g_sms || tiles * splits < g_sms / 3)
+          if (tiles * splits > 2 * g_sms || tiles * splits < g_sms / 3 ||
+              splits * c->mc > 8)
             continue;
           for (int mode = 0; mode < 4; mode++) {
             /* mode 0: PDL; 1: no PDL; 2: copies only (PDL); 3: PDL and
              * the rest of each CTA's weights asked of L2 before the wait */
-            if (mode == 2 && rows != c->nr)
+            if ((mode == 2 && rows != c->nr) ||
+                (c->mc > 1 && (mode == 1 || mode == 3)))
               continue;
             layer_t L[NL];
             for (int l = 0; l < NL; l++)
@@ -482,6 +535,7 @@ int main(int argc, char **argv) {
     for (int l = 0; l < NL; l++)
       cudaFree(wt[l]);
   }
-  time_fp8(act, x, b, st);
+  if (g_mc != 1)
+    time_fp8(act, x, b, st);
   return fails ? 1 : 0;
 }

@@ -10,6 +10,11 @@
  *     of a feature tile form one thread-block cluster and sum their fp32
  *     partials through distributed shared memory in rank order (bit-stable
  *     run to run), then apply bias and activation and write the rows.
+ *   - With MC > 1 a cluster holds MC feature tiles of S splits each (S x MC
+ *     CTAs): the MC CTAs of a split read the same inputs, so each copies
+ *     NR / MC of the rows into all of them (multicast), and a stage is
+ *     handed back to the producers of all MC (bench/wg: past 32 rows every
+ *     CTA's own copy of the inputs makes even copy-only chains L2-bound).
  *   - One producer thread fills a ring of ST stages; a stage is BKA atoms
  *     of 64 K-values (128 bytes) for each of the C warpgroups' 64 weight
  *     rows, plus the same atoms of the NR input rows, all under the
@@ -124,7 +129,7 @@ __device__ __forceinline__ void wg_ring_init(uint64_t *full, uint64_t *empty,
  * first ST (what the ring holds) and before_wait(ST) while the previous
  * layer may still run, then the wait for it, those stages' inputs, and
  * the rest stage by stage as the consumers hand them back. */
-template <int ST, typename LW, typename LX, typename BW>
+template <int ST, int MC, typename LW, typename LX, typename BW>
 __device__ __forceinline__ void wg_produce(int nst, uint64_t *empty,
                                            LW load_w, LX load_x,
                                            BW before_wait) {
@@ -136,22 +141,40 @@ __device__ __forceinline__ void wg_produce(int nst, uint64_t *empty,
   for (int it = 0; it < pre; it++)
     load_x(it);
   for (int it = pre; it < nst; it++) {
-    mbar_wait(smem_u32(&empty[it % ST]), ((it / ST) - 1) & 1);
+    if (MC == 1)
+      mbar_wait(smem_u32(&empty[it % ST]), ((it / ST) - 1) & 1);
+    else
+      mbar_wait_cluster(smem_u32(&empty[it % ST]), ((it / ST) - 1) & 1);
     load_w(it);
     load_x(it);
   }
 }
 
+/* A consumer thread is done with the stage whose empty barrier is `bar`:
+ * with MC > 1, once a warp (lane 0 for it), on that barrier in each CTA
+ * whose producer writes into this one's stage (the split's MC). */
+template <int MC>
+__device__ __forceinline__ void wg_release(uint32_t bar, int split, int S) {
+  if (MC == 1) {
+    mbar_arrive(bar);
+    return;
+  }
+  if ((threadIdx.x & 31) == 0)
+    for (int q = 0; q < MC; q++)
+      mbar_arrive_rank(bar, (unsigned)(q * S + split));
+}
+
 /* The end of a CTA's work, once every thread is past its last stage: the
  * consumers' accumulators (64*C features x NR rows) into shared memory
- * (the ring's space), then the cluster's S ranks sum them in rank order,
+ * (the ring's space), then the tile's S ranks (rank0 on) sum them in
+ * rank order,
  * four features at a time, each rank for its share of the outputs:
  * y = act(sum * ws + b), ws (per-feature scales) may be null. All the
  * CTA's threads call it. */
 template <int NR, int C, int F16>
 __device__ __forceinline__ void wg_finish(uint8_t *smem, const float *acc,
-                                          bool consumer, int split, int S,
-                                          int f0, int nrows, int n,
+                                          bool consumer, int rank0, int split,
+                                          int S, int f0, int nrows, int n,
                                           const uint16_t *b, const float *ws,
                                           uint16_t *y, int act) {
   constexpr int PS = 64 * C + 4; /* wg_shape's */
@@ -181,7 +204,7 @@ __device__ __forceinline__ void wg_finish(uint8_t *smem, const float *acc,
     const float *src[WG_MAX_SPLITS];
 #pragma unroll
     for (int q = 0; q < WG_MAX_SPLITS; q++)
-      src[q] = q < S ? cl.map_shared_rank(part, q) : part;
+      src[q] = q < S ? cl.map_shared_rank(part, rank0 + q) : part;
     const int rows = nrows < NR ? nrows : NR;
     constexpr int W4 = 16 * C; /* float4 columns of a row */
     const int total = rows * W4;
@@ -223,7 +246,8 @@ __device__ __forceinline__ void wg_finish(uint8_t *smem, const float *acc,
   cl.sync();
 }
 
-template <int NR, int C, int BKA, int ST, int WT, int BR, int F16>
+template <int NR, int C, int BKA, int ST, int WT, int BR, int F16,
+          int MC = 1>
 __global__ void __launch_bounds__((C + 1) * 128, 1)
     mlpd_small_gemm_kernel_wg(const __grid_constant__ CUtensorMap tmw,
             const __grid_constant__ CUtensorMap tmx, const wg_args p) {
@@ -235,9 +259,12 @@ __global__ void __launch_bounds__((C + 1) * 128, 1)
   const uint32_t sbase = smem_u32(smem);
   const int tid = threadIdx.x, wg = tid >> 7;
   cg::cluster_group cl = cg::this_cluster();
+  static_assert(MC == 1 || (NR % (8 * MC) == 0 && MC <= 8),
+                "each of the MC copies a whole number of 8-row groups");
   const int S = p.splits;
-  const int split = (int)cl.block_rank();
-  const int tile = blockIdx.x / S;
+  const int rank = (int)cl.block_rank();
+  const int split = rank % S, mt = rank / S; /* mt < MC */
+  const int tile = blockIdx.x / (S * MC) * MC + mt;
   /* Splits own whole stages, so every stage is BKA atoms: atoms past K
    * are zeros (out of the tensor maps' bounds; zero padding in the tiled
    * copy, which pads each tile's atoms to a multiple of 8). */
@@ -248,7 +275,14 @@ __global__ void __launch_bounds__((C + 1) * 128, 1)
   const int tstride = (atoms + 7) & ~7; /* atoms a tile in the tiled copy */
   const int f0 = tile * 64 * C;
 
-  wg_ring_init<ST>(full, empty, C * 128);
+  /* A stage is handed back by every consumer thread, or with MC > 1 by
+   * every consumer warp of the MC CTAs that share its inputs. */
+  wg_ring_init<ST>(full, empty, MC == 1 ? C * 128 : MC * C * 4);
+  uint16_t mc_mask = 0; /* the CTAs of this split */
+  for (int q = 0; q < MC; q++)
+    mc_mask |= (uint16_t)(1u << (q * S + split));
+  if (MC > 1)
+    cl.sync(); /* their barriers are ready before anything lands in them */
 
   float acc[NR / 2];
 #pragma unroll
@@ -279,8 +313,13 @@ __global__ void __launch_bounds__((C + 1) * 128, 1)
         const int s = it % ST;
         const uint32_t xs = sbase + s * SH::SB + SH::WB;
         const uint32_t bar = smem_u32(&full[s]);
+        constexpr int XR = NR / MC; /* the map's box: rows of one copy */
         for (int a = 0; a < BKA; a++)
-          tma_2d(xs + a * NR * 128, &tmx, (a0 + it * BKA + a) * 64, 0, bar);
+          if (MC == 1)
+            tma_2d(xs + a * NR * 128, &tmx, (a0 + it * BKA + a) * 64, 0, bar);
+          else
+            tma_2d_mc(xs + a * NR * 128 + mt * XR * 128, &tmx,
+                      (a0 + it * BKA + a) * 64, mt * XR, bar, mc_mask);
       };
       auto prefetch = [&](int pre) {
         if (!(p.flags & WG_L2_PREFETCH))
@@ -298,7 +337,7 @@ __global__ void __launch_bounds__((C + 1) * 128, 1)
                                   f0 + c * 64 + q * BR);
           }
       };
-      wg_produce<ST>(nst, empty, load_w, load_x, prefetch);
+      wg_produce<ST, MC>(nst, empty, load_w, load_x, prefetch);
     }
   } else {
 #pragma unroll 1
@@ -306,7 +345,7 @@ __global__ void __launch_bounds__((C + 1) * 128, 1)
       const int s = it % ST;
       mbar_wait(smem_u32(&full[s]), (it / ST) & 1);
       if (p.flags & WG_NO_MATH) {
-        mbar_arrive(smem_u32(&empty[s]));
+        wg_release<MC>(smem_u32(&empty[s]), split, S);
         continue;
       }
       const uint32_t ws = sbase + s * SH::SB + wg * BKA * 8192;
@@ -325,15 +364,15 @@ __global__ void __launch_bounds__((C + 1) * 128, 1)
       asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
       fence_acc(acc);
       if (it > 0)
-        mbar_arrive(smem_u32(&empty[(it - 1) % ST]));
+        wg_release<MC>(smem_u32(&empty[(it - 1) % ST]), split, S);
     }
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
     fence_acc(acc);
   }
   /* Every stage has been read: the ring is free for the partial sums. */
   __syncthreads();
-  wg_finish<NR, C, F16>(smem, acc, wg < C, split, S, f0, p.rows, p.n, p.b,
-                        nullptr, p.y, p.act);
+  wg_finish<NR, C, F16>(smem, acc, wg < C, mt * S, split, S, f0, p.rows,
+                        p.n, p.b, nullptr, p.y, p.act);
 }
 
 /* The tiled copy of W [n][k] that WT = 1 reads: `tiles` tiles of 64
@@ -384,11 +423,11 @@ static inline cudaError_t wg_make_map(PFN_cuTensorMapEncodeTiled_v12000 enc,
 }
 
 /* The launch configuration of these kernels: `grid` CTAs in clusters of
- * `splits` (the K split of a tile), and with `pdl` the
+ * `cluster` (the K splits of a tile, times MC), and with `pdl` the
  * programmatic-dependent-launch attribute; attr holds 2 entries. */
 static inline void wg_config(cudaLaunchConfig_t *cfg,
                              cudaLaunchAttribute *attr, int grid,
-                             int threads, int smem, int splits, int pdl,
+                             int threads, int smem, int cluster, int pdl,
                              cudaStream_t st) {
   *cfg = cudaLaunchConfig_t{};
   cfg->gridDim = dim3((unsigned)grid);
@@ -396,7 +435,7 @@ static inline void wg_config(cudaLaunchConfig_t *cfg,
   cfg->dynamicSmemBytes = (size_t)smem;
   cfg->stream = st;
   attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = (unsigned)splits;
+  attr[0].val.clusterDim.x = (unsigned)cluster;
   attr[0].val.clusterDim.y = 1;
   attr[0].val.clusterDim.z = 1;
   cfg->attrs = attr;
@@ -408,16 +447,21 @@ static inline void wg_config(cudaLaunchConfig_t *cfg,
   }
 }
 
-/* Launches `kern` (an instance of mlpd_small_gemm_kernel_wg) over `tiles`
- * feature tiles split `a.splits` ways, one cluster a tile. */
+/* Launches `kern` (an instance of mlpd_small_gemm_kernel_wg with MC = mc)
+ * over `tiles` feature tiles split `a.splits` ways, one cluster for mc
+ * tiles (rounded up: a tile past n reads zeros and writes nothing). mx's
+ * box is NR / mc rows. */
 template <typename K>
 static inline cudaError_t wg_launch(K kern, int tiles, int threads, int smem,
                                     int pdl, cudaStream_t st,
                                     const CUtensorMap &mw,
-                                    const CUtensorMap &mx, const wg_args &a) {
+                                    const CUtensorMap &mx, const wg_args &a,
+                                    int mc = 1) {
   cudaLaunchConfig_t cfg;
   cudaLaunchAttribute attr[2];
-  wg_config(&cfg, attr, tiles * a.splits, threads, smem, a.splits, pdl, st);
+  const int padded = (tiles + mc - 1) / mc * mc;
+  wg_config(&cfg, attr, padded * a.splits, threads, smem, a.splits * mc, pdl,
+            st);
   return cudaLaunchKernelEx(&cfg, kern, mw, mx, a);
 }
 
