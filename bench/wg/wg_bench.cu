@@ -10,15 +10,17 @@
  *
  *   bench/wg/wg-call.sh (one device call: builds with nvcc for sm_90a,
  *   runs it, then PyTorch on the same shapes)
- *   ./wg_bench [time] [mc|nomc]
+ *   ./wg_bench [time] [mc|nomc|chain]
  * time: chains only, no checks; mc / nomc: only the configurations that
  * multicast their inputs (MC > 1), with their checks, or all the others
- * and FP8 (a barrier bug in one hangs the run: wg-call.sh runs the two
- * apart, each under its own timeout).
+ * and FP8; chain: only the one-launch chains (wg_chain.cuh). A barrier
+ * bug hangs a run: wg-call.sh runs the three apart, each under its own
+ * timeout.
  *
  * One line per measurement; exits 1 when a check fails. */
 #include "cuda_wg.cuh"
 #include "wg8_kernel.cuh"
+#include "wg_chain.cuh"
 #include "../gpu_bench.cuh"
 
 #include <algorithm>
@@ -88,6 +90,7 @@ static const cfg_t cfg_f16 = {"NR16 C1 BKA4 ST3 WT1 BR16 f16", 16, 1, 1, 16,
                               1};
 static int g_sms;
 static int g_mc = -1; /* -1: every configuration; 0: MC = 1; 1: MC > 1 */
+static int g_chain;   /* the one-launch chains instead */
 static bool wanted(const cfg_t *c) { return g_mc < 0 || (c->mc > 1) == g_mc; }
 static PFN_cuTensorMapEncodeTiled_v12000 encode;
 
@@ -371,6 +374,196 @@ static void time_fp8(void *const *act, void *x, void *const *b,
   cudaFree(ds);
 }
 
+/* ---- one-launch chains (wg_chain.cuh) -------------------------------- */
+
+typedef void (*wgc_kernel_t)(const wgc_maps, const wgc_args);
+struct ccfg_t {
+  const char *name;
+  int nr, c, smem, threads;
+  wgc_kernel_t k;
+};
+#define CC(NR, C, BKA, ST)                                                     \
+  {"chain NR" #NR " C" #C " BKA" #BKA " ST" #ST, NR, C,                       \
+   wgc_shape<NR, C, BKA, ST>::SMEM, wgc_shape<NR, C, BKA, ST>::THREADS,        \
+   wg_chain<NR, C, BKA, ST, 0>}
+static const ccfg_t ccfgs[] = {CC(8, 1, 4, 3),  CC(8, 1, 2, 6),
+                               CC(16, 1, 4, 3), CC(16, 1, 2, 5),
+                               CC(32, 1, 2, 5), CC(64, 1, 2, 4)};
+static const int nccfgs = (int)(sizeof(ccfgs) / sizeof(ccfgs[0]));
+
+struct chain_t {
+  wgc_maps maps;
+  wgc_args a;
+  int grid, splits;
+};
+
+/* A chain of nl layers, widths[0] -> ... -> widths[nl], layer l writing
+ * y[l]; false when its grid is not resident at once. `arrived` must be
+ * zero, or used only by chains of this grid and length. */
+static bool setup_chain(chain_t *ch, const ccfg_t *c, int rows, int nl,
+                        const int *widths, const void *x,
+                        void *const *wt, void *const *b, void *const *y,
+                        const int *acts, int splits,
+                        unsigned long long *arrived) {
+  int maxt = 0;
+  memset(ch, 0, sizeof(*ch));
+  for (int l = 0; l < nl; l++) {
+    const int t = (widths[l + 1] + 64 * c->c - 1) / (64 * c->c);
+    maxt = std::max(maxt, t);
+    make_map(&ch->maps.x[l], l ? y[l - 1] : x, widths[l], rows, c->nr);
+    ch->a.l[l].wt = (const uint8_t *)wt[l];
+    ch->a.l[l].b = (const uint16_t *)b[l];
+    ch->a.l[l].y = (uint16_t *)y[l];
+    ch->a.l[l].n = widths[l + 1];
+    ch->a.l[l].k = widths[l];
+    ch->a.l[l].act = acts[l];
+  }
+  ch->a.arrived = arrived;
+  ch->a.nl = nl;
+  ch->a.rows = rows;
+  ch->grid = maxt * splits;
+  ch->splits = splits;
+  return wgc_fits(c->k, ch->grid, c->threads, c->smem, splits);
+}
+
+static int launch_chain(const ccfg_t *c, const chain_t *ch, cudaStream_t st) {
+  return (int)wgc_launch(c->k, ch->grid, c->threads, c->smem, ch->splits, st,
+                         ch->maps, ch->a);
+}
+
+/* Three layers of odd widths (1040 -> 520 -> 2056 -> 72), twice (the
+ * second run on a count the first left at nl x G): each layer against a
+ * CPU reference from the GPU's own input to it, and both runs bit for
+ * bit. */
+static int check_chain(const ccfg_t *c, int rows, int splits) {
+  const int nl = 3, widths[] = {1040, 520, 2056, 72}, acts[] = {1, 2, 0};
+  std::vector<std::vector<uint16_t>> hw(nl), hb(nl), hy(nl), hy2(nl);
+  std::vector<std::vector<float>> wf(nl), bf(nl);
+  std::vector<uint16_t> hx((size_t)rows * widths[0]);
+  for (auto &v : hx)
+    v = f2bf(frand());
+  void *dx, *dw[nl], *dwt[nl], *db[nl], *dy[nl];
+  CK(cudaMalloc(&dx, hx.size() * 2));
+  CK(cudaMemcpy(dx, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
+  for (int l = 0; l < nl; l++) {
+    const int n = widths[l + 1], k = widths[l];
+    const float ws = 1.0f / sqrtf((float)k);
+    hw[l].resize((size_t)n * k), wf[l].resize(hw[l].size());
+    hb[l].resize(n), bf[l].resize(n);
+    for (size_t i = 0; i < hw[l].size(); i++) {
+      hw[l][i] = f2bf(frand() * ws);
+      wf[l][i] = bf2f(hw[l][i]);
+    }
+    for (int m = 0; m < n; m++) {
+      hb[l][m] = f2bf(frand() * 0.5f);
+      bf[l][m] = bf2f(hb[l][m]);
+    }
+    CK(cudaMalloc(&dw[l], hw[l].size() * 2));
+    CK(cudaMemcpy(dw[l], hw[l].data(), hw[l].size() * 2,
+                  cudaMemcpyHostToDevice));
+    dwt[l] = make_tiled(dw[l], n, k);
+    CK(cudaMalloc(&db[l], (size_t)n * 2));
+    CK(cudaMemcpy(db[l], hb[l].data(), (size_t)n * 2, cudaMemcpyHostToDevice));
+    CK(cudaMalloc(&dy[l], (size_t)rows * n * 2));
+    hy[l].resize((size_t)rows * n), hy2[l].resize(hy[l].size());
+  }
+  unsigned long long *arrived;
+  CK(cudaMalloc(&arrived, sizeof(*arrived)));
+  CK(cudaMemset(arrived, 0, sizeof(*arrived)));
+  chain_t ch;
+  int fails = 0;
+  if (!setup_chain(&ch, c, rows, nl, widths, dx, dwt, db, dy, acts, splits,
+                   arrived)) {
+    printf("CHECK skip %-32s rows %3d S%d: %d CTAs are not resident at "
+           "once\n", c->name, rows, splits, ch.grid);
+    goto out;
+  }
+  for (int rep = 0; rep < 2; rep++) {
+    for (int l = 0; l < nl; l++)
+      CK(cudaMemset(dy[l], rep ? 0 : 0xff, hy[l].size() * 2));
+    int ce = launch_chain(c, &ch, 0);
+    cudaError_t se = cudaDeviceSynchronize();
+    if (ce != 0 || se != cudaSuccess) {
+      printf("CHECK FAIL %s rows %d S%d: launch %s / %s\n", c->name, rows,
+             splits, cudaGetErrorString((cudaError_t)ce),
+             cudaGetErrorString(se));
+      exit(1);
+    }
+    for (int l = 0; l < nl; l++)
+      CK(cudaMemcpy((rep ? hy2 : hy)[l].data(), dy[l], hy[l].size() * 2,
+                    cudaMemcpyDeviceToHost));
+  }
+  {
+  std::vector<float> xf(hx.size());
+  for (size_t i = 0; i < hx.size(); i++)
+    xf[i] = bf2f(hx[i]);
+  for (int l = 0; l < nl; l++) {
+    const int n = widths[l + 1], k = widths[l];
+    const int same =
+        memcmp(hy[l].data(), hy2[l].data(), hy[l].size() * 2) == 0;
+    const double rel = ref_rel_error(xf.data(), wf[l].data(), bf[l].data(),
+                                     NULL, rows, n, k, acts[l],
+                                     hy[l].data(), 0);
+    const int ok = same && rel < 8e-3 && rel == rel;
+    printf("CHECK %s %-32s rows %3d layer %d n %5d k %5d act %d S%d: rel "
+           "%.2e%s\n",
+           ok ? "ok  " : "FAIL", c->name, rows, l, n, k, acts[l], splits, rel,
+           same ? "" : " (not bit-stable)");
+    fails += !ok;
+    xf.resize(hy[l].size());
+    for (size_t i = 0; i < hy[l].size(); i++)
+      xf[i] = bf2f(hy[l][i]);
+  }
+  }
+out:
+  cudaFree(dx), cudaFree(arrived);
+  for (int l = 0; l < nl; l++)
+    cudaFree(dw[l]), cudaFree(dwt[l]), cudaFree(db[l]), cudaFree(dy[l]);
+  return fails;
+}
+
+/* 4-layer chains of n x n in one launch, beside the per-layer kernels'
+ * lines of the same run (mode "chain"). */
+static void time_chains(void *const *w, void *const *b, const void *x,
+                        void *const *act, cudaStream_t st) {
+  const int NL = 4, dims[] = {4096, 1024}, trows[] = {1, 8, 16, 32, 64};
+  const int acts[] = {1, 1, 1, 0};
+  for (int di = 0; di < 2; di++) {
+    const int n = dims[di], widths[] = {n, n, n, n, n};
+    void *wt[NL], *y[NL];
+    for (int l = 0; l < NL; l++) {
+      wt[l] = make_tiled(w[l], n, n);
+      y[l] = act[l & 1];
+    }
+    const double bytes = (double)NL * n * n * 2;
+    for (int ri = 0; ri < 5; ri++)
+      for (int ci = 0; ci < nccfgs; ci++) {
+        const ccfg_t *c = &ccfgs[ci];
+        const int rows = trows[ri];
+        if (rows > c->nr || (c->nr > 8 && rows <= c->nr / 2))
+          continue;
+        for (int splits = 1; splits <= 8; splits *= 2) {
+          unsigned long long *arrived;
+          CK(cudaMalloc(&arrived, sizeof(*arrived)));
+          CK(cudaMemset(arrived, 0, sizeof(*arrived)));
+          chain_t ch;
+          if (setup_chain(&ch, c, rows, NL, widths, x, wt, b, y, acts,
+                          splits, arrived) &&
+              ch.grid >= g_sms / 3) {
+            double us = time_captured(st, 11, [&](cudaStream_t s) {
+              return launch_chain(c, &ch, s);
+            });
+            printf("TIME %4d rows %3d %-32s S%d chain  %7.2f us %.2f TB/s\n",
+                   n, rows, c->name, splits, us, bytes / us / 1e6);
+          }
+          cudaFree(arrived);
+        }
+      }
+    for (int l = 0; l < NL; l++)
+      cudaFree(wt[l]);
+  }
+}
+
 int main(int argc, char **argv) {
   int only_time = 0;
   for (int i = 1; i < argc; i++) {
@@ -378,6 +571,8 @@ int main(int argc, char **argv) {
       only_time = 1;
     else if (strcmp(argv[i], "mc") == 0 || strcmp(argv[i], "nomc") == 0)
       g_mc = argv[i][0] == 'm';
+    else if (strcmp(argv[i], "chain") == 0)
+      g_chain = 1;
   }
   cudaDeviceProp p;
   CK(cudaGetDeviceProperties(&p, 0));
@@ -387,7 +582,17 @@ int main(int argc, char **argv) {
   CK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled",
                                       (void **)&encode, 12000,
                                       cudaEnableDefault, &q));
-  for (int ci = 0; ci <= ncfgs; ci++) {
+  for (int ci = 0; ci < nccfgs && g_chain; ci++) {
+    const ccfg_t *c = &ccfgs[ci];
+    cudaFuncAttributes fa;
+    CK(cudaFuncSetAttribute((const void *)c->k,
+                            cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            c->smem));
+    CK(cudaFuncGetAttributes(&fa, (const void *)c->k));
+    printf("ATTR %-34s %3d regs, %4zu B local, %6d B smem\n", c->name,
+           fa.numRegs, fa.localSizeBytes, c->smem);
+  }
+  for (int ci = 0; ci <= ncfgs && !g_chain; ci++) {
     const cfg_t *c = ci < ncfgs ? &cfgs[ci] : &cfg_f16;
     if (!wanted(c))
       continue;
@@ -416,7 +621,7 @@ int main(int argc, char **argv) {
            c->name, fa.numRegs, fa.localSizeBytes, c->smem, nb, ncl[0],
            ncl[1], ncl[2]);
   }
-  for (int ci = 0; ci < ncfgs8 && g_mc != 1; ci++) {
+  for (int ci = 0; ci < ncfgs8 && g_mc != 1 && !g_chain; ci++) {
     const cfg8_t *c = &cfgs8[ci];
     cudaFuncAttributes fa;
     CK(cudaFuncSetAttribute((const void *)c->k,
@@ -427,7 +632,15 @@ int main(int argc, char **argv) {
            fa.numRegs, fa.localSizeBytes, c->smem);
   }
   int fails = 0;
-  if (!only_time) {
+  if (!only_time && g_chain) {
+    for (int ci = 0; ci < nccfgs; ci++) {
+      const int nr = ccfgs[ci].nr;
+      fails += check_chain(&ccfgs[ci], 1, 2);
+      fails += check_chain(&ccfgs[ci], nr / 2 + 1, 1 + ci % 3);
+      fails += check_chain(&ccfgs[ci], nr, 3);
+    }
+    printf("CHECKS %s (%d failed)\n", fails ? "FAILED" : "passed", fails);
+  } else if (!only_time) {
     const int shapes[][2] = {{520, 4112}, {1000, 1040}, {72, 208},
                              {4104, 64},  {200, 136},   {4096, 4096}};
     for (int ci = 0; ci < ncfgs; ci++) {
@@ -484,6 +697,10 @@ int main(int argc, char **argv) {
     CK(cudaMemcpy(x, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
     CK(cudaMalloc(&act[0], hx.size() * 2));
     CK(cudaMalloc(&act[1], hx.size() * 2));
+  }
+  if (g_chain) {
+    time_chains(w, b, x, act, st);
+    return fails ? 1 : 0;
   }
   const int dims[] = {4096, 1024};
   const int trows[] = {1, 8, 16, 32, 64, 128, 256};

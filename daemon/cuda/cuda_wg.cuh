@@ -164,85 +164,103 @@ __device__ __forceinline__ void wg_release(uint32_t bar, int split, int S) {
       mbar_arrive_rank(bar, (unsigned)(q * S + split));
 }
 
+/* A consumer thread's accumulators (its share of 64*C features x NR
+ * rows, as wgmma leaves them) into `part`, [NR][64*C + 4] floats. */
+template <int NR, int C>
+__device__ __forceinline__ void wg_store_partials(float *part,
+                                                  const float *acc) {
+  constexpr int PS = 64 * C + 4; /* wg_shape's */
+  const int tid = threadIdx.x;
+  const int warp = (tid >> 5) & 3, lane = tid & 31;
+  const int m = (tid >> 7) * 64 + warp * 16 + (lane >> 2);
+#pragma unroll
+  for (int j = 0; j < NR / 8; j++) {
+    const int r = j * 8 + (lane & 3) * 2;
+    part[r * PS + m] = acc[4 * j];
+    part[(r + 1) * PS + m] = acc[4 * j + 1];
+    part[r * PS + m + 8] = acc[4 * j + 2];
+    part[(r + 1) * PS + m + 8] = acc[4 * j + 3];
+  }
+}
+
+/* The tile's S ranks' partials (`part` at the same offset in the cluster's
+ * ranks rank0 ... rank0 + S - 1) summed in rank order, four features at a
+ * time, y = act(sum * ws + b) (ws, per-feature scales, may be null); this
+ * rank (split) writes its share of the outputs, thread t of the nt that
+ * call it. Every rank's partials must be complete. */
+template <int NR, int C, int F16>
+__device__ __forceinline__ void wg_sum_partials(const float *part, int rank0,
+                                                int split, int S, int t,
+                                                int nt, int f0, int nrows,
+                                                int n, const uint16_t *b,
+                                                const float *ws, uint16_t *y,
+                                                int act) {
+  constexpr int PS = 64 * C + 4; /* wg_shape's */
+  cg::cluster_group cl = cg::this_cluster();
+  /* The S ranks' partials loaded together before they are added: one
+   * round trip through the cluster's network for all of them (a load per
+   * rank in turn cost the 128-row chains ~5 us a layer at 4 splits, in
+   * bench/wg). */
+  const float *src[WG_MAX_SPLITS];
+#pragma unroll
+  for (int q = 0; q < WG_MAX_SPLITS; q++)
+    src[q] = q < S ? cl.map_shared_rank(part, rank0 + q) : part;
+  const int rows = nrows < NR ? nrows : NR;
+  constexpr int W4 = 16 * C; /* float4 columns of a row */
+  const int total = rows * W4;
+  for (int e = split * nt + t; e < total; e += S * nt) {
+    const int r = e / W4, m = (e - r * W4) * 4, f = f0 + m;
+    if (f >= n) /* n is a multiple of 8: the 4 are in or out */
+      continue;
+    float4 v[WG_MAX_SPLITS];
+#pragma unroll
+    for (int q = 0; q < WG_MAX_SPLITS; q++)
+      if (q < S)
+        v[q] = *reinterpret_cast<const float4 *>(src[q] + r * PS + m);
+    float4 tt = v[0];
+#pragma unroll
+    for (int q = 1; q < WG_MAX_SPLITS; q++)
+      if (q < S) {
+        tt.x += v[q].x;
+        tt.y += v[q].y;
+        tt.z += v[q].z;
+        tt.w += v[q].w;
+      }
+    if (ws != nullptr) {
+      const float4 sc = *reinterpret_cast<const float4 *>(ws + f);
+      tt.x *= sc.x, tt.y *= sc.y, tt.z *= sc.z, tt.w *= sc.w;
+    }
+    const uint2 bb = *reinterpret_cast<const uint2 *>(b + f);
+    const float o[4] = {tt.x + act_to_f32<F16>((uint16_t)(bb.x & 0xffff)),
+                        tt.y + act_to_f32<F16>((uint16_t)(bb.x >> 16)),
+                        tt.z + act_to_f32<F16>((uint16_t)(bb.y & 0xffff)),
+                        tt.w + act_to_f32<F16>((uint16_t)(bb.y >> 16))};
+    uint2 out;
+    out.x = (uint32_t)act_from_f32<F16>(activate(o[0], act)) |
+            (uint32_t)act_from_f32<F16>(activate(o[1], act)) << 16;
+    out.y = (uint32_t)act_from_f32<F16>(activate(o[2], act)) |
+            (uint32_t)act_from_f32<F16>(activate(o[3], act)) << 16;
+    *reinterpret_cast<uint2 *>(y + (size_t)r * n + f) = out;
+  }
+}
+
 /* The end of a CTA's work, once every thread is past its last stage: the
- * consumers' accumulators (64*C features x NR rows) into shared memory
- * (the ring's space), then the tile's S ranks (rank0 on) sum them in
- * rank order,
- * four features at a time, each rank for its share of the outputs:
- * y = act(sum * ws + b), ws (per-feature scales) may be null. All the
- * CTA's threads call it. */
+ * consumers' partials into shared memory (the ring's space), then the
+ * tile's S ranks (rank0 on) sum them (wg_sum_partials) between two
+ * cluster barriers. All the CTA's threads call it. */
 template <int NR, int C, int F16>
 __device__ __forceinline__ void wg_finish(uint8_t *smem, const float *acc,
                                           bool consumer, int rank0, int split,
                                           int S, int f0, int nrows, int n,
                                           const uint16_t *b, const float *ws,
                                           uint16_t *y, int act) {
-  constexpr int PS = 64 * C + 4; /* wg_shape's */
-  constexpr int THREADS = (C + 1) * 128;
   cg::cluster_group cl = cg::this_cluster();
-  const int tid = threadIdx.x;
-  if (consumer) {
-    float *part = reinterpret_cast<float *>(smem);
-    const int warp = (tid >> 5) & 3, lane = tid & 31;
-    const int m = (tid >> 7) * 64 + warp * 16 + (lane >> 2);
-#pragma unroll
-    for (int j = 0; j < NR / 8; j++) {
-      const int r = j * 8 + (lane & 3) * 2;
-      part[r * PS + m] = acc[4 * j];
-      part[(r + 1) * PS + m] = acc[4 * j + 1];
-      part[r * PS + m + 8] = acc[4 * j + 2];
-      part[(r + 1) * PS + m + 8] = acc[4 * j + 3];
-    }
-  }
+  float *part = reinterpret_cast<float *>(smem);
+  if (consumer)
+    wg_store_partials<NR, C>(part, acc);
   cl.sync();
-  {
-    /* The S ranks' partials loaded together before they are added: one
-     * round trip through the cluster's network for all of them (a load
-     * per rank in turn cost the 128-row chains ~5 us a layer at 4 splits,
-     * in bench/wg). */
-    const float *part = reinterpret_cast<const float *>(smem);
-    const float *src[WG_MAX_SPLITS];
-#pragma unroll
-    for (int q = 0; q < WG_MAX_SPLITS; q++)
-      src[q] = q < S ? cl.map_shared_rank(part, rank0 + q) : part;
-    const int rows = nrows < NR ? nrows : NR;
-    constexpr int W4 = 16 * C; /* float4 columns of a row */
-    const int total = rows * W4;
-    for (int e = split * THREADS + tid; e < total; e += S * THREADS) {
-      const int r = e / W4, m = (e - r * W4) * 4, f = f0 + m;
-      if (f >= n) /* n is a multiple of 8: the 4 are in or out */
-        continue;
-      float4 v[WG_MAX_SPLITS];
-#pragma unroll
-      for (int q = 0; q < WG_MAX_SPLITS; q++)
-        if (q < S)
-          v[q] = *reinterpret_cast<const float4 *>(src[q] + r * PS + m);
-      float4 t = v[0];
-#pragma unroll
-      for (int q = 1; q < WG_MAX_SPLITS; q++)
-        if (q < S) {
-          t.x += v[q].x;
-          t.y += v[q].y;
-          t.z += v[q].z;
-          t.w += v[q].w;
-        }
-      if (ws != nullptr) {
-        const float4 sc = *reinterpret_cast<const float4 *>(ws + f);
-        t.x *= sc.x, t.y *= sc.y, t.z *= sc.z, t.w *= sc.w;
-      }
-      const uint2 bb = *reinterpret_cast<const uint2 *>(b + f);
-      const float o[4] = {t.x + act_to_f32<F16>((uint16_t)(bb.x & 0xffff)),
-                          t.y + act_to_f32<F16>((uint16_t)(bb.x >> 16)),
-                          t.z + act_to_f32<F16>((uint16_t)(bb.y & 0xffff)),
-                          t.w + act_to_f32<F16>((uint16_t)(bb.y >> 16))};
-      uint2 out;
-      out.x = (uint32_t)act_from_f32<F16>(activate(o[0], act)) |
-              (uint32_t)act_from_f32<F16>(activate(o[1], act)) << 16;
-      out.y = (uint32_t)act_from_f32<F16>(activate(o[2], act)) |
-              (uint32_t)act_from_f32<F16>(activate(o[3], act)) << 16;
-      *reinterpret_cast<uint2 *>(y + (size_t)r * n + f) = out;
-    }
-  }
+  wg_sum_partials<NR, C, F16>(part, rank0, split, S, threadIdx.x,
+                              (C + 1) * 128, f0, nrows, n, b, ws, y, act);
   cl.sync();
 }
 
