@@ -16,6 +16,8 @@
 #      4 and 8 I/O threads (issue 15; SKIP_IO_AB=1 leaves it out);
 #   6. bench/sweep.sh on mlp-4k: the load curve, closed loop 1x-8x and open
 #      loop to 150%, through shared memory with bf16 rows (issue 15).
+# Before 1, bench/copyq_bench.cu: a lone request's small copies beside
+# another model's large ones (issue 16).
 # WG=1 first runs bench/wg/wg-call.sh without PyTorch (the wgmma kernel's
 # checks and chains, bf16 and FP8: about 35 s on 2026-12-05, more with the
 # configurations added since; at most 120 s, and 60 each for the
@@ -51,6 +53,13 @@ if [ -n "${WG:-}" ]; then
   cp "$LOGS/wg_best.txt" "$OUT/" 2>/dev/null
   echo "wgmma bench done after $(el)"
 fi
+
+# Whether a lone request's small copies wait behind another model's large
+# ones on the copy engines (issue 16's fairness; a few seconds).
+nvcc -O3 -arch=sm_90 bench/copyq_bench.cu -o /tmp/copyq >/dev/null 2>&1 &&
+  timeout 30 /tmp/copyq >"$LOGS/copyq.log" 2>&1
+echo "copy queue rc=$? after $(el)"
+cat "$LOGS/copyq.log"
 
 if [ -z "${SKIP_ENGINE:-}" ]; then
   OUT=$LOGS DEADLINE=${ENGINE_DEADLINE:-180} PASSES=${PASSES:-1} \
