@@ -426,9 +426,10 @@ static bool setup_chain(chain_t *ch, const ccfg_t *c, int rows, int nl,
   return wgc_fits(c->k, ch->grid, c->threads, c->smem, splits);
 }
 
-static int launch_chain(const ccfg_t *c, const chain_t *ch, cudaStream_t st) {
+static int launch_chain(const ccfg_t *c, const chain_t *ch, cudaStream_t st,
+                        int coop = 0) {
   return (int)wgc_launch(c->k, ch->grid, c->threads, c->smem, ch->splits, st,
-                         ch->maps, ch->a);
+                         ch->maps, ch->a, coop);
 }
 
 /* Three layers of odd widths (1040 -> 520 -> 2056 -> 72), twice (the
@@ -550,11 +551,27 @@ static void time_chains(void *const *w, void *const *b, const void *x,
           if (setup_chain(&ch, c, rows, NL, widths, x, wt, b, y, acts,
                           splits, arrived) &&
               ch.grid >= g_sms / 3) {
-            double us = time_captured(st, 11, [&](cudaStream_t s) {
-              return launch_chain(c, &ch, s);
-            });
-            printf("TIME %4d rows %3d %-32s S%d chain  %7.2f us %.2f TB/s\n",
-                   n, rows, c->name, splits, us, bytes / us / 1e6);
+            for (int coop = 0; coop < 2; coop++) {
+              if (coop) { /* once outside a capture: is it launchable? */
+                cudaError_t ce = (cudaError_t)launch_chain(c, &ch, st, 1);
+                if (ce == cudaSuccess)
+                  ce = cudaStreamSynchronize(st);
+                if (ce != cudaSuccess) {
+                  printf("coop %s S%d: %s\n", c->name, splits,
+                         cudaGetErrorString(ce));
+                  (void)cudaGetLastError();
+                  continue;
+                }
+              }
+              double us = time_captured(st, 11, [&](cudaStream_t s) {
+                return launch_chain(c, &ch, s, coop);
+              });
+              if (us < 0) /* printed */
+                continue;
+              printf("TIME %4d rows %3d %-32s S%d %-6s %7.2f us %.2f TB/s\n",
+                     n, rows, c->name, splits, coop ? "coop" : "chain", us,
+                     bytes / us / 1e6);
+            }
           }
           cudaFree(arrived);
         }

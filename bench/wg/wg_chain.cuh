@@ -257,15 +257,23 @@ __global__ void __launch_bounds__((C + 1) * 128, 1)
 
 /* Launches a chain: `grid` CTAs (tiles of the widest layer x splits) in
  * clusters of `splits`; 0, or the error. The caller has checked that all
- * fit at once (wgc_fits). */
+ * fit at once (wgc_fits). With `coop`, as a cooperative launch too: the
+ * driver then promises they are resident together, which is what an
+ * engine would need beside other models' kernels (whether the attribute
+ * goes with clusters is for the bench to find out). */
 template <typename K>
 static inline cudaError_t wgc_launch(K kern, int grid, int threads, int smem,
                                      int splits, cudaStream_t st,
-                                     const wgc_maps &maps,
-                                     const wgc_args &a) {
+                                     const wgc_maps &maps, const wgc_args &a,
+                                     int coop = 0) {
   cudaLaunchConfig_t cfg;
   cudaLaunchAttribute attr[2];
   wg_config(&cfg, attr, grid, threads, smem, splits, 0, st);
+  if (coop) {
+    attr[1].id = cudaLaunchAttributeCooperative;
+    attr[1].val.cooperative = 1;
+    cfg.numAttrs = 2;
+  }
   return cudaLaunchKernelEx(&cfg, kern, maps, a);
 }
 
