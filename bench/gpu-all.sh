@@ -13,7 +13,9 @@
 #      the lone 1-row request (inline and shared memory), saturation inline
 #      and through shared memory (issues 15 and 17);
 #   5. bench/host-path.sh on mlp-4k: inline f32 rows at saturation with
-#      4 and 8 I/O threads (issue 15; SKIP_IO_AB=1 leaves it out);
+#      4 and 8 I/O threads (issue 15; SKIP_IO_AB=1 leaves it out), and
+#      bench/client-ab.sh: the 1x and 4x closed loop with one client
+#      thread a connection and with 8 (SKIP_CLIENT_AB=1 leaves it out);
 #   6. bench/sweep.sh on mlp-4k: the load curve, closed loop 1x-8x and open
 #      loop to 150%, through shared memory with bf16 rows (issue 15).
 # Before 1, bench/copyq_bench.cu: a lone request's small copies beside
@@ -113,6 +115,17 @@ if [ -f "$A4K" ] && [ -z "${SKIP_IO_AB:-}" ]; then
     >"$LOGS/io-ab.log" 2>&1
   echo "I/O threads A/B rc=$? after $(el)"
   cat "$LOGS/io-ab.log"
+fi
+
+# The 1x and 4x closed-loop points with one client thread a connection
+# and with 8 threads for all (issue 15: is the 4x tail the daemon's or
+# the client's?), alternating on one daemon.
+if [ -f "$A4K" ] && [ -z "${SKIP_CLIENT_AB:-}" ]; then
+  MODEL=$A4K DEVICE=cuda:0 PYTHON=python3 OUTDIR=/tmp/mlpd-clientab \
+    DAEMON_ARGS="--plan-cache /tmp/mlpd-serve/plans.bin" \
+    timeout "$(left 45)" bench/client-ab.sh $B >"$LOGS/client-ab.log" 2>&1
+  echo "client A/B rc=$? after $(el)"
+  cat "$LOGS/client-ab.log"
 fi
 
 # The open loop on a daemon with a 2 ms queue-delay bound (27 batches of

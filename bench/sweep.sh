@@ -22,6 +22,8 @@
 #   DTYPE      rows sent (f32); SHM=1 for shared memory
 #   DURATION   seconds per point (3); WARMUP (1)
 #   DAEMON_ARGS more `mlpd serve` flags (default flags otherwise)
+#   BENCH_ARGS more mlpd-bench flags for every point (e.g. "--threads 8":
+#              the client's connections on 8 threads, not one each)
 #   OPEN_DAEMON_ARGS  when set, the open-loop points run on a daemon
 #              restarted with these flags too (e.g. a --max-queue-delay-ms
 #              whose backlog the client's windows can hold)
@@ -92,7 +94,8 @@ point() { # $1 label, $2 conns, $3 depth, $4 rows, [$5 rate]
   [ -n "${5:-}" ] && rate=(--rate "$5")
   local j
   j=$("$bench" --socket "$sock" -c "$2" -d "$3" -r "$4" -D "$DURATION" \
-    -w "$WARMUP" --dtype "$DTYPE" $shm "${rate[@]}" --json) || return 1
+    -w "$WARMUP" --dtype "$DTYPE" $shm "${rate[@]}" ${BENCH_ARGS:-} \
+    --json) || return 1
   echo "{\"label\": \"$1\", \"bench\": $j}" >>"$OUTDIR/sweep.jsonl"
 }
 

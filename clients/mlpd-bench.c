@@ -38,9 +38,12 @@
  * is the number of windows and stays the bound. Requests that still went
  * out more than a millisecond after they were due are counted ("late"):
  * there the client, not the daemon, fell behind. One thread and one
- * client per connection; it
- * does not drive other servers and does not check outputs (mlpctl and the
- * tests do that). */
+ * client per connection, or with --threads N (native transport) N threads
+ * each driving its share of the connections through one ppoll: 32
+ * connections on a 16-core host beside the daemon would otherwise take
+ * the cores the daemon's threads need, and put scheduling delays into
+ * the latencies. It does not drive other servers and does not check
+ * outputs (mlpctl and the tests do that). */
 #include "bench_http.h"
 #include "dtype.h"
 #include "error.h"
@@ -58,8 +61,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NINPUTS 8 /* distinct random requests each connection cycles through   \
-                   */
+/* Distinct random requests each connection cycles through. */
+#define NINPUTS 8
 #define SLOT_BITS 20
 
 typedef struct {
@@ -67,6 +70,7 @@ typedef struct {
   const char *model; /* --model, NULL = the daemon's default (HTTP: the
                         first the repository index lists) */
   int connections;
+  int threads; /* --threads: 0 = one a connection */
   int depth;
   int rows;
   double duration_s;
@@ -298,8 +302,8 @@ static void *run_http(void *arg) {
         bh_json_outputs(body, blen,
                         (size_t)cfg->rows * (size_t)cfg->out_cols) != 1)
       st = MLPD_STATUS_INTERNAL;
-    if ((rc = push_lat(w, (double)(now - d) / 1e3, st == MLPD_STATUS_OK,
-                       -1)) != 0)
+    if ((rc = push_lat(w, (double)(now - d) / 1e3, st == MLPD_STATUS_OK, -1)) !=
+        0)
       goto done;
     if (st == MLPD_STATUS_OK) {
       w->ok++;
@@ -319,10 +323,25 @@ done:
   return NULL;
 }
 
-static void *run(void *arg) {
-  worker_t *w = arg;
+/* A native connection between the steps of its loop (run, run_group). */
+typedef struct nconn_s {
+  mlpd_client_t *c;
+  mlpd_client_region_t *region;
+  mlpd_client_result_t res;
+  uint64_t *due; /* per slot: when its request was due */
+  int *freeslots, nfree, depth;
+  size_t in_b, out_b; /* --shm: a slot's input and output windows */
+  pace_t pace;
+  uint64_t seq;
+  int stopped; /* no more requests go out */
+} nconn_t;
+
+/* Connects and, with --shm, registers the connection's windows. */
+static int nc_open(worker_t *w, nconn_t *n) {
   const cfg_t *cfg = w->cfg;
-  int rc = 0, depth = cfg->depth;
+  int rc, depth = cfg->depth;
+  memset(n, 0, sizeof(*n));
+  mlpd_client_result_init(&n->res);
   /* Open loop, inline: slots for two seconds of this connection's share
    * (see the top of the file), at least depth. */
   if (cfg->rate > 0 && !cfg->shm) {
@@ -330,136 +349,259 @@ static void *run(void *arg) {
     if (two_s > depth)
       depth = two_s < (double)(1 << SLOT_BITS) ? (int)two_s : (1 << SLOT_BITS);
   }
-  mlpd_client_t *c = NULL;
-  mlpd_client_region_t *region = NULL;
-  mlpd_client_result_t res;
-  mlpd_client_result_init(&res);
-  uint64_t *due = calloc((size_t)depth, sizeof(*due));
-  int *freeslots = calloc((size_t)depth, sizeof(*freeslots));
-  if (due == NULL || freeslots == NULL) {
-    rc = mlpd_errf(&w->err, -ENOMEM, "out of memory");
-    goto done;
-  }
-  int nfree = depth;
+  n->depth = depth;
+  n->due = calloc((size_t)depth, sizeof(*n->due));
+  n->freeslots = calloc((size_t)depth, sizeof(*n->freeslots));
+  if (n->due == NULL || n->freeslots == NULL)
+    return mlpd_errf(&w->err, -ENOMEM, "out of memory");
+  n->nfree = depth;
   for (int i = 0; i < depth; i++)
-    freeslots[i] = depth - 1 - i;
-  if ((rc = mlpd_client_connect(cfg->socket, &c, &w->err)) != 0 ||
-      (rc = mlpd_client_set_model(c, cfg->model, &w->err)) != 0)
-    goto done;
-  mlpd_client_set_timeout(c, 60000);
+    n->freeslots[i] = depth - 1 - i;
+  if ((rc = mlpd_client_connect(cfg->socket, &n->c, &w->err)) != 0 ||
+      (rc = mlpd_client_set_model(n->c, cfg->model, &w->err)) != 0)
+    return rc;
+  mlpd_client_set_timeout(n->c, 60000);
   /* Shared memory: slot s reads rows at in_b * s and writes its output at
    * depth * in_b + out_b * s; a slot is reused only once its answer is in,
    * so no two requests in flight share a window. */
-  size_t in_b = (size_t)cfg->rows * (size_t)cfg->cols *
-                mlpd_dtype_size((mlpd_dtype_t)cfg->in_dtype);
+  n->in_b = (size_t)cfg->rows * (size_t)cfg->cols *
+            mlpd_dtype_size((mlpd_dtype_t)cfg->in_dtype);
   int odt =
       cfg->out_dtype == MLPD_CLIENT_DTYPE_SAME ? cfg->in_dtype : cfg->out_dtype;
-  size_t out_b = (size_t)cfg->rows * (size_t)cfg->out_cols *
-                 mlpd_dtype_size((mlpd_dtype_t)odt);
+  n->out_b = (size_t)cfg->rows * (size_t)cfg->out_cols *
+             mlpd_dtype_size((mlpd_dtype_t)odt);
   if (cfg->shm) {
-    size_t size = (size_t)depth * (in_b + out_b);
-    if ((rc = mlpd_client_region_create(c, "bench", size, &region, &w->err)) !=
-        0)
-      goto done;
-    uint8_t *base = mlpd_client_region_data(region);
-    for (int s = 0; s < depth; s++)
-      memcpy(base + (size_t)s * in_b, w->inputs[s % NINPUTS], in_b);
+    size_t size = (size_t)depth * (n->in_b + n->out_b);
+    if ((rc = mlpd_client_region_create(n->c, "bench", size, &n->region,
+                                        &w->err)) != 0)
+      return rc;
+    uint8_t *base = mlpd_client_region_data(n->region);
+    for (int sl = 0; sl < depth; sl++)
+      memcpy(base + (size_t)sl * n->in_b, w->inputs[sl % NINPUTS], n->in_b);
   }
+  n->pace = pace_start(cfg, w->idx);
+  return 0;
+}
 
-  pace_t pace = pace_start(cfg, w->idx);
-  uint64_t seq = 0;
-  int stopped = 0;
-  for (;;) {
-    uint64_t now = mlpd_now_ns();
-    /* Send what is due. */
-    while (!stopped && nfree > 0) {
-      uint64_t d = pace_due(&pace, now);
-      if (d > now)
-        break;
-      if (!may_send(w, d)) {
-        stopped = 1;
-        break;
-      }
-      int slot = freeslots[--nfree];
-      due[slot] = d;
-      mlpd_client_infer_t req;
-      mlpd_client_infer_init(&req);
-      req.data = w->inputs[seq % NINPUTS];
-      req.dtype = (mlpd_dtype_t)cfg->in_dtype;
-      req.rows = cfg->rows;
-      req.cols = cfg->cols;
-      req.out_dtype = cfg->out_dtype;
-      req.timeout_ms = cfg->timeout_ms;
-      uint64_t id = (seq++ << SLOT_BITS) | (uint64_t)slot;
-      if (cfg->shm) {
-        mlpd_client_window_t in = {
-            .region = "bench", .offset = (uint64_t)slot * in_b, .length = in_b};
-        mlpd_client_window_t out = {.region = "bench",
-                                    .offset = (uint64_t)depth * in_b +
-                                              (uint64_t)slot * out_b,
-                                    .length = out_b};
-        req.data = NULL;
-        rc = mlpd_client_send_infer_shm(c, id, &req, &in, &out, &w->err);
-      } else {
-        rc = mlpd_client_send_infer(c, id, &req, &w->err);
-      }
-      if (rc != 0)
-        goto done;
-      pace_sent(&pace, w, d, now);
-      now = mlpd_now_ns();
+static void nc_close(nconn_t *n) {
+  mlpd_client_result_free(&n->res);
+  mlpd_client_close(n->c);
+  mlpd_client_region_free(n->region);
+  free(n->freeslots);
+  free(n->due);
+  n->c = NULL;
+  n->region = NULL;
+  n->freeslots = NULL;
+  n->due = NULL;
+}
+
+/* Sends what is due at `now` while slots are free. */
+static int nc_send(worker_t *w, nconn_t *n, uint64_t now) {
+  const cfg_t *cfg = w->cfg;
+  while (!n->stopped && n->nfree > 0) {
+    uint64_t d = pace_due(&n->pace, now);
+    if (d > now)
+      break;
+    if (!may_send(w, d)) {
+      n->stopped = 1;
+      break;
     }
-    size_t inflight = mlpd_client_inflight(c);
-    if (stopped && inflight == 0)
+    int slot = n->freeslots[--n->nfree];
+    n->due[slot] = d;
+    mlpd_client_infer_t req;
+    mlpd_client_infer_init(&req);
+    req.data = w->inputs[n->seq % NINPUTS];
+    req.dtype = (mlpd_dtype_t)cfg->in_dtype;
+    req.rows = cfg->rows;
+    req.cols = cfg->cols;
+    req.out_dtype = cfg->out_dtype;
+    req.timeout_ms = cfg->timeout_ms;
+    uint64_t id = (n->seq++ << SLOT_BITS) | (uint64_t)slot;
+    int rc;
+    if (cfg->shm) {
+      mlpd_client_window_t in = {.region = "bench",
+                                 .offset = (uint64_t)slot * n->in_b,
+                                 .length = n->in_b};
+      mlpd_client_window_t out = {.region = "bench",
+                                  .offset = (uint64_t)n->depth * n->in_b +
+                                            (uint64_t)slot * n->out_b,
+                                  .length = n->out_b};
+      req.data = NULL;
+      rc = mlpd_client_send_infer_shm(n->c, id, &req, &in, &out, &w->err);
+    } else {
+      rc = mlpd_client_send_infer(n->c, id, &req, &w->err);
+    }
+    if (rc != 0)
+      return rc;
+    pace_sent(&n->pace, w, d, now);
+    now = mlpd_now_ns();
+  }
+  return 0;
+}
+
+/* The response just received into n->res, read at `now`: its slot is
+ * free again, and a measured one is counted. */
+static int nc_account(worker_t *w, nconn_t *n, uint64_t now) {
+  const mlpd_client_result_t *res = &n->res;
+  int slot = (int)(res->id & ((1u << SLOT_BITS) - 1));
+  if (slot >= n->depth)
+    return mlpd_errf(&w->err, MLPD_EPROTO, "unknown response id %llu",
+                     (unsigned long long)res->id);
+  n->freeslots[n->nfree++] = slot;
+  if (n->due[slot] < w->t_measure)
+    return 0;
+  int rc = push_lat(w, (double)(now - n->due[slot]) / 1e3,
+                    res->status == MLPD_STATUS_OK,
+                    (double)res->queue_us + (double)res->compute_us);
+  if (rc != 0)
+    return rc;
+  w->last_done = now;
+  if (res->status == MLPD_STATUS_OK) {
+    w->ok++;
+    w->rows_ok += (uint64_t)res->rows;
+    w->queue_sum += (double)res->queue_us;
+    w->compute_sum += (double)res->compute_us;
+    w->batch_sum += res->batch_rows;
+  } else {
+    w->by_status[res->status >= 0 && res->status < 16 ? res->status : 2]++;
+  }
+  return 0;
+}
+
+/* One connection on its own thread (the default): blocks in its recv. */
+static void *run(void *arg) {
+  worker_t *w = arg;
+  nconn_t n;
+  int rc = nc_open(w, &n);
+  while (rc == 0) {
+    uint64_t now = mlpd_now_ns();
+    if ((rc = nc_send(w, &n, now)) != 0)
+      break;
+    size_t inflight = mlpd_client_inflight(n.c);
+    if (n.stopped && inflight == 0)
       break;
     if (inflight == 0) {
-      pace_sleep(&pace, now);
+      pace_sleep(&n.pace, now);
       continue;
     }
-    if (pace.interval_ns > 0 && !stopped && nfree > 0) {
+    if (n.pace.interval_ns > 0 && !n.stopped && n.nfree > 0) {
       /* Wait for a response only until the next request is due. */
-      rc = wait_due(c, &pace, &w->err);
-      if (rc < 0)
-        goto done;
-      if (rc == 0)
+      int ready = wait_due(n.c, &n.pace, &w->err);
+      if (ready < 0) {
+        rc = ready;
+        break;
+      }
+      if (ready == 0)
         continue;
     }
-    if ((rc = mlpd_client_recv(c, &res, &w->err)) != 0)
-      goto done;
-    now = mlpd_now_ns();
-    int slot = (int)(res.id & ((1u << SLOT_BITS) - 1));
-    if (slot >= depth) {
-      rc = mlpd_errf(&w->err, MLPD_EPROTO, "unknown response id %llu",
-                     (unsigned long long)res.id);
-      goto done;
-    }
-    freeslots[nfree++] = slot;
-    if (due[slot] < w->t_measure)
-      continue;
-    if ((rc = push_lat(w, (double)(now - due[slot]) / 1e3,
-                       res.status == MLPD_STATUS_OK,
-                       (double)res.queue_us + (double)res.compute_us)) != 0)
-      goto done;
-    w->last_done = now;
-    if (res.status == MLPD_STATUS_OK) {
-      w->ok++;
-      w->rows_ok += (uint64_t)res.rows;
-      w->queue_sum += (double)res.queue_us;
-      w->compute_sum += (double)res.compute_us;
-      w->batch_sum += res.batch_rows;
-    } else {
-      w->by_status[res.status >= 0 && res.status < 16 ? res.status : 2]++;
-    }
+    if ((rc = mlpd_client_recv(n.c, &n.res, &w->err)) == 0)
+      rc = nc_account(w, &n, mlpd_now_ns());
   }
-  rc = 0;
-
-done:
   if (rc != 0)
     w->failed = rc;
-  mlpd_client_result_free(&res);
-  mlpd_client_close(c);
-  mlpd_client_region_free(region);
-  free(freeslots);
-  free(due);
+  nc_close(&n);
+  return NULL;
+}
+
+/* --threads: one thread drives the connections first, first + stride, ...
+ * (native transport): on each, sends what is due and receives every
+ * answer it has buffered, then sleeps in one ppoll on all of them until
+ * an answer arrives or a request is due. */
+typedef struct {
+  worker_t *w;
+  int first, stride, count;
+  pthread_t th;
+} group_t;
+
+/* One connection's turn in its group's loop: 1 while it goes on, 0 when
+ * it is done (or failed, in w->failed). */
+static int group_turn(worker_t *w, nconn_t *n) {
+  int rc = nc_send(w, n, mlpd_now_ns());
+  while (rc == 0 && mlpd_client_inflight(n->c) > 0) {
+    int ready = mlpd_client_wait(n->c, 0, &w->err);
+    if (ready <= 0) {
+      rc = ready;
+      break;
+    }
+    if ((rc = mlpd_client_recv(n->c, &n->res, &w->err)) == 0 &&
+        (rc = nc_account(w, n, mlpd_now_ns())) == 0)
+      rc = nc_send(w, n, mlpd_now_ns());
+  }
+  if (rc == 0 && !(n->stopped && mlpd_client_inflight(n->c) == 0))
+    return 1;
+  if (rc != 0)
+    w->failed = rc;
+  nc_close(n);
+  return 0;
+}
+
+static void *run_group(void *arg) {
+  group_t *g = arg;
+  int m = 0;
+  for (int i = g->first; i < g->count; i += g->stride)
+    m++;
+  nconn_t *n = calloc((size_t)m, sizeof(*n));
+  worker_t **ws = calloc((size_t)m, sizeof(*ws));
+  struct pollfd *pf = calloc((size_t)m, sizeof(*pf));
+  int *live = calloc((size_t)m, sizeof(*live));
+  if (n == NULL || ws == NULL || pf == NULL || live == NULL) {
+    for (int i = g->first; i < g->count; i += g->stride)
+      g->w[i].failed = mlpd_errf(&g->w[i].err, -ENOMEM, "out of memory");
+    goto out;
+  }
+  for (int k = 0, i = g->first; k < m; k++, i += g->stride) {
+    ws[k] = &g->w[i];
+    int rc = nc_open(ws[k], &n[k]);
+    if (rc != 0) {
+      ws[k]->failed = rc;
+      nc_close(&n[k]);
+      continue;
+    }
+    live[k] = 1;
+  }
+  for (;;) {
+    int alive = 0, np = 0;
+    uint64_t wake = UINT64_MAX;
+    for (int k = 0; k < m; k++) {
+      if (live[k])
+        live[k] = group_turn(ws[k], &n[k]);
+      if (!live[k])
+        continue;
+      alive++;
+      if (!n[k].stopped && n[k].nfree > 0 && n[k].pace.interval_ns > 0 &&
+          (uint64_t)n[k].pace.next_due < wake)
+        wake = (uint64_t)n[k].pace.next_due;
+      if (mlpd_client_inflight(n[k].c) > 0)
+        pf[np++] =
+            (struct pollfd){.fd = mlpd_client_fd(n[k].c), .events = POLLIN};
+    }
+    if (alive == 0)
+      break;
+    uint64_t now = mlpd_now_ns();
+    if (wake <= now || (np == 0 && wake == UINT64_MAX))
+      continue;
+    struct timespec ts = {0}, *tp = NULL;
+    if (wake != UINT64_MAX) {
+      ts.tv_sec = (time_t)((wake - now) / 1000000000u);
+      ts.tv_nsec = (long)((wake - now) % 1000000000u);
+      tp = &ts;
+    }
+    if (ppoll(pf, (nfds_t)np, tp, NULL) < 0 && errno != EINTR) {
+      int e = errno;
+      for (int k = 0; k < m; k++)
+        if (live[k]) {
+          ws[k]->failed = mlpd_errf(&ws[k]->err, -e, "ppoll: %s", strerror(e));
+          nc_close(&n[k]);
+          live[k] = 0;
+        }
+      break;
+    }
+  }
+out:
+  free(live);
+  free(pf);
+  free(ws);
+  free(n);
   return NULL;
 }
 
@@ -514,6 +656,10 @@ int main(int argc, char **argv) {
                "else " MLPD_CLIENT_DEFAULT_SOCKET ")"},
       {"connections", 'c', MLPD_OPT_INT, &cfg.connections, 1, 4096, .meta = "N",
        .help = "connections, one thread each (default 1)"},
+      {"threads", 'T', MLPD_OPT_INT, &cfg.threads, 1, 4096, .meta = "N",
+       .help = "N threads share the connections instead\n(native "
+               "transport; a send blocks its thread as it\nwould its "
+               "connection's: with --shm or small frames)"},
       {"depth", 'd', MLPD_OPT_INT, &cfg.depth, 1, 1 << SLOT_BITS, .meta = "D",
        .help = "requests in flight per connection (default 1;\n"
                "open loop inline: at least, up to 2 s of it)"},
@@ -569,6 +715,11 @@ int main(int argc, char **argv) {
   memset(&info, 0, sizeof(info));
   if (cfg.http_json && cfg.http == NULL)
     return mlpd_opts_error(&spec, "--http-json needs --http");
+  if (cfg.threads > 0 && cfg.http != NULL)
+    return mlpd_opts_error(&spec, "--threads is for the native transport, "
+                                  "not --http (one thread a connection)");
+  if (cfg.threads >= cfg.connections)
+    cfg.threads = 0;
   if (cfg.http != NULL) {
     if (cfg.shm)
       return mlpd_opts_error(&spec, "--shm and --http do not go together");
@@ -608,6 +759,8 @@ int main(int argc, char **argv) {
 
   int status = 1;
   worker_t *w = calloc((size_t)cfg.connections, sizeof(*w));
+  group_t *groups = NULL;
+  int ngroups = 0;
   double *all = NULL, *split = NULL, *srv = NULL, *outside = NULL;
   if (w == NULL) {
     fprintf(stderr, "mlpd-bench: out of memory\n");
@@ -646,11 +799,31 @@ int main(int argc, char **argv) {
     w[i].t_measure = t_measure;
     w[i].t_stop = t_stop;
     w[i].budget = &budget;
-    if (pthread_create(&w[i].th, NULL, cfg.http ? run_http : run, &w[i]) != 0) {
-      fprintf(stderr, "mlpd-bench: cannot start thread %d\n", i);
-      break;
+  }
+  if (cfg.threads > 0) {
+    groups = calloc((size_t)cfg.threads, sizeof(*groups));
+    for (int t = 0; groups != NULL && t < cfg.threads; t++) {
+      groups[t] = (group_t){
+          .w = w, .first = t, .stride = cfg.threads, .count = cfg.connections};
+      if (pthread_create(&groups[t].th, NULL, run_group, &groups[t]) != 0)
+        break;
+      ngroups++;
     }
-    started++;
+    for (int t = 0; t < ngroups; t++)
+      pthread_join(groups[t].th, NULL);
+    for (int t = ngroups; t < cfg.threads; t++)
+      for (int i = t; i < cfg.connections; i += cfg.threads)
+        w[i].failed = mlpd_errf(&w[i].err, -EAGAIN, "no thread for it");
+    started = cfg.connections;
+  } else {
+    for (int i = 0; i < cfg.connections; i++) {
+      if (pthread_create(&w[i].th, NULL, cfg.http ? run_http : run, &w[i]) !=
+          0) {
+        fprintf(stderr, "mlpd-bench: cannot start thread %d\n", i);
+        break;
+      }
+      started++;
+    }
   }
   size_t total = 0;
   uint64_t ok = 0, rows_ok = 0, by_status[16] = {0}, last = t_measure;
@@ -658,7 +831,8 @@ int main(int argc, char **argv) {
   double qsum = 0, csum = 0, bsum = 0;
   int failed = 0;
   for (int i = 0; i < started; i++) {
-    pthread_join(w[i].th, NULL);
+    if (cfg.threads == 0)
+      pthread_join(w[i].th, NULL);
     total += w[i].nlat;
     ok += w[i].ok;
     rows_ok += w[i].rows_ok;
@@ -726,11 +900,12 @@ int main(int argc, char **argv) {
    * mean latency (a closed loop's p99 grows faster than its rows in
    * flight when some connections are served less often than others). */
   double conn_lo = 0, conn_hi = 0;
-  for (int i = 0, n = 0; i < started; i++) {
+  int conn_n = 0; /* connections with a measured answer */
+  for (int i = 0; i < started; i++) {
     if (w[i].nlat == 0)
       continue;
     double m = lat_mean(w[i].lat, w[i].nlat);
-    if (n++ == 0 || m < conn_lo)
+    if (conn_n++ == 0 || m < conn_lo)
       conn_lo = m;
     if (m > conn_hi)
       conn_hi = m;
@@ -765,7 +940,8 @@ int main(int argc, char **argv) {
            "\"server_ms\": {\"queue_mean\": %.4f, \"compute_mean\": %.4f, "
            "\"p50\": %.4f, \"p99\": %.4f}, "
            "\"outside_ms\": {\"p50\": %.4f, \"p99\": %.4f}, "
-           "\"connection_mean_ms\": {\"min\": %.4f, \"max\": %.4f}, "
+           "\"connection_mean_ms\": {\"min\": %.4f, \"max\": %.4f, "
+           "\"connections\": %d}, "
            "\"batch_rows_mean\": %.2f, \"client_late\": %llu, "
            "\"ok_latency_ms\": {\"p50\": %.4f, \"p99\": %.4f, "
            "\"max\": %.4f}, "
@@ -787,10 +963,11 @@ int main(int argc, char **argv) {
            p99 / 1e3, p999 / 1e3, mx / 1e3, qsum / okd / 1e3, csum / okd / 1e3,
            lat_pct(srv, nsrv, 50) / 1e3, lat_pct(srv, nsrv, 99) / 1e3,
            lat_pct(outside, nsrv, 50) / 1e3, lat_pct(outside, nsrv, 99) / 1e3,
-           conn_lo / 1e3, conn_hi / 1e3, bsum / okd, (unsigned long long)late,
-           lat_pct(split, nok, 50) / 1e3, lat_pct(split, nok, 99) / 1e3,
-           nok ? split[nok - 1] / 1e3 : 0, lat_pct(bad, nbad, 50) / 1e3,
-           lat_pct(bad, nbad, 99) / 1e3, nbad ? bad[nbad - 1] / 1e3 : 0);
+           conn_lo / 1e3, conn_hi / 1e3, conn_n, bsum / okd,
+           (unsigned long long)late, lat_pct(split, nok, 50) / 1e3,
+           lat_pct(split, nok, 99) / 1e3, nok ? split[nok - 1] / 1e3 : 0,
+           lat_pct(bad, nbad, 50) / 1e3, lat_pct(bad, nbad, 99) / 1e3,
+           nbad ? bad[nbad - 1] / 1e3 : 0);
     int first = 1;
     for (int s = 0; s < 16; s++) {
       if (by_status[s] == 0)
@@ -862,6 +1039,7 @@ out:
     free(w[i].srv);
   }
   free(w);
+  free(groups);
   free(all);
   free(split);
   free(srv);

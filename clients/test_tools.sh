@@ -105,6 +105,24 @@ grep -q '"ok": 300, "errors": 0, "transport_failures": 0' \
   "$out/bench.json" || fail "mlpd-bench closed loop"
 "$bench" --rate 400 --duration 1 --warmup 0.2 --depth 8 | tee "$out/bench"
 grep -q '0 failed' "$out/bench" || fail "mlpd-bench open loop"
+# --threads: 5 connections on 2 threads (3 and 2 each), closed and open
+# loop, inline and shared memory; every connection answered.
+"$bench" --connections 5 --threads 2 --depth 3 --rows 2 --requests 300 \
+  --warmup 0 --json >"$out/bench-threads.json"
+cat "$out/bench-threads.json"
+grep -q '"ok": 300, "errors": 0, "transport_failures": 0' \
+  "$out/bench-threads.json" || fail "mlpd-bench --threads closed loop"
+grep -q '"connections": 5}' "$out/bench-threads.json" ||
+  fail "mlpd-bench --threads: a connection without an answer"
+"$bench" --connections 3 --threads 2 --rate 300 --duration 1 --warmup 0.2 \
+  --shm | tee "$out/bench-threads-open"
+grep -q '0 failed' "$out/bench-threads-open" ||
+  fail "mlpd-bench --threads open loop"
+if "$bench" --connections 2 --threads 1 --http "unix:$out/none.sock" \
+  --duration 0.1 2>"$out/err"; then
+  fail "mlpd-bench --threads --http accepted"
+fi
+grep -q "native transport" "$out/err" || fail "no reason: $(cat "$out/err")"
 # Shared memory: same load, references instead of bytes; the daemon counts
 # the bytes under transport="shm" and unmaps every region afterwards.
 "$bench" --connections 2 --depth 4 --rows 3 --requests 300 --warmup 0 \
