@@ -388,7 +388,8 @@ struct ccfg_t {
    wg_chain<NR, C, BKA, ST, 0>}
 static const ccfg_t ccfgs[] = {CC(8, 1, 4, 3),  CC(8, 1, 2, 6),
                                CC(16, 1, 4, 3), CC(16, 1, 2, 5),
-                               CC(32, 1, 2, 5), CC(64, 1, 2, 4)};
+                               CC(32, 1, 2, 5), CC(64, 1, 2, 4),
+                               CC(128, 1, 2, 3)};
 static const int nccfgs = (int)(sizeof(ccfgs) / sizeof(ccfgs[0]));
 
 struct chain_t {
@@ -527,7 +528,8 @@ out:
  * lines of the same run (mode "chain"). */
 static void time_chains(void *const *w, void *const *b, const void *x,
                         void *const *act, cudaStream_t st) {
-  const int NL = 4, dims[] = {4096, 1024}, trows[] = {1, 8, 16, 32, 64};
+  const int NL = 4, dims[] = {4096, 1024};
+  const int trows[] = {1, 8, 16, 32, 64, 128};
   const int acts[] = {1, 1, 1, 0};
   for (int di = 0; di < 2; di++) {
     const int n = dims[di], widths[] = {n, n, n, n, n};
@@ -537,7 +539,7 @@ static void time_chains(void *const *w, void *const *b, const void *x,
       y[l] = act[l & 1];
     }
     const double bytes = (double)NL * n * n * 2;
-    for (int ri = 0; ri < 5; ri++)
+    for (int ri = 0; ri < 6; ri++)
       for (int ci = 0; ci < nccfgs; ci++) {
         const ccfg_t *c = &ccfgs[ci];
         const int rows = trows[ri];
