@@ -583,6 +583,17 @@ static void time_chains(void *const *w, void *const *b, const void *x,
   }
 }
 
+/* Raises a kernel's dynamic shared memory limit to what it takes and
+ * prints its resources. */
+static void prepare(const char *name, const void *k, int smem) {
+  cudaFuncAttributes fa;
+  CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                          smem));
+  CK(cudaFuncGetAttributes(&fa, k));
+  printf("ATTR %-34s %3d regs, %4zu B local, %6d B smem\n", name,
+         fa.numRegs, fa.localSizeBytes, smem);
+}
+
 int main(int argc, char **argv) {
   int only_time = 0;
   for (int i = 1; i < argc; i++) {
@@ -601,16 +612,8 @@ int main(int argc, char **argv) {
   CK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled",
                                       (void **)&encode, 12000,
                                       cudaEnableDefault, &q));
-  for (int ci = 0; ci < nccfgs && g_chain; ci++) {
-    const ccfg_t *c = &ccfgs[ci];
-    cudaFuncAttributes fa;
-    CK(cudaFuncSetAttribute((const void *)c->k,
-                            cudaFuncAttributeMaxDynamicSharedMemorySize,
-                            c->smem));
-    CK(cudaFuncGetAttributes(&fa, (const void *)c->k));
-    printf("ATTR %-34s %3d regs, %4zu B local, %6d B smem\n", c->name,
-           fa.numRegs, fa.localSizeBytes, c->smem);
-  }
+  for (int ci = 0; ci < nccfgs && g_chain; ci++)
+    prepare(ccfgs[ci].name, (const void *)ccfgs[ci].k, ccfgs[ci].smem);
   for (int ci = 0; ci <= ncfgs && !g_chain; ci++) {
     const cfg_t *c = ci < ncfgs ? &cfgs[ci] : &cfg_f16;
     if (!wanted(c))
@@ -640,16 +643,8 @@ int main(int argc, char **argv) {
            c->name, fa.numRegs, fa.localSizeBytes, c->smem, nb, ncl[0],
            ncl[1], ncl[2]);
   }
-  for (int ci = 0; ci < ncfgs8 && g_mc != 1 && !g_chain; ci++) {
-    const cfg8_t *c = &cfgs8[ci];
-    cudaFuncAttributes fa;
-    CK(cudaFuncSetAttribute((const void *)c->k,
-                            cudaFuncAttributeMaxDynamicSharedMemorySize,
-                            c->smem));
-    CK(cudaFuncGetAttributes(&fa, (const void *)c->k));
-    printf("ATTR %-34s %3d regs, %4zu B local, %6d B smem\n", c->name,
-           fa.numRegs, fa.localSizeBytes, c->smem);
-  }
+  for (int ci = 0; ci < ncfgs8 && g_mc != 1 && !g_chain; ci++)
+    prepare(cfgs8[ci].name, (const void *)cfgs8[ci].k, cfgs8[ci].smem);
   int fails = 0;
   if (!only_time && g_chain) {
     for (int ci = 0; ci < nccfgs; ci++) {

@@ -196,21 +196,9 @@ __global__ void __launch_bounds__((C + 1) * 128, 1)
       for (int i = 0; i < nst; i++) {
         const int gg = g + i, s = gg % ST;
         mbar_wait(smem_u32(&full[s]), (gg / ST) & 1);
-        const uint32_t ws = sbase + s * SH::SB + wg * BKA * 8192;
-        const uint32_t xs = sbase + s * SH::SB + SH::WB;
-        fence_acc(acc);
-        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-#pragma unroll
-        for (int a = 0; a < BKA; a++) {
-          const uint64_t da = wg_desc(ws + a * 8192);
-          const uint64_t db = wg_desc(xs + a * NR * 128);
-#pragma unroll
-          for (int kk = 0; kk < 4; kk++)
-            wgmma<NR, F16>::mma(acc, da + 2 * kk, db + 2 * kk);
-        }
-        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-        asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-        fence_acc(acc);
+        wg_stage_mma<NR, BKA, F16>(acc,
+                                   sbase + s * SH::SB + wg * BKA * 8192,
+                                   sbase + s * SH::SB + SH::WB);
         if (i > 0)
           mbar_arrive(smem_u32(&empty[(gg - 1) % ST]));
       }

@@ -150,6 +150,27 @@ __device__ __forceinline__ void wg_produce(int nst, uint64_t *empty,
   }
 }
 
+/* A consumer warpgroup's multiply of one stage: BKA atoms of its 64
+ * weight rows (ws) by the NR input rows (xs), into acc, one wgmma group
+ * left in flight (the stage before this one is free when it returns). */
+template <int NR, int BKA, int F16>
+__device__ __forceinline__ void wg_stage_mma(float (&acc)[NR / 2],
+                                             uint32_t ws, uint32_t xs) {
+  fence_acc(acc);
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+  for (int a = 0; a < BKA; a++) {
+    const uint64_t da = wg_desc(ws + a * 8192);
+    const uint64_t db = wg_desc(xs + a * NR * 128);
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++)
+      wgmma<NR, F16>::mma(acc, da + 2 * kk, db + 2 * kk);
+  }
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+  asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+  fence_acc(acc);
+}
+
 /* A consumer thread is done with the stage whose empty barrier is `bar`:
  * with MC > 1, once a warp (lane 0 for it), on that barrier in each CTA
  * whose producer writes into this one's stage (the split's MC). */
@@ -366,21 +387,8 @@ __global__ void __launch_bounds__((C + 1) * 128, 1)
         wg_release<MC>(smem_u32(&empty[s]), split, S);
         continue;
       }
-      const uint32_t ws = sbase + s * SH::SB + wg * BKA * 8192;
-      const uint32_t xs = sbase + s * SH::SB + SH::WB;
-      fence_acc(acc);
-      asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-#pragma unroll
-      for (int a = 0; a < BKA; a++) {
-        const uint64_t da = wg_desc(ws + a * 8192);
-        const uint64_t db = wg_desc(xs + a * NR * 128);
-#pragma unroll
-        for (int kk = 0; kk < 4; kk++)
-          wgmma<NR, F16>::mma(acc, da + 2 * kk, db + 2 * kk);
-      }
-      asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-      asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-      fence_acc(acc);
+      wg_stage_mma<NR, BKA, F16>(acc, sbase + s * SH::SB + wg * BKA * 8192,
+                                 sbase + s * SH::SB + SH::WB);
       if (it > 0)
         wg_release<MC>(smem_u32(&empty[(it - 1) % ST]), split, S);
     }
