@@ -8,7 +8,7 @@
  * A high-priority stream moves a small block (SMALL bytes, a digits row
  * is 256 B in and 40 B out) every ~100 us while a low-priority stream
  * keeps the copy engines busy with mlp-4k batches (2 MiB in, 2 MiB out,
- * one pair each ~100 us, three queued, as an engine's pipeline keeps
+ * a pair each ~130 us, three queued, as an engine's pipeline keeps
  * them), all from pinned
  * memory. Each small move is timed with events on its own stream
  * (queueing included), idle and under that load, three ways:
@@ -106,15 +106,20 @@ int main(int argc, char **argv) {
   for (int load = 0; load < 2; load++)
     for (int dir = 0; dir < 2; dir++) /* 0: to the device, 1: back */
       for (int way = DMA; way <= REG; way++) {
-        if (way == REG && (dir == 1 || reg_dev == NULL))
+        if (way == REG && (dir == 1 || reg_dev == NULL || SMALL > 4096))
           continue; /* client inputs are registered read-only */
         std::vector<double> us;
         int big = 0;
         for (int i = 0; i < N; i++) {
-          /* a batch's copies each way every ~100 us on the low stream,
-           * three queued at the start (an engine's pipeline) */
+          /* A batch's copies each way on the low stream, paced on the
+           * GPU (a 50 us spin, then 2 MiB in and 2 MiB out: about 130 us
+           * a batch against the small moves' 100, so the low stream stays
+           * busy to the end), three queued at the start as an engine's
+           * pipeline keeps them. */
           while (load && big < i + 3) {
             const size_t o = (size_t)(big % 3) * BIG;
+            if (big >= 3)
+              spin<<<1, 1, 0, lo>>>(50000);
             CK(cudaMemcpyAsync((char *)d_big_in + o, (char *)h_big_in + o,
                                BIG, cudaMemcpyHostToDevice, lo));
             CK(cudaMemcpyAsync((char *)h_big_out + o, (char *)d_big_out + o,
