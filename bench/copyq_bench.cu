@@ -22,22 +22,14 @@
  * Prints p50 / p99 / max in us per way, direction and load.
  *
  *   nvcc -O3 -arch=sm_90 bench/copyq_bench.cu -o copyq && ./copyq */
+#include "gpu_bench.cuh"
+
 #include <algorithm>
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <vector>
-
-#define CK(x)                                                                  \
-  do {                                                                         \
-    cudaError_t e_ = (x);                                                      \
-    if (e_ != cudaSuccess) {                                                   \
-      fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__,                       \
-              cudaGetErrorString(e_));                                         \
-      exit(2);                                                                 \
-    }                                                                          \
-  } while (0)
 
 __global__ void move16(uint4 *dst, const uint4 *src, size_t n) {
   for (size_t i = threadIdx.x; i < n; i += blockDim.x)

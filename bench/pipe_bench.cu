@@ -87,7 +87,7 @@ static int pipe_launch(const pcfg_t *c, int mode, int rows, int n, int k,
                        const void *x, const void *w, const void *b,
                        const float *ws, void *y, int act, int flags,
                        cudaStream_t st) {
-  const int ti = tiles_index(rows);
+  const int ti = mlpd_cuda_row_class(rows);
   const int ntiles = (n + 15) / 16;
   int grid = c->bps > 0 ? c->bps * g_sms : ntiles;
   grid = grid < ntiles ? grid : ntiles;

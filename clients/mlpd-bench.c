@@ -176,13 +176,18 @@ static void pace_sent(pace_t *p, worker_t *w, uint64_t d, uint64_t now) {
   p->next_due += p->interval_ns;
 }
 
+/* A timeout of `ns` nanoseconds. */
+static struct timespec ns_timespec(uint64_t ns) {
+  return (struct timespec){.tv_sec = (time_t)(ns / 1000000000u),
+                           .tv_nsec = (long)(ns % 1000000000u)};
+}
+
 /* Nothing in flight: sleeps until the next request is due. */
 static void pace_sleep(const pace_t *p, uint64_t now) {
   uint64_t d = (uint64_t)p->next_due;
   if (d <= now)
     return;
-  struct timespec ts = {.tv_sec = (time_t)((d - now) / 1000000000u),
-                        .tv_nsec = (long)((d - now) % 1000000000u)};
+  struct timespec ts = ns_timespec(d - now);
   nanosleep(&ts, NULL);
 }
 
@@ -199,8 +204,7 @@ static int wait_due(mlpd_client_t *c, const pace_t *p, mlpd_err_t *err) {
     uint64_t now = mlpd_now_ns(), d = (uint64_t)p->next_due;
     if (d <= now)
       return 0;
-    struct timespec ts = {.tv_sec = (time_t)((d - now) / 1000000000u),
-                          .tv_nsec = (long)((d - now) % 1000000000u)};
+    struct timespec ts = ns_timespec(d - now);
     struct pollfd pf = {.fd = mlpd_client_fd(c), .events = POLLIN};
     if (ppoll(&pf, 1, &ts, NULL) <= 0)
       return 0; /* due (or a signal: the caller looks again) */
@@ -537,35 +541,29 @@ static int group_turn(worker_t *w, nconn_t *n) {
 
 static void *run_group(void *arg) {
   group_t *g = arg;
-  int m = 0;
-  for (int i = g->first; i < g->count; i += g->stride)
-    m++;
+  int m = (g->count - g->first + g->stride - 1) / g->stride;
+  /* n[k] drives connection first + k * stride; its client is NULL once it
+   * is done (nc_close). */
   nconn_t *n = calloc((size_t)m, sizeof(*n));
-  worker_t **ws = calloc((size_t)m, sizeof(*ws));
   struct pollfd *pf = calloc((size_t)m, sizeof(*pf));
-  int *live = calloc((size_t)m, sizeof(*live));
-  if (n == NULL || ws == NULL || pf == NULL || live == NULL) {
+  if (n == NULL || pf == NULL) {
     for (int i = g->first; i < g->count; i += g->stride)
       g->w[i].failed = mlpd_errf(&g->w[i].err, -ENOMEM, "out of memory");
     goto out;
   }
-  for (int k = 0, i = g->first; k < m; k++, i += g->stride) {
-    ws[k] = &g->w[i];
-    int rc = nc_open(ws[k], &n[k]);
+  for (int k = 0; k < m; k++) {
+    worker_t *w = &g->w[g->first + k * g->stride];
+    int rc = nc_open(w, &n[k]);
     if (rc != 0) {
-      ws[k]->failed = rc;
+      w->failed = rc;
       nc_close(&n[k]);
-      continue;
     }
-    live[k] = 1;
   }
   for (;;) {
     int alive = 0, np = 0;
     uint64_t wake = UINT64_MAX;
     for (int k = 0; k < m; k++) {
-      if (live[k])
-        live[k] = group_turn(ws[k], &n[k]);
-      if (!live[k])
+      if (n[k].c == NULL || !group_turn(&g->w[g->first + k * g->stride], &n[k]))
         continue;
       alive++;
       if (!n[k].stopped && n[k].nfree > 0 && n[k].pace.interval_ns > 0 &&
@@ -580,27 +578,21 @@ static void *run_group(void *arg) {
     uint64_t now = mlpd_now_ns();
     if (wake <= now || (np == 0 && wake == UINT64_MAX))
       continue;
-    struct timespec ts = {0}, *tp = NULL;
-    if (wake != UINT64_MAX) {
-      ts.tv_sec = (time_t)((wake - now) / 1000000000u);
-      ts.tv_nsec = (long)((wake - now) % 1000000000u);
-      tp = &ts;
-    }
-    if (ppoll(pf, (nfds_t)np, tp, NULL) < 0 && errno != EINTR) {
+    struct timespec ts = ns_timespec(wake - now);
+    if (ppoll(pf, (nfds_t)np, wake != UINT64_MAX ? &ts : NULL, NULL) < 0 &&
+        errno != EINTR) {
       int e = errno;
       for (int k = 0; k < m; k++)
-        if (live[k]) {
-          ws[k]->failed = mlpd_errf(&ws[k]->err, -e, "ppoll: %s", strerror(e));
+        if (n[k].c != NULL) {
+          worker_t *w = &g->w[g->first + k * g->stride];
+          w->failed = mlpd_errf(&w->err, -e, "ppoll: %s", strerror(e));
           nc_close(&n[k]);
-          live[k] = 0;
         }
       break;
     }
   }
 out:
-  free(live);
   free(pf);
-  free(ws);
   free(n);
   return NULL;
 }

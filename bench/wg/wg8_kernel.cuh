@@ -85,7 +85,7 @@ __global__ void __launch_bounds__(256, 1)
       auto load_w = [&](int it) {
         const int s = it % ST;
         const uint32_t bar = smem_u32(&full[s]);
-        mbar_expect_tx(bar, (unsigned)(BKA * (8192 + 2 * NR * 128)));
+        mbar_expect_tx(bar, (unsigned)SH::SB);
         bulk_g2s(sbase + s * SH::SB,
                  p.wt + ((size_t)tile * tstride + a0 + it * BKA) * 8192,
                  (unsigned)(BKA * 8192), bar);
@@ -98,7 +98,8 @@ __global__ void __launch_bounds__(256, 1)
           tma_2d(xs + a * NR * 128, &tmx, (2 * (a0 + it * BKA) + a) * 64, 0,
                  bar);
       };
-      wg_produce<ST, 1>(nst, empty, load_w, load_x, [](int) {});
+      wg_produce<ST, 1>(0, nst, empty, load_w, load_x, [](int) {},
+                        wg_grid_wait());
     }
   } else {
     const int warp = tid >> 5, lane = tid & 31;

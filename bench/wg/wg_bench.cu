@@ -89,6 +89,11 @@ static const cfg_t cfg_f16 = {"NR16 C1 BKA4 ST3 WT1 BR16 f16", 16, 1, 1, 16,
                               mlpd_small_gemm_kernel_wg<16, 1, 4, 3, 1, 16, 1>,
                               1};
 static int g_sms;
+/* A chain of `rows` rows is timed with the configurations of its row
+ * class only (made for at most nr rows, and more than half of them). */
+static bool times_rows(int nr, int rows) {
+  return rows <= nr && (nr == 8 || rows > nr / 2);
+}
 static int g_mc = -1; /* -1: every configuration; 0: MC = 1; 1: MC > 1 */
 static int g_chain;   /* the one-launch chains instead */
 static bool wanted(const cfg_t *c) { return g_mc < 0 || (c->mc > 1) == g_mc; }
@@ -148,32 +153,32 @@ static int launch(const cfg_t *c, const layer_t *L, int pdl_attr,
 }
 
 
+/* n random 16-bit values (f16, else bf16) of scale `sc` into h, their
+ * values as floats into f, and a copy on the device (returned). */
+static void *rand16(std::vector<uint16_t> &h, std::vector<float> &f,
+                    size_t n, float sc, int f16) {
+  h.resize(n);
+  f.resize(n);
+  for (size_t i = 0; i < n; i++) {
+    h[i] = f16 ? f2h(frand() * sc) : f2bf(frand() * sc);
+    f[i] = f16 ? h2f(h[i]) : bf2f(h[i]);
+  }
+  void *d;
+  CK(cudaMalloc(&d, n * 2));
+  CK(cudaMemcpy(d, h.data(), n * 2, cudaMemcpyHostToDevice));
+  return d;
+}
+
 static int check(const cfg_t *c, int f16, int rows, int n, int k, int act,
                  int splits) {
-  std::vector<uint16_t> hx((size_t)rows * k), hw((size_t)n * k), hb(n),
-      hy((size_t)rows * n), hy2((size_t)rows * n);
-  std::vector<float> xf(hx.size()), wf(hw.size()), bf(n);
-  const float ws = 1.0f / sqrtf((float)k);
-  for (size_t i = 0; i < hx.size(); i++) {
-    hx[i] = f16 ? f2h(frand()) : f2bf(frand());
-    xf[i] = f16 ? h2f(hx[i]) : bf2f(hx[i]);
-  }
-  for (size_t i = 0; i < hw.size(); i++) {
-    hw[i] = f16 ? f2h(frand() * ws) : f2bf(frand() * ws);
-    wf[i] = f16 ? h2f(hw[i]) : bf2f(hw[i]);
-  }
-  for (int m = 0; m < n; m++) {
-    hb[m] = f16 ? f2h(frand() * 0.5f) : f2bf(frand() * 0.5f);
-    bf[m] = f16 ? h2f(hb[m]) : bf2f(hb[m]);
-  }
-  void *dx, *dw, *db, *dy;
-  CK(cudaMalloc(&dx, hx.size() * 2));
-  CK(cudaMalloc(&dw, hw.size() * 2));
-  CK(cudaMalloc(&db, (size_t)n * 2));
+  std::vector<uint16_t> hx, hw, hb, hy((size_t)rows * n),
+      hy2((size_t)rows * n);
+  std::vector<float> xf, wf, bf;
+  void *dx = rand16(hx, xf, (size_t)rows * k, 1.0f, f16);
+  void *dw = rand16(hw, wf, (size_t)n * k, 1.0f / sqrtf((float)k), f16);
+  void *db = rand16(hb, bf, (size_t)n, 0.5f, f16);
+  void *dy;
   CK(cudaMalloc(&dy, hy.size() * 2));
-  CK(cudaMemcpy(dx, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(dw, hw.data(), hw.size() * 2, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(db, hb.data(), (size_t)n * 2, cudaMemcpyHostToDevice));
   void *dwt = c->wt ? make_tiled(dw, n, k) : NULL;
   layer_t L;
   std::vector<uint16_t> *out[2] = {&hy, &hy2};
@@ -350,7 +355,7 @@ static void time_fp8(void *const *act, void *x, void *const *b,
     for (int ci = 0; ci < ncfgs8; ci++) {
       const cfg8_t *c = &cfgs8[ci];
       const int rows = trows[ri];
-      if (rows > c->nr || (c->nr > 8 && rows <= c->nr / 2))
+      if (!times_rows(c->nr, rows))
         continue;
       for (int splits = 1; splits <= 4; splits *= 2)
         for (int pdl = 1; pdl >= 0; pdl--) {
@@ -441,31 +446,15 @@ static int check_chain(const ccfg_t *c, int rows, int splits) {
   const int nl = 3, widths[] = {1040, 520, 2056, 72}, acts[] = {1, 2, 0};
   std::vector<std::vector<uint16_t>> hw(nl), hb(nl), hy(nl), hy2(nl);
   std::vector<std::vector<float>> wf(nl), bf(nl);
-  std::vector<uint16_t> hx((size_t)rows * widths[0]);
-  for (auto &v : hx)
-    v = f2bf(frand());
-  void *dx, *dw[nl], *dwt[nl], *db[nl], *dy[nl];
-  CK(cudaMalloc(&dx, hx.size() * 2));
-  CK(cudaMemcpy(dx, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
+  std::vector<uint16_t> hx;
+  std::vector<float> xf;
+  void *dx = rand16(hx, xf, (size_t)rows * widths[0], 1.0f, 0);
+  void *dw[nl], *dwt[nl], *db[nl], *dy[nl];
   for (int l = 0; l < nl; l++) {
     const int n = widths[l + 1], k = widths[l];
-    const float ws = 1.0f / sqrtf((float)k);
-    hw[l].resize((size_t)n * k), wf[l].resize(hw[l].size());
-    hb[l].resize(n), bf[l].resize(n);
-    for (size_t i = 0; i < hw[l].size(); i++) {
-      hw[l][i] = f2bf(frand() * ws);
-      wf[l][i] = bf2f(hw[l][i]);
-    }
-    for (int m = 0; m < n; m++) {
-      hb[l][m] = f2bf(frand() * 0.5f);
-      bf[l][m] = bf2f(hb[l][m]);
-    }
-    CK(cudaMalloc(&dw[l], hw[l].size() * 2));
-    CK(cudaMemcpy(dw[l], hw[l].data(), hw[l].size() * 2,
-                  cudaMemcpyHostToDevice));
+    dw[l] = rand16(hw[l], wf[l], (size_t)n * k, 1.0f / sqrtf((float)k), 0);
     dwt[l] = make_tiled(dw[l], n, k);
-    CK(cudaMalloc(&db[l], (size_t)n * 2));
-    CK(cudaMemcpy(db[l], hb[l].data(), (size_t)n * 2, cudaMemcpyHostToDevice));
+    db[l] = rand16(hb[l], bf[l], (size_t)n, 0.5f, 0);
     CK(cudaMalloc(&dy[l], (size_t)rows * n * 2));
     hy[l].resize((size_t)rows * n), hy2[l].resize(hy[l].size());
   }
@@ -495,10 +484,6 @@ static int check_chain(const ccfg_t *c, int rows, int splits) {
       CK(cudaMemcpy((rep ? hy2 : hy)[l].data(), dy[l], hy[l].size() * 2,
                     cudaMemcpyDeviceToHost));
   }
-  {
-  std::vector<float> xf(hx.size());
-  for (size_t i = 0; i < hx.size(); i++)
-    xf[i] = bf2f(hx[i]);
   for (int l = 0; l < nl; l++) {
     const int n = widths[l + 1], k = widths[l];
     const int same =
@@ -515,7 +500,6 @@ static int check_chain(const ccfg_t *c, int rows, int splits) {
     xf.resize(hy[l].size());
     for (size_t i = 0; i < hy[l].size(); i++)
       xf[i] = bf2f(hy[l][i]);
-  }
   }
 out:
   cudaFree(dx), cudaFree(arrived);
@@ -543,7 +527,7 @@ static void time_chains(void *const *w, void *const *b, const void *x,
       for (int ci = 0; ci < nccfgs; ci++) {
         const ccfg_t *c = &ccfgs[ci];
         const int rows = trows[ri];
-        if (rows > c->nr || (c->nr > 8 && rows <= c->nr / 2))
+        if (!times_rows(c->nr, rows))
           continue;
         for (int splits = 1; splits <= 8; splits *= 2) {
           unsigned long long *arrived;
@@ -727,7 +711,7 @@ int main(int argc, char **argv) {
       const int rows = trows[ri];
       for (int ci = 0; ci < ncfgs; ci++) {
         const cfg_t *c = &cfgs[ci];
-        if (!wanted(c) || rows > c->nr || (c->nr > 8 && rows <= c->nr / 2))
+        if (!wanted(c) || !times_rows(c->nr, rows))
           continue;
         if (di == 1 && (rows == 8 || rows == 32 || rows == 64))
           continue;

@@ -100,20 +100,14 @@ __global__ void __launch_bounds__((C + 1) * 128, 1)
   const unsigned long long G = gridDim.x;
 
   if (tid == 0) {
-    for (int i = 0; i < ST; i++) {
-      mbar_init(smem_u32(&full[i]), 1);
-      mbar_init(smem_u32(&empty[i]), C * 128);
-    }
     /* Every consumer warp of the tile's S ranks, once its partials are
-     * written. */
+     * written (wg_ring_init's fence covers it too). */
     mbar_init(smem_u32(&ready), S * C * 4);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     const unsigned long long seen = ld_acquire_u64(p.arrived);
     base_s = seen - seen % (G * (unsigned long long)p.nl);
   }
-  __syncthreads();
+  wg_ring_init<ST>(full, empty, C * 128);
   cl.sync(); /* the ranks' barriers exist before any arrival */
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   const unsigned long long base = base_s;
 
   if (wg == C) {
@@ -129,19 +123,13 @@ __global__ void __launch_bounds__((C + 1) * 128, 1)
         wg_split((atoms + BKA - 1) / BKA, split, S, &st0, &nst);
         const int a0 = st0 * BKA;
         const CUtensorMap *mx = &maps.x[l];
-        auto slot = [&](int i) { /* a free stage for the layer's i-th */
-          const int gg = g + i;
-          if (gg >= ST)
-            mbar_wait(smem_u32(&empty[gg % ST]), ((gg / ST) - 1) & 1);
-        };
         auto load_w = [&](int i) {
           const int s = (g + i) % ST;
           const uint32_t bar = smem_u32(&full[s]);
-          mbar_expect_tx(bar, (unsigned)(BKA * (C * 8192 + NR * 128)));
+          mbar_expect_tx(bar, (unsigned)SH::SB);
           for (int c = 0; c < C; c++)
             bulk_g2s(sbase + s * SH::SB + c * BKA * 8192,
-                     L.wt + ((size_t)(tile * C + c) * tstride + a0 + i * BKA) *
-                                8192,
+                     wg_tiled_at(L.wt, tile, C, c, tstride, a0 + i * BKA),
                      (unsigned)(BKA * 8192), bar);
         };
         auto load_x = [&](int i) {
@@ -153,26 +141,18 @@ __global__ void __launch_bounds__((C + 1) * 128, 1)
         };
         /* The weights as far as the ring reaches, then the inputs once
          * every CTA has written its share of them. */
-        const int pre = nst < ST ? nst : ST;
-        for (int i = 0; i < pre; i++) {
-          slot(i);
-          load_w(i);
-        }
-        if (l == 0) {
-          asm volatile("griddepcontrol.wait;" ::: "memory");
-        } else {
+        auto inputs_written = [&] {
+          if (l == 0) {
+            wg_grid_wait()();
+            return;
+          }
           const unsigned long long want = base + (unsigned long long)l * G;
           while (ld_acquire_u64(p.arrived) < want)
             ;
           fence_proxy_async_global();
-        }
-        for (int i = 0; i < pre; i++)
-          load_x(i);
-        for (int i = pre; i < nst; i++) {
-          slot(i);
-          load_w(i);
-          load_x(i);
-        }
+        };
+        wg_produce<ST, 1>(g, nst, empty, load_w, load_x, [](int) {},
+                          inputs_written);
         g += nst;
       }
     }

@@ -92,11 +92,7 @@ static const small_variant_t small_shapes[MLPD_SMALL_MMA_VARIANTS] = {
       mlpd_small_gemm_kernel_pipe<M, NT, 16, 1, 2, 2, 1>,                     \
       mlpd_small_gemm_kernel_pipe<M, NT, 16, 1, 1, 4, 1>
 
-/* n-tiles (of 8 rows) index for a bucket of `rows` <= 32. */
-static inline int tiles_index(int rows) {
-  return rows <= 8 ? 0 : rows <= 16 ? 1 : 2;
-}
-
+/* The kernels of each row class (mlpd_cuda_row_class) and variant. */
 template <int MODE> struct small_table {
   static const small_kernel_t k[3][MLPD_SMALL_MMA_VARIANTS];
 };
@@ -117,7 +113,7 @@ int small_launch(int variant, int rows, int n, int k, const void *x,
       act > MLPD_KACT_RELU)
     return (int)cudaErrorInvalidValue;
   const small_variant_t sh = small_shapes[variant];
-  small_kernel_t kern = small_table<MODE>::k[tiles_index(rows)][variant];
+  small_kernel_t kern = small_table<MODE>::k[mlpd_cuda_row_class(rows)][variant];
   cudaLaunchConfig_t cfg = {};
   cudaLaunchAttribute attr[1];
   const int per_block = 16 * sh.mt;

@@ -394,7 +394,7 @@ extern "C" const char *mlpd_cuda_small_name(int rows, int variant) {
   if (mlpd_cuda_small_variants(MLPD_KMODE_BF16, rows) == 0 || variant < 0 ||
       variant >= MLPD_SMALL_MAX_VARIANTS)
     return "none";
-  return names[rows <= 8 ? 0 : rows <= 16 ? 1 : 2][variant];
+  return names[mlpd_cuda_row_class(rows)][variant];
 }
 
 extern "C" int mlpd_cuda_small_probe(int mode, int *ptx, int *bin) {

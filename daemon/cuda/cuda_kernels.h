@@ -62,6 +62,13 @@ enum {
  * their `w`. */
 #define MLPD_SMALL_TILED_FIRST (MLPD_SMALL_MAX_VARIANTS - 2)
 
+/* The row class of a small batch: 0 up to 8 rows, 1 up to 16, 2 up to
+ * MLPD_SMALL_MAX_ROWS; each class has kernels of its own, made for its
+ * largest batch. */
+static inline int mlpd_cuda_row_class(int rows) {
+  return rows <= 8 ? 0 : rows <= 16 ? 1 : 2;
+}
+
 /* How many small-batch variants exist for `rows` rows in `mode`; 0 when
  * none applies (rows > MLPD_SMALL_MAX_ROWS or < 1). Variants differ in
  * how many warps split one layer's K, how many bytes a thread loads at

@@ -135,11 +135,19 @@ fail:
   return rc;
 }
 
+static void free_tiled(cuda_engine_t *e) {
+  for (int l = 0; l < e->nlayers; l++) {
+    (void)cudaFree(e->L[l].wt);
+    e->L[l].wt = NULL;
+  }
+}
+
 /* The tiled copies of the weights that the tiled wgmma variants read, one
  * allocation a layer so that open can keep only those its plans use
  * (mlpd_cuda_setup_drop_tiled). An option, not a need: without room for
- * them (all together at most half the free memory) those variants do not
- * compete. */
+ * them (all together at most half the free memory, and what another
+ * engine opening beside this one leaves) those variants do not compete.
+ * Only a failure to write them fails open. */
 static int make_tiled(cuda_engine_t *e, mlpd_err_t *err) {
   int rc = 0;
   size_t total = 0, fr = 0, tot = 0;
@@ -147,8 +155,15 @@ static int make_tiled(cuda_engine_t *e, mlpd_err_t *err) {
     return 0;
   for (int l = 0; l < e->nlayers; l++)
     total += mlpd_cuda_wg_tiled_bytes(e->L[l].out_p, e->L[l].in_p);
-  if (cudaMemGetInfo(&fr, &tot) != cudaSuccess || total > fr / 2) {
+  cudaError_t ce = cudaMemGetInfo(&fr, &tot);
+  if (ce == cudaSuccess && total > fr / 2)
+    ce = cudaErrorMemoryAllocation;
+  for (int l = 0; l < e->nlayers && ce == cudaSuccess; l++)
+    ce = cudaMalloc(&e->L[l].wt,
+                    mlpd_cuda_wg_tiled_bytes(e->L[l].out_p, e->L[l].in_p));
+  if (ce != cudaSuccess) {
     (void)cudaGetLastError();
+    free_tiled(e);
     MLPD_LOGI("cuda engine: no room for the tiled weights (%.1f MiB, %.1f "
               "MiB free): the tiled wgmma variants do not compete",
               (double)total / (1 << 20), (double)fr / (1 << 20));
@@ -156,9 +171,6 @@ static int make_tiled(cuda_engine_t *e, mlpd_err_t *err) {
   }
   for (int l = 0; l < e->nlayers; l++) {
     layer_t *L = &e->L[l];
-    size_t b = mlpd_cuda_wg_tiled_bytes(L->out_p, L->in_p);
-    CU(cudaMalloc(&L->wt, b), "allocate %zu bytes for layer %d's tiled "
-       "weights", b, l + 1);
     CU((cudaError_t)mlpd_cuda_wg_tile(L->wt, L->w, L->out_p, L->in_p, e->st),
        "tile layer %d's weights", l + 1);
   }
@@ -387,17 +399,15 @@ void mlpd_cuda_setup_drop_tiled(cuda_engine_t *e) {
   for (int l = 0; l < e->nlayers; l++) {
     layer_t *L = &e->L[l];
     int used = 0;
-    for (int b = 0; b < e->nbuckets && !used; b++)
+    for (int b = 0; b < e->nbuckets && L->wt != NULL && !used; b++)
       used = e->bk[b].ch[l].small &&
              e->bk[b].ch[l].variant >= MLPD_SMALL_TILED_FIRST;
-    if (L->wt == NULL)
-      continue;
     if (used) {
       kept++;
-      continue;
+    } else if (L->wt != NULL) {
+      (void)cudaFree(L->wt);
+      L->wt = NULL;
     }
-    (void)cudaFree(L->wt);
-    L->wt = NULL;
   }
   if (e->tiled_ok)
     MLPD_LOGI("cuda engine: %d of %d layers run a tiled wgmma variant "
@@ -646,8 +656,8 @@ void mlpd_cuda_setup_free(cuda_engine_t *e) {
     free(e->bk);
     e->bk = NULL;
   }
+  free_tiled(e);
   for (int l = 0; l < e->nlayers; l++) {
-    cudaFree(e->L[l].wt);
     if (e->L[l].desc != NULL)
       cublasLtMatmulDescDestroy(e->L[l].desc);
     if (e->L[l].lw != NULL)

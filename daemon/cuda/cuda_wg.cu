@@ -66,8 +66,6 @@ cudaError_t encoder(void) {
   return g_encode_err;
 }
 
-int row_class(int rows) { return rows <= 8 ? 0 : rows <= 16 ? 1 : 2; }
-
 } // namespace
 
 int mlpd__k_wg_gemm(int f16, int variant, int rows, int n, int k,
@@ -80,7 +78,7 @@ int mlpd__k_wg_gemm(int f16, int variant, int rows, int n, int k,
   cudaError_t ce = encoder();
   if (ce != cudaSuccess)
     return (int)ce;
-  const wg_variant_t *v = &wg_table[row_class(rows)][variant];
+  const wg_variant_t *v = &wg_table[mlpd_cuda_row_class(rows)][variant];
   const wg_kernel_t kern = v->k[f16 ? 1 : 0];
   int dev = 0, sms = 0;
   ce = cudaGetDevice(&dev);

@@ -125,29 +125,56 @@ __device__ __forceinline__ void wg_ring_init(uint64_t *full, uint64_t *empty,
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
 
-/* The producer thread's schedule over its nst stages: the weights of the
- * first ST (what the ring holds) and before_wait(ST) while the previous
- * layer may still run, then the wait for it, those stages' inputs, and
- * the rest stage by stage as the consumers hand them back. */
-template <int ST, int MC, typename LW, typename LX, typename BW>
-__device__ __forceinline__ void wg_produce(int nst, uint64_t *empty,
+/* wg_produce's wait for the inputs of a layer launched after the one
+ * that writes them: the previous grid (a no-op without the programmatic
+ * launch attribute). */
+struct wg_grid_wait {
+  __device__ __forceinline__ void operator()() const {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+  }
+};
+
+/* The producer thread's schedule over nst stages, the ring's g0-th stage
+ * on (0 for a kernel's only layer): the weights of the first ST, as the
+ * ring frees them, and before_wait(ST), while the inputs may still be
+ * being written; then wait_inputs(), those stages' inputs, and the rest
+ * stage by stage as the consumers hand them back. load_w(i) and load_x(i)
+ * fill the layer's i-th stage, the ring's (g0 + i) % ST. */
+template <int ST, int MC, typename LW, typename LX, typename BW, typename WI>
+__device__ __forceinline__ void wg_produce(int g0, int nst, uint64_t *empty,
                                            LW load_w, LX load_x,
-                                           BW before_wait) {
+                                           BW before_wait, WI wait_inputs) {
+  auto slot = [&](int it) {
+    const int g = g0 + it;
+    if (g < ST)
+      return;
+    if (MC == 1)
+      mbar_wait(smem_u32(&empty[g % ST]), ((g / ST) - 1) & 1);
+    else
+      mbar_wait_cluster(smem_u32(&empty[g % ST]), ((g / ST) - 1) & 1);
+  };
   const int pre = nst < ST ? nst : ST;
-  for (int it = 0; it < pre; it++)
+  for (int it = 0; it < pre; it++) {
+    slot(it);
     load_w(it);
+  }
   before_wait(pre);
-  asm volatile("griddepcontrol.wait;" ::: "memory");
+  wait_inputs();
   for (int it = 0; it < pre; it++)
     load_x(it);
   for (int it = pre; it < nst; it++) {
-    if (MC == 1)
-      mbar_wait(smem_u32(&empty[it % ST]), ((it / ST) - 1) & 1);
-    else
-      mbar_wait_cluster(smem_u32(&empty[it % ST]), ((it / ST) - 1) & 1);
+    slot(it);
     load_w(it);
     load_x(it);
   }
+}
+
+/* Where warpgroup c of feature tile `tile` finds atom `atom` in the tiled
+ * copy of the weights (wg_tile_weights; tstride atoms a tile). */
+__device__ __forceinline__ const uint8_t *wg_tiled_at(const uint8_t *wt,
+                                                      int tile, int C, int c,
+                                                      int tstride, int atom) {
+  return wt + ((size_t)(tile * C + c) * tstride + atom) * 8192;
 }
 
 /* A consumer warpgroup's multiply of one stage: BKA atoms of its 64
@@ -333,12 +360,11 @@ __global__ void __launch_bounds__((C + 1) * 128, 1)
         const int s = it % ST;
         const uint32_t ws = sbase + s * SH::SB;
         const uint32_t bar = smem_u32(&full[s]);
-        mbar_expect_tx(bar, (unsigned)(BKA * (C * 8192 + NR * 128)));
+        mbar_expect_tx(bar, (unsigned)SH::SB);
         if (WT) {
           for (int c = 0; c < C; c++)
             bulk_g2s(ws + c * BKA * 8192,
-                     p.wt + ((size_t)(tile * C + c) * tstride + a0 +
-                             it * BKA) * 8192,
+                     wg_tiled_at(p.wt, tile, C, c, tstride, a0 + it * BKA),
                      (unsigned)(BKA * 8192), bar);
         } else {
           for (int c = 0; c < C; c++)
@@ -366,9 +392,9 @@ __global__ void __launch_bounds__((C + 1) * 128, 1)
         for (int it = pre; it < nst; it++)
           for (int c = 0; c < C; c++) {
             if (WT)
-              prefetch_l2(p.wt + ((size_t)(tile * C + c) * tstride + a0 +
-                                  it * BKA) * 8192,
-                          (unsigned)(BKA * 8192));
+              prefetch_l2(
+                  wg_tiled_at(p.wt, tile, C, c, tstride, a0 + it * BKA),
+                  (unsigned)(BKA * 8192));
             else
               for (int q = 0; q < 64 / BR; q++)
                 for (int a = 0; a < BKA; a++)
@@ -376,7 +402,8 @@ __global__ void __launch_bounds__((C + 1) * 128, 1)
                                   f0 + c * 64 + q * BR);
           }
       };
-      wg_produce<ST, MC>(nst, empty, load_w, load_x, prefetch);
+      wg_produce<ST, MC>(0, nst, empty, load_w, load_x, prefetch,
+                         wg_grid_wait());
     }
   } else {
 #pragma unroll 1
