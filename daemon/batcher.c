@@ -598,6 +598,17 @@ int mlpd_batcher_idle(const mlpd_batcher_t *b) {
   return mlpd_batcher_slots_idle(b) && b->pend_head == NULL;
 }
 
+void mlpd_batcher_refuse_pending(mlpd_batcher_t *b, const char *msg) {
+  for (mlpd_req_t *r = b->pend_head, *next; r != NULL; r = next) {
+    next = r->pnext;
+    withdraw(b, r);
+    if (r->cancelled)
+      b->done(b->ud, r, MLPD_STATUS_CANCELLED, "client went away");
+    else
+      b->done(b->ud, r, MLPD_STATUS_UNAVAILABLE, msg);
+  }
+}
+
 void mlpd_batcher_set_shape(mlpd_batcher_t *b,
                             const mlpd_batcher_shape_t *shape,
                             void *const *in, void *const *out) {

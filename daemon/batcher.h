@@ -115,7 +115,7 @@ struct mlpd_req_s {
  * (owner gone: free it, do not answer), INVALID_ARGUMENT (the model was
  * replaced by one of another input width) or UNAVAILABLE (replaced by one
  * of another output width: the request itself is fine, a retry gets the
- * new model's answer). */
+ * new model's answer; or the new engines cannot be fed, msg says why). */
 #define MLPD_REQ_DIRECT_IN 1
 #define MLPD_REQ_DIRECT_OUT 2
 
@@ -300,6 +300,10 @@ int mlpd_batcher_slots_idle(const mlpd_batcher_t *b);
 
 /* Nothing admitted remains: no pending rows, no slot in use. */
 int mlpd_batcher_idle(const mlpd_batcher_t *b);
+
+/* Answers every pending request UNAVAILABLE with msg (every slot must be
+ * idle): the engines it was held for cannot be fed (a switch that failed). */
+void mlpd_batcher_refuse_pending(mlpd_batcher_t *b, const char *msg);
 
 /* Replaces the shape and the staging buffers (every slot must be idle).
  * Pending requests whose widths no longer match are answered (see

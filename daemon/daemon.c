@@ -618,6 +618,41 @@ static void set_max_queue(mlpd_daemon_t *d) {
               QUEUE_BATCHES_GPU, QUEUE_BATCHES_CPU);
 }
 
+/* An I/O thread could not take model m's new pool (out of memory for its
+ * staging): it refuses the model's requests, so the model is not served
+ * half. It fails, as a load that failed, with the reason, and its new
+ * pool is unloaded from every thread; a later load or SIGHUP tries again.
+ * The old pool, if any, no thread uses any more. */
+static void refused_switch(mlpd_daemon_t *d, int m) {
+  mlpd_dmodel_t *dm = &d->models[m];
+  mlpd_pool_t *old = dm->pool;
+  char why[160];
+  snprintf(why, sizeof(why), "an I/O thread could not make room for the "
+           "model's staging buffers: %s", mlpd_strerror(dm->switch_rc));
+  dm->switch_rc = 0;
+  if (old != NULL) {
+    MLPD_LOGE("model '%s': reload failed after generation %llu was let go, "
+              "so it is unloaded: %s",
+              name_of(d, m), (unsigned long long)dm->generation, why);
+    dm->reloads_failed++;
+    d->reloads_failed++;
+  } else {
+    MLPD_LOGE("model '%s' failed to load: %s", name_of(d, m), why);
+  }
+  mlpd_models_set(&d->board.models, m, MLPD_MODEL_FAILED, why);
+  dm->pool = dm->next_pool;
+  dm->next_pool = NULL;
+  publish(d, m); /* before the old pool is retired: nobody reads it after */
+  retire(d, old);
+  dm->failing = 1;
+  dm->unloading = 1;
+  dm->switching = 1;
+  dm->acks = 0;
+  post_all(d, MLPD_MSG_USE_POOL, m, NULL);
+  if (state_of(d) == MLPD_STATE_READY)
+    mlpd_notify_ready();
+}
+
 /* Every I/O thread let go of model m's old pool (or of its pool, when
  * unloading). */
 static void switched(mlpd_daemon_t *d, int m) {
@@ -627,13 +662,22 @@ static void switched(mlpd_daemon_t *d, int m) {
   if (dm->unloading) {
     dm->unloading = 0;
     dm->pool = NULL;
-    mlpd_models_set(&d->board.models, m, MLPD_MODEL_UNLOADED, NULL);
+    if (!dm->failing)
+      mlpd_models_set(&d->board.models, m, MLPD_MODEL_UNLOADED, NULL);
     publish(d, m);
     set_max_queue(d);
     retire(d, old);
     MLPD_LOGI("model '%s' unloaded", name_of(d, m));
+    if (dm->failing) {
+      dm->failing = 0;
+      settle(d, m);
+    }
     pump(d);
     maybe_drained(d);
+    return;
+  }
+  if (dm->switch_rc != 0) {
+    refused_switch(d, m);
     return;
   }
   dm->pool = dm->next_pool;
@@ -757,9 +801,12 @@ static void on_msg(mlpd_mailbox_t *mb, mlpd_msg_t *msg) {
     return;
   }
   case MLPD_MSG_SWITCHED: {
-    int m = ((mlpd_dispatch_msg_t *)msg)->model;
-    if (++d->models[m].acks == d->nshards)
-      switched(d, m);
+    const mlpd_dispatch_msg_t *sw = (const mlpd_dispatch_msg_t *)msg;
+    mlpd_dmodel_t *dm = &d->models[sw->model];
+    if (sw->rc != 0 && dm->switch_rc == 0)
+      dm->switch_rc = sw->rc;
+    if (++dm->acks == d->nshards)
+      switched(d, sw->model);
     return;
   }
   case MLPD_MSG_MODEL_OP:
@@ -1017,8 +1064,10 @@ static int io_threads(const mlpd_config_t *c) {
   return cores >= 16 ? 4 : cores >= 8 ? 2 : 1;
 }
 
-static int start_shards(mlpd_daemon_t *d, mlpd_err_t *err) {
-  int n = d->nshards;
+/* Starts n I/O threads; d->nshards counts those that run, so that a
+ * failure part way (finish) stops exactly those. */
+static int start_shards(mlpd_daemon_t *d, int n, mlpd_err_t *err) {
+  d->nshards = 0;
   set_max_queue(d);
   int queue = (staged_rows(d) + n - 1) / n;
   int slots = (queue + d->cfg.max_batch - 1) / d->cfg.max_batch + 3;
@@ -1061,10 +1110,9 @@ static int start_shards(mlpd_daemon_t *d, mlpd_err_t *err) {
     }
     int rc = mlpd_dispatch_start(&d->shards[i], i, &dc, &d->board,
                                  &d->access, &d->mb, fd, err);
-    if (rc != 0) {
-      d->nshards = i;
+    if (rc != 0)
       return rc;
-    }
+    d->nshards = i + 1;
   }
   return 0;
 }
@@ -1165,8 +1213,7 @@ int mlpd_daemon_run(const mlpd_config_t *cfg) {
                 cfg->http_allow_repo_remote ? " and load or unload models"
                                             : "");
   }
-  d->nshards = nshards;
-  if ((rc = start_shards(d, &err)) != 0)
+  if ((rc = start_shards(d, nshards, &err)) != 0)
     goto fail;
   close(d->listen_fd); /* the dispatchers hold their duplicates */
   d->listen_fd = -1;

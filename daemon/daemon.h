@@ -119,6 +119,10 @@ typedef struct mlpd_dmodel_s {
   int switching;               /* USE_POOL sent, SWITCHED acks missing */
   int unloading;               /* ... and the new pool is none */
   int acks;
+  int switch_rc;               /* first I/O thread's failure to take the
+                                  new pool (SWITCHED), or 0 */
+  int failing;                 /* unloading a pool an I/O thread could
+                                  not take: FAILED, not UNLOADED, after */
   int want_load;               /* a load (or reload) waits for its turn */
   int want_unload;             /* an unload waits for a load or switch */
   int starting;                /* part of the startup set, not settled */

@@ -45,10 +45,12 @@ static void on_check(uv_check_t *h) {
   mlpd_dispatch_t *d = h->data;
   if (d->closing)
     return;
-  for (int m; (m = mlpd_scheduler_try_switch(&d->sched)) >= 0;) {
+  int rc;
+  for (int m; (m = mlpd_scheduler_try_switch(&d->sched, &rc)) >= 0;) {
     mlpd_dispatch_msg_t *sw = &d->switched[m];
     sw->msg.type = MLPD_MSG_SWITCHED;
     sw->model = m;
+    sw->rc = rc;
     mlpd_mailbox_post(d->daemon_mb, &sw->msg);
   }
   if (d->sched.due)

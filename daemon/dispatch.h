@@ -76,6 +76,9 @@ typedef struct mlpd_dispatch_msg_s {
   mlpd_msg_t msg;              /* first */
   mlpd_pool_t *pool;           /* USE_POOL: NULL unloads the model */
   int model;                   /* USE_POOL, SWITCHED: the model's index */
+  int rc;                      /* SWITCHED: 0, or why this thread cannot
+                                  serve the new pool (it refuses the
+                                  model's requests until unloaded) */
 } mlpd_dispatch_msg_t;
 
 typedef struct mlpd_dispatch_s {

@@ -590,6 +590,28 @@ void mlpd_requests_on_done(void *ud, mlpd_req_t *req, mlpd_status_t status,
 /* ---- Infer ----------------------------------------------------------------
  */
 
+/* Why model `index`, known by name, serves no request on this thread now:
+ * its state and, for a failure, the reason (ListModels's words). */
+static void why_not_served(mlpd_requests_t *r, int index, char *msg,
+                           size_t len) {
+  mlpd_models_status_t *ms = &r->refusal;
+  if (mlpd_models_get(&r->board->models, index, ms) != 0) {
+    snprintf(msg, len, "model is not ready");
+  } else if (ms->state == MLPD_MODEL_LOADING ||
+             (ms->state == MLPD_MODEL_READY && !ms->ready)) {
+    snprintf(msg, len, "model '%s' is still loading; retry when ready",
+             ms->name);
+  } else if (ms->state == MLPD_MODEL_FAILED) {
+    snprintf(msg, len, "model '%s' failed to load: %s", ms->name,
+             ms->message);
+  } else {
+    snprintf(msg, len, "model '%s' is %s; load it first", ms->name,
+             ms->state == MLPD_MODEL_READY
+                 ? "being unloaded"
+                 : mlpd_model_state_name(ms->state));
+  }
+}
+
 /* ---- model routing: the common path of every transport ------------------
  */
 
@@ -617,24 +639,8 @@ int mlpd_requests_route(mlpd_requests_t *r, const char *model,
   }
   const mlpd_batcher_shape_t *sh = mlpd_scheduler_shape(r->sched, *index);
   if (sh == NULL) {
-    mlpd_models_status_t *ms = malloc(sizeof(*ms));
     *st = MLPD_STATUS_UNAVAILABLE;
-    if (ms == NULL || mlpd_models_get(&r->board->models, *index, ms) != 0) {
-      snprintf(msg, len, "model is not ready");
-    } else if (ms->state == MLPD_MODEL_LOADING ||
-               (ms->state == MLPD_MODEL_READY && !ms->ready)) {
-      snprintf(msg, len, "model '%s' is still loading; retry when ready",
-               ms->name);
-    } else if (ms->state == MLPD_MODEL_FAILED) {
-      snprintf(msg, len, "model '%s' failed to load: %s", ms->name,
-               ms->message);
-    } else {
-      snprintf(msg, len, "model '%s' is %s; load it first", ms->name,
-               ms->state == MLPD_MODEL_READY
-                   ? "being unloaded"
-                   : mlpd_model_state_name(ms->state));
-    }
-    free(ms);
+    why_not_served(r, *index, msg, len);
     return MLPD_EBUSY;
   }
   *shape = sh;
@@ -1087,10 +1093,10 @@ static void handle_model_info(mlpd_requests_t *r, mlpd_conn_t *c,
   }
   mlpd_pool_t *p = mlpd_scheduler_pool(r->sched, index);
   if (p == NULL) {
-    send_error(r, c, id, MLPD_RPC_MODEL_INFO, MLPD_STATUS_UNAVAILABLE,
-               "model '%s' is not loaded (it is loading, failed or was "
-               "unloaded; ListModels says which)",
-               q->model[0] ? q->model : "(default)");
+    char why[256];
+    why_not_served(r, index, why, sizeof(why));
+    send_error(r, c, id, MLPD_RPC_MODEL_INFO, MLPD_STATUS_UNAVAILABLE, "%s",
+               why);
     return;
   }
   mlpd_rpc_model_info_t *in = calloc(1, sizeof(*in)); /* large */
@@ -1310,25 +1316,17 @@ int mlpd_requests_model(mlpd_requests_t *r, const char *name,
   mlpd_err_t err = {0};
   if (mlpd_models_find(&r->board->models, name, version, &index, &err) != 0)
     return MLPD_ENOENT;
-  mlpd_models_status_t *ms = malloc(sizeof(*ms));
-  if (ms == NULL)
-    return -ENOMEM;
-  int rc = mlpd_models_get(&r->board->models, index, ms);
-  if (rc != 0) {
-    free(ms);
+  mlpd_models_status_t *ms = &r->model;
+  if (mlpd_models_get(&r->board->models, index, ms) != 0)
     return MLPD_ENOENT;
-  }
-  snprintf(r->model_name, sizeof(r->model_name), "%s", ms->name);
-  snprintf(r->model_version, sizeof(r->model_version), "%s", ms->version);
   const mlpd_batcher_shape_t *sh = mlpd_scheduler_shape(r->sched, index);
   mlpd_state_t state = mlpd_board_state(r->board);
   int ready = sh != NULL && ms->ready && !r->draining &&
               state != MLPD_STATE_DRAINING && state != MLPD_STATE_STOPPED;
-  free(ms);
   *out = (mlpd_requests_model_t){
       .index = index,
-      .name = r->model_name,
-      .version = r->model_version,
+      .name = ms->name,
+      .version = ms->version,
       .in_features = sh != NULL ? (size_t)sh->in_features : 0,
       .out_features = sh != NULL ? (size_t)sh->out_features : 0,
       .dtype = MLPD_DTYPE_F32,

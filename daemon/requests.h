@@ -87,8 +87,11 @@ typedef struct mlpd_requests_s {
                             copies, recycled (bufcache.h) */
   char *text_buf;        /* Metrics message rendering, grows */
   size_t text_cap;
-  char model_name[MLPD_MODEL_NAME_MAX + 1];       /* mlpd_requests_model's */
-  char model_version[MLPD_MODEL_VERSION_MAX + 1]; /* answer */
+  /* Copies of a model's status (large: its path and versions), kept here
+   * so that looking a model up on the hot path allocates nothing: */
+  mlpd_models_status_t model;   /* mlpd_requests_model's answer points
+                                   into it */
+  mlpd_models_status_t refusal; /* why a request's model serves nothing */
 } mlpd_requests_t;
 
 /* From now on, inline requests whose frames lie in `arena` (the server's

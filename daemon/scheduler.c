@@ -226,14 +226,19 @@ static void unload_lane(mlpd_scheduler_t *s, mlpd_lane_t *l) {
     atomic_store(&s->cfg.model_rate[(int)(l - s->lanes)], 0);
 }
 
-static void switch_lane(mlpd_scheduler_t *s, int m) {
+/* Moves lane m onto its next pool. Returns 0, or a negative code when
+ * this thread cannot feed the new pool (no memory for its staging or its
+ * batcher): the lane then holds the pool without a batcher, refusing the
+ * model's requests, and what it had held for the switch is answered
+ * UNAVAILABLE, until the daemon unloads the model. */
+static int switch_lane(mlpd_scheduler_t *s, int m) {
   mlpd_lane_t *l = &s->lanes[m];
   mlpd_pool_t *old = l->pool, *p = l->next_pool;
   l->next_pool = NULL;
   l->switching = 0;
   if (p == NULL) {
     unload_lane(s, l);
-    return;
+    return 0;
   }
   free_staging(s, l, old);
   l->pool = p;
@@ -245,11 +250,14 @@ static void switch_lane(mlpd_scheduler_t *s, int m) {
     l->on_gpu = strcmp(pd->kind, "cpu") != 0;
     free(pd);
   }
-  if (alloc_staging(s, l, p) != 0) {
+  int rc = alloc_staging(s, l, p);
+  if (rc != 0) {
     MLPD_LOGE("dispatcher %d: out of memory for %d staging slots of model "
-              "%d; its requests get UNAVAILABLE",
-              s->index, s->cfg.nslots, m);
+              "%d", s->index, s->cfg.nslots, m);
     if (l->batcher_ready) {
+      mlpd_batcher_refuse_pending(&l->batcher,
+                                  "the model's new version could not be "
+                                  "served: the daemon is out of memory");
       mlpd_batcher_free(&l->batcher);
       l->batcher_ready = 0;
     }
@@ -261,20 +269,23 @@ static void switch_lane(mlpd_scheduler_t *s, int m) {
                                 .nslots = s->cfg.nslots,
                                 .max_attempts = 2};
     mlpd_err_t err = {0};
-    if (mlpd_batcher_init(&l->batcher, mlpd_pool_shape(p), &bc, l->in, l->out,
-                          s->done, s->done_ud, &err) == 0) {
+    rc = mlpd_batcher_init(&l->batcher, mlpd_pool_shape(p), &bc, l->in,
+                           l->out, s->done, s->done_ud, &err);
+    if (rc == 0) {
       l->batcher_ready = 1;
       mlpd_batcher_set_flush(&l->batcher, s->flush);
     } else {
-      MLPD_LOGE("dispatcher %d: %s", s->index, err.msg);
+      MLPD_LOGE("dispatcher %d: model %d: %s", s->index, m, err.msg);
+      free_staging(s, l, p);
     }
   } else {
     mlpd_batcher_set_shape(&l->batcher, mlpd_pool_shape(p), l->in, l->out);
     mlpd_batcher_set_flush(&l->batcher, s->flush);
   }
+  return rc;
 }
 
-int mlpd_scheduler_try_switch(mlpd_scheduler_t *s) {
+int mlpd_scheduler_try_switch(mlpd_scheduler_t *s, int *rc) {
   for (int m = 0; m < s->nlanes; m++) {
     mlpd_lane_t *l = &s->lanes[m];
     if (!l->switching)
@@ -283,7 +294,7 @@ int mlpd_scheduler_try_switch(mlpd_scheduler_t *s) {
         !(l->next_pool != NULL ? mlpd_batcher_slots_idle(&l->batcher)
                                : mlpd_batcher_idle(&l->batcher)))
       continue;
-    switch_lane(s, m);
+    *rc = switch_lane(s, m);
     s->due = 1;
     publish(s);
     return m;

@@ -175,8 +175,11 @@ void mlpd_scheduler_flush(mlpd_scheduler_t *s);
 
 /* Completes a pending switch (or unload) whose old pool no slot runs on
  * any more. Returns the model's index when it did (the daemon is to be
- * told), else -1; call again until -1. */
-int mlpd_scheduler_try_switch(mlpd_scheduler_t *s);
+ * told), else -1; call again until -1. *rc: 0, or a negative code when
+ * this thread cannot feed the new pool (out of memory for its staging or
+ * batcher): it refuses the model's requests, UNAVAILABLE, from then on and
+ * the daemon is to unload the model. */
+int mlpd_scheduler_try_switch(mlpd_scheduler_t *s, int *rc);
 
 /* When due: expires deadlines and hands every ready slot to a device with
  * room, lanes taking turns. `arriving`: a frame is partly received.

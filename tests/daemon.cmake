@@ -30,3 +30,13 @@ mlpd_test(test_models LIBS mlpd_client mlpd_daemonutil TIMEOUT 600)
 add_dependencies(test_models mlpd)
 mlpd_test(test_oip_http LIBS mlpd_daemonutil PkgConfig::JANSSON TIMEOUT 300)
 add_dependencies(test_oip_http mlpd)
+# Everything at once (tests/soak.py): loads on every transport, reloads and
+# unloads under them, abusive clients, the daemon's descriptors and exit.
+# CI runs it for 20 s on the fake device; a soak is the same for minutes
+# (CONTRIBUTING.md). It loads both cores, so it runs alone.
+add_test(NAME test_soak
+  COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/soak.py
+          --build ${PROJECT_BINARY_DIR} --device fake --seconds 20
+          --out ${CMAKE_CURRENT_BINARY_DIR}/soak)
+set_tests_properties(test_soak PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300
+  RUN_SERIAL TRUE ENVIRONMENT "${MLPD_TEST_ENV}")

@@ -64,6 +64,11 @@ endforeach()
 target_compile_definitions(test_devices PRIVATE
   MLPD_FAKE_PLUGIN_DIR="${_pd}/fake" MLPD_FAKE_DRIVER_DIR="${_pd}/driver")
 add_dependencies(test_devices plugin_fake plugin_fake_driver)
+# And test_models, for a reload whose staging cannot be made
+# (MLPD_FAKE_CUDA_HOST_ALLOC_FAIL).
+target_compile_definitions(test_models PRIVATE
+  MLPD_FAKE_PLUGIN_DIR="${_pd}/fake" MLPD_FAKE_DRIVER_DIR="${_pd}/driver")
+add_dependencies(test_models plugin_fake plugin_fake_driver)
 
 # Zero-copy shared memory (test_zcopy.c): the daemon's direct path on the
 # fake plugin, which takes direct segments and checks them against its

@@ -35,6 +35,12 @@
  *                               outputs (left as they were), as a GPU's
  *                               DMA costs the host nothing: benchmarks
  *                               of the daemon's own path (bench/host-path.sh)
+ *   MLPD_FAKE_CUDA_HOST_ALLOC_FAIL=PATH:BYTES  while file PATH exists,
+ *                               host_alloc of BYTES or more returns NULL, as
+ *                               cudaHostAlloc out of pinned memory does
+ *                               (test_models: a reload whose staging
+ *                               cannot be made; the pool's own one-row
+ *                               buffers stay below BYTES)
  *   MLPD_FAKE_CUDA_REGISTER=fail  host_register refuses every range
  *   MLPD_FAKE_CUDA_REGISTER_DELAY_MS=N  host_register takes N ms, as
  *                               cudaHostRegister of a large region does
@@ -63,6 +69,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define FAKE_DEVICES 2
 #define FAKE_MAX_REGS 1024
@@ -303,8 +310,21 @@ static int fake_count(void) {
   return v != NULL && *v != '\0' ? atoi(v) : FAKE_DEVICES;
 }
 
+/* Whether MLPD_FAKE_CUDA_HOST_ALLOC_FAIL says to refuse `bytes` now. */
+static int host_alloc_fails(size_t bytes) {
+  const char *v = getenv("MLPD_FAKE_CUDA_HOST_ALLOC_FAIL");
+  const char *colon = v != NULL ? strrchr(v, ':') : NULL;
+  if (colon == NULL || bytes < strtoull(colon + 1, NULL, 10))
+    return 0;
+  char path[512];
+  snprintf(path, sizeof(path), "%.*s", (int)(colon - v), v);
+  return access(path, F_OK) == 0;
+}
+
 static void *fake_host_alloc(mlpd_engine_t *e, size_t bytes) {
   (void)e;
+  if (host_alloc_fails(bytes))
+    return NULL;
   return calloc(1, bytes ? bytes : 1);
 }
 

@@ -87,6 +87,7 @@ truth() {
     "$mlpd" infer --help
     "$mlpctl" --help
     "$bench" --help
+    python3 "$src/tests/soak.py" --help
   } 2>&1 | grep -o -- '--[a-z][a-z0-9-]*' | sort -u >"$tmp/known-flags"
   [ "$(wc -l <"$tmp/known-flags")" -gt 20 ] ||
     fail "only $(wc -l <"$tmp/known-flags") flags in the tools' --help"

@@ -10,8 +10,10 @@
  * unloaded under load answers what it accepted and disturbs nobody, load
  * brings it back, SIGHUP rescans --model-dir (new models, new versions,
  * changed files), only root and the daemon's user may load and unload, a
- * lone request to one model is not starved by another's saturation, and
- * the metrics carry the model label. The model table's own functions
+ * lone request to one model is not starved by another's saturation, a
+ * reload whose staging cannot be made (the fake CUDA plugin out of pinned
+ * memory) fails the model cleanly and answers its clients, and the
+ * metrics carry the model label. The model table's own functions
  * (daemon/models.h) are tested first, without a daemon. */
 #include "mlpd_client.h"
 
@@ -21,6 +23,7 @@
 #include <errno.h>
 #include <grp.h>
 #include <math.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -614,6 +617,156 @@ static void test_model_dir_reload(void **state) {
   tu_free_mlp(&lone.ref);
 }
 
+/* ---- a reload whose staging cannot be made ---- */
+
+/* A client pipelining requests to one model in its own thread until told
+ * to stop: every answer must come, OK or UNAVAILABLE. */
+typedef struct {
+  const td_daemon_t *d;
+  const model_t *m;
+  const char *name;
+  volatile int stop;
+  int ok, unavailable, other, lost;
+  char other_msg[320];
+} pipeliner_t;
+
+static void *pipeline(void *arg) {
+  pipeliner_t *p = arg;
+  mlpd_client_t *c = connect_to(p->d, p->name);
+  mlpd_client_result_t res;
+  mlpd_client_result_init(&res);
+  mlpd_err_t err = {0};
+  float *x = rows_for(p->m, 2, 5);
+  mlpd_client_infer_t req;
+  mlpd_client_infer_init(&req);
+  req.data = x;
+  req.dtype = MLPD_DTYPE_F32;
+  req.rows = 2;
+  req.cols = p->m->in;
+  while (!p->stop) {
+    int sent = 0;
+    for (; sent < 8; sent++)
+      if (mlpd_client_send_infer(c, (uint64_t)sent, &req, &err) != 0)
+        break;
+    for (int i = 0; i < sent; i++) {
+      if (mlpd_client_recv(c, &res, &err) != 0) {
+        p->lost += sent - i;
+        p->stop = 1;
+        break;
+      }
+      if (res.status == MLPD_STATUS_OK) {
+        p->ok++;
+      } else if (res.status == MLPD_STATUS_UNAVAILABLE) {
+        p->unavailable++;
+      } else {
+        p->other++;
+        snprintf(p->other_msg, sizeof(p->other_msg), "%s: %s",
+                 mlpd_status_name(res.status), res.message);
+      }
+    }
+  }
+  free(x);
+  mlpd_client_result_free(&res);
+  mlpd_client_close(c);
+  return NULL;
+}
+
+/* Replaces model m's file by one of the same shape with other weights. */
+static void rewrite_model(model_t *m, const char *path, uint64_t seed) {
+  make_model(m, g_dir, "rewrite.tmp", 16, 8, 4, seed);
+  assert_int_equal(rename(m->path, path), 0);
+  snprintf(m->path, sizeof(m->path), "%.*s", (int)sizeof(m->path) - 1, path);
+}
+
+/* The fake CUDA plugin refuses large pinned allocations while a trigger
+ * file exists, so model a's reload gets its new engines but no I/O thread
+ * can make staging buffers for them. The model must fail as a whole, say
+ * why, and answer what its clients had sent; model b serves on; once
+ * memory is back, SIGHUP brings a back. */
+static void test_reload_without_staging(void **state) {
+  (void)state;
+  char dir[320], trigger[400], fail_env[600], driver[4200];
+  snprintf(dir, sizeof(dir), "%s/oom", g_dir);
+  mkdirs("%s", dir);
+  snprintf(trigger, sizeof(trigger), "%s/no-pinned-memory", g_dir);
+  /* a's staging slot: 16 rows (--max-batch) of 24 floats (the fake pads
+   * rows), 1536 bytes; the pools' own one-row buffers stay below 1024. */
+  snprintf(fail_env, sizeof(fail_env),
+           "MLPD_FAKE_CUDA_HOST_ALLOC_FAIL=%s:1024", trigger);
+  const char *old = getenv("LD_LIBRARY_PATH");
+  snprintf(driver, sizeof(driver), "LD_LIBRARY_PATH=%s%s%s",
+           MLPD_FAKE_DRIVER_DIR, old != NULL && *old != '\0' ? ":" : "",
+           old != NULL ? old : "");
+  const char *env[] = {"MLPD_PLUGIN_DIR=" MLPD_FAKE_PLUGIN_DIR, driver,
+                       fail_env, NULL};
+  model_t a, b, lone;
+  char a_path[sizeof(a.path)];
+  make_model(&a, dir, "a.safetensors", 16, 8, 4, 21);
+  snprintf(a_path, sizeof(a_path), "%s", a.path);
+  make_model(&b, dir, "b.safetensors", 8, 8, 3, 22);
+  make_model(&lone, g_dir, "oom-lone.safetensors", 4, 4, 2, 23);
+  const char *args[] = {"--model-dir", dir, "--device", "cuda:0",
+                        "--max-batch", "16", "--log-level", "warn", NULL};
+  td_daemon_t d;
+  td_spawn_ex(&d, lone.path, args, env, -1, -1);
+  td_wait_ready(&d, TIMEOUT);
+  mlpd_client_t *ca = connect_to(&d, "a"), *cb = connect_to(&d, "b");
+  mlpd_client_result_t res;
+  mlpd_client_result_init(&res);
+  float *x;
+  infer(ca, &a, 3, 1, &res, &x);
+  assert_computed_by(&a, x, 3, &res);
+  free(x);
+
+  pipeliner_t pl = {.d = &d, .m = &a, .name = "a"};
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, pipeline, &pl), 0);
+  FILE *f = fopen(trigger, "w");
+  assert_non_null(f);
+  fclose(f);
+  tu_free_mlp(&a.ref);
+  rewrite_model(&a, a_path, 24);
+  assert_int_equal(kill(d.pid, SIGHUP), 0);
+  wait_state(&d, "a", "failed", 0);
+  mlpd_client_model_status_t s = status_of(&d, "a");
+  if (strstr(s.message, "staging") == NULL)
+    fail_msg("a failed for another reason: %s", s.message);
+  /* Its requests are refused with that reason, b's are served. */
+  assert_int_equal(infer(ca, &a, 1, 2, &res, NULL), MLPD_STATUS_UNAVAILABLE);
+  if (strstr(res.message, "failed to load") == NULL ||
+      strstr(res.message, "staging") == NULL)
+    fail_msg("a's refusal does not say why: %s", res.message);
+  infer(cb, &b, 2, 3, &res, &x);
+  assert_computed_by(&b, x, 2, &res);
+  free(x);
+  pl.stop = 1;
+  pthread_join(th, NULL);
+  print_message("pipelined to a across the failed reload: %d OK, %d "
+                "UNAVAILABLE\n", pl.ok, pl.unavailable);
+  if (pl.other != 0)
+    fail_msg("%d answers neither OK nor UNAVAILABLE, e.g. %s", pl.other,
+             pl.other_msg);
+  assert_int_equal(pl.lost, 0);
+  assert_true(pl.ok > 0 && pl.unavailable > 0);
+
+  /* Memory is back: the next SIGHUP (a's file changed again) reloads it. */
+  assert_int_equal(unlink(trigger), 0);
+  tu_free_mlp(&a.ref);
+  rewrite_model(&a, a_path, 25);
+  assert_int_equal(kill(d.pid, SIGHUP), 0);
+  wait_state(&d, "a", "ready", 1);
+  infer(ca, &a, 3, 4, &res, &x);
+  assert_computed_by(&a, x, 3, &res);
+  free(x);
+  mlpd_client_close(ca);
+  mlpd_client_close(cb);
+  mlpd_client_result_free(&res);
+  stop(&d);
+  tu_free_mlp(&a.ref);
+  tu_free_mlp(&b.ref);
+  tu_free_mlp(&lone.ref);
+}
+
 /* ---- who may load and unload ---- */
 
 /* In a child at uid NOBODY: asks to unload `name`; returns the call's
@@ -784,6 +937,7 @@ int main(void) {
       cmocka_unit_test(test_none_loads),
       cmocka_unit_test(test_unload_under_load),
       cmocka_unit_test(test_model_dir_reload),
+      cmocka_unit_test(test_reload_without_staging),
       cmocka_unit_test(test_permission),
       cmocka_unit_test(test_fairness),
   };
