@@ -398,8 +398,8 @@ int mlpd_batcher_start(mlpd_batcher_t *b, int s, int engine, uint64_t now,
   /* The last moment a request can still be dropped unrun: its deadline is
    * checked here, when its batch goes to a device. */
   int removed = 0;
-  while (sl->state != MLPD_SLOT_FREE && sl->state != MLPD_SLOT_RUNNING &&
-         expire_one(b, now, s))
+  while (now != 0 && sl->state != MLPD_SLOT_FREE &&
+         sl->state != MLPD_SLOT_RUNNING && expire_one(b, now, s))
     removed = 1;
   if (removed)
     stage(b); /* may refill the slot (a free one reopened) */

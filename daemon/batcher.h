@@ -261,10 +261,13 @@ int mlpd_batcher_held_behind(const mlpd_batcher_t *b, uint64_t now);
 int mlpd_batcher_closed_slots(const mlpd_batcher_t *b);
 
 /* Hands slot s (from mlpd_batcher_ready) to engine `engine`: first drops
- * the requests in it whose deadline has passed (answered
+ * the requests in it whose deadline has passed by `now` (answered
  * DEADLINE_EXCEEDED), then marks it running and fills *batch (buffers,
  * dtypes, rows). Returns the rows handed over; 0 when nothing was left, and
- * then the slot is free again and the engine was not used. */
+ * then the slot is free again and the engine was not used. With now 0 it
+ * answers nothing: a hand-over made while the caller is still admitting a
+ * request (which an answer would free under it); a request whose deadline
+ * has passed is then run and answered DEADLINE_EXCEEDED at completion. */
 int mlpd_batcher_start(mlpd_batcher_t *b, int s, int engine, uint64_t now,
                        void **in, mlpd_dtype_t *in_dtype, void **out,
                        mlpd_dtype_t *out_dtype);

@@ -94,7 +94,7 @@ static void flush(mlpd_hconn_t *c);
 /* ---- life cycle ---------------------------------------------------------- */
 
 static void maybe_done(mlpd_httpconn_t *h) {
-  if (!h->closing || h->conns != NULL || h->started)
+  if (!h->closing || h->conns != NULL || h->started || h->rejecting)
     return;
   mlpd_oip_buf_free(&h->out);
   free(h->scratch);
@@ -977,6 +977,35 @@ static void body_put(void *ud, void *block) {
   mlpd_bufcache_put(h->blocks, block);
 }
 
+static void on_rejected(uv_handle_t *handle) {
+  mlpd_httpconn_t *h = handle->data;
+  h->rejecting = 0;
+  maybe_done(h);
+}
+
+/* No memory for a connection's record: the connection is accepted all the
+ * same (a listener libuv holds an unaccepted connection for stops
+ * accepting), answered 503 without allocating, and closed. */
+static void reject(mlpd_httpconn_t *h, uv_stream_t *server) {
+  static const char resp[] =
+      "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json"
+      "\r\nContent-Length: 69\r\nConnection: close\r\n\r\n"
+      "{\"error\":\"the daemon is out of memory for a connection; retry later\"}";
+  if (h->rejecting)
+    return; /* the last one is still closing: libuv keeps this one */
+  if (h->cfg.is_unix)
+    uv_pipe_init(h->loop, &h->reject.pipe, 0);
+  else
+    uv_tcp_init(h->loop, &h->reject.tcp);
+  h->reject.handle.data = h;
+  h->rejecting = 1;
+  if (uv_accept(server, &h->reject.stream) == 0) {
+    uv_buf_t b = uv_buf_init((char *)resp, sizeof(resp) - 1);
+    (void)uv_try_write(&h->reject.stream, &b, 1);
+  }
+  uv_close(&h->reject.handle, on_rejected);
+}
+
 static void on_connection(uv_stream_t *server, int status) {
   mlpd_httpconn_t *h = server->data;
   if (status < 0) {
@@ -986,6 +1015,7 @@ static void on_connection(uv_stream_t *server, int status) {
   mlpd_hconn_t *c = calloc(1, sizeof(*c));
   if (c == NULL) {
     MLPD_LOGE("http: out of memory accepting a connection");
+    reject(h, server);
     return;
   }
   c->srv = h;

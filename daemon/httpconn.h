@@ -76,6 +76,15 @@ typedef struct mlpd_httpconn_s {
   } listener;
   int listening;
   int started;
+  union {
+    uv_handle_t handle;
+    uv_stream_t stream;
+    uv_tcp_t tcp;
+    uv_pipe_t pipe;
+  } reject;        /* a connection accepted without memory for its record:
+                      libuv accepts nothing more until one is taken, so it
+                      is taken here, told 503 and closed */
+  int rejecting;   /* reject is open or closing */
   mlpd_httpconn_config_t cfg;
   mlpd_requests_t *reqs; /* borrowed: this thread's request half */
   mlpd_bufcache_t *blocks; /* borrowed: the thread's block cache, with its

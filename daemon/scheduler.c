@@ -383,12 +383,16 @@ static void publish_claim(mlpd_scheduler_t *s, int m, uint64_t now) {
 }
 
 /* Hands slot i of lane m, which engine e has room for, to e's worker. */
-static void hand_over(mlpd_scheduler_t *s, int m, int i, int e, uint64_t now) {
+/* may_answer 0: called from within an admission, whose caller still holds
+ * the request it admits; no request may be answered (and freed) here. */
+static void hand_over(mlpd_scheduler_t *s, int m, int i, int e, uint64_t now,
+                      int may_answer) {
   mlpd_lane_t *l = &s->lanes[m];
   mlpd_job_t *job = &l->jobs[i];
   void *in, *out;
   mlpd_dtype_t idt, odt;
-  int rows = mlpd_batcher_start(&l->batcher, i, e, now, &in, &idt, &out, &odt);
+  int rows = mlpd_batcher_start(&l->batcher, i, e, may_answer ? now : 0, &in,
+                                &idt, &out, &odt);
   if (rows == 0) {
     if (e >= 0)
       mlpd_pool_unreserve(l->pool, e);
@@ -467,7 +471,7 @@ static int run_lane(mlpd_scheduler_t *s, int m, uint64_t now, int arriving,
     *blocked = 1;
     return 0;
   }
-  hand_over(s, m, i, e, now);
+  hand_over(s, m, i, e, now, may_answer);
   return 1;
 }
 

@@ -748,7 +748,9 @@ static void accept_one(mlpd_server_t *s, int fd) {
     MLPD_LOGW("accept: out of memory");
     free(c);
     mlpd_access_release(s->cfg.access, peer.uid);
-    close(fd);
+    refuse_fd(s, fd, MLPD_STATUS_RESOURCE_EXHAUSTED,
+              "the daemon is out of memory for a new connection; retry "
+              "later");
     return;
   }
   c->fd = fd;

@@ -108,31 +108,39 @@ __attribute__((destructor)) static void alloc_fault_fini(void) {
   write_count();
 }
 
-/* Appends the caller's offset from the program's load address. */
-static void log_caller(uintptr_t a) {
-  char buf[24];
-  int len = 0;
+/* Writes prefix and the caller's offset from the program's load address
+ * (hex, for addr2line) as one line to fd, without allocating. */
+static void log_caller(int fd, const char *prefix, uintptr_t a) {
+  char line[96];
+  size_t len = strlen(prefix);
+  memcpy(line, prefix, len);
+  char digits[20];
+  int n = 0;
   uintptr_t off = a - load_base;
   do {
-    buf[len++] = "0123456789abcdef"[off & 15];
+    digits[n++] = "0123456789abcdef"[off & 15];
     off >>= 4;
   } while (off != 0);
-  char line[24];
-  for (int i = 0; i < len; i++)
-    line[i] = buf[len - 1 - i];
+  while (n > 0)
+    line[len++] = digits[--n];
   line[len++] = '\n';
-  ssize_t w = write(log_fd, line, (size_t)len);
+  ssize_t w = write(fd, line, len);
   (void)w;
 }
 
-/* Whether this allocation, called from caller, is to fail. */
+/* Whether this allocation, called from caller, is to fail. The one that
+ * fails is said on stderr (the daemon's log), so that a test can name
+ * the code whose error path misbehaved. */
 static int fails(void *caller) {
   uintptr_t a = (uintptr_t)caller;
   if (a < text_lo || a >= text_hi)
     return 0;
   if (log_fd >= 0)
-    log_caller(a);
-  return atomic_fetch_add(&count, 1) + 1 == fault_at;
+    log_caller(log_fd, "", a);
+  if (atomic_fetch_add(&count, 1) + 1 != fault_at)
+    return 0;
+  log_caller(2, "alloc_fault: this allocation fails, called from 0x", a);
+  return 1;
 }
 
 void *malloc(size_t n) {

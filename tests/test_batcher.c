@@ -465,6 +465,29 @@ static void test_deadline_at_hand_off(void **state) {
   fx_free(f);
 }
 
+/* A hand-over made from within an admission (the scheduler's, for a slot
+ * the new request filled) must answer nothing: the admitting caller still
+ * holds the request, and an answer frees it (on a loaded machine its 1 ms
+ * deadline had passed by then, and the daemon used it after the free).
+ * Such a request runs and is answered DEADLINE_EXCEEDED at completion. */
+static void test_hand_off_from_admission_answers_nothing(void **state) {
+  (void)state;
+  fx_t *f = fx_new(4, 0, 64);
+  mlpd_req_t *late = req_new(1, 4, 0, 1 * MS);
+  assert_int_equal(mlpd_batcher_admit(&f->b, late, 0), 0);
+  int s = mlpd_batcher_ready(&f->b, 5 * MS, 1, 0);
+  assert_true(s >= 0);
+  assert_int_equal(start_run(f, s, 0, 0), 4);
+  assert_int_equal(f->ndone, 0);
+  assert_int_equal(
+      mlpd_batcher_complete(&f->b, s, 0, NULL, 0, 5 * MS, 6 * MS), 0);
+  assert_int_equal(f->ndone, 1);
+  assert_int_equal(f->done_status[0], MLPD_STATUS_DEADLINE_EXCEEDED);
+  assert_true(mlpd_batcher_idle(&f->b));
+  req_free(late);
+  fx_free(f);
+}
+
 /* A pipelined engine takes a batch at hand-off but reaches it only when
  * the batches before it are done (the worker reports that as start_ns):
  * a request whose deadline passed by then is DEADLINE_EXCEEDED, not OK,
@@ -817,6 +840,7 @@ int main(void) {
       cmocka_unit_test(test_cancel_compacts_before_the_engine),
       cmocka_unit_test(test_deadlines),
       cmocka_unit_test(test_deadline_at_hand_off),
+      cmocka_unit_test(test_hand_off_from_admission_answers_nothing),
       cmocka_unit_test(test_deadline_at_the_device),
       cmocka_unit_test(test_failure_retried_elsewhere_once),
       cmocka_unit_test(test_slots_complete_in_any_order),
