@@ -27,6 +27,7 @@
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -623,9 +624,9 @@ static void test_model_dir_reload(void **state) {
  * to stop: every answer must come, OK or UNAVAILABLE. */
 typedef struct {
   const td_daemon_t *d;
-  const model_t *m;
+  model_t m; /* its own copy: the test rewrites the model meanwhile */
   const char *name;
-  volatile int stop;
+  atomic_int stop;
   int ok, unavailable, other, lost;
   char other_msg[320];
 } pipeliner_t;
@@ -636,14 +637,14 @@ static void *pipeline(void *arg) {
   mlpd_client_result_t res;
   mlpd_client_result_init(&res);
   mlpd_err_t err = {0};
-  float *x = rows_for(p->m, 2, 5);
+  float *x = rows_for(&p->m, 2, 5);
   mlpd_client_infer_t req;
   mlpd_client_infer_init(&req);
   req.data = x;
   req.dtype = MLPD_DTYPE_F32;
   req.rows = 2;
-  req.cols = p->m->in;
-  while (!p->stop) {
+  req.cols = p->m.in;
+  while (!atomic_load(&p->stop)) {
     int sent = 0;
     for (; sent < 8; sent++)
       if (mlpd_client_send_infer(c, (uint64_t)sent, &req, &err) != 0)
@@ -651,7 +652,7 @@ static void *pipeline(void *arg) {
     for (int i = 0; i < sent; i++) {
       if (mlpd_client_recv(c, &res, &err) != 0) {
         p->lost += sent - i;
-        p->stop = 1;
+        atomic_store(&p->stop, 1);
         break;
       }
       if (res.status == MLPD_STATUS_OK) {
@@ -718,7 +719,7 @@ static void test_reload_without_staging(void **state) {
   assert_computed_by(&a, x, 3, &res);
   free(x);
 
-  pipeliner_t pl = {.d = &d, .m = &a, .name = "a"};
+  pipeliner_t pl = {.d = &d, .m = a, .name = "a"};
   pthread_t th;
   assert_int_equal(pthread_create(&th, NULL, pipeline, &pl), 0);
   FILE *f = fopen(trigger, "w");
@@ -739,7 +740,7 @@ static void test_reload_without_staging(void **state) {
   infer(cb, &b, 2, 3, &res, &x);
   assert_computed_by(&b, x, 2, &res);
   free(x);
-  pl.stop = 1;
+  atomic_store(&pl.stop, 1);
   pthread_join(th, NULL);
   print_message("pipelined to a across the failed reload: %d OK, %d "
                 "UNAVAILABLE\n", pl.ok, pl.unavailable);
