@@ -1301,6 +1301,11 @@ static void on_stream_error(void *ud, mlpd_conn_t *c, int rc, uint64_t len) {
                "frame of %llu bytes exceeds the maximum frame size of %zu "
                "bytes (--max-frame); closing the connection",
                (unsigned long long)len, r->cfg.max_frame);
+  else if (rc == MLPD_ENOMEM)
+    send_error(r, c, 0, MLPD_RPC_NONE, MLPD_STATUS_RESOURCE_EXHAUSTED,
+               "the daemon is out of memory for %llu bytes of this "
+               "connection's frames; closing the connection, retry later",
+               (unsigned long long)len);
   else
     send_error(r, c, 0, MLPD_RPC_NONE, MLPD_STATUS_INVALID_ARGUMENT,
                "malformed frame length (varint longer than 10 bytes); "

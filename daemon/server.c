@@ -663,6 +663,19 @@ static void on_readable(mlpd_conn_t *c) {
     ssize_t n = read_some(c, 0);
     if (n == -EAGAIN)
       break;
+    if (n == -ENOMEM) {
+      /* No room for the frame: the client is told why, not just cut. */
+      mlpd_server_t *s = c->srv;
+      c->close_after_write = 1;
+      c->closing_ns = mlpd_now_ns();
+      s->cb.on_stream_error(s->cb.ud, c, MLPD_ENOMEM,
+                            c->need > c->rlen ? c->need : c->rlen);
+      if (c->whead == NULL)
+        mlpd_server_close_conn(c, 0);
+      else
+        update_poll(c);
+      return;
+    }
     if (n <= 0) {
       if (n < 0 && n != -EPROTO)
         MLPD_LOGD("conn %llu: read: %s", (unsigned long long)c->serial,

@@ -76,9 +76,11 @@ typedef struct mlpd_server_callbacks_s {
    * the call. */
   void (*on_frame)(void *ud, mlpd_conn_t *c, const uint8_t *body, size_t len);
   /* The stream cannot go on: a frame header announced more than max_frame
-   * bytes (rc MLPD_EMSGSIZE, len set) or is not a valid varint (rc
-   * MLPD_EPROTO). The server has stopped reading; the owner may write one
-   * answer and the server closes the connection once that is written. */
+   * bytes (rc MLPD_EMSGSIZE, len set), is not a valid varint (rc
+   * MLPD_EPROTO), or there is no memory to receive it (rc MLPD_ENOMEM, len
+   * the bytes wanted). The server has stopped reading; the owner may write
+   * one answer and the server closes the connection once that is
+   * written. */
   void (*on_stream_error)(void *ud, mlpd_conn_t *c, int rc, uint64_t len);
   /* A connection was accepted (c->peer is set). */
   void (*on_open)(void *ud, mlpd_conn_t *c);
