@@ -178,8 +178,10 @@ static int get(const char *spec, const char *method, const char *path,
   const char *body;
   size_t blen;
   if ((rc = bh_send(&c, req, (size_t)n, err)) == 0 &&
-      (rc = bh_read(&c, 30000, status, &body, &blen, err)) == 0)
-    rc = mlpd_errf(err, -ETIMEDOUT, "%s: no answer to %s", spec, path);
+      (rc = bh_read(&c, BH_ANSWER_TIMEOUT_US, status, &body, &blen, err)) ==
+          0)
+    rc = mlpd_errf(err, -ETIMEDOUT, "%s: no answer to %s in %lld s", spec,
+                   path, BH_ANSWER_TIMEOUT_US / 1000000);
   if (rc == 1) {
     rc = 0;
     snprintf(out, cap, "%.*s", (int)blen, body);

@@ -30,6 +30,10 @@ void bh_close(bh_conn_t *c);
 int bh_send(bh_conn_t *c, const void *p, size_t n,
             mlpd_err_t *err) MLPD_MUST_CHECK;
 
+/* How long a response is waited for when nothing else is to be done
+ * meanwhile: as long as the native client's I/O timeout. */
+#define BH_ANSWER_TIMEOUT_US 60000000LL
+
 /* Reads one response: 1 with *status and the body (valid until the next
  * read), 0 when nothing came within timeout_us (-1: wait forever; in
  * microseconds, so that an open loop's next request is not held for a

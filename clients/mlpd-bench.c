@@ -278,7 +278,9 @@ static void *run_http(void *arg) {
     }
     if (stopped && inflight == 0)
       break;
-    long long wait_us = -1;
+    /* Waiting for answers alone is bounded: a server that never answers
+     * ends the run with an error, not a hang. */
+    long long wait_us = BH_ANSWER_TIMEOUT_US;
     if (inflight == 0) {
       pace_sleep(&pace, now);
       continue;
@@ -291,6 +293,13 @@ static void *run_http(void *arg) {
     rc = bh_read(&c, wait_us, &status, &body, &blen, &w->err);
     if (rc < 0)
       goto done;
+    if (rc == 0 && wait_us == BH_ANSWER_TIMEOUT_US) {
+      rc = mlpd_errf(&w->err, MLPD_ETIMEDOUT,
+                     "no answer from the server in %lld s with %d "
+                     "request(s) in flight",
+                     BH_ANSWER_TIMEOUT_US / 1000000, inflight);
+      goto done;
+    }
     if (rc == 0)
       continue;
     now = mlpd_now_ns();
