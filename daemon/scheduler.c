@@ -382,9 +382,10 @@ static void publish_claim(mlpd_scheduler_t *s, int m, uint64_t now) {
   l->seat_since = l->claim;
 }
 
-/* Hands slot i of lane m, which engine e has room for, to e's worker. */
-/* may_answer 0: called from within an admission, whose caller still holds
- * the request it admits; no request may be answered (and freed) here. */
+/* Hands slot i of lane m, which engine e has room for, to e's worker.
+ * may_answer 0: called from within an admission, whose caller still holds
+ * the request it admits, so no request may be answered (and freed) here:
+ * one whose deadline has passed is answered at completion instead. */
 static void hand_over(mlpd_scheduler_t *s, int m, int i, int e, uint64_t now,
                       int may_answer) {
   mlpd_lane_t *l = &s->lanes[m];

@@ -427,6 +427,19 @@ static int frame_buffered(mlpd_conn_t *c) {
   return r < 0 || (r > 0 && c->rlen >= hl + bl);
 }
 
+/* The stream cannot go on (on_stream_error's cases): no more is read, the
+ * owner may answer once, and the connection closes once that is written. */
+static void stream_error(mlpd_conn_t *c, int rc, uint64_t len) {
+  mlpd_server_t *s = c->srv;
+  c->close_after_write = 1;
+  c->closing_ns = mlpd_now_ns();
+  s->cb.on_stream_error(s->cb.ud, c, rc, len);
+  if (c->whead == NULL)
+    mlpd_server_close_conn(c, 0);
+  else
+    update_poll(c);
+}
+
 /* Handles the complete frames in the buffer, one turn's worth: at most
  * FRAMES_PER_TURN frames and BYTES_PER_TURN bytes, and none while the
  * owner holds the connection (flow control); what is left is handled in a
@@ -450,13 +463,7 @@ static void process(mlpd_conn_t *c) {
     if (r == 0)
       break;
     if (r < 0) {
-      c->close_after_write = 1;
-      c->closing_ns = mlpd_now_ns();
-      s->cb.on_stream_error(s->cb.ud, c, r, r == MLPD_EMSGSIZE ? bl : 0);
-      if (c->whead == NULL)
-        mlpd_server_close_conn(c, 0);
-      else
-        update_poll(c);
+      stream_error(c, r, r == MLPD_EMSGSIZE ? bl : 0);
       return;
     }
     if (c->rlen - pos < hl + bl) {
@@ -665,15 +672,7 @@ static void on_readable(mlpd_conn_t *c) {
       break;
     if (n == -ENOMEM) {
       /* No room for the frame: the client is told why, not just cut. */
-      mlpd_server_t *s = c->srv;
-      c->close_after_write = 1;
-      c->closing_ns = mlpd_now_ns();
-      s->cb.on_stream_error(s->cb.ud, c, MLPD_ENOMEM,
-                            c->need > c->rlen ? c->need : c->rlen);
-      if (c->whead == NULL)
-        mlpd_server_close_conn(c, 0);
-      else
-        update_poll(c);
+      stream_error(c, MLPD_ENOMEM, c->need > c->rlen ? c->need : c->rlen);
       return;
     }
     if (n <= 0) {
