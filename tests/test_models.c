@@ -135,6 +135,15 @@ static int infer(mlpd_client_t *c, const model_t *m, int rows, uint64_t seed,
   return res->status;
 }
 
+/* A request of `rows` rows on c is computed by model m. */
+static void assert_serves(mlpd_client_t *c, const model_t *m, int rows,
+                          uint64_t seed, mlpd_client_result_t *res) {
+  float *x;
+  infer(c, m, rows, seed, res, &x);
+  assert_computed_by(m, x, rows, res);
+  free(x);
+}
+
 /* Model `name` as ListModels has it into *out: 1, or 0 when absent. */
 static int find_status(const td_daemon_t *d, const char *name,
                        mlpd_client_model_status_t *out) {
@@ -405,19 +414,14 @@ static void test_three_one_fails(void **state) {
 
   mlpd_client_result_t res;
   mlpd_client_result_init(&res);
-  float *x;
   mlpd_client_t *cb = connect_to(&d, "broken");
   assert_int_equal(infer(cb, &a, 1, 1, &res, NULL), MLPD_STATUS_UNAVAILABLE);
   assert_non_null(strstr(res.message, "failed to load"));
   /* The default model takes requests that name none. */
   mlpd_client_t *c0 = connect_to(&d, "");
-  infer(c0, &c, 4, 7, &res, &x);
-  assert_computed_by(&c, x, 4, &res);
-  free(x);
+  assert_serves(c0, &c, 4, 7, &res);
   mlpd_client_t *ca = connect_to(&d, "three-a");
-  infer(ca, &a, 2, 8, &res, &x);
-  assert_computed_by(&a, x, 2, &res);
-  free(x);
+  assert_serves(ca, &a, 2, 8, &res);
   /* Ready as a whole, and says a model is missing. */
   mlpd_client_health_t h;
   mlpd_err_t err = {0};
@@ -533,10 +537,7 @@ static void test_unload_under_load(void **state) {
   /* Load brings it back. */
   assert_int_equal(mlpd_client_load_model(ctl, "b", &err), 0);
   wait_state(&d, "b", "ready", 1);
-  float *x;
-  infer(cb, &b, 3, 77, &res, &x);
-  assert_computed_by(&b, x, 3, &res);
-  free(x);
+  assert_serves(cb, &b, 3, 77, &res);
   assert_int_equal(generation_of(&d, "ul-a"), 1);
   mlpd_client_close(ca);
   mlpd_client_close(cb);
@@ -570,11 +571,8 @@ static void test_model_dir_reload(void **state) {
   assert_string_equal(s.versions[0], "1");
   mlpd_client_result_t res;
   mlpd_client_result_init(&res);
-  float *x;
   mlpd_client_t *cv = connect_to(&d, "v"), *ca = connect_to(&d, "a");
-  infer(cv, &v1, 2, 1, &res, &x);
-  assert_computed_by(&v1, x, 2, &res);
-  free(x);
+  assert_serves(cv, &v1, 2, 1, &res);
 
   /* A new version, a changed file, a new model; then SIGHUP. */
   mkdirs("%s/v/2", dir);
@@ -596,12 +594,8 @@ static void test_model_dir_reload(void **state) {
   s = status_of(&d, "v");
   assert_int_equal(s.nversions, 2);
   assert_string_equal(s.versions[0], "2");
-  infer(cv, &v2, 2, 2, &res, &x);
-  assert_computed_by(&v2, x, 2, &res); /* version 2 serves now */
-  free(x);
-  infer(ca, &a2, 3, 3, &res, &x);
-  assert_computed_by(&a2, x, 3, &res);
-  free(x);
+  assert_serves(cv, &v2, 2, 2, &res); /* version 2 serves now */
+  assert_serves(ca, &a2, 3, 3, &res);
   /* The --model file reloads as it always did; an unchanged directory
    * model does not. */
   assert_int_equal(generation_of(&d, "lone"), 2);
@@ -714,10 +708,7 @@ static void test_reload_without_staging(void **state) {
   mlpd_client_t *ca = connect_to(&d, "a"), *cb = connect_to(&d, "b");
   mlpd_client_result_t res;
   mlpd_client_result_init(&res);
-  float *x;
-  infer(ca, &a, 3, 1, &res, &x);
-  assert_computed_by(&a, x, 3, &res);
-  free(x);
+  assert_serves(ca, &a, 3, 1, &res);
 
   pipeliner_t pl = {.d = &d, .m = a, .name = "a"};
   pthread_t th;
@@ -737,9 +728,7 @@ static void test_reload_without_staging(void **state) {
   if (strstr(res.message, "failed to load") == NULL ||
       strstr(res.message, "staging") == NULL)
     fail_msg("a's refusal does not say why: %s", res.message);
-  infer(cb, &b, 2, 3, &res, &x);
-  assert_computed_by(&b, x, 2, &res);
-  free(x);
+  assert_serves(cb, &b, 2, 3, &res);
   atomic_store(&pl.stop, 1);
   pthread_join(th, NULL);
   print_message("pipelined to a across the failed reload: %d OK, %d "
@@ -756,9 +745,7 @@ static void test_reload_without_staging(void **state) {
   rewrite_model(&a, a_path, 25);
   assert_int_equal(kill(d.pid, SIGHUP), 0);
   wait_state(&d, "a", "ready", 1);
-  infer(ca, &a, 3, 4, &res, &x);
-  assert_computed_by(&a, x, 3, &res);
-  free(x);
+  assert_serves(ca, &a, 3, 4, &res);
   mlpd_client_close(ca);
   mlpd_client_close(cb);
   mlpd_client_result_free(&res);
