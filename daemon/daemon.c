@@ -618,6 +618,16 @@ static void set_max_queue(mlpd_daemon_t *d) {
               QUEUE_BATCHES_GPU, QUEUE_BATCHES_CPU);
 }
 
+/* Every I/O thread lets go of model m's pool (switched() follows, with
+ * unloading set). */
+static void post_unload(mlpd_daemon_t *d, int m) {
+  mlpd_dmodel_t *dm = &d->models[m];
+  dm->unloading = 1;
+  dm->switching = 1;
+  dm->acks = 0;
+  post_all(d, MLPD_MSG_USE_POOL, m, NULL);
+}
+
 /* An I/O thread could not take model m's new pool (out of memory for its
  * staging): it refuses the model's requests, so the model is not served
  * half. It fails, as a load that failed, with the reason, and its new
@@ -645,10 +655,7 @@ static void refused_switch(mlpd_daemon_t *d, int m) {
   publish(d, m); /* before the old pool is retired: nobody reads it after */
   retire(d, old);
   dm->failing = 1;
-  dm->unloading = 1;
-  dm->switching = 1;
-  dm->acks = 0;
-  post_all(d, MLPD_MSG_USE_POOL, m, NULL);
+  post_unload(d, m);
   if (state_of(d) == MLPD_STATE_READY)
     mlpd_notify_ready();
 }
@@ -734,11 +741,8 @@ static void start_unload(mlpd_daemon_t *d, int m) {
     return;
   }
   MLPD_LOGI("model '%s': unloading", name_of(d, m));
-  dm->unloading = 1;
-  dm->switching = 1;
-  dm->acks = 0;
   mlpd_models_set(&d->board.models, m, MLPD_MODEL_UNLOADING, NULL);
-  post_all(d, MLPD_MSG_USE_POOL, m, NULL);
+  post_unload(d, m);
 }
 
 /* A LoadModel / UnloadModel request (models.h), any transport. */

@@ -6,9 +6,9 @@
  *
  *   ALLOC_FAULT_AT=N     the N-th such allocation (from 1) returns NULL
  *                        with errno ENOMEM; the others succeed
- *   ALLOC_FAULT_COUNT=F  at exit, and on SIGUSR2, the count is written to
- *                        file F (overwritten), so a test can tell how many
- *                        allocations a phase made
+ *   ALLOC_FAULT_COUNT=F  at exit, and on SIGUSR2, the count replaces file
+ *                        F (written beside it and renamed), so a test can
+ *                        tell how many allocations a phase made
  *   ALLOC_FAULT_LOG=F    each counted allocation appends its caller's
  *                        offset in the program (hex) to file F: what
  *                        allocates (addr2line -e mlpd -f OFFSET)
@@ -55,27 +55,38 @@ static int find_main_text(struct dl_phdr_info *info, size_t size, void *ud) {
   return 1;
 }
 
-/* Async-signal-safe: the count as decimal, written with open/write. */
+/* Writes prefix, n in `base` (10 or 16) and a newline as one write to
+ * fd, without allocating: it runs inside malloc and in a signal handler. */
+static void put_line(int fd, const char *prefix, uintptr_t n, unsigned base) {
+  char line[96], digits[24];
+  size_t len = strlen(prefix);
+  memcpy(line, prefix, len);
+  int k = 0;
+  do {
+    digits[k++] = "0123456789abcdef"[n % base];
+    n /= base;
+  } while (n != 0);
+  while (k > 0)
+    line[len++] = digits[--k];
+  line[len++] = '\n';
+  ssize_t w = write(fd, line, len);
+  (void)w;
+}
+
+/* The count into count_path, replaced whole (written beside it, then
+ * renamed), so that a reader never sees it half written. */
 static void write_count(void) {
   if (count_path[0] == '\0')
     return;
-  char buf[32];
-  long n = atomic_load(&count);
-  int len = 0;
-  char tmp[32];
-  do {
-    tmp[len++] = (char)('0' + n % 10);
-    n /= 10;
-  } while (n > 0);
-  for (int i = 0; i < len; i++)
-    buf[i] = tmp[len - 1 - i];
-  buf[len++] = '\n';
-  int fd = open(count_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  char tmp[sizeof(count_path) + 8];
+  memcpy(tmp, count_path, strlen(count_path));
+  memcpy(tmp + strlen(count_path), ".tmp", 5);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0)
     return;
-  ssize_t w = write(fd, buf, (size_t)len);
-  (void)w;
+  put_line(fd, "", (uintptr_t)atomic_load(&count), 10);
   close(fd);
+  rename(tmp, count_path);
 }
 
 static void on_usr2(int sig) {
@@ -108,80 +119,53 @@ __attribute__((destructor)) static void alloc_fault_fini(void) {
   write_count();
 }
 
-/* Writes prefix and the caller's offset from the program's load address
- * (hex, for addr2line) as one line to fd, without allocating. */
-static void log_caller(int fd, const char *prefix, uintptr_t a) {
-  char line[96];
-  size_t len = strlen(prefix);
-  memcpy(line, prefix, len);
-  char digits[20];
-  int n = 0;
-  uintptr_t off = a - load_base;
-  do {
-    digits[n++] = "0123456789abcdef"[off & 15];
-    off >>= 4;
-  } while (off != 0);
-  while (n > 0)
-    line[len++] = digits[--n];
-  line[len++] = '\n';
-  ssize_t w = write(fd, line, len);
-  (void)w;
-}
-
-/* Whether this allocation, called from caller, is to fail. The one that
- * fails is said on stderr (the daemon's log), so that a test can name
- * the code whose error path misbehaved. */
+/* Whether this allocation, called from caller, is to fail (errno is then
+ * ENOMEM). The one that fails is said on stderr (the daemon's log), with
+ * its caller's offset in the program (for addr2line), so that a test can
+ * name the code whose error path misbehaved. */
 static int fails(void *caller) {
   uintptr_t a = (uintptr_t)caller;
   if (a < text_lo || a >= text_hi)
     return 0;
   if (log_fd >= 0)
-    log_caller(log_fd, "", a);
+    put_line(log_fd, "", a - load_base, 16);
   if (atomic_fetch_add(&count, 1) + 1 != fault_at)
     return 0;
-  log_caller(2, "alloc_fault: this allocation fails, called from 0x", a);
+  put_line(2, "alloc_fault: this allocation fails, called from 0x",
+           a - load_base, 16);
+  errno = ENOMEM;
   return 1;
 }
 
 void *malloc(size_t n) {
-  if (fails(__builtin_return_address(0))) {
-    errno = ENOMEM;
+  if (fails(__builtin_return_address(0)))
     return NULL;
-  }
   return __libc_malloc(n);
 }
 
 void *calloc(size_t m, size_t n) {
-  if (fails(__builtin_return_address(0))) {
-    errno = ENOMEM;
+  if (fails(__builtin_return_address(0)))
     return NULL;
-  }
   return __libc_calloc(m, n);
 }
 
 void *realloc(void *p, size_t n) {
-  if (fails(__builtin_return_address(0))) {
-    errno = ENOMEM;
+  if (fails(__builtin_return_address(0)))
     return NULL;
-  }
   return __libc_realloc(p, n);
 }
 
 char *strdup(const char *s) {
-  if (fails(__builtin_return_address(0))) {
-    errno = ENOMEM;
+  if (fails(__builtin_return_address(0)))
     return NULL;
-  }
   size_t n = strlen(s) + 1;
   char *p = __libc_malloc(n);
   return p != NULL ? memcpy(p, s, n) : NULL;
 }
 
 char *strndup(const char *s, size_t max) {
-  if (fails(__builtin_return_address(0))) {
-    errno = ENOMEM;
+  if (fails(__builtin_return_address(0)))
     return NULL;
-  }
   size_t n = strnlen(s, max);
   char *p = __libc_malloc(n + 1);
   if (p == NULL)
@@ -202,9 +186,7 @@ int posix_memalign(void **out, size_t align, size_t n) {
 }
 
 void *aligned_alloc(size_t align, size_t n) {
-  if (fails(__builtin_return_address(0))) {
-    errno = ENOMEM;
+  if (fails(__builtin_return_address(0)))
     return NULL;
-  }
   return __libc_memalign(align, n);
 }

@@ -75,7 +75,19 @@ stop() {
   return 124
 }
 
-count() { kill -USR2 "$pid"; sleep 0.3; cat "$1/count"; }
+# The daemon's count now: the preload writes it on SIGUSR2 (renamed into
+# place whole), so the file's coming back is the answer.
+count() {
+  rm -f "$1/count"
+  kill -USR2 "$pid"
+  local i
+  for i in $(seq 200); do
+    [ -f "$1/count" ] && { cat "$1/count"; return; }
+    sleep 0.05
+  done
+  echo "FAIL: no count from the daemon in 10 s" >&2
+  echo 0
+}
 
 bench() {
   "$BENCH" -s "$1/s.sock" -c 2 -d 4 -r 4 -w 0 -n "$2" "${@:3}" >/dev/null
