@@ -13,6 +13,7 @@ void mlpd_board_init(mlpd_board_t *b, mlpd_access_t *access, int nshards) {
   atomic_init(&b->state, MLPD_STATE_LOADING);
   atomic_init(&b->shm_mapped, 0);
   atomic_init(&b->queued_rows, 0);
+  atomic_init(&b->queued_peak, 0);
   for (int m = 0; m < MLPD_MAX_MODELS; m++)
     atomic_init(&b->model_queued_rows[m], 0);
   for (int m = 0; m < MLPD_MAX_MODELS; m++) {
@@ -153,6 +154,7 @@ size_t mlpd_board_render(void *ud, char *buf, size_t cap) {
   m->ready = mlpd_board_state(b) == MLPD_STATE_READY;
   m->shm_mapped_bytes = atomic_load(&b->shm_mapped);
   m->queue_max_rows = (uint64_t)mlpd_board_max_queue(b);
+  m->queue_peak_rows = (uint64_t)atomic_load(&b->queued_peak);
   m->extra = mlpd_procmetrics_render; /* process_*: client_golang's names */
   pthread_mutex_lock(&b->mu);
   add_model(b, m);

@@ -58,11 +58,21 @@ typedef struct mlpd_board_shard_s {
   atomic_llong queued; /* its rows admitted and not yet handed to a device
                           (its scheduler's): its part of queued_rows */
   atomic_int waiting;  /* it holds connections for the budget (its
-                          requests.c line is not empty) */
+                          flow.c line is not empty) */
   atomic_int active;   /* its connections with rows admitted or held for
                           the budget: the weight of its share of the
-                          budget (requests.c give_way) */
+                          budget (flow.c give_way) */
 } mlpd_board_shard_t;
+
+/* Changes a shard's counters (named m in the statements) under its lock:
+ * its thread writes them, any thread renders them. */
+#define MLPD_SHARD_STATS(shard, ...)                                           \
+  do {                                                                         \
+    pthread_mutex_lock(&(shard)->mu);                                          \
+    mlpd_metrics_t *m = &(shard)->m;                                           \
+    __VA_ARGS__;                                                               \
+    pthread_mutex_unlock(&(shard)->mu);                                        \
+  } while (0)
 
 typedef struct mlpd_board_s {
   atomic_int state;                /* mlpd_state_t; the daemon's */
@@ -72,6 +82,9 @@ typedef struct mlpd_board_s {
                                       a device, every I/O thread (the
                                       schedulers add their changes): the
                                       daemon's one admission budget */
+  atomic_llong queued_peak;        /* the most queued_rows has been (the
+                                      schedulers raise it): whether the
+                                      budget held */
   atomic_llong model_queued_rows[MLPD_MAX_MODELS]; /* the same by model:
                                       what its queue-delay estimate
                                       waits behind */

@@ -9,12 +9,12 @@
 
 #include "listen.h"
 #include "log.h"
+#include "modeldir.h"
 #include "notify.h"
 #include "procmetrics.h"
 #include "server.h"
 
 #include <errno.h>
-#include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
@@ -89,91 +89,6 @@ static void post_all(mlpd_daemon_t *d, int type, int m, mlpd_pool_t *pool) {
 
 /* ---- the model directory ------------------------------------------------------ */
 
-static int has_suffix(const char *s, const char *suffix) {
-  size_t n = strlen(s), k = strlen(suffix);
-  return n > k && strcmp(s + n - k, suffix) == 0;
-}
-
-static int all_digits(const char *s) {
-  if (*s == '\0')
-    return 0;
-  for (; *s; s++)
-    if (*s < '0' || *s > '9')
-      return 0;
-  return 1;
-}
-
-/* The first *.safetensors file in folder `dir` (by name), into path. */
-static int first_safetensors(const char *dir, char *path, size_t cap) {
-  DIR *dh = opendir(dir);
-  if (dh == NULL)
-    return MLPD_ENOENT;
-  char best[NAME_MAX + 1] = "";
-  struct dirent *de;
-  while ((de = readdir(dh)) != NULL)
-    if (de->d_name[0] != '.' && has_suffix(de->d_name, ".safetensors") &&
-        (best[0] == '\0' || strcmp(de->d_name, best) < 0))
-      snprintf(best, sizeof(best), "%s", de->d_name);
-  closedir(dh);
-  if (best[0] == '\0')
-    return MLPD_ENOENT;
-  if ((size_t)snprintf(path, cap, "%.*s/%s", PATH_MAX - NAME_MAX - 2, dir,
-                       best) >= cap)
-    return MLPD_ENAMETOOLONG;
-  return 0;
-}
-
-/* Where model `name` of the model directory is: DIR/NAME.safetensors, or
- * the newest version folder DIR/NAME/<N>/ (Triton's repository layout),
- * whose *.safetensors file is served. versions[] lists the versions found,
- * newest first. */
-static int dir_lookup(const char *dir, const char *name, char *path,
-                      size_t cap, char *version,
-                      char versions[][MLPD_MODEL_VERSION_MAX + 1],
-                      int *nversions) {
-  struct stat st;
-  *nversions = 0;
-  version[0] = '\0';
-  snprintf(path, cap, "%s/%s.safetensors", dir, name);
-  if (stat(path, &st) == 0 && S_ISREG(st.st_mode))
-    return 0;
-  char folder[PATH_MAX];
-  snprintf(folder, sizeof(folder), "%s/%s", dir, name);
-  DIR *dh = opendir(folder);
-  if (dh == NULL)
-    return MLPD_ENOENT;
-  unsigned long nums[64];
-  int n = 0;
-  struct dirent *de;
-  while ((de = readdir(dh)) != NULL && n < 64)
-    if (all_digits(de->d_name) && strlen(de->d_name) < 10)
-      nums[n++] = strtoul(de->d_name, NULL, 10);
-  closedir(dh);
-  /* Newest first. */
-  for (int i = 1; i < n; i++)
-    for (int j = i; j > 0 && nums[j] > nums[j - 1]; j--) {
-      unsigned long t = nums[j];
-      nums[j] = nums[j - 1];
-      nums[j - 1] = t;
-    }
-  int found = -1;
-  for (int i = 0; i < n; i++) {
-    char vdir[PATH_MAX + 16], file[PATH_MAX];
-    snprintf(vdir, sizeof(vdir), "%s/%lu", folder, nums[i]);
-    if (first_safetensors(vdir, file, sizeof(file)) != 0)
-      continue;
-    if (found < 0) {
-      found = i;
-      snprintf(path, cap, "%s", file);
-      snprintf(version, MLPD_MODEL_VERSION_MAX + 1, "%lu", nums[i]);
-    }
-    if (*nversions < MLPD_MODEL_MAX_VERSIONS)
-      snprintf(versions[(*nversions)++], MLPD_MODEL_VERSION_MAX + 1, "%lu",
-               nums[i]);
-  }
-  return found >= 0 ? 0 : MLPD_ENOENT;
-}
-
 /* The slot of model `name`, added when new. */
 static int add_model(mlpd_daemon_t *d, const char *name, const char *cfg_path) {
   int m = mlpd_models_add(&d->board.models, name);
@@ -190,36 +105,29 @@ static int add_model(mlpd_daemon_t *d, const char *name, const char *cfg_path) {
   return m;
 }
 
-/* Calls add for every model the model directory holds. */
-static void scan_dir(mlpd_daemon_t *d, void (*found)(mlpd_daemon_t *, int)) {
-  DIR *dh = opendir(d->cfg.model_dir);
-  if (dh == NULL) {
-    MLPD_LOGE("--model-dir %s: %s", d->cfg.model_dir, strerror(errno));
+/* Calls found for every model the model directory holds, but those a
+ * --model NAME=FILE names (it wins over the directory). */
+typedef struct {
+  mlpd_daemon_t *d;
+  void (*found)(mlpd_daemon_t *, int);
+} scan_t;
+
+static void scanned(void *ud, const char *name) {
+  scan_t *s = ud;
+  int idx = -1;
+  if (mlpd_models_find(&s->d->board.models, name, NULL, &idx, NULL) == 0 &&
+      s->d->models[idx].cfg_path != NULL)
     return;
-  }
-  struct dirent *de;
-  while ((de = readdir(dh)) != NULL) {
-    char name[NAME_MAX + 1];
-    snprintf(name, sizeof(name), "%s", de->d_name);
-    if (has_suffix(name, ".safetensors"))
-      name[strlen(name) - strlen(".safetensors")] = '\0';
-    if (!mlpd_models_name_ok(name))
-      continue;
-    char path[PATH_MAX], version[MLPD_MODEL_VERSION_MAX + 1];
-    char versions[MLPD_MODEL_MAX_VERSIONS][MLPD_MODEL_VERSION_MAX + 1];
-    int nv = 0;
-    if (dir_lookup(d->cfg.model_dir, name, path, sizeof(path), version,
-                   versions, &nv) != 0)
-      continue;
-    int idx = -1;
-    if (mlpd_models_find(&d->board.models, name, NULL, &idx, NULL) == 0 &&
-        d->models[idx].cfg_path != NULL)
-      continue; /* --model NAME=FILE wins over the directory */
-    int m = add_model(d, name, NULL);
-    if (m >= 0)
-      found(d, m);
-  }
-  closedir(dh);
+  int m = add_model(s->d, name, NULL);
+  if (m >= 0)
+    s->found(s->d, m);
+}
+
+static void scan_dir(mlpd_daemon_t *d, void (*found)(mlpd_daemon_t *, int)) {
+  scan_t s = {d, found};
+  int rc = mlpd_modeldir_scan(d->cfg.model_dir, scanned, &s);
+  if (rc != 0)
+    MLPD_LOGE("--model-dir %s: %s", d->cfg.model_dir, mlpd_strerror(rc));
 }
 
 /* Sets the file model m is to load: its --model FILE, or the newest
@@ -232,9 +140,9 @@ static int resolve(mlpd_daemon_t *d, int m, mlpd_err_t *err) {
     snprintf(dm->path, sizeof(dm->path), "%s", dm->cfg_path);
     dm->version[0] = '\0';
   } else if (d->cfg.model_dir == NULL ||
-             dir_lookup(d->cfg.model_dir, name_of(d, m), dm->path,
-                        sizeof(dm->path), dm->version, versions,
-                        &nv) != 0) {
+             mlpd_modeldir_lookup(d->cfg.model_dir, name_of(d, m),
+                                  dm->path, sizeof(dm->path), dm->version,
+                                  versions, &nv) != 0) {
     return mlpd_errf(err, MLPD_ENOENT, "model '%s' is not in --model-dir %s",
                      name_of(d, m), d->cfg.model_dir ? d->cfg.model_dir : "");
   }
@@ -858,8 +766,8 @@ static void rescanned(mlpd_daemon_t *d, int m) {
   int nv = 0;
   struct stat st;
   int changed = 1;
-  if (dir_lookup(d->cfg.model_dir, ms->name, path, sizeof(path), version,
-                 versions, &nv) == 0 &&
+  if (mlpd_modeldir_lookup(d->cfg.model_dir, ms->name, path, sizeof(path),
+                           version, versions, &nv) == 0 &&
       strcmp(path, dm->path) == 0 && stat(path, &st) == 0 &&
       st.st_size == dm->size && st.st_mtim.tv_sec == dm->mtime.tv_sec &&
       st.st_mtim.tv_nsec == dm->mtime.tv_nsec)

@@ -570,6 +570,10 @@ size_t mlpd_metrics_render(const mlpd_metrics_t *m, char *buf, size_t cap) {
              "Rows the daemon queues before it paces connections "
              "(--max-queue, or 64 batches a GPU and 16 for the CPU).",
              m->queue_max_rows);
+  scalar_u64(&w, "mlpd_queue_peak_rows", "gauge",
+             "The most rows queued at once since the daemon started "
+             "(flow control keeps it within mlpd_queue_max_rows).",
+             m->queue_peak_rows);
   scalar_u64(&w, "mlpd_connections", "gauge", "Open client connections.",
              m->connections);
   scalar_u64(&w, "mlpd_inflight_requests", "gauge",

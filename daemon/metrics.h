@@ -27,6 +27,8 @@
  *   queue_max_rows                    gauge, the admission budget in effect
  *                                     (--max-queue, or what the devices call
  *                                     for)
+ *   queue_peak_rows                   gauge, the most rows queued at once
+ *                                     since the daemon started
  *   connections                       gauge, open client connections
  *   inflight_requests                 gauge, infer requests accepted and not
  *                                     yet answered
@@ -131,6 +133,7 @@ typedef struct mlpd_metrics_s {
   uint64_t rows;
   uint64_t queue_rows;
   uint64_t queue_max_rows; /* not merged: the board's */
+  uint64_t queue_peak_rows; /* likewise */
   uint64_t connections;
   uint64_t inflight_requests;
   int ready;

@@ -43,38 +43,17 @@ typedef struct {
 struct mlpd_requests_conn_s {
   dreq_t *head;
   mlpd_regions_t regions;
-  mlpd_conn_t *conn;
-  long long rows;   /* window: rows admitted and not answered */
-  size_t bytes;     /* ... and their tensor bytes */
-  int own_held;     /* held for its own window (the client's pace) */
-  int queued;       /* in the thread's line of budget holds */
-  uint64_t held_ns; /* when it joined that line */
-  mlpd_requests_conn_t *prev, *next; /* the line, oldest first */
-  int last_rows; /* rows of its last infer request (a turn's share) */
-  int reserve;   /* rows of the budget promised at its release in turn */
-  int turn;      /* released in turn: its next request goes in */
-  int active;    /* counted in its thread's nactive */
+  mlpd_flow_conn_t fc;
 };
 typedef mlpd_requests_conn_t conn_state_t;
 
 static dreq_t *dreq_of(mlpd_req_t *r) { return (dreq_t *)r; }
 
-/* --max-queue as the daemon set it (it may follow the devices). */
-static int budget(const mlpd_requests_t *r) {
-  return mlpd_board_max_queue(r->board);
-}
-
 /* ---- counters ---------------------------------------------------------------
  */
 
 /* Every counter of this thread changes under its block's lock, here. */
-#define STATS(r, ...)                                                          \
-  do {                                                                         \
-    pthread_mutex_lock(&(r)->stats->mu);                                       \
-    mlpd_metrics_t *m = &(r)->stats->m;                                        \
-    __VA_ARGS__;                                                               \
-    pthread_mutex_unlock(&(r)->stats->mu);                                     \
-  } while (0)
+#define STATS(r, ...) MLPD_SHARD_STATS((r)->stats, __VA_ARGS__)
 
 static void count(mlpd_requests_t *r, mlpd_conn_t *c, mlpd_status_t st) {
   STATS(r, mlpd_metrics_count_uid(m, c != NULL ? c->peer.uid_label : -1, st));
@@ -166,251 +145,22 @@ static void unlink_req(dreq_t *q) {
     q->r.owner_next->owner_prev = q->r.owner_prev;
   q->conn = NULL;
   c->busy--;
-  cs->rows -= q->r.rows;
-  cs->bytes -= q->win_bytes;
+  cs->fc.rows -= q->r.rows;
+  cs->fc.bytes -= q->win_bytes;
 }
 
-/* ---- flow control ---------------------------------------------------------
- *
- * Two reasons to hold a connection (stop reading it), kept apart:
- *  - its own window: rows (or bytes) admitted and not answered past
- *    win_rows. That is the client's own pace; its answers release it, with
- *    hysteresis (below three quarters of the window) so that a connection
- *    at its window is not stopped and started again for every answer.
- *  - the shared budget: the whole daemon has max_queue rows queued. Such a
- *    connection joins this thread's line and is released in turn, oldest
- *    first, as the budget frees (mlpd_requests_release, after every loop
- *    iteration), not when its own answers go out: the wait is shared out
- *    evenly. A request that does not fit is left unread in the meantime
- *    (mlpd_server_defer), so the budget is not overshot; this holds for a
- *    connection with nothing in flight too (its turn comes as the queue
- *    moves), unless the thread has nothing in flight at all. Between
- *    threads, the room goes first to the one with the shortest queue for
- *    each of its active connections (give_way), so that every thread's
- *    batches stay full and every connection is served as often.
- * A line whose oldest hold is older than max_queue_delay is true overload
- * (a closed loop's holds last about one turn of the line): an overload
- * episode starts; nothing is held for the budget any more, every held
- * connection is read and what does not fit the budget is refused at once
- * (UNAVAILABLE), until the queue has drained to half of max_queue. */
+/* ---- flow control (flow.h) --------------------------------------------------
+ */
 
-/* Two batches per device keep every device busy from one connection,
- * and a lone request on another connection waits behind at most that.
- * Asked on every admission and answer (flow), so it is computed over the
- * models only when the scheduler's layout changed (a pool switched, a
- * device left rotation). */
-static long long own_window(mlpd_requests_t *r) {
-  unsigned layout = mlpd_scheduler_layout(r->sched);
-  if (r->win_ok && r->win_layout == layout)
-    return r->window;
-  long long win = r->cfg.win_rows;
-  for (int m = 0; m < MLPD_MAX_MODELS; m++) {
-    const mlpd_batcher_shape_t *sh = mlpd_scheduler_shape(r->sched, m);
-    mlpd_pool_t *p = mlpd_scheduler_pool(r->sched, m);
-    if (sh == NULL || p == NULL)
-      continue;
-    /* Per model, the largest: a connection may feed any of them. */
-    long long two = 2LL * sh->max_batch * mlpd_pool_in_rotation(p);
-    if (win < two)
-      win = two;
-  }
-  r->window = win;
-  r->win_layout = layout;
-  r->win_ok = 1;
-  return win;
-}
-
-/* Whether this thread holds connections for the budget, for the other
- * threads to see (give_way). */
-static void line_publish(mlpd_requests_t *r) {
-  atomic_store(&r->stats->waiting, r->line_head != NULL);
-}
-
-/* A connection that wants the devices (rows admitted, or held in line for
- * the budget) counts towards its thread's share of the budget; `gone`:
- * it is closing. */
-static void note_active(mlpd_requests_t *r, conn_state_t *cs, int gone) {
-  int on = !gone && (cs->rows > 0 || cs->queued);
-  if (on == cs->active)
-    return;
-  cs->active = on;
-  r->nactive += on ? 1 : -1;
-  atomic_store(&r->stats->active, r->nactive);
-}
-
-static void line_leave(mlpd_requests_t *r, conn_state_t *cs) {
-  if (!cs->queued)
-    return;
-  if (cs->prev != NULL)
-    cs->prev->next = cs->next;
-  else
-    r->line_head = cs->next;
-  if (cs->next != NULL)
-    cs->next->prev = cs->prev;
-  else
-    r->line_tail = cs->prev;
-  cs->prev = cs->next = NULL;
-  cs->queued = 0;
-  if (--r->line_len == 0)
-    line_publish(r);
-  note_active(r, cs, 0);
-}
-
-static void line_join(mlpd_requests_t *r, conn_state_t *cs, uint64_t now) {
-  if (cs->queued)
-    return;
-  cs->queued = 1;
-  cs->held_ns = now;
-  cs->next = NULL;
-  cs->prev = r->line_tail;
-  if (r->line_tail != NULL)
-    r->line_tail->next = cs;
-  else
-    r->line_head = cs;
-  r->line_tail = cs;
-  if (r->line_len++ == 0)
-    line_publish(r);
-  note_active(r, cs, 0);
-}
-
-/* The budget a connection released in turn was promised goes back once it
- * has read (or is held again, or closes). */
-static void unreserve(mlpd_requests_t *r, conn_state_t *cs) {
-  r->reserved -= cs->reserve;
-  cs->reserve = 0;
-}
-
-/* Room in the budget goes first to the I/O thread with the shortest queue
- * for its connections among those holding connections for it. Each thread
- * batches only its own rows: a thread that took the room freed by its own
- * hand-overs again and again would hold most of the queue while the
- * others, starved of rows, sent their slots out partial once max_delay
- * passed (issue 15: mean batch 226 at 2x saturation). And each thread's
- * share is its connections': the kernel spreads connections over the
- * threads unevenly, and an equal share per thread would serve a
- * connection on a crowded thread less often than one on a quiet thread
- * (bench/RESULTS.md, 2026-12-05: the 8x closed loop's p99). So a thread
- * whose queue per active connection is longer than a waiting one's, by
- * more than `rows` (a request, so that equal threads do not take turns
- * giving way), leaves the room to it; that one takes it at its next loop
- * iteration (at most a max_delay, or a batch, away: its rows in flight
- * wake it), while the queue ahead of the devices stays full. */
-static int give_way(mlpd_requests_t *r, long long rows) {
-  mlpd_board_t *b = r->board;
-  if (b == NULL || b->nshards < 2)
-    return 0;
-  long long mine = atomic_load(&r->stats->queued) + r->reserved;
-  long long my_n = r->nactive > 0 ? r->nactive : 1;
-  for (int i = 0; i < b->nshards; i++) {
-    mlpd_board_shard_t *o = &b->shards[i];
-    if (o == r->stats || !atomic_load(&o->waiting))
-      continue;
-    long long o_n = atomic_load(&o->active);
-    if (o_n < 1)
-      o_n = 1;
-    if ((atomic_load(&o->queued) + rows) * my_n < mine * o_n)
-      return 1;
-  }
-  return 0;
-}
-
-/* No room for this thread in the budget: it is spoken for, or another
- * thread's turn (give_way; rows: a request of this thread's). */
-static int budget_full(mlpd_requests_t *r, long long rows) {
-  return mlpd_scheduler_queued_all(r->sched) + r->reserved >=
-             budget(r) ||
-         give_way(r, rows);
-}
-
-static void set_overload(mlpd_requests_t *r, int on) {
-  if (r->overload == on)
-    return;
-  r->overload = on;
-  STATS(r, {
-    m->overloaded = (uint64_t)on;
-    if (on)
-      m->overload_episodes++;
-  });
-  if (on)
-    MLPD_LOGW("overload: connections waited over %llu ms for the queue "
-              "(--max-queue-delay-ms); refusing what does not fit "
-              "--max-queue %d until it drains to half",
-              (unsigned long long)(r->cfg.max_queue_delay_ns / 1000000u),
-              budget(r));
-  else
-    MLPD_LOGI("overload over: the queue drained; holding connections "
-              "for it again");
-}
-
-/* Flow control for one connection, after its window or the budget
- * changed (an admission, an answer). */
+/* After c's window changed (an admission, an answer). */
 static void flow(mlpd_requests_t *r, mlpd_conn_t *c) {
   conn_state_t *cs = c->owner_data;
-  if (cs == NULL || c->closing)
-    return;
-  note_active(r, cs, 0);
-  if (c->busy == 0 && cs->queued)
-    return; /* its turn comes, or the thread runs dry (release) */
-  if (c->busy == 0) {
-    /* Nothing in flight: not held for its own window. */
-    line_leave(r, cs);
-    unreserve(r, cs);
-    cs->own_held = 0;
-    if (c->held)
-      mlpd_server_hold(c, 0);
-    return;
-  }
-  long long win = own_window(r);
-  if (cs->own_held)
-    cs->own_held = cs->rows > win - win / 4 ||
-                   cs->bytes > r->cfg.win_bytes - r->cfg.win_bytes / 4;
-  else
-    cs->own_held = cs->rows >= win || cs->bytes >= r->cfg.win_bytes;
-  if (cs->own_held) {
-    line_leave(r, cs);
-    unreserve(r, cs);
-    if (!c->held)
-      mlpd_server_hold(c, 1);
-    return;
-  }
-  if (cs->queued)
-    return; /* released in turn, not by its own answers */
-  if (!r->overload && budget_full(r, cs->last_rows)) {
-    unreserve(r, cs);
-    line_join(r, cs, mlpd_now_ns());
-    if (!c->held)
-      mlpd_server_hold(c, 1);
-    return;
-  }
-  if (c->held)
-    mlpd_server_hold(c, 0);
+  if (cs != NULL)
+    mlpd_flow_update(&r->flow, &cs->fc);
 }
 
 void mlpd_requests_release(mlpd_requests_t *r) {
-  if (r->overload && mlpd_scheduler_queued_all(r->sched) < budget(r) / 2)
-    set_overload(r, 0);
-  if (r->line_head == NULL)
-    return;
-  if (!r->overload && r->cfg.max_queue_delay_ns != 0 &&
-      mlpd_now_ns() - r->line_head->held_ns > r->cfg.max_queue_delay_ns)
-    set_overload(r, 1);
-  /* In turn, oldest first, each promised a request's rows of the budget
-   * (its last request's) until the budget is spoken for; in an overload
-   * episode, all of them. With nothing of this thread's in flight no
-   * answer would come to wake it: then the line goes in, whatever the
-   * other threads hold. */
-  while (r->line_head != NULL && (r->overload || r->inflight == 0 ||
-                                  !budget_full(r, r->line_head->last_rows))) {
-    conn_state_t *cs = r->line_head;
-    line_leave(r, cs);
-    if (!r->overload) {
-      cs->reserve = cs->last_rows > 0 ? cs->last_rows : 1;
-      r->reserved += cs->reserve;
-      cs->turn = 1;
-    }
-    if (cs->conn->held)
-      mlpd_server_hold(cs->conn, 0);
-  }
+  mlpd_flow_release(&r->flow, r->inflight);
 }
 
 static void on_flow(void *ud, mlpd_server_t *s) {
@@ -431,7 +181,7 @@ static void on_open(void *ud, mlpd_conn_t *c) {
   }
   mlpd_regions_init(&cs->regions, r->cfg.max_regions, r->cfg.max_shm_bytes,
                     &r->board->shm_mapped);
-  cs->conn = c;
+  cs->fc.conn = c;
   c->owner_data = cs;
   STATS(r, m->connections++);
 }
@@ -441,9 +191,7 @@ static void on_close(void *ud, mlpd_conn_t *c) {
   conn_state_t *cs = c->owner_data;
   if (cs == NULL)
     return;
-  line_leave(r, cs);
-  unreserve(r, cs);
-  note_active(r, cs, 1);
+  mlpd_flow_conn_close(&r->flow, &cs->fc);
   /* Drop what the client can no longer receive before it costs engine time;
    * rows already on a device are computed and discarded. */
   while (cs->head != NULL) {
@@ -836,8 +584,8 @@ static void admitted(mlpd_requests_t *r, mlpd_conn_t *c, dreq_t *d,
   size_t out_bytes =
       (size_t)q->rows * (size_t)d->r.out_cols * mlpd_dtype_size(q->out_dtype);
   d->win_bytes = in_bytes + out_bytes;
-  cs->rows += q->rows;
-  cs->bytes += d->win_bytes;
+  cs->fc.rows += q->rows;
+  cs->fc.bytes += d->win_bytes;
   STATS(r, {
     m->inflight_requests++;
     if (d->in_region != NULL)
@@ -853,31 +601,11 @@ static void admitted(mlpd_requests_t *r, mlpd_conn_t *c, dreq_t *d,
   }
 }
 
-/* The two refusals of true overload, for every transport: each counts
- * itself and writes the message naming the bound; 1 when the request of
- * `rows` rows to `model` is refused.
- *
- * In an overload episode (flow control above), a request that does not
- * fit the shared budget is refused at once, before anything is allocated
- * for it. */
-static int refuse_over_budget(mlpd_requests_t *r, int rows, char *msg,
-                              size_t cap) {
-  if (!r->overload ||
-      mlpd_scheduler_queued_all(r->sched) + rows <= budget(r))
-    return 0;
-  STATS(r, m->refused[MLPD_REFUSED_OVERLOAD]++);
-  snprintf(msg, cap,
-           "overloaded: requests waited over the %llu ms bound "
-           "(--max-queue-delay-ms) for the daemon's queue, and its %d rows "
-           "(--max-queue) are taken; retry later",
-           (unsigned long long)(r->cfg.max_queue_delay_ns / 1000000u),
-           budget(r));
-  return 1;
-}
-
-/* (requests.h) The rows every thread queued for the model would keep the
- * request waiting longer than the bound. A request into an empty queue is
- * never refused. */
+/* The refusal of true overload by the queue-delay estimate, for every
+ * transport (the other is mlpd_flow_over_budget): 1 when the rows every
+ * thread queued for the model would keep a request of `rows` rows waiting
+ * longer than the bound, counted, with the message naming it. A request
+ * into an empty queue is never refused. */
 static int refuse_queue_delay(mlpd_requests_t *r, int rows, int model,
                               char *msg, size_t cap) {
   if (r->cfg.max_queue_delay_ns == 0 ||
@@ -904,25 +632,19 @@ static void handle_infer(mlpd_requests_t *r, mlpd_conn_t *c,
   if (sh == NULL)
     return;
   conn_state_t *cs = c->owner_data;
-  cs->last_rows = q->rows;
+  cs->fc.last_rows = q->rows;
   char why[256];
-  if (refuse_over_budget(r, q->rows, why, sizeof(why))) {
+  if (mlpd_flow_over_budget(&r->flow, q->rows, why, sizeof(why))) {
     send_error(r, c, q->id, MLPD_RPC_INFER, MLPD_STATUS_UNAVAILABLE, "%s", why);
     return;
   }
-  if (!cs->turn && r->inflight > 0 && !r->overload &&
-      (mlpd_scheduler_queued_all(r->sched) + r->reserved + q->rows >
-           budget(r) ||
-       give_way(r, q->rows))) {
+  if (mlpd_flow_wait_turn(&r->flow, &cs->fc, q->rows, r->inflight)) {
     /* The budget has no room for it (or the room is another thread's
      * turn): the connection waits in line with this frame unread, rather
      * than overshoot the budget by it. */
-    line_join(r, cs, mlpd_now_ns());
-    mlpd_server_hold(c, 1);
     mlpd_server_defer(c);
     return;
   }
-  cs->turn = 0;
   if (refuse_queue_delay(r, q->rows, model, why, sizeof(why))) {
     send_error(r, c, q->id, MLPD_RPC_INFER, MLPD_STATUS_UNAVAILABLE, "%s", why);
     return;
@@ -1229,7 +951,7 @@ static void on_frame(void *ud, mlpd_conn_t *c, const uint8_t *body,
   uint64_t now = mlpd_now_ns();
   /* Released in turn and read: its promise of budget is kept or void. */
   if (c->owner_data != NULL)
-    unreserve(r, c->owner_data);
+    mlpd_flow_read(&r->flow, &((conn_state_t *)c->owner_data)->fc);
   if (len == 0) {
     send_error(r, c, 0, MLPD_RPC_NONE, MLPD_STATUS_INVALID_ARGUMENT,
                "empty frame: a Request needs at least a kind");
@@ -1379,7 +1101,7 @@ static int infer_ext(mlpd_requests_t *r, const mlpd_requests_infer_t *in,
                              status, msg, cap);
   if (rc != 0)
     return rc;
-  if (refuse_over_budget(r, in->rows, msg, cap) ||
+  if (mlpd_flow_over_budget(&r->flow, in->rows, msg, cap) ||
       refuse_queue_delay(r, in->rows, index, msg, cap)) {
     *status = MLPD_STATUS_UNAVAILABLE;
     return MLPD_EBUSY;
@@ -1423,7 +1145,7 @@ static int infer_ext(mlpd_requests_t *r, const mlpd_requests_infer_t *in,
       snprintf(msg, cap,
                "queue full: %lld rows queued in the daemon, limit %d "
                "(--max-queue); retry",
-               mlpd_scheduler_queued_all(r->sched), budget(r));
+               mlpd_scheduler_queued_all(r->sched), mlpd_flow_budget(&r->flow));
     } else {
       *status = MLPD_STATUS_INVALID_ARGUMENT;
       snprintf(msg, cap, "request not admitted: %s", mlpd_strerror(rc));
@@ -1486,6 +1208,8 @@ void mlpd_requests_init(mlpd_requests_t *r, const mlpd_requests_config_t *cfg,
   r->board = board;
   r->stats = stats;
   r->sched = sched;
+  mlpd_flow_init(&r->flow, cfg->win_rows, cfg->win_bytes,
+                 cfg->max_queue_delay_ns, board, stats, sched);
   /* Enough for the records and inline rows of a saturating load's share of
    * one thread (mlp-4k, f32 rows, 1024 rows in flight: about 32 MiB). */
   mlpd_bufcache_init(&r->cache, (size_t)64 << 20);

@@ -13,8 +13,8 @@
  * zero copy off the loop thread (pin.h), served by copying meanwhile.
  * Every infer request is routed to its model by mlpd_requests_route.
  *
- * Admission is flow control first: a connection whose admitted and not
- * yet answered requests pass its window (rows or bytes) is held
+ * Admission is flow control first (flow.h): a connection whose admitted
+ * and not yet answered requests pass its window (rows or bytes) is held
  * (mlpd_server_hold) until its answers go out; one whose request does
  * not fit the rows the whole daemon may queue (the board's max_queue) is
  * held in a line, that request unread, and released in turn, oldest
@@ -38,6 +38,7 @@
 
 #include "board.h"
 #include "bufcache.h"
+#include "flow.h"
 #include "pin.h"
 #include "region.h"
 #include "scheduler.h"
@@ -67,20 +68,7 @@ typedef struct mlpd_requests_s {
   mlpd_scheduler_t *sched;   /* borrowed: this thread's scheduler */
   int draining;              /* infer is refused */
   uint64_t inflight;         /* infer requests admitted, not answered */
-  mlpd_requests_conn_t *line_head, *line_tail; /* connections held for the
-                             shared budget, oldest first (released in
-                             turn by mlpd_requests_release) */
-  int line_len;
-  int nactive;           /* connections with rows admitted or in the line
-                            (published on the board as its active) */
-  long long window;      /* own_window's answer, cached */
-  unsigned win_layout;   /* ... for this mlpd_scheduler_layout */
-  int win_ok;            /* ... once computed */
-  long long reserved;    /* budget rows promised to connections
-                            released in turn and not yet read */
-  int overload;          /* an overload episode: budget holds aged
-                            past max_queue_delay; nothing is held for
-                            the budget, what does not fit is refused */
+  mlpd_flow_t flow;          /* its connections' flow control (flow.h) */
   mlpd_region_t *arena;  /* borrowed, NULL = none: the I/O thread's
                             pinned arena (mlpd_requests_set_arena) */
   mlpd_bufcache_t cache; /* owned: request records and inline row
@@ -132,7 +120,7 @@ static inline void mlpd_requests_drain(mlpd_requests_t *r) { r->draining = 1; }
 /* Flow control, after every loop iteration (the dispatcher's check):
  * releases connections held for the shared budget in turn, oldest first,
  * while the budget has room, and starts or ends an overload episode
- * (requests.c says when). */
+ * (flow.h says when). */
 void mlpd_requests_release(mlpd_requests_t *r);
 
 /* Every admitted infer request has been answered. */

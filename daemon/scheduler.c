@@ -40,6 +40,12 @@ mlpd_pool_t *mlpd_scheduler_pool(const mlpd_scheduler_t *s, int m) {
   return l != NULL ? l->pool : NULL;
 }
 
+static void raise_peak(atomic_llong *peak, long long v) {
+  long long p = atomic_load(peak);
+  while (v > p && !atomic_compare_exchange_weak(peak, &p, v))
+    ;
+}
+
 /* Brings the daemon-wide counts of queued rows (all models, and each
  * model's) up to date with this thread's batchers: every path that
  * changes a queue ends here. */
@@ -55,8 +61,12 @@ static void publish(mlpd_scheduler_t *s) {
     long long now = l->batcher_ready ? l->batcher.queue_rows : 0;
     if (now == l->published)
       continue;
-    if (s->cfg.queued != NULL)
-      atomic_fetch_add(s->cfg.queued, now - l->published);
+    if (s->cfg.queued != NULL) {
+      long long all = atomic_fetch_add(s->cfg.queued, now - l->published) +
+                      (now - l->published);
+      if (s->cfg.queued_peak != NULL)
+        raise_peak(s->cfg.queued_peak, all);
+    }
     if (s->cfg.model_queued != NULL)
       atomic_fetch_add(&s->cfg.model_queued[m], now - l->published);
     atomic_fetch_add(&s->stats->queued, now - l->published);

@@ -43,6 +43,7 @@ typedef struct mlpd_scheduler_config_s {
   /* Rows admitted and not yet handed to a device, summed over every I/O
    * thread and model (the board's): the scheduler adds its own changes. */
   atomic_llong *queued;
+  atomic_llong *queued_peak; /* raised to the most *queued has been */
   /* The same per model (the board's, MLPD_MAX_MODELS of them): what a
    * request to that model waits behind. */
   atomic_llong *model_queued;

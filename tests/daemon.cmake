@@ -8,6 +8,7 @@ target_compile_definitions(mlpd_daemonutil PRIVATE
 mlpd_test(test_batcher)
 mlpd_test(test_listen)
 mlpd_test(test_board)
+mlpd_test(test_modeldir)
 mlpd_test(test_pin)
 mlpd_test(test_bufcache)
 mlpd_test(test_daemon LIBS mlpd_daemonutil TIMEOUT 600)

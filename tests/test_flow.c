@@ -432,6 +432,11 @@ static void test_held_connection_released_in_turn(void **state) {
   assert_int_equal(atomic_load(&answers), TURN_PIPES * TURN_N);
   assert_true(metric(d->sock, "mlpd_requests_refused_total{reason=\""
                              "overload\"}") == 0);
+  /* The budget was reached and never overshot: a request that did not fit
+   * waited unread. */
+  double peak = metric(d->sock, "mlpd_queue_peak_rows");
+  print_message("queue peak %g rows of 512\n", peak);
+  assert_true(peak > 256 && peak <= 512);
   free(all);
   free(f);
   free(x);

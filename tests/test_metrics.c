@@ -388,6 +388,7 @@ static void test_required_names(void **state) {
       {"mlpd_rows_total", "counter"},
       {"mlpd_queue_rows", "gauge"},
       {"mlpd_queue_max_rows", "gauge"},
+      {"mlpd_queue_peak_rows", "gauge"},
       {"mlpd_connections", "gauge"},
       {"mlpd_inflight_requests", "gauge"},
       {"mlpd_ready", "gauge"},
@@ -459,6 +460,7 @@ static void test_values(void **state) {
   m.rows = 3000;
   m.queue_rows = 17;
   m.queue_max_rows = 4096;
+  m.queue_peak_rows = 4000;
   m.connections = 65;
   m.inflight_requests = 9;
   m.ready = 1;
@@ -486,6 +488,8 @@ static void test_values(void **state) {
   assert_true(find_sample(&e, "mlpd_queue_rows", NULL, NULL)->value == 17);
   assert_true(find_sample(&e, "mlpd_queue_max_rows", NULL, NULL)->value ==
               4096);
+  assert_true(find_sample(&e, "mlpd_queue_peak_rows", NULL, NULL)->value ==
+              4000);
   assert_true(find_sample(&e, "mlpd_connections", NULL, NULL)->value == 65);
   assert_true(find_sample(&e, "mlpd_inflight_requests", NULL, NULL)->value ==
               9);

@@ -1,0 +1,275 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* flow.c - see flow.h. */
+#include "flow.h"
+
+#include "log.h"
+
+#include <stdio.h>
+
+void mlpd_flow_init(mlpd_flow_t *f, int win_rows, size_t win_bytes,
+                    uint64_t max_queue_delay_ns, mlpd_board_t *board,
+                    mlpd_board_shard_t *stats, mlpd_scheduler_t *sched) {
+  *f = (mlpd_flow_t){.win_rows = win_rows,
+                     .win_bytes = win_bytes,
+                     .max_queue_delay_ns = max_queue_delay_ns,
+                     .board = board,
+                     .stats = stats,
+                     .sched = sched};
+}
+
+/* Two batches per device keep every device busy from one connection,
+ * and a lone request on another connection waits behind at most that.
+ * Asked on every admission and answer, so it is computed over the models
+ * only when the scheduler's layout changed (a pool switched, a device left
+ * rotation). */
+static long long own_window(mlpd_flow_t *f) {
+  unsigned layout = mlpd_scheduler_layout(f->sched);
+  if (f->win_ok && f->win_layout == layout)
+    return f->window;
+  long long win = f->win_rows;
+  for (int m = 0; m < MLPD_MAX_MODELS; m++) {
+    const mlpd_batcher_shape_t *sh = mlpd_scheduler_shape(f->sched, m);
+    mlpd_pool_t *p = mlpd_scheduler_pool(f->sched, m);
+    if (sh == NULL || p == NULL)
+      continue;
+    /* Per model, the largest: a connection may feed any of them. */
+    long long two = 2LL * sh->max_batch * mlpd_pool_in_rotation(p);
+    if (win < two)
+      win = two;
+  }
+  f->window = win;
+  f->win_layout = layout;
+  f->win_ok = 1;
+  return win;
+}
+
+/* Whether this thread holds connections for the budget, for the other
+ * threads to see (give_way). */
+static void line_publish(mlpd_flow_t *f) {
+  atomic_store(&f->stats->waiting, f->line_head != NULL);
+}
+
+/* A connection that wants the devices (rows admitted, or held in line for
+ * the budget) counts towards its thread's share of the budget; `gone`:
+ * it is closing. */
+static void note_active(mlpd_flow_t *f, mlpd_flow_conn_t *fc, int gone) {
+  int on = !gone && (fc->rows > 0 || fc->queued);
+  if (on == fc->active)
+    return;
+  fc->active = on;
+  f->nactive += on ? 1 : -1;
+  atomic_store(&f->stats->active, f->nactive);
+}
+
+static void line_leave(mlpd_flow_t *f, mlpd_flow_conn_t *fc) {
+  if (!fc->queued)
+    return;
+  if (fc->prev != NULL)
+    fc->prev->next = fc->next;
+  else
+    f->line_head = fc->next;
+  if (fc->next != NULL)
+    fc->next->prev = fc->prev;
+  else
+    f->line_tail = fc->prev;
+  fc->prev = fc->next = NULL;
+  fc->queued = 0;
+  if (--f->line_len == 0)
+    line_publish(f);
+  note_active(f, fc, 0);
+}
+
+/* Joins the line, held, from now. */
+static void line_join(mlpd_flow_t *f, mlpd_flow_conn_t *fc) {
+  if (!fc->queued) {
+    fc->queued = 1;
+    fc->held_ns = mlpd_now_ns();
+    fc->next = NULL;
+    fc->prev = f->line_tail;
+    if (f->line_tail != NULL)
+      f->line_tail->next = fc;
+    else
+      f->line_head = fc;
+    f->line_tail = fc;
+    if (f->line_len++ == 0)
+      line_publish(f);
+    note_active(f, fc, 0);
+  }
+  if (!fc->conn->held)
+    mlpd_server_hold(fc->conn, 1);
+}
+
+/* The budget a connection released in turn was promised goes back once it
+ * has read (or is held again, or closes). */
+static void unreserve(mlpd_flow_t *f, mlpd_flow_conn_t *fc) {
+  f->reserved -= fc->reserve;
+  fc->reserve = 0;
+}
+
+void mlpd_flow_read(mlpd_flow_t *f, mlpd_flow_conn_t *fc) {
+  unreserve(f, fc);
+}
+
+/* Room in the budget goes first to the I/O thread with the shortest queue
+ * for its connections among those holding connections for it. Each thread
+ * batches only its own rows: a thread that took the room freed by its own
+ * hand-overs again and again would hold most of the queue while the
+ * others, starved of rows, sent their slots out partial once max_delay
+ * passed (issue 15: mean batch 226 at 2x saturation). And each thread's
+ * share is its connections': the kernel spreads connections over the
+ * threads unevenly, and an equal share per thread would serve a
+ * connection on a crowded thread less often than one on a quiet thread
+ * (bench/RESULTS.md, 2026-12-05: the 8x closed loop's p99). So a thread
+ * whose queue per active connection is longer than a waiting one's, by
+ * more than `rows` (a request, so that equal threads do not take turns
+ * giving way), leaves the room to it; that one takes it at its next loop
+ * iteration (at most a max_delay, or a batch, away: its rows in flight
+ * wake it), while the queue ahead of the devices stays full. */
+static int give_way(mlpd_flow_t *f, long long rows) {
+  mlpd_board_t *b = f->board;
+  if (b == NULL || b->nshards < 2)
+    return 0;
+  long long mine = atomic_load(&f->stats->queued) + f->reserved;
+  long long my_n = f->nactive > 0 ? f->nactive : 1;
+  for (int i = 0; i < b->nshards; i++) {
+    mlpd_board_shard_t *o = &b->shards[i];
+    if (o == f->stats || !atomic_load(&o->waiting))
+      continue;
+    long long o_n = atomic_load(&o->active);
+    if (o_n < 1)
+      o_n = 1;
+    if ((atomic_load(&o->queued) + rows) * my_n < mine * o_n)
+      return 1;
+  }
+  return 0;
+}
+
+/* No room left for this thread in the budget: it is spoken for, or
+ * another thread's turn (give_way; rows: a request of this thread's). */
+static int budget_full(mlpd_flow_t *f, long long rows) {
+  return mlpd_scheduler_queued_all(f->sched) + f->reserved >=
+             mlpd_flow_budget(f) ||
+         give_way(f, rows);
+}
+
+static void set_overload(mlpd_flow_t *f, int on) {
+  if (f->overload == on)
+    return;
+  f->overload = on;
+  MLPD_SHARD_STATS(f->stats, {
+    m->overloaded = (uint64_t)on;
+    if (on)
+      m->overload_episodes++;
+  });
+  if (on)
+    MLPD_LOGW("overload: connections waited over %llu ms for the queue "
+              "(--max-queue-delay-ms); refusing what does not fit "
+              "--max-queue %d until it drains to half",
+              (unsigned long long)(f->max_queue_delay_ns / 1000000u),
+              mlpd_flow_budget(f));
+  else
+    MLPD_LOGI("overload over: the queue drained; holding connections "
+              "for it again");
+}
+
+int mlpd_flow_over_budget(mlpd_flow_t *f, int rows, char *msg, size_t cap) {
+  if (!f->overload ||
+      mlpd_scheduler_queued_all(f->sched) + rows <= mlpd_flow_budget(f))
+    return 0;
+  MLPD_SHARD_STATS(f->stats, m->refused[MLPD_REFUSED_OVERLOAD]++);
+  snprintf(msg, cap,
+           "overloaded: requests waited over the %llu ms bound "
+           "(--max-queue-delay-ms) for the daemon's queue, and its %d rows "
+           "(--max-queue) are taken; retry later",
+           (unsigned long long)(f->max_queue_delay_ns / 1000000u),
+           mlpd_flow_budget(f));
+  return 1;
+}
+
+int mlpd_flow_wait_turn(mlpd_flow_t *f, mlpd_flow_conn_t *fc, int rows,
+                        uint64_t inflight) {
+  if (!fc->turn && inflight > 0 && !f->overload &&
+      (mlpd_scheduler_queued_all(f->sched) + f->reserved + rows >
+           mlpd_flow_budget(f) ||
+       give_way(f, rows))) {
+    line_join(f, fc);
+    return 1;
+  }
+  fc->turn = 0;
+  return 0;
+}
+
+void mlpd_flow_update(mlpd_flow_t *f, mlpd_flow_conn_t *fc) {
+  mlpd_conn_t *c = fc->conn;
+  if (c->closing)
+    return;
+  note_active(f, fc, 0);
+  if (c->busy == 0 && fc->queued)
+    return; /* its turn comes, or the thread runs dry (release) */
+  if (c->busy == 0) {
+    /* Nothing in flight: not held for its own window. */
+    line_leave(f, fc);
+    unreserve(f, fc);
+    fc->own_held = 0;
+    if (c->held)
+      mlpd_server_hold(c, 0);
+    return;
+  }
+  long long win = own_window(f);
+  if (fc->own_held)
+    fc->own_held = fc->rows > win - win / 4 ||
+                   fc->bytes > f->win_bytes - f->win_bytes / 4;
+  else
+    fc->own_held = fc->rows >= win || fc->bytes >= f->win_bytes;
+  if (fc->own_held) {
+    line_leave(f, fc);
+    unreserve(f, fc);
+    if (!c->held)
+      mlpd_server_hold(c, 1);
+    return;
+  }
+  if (fc->queued)
+    return; /* released in turn, not by its own answers */
+  if (!f->overload && budget_full(f, fc->last_rows)) {
+    unreserve(f, fc);
+    line_join(f, fc);
+    return;
+  }
+  if (c->held)
+    mlpd_server_hold(c, 0);
+}
+
+void mlpd_flow_release(mlpd_flow_t *f, uint64_t inflight) {
+  if (f->overload &&
+      mlpd_scheduler_queued_all(f->sched) < mlpd_flow_budget(f) / 2)
+    set_overload(f, 0);
+  if (f->line_head == NULL)
+    return;
+  if (!f->overload && f->max_queue_delay_ns != 0 &&
+      mlpd_now_ns() - f->line_head->held_ns > f->max_queue_delay_ns)
+    set_overload(f, 1);
+  /* In turn, oldest first, each promised a request's rows of the budget
+   * (its last request's) until the budget is spoken for; in an overload
+   * episode, all of them. With nothing of this thread's in flight no
+   * answer would come to wake it: then the line goes in, whatever the
+   * other threads hold. */
+  while (f->line_head != NULL &&
+         (f->overload || inflight == 0 ||
+          !budget_full(f, f->line_head->last_rows))) {
+    mlpd_flow_conn_t *fc = f->line_head;
+    line_leave(f, fc);
+    if (!f->overload) {
+      fc->reserve = fc->last_rows > 0 ? fc->last_rows : 1;
+      f->reserved += fc->reserve;
+      fc->turn = 1;
+    }
+    if (fc->conn->held)
+      mlpd_server_hold(fc->conn, 0);
+  }
+}
+
+void mlpd_flow_conn_close(mlpd_flow_t *f, mlpd_flow_conn_t *fc) {
+  line_leave(f, fc);
+  unreserve(f, fc);
+  note_active(f, fc, 1);
+}
