@@ -399,7 +399,8 @@ deb() {
     /usr/share/mlpd/digits-heldout.safetensors /usr/share/mlpd/mlpd.proto \
     /usr/share/man/man8/mlpd.8.gz /usr/share/man/man1/mlpctl.1.gz \
     /usr/share/man/man1/mlpd-bench.1.gz \
-    /usr/share/doc/mlpd/examples/kubernetes.yaml
+    /usr/share/doc/mlpd/examples/kubernetes.yaml \
+    /usr/share/doc/mlpd/examples/mlpd-alerts.yml
   d=$(deb_of mlpd)
   depends=$(dpkg-deb -f "$d" Depends)
   for dep in libuv1 libopenblas0 libjansson4 libyajl2 libhttp-parser2.9 libsystemd0; do

@@ -11,7 +11,8 @@
 #     mlpd-bench (any token --[a-z][a-z0-9-]* there), unless it is one of
 #     the other tools' flags the docs show (cmake, ctest, curl, ...);
 #   - a metric (mlpd_... or process_...) is in a live scrape of a daemon
-#     started on the digits model, after it answered a few requests. A name
+#     started on the digits model, after it answered a few requests (the
+#     alerting rules in deploy/examples/*.yml are checked too). A name
 #     that does not look like a metric (no _total, _seconds, _bytes, ...
 #     ending) may instead be a C or Python identifier of the code
 #     (mlpd_strerror, mlpd_client);
@@ -135,8 +136,10 @@ truth() {
     fail "the scrape has only $(grep -c '^mlpd_' "$tmp/metrics") mlpd_ names"
 
   # ---- metrics ---------------------------------------------------------------
+  # The docs, and the alerting rules deploy/examples ships.
+  metric_docs="$docs $(ls "$src"/deploy/examples/*.yml)"
   metricish='_(total|seconds|bytes|rows|info|fds|regions|connections|requests|ready|generation|rotation|bucket|sum|count)$'
-  for d in $docs; do
+  for d in $metric_docs; do
     for m in $(grep -o -E '\b(mlpd|process)_[a-z][a-z0-9_]*[a-z0-9]\b' "$d" | sort -u); do
       grep -qx "$m" "$tmp/metrics" && continue
       if ! printf '%s\n' "$m" | grep -Eq "$metricish"; then
