@@ -949,9 +949,10 @@ static void on_frame(void *ud, mlpd_conn_t *c, const uint8_t *body,
                      size_t len) {
   mlpd_requests_t *r = ud;
   uint64_t now = mlpd_now_ns();
+  conn_state_t *cs = c->owner_data;
   /* Released in turn and read: its promise of budget is kept or void. */
-  if (c->owner_data != NULL)
-    mlpd_flow_read(&r->flow, &((conn_state_t *)c->owner_data)->fc);
+  if (cs != NULL)
+    mlpd_flow_read(&r->flow, &cs->fc);
   if (len == 0) {
     send_error(r, c, 0, MLPD_RPC_NONE, MLPD_STATUS_INVALID_ARGUMENT,
                "empty frame: a Request needs at least a kind");
@@ -1145,7 +1146,8 @@ static int infer_ext(mlpd_requests_t *r, const mlpd_requests_infer_t *in,
       snprintf(msg, cap,
                "queue full: %lld rows queued in the daemon, limit %d "
                "(--max-queue); retry",
-               mlpd_scheduler_queued_all(r->sched), mlpd_flow_budget(&r->flow));
+               mlpd_scheduler_queued_all(r->sched),
+               mlpd_flow_budget(&r->flow));
     } else {
       *status = MLPD_STATUS_INVALID_ARGUMENT;
       snprintf(msg, cap, "request not admitted: %s", mlpd_strerror(rc));
