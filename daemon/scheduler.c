@@ -418,9 +418,7 @@ static void hand_over(mlpd_scheduler_t *s, int m, int i, int e, uint64_t now,
   }
   double waited = l->ready_ns[i] ? (double)(now - l->ready_ns[i]) / 1e9 : 0;
   l->ready_ns[i] = 0;
-  pthread_mutex_lock(&s->stats->mu);
-  mlpd_hist_observe(&s->stats->m.engine_wait, waited);
-  pthread_mutex_unlock(&s->stats->mu);
+  MLPD_SHARD_STATS(s->stats, mlpd_hist_observe(&m->engine_wait, waited));
   memset(job, 0, sizeof(*job));
   job->msg.type = MLPD_MSG_JOB;
   job->batch = (mlpd_engine_batch_t){
@@ -548,22 +546,21 @@ uint64_t mlpd_scheduler_run(mlpd_scheduler_t *s, int arriving) {
  * has its answer finds it in the metrics. */
 static void count_job(mlpd_scheduler_t *s, int model, const mlpd_job_t *job,
                       int retried) {
-  pthread_mutex_lock(&s->stats->mu);
-  mlpd_metrics_t *m = &s->stats->m;
-  if (retried) {
-    m->batches_retried++;
-  } else {
-    m->batches++;
-    m->rows += (uint64_t)job->batch.rows;
-    if (model < MLPD_METRICS_MAX_MODELS) {
-      m->model_batches[model]++;
-      m->model_rows[model] += (uint64_t)job->batch.rows;
+  MLPD_SHARD_STATS(s->stats, {
+    if (retried) {
+      m->batches_retried++;
+    } else {
+      m->batches++;
+      m->rows += (uint64_t)job->batch.rows;
+      if (model < MLPD_METRICS_MAX_MODELS) {
+        m->model_batches[model]++;
+        m->model_rows[model] += (uint64_t)job->batch.rows;
+      }
+      mlpd_hist_observe(&m->compute_duration,
+                        (double)(job->end_ns - job->start_ns) / 1e9);
+      mlpd_hist_observe(&m->batch_rows, (double)job->batch.rows);
     }
-    mlpd_hist_observe(&m->compute_duration,
-                      (double)(job->end_ns - job->start_ns) / 1e9);
-    mlpd_hist_observe(&m->batch_rows, (double)job->batch.rows);
-  }
-  pthread_mutex_unlock(&s->stats->mu);
+  });
 }
 
 void mlpd_scheduler_on_job(mlpd_scheduler_t *s, mlpd_job_t *job) {
