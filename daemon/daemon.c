@@ -105,26 +105,36 @@ static int add_model(mlpd_daemon_t *d, const char *name, const char *cfg_path) {
   return m;
 }
 
-/* Calls found for every model the model directory holds, but those a
- * --model NAME=FILE names (it wins over the directory). */
+static void want_at_start(mlpd_daemon_t *d, int m);
+static void rescanned(mlpd_daemon_t *d, int m,
+                      const mlpd_modeldir_entry_t *e);
+
+/* Every model the model directory holds, but those a --model NAME=FILE
+ * names (it wins over the directory), is loaded at start, or on a rescan
+ * (SIGHUP) reloaded if it changed. */
 typedef struct {
   mlpd_daemon_t *d;
-  void (*found)(mlpd_daemon_t *, int);
+  int rescan;
 } scan_t;
 
-static void scanned(void *ud, const char *name) {
+static void scanned(void *ud, const char *name,
+                    const mlpd_modeldir_entry_t *e) {
   scan_t *s = ud;
   int idx = -1;
   if (mlpd_models_find(&s->d->board.models, name, NULL, &idx, NULL) == 0 &&
       s->d->models[idx].cfg_path != NULL)
     return;
   int m = add_model(s->d, name, NULL);
-  if (m >= 0)
-    s->found(s->d, m);
+  if (m < 0)
+    return;
+  if (s->rescan)
+    rescanned(s->d, m, e);
+  else
+    want_at_start(s->d, m);
 }
 
-static void scan_dir(mlpd_daemon_t *d, void (*found)(mlpd_daemon_t *, int)) {
-  scan_t s = {d, found};
+static void scan_dir(mlpd_daemon_t *d, int rescan) {
+  scan_t s = {d, rescan};
   int rc = mlpd_modeldir_scan(d->cfg.model_dir, scanned, &s);
   if (rc != 0)
     MLPD_LOGE("--model-dir %s: %s", d->cfg.model_dir, mlpd_strerror(rc));
@@ -134,20 +144,18 @@ static void scan_dir(mlpd_daemon_t *d, void (*found)(mlpd_daemon_t *, int)) {
  * version in the model directory. */
 static int resolve(mlpd_daemon_t *d, int m, mlpd_err_t *err) {
   mlpd_dmodel_t *dm = &d->models[m];
-  char versions[MLPD_MODEL_MAX_VERSIONS][MLPD_MODEL_VERSION_MAX + 1];
-  int nv = 0;
+  mlpd_modeldir_entry_t e = {.nversions = 0};
   if (dm->cfg_path != NULL) {
-    snprintf(dm->path, sizeof(dm->path), "%s", dm->cfg_path);
-    dm->version[0] = '\0';
+    snprintf(e.path, sizeof(e.path), "%s", dm->cfg_path);
   } else if (d->cfg.model_dir == NULL ||
-             mlpd_modeldir_lookup(d->cfg.model_dir, name_of(d, m),
-                                  dm->path, sizeof(dm->path), dm->version,
-                                  versions, &nv) != 0) {
+             mlpd_modeldir_lookup(d->cfg.model_dir, name_of(d, m), &e) != 0) {
     return mlpd_errf(err, MLPD_ENOENT, "model '%s' is not in --model-dir %s",
                      name_of(d, m), d->cfg.model_dir ? d->cfg.model_dir : "");
   }
-  mlpd_models_set_source(&d->board.models, m, dm->path, dm->version, nv,
-                         versions);
+  snprintf(dm->path, sizeof(dm->path), "%s", e.path);
+  snprintf(dm->version, sizeof(dm->version), "%s", e.version);
+  mlpd_models_set_source(&d->board.models, m, dm->path, dm->version,
+                         e.nversions, e.versions);
   return 0;
 }
 
@@ -752,23 +760,19 @@ static void on_msg(mlpd_mailbox_t *mb, mlpd_msg_t *msg) {
 
 /* ---- signals, reload, drain --------------------------------------------------- */
 
-/* SIGHUP for a model of the directory: reload it when its file changed or
- * a newer version appeared; load it when it is new. */
-static void rescanned(mlpd_daemon_t *d, int m) {
+/* SIGHUP for a model of the directory, found at e: reload it when its
+ * file changed or a newer version appeared; load it when it is new. */
+static void rescanned(mlpd_daemon_t *d, int m,
+                      const mlpd_modeldir_entry_t *e) {
   mlpd_dmodel_t *dm = &d->models[m];
   mlpd_models_status_t *ms = malloc(sizeof(*ms));
   if (ms == NULL || mlpd_models_get(&d->board.models, m, ms) != 0) {
     free(ms);
     return;
   }
-  char path[PATH_MAX], version[MLPD_MODEL_VERSION_MAX + 1];
-  char versions[MLPD_MODEL_MAX_VERSIONS][MLPD_MODEL_VERSION_MAX + 1];
-  int nv = 0;
   struct stat st;
   int changed = 1;
-  if (mlpd_modeldir_lookup(d->cfg.model_dir, ms->name, path, sizeof(path),
-                           version, versions, &nv) == 0 &&
-      strcmp(path, dm->path) == 0 && stat(path, &st) == 0 &&
+  if (strcmp(e->path, dm->path) == 0 && stat(e->path, &st) == 0 &&
       st.st_size == dm->size && st.st_mtim.tv_sec == dm->mtime.tv_sec &&
       st.st_mtim.tv_nsec == dm->mtime.tv_nsec)
     changed = 0;
@@ -798,7 +802,7 @@ static void reload(mlpd_daemon_t *d) {
       dm->want_load = 1;
   }
   if (d->cfg.model_dir != NULL)
-    scan_dir(d, rescanned);
+    scan_dir(d, 1);
   pump(d);
   if (d->busy < 0 && !d->loading)
     mlpd_notify_ready();
@@ -1148,7 +1152,7 @@ int mlpd_daemon_run(const mlpd_config_t *cfg) {
     want_at_start(d, m);
   }
   if (cfg->model_dir != NULL)
-    scan_dir(d, want_at_start);
+    scan_dir(d, 0);
   if (d->nmodels == 0) {
     rc = mlpd_errf(&err, MLPD_ENOENT, "no model to serve: --model-dir %s "
                    "holds no NAME.safetensors or NAME/<version>/*.safetensors",

@@ -95,8 +95,7 @@ static void line_join(mlpd_flow_t *f, mlpd_flow_conn_t *fc) {
       line_publish(f);
     note_active(f, fc, 0);
   }
-  if (!fc->conn->held)
-    mlpd_server_hold(fc->conn, 1);
+  mlpd_server_hold(fc->conn, 1);
 }
 
 /* The budget a connection released in turn was promised goes back once it
@@ -144,10 +143,12 @@ static int give_way(mlpd_flow_t *f, long long rows) {
   return 0;
 }
 
-/* No room left for this thread in the budget: it is spoken for, or
- * another thread's turn (give_way; rows: a request of this thread's). */
-static int budget_full(mlpd_flow_t *f, long long rows) {
-  return mlpd_scheduler_queued_all(f->sched) + f->reserved >=
+/* No room in the budget for `need` more rows of this thread's: the
+ * queued and promised rows leave less, or the room is another thread's
+ * turn (give_way, judged by a request of `rows`). A request asks room for
+ * itself; holding and releasing the line asks whether any is left. */
+static int no_room(mlpd_flow_t *f, long long need, long long rows) {
+  return mlpd_scheduler_queued_all(f->sched) + f->reserved + need >
              mlpd_flow_budget(f) ||
          give_way(f, rows);
 }
@@ -188,10 +189,7 @@ int mlpd_flow_over_budget(mlpd_flow_t *f, int rows, char *msg, size_t cap) {
 
 int mlpd_flow_wait_turn(mlpd_flow_t *f, mlpd_flow_conn_t *fc, int rows,
                         uint64_t inflight) {
-  if (!fc->turn && inflight > 0 && !f->overload &&
-      (mlpd_scheduler_queued_all(f->sched) + f->reserved + rows >
-           mlpd_flow_budget(f) ||
-       give_way(f, rows))) {
+  if (!fc->turn && inflight > 0 && !f->overload && no_room(f, rows, rows)) {
     line_join(f, fc);
     return 1;
   }
@@ -211,8 +209,7 @@ void mlpd_flow_update(mlpd_flow_t *f, mlpd_flow_conn_t *fc) {
     line_leave(f, fc);
     unreserve(f, fc);
     fc->own_held = 0;
-    if (c->held)
-      mlpd_server_hold(c, 0);
+    mlpd_server_hold(c, 0);
     return;
   }
   long long win = own_window(f);
@@ -224,19 +221,17 @@ void mlpd_flow_update(mlpd_flow_t *f, mlpd_flow_conn_t *fc) {
   if (fc->own_held) {
     line_leave(f, fc);
     unreserve(f, fc);
-    if (!c->held)
-      mlpd_server_hold(c, 1);
+    mlpd_server_hold(c, 1);
     return;
   }
   if (fc->queued)
     return; /* released in turn, not by its own answers */
-  if (!f->overload && budget_full(f, fc->last_rows)) {
+  if (!f->overload && no_room(f, 1, fc->last_rows)) {
     unreserve(f, fc);
     line_join(f, fc);
     return;
   }
-  if (c->held)
-    mlpd_server_hold(c, 0);
+  mlpd_server_hold(c, 0);
 }
 
 void mlpd_flow_release(mlpd_flow_t *f, uint64_t inflight) {
@@ -255,7 +250,7 @@ void mlpd_flow_release(mlpd_flow_t *f, uint64_t inflight) {
    * other threads hold. */
   while (f->line_head != NULL &&
          (f->overload || inflight == 0 ||
-          !budget_full(f, f->line_head->last_rows))) {
+          !no_room(f, 1, f->line_head->last_rows))) {
     mlpd_flow_conn_t *fc = f->line_head;
     line_leave(f, fc);
     if (!f->overload) {
@@ -263,8 +258,7 @@ void mlpd_flow_release(mlpd_flow_t *f, uint64_t inflight) {
       f->reserved += fc->reserve;
       fc->turn = 1;
     }
-    if (fc->conn->held)
-      mlpd_server_hold(fc->conn, 0);
+    mlpd_server_hold(fc->conn, 0);
   }
 }
 

@@ -46,15 +46,13 @@ static int first_safetensors(const char *dir, char *path, size_t cap) {
   return 0;
 }
 
-int mlpd_modeldir_lookup(const char *dir, const char *name, char *path,
-                         size_t cap, char *version,
-                         char versions[][MLPD_MODEL_VERSION_MAX + 1],
-                         int *nversions) {
+int mlpd_modeldir_lookup(const char *dir, const char *name,
+                         mlpd_modeldir_entry_t *out) {
   struct stat st;
-  *nversions = 0;
-  version[0] = '\0';
-  snprintf(path, cap, "%s/%s.safetensors", dir, name);
-  if (stat(path, &st) == 0 && S_ISREG(st.st_mode))
+  out->nversions = 0;
+  out->version[0] = '\0';
+  snprintf(out->path, sizeof(out->path), "%s/%s.safetensors", dir, name);
+  if (stat(out->path, &st) == 0 && S_ISREG(st.st_mode))
     return 0;
   char folder[PATH_MAX];
   snprintf(folder, sizeof(folder), "%s/%s", dir, name);
@@ -83,18 +81,20 @@ int mlpd_modeldir_lookup(const char *dir, const char *name, char *path,
       continue;
     if (found < 0) {
       found = i;
-      snprintf(path, cap, "%s", file);
-      snprintf(version, MLPD_MODEL_VERSION_MAX + 1, "%lu", nums[i]);
+      snprintf(out->path, sizeof(out->path), "%s", file);
+      snprintf(out->version, sizeof(out->version), "%lu", nums[i]);
     }
-    if (*nversions < MLPD_MODEL_MAX_VERSIONS)
-      snprintf(versions[(*nversions)++], MLPD_MODEL_VERSION_MAX + 1, "%lu",
-               nums[i]);
+    if (out->nversions < MLPD_MODEL_MAX_VERSIONS)
+      snprintf(out->versions[out->nversions++], sizeof(out->versions[0]),
+               "%lu", nums[i]);
   }
   return found >= 0 ? 0 : MLPD_ENOENT;
 }
 
 int mlpd_modeldir_scan(const char *dir,
-                       void (*found)(void *ud, const char *name), void *ud) {
+                       void (*found)(void *ud, const char *name,
+                                     const mlpd_modeldir_entry_t *entry),
+                       void *ud) {
   DIR *dh = opendir(dir);
   if (dh == NULL)
     return -errno;
@@ -107,15 +107,12 @@ int mlpd_modeldir_scan(const char *dir,
       name[strlen(name) - strlen(".safetensors")] = '\0';
     if (!mlpd_models_name_ok(name))
       continue;
-    char path[PATH_MAX], version[MLPD_MODEL_VERSION_MAX + 1];
-    char versions[MLPD_MODEL_MAX_VERSIONS][MLPD_MODEL_VERSION_MAX + 1];
-    int nv = 0;
+    mlpd_modeldir_entry_t e;
     /* A folder beside a flat file of its name is not a second model: the
      * file's entry reports it. */
-    if (mlpd_modeldir_lookup(dir, name, path, sizeof(path), version, versions,
-                             &nv) == 0 &&
-        (file || version[0] != '\0'))
-      found(ud, name);
+    if (mlpd_modeldir_lookup(dir, name, &e) == 0 &&
+        (file || e.version[0] != '\0'))
+      found(ud, name, &e);
   }
   closedir(dh);
   return 0;

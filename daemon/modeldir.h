@@ -18,23 +18,29 @@
 
 #include "models.h"
 
+#include <limits.h>
 #include <stddef.h>
 
-/* Where model `name` of directory `dir` is: the file to serve into path
- * (cap bytes), its version into version ("" for a flat file), and the
- * versions found, newest first, into versions[] (at most
- * MLPD_MODEL_MAX_VERSIONS, *nversions of them; of the version folders,
- * the 64 first read are considered). 0, or MLPD_ENOENT: no such model
- * (or none whose path fits). */
-int mlpd_modeldir_lookup(const char *dir, const char *name, char *path,
-                         size_t cap, char *version,
-                         char versions[][MLPD_MODEL_VERSION_MAX + 1],
-                         int *nversions) MLPD_MUST_CHECK;
+/* What serves one model of the directory. */
+typedef struct mlpd_modeldir_entry_s {
+  char path[PATH_MAX];                      /* the file to serve */
+  char version[MLPD_MODEL_VERSION_MAX + 1]; /* "" for a flat file */
+  char versions[MLPD_MODEL_MAX_VERSIONS][MLPD_MODEL_VERSION_MAX + 1];
+  int nversions; /* versions found, newest first (of the version
+                    folders, the 64 first read are considered) */
+} mlpd_modeldir_entry_t;
 
-/* Calls found(ud, name) once for every model `dir` holds, in the order
- * the directory lists them (name is valid during the call). 0, or the
- * negative errno of a directory that cannot be read. */
+/* Where model `name` of directory `dir` is, into *out. 0, or MLPD_ENOENT:
+ * no such model (or none whose path fits). */
+int mlpd_modeldir_lookup(const char *dir, const char *name,
+                         mlpd_modeldir_entry_t *out) MLPD_MUST_CHECK;
+
+/* Calls found(ud, name, entry) once for every model `dir` holds, in the
+ * order the directory lists them (both valid during the call only). 0, or
+ * the negative errno of a directory that cannot be read. */
 int mlpd_modeldir_scan(const char *dir,
-                       void (*found)(void *ud, const char *name), void *ud);
+                       void (*found)(void *ud, const char *name,
+                                     const mlpd_modeldir_entry_t *entry),
+                       void *ud);
 
 #endif

@@ -13,18 +13,12 @@
  * zero copy off the loop thread (pin.h), served by copying meanwhile.
  * Every infer request is routed to its model by mlpd_requests_route.
  *
- * Admission is flow control first (flow.h): a connection whose admitted
- * and not yet answered requests pass its window (rows or bytes) is held
- * (mlpd_server_hold) until its answers go out; one whose request does
- * not fit the rows the whole daemon may queue (the board's max_queue) is
- * held in a line, that request unread, and released in turn, oldest
- * first, as the queue frees (mlpd_requests_release). Its client is paced,
- * never refused. Only true overload is refused, at once (UNAVAILABLE): a
- * request that would wait longer than max_queue_delay behind the rows
- * queued by every thread and those on the model's devices (at the rate
- * recent batches ran), and, once connections have waited in the
- * line longer than max_queue_delay (an overload episode), a request that
- * does not fit max_queue.
+ * Admission is flow control first (flow.h): a client is paced by not
+ * reading its connection, never refused; only true overload is refused
+ * at once (UNAVAILABLE): a request that would wait longer than
+ * max_queue_delay behind the rows queued for its model and those on the
+ * model's devices (at the rate recent batches ran), and, in an overload
+ * episode, one that does not fit max_queue.
  *
  * Every bad input gets a status and a message naming what is wrong;
  * nothing a client sends can stop another client's request. It never

@@ -37,16 +37,11 @@ static void make(const char *rel) {
     mkdir(path, 0755);
 }
 
-typedef struct {
-  char path[PATH_MAX], version[MLPD_MODEL_VERSION_MAX + 1];
-  char versions[MLPD_MODEL_MAX_VERSIONS][MLPD_MODEL_VERSION_MAX + 1];
-  int nv;
-} found_t;
+typedef mlpd_modeldir_entry_t found_t;
 
 static int lookup(const char *name, found_t *f) {
   memset(f, 0, sizeof(*f));
-  return mlpd_modeldir_lookup(tu_dir, name, f->path, sizeof(f->path),
-                              f->version, f->versions, &f->nv);
+  return mlpd_modeldir_lookup(tu_dir, name, f);
 }
 
 /* Asserts path is tu_dir/rel. */
@@ -63,7 +58,7 @@ static void test_flat_file(void **state) {
   assert_int_equal(lookup("flat", &f), 0);
   assert_at(&f, "flat.safetensors");
   assert_string_equal(f.version, "");
-  assert_int_equal(f.nv, 0);
+  assert_int_equal(f.nversions, 0);
 }
 
 static void test_versions_newest_by_number(void **state) {
@@ -77,7 +72,7 @@ static void test_versions_newest_by_number(void **state) {
   assert_int_equal(lookup("ver", &f), 0);
   assert_at(&f, "ver/10/c.safetensors");
   assert_string_equal(f.version, "10");
-  assert_int_equal(f.nv, 3);
+  assert_int_equal(f.nversions, 3);
   assert_string_equal(f.versions[0], "10");
   assert_string_equal(f.versions[1], "3");
   assert_string_equal(f.versions[2], "1");
@@ -92,7 +87,7 @@ static void test_versions_listed_at_most(void **state) {
   }
   found_t f;
   assert_int_equal(lookup("many", &f), 0);
-  assert_int_equal(f.nv, MLPD_MODEL_MAX_VERSIONS);
+  assert_int_equal(f.nversions, MLPD_MODEL_MAX_VERSIONS);
   snprintf(rel, sizeof(rel), "%d", MLPD_MODEL_MAX_VERSIONS + 2);
   assert_string_equal(f.version, rel);
   assert_string_equal(f.versions[0], rel);
@@ -134,8 +129,13 @@ typedef struct {
   int n;
 } seen_t;
 
-static void saw(void *ud, const char *name) {
+static void saw(void *ud, const char *name, const mlpd_modeldir_entry_t *e) {
   seen_t *s = ud;
+  /* What the scan hands over is the lookup's answer for that name. */
+  found_t f;
+  assert_int_equal(lookup(name, &f), 0);
+  assert_string_equal(e->path, f.path);
+  assert_string_equal(e->version, f.version);
   assert_true(s->n < 32);
   snprintf(s->names[s->n++], sizeof(s->names[0]), "%s", name);
 }
