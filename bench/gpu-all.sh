@@ -21,10 +21,7 @@
 # Before 1, bench/copyq_bench.cu: a lone request's small copies beside
 # another model's large ones (issue 16).
 # WG=1 first runs bench/wg/wg-call.sh without PyTorch (the wgmma kernel's
-# checks and chains, bf16 and FP8: about 35 s on 2026-12-05, more with the
-# configurations added since; at most 120 s, and 60 each for the
-# multicast configurations and the one-launch chains): raise TOTAL by as
-# much.
+# checks and 4-layer chains: at most 120 s): raise TOTAL by as much.
 # OIP_DAEMON_ARGS: more flags for step 3's daemon (e.g. "--io-threads 8").
 # The device tool brings back at most 8 files: logs go into one tarball,
 # RESULTS.md, the tables and the PNG beside it.
@@ -49,9 +46,7 @@ left() { # seconds left, at most $1
 . bench/gpu-env.sh
 
 if [ -n "${WG:-}" ]; then
-  OUT=$LOGS NO_TORCH=1 WG_TIMEOUT=120 WG_MC_TIMEOUT=60 WG_CHAIN_TIMEOUT=60 \
-    bench/wg/wg-call.sh \
-    2>&1 | tail -8
+  OUT=$LOGS NO_TORCH=1 WG_TIMEOUT=120 bench/wg/wg-call.sh 2>&1 | tail -8
   cp "$LOGS/wg_best.txt" "$OUT/" 2>/dev/null
   echo "wgmma bench done after $(el)"
 fi

@@ -16,25 +16,15 @@ nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Idaemon/cuda \
   bench/wg/wg_bench.cu -o $B || exit 1
 nvidia-smi --format=csv \
   --query-gpu=name,driver_version,clocks.sm,temperature.gpu,power.draw
-# The multicast configurations apart, after the rest, under a timeout of
-# their own (WG_MC_TIMEOUT): a hang there must not cost the others' lines.
-timeout "${WG_TIMEOUT:-150}" $B ${WG_ARGS:-} nomc >"$OUT/wg_bench.log" 2>&1
+timeout "${WG_TIMEOUT:-150}" $B ${WG_ARGS:-} >"$OUT/wg_bench.log" 2>&1
 echo "wg_bench rc=$?"
-timeout "${WG_MC_TIMEOUT:-60}" $B ${WG_ARGS:-} mc >"$OUT/wg_bench_mc.log" 2>&1
-echo "wg_bench mc rc=$?"
-timeout "${WG_CHAIN_TIMEOUT:-60}" $B ${WG_ARGS:-} chain \
-  >"$OUT/wg_bench_chain.log" 2>&1
-echo "wg_bench chain rc=$?"
-grep -E "CHECKS|FAIL|ATTR|read-only|skip" "$OUT/wg_bench.log" \
-  "$OUT/wg_bench_mc.log" "$OUT/wg_bench_chain.log" | head -70
-# The best chain of each width, dtype, row count and mode: one line each.
+grep -E "CHECKS|FAIL|ATTR|read-only" "$OUT/wg_bench.log" | head -70
+# The best chain of each width, row count and mode: one line each.
 awk '/^TIME [0-9]/ {
-  fp8 = ($3 == "fp8"); o = fp8 ? 1 : 0
-  rows = $(4 + o); us = $(NF - 3); mode = $(NF - 4)
-  key = $2 (fp8 ? " fp8" : " bf16") " rows " rows " " mode
+  rows = $4; us = $(NF - 3); mode = $(NF - 4)
+  key = $2 " rows " rows " " mode
   if (!(key in best) || us + 0 < best[key] + 0) { best[key] = us; line[key] = $0 }
-} END { for (k in line) print "BEST " line[k] }' "$OUT/wg_bench.log" \
-  "$OUT/wg_bench_mc.log" "$OUT/wg_bench_chain.log" |
+} END { for (k in line) print "BEST " line[k] }' "$OUT/wg_bench.log" |
   sort -k3,3n -k4,4 -k6,6n | tee "$OUT/wg_best.txt"
 if [ -z "${NO_TORCH:-}" ]; then
   python3 models/make_model.py mlp-4k -o /tmp/mlp-4k.safetensors >/dev/null 2>&1

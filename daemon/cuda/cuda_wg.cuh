@@ -10,11 +10,6 @@
  *     of a feature tile form one thread-block cluster and sum their fp32
  *     partials through distributed shared memory in rank order (bit-stable
  *     run to run), then apply bias and activation and write the rows.
- *   - With MC > 1 a cluster holds MC feature tiles of S splits each (S x MC
- *     CTAs): the MC CTAs of a split read the same inputs, so each copies
- *     NR / MC of the rows into all of them (multicast), and a stage is
- *     handed back to the producers of all MC (bench/wg: past 32 rows every
- *     CTA's own copy of the inputs makes even copy-only chains L2-bound).
  *   - One producer thread fills a ring of ST stages; a stage is BKA atoms
  *     of 64 K-values (128 bytes) for each of the C warpgroups' 64 weight
  *     rows, plus the same atoms of the NR input rows, all under the
@@ -39,6 +34,12 @@
  * (44 against 42), and past 32 rows every CTA's own copy of the inputs
  * through L2 makes it slower than cuBLASLt.
  *
+ * Tried in bench/wg and retired (H200, 2026-12-05 14:28 UTC, RESULTS.md):
+ * multicasting a split's inputs to the clusters' feature tiles (1.6-2.3x
+ * slower at 32-256 rows), asking L2 for the rest of a CTA's weights before
+ * the wait for the previous layer (1-14 us slower a chain), and the whole
+ * chain in one launch (47.4 against 44.7 us at 1 row).
+ *
  * What it does not do: FP8, rows > NR, n or k not a multiple of 8 (the
  * tensor map's row stride must be a multiple of 16 bytes; the epilogue
  * writes 4 features at a time), more than WG_MAX_SPLITS splits. */
@@ -61,11 +62,10 @@ using namespace mlpd_k; /* the async copies, activate, act_*_f32 */
 /* Splits (cluster size) at most: the portable cluster size. */
 #define WG_MAX_SPLITS 8
 
-/* wg_args.flags, for bench/wg's experiments (the engine passes 0):
- * WG_NO_MATH, consumers skip the math (copy-only chains); WG_L2_PREFETCH,
- * before the wait for the previous layer the producer also asks L2 for
- * the rest of the CTA's weights, beyond what its ring holds. */
-enum { WG_NO_MATH = 2, WG_L2_PREFETCH = 4 };
+/* wg_args.flags, for bench/wg's measure of the streaming alone (the
+ * engine passes 0): WG_NO_MATH, consumers skip the math (copy-only
+ * chains). */
+enum { WG_NO_MATH = 2 };
 
 struct wg_args {
   const uint16_t *b;  /* bias [n], activation dtype */
@@ -134,31 +134,24 @@ struct wg_grid_wait {
   }
 };
 
-/* The producer thread's schedule over nst stages, the ring's g0-th stage
- * on (0 for a kernel's only layer): the weights of the first ST, as the
- * ring frees them, and before_wait(ST), while the inputs may still be
- * being written; then wait_inputs(), those stages' inputs, and the rest
- * stage by stage as the consumers hand them back. load_w(i) and load_x(i)
- * fill the layer's i-th stage, the ring's (g0 + i) % ST. */
-template <int ST, int MC, typename LW, typename LX, typename BW, typename WI>
-__device__ __forceinline__ void wg_produce(int g0, int nst, uint64_t *empty,
+/* The producer thread's schedule over nst stages: the weights of the
+ * first ST, while the inputs may still be being written; then
+ * wait_inputs(), those stages' inputs, and the rest stage by stage as the
+ * consumers hand them back. load_w(i) and load_x(i) fill the i-th stage,
+ * the ring's i % ST. */
+template <int ST, typename LW, typename LX, typename WI>
+__device__ __forceinline__ void wg_produce(int nst, uint64_t *empty,
                                            LW load_w, LX load_x,
-                                           BW before_wait, WI wait_inputs) {
+                                           WI wait_inputs) {
   auto slot = [&](int it) {
-    const int g = g0 + it;
-    if (g < ST)
-      return;
-    if (MC == 1)
-      mbar_wait(smem_u32(&empty[g % ST]), ((g / ST) - 1) & 1);
-    else
-      mbar_wait_cluster(smem_u32(&empty[g % ST]), ((g / ST) - 1) & 1);
+    if (it >= ST)
+      mbar_wait(smem_u32(&empty[it % ST]), ((it / ST) - 1) & 1);
   };
   const int pre = nst < ST ? nst : ST;
   for (int it = 0; it < pre; it++) {
     slot(it);
     load_w(it);
   }
-  before_wait(pre);
   wait_inputs();
   for (int it = 0; it < pre; it++)
     load_x(it);
@@ -198,20 +191,6 @@ __device__ __forceinline__ void wg_stage_mma(float (&acc)[NR / 2],
   fence_acc(acc);
 }
 
-/* A consumer thread is done with the stage whose empty barrier is `bar`:
- * with MC > 1, once a warp (lane 0 for it), on that barrier in each CTA
- * whose producer writes into this one's stage (the split's MC). */
-template <int MC>
-__device__ __forceinline__ void wg_release(uint32_t bar, int split, int S) {
-  if (MC == 1) {
-    mbar_arrive(bar);
-    return;
-  }
-  if ((threadIdx.x & 31) == 0)
-    for (int q = 0; q < MC; q++)
-      mbar_arrive_rank(bar, (unsigned)(q * S + split));
-}
-
 /* A consumer thread's accumulators (its share of 64*C features x NR
  * rows, as wgmma leaves them) into `part`, [NR][64*C + 4] floats. */
 template <int NR, int C>
@@ -231,17 +210,16 @@ __device__ __forceinline__ void wg_store_partials(float *part,
   }
 }
 
-/* The tile's S ranks' partials (`part` at the same offset in the cluster's
- * ranks rank0 ... rank0 + S - 1) summed in rank order, four features at a
- * time, y = act(sum * ws + b) (ws, per-feature scales, may be null); this
- * rank (split) writes its share of the outputs, thread t of the nt that
- * call it. Every rank's partials must be complete. */
+/* The tile's S ranks' partials (`part` at the same offset in each of the
+ * cluster's S ranks) summed in rank order, four features at a time,
+ * y = act(sum + b); this rank (split) writes its share of the outputs,
+ * thread t of the nt that call it. Every rank's partials must be
+ * complete. */
 template <int NR, int C, int F16>
-__device__ __forceinline__ void wg_sum_partials(const float *part, int rank0,
-                                                int split, int S, int t,
-                                                int nt, int f0, int nrows,
-                                                int n, const uint16_t *b,
-                                                const float *ws, uint16_t *y,
+__device__ __forceinline__ void wg_sum_partials(const float *part, int split,
+                                                int S, int t, int nt, int f0,
+                                                int nrows, int n,
+                                                const uint16_t *b, uint16_t *y,
                                                 int act) {
   constexpr int PS = 64 * C + 4; /* wg_shape's */
   cg::cluster_group cl = cg::this_cluster();
@@ -252,7 +230,7 @@ __device__ __forceinline__ void wg_sum_partials(const float *part, int rank0,
   const float *src[WG_MAX_SPLITS];
 #pragma unroll
   for (int q = 0; q < WG_MAX_SPLITS; q++)
-    src[q] = q < S ? cl.map_shared_rank(part, rank0 + q) : part;
+    src[q] = q < S ? cl.map_shared_rank(part, q) : part;
   const int rows = nrows < NR ? nrows : NR;
   constexpr int W4 = 16 * C; /* float4 columns of a row */
   const int total = rows * W4;
@@ -274,10 +252,6 @@ __device__ __forceinline__ void wg_sum_partials(const float *part, int rank0,
         tt.z += v[q].z;
         tt.w += v[q].w;
       }
-    if (ws != nullptr) {
-      const float4 sc = *reinterpret_cast<const float4 *>(ws + f);
-      tt.x *= sc.x, tt.y *= sc.y, tt.z *= sc.z, tt.w *= sc.w;
-    }
     const uint2 bb = *reinterpret_cast<const uint2 *>(b + f);
     const float o[4] = {tt.x + act_to_f32<F16>((uint16_t)(bb.x & 0xffff)),
                         tt.y + act_to_f32<F16>((uint16_t)(bb.x >> 16)),
@@ -294,26 +268,25 @@ __device__ __forceinline__ void wg_sum_partials(const float *part, int rank0,
 
 /* The end of a CTA's work, once every thread is past its last stage: the
  * consumers' partials into shared memory (the ring's space), then the
- * tile's S ranks (rank0 on) sum them (wg_sum_partials) between two
- * cluster barriers. All the CTA's threads call it. */
+ * tile's S ranks sum them (wg_sum_partials) between two cluster barriers.
+ * All the CTA's threads call it. */
 template <int NR, int C, int F16>
 __device__ __forceinline__ void wg_finish(uint8_t *smem, const float *acc,
-                                          bool consumer, int rank0, int split,
-                                          int S, int f0, int nrows, int n,
-                                          const uint16_t *b, const float *ws,
-                                          uint16_t *y, int act) {
+                                          bool consumer, int split, int S,
+                                          int f0, int nrows, int n,
+                                          const uint16_t *b, uint16_t *y,
+                                          int act) {
   cg::cluster_group cl = cg::this_cluster();
   float *part = reinterpret_cast<float *>(smem);
   if (consumer)
     wg_store_partials<NR, C>(part, acc);
   cl.sync();
-  wg_sum_partials<NR, C, F16>(part, rank0, split, S, threadIdx.x,
-                              (C + 1) * 128, f0, nrows, n, b, ws, y, act);
+  wg_sum_partials<NR, C, F16>(part, split, S, threadIdx.x, (C + 1) * 128,
+                              f0, nrows, n, b, y, act);
   cl.sync();
 }
 
-template <int NR, int C, int BKA, int ST, int WT, int BR, int F16,
-          int MC = 1>
+template <int NR, int C, int BKA, int ST, int WT, int BR, int F16>
 __global__ void __launch_bounds__((C + 1) * 128, 1)
     mlpd_small_gemm_kernel_wg(const __grid_constant__ CUtensorMap tmw,
             const __grid_constant__ CUtensorMap tmx, const wg_args p) {
@@ -325,12 +298,9 @@ __global__ void __launch_bounds__((C + 1) * 128, 1)
   const uint32_t sbase = smem_u32(smem);
   const int tid = threadIdx.x, wg = tid >> 7;
   cg::cluster_group cl = cg::this_cluster();
-  static_assert(MC == 1 || (NR % (8 * MC) == 0 && MC <= 8),
-                "each of the MC copies a whole number of 8-row groups");
   const int S = p.splits;
-  const int rank = (int)cl.block_rank();
-  const int split = rank % S, mt = rank / S; /* mt < MC */
-  const int tile = blockIdx.x / (S * MC) * MC + mt;
+  const int split = (int)cl.block_rank();
+  const int tile = blockIdx.x / S;
   /* Splits own whole stages, so every stage is BKA atoms: atoms past K
    * are zeros (out of the tensor maps' bounds; zero padding in the tiled
    * copy, which pads each tile's atoms to a multiple of 8). */
@@ -341,14 +311,8 @@ __global__ void __launch_bounds__((C + 1) * 128, 1)
   const int tstride = (atoms + 7) & ~7; /* atoms a tile in the tiled copy */
   const int f0 = tile * 64 * C;
 
-  /* A stage is handed back by every consumer thread, or with MC > 1 by
-   * every consumer warp of the MC CTAs that share its inputs. */
-  wg_ring_init<ST>(full, empty, MC == 1 ? C * 128 : MC * C * 4);
-  uint16_t mc_mask = 0; /* the CTAs of this split */
-  for (int q = 0; q < MC; q++)
-    mc_mask |= (uint16_t)(1u << (q * S + split));
-  if (MC > 1)
-    cl.sync(); /* their barriers are ready before anything lands in them */
+  /* A stage is handed back by every consumer thread. */
+  wg_ring_init<ST>(full, empty, C * 128);
 
   float acc[NR / 2];
 #pragma unroll
@@ -378,32 +342,10 @@ __global__ void __launch_bounds__((C + 1) * 128, 1)
         const int s = it % ST;
         const uint32_t xs = sbase + s * SH::SB + SH::WB;
         const uint32_t bar = smem_u32(&full[s]);
-        constexpr int XR = NR / MC; /* the map's box: rows of one copy */
         for (int a = 0; a < BKA; a++)
-          if (MC == 1)
-            tma_2d(xs + a * NR * 128, &tmx, (a0 + it * BKA + a) * 64, 0, bar);
-          else
-            tma_2d_mc(xs + a * NR * 128 + mt * XR * 128, &tmx,
-                      (a0 + it * BKA + a) * 64, mt * XR, bar, mc_mask);
+          tma_2d(xs + a * NR * 128, &tmx, (a0 + it * BKA + a) * 64, 0, bar);
       };
-      auto prefetch = [&](int pre) {
-        if (!(p.flags & WG_L2_PREFETCH))
-          return;
-        for (int it = pre; it < nst; it++)
-          for (int c = 0; c < C; c++) {
-            if (WT)
-              prefetch_l2(
-                  wg_tiled_at(p.wt, tile, C, c, tstride, a0 + it * BKA),
-                  (unsigned)(BKA * 8192));
-            else
-              for (int q = 0; q < 64 / BR; q++)
-                for (int a = 0; a < BKA; a++)
-                  prefetch_tma_2d(&tmw, (a0 + it * BKA + a) * 64,
-                                  f0 + c * 64 + q * BR);
-          }
-      };
-      wg_produce<ST, MC>(0, nst, empty, load_w, load_x, prefetch,
-                         wg_grid_wait());
+      wg_produce<ST>(nst, empty, load_w, load_x, wg_grid_wait());
     }
   } else {
 #pragma unroll 1
@@ -411,21 +353,21 @@ __global__ void __launch_bounds__((C + 1) * 128, 1)
       const int s = it % ST;
       mbar_wait(smem_u32(&full[s]), (it / ST) & 1);
       if (p.flags & WG_NO_MATH) {
-        wg_release<MC>(smem_u32(&empty[s]), split, S);
+        mbar_arrive(smem_u32(&empty[s]));
         continue;
       }
       wg_stage_mma<NR, BKA, F16>(acc, sbase + s * SH::SB + wg * BKA * 8192,
                                  sbase + s * SH::SB + SH::WB);
       if (it > 0)
-        wg_release<MC>(smem_u32(&empty[(it - 1) % ST]), split, S);
+        mbar_arrive(smem_u32(&empty[(it - 1) % ST]));
     }
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
     fence_acc(acc);
   }
   /* Every stage has been read: the ring is free for the partial sums. */
   __syncthreads();
-  wg_finish<NR, C, F16>(smem, acc, wg < C, mt * S, split, S, f0, p.rows,
-                        p.n, p.b, nullptr, p.y, p.act);
+  wg_finish<NR, C, F16>(smem, acc, wg < C, split, S, f0, p.rows, p.n, p.b,
+                        p.y, p.act);
 }
 
 /* The tiled copy of W [n][k] that WT = 1 reads: `tiles` tiles of 64
@@ -476,7 +418,7 @@ static inline cudaError_t wg_make_map(PFN_cuTensorMapEncodeTiled_v12000 enc,
 }
 
 /* The launch configuration of these kernels: `grid` CTAs in clusters of
- * `cluster` (the K splits of a tile, times MC), and with `pdl` the
+ * `cluster` (the K splits of a tile), and with `pdl` the
  * programmatic-dependent-launch attribute; attr holds 2 entries. */
 static inline void wg_config(cudaLaunchConfig_t *cfg,
                              cudaLaunchAttribute *attr, int grid,
@@ -500,21 +442,17 @@ static inline void wg_config(cudaLaunchConfig_t *cfg,
   }
 }
 
-/* Launches `kern` (an instance of mlpd_small_gemm_kernel_wg with MC = mc)
- * over `tiles` feature tiles split `a.splits` ways, one cluster for mc
- * tiles (rounded up: a tile past n reads zeros and writes nothing). mx's
- * box is NR / mc rows. */
+/* Launches `kern` (an instance of mlpd_small_gemm_kernel_wg) over `tiles`
+ * feature tiles split `a.splits` ways, one cluster a tile. */
 template <typename K>
 static inline cudaError_t wg_launch(K kern, int tiles, int threads, int smem,
                                     int pdl, cudaStream_t st,
                                     const CUtensorMap &mw,
-                                    const CUtensorMap &mx, const wg_args &a,
-                                    int mc = 1) {
+                                    const CUtensorMap &mx,
+                                    const wg_args &a) {
   cudaLaunchConfig_t cfg;
   cudaLaunchAttribute attr[2];
-  const int padded = (tiles + mc - 1) / mc * mc;
-  wg_config(&cfg, attr, padded * a.splits, threads, smem, a.splits * mc, pdl,
-            st);
+  wg_config(&cfg, attr, tiles * a.splits, threads, smem, a.splits, pdl, st);
   return cudaLaunchKernelEx(&cfg, kern, mw, mx, a);
 }
 
