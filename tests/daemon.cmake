@@ -9,6 +9,11 @@ mlpd_test(test_batcher)
 mlpd_test(test_listen)
 mlpd_test(test_board)
 mlpd_test(test_modeldir)
+# flow.c's window rule alone, against stand-ins for the scheduler and the
+# server (the test defines them): ENGINE_ONLY, with flow.c compiled in.
+mlpd_test(test_flow_window ENGINE_ONLY
+  SOURCES test_flow_window.c ${PROJECT_SOURCE_DIR}/daemon/flow.c
+  LIBS PkgConfig::UV mlpd_proto)
 mlpd_test(test_pin)
 mlpd_test(test_bufcache)
 mlpd_test(test_daemon LIBS mlpd_daemonutil TIMEOUT 600)
