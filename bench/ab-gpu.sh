@@ -11,14 +11,14 @@
 # (issue 15: p99 against the rows in flight, each connection's mean
 # latency). First this tree's GPU daemon suites (and VARIANT_TESTS, a ctest
 # regex, on every other tree); last, on this tree's daemon only, the
-# sweep's open-loop points.
+# sweep's open-loop points (with OPEN_ALL=1, on every daemon, each round).
 #
 #   source .gpu-deps/env.sh && bench/ab-gpu.sh SRC [SRC...]
 #
 # In the output each daemon is named by its tree's folder ("new" is this
 # tree). Environment: ROUNDS (2), DURATION (1.5 s a line), OUT (logs;
 # /tmp/ab-out), SKIP_OIP, SKIP_SWEEP, SKIP_OPEN, SKIP_SUITES (=1 leaves that
-# part out), VARIANT_TESTS.
+# part out), VARIANT_TESTS, OPEN_ALL.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 1 ] || { echo "usage: bench/ab-gpu.sh SRC [SRC...]"; exit 2; }
@@ -79,25 +79,29 @@ for round in $(seq "$ROUNDS"); do
       grep -E "^OIP|^lone|^digits" "$OUT/models-oip-$v-$round.log"
     fi
     [ -n "${SKIP_SWEEP:-}" ] && continue
+    open=""
+    [ -n "${OPEN_ALL:-}" ] && open="100 125 150"
     OUTDIR=/tmp/ab-sweep/$v MODEL=$M4K DEVICE=cuda:0 SHM=1 DTYPE=bf16 \
-      OPEN="" DURATION=$DURATION WARMUP=0.5 PYTHON=python3 MLPD=${daemon[$v]} \
+      OPEN="$open" OPEN_DEPTH=32 OPEN_CONNS=32 \
+      OPEN_DAEMON_ARGS="--max-queue-delay-ms 2" DURATION=$DURATION WARMUP=0.5 PYTHON=python3 MLPD=${daemon[$v]} \
       timeout 120 bench/sweep.sh "$B" >"$OUT/sweep-$v-$round.log" 2>&1
     cp /tmp/ab-sweep/$v/sweep.jsonl "$OUT/sweep-$v-$round.jsonl" 2>/dev/null
-    echo "round $round $v closed loop (after $(el)):"
+    echo "round $round $v sweep (after $(el)):"
     python3 - "$OUT/sweep-$v-$round.jsonl" <<'PY'
 import json, sys
 for l in open(sys.argv[1]):
     r = json.loads(l); b = r["bench"]
     c = b.get("connection_mean_ms", {})
     print("  %-15s %8.0f rows/s  p50 %6.2f  p99 %6.2f  outside p99 %6.2f  "
-          "connections' means %.2f-%.2f ms" % (
+          "connections' means %.2f-%.2f ms  refused %d  late %d" % (
               r["label"], b["rows_per_s"], b["latency_ms"]["p50"],
               b["latency_ms"]["p99"], b["outside_ms"]["p99"],
-              c.get("min", 0), c.get("max", 0)))
+              c.get("min", 0), c.get("max", 0), b.get("errors", 0),
+              b.get("client_late", 0)))
 PY
   done
 done
-if [ -z "${SKIP_OPEN:-}" ]; then
+if [ -z "${SKIP_OPEN:-}" ] && [ -z "${OPEN_ALL:-}" ]; then
   OUTDIR=/tmp/ab-sweep/open MODEL=$M4K DEVICE=cuda:0 SHM=1 DTYPE=bf16 \
     DURATION=$DURATION WARMUP=0.5 PYTHON=python3 OPEN_DEPTH=32 OPEN_CONNS=32 \
     OPEN_DAEMON_ARGS="--max-queue-delay-ms 2" timeout 200 \

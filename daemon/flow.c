@@ -215,8 +215,9 @@ void mlpd_flow_update(mlpd_flow_t *f, mlpd_flow_conn_t *fc) {
   long long win = own_window(f);
   /* Held at its window, read again once its next request (sized as its
    * last) fits: a client whose depth equals its window then waits one
-   * answer, not a quarter of the window (on the H200 at 4x the p99 fell
-   * from x6.4 to x4.0 of the 1x p99, bench/RESULTS.md 2026-12-05). */
+   * answer, not a quarter of the window (in an H100 A/B the 4x closed
+   * loop's p99 fell from x6.4 to x4.0 of the 1x p99, bench/RESULTS.md
+   * 2026-12-05). */
   if (fc->own_held)
     fc->own_held = fc->rows + fc->last_rows > win ||
                    fc->bytes >= f->win_bytes;

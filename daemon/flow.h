@@ -10,7 +10,7 @@
  *    its next request (as large as its last) fits the window again: a
  *    client as deep as its window then waits for one answer, not for a
  *    quarter of the window (which made the 4x closed loop's p99 x6.4 of
- *    the 1x p99 on the H200).
+ *    the 1x p99 in an H100 A/B; x6.15 on the H200 before).
  *  - the shared budget: the whole daemon has max_queue rows queued (the
  *    board's, every I/O thread's). Such a connection joins this thread's
  *    line and is released in turn, oldest first, as the budget frees

@@ -4,9 +4,9 @@
  * batches of MAX_BATCH rows, one device in rotation, an empty queue) and
  * for the server (mlpd_server_hold records what it was told). The daemon
  * suites (test_flow) pace real clients; this one pins the rule's edges,
- * which the H200's 4x closed loop depends on (bench/RESULTS.md,
- * 2026-12-05: releasing at three quarters of the window made its p99 x6.4
- * of the 1x p99, releasing once the next request fits x4.0). */
+ * which the 4x closed loop's p99 depends on (bench/RESULTS.md, 2026-12-05,
+ * an H100 A/B: releasing at three quarters of the window made it x6.4 of
+ * the 1x p99, releasing once the next request fits x4.0). */
 #include "flow.h"
 
 #include <setjmp.h>
