@@ -35,9 +35,9 @@
  * through L2 makes it slower than cuBLASLt.
  *
  * Tried in bench/wg and retired (H200, 2026-12-05 14:28 UTC, RESULTS.md):
- * multicasting a split's inputs to the clusters' feature tiles (1.6-2.3x
- * slower at 32-256 rows), asking L2 for the rest of a CTA's weights before
- * the wait for the previous layer (1-14 us slower a chain), and the whole
+ * multicasting a split's inputs to the clusters' feature tiles (1.7-2.6x
+ * slower at 32-128 rows), asking L2 for the rest of a CTA's weights before
+ * the wait for the previous layer (6-13 us slower a chain), and the whole
  * chain in one launch (47.4 against 44.7 us at 1 row).
  *
  * What it does not do: FP8, rows > NR, n or k not a multiple of 8 (the
@@ -125,24 +125,15 @@ __device__ __forceinline__ void wg_ring_init(uint64_t *full, uint64_t *empty,
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
 
-/* wg_produce's wait for the inputs of a layer launched after the one
- * that writes them: the previous grid (a no-op without the programmatic
- * launch attribute). */
-struct wg_grid_wait {
-  __device__ __forceinline__ void operator()() const {
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-  }
-};
-
 /* The producer thread's schedule over nst stages: the weights of the
- * first ST, while the inputs may still be being written; then
- * wait_inputs(), those stages' inputs, and the rest stage by stage as the
- * consumers hand them back. load_w(i) and load_x(i) fill the i-th stage,
- * the ring's i % ST. */
-template <int ST, typename LW, typename LX, typename WI>
+ * first ST, while the inputs may still be being written by the previous
+ * layer; then the wait for that grid (griddepcontrol.wait, a no-op
+ * without the programmatic launch attribute), those stages' inputs, and
+ * the rest stage by stage as the consumers hand them back. load_w(i) and
+ * load_x(i) fill the i-th stage, the ring's i % ST. */
+template <int ST, typename LW, typename LX>
 __device__ __forceinline__ void wg_produce(int nst, uint64_t *empty,
-                                           LW load_w, LX load_x,
-                                           WI wait_inputs) {
+                                           LW load_w, LX load_x) {
   auto slot = [&](int it) {
     if (it >= ST)
       mbar_wait(smem_u32(&empty[it % ST]), ((it / ST) - 1) & 1);
@@ -152,7 +143,7 @@ __device__ __forceinline__ void wg_produce(int nst, uint64_t *empty,
     slot(it);
     load_w(it);
   }
-  wait_inputs();
+  asm volatile("griddepcontrol.wait;" ::: "memory");
   for (int it = 0; it < pre; it++)
     load_x(it);
   for (int it = pre; it < nst; it++) {
@@ -345,7 +336,7 @@ __global__ void __launch_bounds__((C + 1) * 128, 1)
         for (int a = 0; a < BKA; a++)
           tma_2d(xs + a * NR * 128, &tmx, (a0 + it * BKA + a) * 64, 0, bar);
       };
-      wg_produce<ST>(nst, empty, load_w, load_x, wg_grid_wait());
+      wg_produce<ST>(nst, empty, load_w, load_x);
     }
   } else {
 #pragma unroll 1
