@@ -46,9 +46,15 @@ for src in "$@"; do
   build "$src" "$src/build-ab" "$([ -n "${VARIANT_TESTS:-}" ] && echo ON || echo OFF)" &
   pids+=($!)
 done
+failed=0
 for p in "${pids[@]}"; do
-  wait "$p" || { echo "a build failed:"; tail -5 "$B.log" "$@/build-ab.log" 2>/dev/null; exit 1; }
+  wait "$p" || failed=1
 done
+if [ "$failed" = 1 ]; then
+  echo "a build failed:"
+  for log in "$B.log" "${@/%//build-ab.log}"; do tail -5 "$log" 2>/dev/null; done
+  exit 1
+fi
 echo "builds done after $(el)"
 if [ -z "${SKIP_SUITES:-}" ]; then
   (cd "$B" && timeout 90 ctest -j8 --output-on-failure --timeout 60 \
