@@ -74,7 +74,7 @@ static void line_leave(mlpd_flow_t *f, mlpd_flow_conn_t *fc) {
     f->line_tail = fc->prev;
   fc->prev = fc->next = NULL;
   fc->queued = 0;
-  if (--f->line_len == 0)
+  if (f->line_head == NULL)
     line_publish(f);
   note_active(f, fc, 0);
 }
@@ -82,6 +82,7 @@ static void line_leave(mlpd_flow_t *f, mlpd_flow_conn_t *fc) {
 /* Joins the line, held, from now. */
 static void line_join(mlpd_flow_t *f, mlpd_flow_conn_t *fc) {
   if (!fc->queued) {
+    int was_empty = f->line_head == NULL;
     fc->queued = 1;
     fc->held_ns = mlpd_now_ns();
     fc->next = NULL;
@@ -91,7 +92,7 @@ static void line_join(mlpd_flow_t *f, mlpd_flow_conn_t *fc) {
     else
       f->line_head = fc;
     f->line_tail = fc;
-    if (f->line_len++ == 0)
+    if (was_empty)
       line_publish(f);
     note_active(f, fc, 0);
   }

@@ -72,7 +72,6 @@ typedef struct mlpd_flow_s {
   mlpd_board_shard_t *stats;   /* borrowed: this thread's counters */
   mlpd_scheduler_t *sched;     /* borrowed: this thread's queue */
   mlpd_flow_conn_t *line_head, *line_tail; /* held for the budget */
-  int line_len;
   int nactive;        /* connections with rows admitted or in the line
                          (published on the board as its active) */
   long long window;   /* own_window's answer, cached */

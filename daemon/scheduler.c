@@ -515,12 +515,12 @@ uint64_t mlpd_scheduler_run(mlpd_scheduler_t *s, int arriving) {
   }
   uint64_t due = UINT64_MAX;
   uint64_t queue = 0, dropped = 0;
-  pthread_mutex_lock(&s->stats->mu);
+  uint64_t model_queue[MLPD_METRICS_MAX_MODELS];
   for (int m = 0; m < s->nlanes; m++) {
     mlpd_lane_t *l = &s->lanes[m];
     uint64_t q = l->batcher_ready ? (uint64_t)l->batcher.queue_rows : 0;
     if (m < MLPD_METRICS_MAX_MODELS)
-      s->stats->m.model_queue_rows[m] = q;
+      model_queue[m] = q;
     queue += q;
     if (!l->batcher_ready)
       continue;
@@ -529,9 +529,13 @@ uint64_t mlpd_scheduler_run(mlpd_scheduler_t *s, int arriving) {
     if (w < due)
       due = w;
   }
-  s->stats->m.queue_rows = queue;
-  s->stats->m.dropped_rows = dropped;
-  pthread_mutex_unlock(&s->stats->mu);
+  int nm = s->nlanes < MLPD_METRICS_MAX_MODELS ? s->nlanes
+                                               : MLPD_METRICS_MAX_MODELS;
+  MLPD_SHARD_STATS(s->stats, {
+    memcpy(m->model_queue_rows, model_queue, (size_t)nm * sizeof(uint64_t));
+    m->queue_rows = queue;
+    m->dropped_rows = dropped;
+  });
   /* Waiting for a device another dispatcher keeps busy (or behind its full
    * slots): its completion comes to that dispatcher, so look again
    * shortly. */

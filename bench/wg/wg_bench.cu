@@ -88,23 +88,17 @@ static void make_map(CUtensorMap *m, const void *p, int inner, int outer,
   }
 }
 
-/* A tiled copy of `bytes`, written by `tile(wt)` (a kernel launch). */
-template <typename F> static void *tiled_copy(size_t bytes, F tile) {
-  void *wt;
-  CK(cudaMalloc(&wt, bytes));
-  tile(wt);
-  CK(cudaGetLastError());
-  CK(cudaDeviceSynchronize());
-  return wt;
-}
-
+/* The tiled copy of w (wg_tile_weights) that WT = 1 reads. */
 static void *make_tiled(const void *w, int n, int k) {
   /* whole CTAs' tiles for C <= 8 */
   const int tiles = (n + 511) / 512 * 8;
-  return tiled_copy(wg_tiled_bytes(tiles, k), [&](void *wt) {
-    wg_tile_weights<<<1024, 256>>>((const uint16_t *)w, (uint16_t *)wt, n,
-                                   k, tiles);
-  });
+  void *wt;
+  CK(cudaMalloc(&wt, wg_tiled_bytes(tiles, k)));
+  wg_tile_weights<<<1024, 256>>>((const uint16_t *)w, (uint16_t *)wt, n, k,
+                                 tiles);
+  CK(cudaGetLastError());
+  CK(cudaDeviceSynchronize());
+  return wt;
 }
 
 struct layer_t {
