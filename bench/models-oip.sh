@@ -16,7 +16,9 @@
 # longer line steadies it; DURATION), PYTHON, PYCLIENT (1: also the Python client's
 # lone JSON line; 0: not), OUTDIR, MLPD (the daemon to run: BUILD's, or
 # another build's for an A/B on the same clients), DAEMON_ARGS (more
-# `mlpd serve` flags, e.g. "--io-threads 8").
+# `mlpd serve` flags, e.g. "--io-threads 8"), LOAD_THREADS (4: the
+# fairness lines run again with the load's connections shared by this many
+# client threads; 0: not).
 # Lines (every one but the Python client's comes from mlpd-bench):
 #   lone native / binary / JSON  1 row to the digits model, one request at
 #                             a time: native frames, OIP with the binary
@@ -30,7 +32,12 @@
 #                             fairness target (at most one mlp-4k batch
 #                             time more). With --shm the load's rows are
 #                             not read by the I/O threads, so what remains
-#                             of the rise is the device's share
+#                             of the rise is the device's share; then
+#                             both again with the load's 16 connections
+#                             on LOAD_THREADS client threads (-t4), so a
+#                             rise that the load generator's own threads
+#                             cause on a shared host (the lone client
+#                             waiting for a core) is told apart
 #   sat native / sat http     mlp-4k at SAT, inline frames and OIP binary
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -123,6 +130,10 @@ fair() { # TAG extra-load-args...
 }
 fair inline
 fair shm --shm
+if [ "${LOAD_THREADS:-4}" != 0 ]; then
+  fair "inline-t${LOAD_THREADS:-4}" --threads "${LOAD_THREADS:-4}"
+  fair "shm-t${LOAD_THREADS:-4}" --shm --threads "${LOAD_THREADS:-4}"
+fi
 line "sat native" --model mlp4k --connections "$sc" --depth "$sd" --rows "$sr" --dtype "$DTYPE"
 line "sat http binary" --http 127.0.0.1:$port --model mlp4k --connections "$sc" --depth "$sd" --rows "$sr" --dtype "$DTYPE"
 kill -TERM $pid; wait $pid
@@ -144,6 +155,11 @@ def window(tag):
                 metric(b, "mlpd_model_rows_total") - metric(a, "mlpd_model_rows_total"))
     except OSError:
         return 0, 0
+def load_rate(tag):
+    try:
+        return json.load(open(out + "/bg-%s.json" % tag)).get("rows_per_s", 0)
+    except (OSError, ValueError):
+        return 0
 # "in daemon" / "outside": an OK answer's time from arrival to its
 # batch's end, and the rest (sockets, reading, writing, wake-ups), p99 of
 # each (native protocol lines only).
@@ -164,11 +180,16 @@ try:
         if k in by:
             print("%s / lone native p50: %.2f" %
                   (k, by[k]["latency_ms"]["p50"] / by["lone native"]["latency_ms"]["p50"]))
-    for tag in ("inline", "shm"):
+    alone = by["lone native"]
+    for name, r in by.items():
+        if not name.startswith("lone native beside mlp-4k "):
+            continue
+        tag = name[len("lone native beside mlp-4k "):-len(" load")]
         nb, nr = window(tag)
-        d = by["lone native beside mlp-4k %s load" % tag]["latency_ms"]["p99"] - by["lone native"]["latency_ms"]["p99"]
-        print("digits lone p99 rise beside saturated mlp-4k (%s): %.3f ms; mlp-4k batches in that window: %d (mean %.0f rows)" %
-              (tag, d, nb, nr / nb if nb else 0))
+        d = r["latency_ms"]["p99"] - alone["latency_ms"]["p99"]
+        ds = r.get("server_ms", {}).get("p99", 0) - alone.get("server_ms", {}).get("p99", 0)
+        print("digits lone p99 rise beside saturated mlp-4k (%s): %.3f ms (in daemon %.3f); mlp-4k batches in that window: %d (mean %.0f rows, load %.0f rows/s)" %
+              (tag, d, ds, nb, nr / nb if nb else 0, load_rate(tag)))
 except (KeyError, ZeroDivisionError) as e:
     print("summary incomplete:", e)
 PYEOF
