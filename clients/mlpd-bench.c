@@ -102,6 +102,8 @@ typedef struct {
   uint8_t *lok; /* 1: lat[i] is an OK answer's */
   double *srv;  /* us: the daemon's queue_us + compute_us of lat[i], or -1
                    (not OK, or HTTP, which does not say) */
+  double *que;  /* us: its queue_us alone (the part the daemon's
+                   --max-queue-delay-ms bounds), or -1 likewise */
   size_t nlat, cap;
   uint64_t ok, rows_ok;
   uint64_t by_status[16];
@@ -127,7 +129,8 @@ static double rng_normal(uint64_t *s) {
   return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
-static int push_lat(worker_t *w, double us, int ok, double srv_us) {
+static int push_lat(worker_t *w, double us, int ok, double srv_us,
+                    double queue_us) {
   if (w->nlat == w->cap) {
     size_t n = w->cap ? w->cap * 2 : 65536;
     double *p = realloc(w->lat, n * sizeof(*p));
@@ -136,7 +139,10 @@ static int push_lat(worker_t *w, double us, int ok, double srv_us) {
     double *sv = p != NULL ? realloc(w->srv, n * sizeof(*sv)) : NULL;
     if (sv != NULL)
       w->srv = sv;
-    uint8_t *q = sv != NULL ? realloc(w->lok, n) : NULL;
+    double *qu = sv != NULL ? realloc(w->que, n * sizeof(*qu)) : NULL;
+    if (qu != NULL)
+      w->que = qu;
+    uint8_t *q = qu != NULL ? realloc(w->lok, n) : NULL;
     if (q == NULL)
       return mlpd_errf(&w->err, -ENOMEM, "out of memory for latencies");
     w->lok = q;
@@ -144,6 +150,7 @@ static int push_lat(worker_t *w, double us, int ok, double srv_us) {
   }
   w->lok[w->nlat] = (uint8_t)(ok != 0);
   w->srv[w->nlat] = ok ? srv_us : -1;
+  w->que[w->nlat] = ok ? queue_us : -1;
   w->lat[w->nlat++] = us;
   return 0;
 }
@@ -315,7 +322,7 @@ static void *run_http(void *arg) {
         bh_json_outputs(body, blen,
                         (size_t)cfg->rows * (size_t)cfg->out_cols) != 1)
       st = MLPD_STATUS_INTERNAL;
-    if ((rc = push_lat(w, (double)(now - d) / 1e3, st == MLPD_STATUS_OK, -1)) !=
+    if ((rc = push_lat(w, (double)(now - d) / 1e3, st == MLPD_STATUS_OK, -1, -1)) !=
         0)
       goto done;
     if (st == MLPD_STATUS_OK) {
@@ -465,7 +472,8 @@ static int nc_account(worker_t *w, nconn_t *n, uint64_t now) {
     return 0;
   int rc = push_lat(w, (double)(now - n->due[slot]) / 1e3,
                     res->status == MLPD_STATUS_OK,
-                    (double)res->queue_us + (double)res->compute_us);
+                    (double)res->queue_us + (double)res->compute_us,
+                    (double)res->queue_us);
   if (rc != 0)
     return rc;
   w->last_done = now;
@@ -762,7 +770,8 @@ int main(int argc, char **argv) {
   worker_t *w = calloc((size_t)cfg.connections, sizeof(*w));
   group_t *groups = NULL;
   int ngroups = 0;
-  double *all = NULL, *split = NULL, *srv = NULL, *outside = NULL;
+  double *all = NULL, *split = NULL, *srv = NULL, *que = NULL,
+         *outside = NULL;
   if (w == NULL) {
     fprintf(stderr, "mlpd-bench: out of memory\n");
     return 1;
@@ -856,8 +865,10 @@ int main(int argc, char **argv) {
   all = malloc((total ? total : 1) * sizeof(*all));
   split = malloc((total ? total : 1) * sizeof(*split));
   srv = malloc((total ? total : 1) * sizeof(*srv));
+  que = malloc((total ? total : 1) * sizeof(*que));
   outside = malloc((total ? total : 1) * sizeof(*outside));
-  if (all == NULL || split == NULL || srv == NULL || outside == NULL) {
+  if (all == NULL || split == NULL || srv == NULL || que == NULL ||
+      outside == NULL) {
     fprintf(stderr, "mlpd-bench: out of memory\n");
     goto out;
   }
@@ -893,9 +904,11 @@ int main(int argc, char **argv) {
     for (size_t k = 0; k < w[i].nlat; k++)
       if (w[i].srv[k] >= 0) {
         srv[nsrv] = w[i].srv[k];
+        que[nsrv] = w[i].que[k];
         outside[nsrv++] = w[i].lat[k] - w[i].srv[k];
       }
   lat_sort(srv, nsrv);
+  lat_sort(que, nsrv);
   lat_sort(outside, nsrv);
   /* Fairness between connections: the slowest and fastest connection's
    * mean latency (a closed loop's p99 grows faster than its rows in
@@ -939,7 +952,7 @@ int main(int argc, char **argv) {
            "\"latency_ms\": {\"mean\": %.4f, \"p50\": %.4f, \"p90\": %.4f, "
            "\"p99\": %.4f, \"p99_9\": %.4f, \"max\": %.4f}, "
            "\"server_ms\": {\"queue_mean\": %.4f, \"compute_mean\": %.4f, "
-           "\"p50\": %.4f, \"p99\": %.4f}, "
+           "\"p50\": %.4f, \"p99\": %.4f, \"queue_p99\": %.4f}, "
            "\"outside_ms\": {\"p50\": %.4f, \"p99\": %.4f}, "
            "\"connection_mean_ms\": {\"min\": %.4f, \"max\": %.4f, "
            "\"connections\": %d}, "
@@ -963,6 +976,7 @@ int main(int argc, char **argv) {
            ok / secs, rows_ok / secs, mean / 1e3, p50 / 1e3, p90 / 1e3,
            p99 / 1e3, p999 / 1e3, mx / 1e3, qsum / okd / 1e3, csum / okd / 1e3,
            lat_pct(srv, nsrv, 50) / 1e3, lat_pct(srv, nsrv, 99) / 1e3,
+           lat_pct(que, nsrv, 99) / 1e3,
            lat_pct(outside, nsrv, 50) / 1e3, lat_pct(outside, nsrv, 99) / 1e3,
            conn_lo / 1e3, conn_hi / 1e3, conn_n, bsum / okd,
            (unsigned long long)late, lat_pct(split, nok, 50) / 1e3,
@@ -1009,9 +1023,10 @@ int main(int argc, char **argv) {
              "ms\n",
              conn_lo / 1e3, conn_hi / 1e3);
     if (nsrv > 0)
-      printf("split       in the daemon p50 %.3f ms  p99 %.3f ms; outside "
-             "it p50 %.3f ms  p99 %.3f ms\n",
+      printf("split       in the daemon p50 %.3f ms  p99 %.3f ms (queued p99 "
+             "%.3f ms); outside it p50 %.3f ms  p99 %.3f ms\n",
              lat_pct(srv, nsrv, 50) / 1e3, lat_pct(srv, nsrv, 99) / 1e3,
+             lat_pct(que, nsrv, 99) / 1e3,
              lat_pct(outside, nsrv, 50) / 1e3,
              lat_pct(outside, nsrv, 99) / 1e3);
     for (int s = 0; s < 16; s++)
@@ -1038,12 +1053,14 @@ out:
     free(w[i].lat);
     free(w[i].lok);
     free(w[i].srv);
+    free(w[i].que);
   }
   free(w);
   free(groups);
   free(all);
   free(split);
   free(srv);
+  free(que);
   free(outside);
   free(tmp);
   return status;
