@@ -17,7 +17,7 @@
  * reading its connection, never refused; only true overload is refused
  * at once (UNAVAILABLE): a request that would wait longer than
  * max_queue_delay behind the rows queued for its model and those on the
- * model's devices (at the rate recent batches ran), and, in an overload
+ * model's devices (at the rate they run full batches), and, in an overload
  * episode, one that does not fit max_queue.
  *
  * Every bad input gets a status and a message naming what is wrong;

@@ -230,7 +230,10 @@ static void unload_lane(mlpd_scheduler_t *s, mlpd_lane_t *l) {
   l->on_gpu = 0;
   s->layout++;
   /* A model loaded later under this index may cost differently. */
-  l->rate = l->rate_rows = l->rate_ns = 0;
+  l->rate = 0;
+  memset(l->rate_rows, 0, sizeof(l->rate_rows));
+  memset(l->rate_ns, 0, sizeof(l->rate_ns));
+  memset(l->rate_n, 0, sizeof(l->rate_n));
   l->rate_batches = 0;
   if (s->cfg.model_rate != NULL)
     atomic_store(&s->cfg.model_rate[(int)(l - s->lanes)], 0);
@@ -567,6 +570,61 @@ static void count_job(mlpd_scheduler_t *s, int model, const mlpd_job_t *job,
   });
 }
 
+/* The first batches of a cold engine (page faults, threads starting) are
+ * far slower than the rest: not measured. */
+#define RATE_COLD_BATCHES 7
+
+static int rate_class(int rows) {
+  int k = 0;
+  while (rows > 1 && k < MLPD_SCHEDULER_RATE_CLASSES - 1) {
+    rows >>= 1;
+    k++;
+  }
+  return k;
+}
+
+/* The device's rate, for the queue-delay estimate and a seat's staleness:
+ * what it does with the full batches that a long queue forms (the only
+ * queue the estimate refuses behind). Kept per size class of batch, each
+ * class's sums decaying by 1/16 a batch of it; the largest class run
+ * stands for the device. One rate over every batch was the rate of
+ * whatever batches ran: after a spell of small ones, whose time hardly
+ * depends on their rows on a GPU, it read the device as several times
+ * slower than it is, refused what full batches would have served in time,
+ * and so kept the queue short and the batches small: an open loop at 150%
+ * was held at 12% of the device (the fake device, 1 ms a batch, a 5 ms
+ * bound; bench/RESULTS.md, 2026-12-05). Until a full batch has run, a GPU
+ * is taken to run one in the time of the largest that has (its time grows
+ * far slower than its rows; the first long queue corrects it), a CPU in
+ * proportion to its rows. Per lane: models differ in cost. */
+static void measure_rate(mlpd_scheduler_t *s, mlpd_lane_t *l, int m,
+                         const mlpd_job_t *job) {
+  if (l->rate_batches < RATE_COLD_BATCHES) {
+    l->rate_batches++;
+    return;
+  }
+  int k = rate_class(job->batch.rows);
+  l->rate_rows[k] = l->rate_rows[k] * (15.0 / 16.0) + job->batch.rows;
+  l->rate_ns[k] =
+      l->rate_ns[k] * (15.0 / 16.0) + (double)(job->end_ns - job->start_ns);
+  l->rate_n[k] = l->rate_n[k] * (15.0 / 16.0) + 1;
+  int top = MLPD_SCHEDULER_RATE_CLASSES - 1;
+  while (l->rate_n[top] <= 0)
+    top--; /* stops at k at the latest */
+  int full = mlpd_pool_shape(l->pool)->max_batch;
+  if (l->on_gpu && top < rate_class(full))
+    l->rate = full / (l->rate_ns[top] / l->rate_n[top]) * 1e9;
+  else
+    l->rate = l->rate_rows[top] / l->rate_ns[top] * 1e9;
+  /* Every thread's estimate uses the latest: a thread that has run few
+   * batches of m yet has no rate of its own, and would admit anything (on
+   * a 16-core machine, 4 I/O threads let a flood wait 2.5 times the
+   * bound). */
+  if (s->cfg.model_rate != NULL)
+    atomic_store_explicit(&s->cfg.model_rate[m],
+                          (long long)(l->rate * 1000.0), memory_order_relaxed);
+}
+
 void mlpd_scheduler_on_job(mlpd_scheduler_t *s, mlpd_job_t *job) {
   int cookie = (int)(intptr_t)job->cookie;
   int m = cookie / MLPD_BATCHER_MAX_SLOTS, i = cookie % MLPD_BATCHER_MAX_SLOTS;
@@ -589,30 +647,8 @@ void mlpd_scheduler_on_job(mlpd_scheduler_t *s, mlpd_job_t *job) {
    * without a thread wake-up (as the worker spins, worker.c). */
   if (l->on_gpu)
     s->hot_until_ns = mlpd_now_ns() + MLPD_SCHEDULER_LINGER_NS;
-  /* The device's rate, for the queue-delay estimate: rows over device
-   * time of the lane's recent batches, each sum decaying by 1/16 a batch,
-   * so a slow first batch is soon forgotten and full batches weigh the
-   * most. Per lane: models differ in cost. */
-  if (job->rc == 0 && job->end_ns > job->start_ns) {
-    l->rate_rows = l->rate_rows * (15.0 / 16.0) + job->batch.rows;
-    l->rate_ns =
-        l->rate_ns * (15.0 / 16.0) + (double)(job->end_ns - job->start_ns);
-    /* The first batches of a cold engine (page faults, threads starting)
-     * are far slower than the rest: no estimate before a few. */
-    if (l->rate_batches < 8)
-      l->rate_batches++;
-    if (l->rate_batches >= 8) {
-      l->rate = l->rate_rows / l->rate_ns * 1e9;
-      /* Every thread's estimate uses the latest: a thread that has run
-       * few batches of m yet has no rate of its own, and would admit
-       * anything (on a 16-core machine, 4 I/O threads let a flood wait
-       * 2.5 times the bound). */
-      if (s->cfg.model_rate != NULL)
-        atomic_store_explicit(&s->cfg.model_rate[m],
-                              (long long)(l->rate * 1000.0),
-                              memory_order_relaxed);
-    }
-  }
+  if (job->rc == 0 && job->end_ns > job->start_ns && p != NULL)
+    measure_rate(s, l, m, job);
   if (l->batcher_ready &&
       mlpd_batcher_complete(&l->batcher, i, job->rc, job->why, retry,
                             job->start_ns, job->end_ns) == 1)

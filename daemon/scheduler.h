@@ -37,6 +37,10 @@
  * µs); the worker spins as long (worker.c). */
 #define MLPD_SCHEDULER_LINGER_NS 200000u
 
+/* Size classes of batches the device's rate is kept for (by powers of
+ * two: 1, 2-3, 4-7, ...; the last takes every larger batch). */
+#define MLPD_SCHEDULER_RATE_CLASSES 16
+
 typedef struct mlpd_scheduler_config_s {
   uint64_t max_delay_ns;
   int nslots; /* staging slots per model */
@@ -84,10 +88,15 @@ typedef struct mlpd_lane_s {
                                 cfg.model_queued[m] */
   int published_closed;      /* its full slots counted in
                                 cfg.model_closed[m] */
-  double rate;               /* rows/s of one of its devices, recent batches; 0
-                                before the first few */
-  double rate_rows, rate_ns; /* its decaying sums */
-  int rate_batches;          /* batches measured, up to the first few */
+  double rate;               /* rows/s of one of its devices running its
+                                largest batches (its capacity); 0 before
+                                the first few batches */
+  /* Per size class of batch (rows < 2^(k+1)): decaying sums of rows,
+   * device time and batches (0: the class has not run). */
+  double rate_rows[MLPD_SCHEDULER_RATE_CLASSES];
+  double rate_ns[MLPD_SCHEDULER_RATE_CLASSES];
+  double rate_n[MLPD_SCHEDULER_RATE_CLASSES]; /* ... and of batches */
+  int rate_batches;          /* batches seen, up to the first few */
   long long running;         /* its rows on devices, counted in
                                 cfg.model_running[m] */
   uint64_t claim;            /* this pass: 0, or the arrival of the oldest
@@ -149,8 +158,9 @@ long long mlpd_scheduler_queued_model(const mlpd_scheduler_t *s, int m);
 
 /* How long `rows` more rows of model m would wait behind what every
  * thread has queued for that model and the rows on its devices, from the
- * rows/s the latest thread measured on recent batches of m and the
- * devices in m's pool; 0 while nothing was measured yet. Models have their
+ * rows/s the latest thread measured of m's largest recent batches (a
+ * device's capacity, scheduler.c measure_rate) and the devices in m's
+ * pool; 0 while nothing was measured yet. Models have their
  * own pools, so other models' rows do not delay it. */
 uint64_t mlpd_scheduler_wait_ns(const mlpd_scheduler_t *s, int m, int rows);
 

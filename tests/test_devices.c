@@ -443,6 +443,14 @@ static void batch_rows(const char *sock, double *rows, double *batches) {
   free(t);
 }
 
+/* The value of metric `name` (with its labels); 0 when absent. */
+static double metric_of(const char *sock, const char *name) {
+  char *t = td_metrics(sock, TIMEOUT);
+  double v = tu_metric(t, name);
+  free(t);
+  return v < 0 ? 0 : v;
+}
+
 static void wait_answered(atomic_long *answered, long n) {
   for (int waited = 0; atomic_load(answered) < n; waited += 5) {
     assert_true(waited < 4 * TIMEOUT);
@@ -450,14 +458,16 @@ static void wait_answered(atomic_long *answered, long n) {
   }
 }
 
-/* One fake GPU (the plugin: `delay_us` a batch, three in flight) behind
- * `io_threads` I/O threads, batches of 32 rows. */
+/* One fake GPU (the plugin: `delay_us` a batch whatever its rows, three
+ * in flight) behind `io_threads` I/O threads, batches of 32 rows, and
+ * --max-queue-delay-ms `bound_ms` ("0": none). */
 static void fake_device_start(td_daemon_t *d, const char *io_threads,
-                              const char *max_queue, const char *delay_us) {
+                              const char *max_queue, const char *delay_us,
+                              const char *bound_ms) {
   const char *args[] = {"--device",    "cuda:0",  "--io-threads",
                         io_threads,    "--max-batch", "32",
                         "--max-queue", max_queue, "--max-queue-delay-ms",
-                        "0",           NULL};
+                        bound_ms,      NULL};
   char delay[64];
   snprintf(delay, sizeof(delay), "MLPD_FAKE_CUDA_DELAY_US=%s", delay_us);
   const char *env[] = {"MLPD_PLUGIN_DIR=" MLPD_FAKE_PLUGIN_DIR,
@@ -516,7 +526,7 @@ static int loops_stop(loops_t *L) {
 static void test_full_batches_past_saturation(void **state) {
   (void)state;
   td_daemon_t d;
-  fake_device_start(&d, "4", "512", "10000");
+  fake_device_start(&d, "4", "512", "10000", "0");
   enum { CONNS = 16, DEPTH = 16, ROWS = 8 };
   static loops_t L;
   loops_start(&L, d.sock, CONNS, DEPTH, ROWS);
@@ -552,7 +562,7 @@ static void test_full_batches_past_saturation(void **state) {
 static void test_seats_first_come_first_served(void **state) {
   (void)state;
   td_daemon_t d;
-  fake_device_start(&d, "2", "4096", "5000");
+  fake_device_start(&d, "2", "4096", "5000", "0");
   enum { CONNS = 16, DEPTH = 1, ROWS = 32 };
   static loops_t L;
   loops_start(&L, d.sock, CONNS, DEPTH, ROWS);
@@ -578,6 +588,51 @@ static void test_seats_first_come_first_served(void **state) {
   td_cleanup(&d, 0);
 }
 
+/* The queue-delay estimate after a spell of lone requests: one fake GPU
+ * (2 ms a batch whatever its rows, three in flight, 32 rows at most: 16k
+ * rows/s), a bound of four batch times. Twelve 1-row requests first, one
+ * at a time; then four closed loops of four 4-row requests each, 64 rows
+ * in flight, two batches' worth. The estimate once took the device's rate
+ * from the batches it had run, 1 row per 2 ms: it admitted a request only
+ * into an empty queue, each went to a free seat alone, each batch of 4
+ * rows confirmed the rate, and the loops were held at a few thousand rows
+ * a second, most of their requests refused. A GPU's batch time now counts
+ * as the largest batch's that ran until a full one has, so all 64 rows
+ * are admitted (4 ms of work) and batches merge: over 200 answers of the
+ * steady state, batches average 12 rows or more and at most one request
+ * in ten is refused (a batch slowed down by this loaded machine lowers
+ * the estimate for a while). */
+static void test_rate_after_lone_requests(void **state) {
+  (void)state;
+  td_daemon_t d;
+  fake_device_start(&d, "1", "4096", "2000", "8");
+  static loops_t L;
+  loops_start(&L, d.sock, 1, 1, 1);
+  wait_answered(&L.answered, 12);
+  assert_int_equal(loops_stop(&L), 0);
+  enum { CONNS = 4, DEPTH = 4, ROWS = 4 };
+  loops_start(&L, d.sock, CONNS, DEPTH, ROWS);
+  wait_answered(&L.answered, 2 * CONNS * DEPTH);
+  const char *refused = "mlpd_requests_refused_total{reason=\"queue_delay\"}";
+  double r0, b0, r1, b1;
+  batch_rows(d.sock, &r0, &b0);
+  double x0 = metric_of(d.sock, refused);
+  long a0 = atomic_load(&L.answered);
+  wait_answered(&L.answered, a0 + 200);
+  batch_rows(d.sock, &r1, &b1);
+  double x1 = metric_of(d.sock, refused);
+  long answered = atomic_load(&L.answered) - a0;
+  (void)loops_stop(&L);
+  double mean = (r1 - r0) / (b1 - b0);
+  print_message("mean batch %.2f rows over %.0f batches; %.0f of %ld answers "
+                "refused\n",
+                mean, b1 - b0, x1 - x0, answered);
+  assert_true(mean >= 12.0);
+  assert_true((x1 - x0) * 10 <= answered);
+  assert_int_equal(td_stop(&d, SIGTERM, TIMEOUT), 0);
+  td_cleanup(&d, 0);
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
@@ -591,6 +646,7 @@ int main(void) {
       cmocka_unit_test(test_max_gpu_memory),
       cmocka_unit_test(test_full_batches_past_saturation),
       cmocka_unit_test(test_seats_first_come_first_served),
+      cmocka_unit_test(test_rate_after_lone_requests),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
