@@ -234,6 +234,7 @@ static void unload_lane(mlpd_scheduler_t *s, mlpd_lane_t *l) {
   memset(l->rate_rows, 0, sizeof(l->rate_rows));
   memset(l->rate_ns, 0, sizeof(l->rate_ns));
   memset(l->rate_n, 0, sizeof(l->rate_n));
+  memset(l->rate_last_ns, 0, sizeof(l->rate_last_ns));
   l->rate_batches = 0;
   if (s->cfg.model_rate != NULL)
     atomic_store(&s->cfg.model_rate[(int)(l - s->lanes)], 0);
@@ -573,6 +574,11 @@ static void count_job(mlpd_scheduler_t *s, int model, const mlpd_job_t *job,
 /* The first batches of a cold engine (page faults, threads starting) are
  * far slower than the rest: not measured. */
 #define RATE_COLD_BATCHES 7
+/* A size class stands for the device only while it keeps running: one
+ * slow batch (a stalled thread) in a class that then stops running would
+ * otherwise lower the estimate for good, refuse what would have made
+ * such batches again, and hold the device at the small batches' rate. */
+#define RATE_RECENT_NS 250000000u
 
 static int rate_class(int rows) {
   int k = 0;
@@ -586,8 +592,8 @@ static int rate_class(int rows) {
 /* The device's rate, for the queue-delay estimate and a seat's staleness:
  * what it does with the full batches that a long queue forms (the only
  * queue the estimate refuses behind). Kept per size class of batch, each
- * class's sums decaying by 1/16 a batch of it; the largest class run
- * stands for the device. One rate over every batch was the rate of
+ * class's sums decaying by 1/16 a batch of it; the largest class that ran
+ * lately stands for the device. One rate over every batch was the rate of
  * whatever batches ran: after a spell of small ones, whose time hardly
  * depends on their rows on a GPU, it read the device as several times
  * slower than it is, refused what full batches would have served in time,
@@ -608,8 +614,10 @@ static void measure_rate(mlpd_scheduler_t *s, mlpd_lane_t *l, int m,
   l->rate_ns[k] =
       l->rate_ns[k] * (15.0 / 16.0) + (double)(job->end_ns - job->start_ns);
   l->rate_n[k] = l->rate_n[k] * (15.0 / 16.0) + 1;
+  l->rate_last_ns[k] = job->end_ns;
   int top = MLPD_SCHEDULER_RATE_CLASSES - 1;
-  while (l->rate_n[top] <= 0)
+  while (l->rate_n[top] <= 0 ||
+         job->end_ns - l->rate_last_ns[top] > RATE_RECENT_NS)
     top--; /* stops at k at the latest */
   int full = mlpd_pool_shape(l->pool)->max_batch;
   if (l->on_gpu && top < rate_class(full))
