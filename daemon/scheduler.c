@@ -235,6 +235,7 @@ static void unload_lane(mlpd_scheduler_t *s, mlpd_lane_t *l) {
   memset(l->rate_ns, 0, sizeof(l->rate_ns));
   memset(l->rate_n, 0, sizeof(l->rate_n));
   memset(l->rate_last_ns, 0, sizeof(l->rate_last_ns));
+  l->rate_rows_all = l->rate_ns_all = 0;
   l->rate_batches = 0;
   if (s->cfg.model_rate != NULL)
     atomic_store(&s->cfg.model_rate[(int)(l - s->lanes)], 0);
@@ -602,7 +603,8 @@ static int rate_class(int rows) {
  * bound; bench/RESULTS.md, 2026-12-05). Until a full batch has run, a GPU
  * is taken to run one in the time of the largest that has (its time grows
  * far slower than its rows; the first long queue corrects it), a CPU in
- * proportion to its rows. Per lane: models differ in cost. */
+ * proportion to its rows. The rate over every batch stays the floor.
+ * Per lane: models differ in cost. */
 static void measure_rate(mlpd_scheduler_t *s, mlpd_lane_t *l, int m,
                          const mlpd_job_t *job) {
   if (l->rate_batches < RATE_COLD_BATCHES) {
@@ -610,9 +612,11 @@ static void measure_rate(mlpd_scheduler_t *s, mlpd_lane_t *l, int m,
     return;
   }
   int k = rate_class(job->batch.rows);
+  double ns = (double)(job->end_ns - job->start_ns);
   l->rate_rows[k] = l->rate_rows[k] * (15.0 / 16.0) + job->batch.rows;
-  l->rate_ns[k] =
-      l->rate_ns[k] * (15.0 / 16.0) + (double)(job->end_ns - job->start_ns);
+  l->rate_ns[k] = l->rate_ns[k] * (15.0 / 16.0) + ns;
+  l->rate_rows_all = l->rate_rows_all * (15.0 / 16.0) + job->batch.rows;
+  l->rate_ns_all = l->rate_ns_all * (15.0 / 16.0) + ns;
   l->rate_n[k] = l->rate_n[k] * (15.0 / 16.0) + 1;
   l->rate_last_ns[k] = job->end_ns;
   int top = MLPD_SCHEDULER_RATE_CLASSES - 1;
@@ -620,10 +624,15 @@ static void measure_rate(mlpd_scheduler_t *s, mlpd_lane_t *l, int m,
          job->end_ns - l->rate_last_ns[top] > RATE_RECENT_NS)
     top--; /* stops at k at the latest */
   int full = mlpd_pool_shape(l->pool)->max_batch;
-  if (l->on_gpu && top < rate_class(full))
-    l->rate = full / (l->rate_ns[top] / l->rate_n[top]) * 1e9;
-  else
-    l->rate = l->rate_rows[top] / l->rate_ns[top] * 1e9;
+  double capacity = l->on_gpu && top < rate_class(full)
+                        ? full / (l->rate_ns[top] / l->rate_n[top]) * 1e9
+                        : l->rate_rows[top] / l->rate_ns[top] * 1e9;
+  /* Never below the rate of every batch: a class's few batches, one of
+   * them stalled (a descheduled thread), must not make the estimate worse
+   * than one over all of them (test_flow's pipelining client was refused
+   * so on a loaded machine). */
+  double all = l->rate_rows_all / l->rate_ns_all * 1e9;
+  l->rate = capacity > all ? capacity : all;
   /* Every thread's estimate uses the latest: a thread that has run few
    * batches of m yet has no rate of its own, and would admit anything (on
    * a 16-core machine, 4 I/O threads let a flood wait 2.5 times the

@@ -97,6 +97,7 @@ typedef struct mlpd_lane_s {
   double rate_ns[MLPD_SCHEDULER_RATE_CLASSES];
   double rate_n[MLPD_SCHEDULER_RATE_CLASSES]; /* ... and of batches */
   uint64_t rate_last_ns[MLPD_SCHEDULER_RATE_CLASSES]; /* its latest end */
+  double rate_rows_all, rate_ns_all; /* the same over every batch */
   int rate_batches;          /* batches seen, up to the first few */
   long long running;         /* its rows on devices, counted in
                                 cfg.model_running[m] */
