@@ -322,8 +322,8 @@ static void *run_http(void *arg) {
         bh_json_outputs(body, blen,
                         (size_t)cfg->rows * (size_t)cfg->out_cols) != 1)
       st = MLPD_STATUS_INTERNAL;
-    if ((rc = push_lat(w, (double)(now - d) / 1e3, st == MLPD_STATUS_OK, -1, -1)) !=
-        0)
+    rc = push_lat(w, (double)(now - d) / 1e3, st == MLPD_STATUS_OK, -1, -1);
+    if (rc != 0)
       goto done;
     if (st == MLPD_STATUS_OK) {
       w->ok++;
