@@ -231,12 +231,7 @@ static void unload_lane(mlpd_scheduler_t *s, mlpd_lane_t *l) {
   s->layout++;
   /* A model loaded later under this index may cost differently. */
   l->rate = 0;
-  memset(l->rate_rows, 0, sizeof(l->rate_rows));
-  memset(l->rate_ns, 0, sizeof(l->rate_ns));
-  memset(l->rate_n, 0, sizeof(l->rate_n));
-  memset(l->rate_last_ns, 0, sizeof(l->rate_last_ns));
-  l->rate_rows_all = l->rate_ns_all = 0;
-  l->rate_batches = 0;
+  memset(&l->meter, 0, sizeof(l->meter));
   if (s->cfg.model_rate != NULL)
     atomic_store(&s->cfg.model_rate[(int)(l - s->lanes)], 0);
 }
@@ -607,31 +602,31 @@ static int rate_class(int rows) {
  * Per lane: models differ in cost. */
 static void measure_rate(mlpd_scheduler_t *s, mlpd_lane_t *l, int m,
                          const mlpd_job_t *job) {
-  if (l->rate_batches < RATE_COLD_BATCHES) {
-    l->rate_batches++;
+  mlpd_rate_meter_t *r = &l->meter;
+  if (r->seen < RATE_COLD_BATCHES) {
+    r->seen++;
     return;
   }
   int k = rate_class(job->batch.rows);
   double ns = (double)(job->end_ns - job->start_ns);
-  l->rate_rows[k] = l->rate_rows[k] * (15.0 / 16.0) + job->batch.rows;
-  l->rate_ns[k] = l->rate_ns[k] * (15.0 / 16.0) + ns;
-  l->rate_rows_all = l->rate_rows_all * (15.0 / 16.0) + job->batch.rows;
-  l->rate_ns_all = l->rate_ns_all * (15.0 / 16.0) + ns;
-  l->rate_n[k] = l->rate_n[k] * (15.0 / 16.0) + 1;
-  l->rate_last_ns[k] = job->end_ns;
+  r->rows[k] = r->rows[k] * (15.0 / 16.0) + job->batch.rows;
+  r->ns[k] = r->ns[k] * (15.0 / 16.0) + ns;
+  r->n[k] = r->n[k] * (15.0 / 16.0) + 1;
+  r->last_ns[k] = job->end_ns;
+  r->rows_all = r->rows_all * (15.0 / 16.0) + job->batch.rows;
+  r->ns_all = r->ns_all * (15.0 / 16.0) + ns;
   int top = MLPD_SCHEDULER_RATE_CLASSES - 1;
-  while (l->rate_n[top] <= 0 ||
-         job->end_ns - l->rate_last_ns[top] > RATE_RECENT_NS)
+  while (r->n[top] <= 0 || job->end_ns - r->last_ns[top] > RATE_RECENT_NS)
     top--; /* stops at k at the latest */
   int full = mlpd_pool_shape(l->pool)->max_batch;
   double capacity = l->on_gpu && top < rate_class(full)
-                        ? full / (l->rate_ns[top] / l->rate_n[top]) * 1e9
-                        : l->rate_rows[top] / l->rate_ns[top] * 1e9;
+                        ? full / (r->ns[top] / r->n[top]) * 1e9
+                        : r->rows[top] / r->ns[top] * 1e9;
   /* Never below the rate of every batch: a class's few batches, one of
    * them stalled (a descheduled thread), must not make the estimate worse
    * than one over all of them (test_flow's pipelining client was refused
    * so on a loaded machine). */
-  double all = l->rate_rows_all / l->rate_ns_all * 1e9;
+  double all = r->rows_all / r->ns_all * 1e9;
   l->rate = capacity > all ? capacity : all;
   /* Every thread's estimate uses the latest: a thread that has run few
    * batches of m yet has no rate of its own, and would admit anything (on

@@ -69,6 +69,19 @@ typedef struct mlpd_scheduler_config_s {
   int nshards;
 } mlpd_scheduler_config_t;
 
+/* What a lane's rate is measured from (scheduler.c measure_rate): per
+ * size class of batch (rows < 2^(k+1)), decaying sums of rows, device
+ * time and batches (0: the class has not run) and its latest batch's end;
+ * the same sums over every batch; the batches seen, up to the cold ones. */
+typedef struct mlpd_rate_meter_s {
+  double rows[MLPD_SCHEDULER_RATE_CLASSES];
+  double ns[MLPD_SCHEDULER_RATE_CLASSES];
+  double n[MLPD_SCHEDULER_RATE_CLASSES];
+  uint64_t last_ns[MLPD_SCHEDULER_RATE_CLASSES];
+  double rows_all, ns_all;
+  int seen;
+} mlpd_rate_meter_t;
+
 /* One model's part of the scheduler. */
 typedef struct mlpd_lane_s {
   mlpd_pool_t *pool;      /* borrowed: the pool being served, or NULL */
@@ -91,14 +104,7 @@ typedef struct mlpd_lane_s {
   double rate;               /* rows/s of one of its devices running its
                                 largest batches (its capacity); 0 before
                                 the first few batches */
-  /* Per size class of batch (rows < 2^(k+1)): decaying sums of rows,
-   * device time and batches (0: the class has not run). */
-  double rate_rows[MLPD_SCHEDULER_RATE_CLASSES];
-  double rate_ns[MLPD_SCHEDULER_RATE_CLASSES];
-  double rate_n[MLPD_SCHEDULER_RATE_CLASSES]; /* ... and of batches */
-  uint64_t rate_last_ns[MLPD_SCHEDULER_RATE_CLASSES]; /* its latest end */
-  double rate_rows_all, rate_ns_all; /* the same over every batch */
-  int rate_batches;          /* batches seen, up to the first few */
+  mlpd_rate_meter_t meter;   /* what rate is measured from */
   long long running;         /* its rows on devices, counted in
                                 cfg.model_running[m] */
   uint64_t claim;            /* this pass: 0, or the arrival of the oldest
