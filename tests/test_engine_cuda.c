@@ -672,6 +672,156 @@ static void test_pipeline(void **state) {
   model_free(&mm);
 }
 
+/* ---- rows moved by the serving graph -------------------------------------- */
+
+/* One batch of `rows` rows, part staged and part in client memory (direct
+ * segments of dense rows at an offset that is not 16-byte aligned), run
+ * with the engine's io settings; outputs as dense fp32 into y (staged and
+ * direct rows alike). *io_graph: whether the graph moved the rows. */
+typedef struct {
+  mlpd_engine_t *e;
+  hostbuf_t h;
+  uint8_t *client; /* registered; rows at client + off */
+  size_t client_bytes;
+} movecase_t;
+
+static void move_run(movecase_t *c, const float *x, int rows,
+                     mlpd_dtype_t id, mlpd_dtype_t od, size_t off,
+                     int direct, float *y, int *io_graph) {
+  mlpd_engine_t *e = c->e;
+  const mlpd_engine_info_t *in = &e->info;
+  size_t isz = mlpd_dtype_size(id);
+  hb_stage(&c->h, x, rows, id);
+  memset(c->client, 0xff, c->client_bytes);
+  /* Rows 1..2 in and out of client memory, row 4 in only (when there). */
+  mlpd_engine_seg_t sg[2] = {{0}};
+  int nseg = 0;
+  uint8_t *cin = c->client + off;
+  uint8_t *cout = cin + (size_t)8 * (size_t)in->in_features * 4;
+  if (direct && rows >= 3) {
+    sg[nseg++] = (mlpd_engine_seg_t){.slot_row = 1, .rows = 2, .in = cin,
+                                     .out = cout};
+    mlpd_dtype_convert_rows(cin, id, (size_t)in->in_features,
+                            x + (size_t)in->in_features, MLPD_DTYPE_F32,
+                            (size_t)in->in_features, 2,
+                            (size_t)in->in_features);
+  }
+  if (direct && rows >= 5) {
+    uint8_t *c4 = cin + (size_t)2 * (size_t)in->in_features * isz;
+    sg[nseg++] = (mlpd_engine_seg_t){.slot_row = 4, .rows = 1, .in = c4};
+    mlpd_dtype_convert_rows(c4, id, (size_t)in->in_features,
+                            x + (size_t)4 * in->in_features, MLPD_DTYPE_F32,
+                            (size_t)in->in_features, 1,
+                            (size_t)in->in_features);
+  }
+  /* The staged copies of the client's rows are zeroed: read from there,
+   * their answers would be wrong. */
+  for (int k = 0; k < nseg; k++)
+    memset((uint8_t *)c->h.in +
+               (size_t)sg[k].slot_row * (size_t)in->in_stride * isz,
+           0, (size_t)sg[k].rows * (size_t)in->in_stride * isz);
+  mlpd_engine_cuda_stats_t before, after;
+  assert_int_equal(mlpd_engine_cuda_stats(e, &before), 0);
+  mlpd_err_t err = {0};
+  mlpd_engine_batch_t b = {.in = c->h.in, .in_dtype = id, .out = c->h.out,
+                           .out_dtype = od, .rows = rows,
+                           .direct = nseg ? sg : NULL, .ndirect = nseg};
+  int rc = mlpd_engine_submit(e, &b, &err);
+  if (rc != 0)
+    print_error("submit: %s\n", mlpd_err_msg(&err, rc));
+  assert_int_equal(rc, 0);
+  wait_ok(e);
+  assert_int_equal(mlpd_engine_cuda_stats(e, &after), 0);
+  *io_graph = (int)(after.batches_io_graph - before.batches_io_graph);
+  hb_result(&c->h, rows, od, y);
+  if (nseg > 0)
+    mlpd_dtype_convert_rows(y + (size_t)in->out_features, MLPD_DTYPE_F32,
+                            (size_t)in->out_features, cout, od,
+                            (size_t)in->out_features, 2,
+                            (size_t)in->out_features);
+}
+
+/* Small batches are moved in and out by their serving graph: staged rows
+ * and client rows (direct segments, dense and not 16-byte aligned), f32
+ * and bf16 each way, give bit for bit what the copies give, and right
+ * answers; a client row not aligned to its dtype, or a batch past
+ * zc_max, takes the copies. */
+static void test_rows_by_graph(void **state) {
+  (void)state;
+  const int w[] = {300, 129, 77};
+  model_t mm;
+  model_make(&mm, w, 2, NULL, 23);
+  movecase_t c = {0};
+  c.e = must_open(mm.m, MLPD_DTYPE_BF16, 0, 64, 1);
+  mlpd_engine_t *e = c.e;
+  mlpd_engine_cuda_stats_t st;
+  assert_int_equal(mlpd_engine_cuda_stats(e, &st), 0);
+  /* 64 KiB / (304 padded bf16 inputs) > 64 rows: every bucket. */
+  assert_int_equal(st.io_max_rows, 64);
+  hb_init(&c.h, e);
+  c.client_bytes = (size_t)1 << 20;
+  c.client = aligned_alloc(4096, c.client_bytes);
+  assert_non_null(c.client);
+  mlpd_err_t err = {0};
+  int rc = e->ops->host_register(c.client, c.client_bytes, 0, &err);
+  if (rc != 0)
+    print_error("host_register: %s\n", mlpd_err_msg(&err, rc));
+  assert_int_equal(rc, 0);
+  float *x = random_rows(64, 300, 2300);
+  float *ref = cpu_forward(mm.m, x, 64);
+  float *y0 = malloc((size_t)64 * 77 * sizeof(float));
+  float *y1 = malloc((size_t)64 * 77 * sizeof(float));
+  assert_non_null(y0);
+  assert_non_null(y1);
+  static const int rows[] = {1, 3, 5, 17, 64};
+  static const mlpd_dtype_t dts[] = {MLPD_DTYPE_F32, MLPD_DTYPE_BF16};
+  int by_graph = 0, cases = 0;
+  for (size_t ri = 0; ri < MLPD_ARRAY_SIZE(rows); ri++)
+    for (int k = 0; k < 4; k++)
+      for (int direct = 0; direct < 2; direct++) {
+        mlpd_dtype_t id = dts[k & 1], od = dts[k >> 1];
+        /* Dense client rows 4 bytes past a page: aligned to both
+         * dtypes, not to 16 bytes. */
+        size_t off = 4;
+        int g0, g1;
+        assert_int_equal(mlpd_engine_cuda_set_io(e, 0, 0), 0);
+        move_run(&c, x, rows[ri], id, od, off, direct, y0, &g0);
+        assert_int_equal(g0, 0);
+        assert_int_equal(mlpd_engine_cuda_set_io(e, 64 << 10, 1), 0);
+        move_run(&c, x, rows[ri], id, od, off, direct, y1, &g1);
+        size_t isz = mlpd_dtype_size(id), osz = mlpd_dtype_size(od);
+        int fits = (size_t)rows[ri] * e->info.in_stride * isz <= 64 << 10 &&
+                   (size_t)rows[ri] * e->info.out_stride * osz <= 64 << 10;
+        assert_int_equal(g1, fits);
+        by_graph += g1;
+        cases++;
+        char what[96];
+        snprintf(what, sizeof(what), "%d rows %s -> %s%s", rows[ri],
+                 mlpd_dtype_name(id), mlpd_dtype_name(od),
+                 direct ? ", with client rows" : "");
+        assert_memory_equal(y0, y1, (size_t)rows[ri] * 77 * sizeof(float));
+        (void)check_close(y1, ref, rows[ri], 77, 1.5e-2, 2e-2, what, NULL);
+      }
+  print_message("  %d of %d batches moved by their graph, each bit for bit "
+                "as by copies\n",
+                by_graph, cases);
+  assert_true(by_graph >= cases / 2);
+  /* A client row at an odd address: the copies take it, still right. */
+  int g;
+  move_run(&c, x, 5, MLPD_DTYPE_BF16, MLPD_DTYPE_BF16, 5, 1, y1, &g);
+  assert_int_equal(g, 0);
+  (void)check_close(y1, ref, 5, 77, 1.5e-2, 2e-2, "odd client rows", NULL);
+  e->ops->host_unregister(c.client);
+  free(c.client);
+  free(x);
+  free(ref);
+  free(y0);
+  free(y1);
+  hb_free(&c.h);
+  mlpd_engine_close(e);
+  model_free(&mm);
+}
+
 /* ---- forced variants ----------------------------------------------------- */
 
 /* Each variant of mlpd's per-layer kernel forced at every bucket it
@@ -1618,6 +1768,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bad_arguments),
       cmocka_unit_test(test_pipeline),
+      cmocka_unit_test(test_rows_by_graph),
       cmocka_unit_test(test_forced_small_kernel),
       cmocka_unit_test(test_bf16_every_batch),
       cmocka_unit_test(test_fp16_every_batch),
