@@ -14,7 +14,6 @@
 #define MLPD_CUDA_ENGINE_PRIV_H
 
 #include "cuda_check.h"
-#include "cuda_kernels.h"
 #include "engine.h"
 #include "engine_cuda.h"
 #include "error.h"
@@ -56,9 +55,6 @@ typedef struct {
   cublasLtMatrixLayout_t ly[MLPD_MAX_LAYERS]; /* Y: N x rows, ld N */
   choice_t ch[MLPD_MAX_LAYERS]; /* cuda_tune.c or cuda_plancache.c */
   cudaGraphExec_t exec[PIPE_DEPTH]; /* the layers of lane i */
-  cudaGraphExec_t exec_io[PIPE_DEPTH]; /* lane i's rows in, the layers,
-                                          the rows out (its rows map);
-                                          NULL above io_max_rows */
   /* What tuning found, for stats and logs (cuda_tune.c; zero when the
    * plans came from the cache or autotuning is off). */
   int ncand[MLPD_MAX_LAYERS];
@@ -107,8 +103,6 @@ typedef struct {
   cudaEvent_t computed;  /* layers done: output may be copied */
   cudaEvent_t done;      /* output in host memory: the batch completed */
   int rows;              /* of the batch in flight, for messages */
-  mlpd_cuda_rowmap_t *map; /* mapped pinned: where exec_io finds the rows
-                              of the lane's batch */
 } lane_t;
 
 /* Everything not marked otherwise is made in open (cuda_setup.c,
@@ -174,10 +168,6 @@ typedef struct {
                        kernel on pinned memory instead of a DMA copy */
   int lone;         /* a batch submitted to an idle engine runs on the
                        compute stream alone (no cross-stream events) */
-  int io_max_rows;  /* buckets up to this many rows have exec_io (set at
-                       open: the rows whose 16-bit rows fit zc_max) */
-  int mapped_ok;    /* registered client memory is reachable by kernels at
-                       its host address: direct segments may use exec_io */
   /* Written during open by the module that finds each number: cuda_tune.c
    * (candidates_timed, small_rejected, plans_fused/unfused/unverified),
    * cuda_plancache.c (cache_state, cache_why), the rest by

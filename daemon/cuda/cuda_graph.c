@@ -102,39 +102,18 @@ int mlpd_cuda_graph_enqueue_layer(cuda_engine_t *e, const bucket_t *bk,
   return 0;
 }
 
-/* The layers, and with io the lane's rows around them: the first layer
- * starts streaming its weights while the rows come in, the rows out start
- * while the last layer ends, where mlpd's kernels allow it. */
-static int capture(cuda_engine_t *e, const bucket_t *bk, const choice_t *ch,
-                   int l0, int l1, int lane, int io, cudaGraph_t *out,
-                   mlpd_err_t *err) {
+int mlpd_cuda_graph_capture(cuda_engine_t *e, const bucket_t *bk,
+                            const choice_t *ch, int l0, int l1, int lane,
+                            cudaGraph_t *out, mlpd_err_t *err) {
   int rc = 0;
   cudaGraph_t g = NULL;
-  const lane_t *ln = &e->lane[lane];
   *out = NULL;
   CU(cudaStreamBeginCapture(e->st, cudaStreamCaptureModeThreadLocal),
      "begin graph capture (%d rows)", bk->rows);
-  if (io) {
-    int ce = mlpd_cuda_rows_in(ln->map, ln->x16, (int)e->dt, e->L[0].in_p,
-                               bk->rows, e->st);
-    if (ce != 0)
-      rc = mlpd__cuda_fail(err, (cudaError_t)ce, __FILE__, __LINE__,
-                           "rows in at %d rows", bk->rows);
-  }
   for (int l = l0; l < l1 && rc == 0; l++)
     rc = mlpd_cuda_graph_enqueue_layer(
         e, bk, l, &ch[l], layer_in(e, lane, l), layer_out(e, lane, l),
-        (l > l0 && ch[l - 1].small && ch[l].small) || (io && l == l0),
-        err);
-  if (io && rc == 0) {
-    int last = l1 - 1;
-    int pdl = e->pdl_ok && e->kmode >= 0 && ch[last].small;
-    int ce = mlpd_cuda_rows_out(ln->map, ln->y16, (int)e->dt,
-                                e->L[last].out_p, bk->rows, pdl, e->st);
-    if (ce != 0)
-      rc = mlpd__cuda_fail(err, (cudaError_t)ce, __FILE__, __LINE__,
-                           "rows out at %d rows", bk->rows);
-  }
+        l > l0 && ch[l - 1].small && ch[l].small, err);
   {
     cudaError_t ce = cudaStreamEndCapture(e->st, &g);
     if (rc == 0 && ce != cudaSuccess)
@@ -151,17 +130,6 @@ static int capture(cuda_engine_t *e, const bucket_t *bk, const choice_t *ch,
   return 0;
 fail:
   return rc;
-}
-
-int mlpd_cuda_graph_capture(cuda_engine_t *e, const bucket_t *bk,
-                            const choice_t *ch, int l0, int l1, int lane,
-                            cudaGraph_t *out, mlpd_err_t *err) {
-  return capture(e, bk, ch, l0, l1, lane, 0, out, err);
-}
-
-int mlpd_cuda_graph_capture_io(cuda_engine_t *e, const bucket_t *bk,
-                               int lane, cudaGraph_t *out, mlpd_err_t *err) {
-  return capture(e, bk, bk->ch, 0, e->nlayers, lane, 1, out, err);
 }
 
 int mlpd_cuda_graph_instantiate(cudaGraph_t g, cudaGraphExec_t *x, int rows,

@@ -15,9 +15,9 @@
 /* Enqueues layer l of bucket bk with plan c on e->st, reading x and writing
  * y (both [bk->rows][padded width] on the device). A cuBLASLt layer of an
  * FP8 engine is two kernels: the input's quantization (into e->xq, e->xs)
- * and the FP8 matmul. pdl: the op before this one on the stream is one of
- * mlpd's kernels that let the next start early (a small-batch kernel, the
- * rows in), so a small-batch kernel here may (cuda_kernels.h). */
+ * and the FP8 matmul. pdl: the op before this one on the stream is mlpd's
+ * small-batch kernel, so a small-batch kernel here may start early
+ * (cuda_kernels.h). */
 int mlpd_cuda_graph_enqueue_layer(cuda_engine_t *e, const bucket_t *bk,
                                   int l, const choice_t *c, const void *x,
                                   void *y, int pdl,
@@ -30,13 +30,6 @@ int mlpd_cuda_graph_capture(cuda_engine_t *e, const bucket_t *bk,
                             const choice_t *ch, int l0, int l1, int lane,
                             cudaGraph_t *out,
                             mlpd_err_t *err) MLPD_MUST_CHECK;
-
-/* Captures lane `lane`'s serving graph that moves its own rows: the rows
- * in from the lane's rows map, every layer of bucket bk (its plans), the
- * rows out. */
-int mlpd_cuda_graph_capture_io(cuda_engine_t *e, const bucket_t *bk,
-                               int lane, cudaGraph_t *out,
-                               mlpd_err_t *err) MLPD_MUST_CHECK;
 
 /* Instantiates g into *x (NULL on failure); rows is for the message. */
 int mlpd_cuda_graph_instantiate(cudaGraph_t g, cudaGraphExec_t *x, int rows,

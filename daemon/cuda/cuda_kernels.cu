@@ -288,92 +288,6 @@ __global__ void mlpd_copy_kernel(uint4 *dst, const uint4 *src, size_t n16) {
     dst[i] = src[i];
 }
 
-/* ---- a small batch's rows moved by the serving graph -------------------- */
-
-template <int DT> __device__ __forceinline__ float ld1(const void *p, int i) {
-  if (DT == DT_F32)
-    return static_cast<const float *>(p)[i];
-  const uint16_t u = static_cast<const uint16_t *>(p)[i];
-  return DT == DT_BF16 ? __uint_as_float((uint32_t)u << 16)
-                       : __half2float(__ushort_as_half(u));
-}
-
-template <int DT>
-__device__ __forceinline__ void st1(void *p, int i, float f) {
-  if (DT == DT_F32)
-    static_cast<float *>(p)[i] = f;
-  else if (DT == DT_BF16)
-    static_cast<uint16_t *>(p)[i] =
-        __bfloat16_as_ushort(__float2bfloat16_rn(f));
-  else
-    static_cast<uint16_t *>(p)[i] = __half_as_ushort(__float2half_rn(f));
-}
-
-/* One row of n elements by the block: 16-byte pieces where both ends
- * allow (client rows are dense, so often they do not), elements after. */
-template <int SD, int DD>
-__device__ void move_row(void *dst, const void *src, int n) {
-  int done = 0;
-  if (((reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst)) &
-       15) == 0) {
-    const int n8 = n >> 3;
-    for (int i = threadIdx.x; i < n8; i += blockDim.x) {
-      float f[8];
-      load8<SD>(src, (size_t)i, f);
-      store8<DD>(dst, (size_t)i, f);
-    }
-    done = n8 << 3;
-  }
-  for (int i = done + threadIdx.x; i < n; i += blockDim.x)
-    st1<DD>(dst, i, ld1<SD>(src, i));
-}
-
-/* The host's dtype is the batch's, known only when the graph runs. */
-template <int XD>
-__global__ void mlpd_rows_in_kernel(const mlpd_cuda_rowmap_t *map, void *x,
-                                    int ld) {
-#if __CUDA_ARCH__ >= 900
-  /* The first layer may start streaming its weights meanwhile. */
-  asm volatile("griddepcontrol.launch_dependents;");
-#endif
-  const int r = blockIdx.x;
-  const int rows = map->rows, sd = map->in_dtype, n = map->in_n;
-  const void *src = map->in[r];
-  if (r >= rows)
-    return;
-  void *dst = static_cast<char *>(x) + (size_t)r * ld * (XD == DT_F32 ? 4 : 2);
-  if (sd == DT_F32)
-    move_row<DT_F32, XD>(dst, src, n);
-  else if (sd == DT_F16)
-    move_row<DT_F16, XD>(dst, src, n);
-  else
-    move_row<DT_BF16, XD>(dst, src, n);
-}
-
-template <int YD>
-__global__ void mlpd_rows_out_kernel(const mlpd_cuda_rowmap_t *map,
-                                     const void *y, int ld, int pdl) {
-  const int r = blockIdx.x;
-  /* The map is the host's, written before the launch: read while the
-   * last layer still runs. */
-  const int rows = map->rows, dd = map->out_dtype, n = map->out_n;
-  void *dst = map->out[r];
-#if __CUDA_ARCH__ >= 900
-  if (pdl)
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-  if (r >= rows)
-    return;
-  const void *src =
-      static_cast<const char *>(y) + (size_t)r * ld * (YD == DT_F32 ? 4 : 2);
-  if (dd == DT_F32)
-    move_row<YD, DT_F32>(dst, src, n);
-  else if (dd == DT_F16)
-    move_row<YD, DT_F16>(dst, src, n);
-  else
-    move_row<YD, DT_BF16>(dst, src, n);
-}
-
 /* ---- FP8 quantization --------------------------------------------------- */
 
 template <int SD>
@@ -571,43 +485,6 @@ extern "C" int mlpd_cuda_convert(void *dst, int dt, const void *src, int st_,
   }
   return launch(convert_kernels[st_][dt], grid_for(n / 8, 256), 256, st, dst,
                 src, n / 8);
-}
-
-extern "C" int mlpd_cuda_rows_in(const mlpd_cuda_rowmap_t *map, void *x,
-                                 int x_dtype, int ld, int grid_rows,
-                                 cudaStream_t st) {
-  typedef void (*kern_t)(const mlpd_cuda_rowmap_t *, void *, int);
-  static const kern_t k[3] = {mlpd_rows_in_kernel<DT_F32>,
-                              mlpd_rows_in_kernel<DT_F16>,
-                              mlpd_rows_in_kernel<DT_BF16>};
-  if (x_dtype < 0 || x_dtype > 2 || grid_rows < 1 ||
-      grid_rows > MLPD_CUDA_ROWMAP_ROWS)
-    return (int)cudaErrorInvalidValue;
-  return launch(k[x_dtype], grid_rows, 128, st, map, x, ld);
-}
-
-extern "C" int mlpd_cuda_rows_out(const mlpd_cuda_rowmap_t *map,
-                                  const void *y, int y_dtype, int ld,
-                                  int grid_rows, int pdl, cudaStream_t st) {
-  typedef void (*kern_t)(const mlpd_cuda_rowmap_t *, const void *, int, int);
-  static const kern_t k[3] = {mlpd_rows_out_kernel<DT_F32>,
-                              mlpd_rows_out_kernel<DT_F16>,
-                              mlpd_rows_out_kernel<DT_BF16>};
-  if (y_dtype < 0 || y_dtype > 2 || grid_rows < 1 ||
-      grid_rows > MLPD_CUDA_ROWMAP_ROWS)
-    return (int)cudaErrorInvalidValue;
-  cudaLaunchConfig_t cfg = {};
-  cudaLaunchAttribute attr[1];
-  cfg.gridDim = dim3((unsigned)grid_rows);
-  cfg.blockDim = dim3(128u);
-  cfg.stream = st;
-  if (pdl) {
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-  }
-  return (int)cudaLaunchKernelEx(&cfg, k[y_dtype], map, y, ld, pdl);
 }
 
 extern "C" int mlpd_cuda_quantize_rows(uint8_t *q, float *s, const void *src,

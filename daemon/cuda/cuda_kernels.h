@@ -7,8 +7,7 @@
  *     fuse its fp32/TF32 epilogue: a GEMV for buckets of at most 8 rows and
  *     a tiled kernel for any number of rows;
  *   - dtype conversion of rows (f32 <-> bf16/f16) for the pipeline, also
- *     straight from or into pinned host memory, and a small batch's rows
- *     moved in and out by the serving graph itself (rows maps);
+ *     straight from or into pinned host memory;
  *   - FP8 quantization: weights per output feature at load, activations
  *     per row before a cuBLASLt FP8 layer;
  *   - a spin kernel the benchmark queues work behind.
@@ -154,36 +153,6 @@ int mlpd_cuda_f32_gemm(int variant, int rows, int n, int k, const float *x,
  * kernel over the bus: for small batches, cheaper than a DMA copy). */
 int mlpd_cuda_convert(void *dst, int dst_dtype, const void *src,
                       int src_dtype, size_t n, cudaStream_t stream);
-
-/* A small batch's rows where they lie in host memory (pinned staging, or
- * registered client memory that the GPU reaches at the same address), for
- * a serving graph that moves them itself: its first kernel reads them into
- * the lane's input, its last writes the outputs back, so a lone batch is
- * one graph launch instead of a copy, a launch and a copy. The host fills
- * the lane's map before each launch of the graph that reads it (in mapped
- * pinned memory: the launch orders the writes before the kernels' reads)
- * and leaves it alone until the batch has completed. */
-#define MLPD_CUDA_ROWMAP_ROWS 64
-typedef struct {
-  int rows;                /* of the batch; the bucket's other rows stay */
-  int in_dtype, out_dtype; /* of the host rows, as mlpd_dtype_t numbers */
-  int in_n, out_n;         /* elements moved per row (the real widths) */
-  const void *in[MLPD_CUDA_ROWMAP_ROWS]; /* input row r, 2-byte aligned */
-  void *out[MLPD_CUDA_ROWMAP_ROWS];      /* output row r */
-} mlpd_cuda_rowmap_t;
-
-/* Enqueues the kernel that moves map's input rows into x ([grid_rows][ld]
- * of dtype x_dtype), converting; grid_rows is the bucket's rows. It lets
- * the next kernel start early (programmatic dependent launch). */
-int mlpd_cuda_rows_in(const mlpd_cuda_rowmap_t *map, void *x, int x_dtype,
-                      int ld, int grid_rows, cudaStream_t stream);
-
-/* The mirror image: y's rows out to map's output rows. pdl: launched to
- * start early behind a kernel that allows it, waiting for that kernel's
- * results before reading y. */
-int mlpd_cuda_rows_out(const mlpd_cuda_rowmap_t *map, const void *y,
-                       int y_dtype, int ld, int grid_rows, int pdl,
-                       cudaStream_t stream);
 
 /* FP8 E4M3 quantization of `rows` rows of k values (k a multiple of 16):
  * per row, s = max|row| / 448 (1 for an all-zero row) and

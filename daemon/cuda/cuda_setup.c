@@ -482,10 +482,6 @@ static int make_buffers(cuda_engine_t *e, mlpd_err_t *err) {
        "create event");
     CU(cudaEventCreateWithFlags(&ln->done, cudaEventDisableTiming),
        "create event");
-    CU(cudaHostAlloc((void **)&ln->map, sizeof(*ln->map),
-                     cudaHostAllocMapped),
-       "allocate a lane's rows map");
-    memset(ln->map, 0, sizeof(*ln->map));
     TRY(fill_random(e, ln->x16, rows * in, 10 + (uint64_t)i, err));
   }
   e->lane_bytes = mlpd_cuda_setup_lane_bytes(e);
@@ -576,7 +572,6 @@ int mlpd_cuda_setup(cuda_engine_t *e, const mlpd_model_t *m,
   e->cc_major = prop.major;
   e->cc_minor = prop.minor;
   e->sms = prop.multiProcessorCount;
-  e->mapped_ok = prop.canUseHostPointerForRegisteredMem != 0;
   if (prop.major < 8)
     return mlpd_errf(err, MLPD_ENODEV,
                      "cuda engine: %s (cuda:%d) has compute capability "
@@ -678,8 +673,6 @@ void mlpd_cuda_setup_free(cuda_engine_t *e) {
     cudaFree(ln->y16);
     cudaFree(ln->xraw);
     cudaFree(ln->yraw);
-    if (ln->map != NULL)
-      cudaFreeHost(ln->map);
     if (ln->in_ready != NULL)
       cudaEventDestroy(ln->in_ready);
     if (ln->computed != NULL)

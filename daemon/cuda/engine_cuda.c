@@ -43,15 +43,6 @@
  * rewritten with the caller's zero padding, so the columns a direct copy
  * leaves alone stay zero.
  *
- * Small batches (buckets whose rows fit zc_max) skip all of that: the
- * lane's second graph (exec_io) starts with a kernel that reads the rows
- * where they lie in host memory, staged or a client's, through the lane's
- * rows map, and ends with one that writes the outputs back. A lone
- * request is then one launch: on the H200 each of the copies around a
- * graph cost microseconds of its latency, more than a kernel reading the
- * same few KiB over the bus (the first layer streams its weights
- * meanwhile).
- *
  * Hot path: submit is copies or kernel launches, one cudaGraphLaunch and
  * event records; wait is one cudaEventQuery or cudaEventSynchronize.
  * Nothing is allocated, planned or instantiated there.
@@ -122,14 +113,13 @@ static void cuda_host_free(mlpd_engine_t *base, void *p) {
 }
 
 /* Client memory for direct segments: pinned and portable (every GPU's copy
- * engines reach it, like staging), mapped (the graphs of small batches
- * read and write its rows in place), read-only where the client sealed the
+ * engines reach it, like staging), read-only where the client sealed the
  * memfd against writes (the daemon maps it PROT_READ: pinning it for
  * writing would fail). A toolkit or device without the read-only flag
  * gets the plain registration, which may then fail; the caller copies. */
 static int cuda_host_register(void *base, size_t size, int readonly,
                               mlpd_err_t *err) {
-  unsigned fl = cudaHostRegisterPortable | cudaHostRegisterMapped;
+  unsigned fl = cudaHostRegisterPortable;
   cudaError_t ce;
 #ifdef cudaHostRegisterReadOnly
   if (readonly) {
@@ -163,11 +153,8 @@ static void cuda_close(mlpd_engine_t *base) {
     (void)cudaStreamSynchronize(e->st);
   for (int b = 0; e->bk != NULL && b < e->nbuckets; b++)
     for (int i = 0; i < PIPE_DEPTH; i++)
-      for (int io = 0; io < 2; io++) {
-        cudaGraphExec_t x = io ? e->bk[b].exec_io[i] : e->bk[b].exec[i];
-        if (x != NULL)
-          cudaGraphExecDestroy(x);
-      }
+      if (e->bk[b].exec[i] != NULL)
+        cudaGraphExecDestroy(e->bk[b].exec[i]);
   mlpd_cuda_setup_free(e);
   free(e);
 }
@@ -271,34 +258,20 @@ static int open_engine(mlpd_engine_t **out, const mlpd_model_t *m,
   mlpd_cuda_setup_drop_bf16(e);
   mlpd_cuda_setup_drop_tiled(e);
 
-  /* The buckets whose rows, in the compute dtype, fit the bytes that
-   * kernels move (zc_max) get graphs that move their own rows too. */
-  size_t row_bytes = (size_t)(e->L[0].in_p > e->L[e->nlayers - 1].out_p
-                                  ? e->L[0].in_p
-                                  : e->L[e->nlayers - 1].out_p) *
-                     e->esz;
-  size_t io_rows = e->zc_max / row_bytes;
-  e->io_max_rows = io_rows < MLPD_CUDA_ROWMAP_ROWS ? (int)io_rows
-                                                   : MLPD_CUDA_ROWMAP_ROWS;
   mlpd__cuda_progress(o, "capturing %d graphs", e->nbuckets * PIPE_DEPTH);
   uint64_t tg = mlpd_now_ns();
   for (int b = 0; b < e->nbuckets; b++) {
     bucket_t *bk = &e->bk[b];
-    for (int i = 0; i < PIPE_DEPTH; i++)
-      for (int io = 0; io < 2; io++) {
-        if (io && bk->rows > e->io_max_rows)
-          break;
-        cudaGraph_t g = NULL;
-        cudaGraphExec_t *x = io ? &bk->exec_io[i] : &bk->exec[i];
-        TRY(io ? mlpd_cuda_graph_capture_io(e, bk, i, &g, err)
-               : mlpd_cuda_graph_capture(e, bk, bk->ch, 0, e->nlayers, i,
-                                         &g, err));
-        rc = mlpd_cuda_graph_instantiate(g, x, bk->rows, err);
-        cudaGraphDestroy(g);
-        if (rc != 0)
-          goto fail;
-        CU(cudaGraphUpload(*x, e->st), "upload graph");
-      }
+    for (int i = 0; i < PIPE_DEPTH; i++) {
+      cudaGraph_t g = NULL;
+      TRY(mlpd_cuda_graph_capture(e, bk, bk->ch, 0, e->nlayers, i, &g,
+                                  err));
+      rc = mlpd_cuda_graph_instantiate(g, &bk->exec[i], bk->rows, err);
+      cudaGraphDestroy(g);
+      if (rc != 0)
+        goto fail;
+      CU(cudaGraphUpload(bk->exec[i], e->st), "upload graph");
+    }
     for (int l = 0; l < e->nlayers; l++)
       e->stats.plans_small_kernel += bk->ch[l].small;
   }
@@ -323,7 +296,6 @@ static int open_engine(mlpd_engine_t **out, const mlpd_model_t *m,
   e->stats.nlayers = e->nlayers;
   e->stats.small_kernel = e->small_ok || e->f32_ok;
   e->stats.pdl = e->pdl_ok;
-  e->stats.io_max_rows = e->io_max_rows;
   e->stats.wg_kernel = e->wg_ok;
   e->stats.fp8 = e->fp8;
   e->stats.forced_small = e->forced_small;
@@ -529,79 +501,6 @@ static int segments_ok(const mlpd_engine_batch_t *b) {
   return 1;
 }
 
-/* Whether the batch's rows can be moved by its lane's exec_io, and if so
- * its rows map filled in: rows the kernels may move (zc_max), each where
- * a kernel can reach it (staging always; a direct segment where client
- * memory is mapped at its host address) and aligned to its dtype. */
-static int map_rows(cuda_engine_t *e, lane_t *ln,
-                    const mlpd_engine_batch_t *b) {
-  const mlpd_engine_info_t *in = &e->base.info;
-  size_t isz = mlpd_dtype_size(b->in_dtype);
-  size_t osz = mlpd_dtype_size(b->out_dtype);
-  if ((size_t)b->rows * (size_t)in->in_stride * isz > e->zc_max ||
-      (size_t)b->rows * (size_t)in->out_stride * osz > e->zc_max ||
-      (b->ndirect > 0 && !e->mapped_ok))
-    return 0;
-  mlpd_cuda_rowmap_t *m = ln->map;
-  const uint8_t *staged_in = b->in;
-  uint8_t *staged_out = b->out;
-  for (int r = 0; r < b->rows; r++) {
-    m->in[r] = staged_in + (size_t)r * (size_t)in->in_stride * isz;
-    m->out[r] = staged_out + (size_t)r * (size_t)in->out_stride * osz;
-  }
-  uintptr_t align = 0;
-  for (int k = 0; k < b->ndirect; k++) {
-    const mlpd_engine_seg_t *sg = &b->direct[k];
-    for (int r = 0; r < sg->rows; r++) {
-      int row = sg->slot_row + r;
-      if (sg->in != NULL)
-        m->in[row] = (const uint8_t *)sg->in +
-                     (size_t)r * (size_t)in->in_features * isz;
-      if (sg->out != NULL)
-        m->out[row] = (uint8_t *)sg->out +
-                      (size_t)r * (size_t)in->out_features * osz;
-      align |= ((uintptr_t)m->in[row] & (isz - 1)) |
-               ((uintptr_t)m->out[row] & (osz - 1));
-    }
-  }
-  if (align != 0)
-    return 0;
-  m->rows = b->rows;
-  m->in_dtype = (int)b->in_dtype;
-  m->out_dtype = (int)b->out_dtype;
-  m->in_n = in->in_features;
-  m->out_n = in->out_features;
-  return 1;
-}
-
-/* A batch whose rows the graph moves itself: one launch and the event,
- * on the compute stream (the graph orders everything in it). */
-static int submit_io(cuda_engine_t *e, lane_t *ln, cudaGraphExec_t x,
-                     const mlpd_engine_batch_t *b, mlpd_err_t *err) {
-  const char *step = "select the device";
-  cudaError_t ce = cudaSetDevice(e->ordinal);
-  if (ce == cudaSuccess) {
-    step = "launch the graph";
-    ce = cudaGraphLaunch(x, e->st);
-  }
-  if (ce == cudaSuccess) {
-    step = "record completion";
-    ce = cudaEventRecord(ln->done, e->st);
-  }
-  if (ce != cudaSuccess) {
-    (void)cudaGetLastError();
-    return mlpd_errf(err, MLPD_ECUDA,
-                     "cuda engine %s: batch of %d rows (rows moved by its "
-                     "graph): %s: %s",
-                     e->base.info.name, b->rows, step,
-                     cudaGetErrorString(ce));
-  }
-  ln->rows = b->rows;
-  e->nout++;
-  e->stats.batches_io_graph++;
-  return 0;
-}
-
 static int cuda_submit(mlpd_engine_t *base, const mlpd_engine_batch_t *b,
                        mlpd_err_t *err) {
   cuda_engine_t *e = (cuda_engine_t *)base;
@@ -634,8 +533,6 @@ static int cuda_submit(mlpd_engine_t *base, const mlpd_engine_batch_t *b,
   int li = (e->head + e->nout) % PIPE_DEPTH;
   lane_t *ln = &e->lane[li];
   const bucket_t *bk = &e->bk[bucket_of(e, b->rows)];
-  if (bk->exec_io[li] != NULL && map_rows(e, ln, b))
-    return submit_io(e, ln, bk->exec_io[li], b, err);
   int lone = e->lone && e->nout == 0;
   cudaStream_t si = lone ? e->st : e->st_in, so = lone ? e->st : e->st_out;
   size_t nin = (size_t)b->rows * (size_t)in->in_stride;

@@ -106,11 +106,6 @@ typedef struct mlpd_engine_cuda_stats_s {
   /* Every plan fused (issue 17.4): fp32 plans where cuBLASLt ran a
    * separate epilogue kernel and mlpd's fused fp32 kernel replaced it. */
   int plans_fp32_replaced;
-  /* Counted by submit (its thread's; read while idle): batches whose rows
-   * the serving graph moved itself (a rows map, no copies). */
-  uint64_t batches_io_graph;
-  int io_max_rows;            /* buckets up to this many rows have such
-                                 graphs (0: none) */
 } mlpd_engine_cuda_stats_t;
 
 /* Fills *st. e must be a CUDA engine (info.kind "cuda"); returns MLPD_EINVAL
@@ -183,10 +178,8 @@ int mlpd_engine_cuda_time(mlpd_engine_t *e, int rows, int warmup, int reps,
                           double *us, mlpd_err_t *err) MLPD_MUST_CHECK;
 
 /* FOR TESTS AND THE BENCHMARK: how this engine moves batches. zc_max:
- * batches of at most this many host bytes each way are moved by their
- * serving graph (where open made one for the bucket: stats.io_max_rows),
- * else their conversions run as one kernel on the pinned host buffer (0:
- * always a DMA copy and a device conversion); lone:
+ * conversions of at most this many host bytes run as one kernel on the
+ * pinned host buffer (0: always a DMA copy and a device conversion); lone:
  * a batch submitted to an idle engine runs on one stream (0: always the
  * three-stream pipeline). Defaults: 64 KiB, 1. Only while nothing is
  * outstanding. */
