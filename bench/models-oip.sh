@@ -116,6 +116,11 @@ PYEOF
 # fairness: digits' lone line while mlp-4k is saturated; the load's rows
 # inline (the I/O threads read them) and then through shared memory (they
 # do not), so the I/O-thread share and the device share are told apart.
+# The host's CPU and the daemon's over a line (/proc/stat's first line,
+# the daemon's utime and stime): whether a rise follows a busy host.
+cpu_mark() { # FILE
+  { head -1 /proc/stat; cut -d' ' -f14,15 "/proc/$pid/stat"; } >>"$1"
+}
 fair() { # TAG extra-load-args...
   local tag=$1; shift
   "$bench" --socket "$sock" --model mlp4k --connections "$sc" --depth "$sd" \
@@ -124,7 +129,10 @@ fair() { # TAG extra-load-args...
   local bg=$!
   sleep 1
   "$mlpctl" --socket "$sock" metrics >"$OUTDIR/metrics-$tag-a.txt"
+  : >"$OUTDIR/cpu-$tag.txt"
+  cpu_mark "$OUTDIR/cpu-$tag.txt"
   LINE_DURATION=$FAIR_DURATION line "lone native beside mlp-4k $tag load" $lone
+  cpu_mark "$OUTDIR/cpu-$tag.txt"
   "$mlpctl" --socket "$sock" metrics >"$OUTDIR/metrics-$tag-b.txt"
   wait $bg
 }
@@ -139,7 +147,7 @@ line "sat http binary" --http 127.0.0.1:$port --model mlp4k --connections "$sc" 
 kill -TERM $pid; wait $pid
 echo "daemon exit: $?"
 "$PY" - "$OUTDIR" <<'PYEOF'
-import json, sys, re
+import json, os, sys, re
 out = sys.argv[1]
 rows = [json.loads(l) for l in open(out + "/models-oip.jsonl") if l.strip()]
 def metric(path, name):
@@ -155,6 +163,19 @@ def window(tag):
                 metric(b, "mlpd_model_rows_total") - metric(a, "mlpd_model_rows_total"))
     except OSError:
         return 0, 0
+def cpu(tag):
+    # Host busy share and the daemon's cores over the line, or None.
+    try:
+        l = open(out + "/cpu-%s.txt" % tag).read().split("\n")
+        a, b = [int(x) for x in l[0].split()[1:]], [int(x) for x in l[2].split()[1:]]
+        d = [y - x for x, y in zip(a, b)]
+        idle = d[3] + d[4]  # idle + iowait
+        pa, pb = sum(map(int, l[1].split())), sum(map(int, l[3].split()))
+        ncpu = len([c for c in open("/proc/stat") if re.match(r"cpu\d", c)])
+        secs = sum(d) / ncpu / os.sysconf("SC_CLK_TCK")
+        return 1 - idle / sum(d), (pb - pa) / os.sysconf("SC_CLK_TCK") / secs, ncpu
+    except (OSError, ValueError, IndexError, ZeroDivisionError):
+        return None
 def load_rate(tag):
     try:
         return json.load(open(out + "/bg-%s.json" % tag)).get("rows_per_s", 0)
@@ -188,8 +209,10 @@ try:
         nb, nr = window(tag)
         d = r["latency_ms"]["p99"] - alone["latency_ms"]["p99"]
         ds = r.get("server_ms", {}).get("p99", 0) - alone.get("server_ms", {}).get("p99", 0)
-        print("digits lone p99 rise beside saturated mlp-4k (%s): %.3f ms (in daemon %.3f); mlp-4k batches in that window: %d (mean %.0f rows, load %.0f rows/s)" %
-              (tag, d, ds, nb, nr / nb if nb else 0, load_rate(tag)))
+        c = cpu(tag)
+        print("digits lone p99 rise beside saturated mlp-4k (%s): %.3f ms (in daemon %.3f); mlp-4k batches in that window: %d (mean %.0f rows, load %.0f rows/s)%s" %
+              (tag, d, ds, nb, nr / nb if nb else 0, load_rate(tag),
+               "; host CPU %.0f%% busy of %d, the daemon %.1f cores" % (c[0] * 100, c[2], c[1]) if c else ""))
 except (KeyError, ZeroDivisionError) as e:
     print("summary incomplete:", e)
 PYEOF
