@@ -45,8 +45,9 @@ done
 sock=$OUT/mlpd.sock
 for round in $(seq "$ROUNDS"); do
   for v in "${names[@]}"; do
-    "${daemon[$v]}" serve --model "$MODEL" --socket "$sock" --device "${DEVICE:-cuda:0}" \
-      --plan-cache "$OUT/plans-$v.bin" >"$OUT/daemon-$v-$round.log" 2>&1 &
+    "${daemon[$v]}" serve --model "$MODEL" --socket "$sock" \
+      --device "${DEVICE:-cuda:0}" --plan-cache "$OUT/plans-$v.bin" \
+      >"$OUT/daemon-$v-$round.log" 2>&1 &
     pid=$!
     wait_ready "$B/clients/mlpctl" "$sock" $pid "$OUT/daemon-$v-$round.log" ||
       exit 1
