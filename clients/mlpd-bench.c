@@ -90,6 +90,16 @@ typedef struct {
   char model_name[256];
 } cfg_t;
 
+/* One measured request. */
+typedef struct {
+  double us;  /* its latency */
+  double srv; /* us: the daemon's queue_us + compute_us, or -1 (not OK, or
+                 HTTP, which does not say) */
+  double que; /* us: its queue_us alone (the part the daemon's
+                 --max-queue-delay-ms bounds), or -1 likewise */
+  int ok;     /* 1: an OK answer */
+} sample_t;
+
 typedef struct {
   int idx;
   const cfg_t *cfg;
@@ -98,12 +108,7 @@ typedef struct {
   atomic_llong *budget; /* measured requests left (--requests) */
   void *inputs[NINPUTS];
   /* results, measured requests only */
-  double *lat;  /* us */
-  uint8_t *lok; /* 1: lat[i] is an OK answer's */
-  double *srv;  /* us: the daemon's queue_us + compute_us of lat[i], or -1
-                   (not OK, or HTTP, which does not say) */
-  double *que;  /* us: its queue_us alone (the part the daemon's
-                   --max-queue-delay-ms bounds), or -1 likewise */
+  sample_t *lat;
   size_t nlat, cap;
   uint64_t ok, rows_ok;
   uint64_t by_status[16];
@@ -133,25 +138,16 @@ static int push_lat(worker_t *w, double us, int ok, double srv_us,
                     double queue_us) {
   if (w->nlat == w->cap) {
     size_t n = w->cap ? w->cap * 2 : 65536;
-    double *p = realloc(w->lat, n * sizeof(*p));
-    if (p != NULL)
-      w->lat = p;
-    double *sv = p != NULL ? realloc(w->srv, n * sizeof(*sv)) : NULL;
-    if (sv != NULL)
-      w->srv = sv;
-    double *qu = sv != NULL ? realloc(w->que, n * sizeof(*qu)) : NULL;
-    if (qu != NULL)
-      w->que = qu;
-    uint8_t *q = qu != NULL ? realloc(w->lok, n) : NULL;
-    if (q == NULL)
+    sample_t *p = realloc(w->lat, n * sizeof(*p));
+    if (p == NULL)
       return mlpd_errf(&w->err, -ENOMEM, "out of memory for latencies");
-    w->lok = q;
+    w->lat = p;
     w->cap = n;
   }
-  w->lok[w->nlat] = (uint8_t)(ok != 0);
-  w->srv[w->nlat] = ok ? srv_us : -1;
-  w->que[w->nlat] = ok ? queue_us : -1;
-  w->lat[w->nlat++] = us;
+  w->lat[w->nlat++] = (sample_t){.us = us,
+                                 .srv = ok ? srv_us : -1,
+                                 .que = ok ? queue_us : -1,
+                                 .ok = ok != 0};
   return 0;
 }
 
@@ -873,13 +869,9 @@ int main(int argc, char **argv) {
     goto out;
   }
   size_t pos = 0;
-  for (int i = 0; i < started; i++) {
-    /* A connection the --requests budget left without a measured request
-     * has no latency array at all. */
-    if (w[i].nlat > 0)
-      memcpy(all + pos, w[i].lat, w[i].nlat * sizeof(*all));
-    pos += w[i].nlat;
-  }
+  for (int i = 0; i < started; i++)
+    for (size_t k = 0; k < w[i].nlat; k++)
+      all[pos++] = w[i].lat[k].us;
   /* The same latencies split by outcome: OK answers first, then the
    * others (refusals above all), each part sorted: an open loop past
    * capacity is judged by both (issue 15: admitted requests within the
@@ -887,13 +879,13 @@ int main(int argc, char **argv) {
   size_t nok = 0, nbad = 0;
   for (int i = 0; i < started; i++)
     for (size_t k = 0; k < w[i].nlat; k++)
-      nok += w[i].lok[k];
+      nok += (size_t)w[i].lat[k].ok;
   for (int i = 0, io = 0; i < started; i++)
     for (size_t k = 0; k < w[i].nlat; k++) {
-      if (w[i].lok[k])
-        split[io++] = w[i].lat[k];
+      if (w[i].lat[k].ok)
+        split[io++] = w[i].lat[k].us;
       else
-        split[nok + nbad++] = w[i].lat[k];
+        split[nok + nbad++] = w[i].lat[k].us;
     }
   /* Where an OK answer's time went: the daemon's own (arrival to the end
    * of its batch) and the rest, outside it (the client's send, the
@@ -902,10 +894,10 @@ int main(int argc, char **argv) {
   size_t nsrv = 0;
   for (int i = 0; i < started; i++)
     for (size_t k = 0; k < w[i].nlat; k++)
-      if (w[i].srv[k] >= 0) {
-        srv[nsrv] = w[i].srv[k];
-        que[nsrv] = w[i].que[k];
-        outside[nsrv++] = w[i].lat[k] - w[i].srv[k];
+      if (w[i].lat[k].srv >= 0) {
+        srv[nsrv] = w[i].lat[k].srv;
+        que[nsrv] = w[i].lat[k].que;
+        outside[nsrv++] = w[i].lat[k].us - w[i].lat[k].srv;
       }
   lat_sort(srv, nsrv);
   lat_sort(que, nsrv);
@@ -918,7 +910,9 @@ int main(int argc, char **argv) {
   for (int i = 0; i < started; i++) {
     if (w[i].nlat == 0)
       continue;
-    double m = lat_mean(w[i].lat, w[i].nlat);
+    double m = 0;
+    for (size_t k = 0; k < w[i].nlat; k++)
+      m += w[i].lat[k].us / (double)w[i].nlat;
     if (conn_n++ == 0 || m < conn_lo)
       conn_lo = m;
     if (m > conn_hi)
@@ -1051,9 +1045,6 @@ out:
     for (int k = 0; k < NINPUTS; k++)
       free(w[i].inputs[k]);
     free(w[i].lat);
-    free(w[i].lok);
-    free(w[i].srv);
-    free(w[i].que);
   }
   free(w);
   free(groups);

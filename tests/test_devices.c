@@ -598,11 +598,11 @@ static void test_seats_first_come_first_served(void **state) {
  * (2 ms a batch whatever its rows, no compute, three in flight, 32 rows
  * at most: 16k rows/s), a bound of four batch times. Twelve 1-row
  * requests first, one at a time; then four closed loops of four 4-row
- * requests each, 64 rows in flight, two batches' worth. The estimate once took the device's rate
- * from the batches it had run, 1 row per 2 ms: it admitted a request only
- * into an empty queue, each went to a free seat alone, each batch of 4
- * rows confirmed the rate, and the loops were held at a few thousand rows
- * a second, most of their requests refused. A GPU's batch time now counts
+ * requests each, 64 rows in flight, two batches' worth. The estimate
+ * once took the device's rate from the batches it had run, 1 row per 2
+ * ms: it admitted a request only into an empty queue, each went to a free
+ * seat alone, each batch of 4 rows confirmed the rate, and the loops were
+ * held at a few thousand rows a second, most of their requests refused. A GPU's batch time now counts
  * as the largest batch's that ran until a full one has, so all 64 rows
  * are admitted (4 ms of work) and batches merge: over 200 answers of the
  * steady state, batches average two requests or more (21 rows here, 15
