@@ -602,13 +602,13 @@ static void test_seats_first_come_first_served(void **state) {
  * once took the device's rate from the batches it had run, 1 row per 2
  * ms: it admitted a request only into an empty queue, each went to a free
  * seat alone, each batch of 4 rows confirmed the rate, and the loops were
- * held at a few thousand rows a second, most of their requests refused. A GPU's batch time now counts
- * as the largest batch's that ran until a full one has, so all 64 rows
- * are admitted (4 ms of work) and batches merge: over 200 answers of the
- * steady state, batches average two requests or more (21 rows here, 15
- * under ThreadSanitizer; 4 before) and at most one request in ten is
- * refused (a batch slowed down by this loaded machine lowers the estimate
- * for a while; 97% before). */
+ * held at a few thousand rows a second, most of their requests refused.
+ * A GPU's batch time now counts as the largest batch's that ran until a
+ * full one has, so all 64 rows are admitted (4 ms of work) and batches
+ * merge: over 200 answers of the steady state, batches average two
+ * requests or more (21 rows here, 15 under ThreadSanitizer; 4 before) and
+ * at most one request in ten is refused (a batch slowed down by this
+ * loaded machine lowers the estimate for a while; 97% before). */
 static void test_rate_after_lone_requests(void **state) {
   (void)state;
   td_daemon_t d;
