@@ -18,7 +18,9 @@
 # (4 s), ROUNDS (3), IO (1 I/O thread), DELAY_US (20), VARIANTS
 # ("--io-arena-bytes=0 --io-arena-bytes=64M": space-separated, commas
 # inside one variant for several flags), SHM (0; 1: --shm), REAL (0),
-# MODEL (REAL=1: the model file), DAEMON_ARGS (more flags for every
+# MODEL (REAL=1: the model file), FAKE_DTYPE (bf16: the fake device
+# computes in bf16, as a GPU does, so the daemon ships it f32 rows it
+# copies as bf16, converted on the host), DAEMON_ARGS (more flags for every
 # variant, e.g. --plan-cache FILE so that a GPU starts warm), BENCH (the mlpd-bench to drive it:
 # $BUILD's, or another build's, for an A/B of the client), HTTP (a port:
 # the load goes through the Open Inference Protocol's binary extension on
@@ -63,7 +65,8 @@ fi
 fake_env=(MLPD_PLUGIN_DIR=$BUILD/tests/plugins/fake
   LD_LIBRARY_PATH=$BUILD/tests/plugins/driver${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   MLPD_FAKE_CUDA_DEVICES=1 MLPD_FAKE_CUDA_DELAY_US=$DELAY_US
-  MLPD_FAKE_CUDA_DEPTH=3 MLPD_FAKE_CUDA_COMPUTE=0)
+  MLPD_FAKE_CUDA_DEPTH=3 MLPD_FAKE_CUDA_COMPUTE=0
+  MLPD_FAKE_CUDA_DTYPE=${FAKE_DTYPE:-})
 [ "$REAL" = 1 ] && fake_env=()
 IFS=: read -r conns depth rows <<<"$LOAD"
 sock=$OUTDIR/mlpd.sock

@@ -65,12 +65,23 @@ int mlpd_batcher_needs_copy(const mlpd_req_t *req) {
   return !req->src_stable && req->staged < req->rows;
 }
 
-/* The dtypes a new slot takes for its first request (batcher.h, Dtypes). */
+/* The dtype a new slot takes one way for its first request, which wants
+ * `want` and whose rows that way go direct or not (batcher.h, Dtypes).
+ * f32 rows that are copied anyway become bf16 as they are copied, at
+ * about the copy's cost: the device then moves half the bytes and a lone
+ * request waits for no conversion kernel on each side. f32 rows that go
+ * direct are not copied at all, so converting them would be new work on
+ * the host; f16's conversion is too slow on the host to be worth it. */
 static mlpd_dtype_t slot_dtype(const mlpd_batcher_shape_t *sh, uint32_t ok,
-                               mlpd_dtype_t want) {
+                               mlpd_dtype_t want, int direct) {
   if (sh->compute_dtype == MLPD_DTYPE_F32)
     return MLPD_DTYPE_F32;
-  return ok & (1u << (unsigned)want) ? want : sh->compute_dtype;
+  if (!(ok & (1u << (unsigned)want)))
+    return sh->compute_dtype;
+  if (want == MLPD_DTYPE_F32 && sh->compute_dtype == MLPD_DTYPE_BF16 &&
+      !direct)
+    return MLPD_DTYPE_BF16;
+  return want;
 }
 
 static int filling_slot(const mlpd_batcher_t *b) {
@@ -94,9 +105,11 @@ static int open_slot(mlpd_batcher_t *b, const mlpd_req_t *first) {
     sl->attempts = 0;
     sl->engine = -1;
     sl->avoid = -1;
-    sl->in_dtype = slot_dtype(&b->shape, b->shape.in_dtypes, first->in_dtype);
-    sl->out_dtype =
-        slot_dtype(&b->shape, b->shape.out_dtypes, first->out_dtype);
+    int direct = b->shape.direct_io ? first->direct : 0;
+    sl->in_dtype = slot_dtype(&b->shape, b->shape.in_dtypes, first->in_dtype,
+                              direct & MLPD_REQ_DIRECT_IN);
+    sl->out_dtype = slot_dtype(&b->shape, b->shape.out_dtypes,
+                               first->out_dtype, direct & MLPD_REQ_DIRECT_OUT);
     b->order[b->norder++] = s;
     return s;
   }

@@ -6,6 +6,9 @@
 
 #include <string.h>
 #include <strings.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 size_t mlpd_dtype_size(mlpd_dtype_t t) { return t == MLPD_DTYPE_F32 ? 4 : 2; }
 
@@ -90,11 +93,11 @@ uint16_t mlpd_f32_to_f16(float f) {
   return (uint16_t)(sign | (uint16_t)(a >> 13));
 }
 
-/* One loop per pair of types, each free of branches on the data, so the
- * compiler vectorizes them: the conversion runs while a request's bytes are
- * copied into staging, and must cost little more than the copy. Element
- * loads and stores go through memcpy because the sources (safetensors data,
- * protobuf frames) have any alignment. */
+/* One loop per pair of types, each free of branches on the data: the
+ * conversion runs while a request's bytes are copied into staging or into
+ * its answer, and must cost little more than the copy. Element loads and
+ * stores go through memcpy because the sources (safetensors data, protobuf
+ * frames) have any alignment. */
 static inline float load_f32(const unsigned char *p) {
   float v;
   memcpy(&v, p, 4);
@@ -114,6 +117,68 @@ static inline uint16_t bf16_rne(float f) {
   return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
 }
 
+#ifdef __SSE2__
+/* bf16_rne on four elements. The result is sign-extended from 16 bits so
+ * that SSE2's only 32-to-16 pack, a signed saturating one, keeps it. */
+static inline __m128i bf16_rne_x4(__m128i u) {
+  __m128i hi = _mm_srli_epi32(u, 16);
+  __m128i odd = _mm_and_si128(hi, _mm_set1_epi32(1));
+  __m128i rounded = _mm_srli_epi32(
+      _mm_add_epi32(_mm_add_epi32(u, _mm_set1_epi32(0x7fff)), odd), 16);
+  __m128i quiet = _mm_or_si128(hi, _mm_set1_epi32(0x40));
+  __m128i nan = _mm_cmpgt_epi32(_mm_and_si128(u, _mm_set1_epi32(0x7fffffff)),
+                                _mm_set1_epi32(0x7f800000));
+  __m128i r = _mm_or_si128(_mm_and_si128(nan, quiet),
+                           _mm_andnot_si128(nan, rounded));
+  return _mm_srai_epi32(_mm_slli_epi32(r, 16), 16);
+}
+#endif
+
+/* The two conversions every small f32 request to a bf16 GPU goes through
+ * (batcher.h, Dtypes), eight elements at a time: GCC does not vectorize
+ * the plain loops at -O2. 4096 elements on the development machine: 1.0 us
+ * narrowing and 0.2 widening, against 2.6 and 1.3 for the plain loops
+ * (a 16 KiB memcpy: 0.12). Each returns how many elements it converted;
+ * the plain loop does the rest (and everything where SSE2 is missing). */
+static size_t f32_to_bf16_simd(unsigned char *d, const unsigned char *s,
+                               size_t n) {
+  size_t i = 0;
+#ifdef __SSE2__
+  for (; i + 8 <= n; i += 8) {
+    __m128i a = _mm_loadu_si128((const __m128i *)(const void *)(s + 4 * i));
+    __m128i b =
+        _mm_loadu_si128((const __m128i *)(const void *)(s + 4 * i + 16));
+    _mm_storeu_si128((__m128i *)(void *)(d + 2 * i),
+                     _mm_packs_epi32(bf16_rne_x4(a), bf16_rne_x4(b)));
+  }
+#else
+  (void)d;
+  (void)s;
+  (void)n;
+#endif
+  return i;
+}
+
+static size_t bf16_to_f32_simd(unsigned char *d, const unsigned char *s,
+                               size_t n) {
+  size_t i = 0;
+#ifdef __SSE2__
+  const __m128i zero = _mm_setzero_si128();
+  for (; i + 8 <= n; i += 8) {
+    __m128i h = _mm_loadu_si128((const __m128i *)(const void *)(s + 2 * i));
+    _mm_storeu_si128((__m128i *)(void *)(d + 4 * i),
+                     _mm_unpacklo_epi16(zero, h));
+    _mm_storeu_si128((__m128i *)(void *)(d + 4 * i + 16),
+                     _mm_unpackhi_epi16(zero, h));
+  }
+#else
+  (void)d;
+  (void)s;
+  (void)n;
+#endif
+  return i;
+}
+
 void mlpd_dtype_convert(void *dst, mlpd_dtype_t dt, const void *src,
                         mlpd_dtype_t st, size_t n) {
   const unsigned char *s = src;
@@ -121,12 +186,14 @@ void mlpd_dtype_convert(void *dst, mlpd_dtype_t dt, const void *src,
   if (dt == st) {
     memcpy(dst, src, n * mlpd_dtype_size(dt));
   } else if (st == MLPD_DTYPE_F32 && dt == MLPD_DTYPE_BF16) {
-    for (size_t i = 0; i < n; i++) {
+    size_t i = f32_to_bf16_simd(d, s, n);
+    for (; i < n; i++) {
       uint16_t h = bf16_rne(load_f32(s + 4 * i));
       memcpy(d + 2 * i, &h, 2);
     }
   } else if (st == MLPD_DTYPE_BF16 && dt == MLPD_DTYPE_F32) {
-    for (size_t i = 0; i < n; i++) {
+    size_t i = bf16_to_f32_simd(d, s, n);
+    for (; i < n; i++) {
       uint32_t u = (uint32_t)load_u16(s + 2 * i) << 16;
       memcpy(d + 4 * i, &u, 4);
     }

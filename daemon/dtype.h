@@ -3,9 +3,9 @@
  * row conversions between them.
  *
  * Conversions round to nearest even, as cuBLASLt and PyTorch do, and keep NaN
- * a NaN. They are plain loops the compiler vectorizes; they run on the loop
- * thread while a request's bytes are copied into a staging buffer, and on the
- * way out into a response. */
+ * a NaN. They run on the loop thread while a request's bytes are copied into
+ * a staging buffer, and on the way out into a response; between f32 and
+ * bf16 (what a GPU computes in) eight elements at a time with SSE2. */
 #ifndef MLPD_DTYPE_H
 #define MLPD_DTYPE_H
 

@@ -31,6 +31,13 @@
  *                               its submission and the previous one's
  *                               end, so the device keeps its pace however
  *                               late the worker thread wakes
+ *   MLPD_FAKE_CUDA_DTYPE=bf16   computes as a GPU of bf16 activations
+ *                               does at its edges: it takes f32 and bf16
+ *                               rows each way, rounds f32 inputs and the
+ *                               outputs to bf16, and logs at close how
+ *                               many rows of each dtype it was given
+ *                               staged (not direct), so a test sees which
+ *                               dtype the daemon shipped
  *   MLPD_FAKE_CUDA_COMPUTE=0    batches neither read their rows nor write
  *                               outputs (left as they were), as a GPU's
  *                               DMA costs the host nothing: benchmarks
@@ -115,6 +122,8 @@ typedef struct {
   fake_batch_t q[MLPD_ENGINE_MAX_DEPTH]; /* in flight, oldest at head */
   int head, outstanding;
   uint64_t last_due_ns; /* the newest batch's due_ns */
+  long staged_in[MLPD_DTYPE_COUNT];  /* rows given in `in`, by dtype */
+  long staged_out[MLPD_DTYPE_COUNT]; /* rows asked for in `out` */
 } fake_t;
 
 static uint64_t now_ns(void) {
@@ -333,10 +342,22 @@ static void fake_host_free(mlpd_engine_t *e, void *p) {
   free(p);
 }
 
+/* MLPD_FAKE_CUDA_DTYPE=bf16. */
+static int bf16_mode(void) {
+  const char *v = getenv("MLPD_FAKE_CUDA_DTYPE");
+  return v != NULL && strcmp(v, "bf16") == 0;
+}
+
 static void fake_close(mlpd_engine_t *base) {
   fake_t *e = (fake_t *)base;
   if (e == NULL)
     return;
+  if (bf16_mode() && e->m != NULL)
+    MLPD_LOGI("fake cuda engine: %s was given staged rows in: %ld f32, "
+              "%ld bf16; out: %ld f32, %ld bf16",
+              base->info.name, e->staged_in[MLPD_DTYPE_F32],
+              e->staged_in[MLPD_DTYPE_BF16], e->staged_out[MLPD_DTYPE_F32],
+              e->staged_out[MLPD_DTYPE_BF16]);
   free(e->a);
   free(e->b);
   for (int i = 0; i < MLPD_ENGINE_MAX_DEPTH; i++)
@@ -370,10 +391,11 @@ static int fake_open(mlpd_engine_t **out, const mlpd_model_t *m,
   snprintf(in->name, sizeof(in->name), "cuda:%d", ordinal);
   snprintf(in->device, sizeof(in->device), "fake GPU %d (last layer %s)",
            ordinal, mlpd_act_name(m->layers[m->nlayers - 1].act));
-  in->compute_dtype = MLPD_DTYPE_F32;
+  in->compute_dtype = bf16_mode() ? MLPD_DTYPE_BF16 : MLPD_DTYPE_F32;
   strcpy(in->weights, "f32");
-  in->in_dtypes = MLPD_DTYPE_BIT(MLPD_DTYPE_F32);
-  in->out_dtypes = MLPD_DTYPE_BIT(MLPD_DTYPE_F32);
+  in->in_dtypes = MLPD_DTYPE_BIT(MLPD_DTYPE_F32) |
+                  MLPD_DTYPE_BIT(in->compute_dtype);
+  in->out_dtypes = in->in_dtypes;
   in->in_features = m->in_features;
   in->out_features = m->out_features;
   /* Always wider than the rows, so that every pitch is exercised. */
@@ -394,9 +416,28 @@ static int computes(void) {
   return v == NULL || strcmp(v, "0") != 0;
 }
 
+/* Rounds n values to bf16 and back, as a bf16 GPU holds them. */
+static void round_bf16(float *x, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    x[i] = mlpd_bf16_to_f32(mlpd_f32_to_bf16(x[i]));
+}
+
+/* Counts a batch's rows that come and go through `in` and `out` (not
+ * through direct segments), by dtype. */
+static void count_staged(fake_t *e, const mlpd_engine_batch_t *bt) {
+  int in = bt->rows, out = bt->rows;
+  for (int k = 0; k < bt->ndirect; k++) {
+    in -= bt->direct[k].in != NULL ? bt->direct[k].rows : 0;
+    out -= bt->direct[k].out != NULL ? bt->direct[k].rows : 0;
+  }
+  e->staged_in[bt->in_dtype] += in;
+  e->staged_out[bt->out_dtype] += out;
+}
+
 static void run_batch(fake_t *e, const mlpd_engine_batch_t *bt) {
   if (!computes())
     return;
+  int bf16 = e->base.info.compute_dtype == MLPD_DTYPE_BF16;
   const mlpd_model_t *m = e->m;
   const mlpd_engine_info_t *info = &e->base.info;
   size_t w = (size_t)m->max_width;
@@ -411,6 +452,9 @@ static void run_batch(fake_t *e, const mlpd_engine_batch_t *bt) {
                               (size_t)m->in_features, (size_t)sg->rows,
                               (size_t)m->in_features);
   }
+  if (bf16)
+    for (int r = 0; r < bt->rows; r++)
+      round_bf16(e->a + (size_t)r * w, (size_t)m->in_features);
   float *x = e->a, *y = e->b;
   for (int l = 0; l < m->nlayers; l++) {
     const mlpd_layer_t *L = &m->layers[l];
@@ -430,6 +474,9 @@ static void run_batch(fake_t *e, const mlpd_engine_batch_t *bt) {
     x = y;
     y = t;
   }
+  if (bf16)
+    for (int r = 0; r < bt->rows; r++)
+      round_bf16(x + (size_t)r * w, (size_t)m->out_features);
   /* Staged rows between (and around) the direct outputs go to the slot. */
   size_t osz = mlpd_dtype_size(bt->out_dtype);
   int row = 0;
@@ -471,6 +518,7 @@ static int fake_submit(mlpd_engine_t *base, const mlpd_engine_batch_t *bt,
                                                            : t;
   fb->due_ns = d > 0 ? from + d : 0;
   e->last_due_ns = fb->due_ns;
+  count_staged(e, bt);
   if ((e->fail_after > 0 && ++e->batches > e->fail_after) ||
       hold_segments(e, fb, bt) != 0)
     fb->failed = 1;

@@ -10,6 +10,7 @@
 #include "dtype.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 static float bits(uint32_t u) {
@@ -76,11 +77,59 @@ static void test_convert_rows(void **state) {
   assert_int_equal(mlpd_dtype_parse("int8", &t), -20006);
 }
 
+/* Whole runs between f32 and bf16 (converted several elements at a time)
+ * agree with the one-element conversions on every bf16 value's rounding
+ * neighbourhood: exact, ties both ways, just off a tie, the largest
+ * fraction, and NaNs with payloads; at odd addresses and lengths. */
+static void test_bf16_runs(void **state) {
+  (void)state;
+  static const uint32_t low[] = {0x0000, 0x7fff, 0x8000, 0x8001, 0xffff,
+                                 0x1234};
+  enum { NLOW = sizeof(low) / sizeof(low[0]), N = 0x10000 * NLOW };
+  uint32_t *u = malloc(N * 4);
+  unsigned char *src = malloc(N * 4 + 3), *mid = malloc(N * 2 + 3);
+  unsigned char *back = malloc(N * 4 + 3);
+  assert_non_null(u);
+  assert_non_null(src);
+  assert_non_null(mid);
+  assert_non_null(back);
+  for (uint32_t h = 0; h < 0x10000; h++)
+    for (int k = 0; k < NLOW; k++)
+      u[h * NLOW + (uint32_t)k] = h << 16 | low[k];
+  static const size_t lens[] = {N, N - 1, 7, 9, 15, 17};
+  for (int off = 0; off < 4; off += 3) {
+    for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
+      size_t n = lens[li];
+      memcpy(src + off, u, n * 4);
+      mlpd_dtype_convert(mid + off, MLPD_DTYPE_BF16, src + off,
+                         MLPD_DTYPE_F32, n);
+      mlpd_dtype_convert(back + off, MLPD_DTYPE_F32, mid + off,
+                         MLPD_DTYPE_BF16, n);
+      for (size_t i = 0; i < n; i++) {
+        uint16_t h;
+        uint32_t w;
+        memcpy(&h, mid + off + 2 * i, 2);
+        memcpy(&w, back + off + 4 * i, 4);
+        if (h != mlpd_f32_to_bf16(bits(u[i])))
+          fail_msg("f32 %08x -> bf16 %04x, one at a time %04x", u[i], h,
+                   mlpd_f32_to_bf16(bits(u[i])));
+        if (w != (uint32_t)h << 16)
+          fail_msg("bf16 %04x -> f32 %08x", h, w);
+      }
+    }
+  }
+  free(u);
+  free(src);
+  free(mid);
+  free(back);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bf16),
       cmocka_unit_test(test_f16),
       cmocka_unit_test(test_convert_rows),
+      cmocka_unit_test(test_bf16_runs),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -56,6 +56,7 @@ static struct {
   int real;         /* the real plugin on cuda:0 */
   mlpd_rows_t rows; /* held-out digits, f32 [n][IN] */
   char http[400];   /* spawn_ex adds this HTTP listener when set */
+  const char *fake_dtype; /* spawn_ex sets MLPD_FAKE_CUDA_DTYPE to it */
 } g;
 
 /* ---- helpers ---- */
@@ -74,7 +75,7 @@ static const char *driver_path(void) {
 static void spawn_ex(td_daemon_t *d, const char *delay_ms, int refuse_register,
                      const char *register_delay_ms, int one_thread,
                      const char *arena) {
-  static char delay[64], reg_delay[80];
+  static char delay[64], reg_delay[80], fake_dtype[64];
   /* No queue-delay bound: the pipelined loads queue thousands of rows of
    * batches that each take 2 ms on the fake, more on a loaded machine under
    * the sanitizers (test_inline_arena's 2000-row request was refused at
@@ -100,7 +101,7 @@ static void spawn_ex(td_daemon_t *d, const char *delay_ms, int refuse_register,
     args[na++] = g.http;
   }
   args[na] = NULL;
-  const char *env[6];
+  const char *env[8];
   int n = 0;
   env[n++] = g.real ? "MLPD_PLUGIN_DIR=" MLPD_REAL_PLUGIN_DIR
                     : "MLPD_PLUGIN_DIR=" MLPD_FAKE_PLUGIN_DIR;
@@ -116,6 +117,11 @@ static void spawn_ex(td_daemon_t *d, const char *delay_ms, int refuse_register,
     snprintf(reg_delay, sizeof(reg_delay),
              "MLPD_FAKE_CUDA_REGISTER_DELAY_MS=%s", register_delay_ms);
     env[n++] = reg_delay;
+  }
+  if (g.fake_dtype != NULL) {
+    snprintf(fake_dtype, sizeof(fake_dtype), "MLPD_FAKE_CUDA_DTYPE=%s",
+             g.fake_dtype);
+    env[n++] = fake_dtype;
   }
   env[n] = NULL;
   td_spawn_ex(d, MODEL, args, env, -1, -1);
@@ -327,6 +333,113 @@ static void test_bit_for_bit(void **state) {
   mlpd_client_region_free(reg);
   mlpd_client_close(c);
   stop(&d);
+}
+
+/* Sums the fake's close lines (MLPD_FAKE_CUDA_DTYPE): rows it was given
+ * staged, in [0] f32 and [1] bf16, and asked to write staged, [2] and [3].
+ * Returns how many lines there were. */
+static int fake_staged_rows(const td_daemon_t *d, long sum[4]) {
+  FILE *f = fopen(d->log, "r");
+  assert_non_null(f);
+  char line[1024];
+  int lines = 0;
+  memset(sum, 0, 4 * sizeof(long));
+  while (fgets(line, sizeof(line), f) != NULL) {
+    const char *p = strstr(line, "was given staged rows in: ");
+    long v[4];
+    if (p == NULL || sscanf(p, "was given staged rows in: %ld f32, %ld bf16; "
+                               "out: %ld f32, %ld bf16",
+                            &v[0], &v[1], &v[2], &v[3]) != 4)
+      continue;
+    for (int i = 0; i < 4; i++)
+      sum[i] += v[i];
+    lines++;
+  }
+  fclose(f);
+  return lines;
+}
+
+/* With a GPU of bf16 activations (the fake made one with
+ * MLPD_FAKE_CUDA_DTYPE=bf16), f32 rows that are copied are shipped as bf16,
+ * converted on the host as they are copied in and out (batcher.h, Dtypes),
+ * and every way of sending f32 rows gets the answer of their bf16
+ * rounding, bit for bit: inline, through a region (direct, converted by
+ * the device), in a frame large enough for the I/O arena, and the rounded
+ * rows sent as bf16. The fake's count shows no staged f32 row but the
+ * warm-up's. */
+static void test_f32_rows_as_bf16(void **state) {
+  (void)state;
+  static const int nrows[] = {1, 3, 100, 300};
+  td_daemon_t d;
+  g.fake_dtype = "bf16";
+  spawn(&d, NULL, 0);
+  g.fake_dtype = NULL;
+  mlpd_client_t *c = tc_connect(d.sock, TIMEOUT);
+  mlpd_err_t err = {0};
+  mlpd_client_region_t *reg = NULL;
+  assert_int_equal(
+      mlpd_client_region_create(c, "r", (size_t)1 << 20, &reg, &err), 0);
+  uint8_t *base = mlpd_client_region_data(reg);
+  wait_pinned(&d, c, "r", 0);
+  mlpd_client_result_t res;
+  mlpd_client_result_init(&res);
+  long copied = 0;
+  for (size_t j = 0; j < MLPD_ARRAY_SIZE(nrows); j++) {
+    int rows = nrows[j];
+    void *x32 = rows_as(7 * (int)j, rows, MLPD_DTYPE_F32);
+    void *x16 = rows_as(7 * (int)j, rows, MLPD_DTYPE_BF16);
+    size_t nref, n;
+    uint8_t *ref = tc_inline_answer(c, x16, MLPD_DTYPE_BF16, rows, IN,
+                                    MLPD_DTYPE_F32, &nref);
+    uint8_t *got = tc_inline_answer(c, x32, MLPD_DTYPE_F32, rows, IN,
+                                    MLPD_CLIENT_DTYPE_SAME, &n);
+    assert_int_equal(n, nref);
+    if (memcmp(got, ref, nref) != 0)
+      fail_msg("%d f32 rows inline: not the answer of their bf16 rounding",
+               rows);
+    /* Staged for certain: the bf16 rows, and f32 frames below the arena's
+     * 64 KiB (300 f32 rows may go direct from an arena block). */
+    copied += rows + (rows <= 100 ? rows : 0);
+    const size_t in_b = (size_t)rows * IN * 4;
+    memcpy(base, x32, in_b);
+    mlpd_client_infer_t req;
+    mlpd_client_infer_init(&req);
+    req.rows = rows;
+    req.cols = IN;
+    mlpd_client_window_t in = {.region = "r", .offset = 0};
+    mlpd_client_window_t out = {.region = "r", .offset = in_b,
+                                .length = nref};
+    memset(base + in_b, 0xA5, nref);
+    int rc = mlpd_client_infer_shm(c, &req, &in, &out, &res, &err);
+    if (rc != 0)
+      fail_msg("infer_shm: %s", mlpd_err_msg(&err, rc));
+    assert_int_equal(res.status, MLPD_STATUS_OK);
+    if (memcmp(base + in_b, ref, nref) != 0)
+      fail_msg("%d f32 rows through a region: not the answer of their bf16 "
+               "rounding", rows);
+    free(got);
+    free(ref);
+    free(x16);
+    free(x32);
+  }
+  mlpd_client_result_free(&res);
+  assert_int_equal(mlpd_client_unregister_region(c, "r", &err), 0);
+  mlpd_client_region_free(reg);
+  mlpd_client_close(c);
+  int rc = td_stop(&d, SIGTERM, TIMEOUT);
+  if (!g.real && rc == 0) {
+    long sum[4];
+    int lines = fake_staged_rows(&d, sum);
+    printf("fake devices (%d) were given staged rows in %ld f32, %ld bf16; "
+           "out %ld f32, %ld bf16\n",
+           lines, sum[0], sum[1], sum[2], sum[3]);
+    /* Each device's one f32 row each way is the daemon's warm-up batch
+     * (pool.c), which goes around the batcher. */
+    if (lines == 0 || sum[0] != lines || sum[2] != lines || sum[1] < copied)
+      rc = -1;
+  }
+  td_cleanup(&d, rc != 0);
+  assert_int_equal(rc, 0);
 }
 
 /* One connection's share of the mixed load. */
@@ -1042,6 +1155,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_disconnect_mid_batch),
       cmocka_unit_test(test_register_refused),
       cmocka_unit_test(test_pin_off_loop),
+      cmocka_unit_test(test_f32_rows_as_bf16),
       cmocka_unit_test(test_inline_arena),
       cmocka_unit_test(test_http_arena),
   };
