@@ -132,7 +132,6 @@ static inline __m128i bf16_rne_x4(__m128i u) {
                            _mm_andnot_si128(nan, rounded));
   return _mm_srai_epi32(_mm_slli_epi32(r, 16), 16);
 }
-#endif
 
 /* The two conversions every small f32 request to a bf16 GPU goes through
  * (batcher.h, Dtypes), eight elements at a time: GCC does not vectorize
@@ -143,7 +142,6 @@ static inline __m128i bf16_rne_x4(__m128i u) {
 static size_t f32_to_bf16_simd(unsigned char *d, const unsigned char *s,
                                size_t n) {
   size_t i = 0;
-#ifdef __SSE2__
   for (; i + 8 <= n; i += 8) {
     __m128i a = _mm_loadu_si128((const __m128i *)(const void *)(s + 4 * i));
     __m128i b =
@@ -151,19 +149,13 @@ static size_t f32_to_bf16_simd(unsigned char *d, const unsigned char *s,
     _mm_storeu_si128((__m128i *)(void *)(d + 2 * i),
                      _mm_packs_epi32(bf16_rne_x4(a), bf16_rne_x4(b)));
   }
-#else
-  (void)d;
-  (void)s;
-  (void)n;
-#endif
   return i;
 }
 
 static size_t bf16_to_f32_simd(unsigned char *d, const unsigned char *s,
                                size_t n) {
-  size_t i = 0;
-#ifdef __SSE2__
   const __m128i zero = _mm_setzero_si128();
+  size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     __m128i h = _mm_loadu_si128((const __m128i *)(const void *)(s + 2 * i));
     _mm_storeu_si128((__m128i *)(void *)(d + 4 * i),
@@ -171,13 +163,12 @@ static size_t bf16_to_f32_simd(unsigned char *d, const unsigned char *s,
     _mm_storeu_si128((__m128i *)(void *)(d + 4 * i + 16),
                      _mm_unpackhi_epi16(zero, h));
   }
-#else
-  (void)d;
-  (void)s;
-  (void)n;
-#endif
   return i;
 }
+#else
+#define f32_to_bf16_simd(d, s, n) ((size_t)0)
+#define bf16_to_f32_simd(d, s, n) ((size_t)0)
+#endif
 
 void mlpd_dtype_convert(void *dst, mlpd_dtype_t dt, const void *src,
                         mlpd_dtype_t st, size_t n) {

@@ -620,20 +620,25 @@ static void test_hold_for_engine_switch(void **state) {
   fx_free(f);
 }
 
+/* A GPU engine's description: compute dtype `cdt`, rows in f32 or cdt,
+ * padded rows of `stride` and `ostride` elements. */
+static mlpd_batcher_shape_t gpu_shape(mlpd_dtype_t cdt, int stride,
+                                      int ostride, int max_batch,
+                                      int direct_io) {
+  uint32_t dts = MLPD_DTYPE_BIT(MLPD_DTYPE_F32) | MLPD_DTYPE_BIT(cdt);
+  return (mlpd_batcher_shape_t){
+      .in_features = IN, .out_features = OUT, .in_stride = stride,
+      .out_stride = ostride, .max_batch = max_batch, .in_dtypes = dts,
+      .out_dtypes = dts, .compute_dtype = cdt, .direct_io = direct_io};
+}
+
 /* With a 16-bit compute dtype (a GPU engine's description), a slot keeps
  * its first request's dtype, converts later ones into it, and zeroes the
  * padding columns even where a previous use left other bytes. */
 static void test_slot_dtypes_and_padding(void **state) {
   (void)state;
   enum { STRIDE = 16, ROWS = 4 };
-  mlpd_batcher_shape_t sh = {
-      .in_features = IN, .out_features = OUT, .in_stride = STRIDE,
-      .out_stride = 8, .max_batch = ROWS,
-      .in_dtypes = MLPD_DTYPE_BIT(MLPD_DTYPE_F32) |
-                   MLPD_DTYPE_BIT(MLPD_DTYPE_BF16),
-      .out_dtypes = MLPD_DTYPE_BIT(MLPD_DTYPE_F32) |
-                    MLPD_DTYPE_BIT(MLPD_DTYPE_BF16),
-      .compute_dtype = MLPD_DTYPE_BF16};
+  mlpd_batcher_shape_t sh = gpu_shape(MLPD_DTYPE_BF16, STRIDE, 8, ROWS, 0);
   void *in[2], *out[2];
   for (int s = 0; s < 2; s++) {
     in[s] = malloc(mlpd_batcher_in_bytes(&sh));
@@ -717,12 +722,7 @@ static void test_f32_rows_copied_as_bf16(void **state) {
   enum { STRIDE = 16, OSTRIDE = 8, MAXB = 4 };
   for (int compute = 0; compute < 2; compute++) {
     mlpd_dtype_t cdt = compute == 0 ? MLPD_DTYPE_BF16 : MLPD_DTYPE_F16;
-    mlpd_batcher_shape_t sh = {
-        .in_features = IN, .out_features = OUT, .in_stride = STRIDE,
-        .out_stride = OSTRIDE, .max_batch = MAXB,
-        .in_dtypes = MLPD_DTYPE_BIT(MLPD_DTYPE_F32) | MLPD_DTYPE_BIT(cdt),
-        .out_dtypes = MLPD_DTYPE_BIT(MLPD_DTYPE_F32) | MLPD_DTYPE_BIT(cdt),
-        .compute_dtype = cdt, .direct_io = 1};
+    mlpd_batcher_shape_t sh = gpu_shape(cdt, STRIDE, OSTRIDE, MAXB, 1);
     void *in[2], *out[2];
     for (int i = 0; i < 2; i++) {
       in[i] = calloc(1, mlpd_batcher_in_bytes(&sh));
@@ -791,14 +791,8 @@ static void test_f32_rows_copied_as_bf16(void **state) {
 static void test_direct_segments(void **state) {
   (void)state;
   enum { STRIDE = 16, OSTRIDE = 8, MAXB = 16 };
-  mlpd_batcher_shape_t sh = {
-      .in_features = IN, .out_features = OUT, .in_stride = STRIDE,
-      .out_stride = OSTRIDE, .max_batch = MAXB,
-      .in_dtypes = MLPD_DTYPE_BIT(MLPD_DTYPE_F32) |
-                   MLPD_DTYPE_BIT(MLPD_DTYPE_BF16),
-      .out_dtypes = MLPD_DTYPE_BIT(MLPD_DTYPE_F32) |
-                    MLPD_DTYPE_BIT(MLPD_DTYPE_BF16),
-      .compute_dtype = MLPD_DTYPE_BF16, .direct_io = 1};
+  mlpd_batcher_shape_t sh =
+      gpu_shape(MLPD_DTYPE_BF16, STRIDE, OSTRIDE, MAXB, 1);
   void *in[1], *out[1];
   in[0] = malloc(mlpd_batcher_in_bytes(&sh));
   out[0] = malloc(mlpd_batcher_out_bytes(&sh));
