@@ -234,8 +234,9 @@ void mlpd_batcher_cancel(mlpd_batcher_t *b, mlpd_req_t *req);
 void mlpd_batcher_expire(mlpd_batcher_t *b, uint64_t now);
 
 /* The slot that should go to an engine now, or -1. engine_idle: some
- * engine has nothing in flight; arriving: more rows are known to be on
- * their way (a frame partly received). The caller needs an engine with
+ * engine has nothing in flight; arriving: more rows of this batcher's
+ * model are known to be on their way (a frame partly received). The
+ * caller needs an engine with
  * room before it calls mlpd_batcher_start. */
 int mlpd_batcher_ready(const mlpd_batcher_t *b, uint64_t now, int engine_idle,
                        int arriving);

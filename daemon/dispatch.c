@@ -24,7 +24,8 @@ static void on_timer(mlpd_hrtimer_t *t) {
 }
 
 static void schedule(mlpd_dispatch_t *d) {
-  uint64_t due = mlpd_scheduler_run(&d->sched, d->server.partial > 0);
+  uint64_t due =
+      mlpd_scheduler_run(&d->sched, mlpd_server_arriving(&d->server));
   if (due == UINT64_MAX)
     mlpd_hrtimer_disarm(&d->timer);
   else

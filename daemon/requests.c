@@ -625,12 +625,18 @@ static int refuse_queue_delay(mlpd_requests_t *r, int rows, int model,
   return 1;
 }
 
+_Static_assert(MLPD_MAX_MODELS <= MLPD_SERVER_TAGS,
+               "a connection's tag is the model of its latest request");
+
 static void handle_infer(mlpd_requests_t *r, mlpd_conn_t *c,
                          const mlpd_rpc_request_t *q, uint64_t now) {
   int model = -1;
   const mlpd_batcher_shape_t *sh = check_infer(r, c, q, &model);
   if (sh == NULL)
     return;
+  /* Its next frames are most likely for the same model: while one is on
+   * its way, that model's partial slots wait for it, and no other's do. */
+  mlpd_server_set_tag(c, model);
   conn_state_t *cs = c->owner_data;
   cs->fc.last_rows = q->rows;
   char why[256];

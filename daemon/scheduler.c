@@ -484,7 +484,7 @@ static int run_lane(mlpd_scheduler_t *s, int m, uint64_t now, int arriving,
   return 1;
 }
 
-uint64_t mlpd_scheduler_run(mlpd_scheduler_t *s, int arriving) {
+uint64_t mlpd_scheduler_run(mlpd_scheduler_t *s, uint32_t arriving) {
   s->due = 0;
   if (s->nlanes == 0)
     return UINT64_MAX;
@@ -504,7 +504,8 @@ uint64_t mlpd_scheduler_run(mlpd_scheduler_t *s, int arriving) {
   for (int moved = 1; moved;) {
     moved = 0;
     for (int k = 0; k < s->nlanes; k++)
-      moved |= run_lane(s, (first + k) % s->nlanes, now, arriving, 1,
+      moved |= run_lane(s, (first + k) % s->nlanes, now,
+                        (int)(arriving >> ((first + k) % s->nlanes) & 1u), 1,
                         &blocked);
   }
   publish(s);

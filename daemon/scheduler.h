@@ -201,10 +201,11 @@ void mlpd_scheduler_flush(mlpd_scheduler_t *s);
 int mlpd_scheduler_try_switch(mlpd_scheduler_t *s, int *rc);
 
 /* When due: expires deadlines and hands every ready slot to a device with
- * room, lanes taking turns. `arriving`: a frame is partly received.
- * Returns when the next pass is due (mlpd_now_ns clock), or UINT64_MAX for
- * none. */
-uint64_t mlpd_scheduler_run(mlpd_scheduler_t *s, int arriving);
+ * room, lanes taking turns. `arriving`: bit m, rows for model m are partly
+ * received (a partial slot of that model's waits for them, batcher.h;
+ * the other models' go to idle devices at once). Returns when the next
+ * pass is due (mlpd_now_ns clock), or UINT64_MAX for none. */
+uint64_t mlpd_scheduler_run(mlpd_scheduler_t *s, uint32_t arriving);
 
 /* A worker finished job (one of a lane's jobs). */
 void mlpd_scheduler_on_job(mlpd_scheduler_t *s, mlpd_job_t *job);

@@ -171,11 +171,36 @@ void mlpd_server_free_frame(mlpd_server_t *s, uint8_t *block) {
 
 static void on_io(uv_poll_t *h, int status, int events);
 
+static int *partial_count(mlpd_conn_t *c) {
+  return c->tag >= 0 ? &c->srv->partial_tag[c->tag]
+                     : &c->srv->partial_untagged;
+}
+
 static void set_partial(mlpd_conn_t *c, int on) {
   if (c->partial != on) {
     c->partial = on;
     c->srv->partial += on ? 1 : -1;
+    *partial_count(c) += on ? 1 : -1;
   }
+}
+
+void mlpd_server_set_tag(mlpd_conn_t *c, int tag) {
+  if (tag < 0 || tag >= MLPD_SERVER_TAGS)
+    tag = -1;
+  if (c->partial)
+    (*partial_count(c))--;
+  c->tag = tag;
+  if (c->partial)
+    (*partial_count(c))++;
+}
+
+uint32_t mlpd_server_arriving(const mlpd_server_t *s) {
+  if (s->partial_untagged > 0)
+    return UINT32_MAX;
+  uint32_t tags = 0;
+  for (int t = 0; t < MLPD_SERVER_TAGS; t++)
+    tags |= s->partial_tag[t] > 0 ? 1u << t : 0;
+  return tags;
 }
 
 static void on_turn(uv_idle_t *h);
@@ -769,6 +794,7 @@ static void accept_one(mlpd_server_t *s, int fd) {
   c->srv = s;
   c->peer = peer;
   c->serial = ++s->serial;
+  c->tag = -1;
   c->active_ns = mlpd_now_ns();
   c->next = s->conns;
   if (s->conns)

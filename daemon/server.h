@@ -66,6 +66,9 @@ typedef struct mlpd_conn_s mlpd_conn_t;
 
 #define MLPD_CONN_MAX_FDS 4
 
+/* Tags a connection may carry (mlpd_server_set_tag): bits of a uint32_t. */
+#define MLPD_SERVER_TAGS 32
+
 /* The smallest frame received into, and write buffer carved from, the
  * arena (mlpd_server_set_arena): below it, a DMA of its own would cost the
  * device's worker more than the copy it saves. */
@@ -141,6 +144,7 @@ struct mlpd_conn_s {
   int closing;              /* uv_close called */
   int close_after_write;    /* close once the queue is written */
   int partial;              /* counted in srv->partial */
+  int tag;                  /* the owner's (mlpd_server_set_tag), -1 */
   int busy;                 /* owner's: requests in flight (idle rule) */
   uint64_t serial;          /* for logs */
   uint64_t active_ns;       /* last frame received or write completed */
@@ -165,6 +169,8 @@ struct mlpd_server_s {
   uint64_t serial;
   int partial;                   /* connections in the middle of a frame,
                                     or with frames left for a turn */
+  int partial_tag[MLPD_SERVER_TAGS]; /* ... of them by tag */
+  int partial_untagged;          /* ... of them untagged */
   uv_idle_t turns;               /* runs while frames wait for a turn */
   int nbacklog;                  /* connections with frames waiting */
   int nheld;                     /* connections held by the owner */
@@ -246,6 +252,16 @@ int mlpd_server_take_fd(mlpd_conn_t *c);
  * client's writes block; on release, the frames already buffered are
  * handled in the next turn. Nothing is refused: the client is paced. */
 void mlpd_server_hold(mlpd_conn_t *c, int on);
+
+/* What the owner says a connection's frames are for, 0 ..
+ * MLPD_SERVER_TAGS - 1 (the daemon: the model of its latest request), or
+ * -1 for not known; a new connection has -1. */
+void mlpd_server_set_tag(mlpd_conn_t *c, int tag);
+
+/* The tags whose frames are on their way (bit t: a connection tagged t is
+ * in the middle of a frame, or has frames left for a turn); every bit while
+ * an untagged connection is. */
+uint32_t mlpd_server_arriving(const mlpd_server_t *s);
 
 /* During on_frame, with the connection held (mlpd_server_hold): the frame
  * is not consumed; it stays buffered and is handed to on_frame again once

@@ -12,8 +12,9 @@
  * changed files), only root and the daemon's user may load and unload, a
  * lone request to one model is not starved by another's saturation, a
  * reload whose staging cannot be made (the fake CUDA plugin out of pinned
- * memory) fails the model cleanly and answers its clients, and the
- * metrics carry the model label. The model table's own functions
+ * memory) fails the model cleanly and answers its clients, the
+ * metrics carry the model label, and rows on their way for one model hold
+ * only that model's partial batches. The model table's own functions
  * (daemon/models.h) are tested first, without a daemon. */
 #include "mlpd_client.h"
 
@@ -904,6 +905,94 @@ static void test_fairness(void **state) {
   tu_free_mlp(&small.ref);
 }
 
+/* One 1-row request of model m on c: answered OK; returns the ms it took. */
+static uint64_t timed_infer(mlpd_client_t *c, const model_t *m) {
+  float *x = rows_for(m, 1, 7);
+  mlpd_client_infer_t req;
+  mlpd_client_infer_init(&req);
+  req.data = x;
+  req.dtype = MLPD_DTYPE_F32;
+  req.rows = 1;
+  req.cols = m->in;
+  mlpd_client_result_t res;
+  mlpd_client_result_init(&res);
+  res.as_f32 = 1;
+  mlpd_err_t err = {0};
+  uint64_t t0 = now_ms();
+  assert_int_equal(mlpd_client_infer(c, &req, &res, &err), 0);
+  uint64_t took = now_ms() - t0;
+  assert_int_equal(res.status, MLPD_STATUS_OK);
+  assert_computed_by(m, x, 1, &res);
+  mlpd_client_result_free(&res);
+  free(x);
+  return took;
+}
+
+/* Half of a 1-row infer frame of model m's width, written to fd: the
+ * daemon reads a frame that is on its way. */
+static void half_frame(int fd, const model_t *m) {
+  float *x = rows_for(m, 1, 9);
+  size_t len;
+  uint8_t *f = td_infer_frame(1, x, MLPD_DTYPE_F32, 1, m->in, 0, 0, &len);
+  td_write_all(fd, f, len / 2);
+  free(f);
+  free(x);
+}
+
+/* A partial slot waits for company only while rows of its own model are
+ * on their way: a connection in the middle of a frame, whose latest
+ * request was for big, holds a lone request to big up to --max-delay-us
+ * (its rows may join) but not one to small on the same I/O thread; a
+ * connection whose frames' model is not known yet (none sent) holds
+ * both. Each frame on the way is written before the lone request, so the
+ * daemon has read it by the time it schedules that request. */
+static void test_arriving_per_model(void **state) {
+  (void)state;
+  enum { DELAY_MS = 1500 };
+  model_t big, small;
+  make_model(&big, g_dir, "big.safetensors", 32, 32, 4, 21);
+  make_model(&small, g_dir, "small.safetensors", 8, 8, 2, 22);
+  char arg_s[800];
+  snprintf(arg_s, sizeof(arg_s), "small=%s", small.path);
+  const char *args[] = {"--model",        arg_s,       "--io-threads",
+                        "1",              "--max-delay-us", "1500000",
+                        "--log-level",    "warn",      NULL};
+  td_daemon_t d;
+  spawn(&d, big.path, args);
+  mlpd_client_t *tagged = connect_to(&d, "big");
+  mlpd_client_t *to_big = connect_to(&d, "big");
+  mlpd_client_t *to_small = connect_to(&d, "small");
+  (void)timed_infer(tagged, &big); /* its latest request is big's */
+  half_frame(mlpd_client_fd(tagged), &big);
+  uint64_t small_ms = timed_infer(to_small, &small);
+  uint64_t big_ms = timed_infer(to_big, &big);
+  /* A connection with no request yet: its frame's model is unknown. */
+  int untagged = td_connect(d.sock);
+  size_t hl;
+  uint8_t *health = td_simple_frame(2, 1, &hl);
+  td_write_all(untagged, health, hl);
+  td_response_t r;
+  assert_int_equal(td_recv(untagged, &r, TIMEOUT), 1);
+  td_response_free(&r);
+  free(health);
+  half_frame(untagged, &big);
+  uint64_t small_held_ms = timed_infer(to_small, &small);
+  print_message("beside big's frame on its way: small %llu ms, big %llu ms; "
+                "beside an unknown one: small %llu ms (max delay %d ms)\n",
+                (unsigned long long)small_ms, (unsigned long long)big_ms,
+                (unsigned long long)small_held_ms, DELAY_MS);
+  assert_true(small_ms < DELAY_MS / 2);
+  assert_true(big_ms >= DELAY_MS * 2 / 3);
+  assert_true(small_held_ms >= DELAY_MS * 2 / 3);
+  close(untagged);
+  mlpd_client_close(tagged);
+  mlpd_client_close(to_big);
+  mlpd_client_close(to_small);
+  stop(&d);
+  tu_free_mlp(&big.ref);
+  tu_free_mlp(&small.ref);
+}
+
 static int setup(void **state) {
   (void)state;
   tu_mkdtemp(g_dir, sizeof(g_dir));
@@ -928,6 +1017,7 @@ int main(void) {
       cmocka_unit_test(test_reload_without_staging),
       cmocka_unit_test(test_permission),
       cmocka_unit_test(test_fairness),
+      cmocka_unit_test(test_arriving_per_model),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
