@@ -29,7 +29,11 @@
  * comes where the stream's next header is bad or too large, and nothing
  * after it; a taken block holds the frame's header and body from its start
  * and keeps them until the harness gives it back at the end (after later
- * frames were received); the connection closes; nothing leaks (ASan). */
+ * frames were received); the connection closes; nothing leaks (ASan).
+ * Each frame's first byte also tags the connection (-1 .. 32, 32 being out
+ * of range), and after every loop turn the frames on their way by tag
+ * (mlpd_server_arriving) are exactly the connection's: its tag's bit, or
+ * every bit untagged, while it is in the middle of a frame, else none. */
 #include "fuzz.h"
 
 #include "access.h"
@@ -60,6 +64,7 @@ typedef struct {
   int errored; /* on_stream_error came */
   int closed;
   mlpd_conn_t *conn;
+  mlpd_server_t *srv;
   int held;
   struct {
     uint8_t *block;
@@ -79,6 +84,8 @@ static void on_frame(void *ud, mlpd_conn_t *c, const uint8_t *body,
   FUZZ_CHECK(len == bl && r->pos + hl + bl <= r->len);
   FUZZ_CHECK(len == 0 || memcmp(body, r->s + r->pos + hl, len) == 0);
   r->frames++;
+  if (len > 0)
+    mlpd_server_set_tag(c, (int)(body[0] % (MLPD_SERVER_TAGS + 2)) - 1);
   if ((r->policy & 2) && r->frames % 3 == 0 && !r->held) {
     /* Flow control: stop before this frame; it comes again. */
     mlpd_server_hold(c, 1);
@@ -135,9 +142,21 @@ static size_t encode_status(void *ud, mlpd_status_t status, const char *msg,
 
 static void server_closed(void *ud) { *(int *)ud = 1; }
 
+/* The server's count of frames on their way, by tag, against the one
+ * connection's own state. */
+static void check_arriving(const run_t *r) {
+  const mlpd_conn_t *c = r->conn;
+  uint32_t want = 0;
+  if (c != NULL && c->partial)
+    want = c->tag < 0 ? UINT32_MAX : 1u << c->tag;
+  FUZZ_CHECK(mlpd_server_arriving(r->srv) == want);
+  FUZZ_CHECK(r->srv->partial == (c != NULL && c->partial));
+}
+
 /* One loop turn; a connection held for a turn is let go. */
 static void turn(uv_loop_t *loop, run_t *r) {
   uv_run(loop, UV_RUN_NOWAIT);
+  check_arriving(r);
   if (r->held && r->conn != NULL) {
     r->held = 0;
     mlpd_server_hold(r->conn, 0);
@@ -196,6 +215,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   int dup_fd = fcntl(lfd, F_DUPFD_CLOEXEC, 3);
   FUZZ_CHECK(dup_fd >= 0);
   FUZZ_CHECK(mlpd_server_start(&srv, &loop, dup_fd, &cfg, &cb, &err) == 0);
+  r.srv = &srv;
   if (mode & 4) {
     r.arena = 1;
     mlpd_server_set_arena(&srv, arena, (size_t)data[1] * 8192);
