@@ -236,8 +236,7 @@ void mlpd_batcher_expire(mlpd_batcher_t *b, uint64_t now);
 /* The slot that should go to an engine now, or -1. engine_idle: some
  * engine has nothing in flight; arriving: more rows of this batcher's
  * model are known to be on their way (a frame partly received). The
- * caller needs an engine with
- * room before it calls mlpd_batcher_start. */
+ * caller needs an engine with room before it calls mlpd_batcher_start. */
 int mlpd_batcher_ready(const mlpd_batcher_t *b, uint64_t now, int engine_idle,
                        int arriving);
 

@@ -503,10 +503,10 @@ uint64_t mlpd_scheduler_run(mlpd_scheduler_t *s, uint32_t arriving) {
   s->turn = first + 1;
   for (int moved = 1; moved;) {
     moved = 0;
-    for (int k = 0; k < s->nlanes; k++)
-      moved |= run_lane(s, (first + k) % s->nlanes, now,
-                        (int)(arriving >> ((first + k) % s->nlanes) & 1u), 1,
-                        &blocked);
+    for (int k = 0; k < s->nlanes; k++) {
+      int m = (first + k) % s->nlanes;
+      moved |= run_lane(s, m, now, (int)(arriving >> m & 1u), 1, &blocked);
+    }
   }
   publish(s);
   int claiming = 0;

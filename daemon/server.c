@@ -179,7 +179,6 @@ static int *partial_count(mlpd_conn_t *c) {
 static void set_partial(mlpd_conn_t *c, int on) {
   if (c->partial != on) {
     c->partial = on;
-    c->srv->partial += on ? 1 : -1;
     *partial_count(c) += on ? 1 : -1;
   }
 }

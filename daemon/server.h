@@ -143,7 +143,8 @@ struct mlpd_conn_s {
   int stopped;              /* counted in srv->nstopped */
   int closing;              /* uv_close called */
   int close_after_write;    /* close once the queue is written */
-  int partial;              /* counted in srv->partial */
+  int partial;              /* in the middle of a frame, or with frames
+                               left for a turn: counted in srv->partial_* */
   int tag;                  /* the owner's (mlpd_server_set_tag), -1 */
   int busy;                 /* owner's: requests in flight (idle rule) */
   uint64_t serial;          /* for logs */
@@ -167,10 +168,10 @@ struct mlpd_server_s {
   mlpd_bufcache_t wcache;        /* owned: write buffers, recycled */
   uint64_t nconns;
   uint64_t serial;
-  int partial;                   /* connections in the middle of a frame,
-                                    or with frames left for a turn */
-  int partial_tag[MLPD_SERVER_TAGS]; /* ... of them by tag */
-  int partial_untagged;          /* ... of them untagged */
+  /* Connections in the middle of a frame, or with frames left for a
+   * turn, by tag (mlpd_server_set_tag), and those untagged. */
+  int partial_tag[MLPD_SERVER_TAGS];
+  int partial_untagged;
   uv_idle_t turns;               /* runs while frames wait for a turn */
   int nbacklog;                  /* connections with frames waiting */
   int nheld;                     /* connections held by the owner */
