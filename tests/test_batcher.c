@@ -665,7 +665,8 @@ static void test_slot_dtypes_and_padding(void **state) {
   assert_int_equal(mlpd_batcher_admit(&f.b, b, 0), 0);
   mlpd_slot_t *sl = &f.b.slots[0];
   assert_int_equal(sl->in_dtype, MLPD_DTYPE_BF16);  /* a's */
-  /* a's f32 answer rows are copied out, so they are bf16 until then. */
+  /* a is alone: its f32 answer rows are copied out, so they are bf16
+   * until then. */
   assert_int_equal(sl->out_dtype, MLPD_DTYPE_BF16);
   const uint16_t *row0 = in[0], *row1 = (const uint16_t *)in[0] + STRIDE;
   assert_memory_equal(row0, abf, sizeof(abf));
@@ -676,9 +677,9 @@ static void test_slot_dtypes_and_padding(void **state) {
   uint16_t bbf[IN];
   mlpd_dtype_convert(bbf, MLPD_DTYPE_BF16, b->src, MLPD_DTYPE_F32, IN);
   assert_memory_equal(row1, bbf, sizeof(bbf)); /* converted on the way */
-  /* A fresh slot for an f32-in, f16-out first request: its f32 rows are
-   * copied, so they become bf16 as they are; f16 is not shipped, so that
-   * way the slot takes the compute dtype too. */
+  /* A fresh slot, opened while the first runs, for an f32-in, f16-out
+   * request: f32 stays f32 (the GPU converts under load); f16 is not
+   * shipped, so the slot takes the compute dtype that way. */
   mlpd_batcher_set_flush(&f.b, 1);
   void *pi, *po;
   mlpd_dtype_t idt, odt;
@@ -691,7 +692,7 @@ static void test_slot_dtypes_and_padding(void **state) {
   c->in_dtype = MLPD_DTYPE_F32;
   c->out_dtype = MLPD_DTYPE_F16;
   assert_int_equal(mlpd_batcher_admit(&f.b, c, 0), 0);
-  assert_int_equal(f.b.slots[1].in_dtype, MLPD_DTYPE_BF16);
+  assert_int_equal(f.b.slots[1].in_dtype, MLPD_DTYPE_F32);
   assert_int_equal(f.b.slots[1].out_dtype, MLPD_DTYPE_BF16);
   /* Outputs come back converted to what each request asked for. */
   uint16_t *o = po;
@@ -712,11 +713,11 @@ static void test_slot_dtypes_and_padding(void **state) {
   req_free(c);
 }
 
-/* With bf16 compute, an f32 request whose rows are copied opens a bf16
- * slot both ways (converted on the host, rounded as the GPU rounds) and
- * gets its f32 answer back exactly widened; one whose rows go direct
- * opens an f32 slot (the engine converts); with f16 compute f32 rows stay
- * f32 (the GPU converts them). */
+/* With bf16 compute, a lone f32 request whose rows are copied opens a
+ * bf16 slot both ways (converted on the host, rounded as the GPU rounds)
+ * and gets its f32 answer back exactly widened. f32 stays f32 for rows
+ * that go direct, for a slot opened while another runs (under load the
+ * GPU converts) and with f16 compute. */
 static void test_f32_rows_copied_as_bf16(void **state) {
   (void)state;
   enum { STRIDE = 16, OSTRIDE = 8, MAXB = 4 };
@@ -734,29 +735,44 @@ static void test_f32_rows_copied_as_bf16(void **state) {
     mlpd_err_t err = {0};
     assert_int_equal(
         mlpd_batcher_init(&f.b, &sh, &bc, in, out, on_done, &f, &err), 0);
-    mlpd_req_t *copied = req_new(1, 2, 0, 0), *direct = req_new(2, 1, 0, 0);
+    mlpd_batcher_set_flush(&f.b, 1);
+    mlpd_req_t *direct = req_new(1, 1, 0, 0), *busy = req_new(2, 1, 0, 0);
+    mlpd_req_t *lone = req_new(3, 2, 0, 0);
     int region;
     direct->direct = MLPD_REQ_DIRECT_IN | MLPD_REQ_DIRECT_OUT;
     direct->direct_in_id = direct->direct_out_id = &region;
-    assert_int_equal(mlpd_batcher_admit(&f.b, copied, 0), 0);
-    mlpd_batcher_set_flush(&f.b, 1);
     void *pi, *po;
     mlpd_dtype_t idt, odt;
+    /* Alone, but direct: f32. */
+    assert_int_equal(mlpd_batcher_admit(&f.b, direct, 0), 0);
+    int s0 = mlpd_batcher_ready(&f.b, 0, 1, 0);
+    assert_int_equal(
+        mlpd_batcher_start(&f.b, s0, 0, 0, &pi, &idt, &po, &odt), 1);
+    assert_int_equal(idt, MLPD_DTYPE_F32);
+    assert_int_equal(odt, MLPD_DTYPE_F32);
+    /* Copied, while that one runs: f32. */
+    assert_int_equal(mlpd_batcher_admit(&f.b, busy, 0), 0);
+    int s1 = mlpd_batcher_ready(&f.b, 0, 1, 0);
+    assert_int_equal(
+        mlpd_batcher_start(&f.b, s1, 1, 0, &pi, &idt, &po, &odt), 1);
+    assert_int_equal(idt, MLPD_DTYPE_F32);
+    assert_int_equal(odt, MLPD_DTYPE_F32);
+    assert_int_equal(mlpd_batcher_complete(&f.b, s0, 0, NULL, 0, 0, 1), 0);
+    assert_int_equal(mlpd_batcher_complete(&f.b, s1, 0, NULL, 0, 0, 1), 0);
+    /* Copied and alone: bf16 with bf16 compute, f32 with f16. */
+    assert_int_equal(mlpd_batcher_admit(&f.b, lone, 0), 0);
     int s = mlpd_batcher_ready(&f.b, 0, 1, 0);
     assert_int_equal(mlpd_batcher_start(&f.b, s, 0, 0, &pi, &idt, &po, &odt),
                      2);
     mlpd_dtype_t want = compute == 0 ? MLPD_DTYPE_BF16 : MLPD_DTYPE_F32;
     assert_int_equal(idt, want);
     assert_int_equal(odt, want);
-    assert_int_equal(mlpd_batcher_admit(&f.b, direct, 0), 0);
-    assert_int_equal(f.b.slots[1 - s].in_dtype, MLPD_DTYPE_F32);
-    assert_int_equal(f.b.slots[1 - s].out_dtype, MLPD_DTYPE_F32);
     if (compute == 0) {
       /* The staged rows are the f32 rows rounded, row by row. */
       for (int r = 0; r < 2; r++) {
         uint16_t want_row[IN];
         mlpd_dtype_convert(want_row, MLPD_DTYPE_BF16,
-                           copied->src + (size_t)r * IN * 4, MLPD_DTYPE_F32,
+                           lone->src + (size_t)r * IN * 4, MLPD_DTYPE_F32,
                            IN);
         assert_memory_equal((const uint16_t *)pi + (size_t)r * STRIDE,
                             want_row, sizeof(want_row));
@@ -768,7 +784,7 @@ static void test_f32_rows_copied_as_bf16(void **state) {
       assert_int_equal(mlpd_batcher_complete(&f.b, s, 0, NULL, 0, 0, 1), 0);
       for (int r = 0; r < 2; r++)
         for (int c = 0; c < OUT; c++)
-          assert_true(((float *)copied->out)[r * OUT + c] ==
+          assert_true(((float *)lone->out)[r * OUT + c] ==
                       mlpd_bf16_to_f32(o[r * OSTRIDE + c]));
     } else {
       assert_int_equal(mlpd_batcher_complete(&f.b, s, 0, NULL, 0, 0, 1), 0);
@@ -778,8 +794,9 @@ static void test_f32_rows_copied_as_bf16(void **state) {
       free(in[i]);
       free(out[i]);
     }
-    req_free(copied);
     req_free(direct);
+    req_free(busy);
+    req_free(lone);
   }
 }
 
