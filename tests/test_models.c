@@ -954,9 +954,11 @@ static void test_arriving_per_model(void **state) {
   make_model(&small, g_dir, "small.safetensors", 8, 8, 2, 22);
   char arg_s[800];
   snprintf(arg_s, sizeof(arg_s), "small=%s", small.path);
-  const char *args[] = {"--model",        arg_s,       "--io-threads",
-                        "1",              "--max-delay-us", "1500000",
-                        "--log-level",    "warn",      NULL};
+  const char *args[] = {"--model",         arg_s,
+                        "--io-threads",    "1",
+                        "--max-delay-us",  "1500000",
+                        "--log-level",     "warn",
+                        NULL};
   td_daemon_t d;
   spawn(&d, big.path, args);
   mlpd_client_t *tagged = connect_to(&d, "big");
