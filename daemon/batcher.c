@@ -65,26 +65,12 @@ int mlpd_batcher_needs_copy(const mlpd_req_t *req) {
   return !req->src_stable && req->staged < req->rows;
 }
 
-/* The dtype a new slot takes one way for its first request, which wants
- * `want` and whose rows that way go direct or not, `lone` when nothing
- * else is queued or running (batcher.h, Dtypes). A lone request's f32
- * rows that are copied anyway become bf16 as they are copied, for about
- * 1 us more than the copy (4096 elements): it then waits for no
- * conversion kernel reading the rows across the bus, nor for one writing
- * the answer back. Under load the host is what limits inline rows and the
- * GPU converts for free, so there, and for rows that go direct (never
- * copied at all), f32 stays f32; so does f16 compute, whose conversion
- * costs the host 5-10 us per 4096 elements. */
+/* The dtypes a new slot takes for its first request (batcher.h, Dtypes). */
 static mlpd_dtype_t slot_dtype(const mlpd_batcher_shape_t *sh, uint32_t ok,
-                               mlpd_dtype_t want, int direct, int lone) {
+                               mlpd_dtype_t want) {
   if (sh->compute_dtype == MLPD_DTYPE_F32)
     return MLPD_DTYPE_F32;
-  if (!(ok & (1u << (unsigned)want)))
-    return sh->compute_dtype;
-  if (want == MLPD_DTYPE_F32 && sh->compute_dtype == MLPD_DTYPE_BF16 &&
-      !direct && lone)
-    return MLPD_DTYPE_BF16;
-  return want;
+  return ok & (1u << (unsigned)want) ? want : sh->compute_dtype;
 }
 
 static int filling_slot(const mlpd_batcher_t *b) {
@@ -108,13 +94,9 @@ static int open_slot(mlpd_batcher_t *b, const mlpd_req_t *first) {
     sl->attempts = 0;
     sl->engine = -1;
     sl->avoid = -1;
-    int direct = b->shape.direct_io ? first->direct : 0;
-    int lone = b->norder == 0 && b->nrunning == 0;
-    sl->in_dtype = slot_dtype(&b->shape, b->shape.in_dtypes, first->in_dtype,
-                              direct & MLPD_REQ_DIRECT_IN, lone);
+    sl->in_dtype = slot_dtype(&b->shape, b->shape.in_dtypes, first->in_dtype);
     sl->out_dtype =
-        slot_dtype(&b->shape, b->shape.out_dtypes, first->out_dtype,
-                   direct & MLPD_REQ_DIRECT_OUT, lone);
+        slot_dtype(&b->shape, b->shape.out_dtypes, first->out_dtype);
     b->order[b->norder++] = s;
     return s;
   }

@@ -27,11 +27,7 @@
  * request: the client's own when every engine takes it (the engine
  * converts, on the GPU for CUDA), else the compute dtype; with fp32
  * compute always fp32, so no client loses precision to another's choice.
- * One exception: with bf16 compute, a slot opened while nothing else is
- * queued or running (a lone request) takes bf16 for f32 rows that are
- * copied (not direct), converted on the host as they are copied in and
- * out, exactly as the GPU would round them. Later requests in other
- * dtypes are converted while copied.
+ * Later requests in other dtypes are converted while copied.
  *
  * Zero copy. When the engines take direct segments (shape.direct_io) and a
  * request's input or output lives in memory registered with them

@@ -620,25 +620,20 @@ static void test_hold_for_engine_switch(void **state) {
   fx_free(f);
 }
 
-/* A GPU engine's description: compute dtype `cdt`, rows in f32 or cdt,
- * padded rows of `stride` and `ostride` elements. */
-static mlpd_batcher_shape_t gpu_shape(mlpd_dtype_t cdt, int stride,
-                                      int ostride, int max_batch,
-                                      int direct_io) {
-  uint32_t dts = MLPD_DTYPE_BIT(MLPD_DTYPE_F32) | MLPD_DTYPE_BIT(cdt);
-  return (mlpd_batcher_shape_t){
-      .in_features = IN, .out_features = OUT, .in_stride = stride,
-      .out_stride = ostride, .max_batch = max_batch, .in_dtypes = dts,
-      .out_dtypes = dts, .compute_dtype = cdt, .direct_io = direct_io};
-}
-
 /* With a 16-bit compute dtype (a GPU engine's description), a slot keeps
  * its first request's dtype, converts later ones into it, and zeroes the
  * padding columns even where a previous use left other bytes. */
 static void test_slot_dtypes_and_padding(void **state) {
   (void)state;
   enum { STRIDE = 16, ROWS = 4 };
-  mlpd_batcher_shape_t sh = gpu_shape(MLPD_DTYPE_BF16, STRIDE, 8, ROWS, 0);
+  mlpd_batcher_shape_t sh = {
+      .in_features = IN, .out_features = OUT, .in_stride = STRIDE,
+      .out_stride = 8, .max_batch = ROWS,
+      .in_dtypes = MLPD_DTYPE_BIT(MLPD_DTYPE_F32) |
+                   MLPD_DTYPE_BIT(MLPD_DTYPE_BF16),
+      .out_dtypes = MLPD_DTYPE_BIT(MLPD_DTYPE_F32) |
+                    MLPD_DTYPE_BIT(MLPD_DTYPE_BF16),
+      .compute_dtype = MLPD_DTYPE_BF16};
   void *in[2], *out[2];
   for (int s = 0; s < 2; s++) {
     in[s] = malloc(mlpd_batcher_in_bytes(&sh));
@@ -665,9 +660,7 @@ static void test_slot_dtypes_and_padding(void **state) {
   assert_int_equal(mlpd_batcher_admit(&f.b, b, 0), 0);
   mlpd_slot_t *sl = &f.b.slots[0];
   assert_int_equal(sl->in_dtype, MLPD_DTYPE_BF16);  /* a's */
-  /* a is alone: its f32 answer rows are copied out, so they are bf16
-   * until then. */
-  assert_int_equal(sl->out_dtype, MLPD_DTYPE_BF16);
+  assert_int_equal(sl->out_dtype, MLPD_DTYPE_F32);  /* a's */
   const uint16_t *row0 = in[0], *row1 = (const uint16_t *)in[0] + STRIDE;
   assert_memory_equal(row0, abf, sizeof(abf));
   for (int c = IN; c < STRIDE; c++) {
@@ -677,9 +670,8 @@ static void test_slot_dtypes_and_padding(void **state) {
   uint16_t bbf[IN];
   mlpd_dtype_convert(bbf, MLPD_DTYPE_BF16, b->src, MLPD_DTYPE_F32, IN);
   assert_memory_equal(row1, bbf, sizeof(bbf)); /* converted on the way */
-  /* A fresh slot, opened while the first runs, for an f32-in, f16-out
-   * request: f32 stays f32 (the GPU converts under load); f16 is not
-   * shipped, so the slot takes the compute dtype that way. */
+  /* A fresh slot for an f32-out, f16-out first request: f16 is not
+   * shipped, so the slot takes the compute dtype. */
   mlpd_batcher_set_flush(&f.b, 1);
   void *pi, *po;
   mlpd_dtype_t idt, odt;
@@ -687,7 +679,7 @@ static void test_slot_dtypes_and_padding(void **state) {
   assert_int_equal(mlpd_batcher_start(&f.b, s, 0, 0, &pi, &idt, &po, &odt),
                    2);
   assert_int_equal(idt, MLPD_DTYPE_BF16);
-  assert_int_equal(odt, MLPD_DTYPE_BF16);
+  assert_int_equal(odt, MLPD_DTYPE_F32);
   mlpd_req_t *c = req_new(3, 1, 0, 0);
   c->in_dtype = MLPD_DTYPE_F32;
   c->out_dtype = MLPD_DTYPE_F16;
@@ -695,9 +687,9 @@ static void test_slot_dtypes_and_padding(void **state) {
   assert_int_equal(f.b.slots[1].in_dtype, MLPD_DTYPE_F32);
   assert_int_equal(f.b.slots[1].out_dtype, MLPD_DTYPE_BF16);
   /* Outputs come back converted to what each request asked for. */
-  uint16_t *o = po;
+  float *o = po;
   for (int i = 0; i < 2 * 8; i++)
-    o[i] = mlpd_f32_to_bf16((float)i);
+    o[i] = (float)i;
   assert_int_equal(mlpd_batcher_complete(&f.b, s, 0, NULL, 0, 0, 1), 0);
   assert_true(((float *)a->out)[3] == 3.0f);
   uint16_t *bo = (uint16_t *)b->out;
@@ -713,93 +705,6 @@ static void test_slot_dtypes_and_padding(void **state) {
   req_free(c);
 }
 
-/* With bf16 compute, a lone f32 request whose rows are copied opens a
- * bf16 slot both ways (converted on the host, rounded as the GPU rounds)
- * and gets its f32 answer back exactly widened. f32 stays f32 for rows
- * that go direct, for a slot opened while another runs (under load the
- * GPU converts) and with f16 compute. */
-static void test_f32_rows_copied_as_bf16(void **state) {
-  (void)state;
-  enum { STRIDE = 16, OSTRIDE = 8, MAXB = 4 };
-  for (int compute = 0; compute < 2; compute++) {
-    mlpd_dtype_t cdt = compute == 0 ? MLPD_DTYPE_BF16 : MLPD_DTYPE_F16;
-    mlpd_batcher_shape_t sh = gpu_shape(cdt, STRIDE, OSTRIDE, MAXB, 1);
-    void *in[2], *out[2];
-    for (int i = 0; i < 2; i++) {
-      in[i] = calloc(1, mlpd_batcher_in_bytes(&sh));
-      out[i] = calloc(1, mlpd_batcher_out_bytes(&sh));
-    }
-    mlpd_batcher_config_t bc = {.max_delay_ns = 0, .max_queue = 64,
-                                .nslots = 2, .max_attempts = 1};
-    fx_t f = {0};
-    mlpd_err_t err = {0};
-    assert_int_equal(
-        mlpd_batcher_init(&f.b, &sh, &bc, in, out, on_done, &f, &err), 0);
-    mlpd_batcher_set_flush(&f.b, 1);
-    mlpd_req_t *direct = req_new(1, 1, 0, 0), *busy = req_new(2, 1, 0, 0);
-    mlpd_req_t *lone = req_new(3, 2, 0, 0);
-    int region;
-    direct->direct = MLPD_REQ_DIRECT_IN | MLPD_REQ_DIRECT_OUT;
-    direct->direct_in_id = direct->direct_out_id = &region;
-    void *pi, *po;
-    mlpd_dtype_t idt, odt;
-    /* Alone, but direct: f32. */
-    assert_int_equal(mlpd_batcher_admit(&f.b, direct, 0), 0);
-    int s0 = mlpd_batcher_ready(&f.b, 0, 1, 0);
-    assert_int_equal(
-        mlpd_batcher_start(&f.b, s0, 0, 0, &pi, &idt, &po, &odt), 1);
-    assert_int_equal(idt, MLPD_DTYPE_F32);
-    assert_int_equal(odt, MLPD_DTYPE_F32);
-    /* Copied, while that one runs: f32. */
-    assert_int_equal(mlpd_batcher_admit(&f.b, busy, 0), 0);
-    int s1 = mlpd_batcher_ready(&f.b, 0, 1, 0);
-    assert_int_equal(
-        mlpd_batcher_start(&f.b, s1, 1, 0, &pi, &idt, &po, &odt), 1);
-    assert_int_equal(idt, MLPD_DTYPE_F32);
-    assert_int_equal(odt, MLPD_DTYPE_F32);
-    assert_int_equal(mlpd_batcher_complete(&f.b, s0, 0, NULL, 0, 0, 1), 0);
-    assert_int_equal(mlpd_batcher_complete(&f.b, s1, 0, NULL, 0, 0, 1), 0);
-    /* Copied and alone: bf16 with bf16 compute, f32 with f16. */
-    assert_int_equal(mlpd_batcher_admit(&f.b, lone, 0), 0);
-    int s = mlpd_batcher_ready(&f.b, 0, 1, 0);
-    assert_int_equal(mlpd_batcher_start(&f.b, s, 0, 0, &pi, &idt, &po, &odt),
-                     2);
-    mlpd_dtype_t want = compute == 0 ? MLPD_DTYPE_BF16 : MLPD_DTYPE_F32;
-    assert_int_equal(idt, want);
-    assert_int_equal(odt, want);
-    if (compute == 0) {
-      /* The staged rows are the f32 rows rounded, row by row. */
-      for (int r = 0; r < 2; r++) {
-        uint16_t want_row[IN];
-        mlpd_dtype_convert(want_row, MLPD_DTYPE_BF16,
-                           lone->src + (size_t)r * IN * 4, MLPD_DTYPE_F32,
-                           IN);
-        assert_memory_equal((const uint16_t *)pi + (size_t)r * STRIDE,
-                            want_row, sizeof(want_row));
-      }
-      /* The "engine" answers bf16 values that are not exact in f16. */
-      uint16_t *o = po;
-      for (int i = 0; i < 2 * OSTRIDE; i++)
-        o[i] = mlpd_f32_to_bf16(1.0f + (float)i / 64);
-      assert_int_equal(mlpd_batcher_complete(&f.b, s, 0, NULL, 0, 0, 1), 0);
-      for (int r = 0; r < 2; r++)
-        for (int c = 0; c < OUT; c++)
-          assert_true(((float *)lone->out)[r * OUT + c] ==
-                      mlpd_bf16_to_f32(o[r * OSTRIDE + c]));
-    } else {
-      assert_int_equal(mlpd_batcher_complete(&f.b, s, 0, NULL, 0, 0, 1), 0);
-    }
-    mlpd_batcher_free(&f.b);
-    for (int i = 0; i < 2; i++) {
-      free(in[i]);
-      free(out[i]);
-    }
-    req_free(direct);
-    req_free(busy);
-    req_free(lone);
-  }
-}
-
 /* Zero copy (batcher.h): with an engine that takes direct segments, rows
  * of requests in registered memory keep their place in the slot unwritten
  * and go to the engine as segments (consecutive windows of one range as
@@ -808,8 +713,14 @@ static void test_f32_rows_copied_as_bf16(void **state) {
 static void test_direct_segments(void **state) {
   (void)state;
   enum { STRIDE = 16, OSTRIDE = 8, MAXB = 16 };
-  mlpd_batcher_shape_t sh =
-      gpu_shape(MLPD_DTYPE_BF16, STRIDE, OSTRIDE, MAXB, 1);
+  mlpd_batcher_shape_t sh = {
+      .in_features = IN, .out_features = OUT, .in_stride = STRIDE,
+      .out_stride = OSTRIDE, .max_batch = MAXB,
+      .in_dtypes = MLPD_DTYPE_BIT(MLPD_DTYPE_F32) |
+                   MLPD_DTYPE_BIT(MLPD_DTYPE_BF16),
+      .out_dtypes = MLPD_DTYPE_BIT(MLPD_DTYPE_F32) |
+                    MLPD_DTYPE_BIT(MLPD_DTYPE_BF16),
+      .compute_dtype = MLPD_DTYPE_BF16, .direct_io = 1};
   void *in[1], *out[1];
   in[0] = malloc(mlpd_batcher_in_bytes(&sh));
   out[0] = malloc(mlpd_batcher_out_bytes(&sh));
@@ -935,7 +846,6 @@ int main(void) {
       cmocka_unit_test(test_slots_complete_in_any_order),
       cmocka_unit_test(test_hold_for_engine_switch),
       cmocka_unit_test(test_slot_dtypes_and_padding),
-      cmocka_unit_test(test_f32_rows_copied_as_bf16),
       cmocka_unit_test(test_direct_segments),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -360,15 +360,12 @@ static int fake_staged_rows(const td_daemon_t *d, long sum[4]) {
 }
 
 /* With a GPU of bf16 activations (the fake made one with
- * MLPD_FAKE_CUDA_DTYPE=bf16), a lone request's f32 rows that are copied
- * are shipped as bf16, converted on the host as they are copied in and out
- * (batcher.h, Dtypes), and every way of sending f32 rows gets the answer
- * of their bf16 rounding, bit for bit: inline, through a region (direct,
- * converted by the device), in a frame large enough for the I/O arena,
- * and the rounded rows sent as bf16. The fake's count of staged f32 input
- * rows is exactly the warm-up's and those of the batches after the first
- * of a request larger than one (64 rows: a slot opened while another is
- * queued stays f32, as under load). */
+ * MLPD_FAKE_CUDA_DTYPE=bf16), every way of sending f32 rows gets the
+ * answer of their bf16 rounding, bit for bit: inline, through a region
+ * (direct), in a frame large enough for the I/O arena, and the rounded
+ * rows sent as bf16. The f32 rows reach the device as f32 (the GPU
+ * converts them: converting a lone request's on the host was tried and
+ * lost, bench/RESULTS.md), as the fake's count of staged rows shows. */
 static void test_f32_rows_as_bf16(void **state) {
   (void)state;
   static const int nrows[] = {1, 3, 100, 300};
@@ -385,7 +382,6 @@ static void test_f32_rows_as_bf16(void **state) {
   wait_pinned(&d, c, "r", 0);
   mlpd_client_result_t res;
   mlpd_client_result_init(&res);
-  long copied = 0, staged_f32 = 0;
   for (size_t j = 0; j < MLPD_ARRAY_SIZE(nrows); j++) {
     int rows = nrows[j];
     void *x32 = rows_as(7 * (int)j, rows, MLPD_DTYPE_F32);
@@ -393,19 +389,12 @@ static void test_f32_rows_as_bf16(void **state) {
     size_t nref, n;
     uint8_t *ref = tc_inline_answer(c, x16, MLPD_DTYPE_BF16, rows, IN,
                                     MLPD_DTYPE_F32, &nref);
-    double direct0 = metric(&d, INLINE_DIRECT);
     uint8_t *got = tc_inline_answer(c, x32, MLPD_DTYPE_F32, rows, IN,
                                     MLPD_CLIENT_DTYPE_SAME, &n);
-    if (metric(&d, INLINE_DIRECT) == direct0 && rows > 64)
-      staged_f32 += rows - 64;
     assert_int_equal(n, nref);
     if (memcmp(got, ref, nref) != 0)
       fail_msg("%d f32 rows inline: not the answer of their bf16 rounding",
                rows);
-    /* Staged as bf16 for certain: the bf16 rows, and the first batch of
-     * f32 frames below the arena's 64 KiB (300 f32 rows may go direct from
-     * an arena block). */
-    copied += rows + (rows <= 100 ? (rows < 64 ? rows : 64) : 0);
     const size_t in_b = (size_t)rows * IN * 4;
     memcpy(base, x32, in_b);
     mlpd_client_infer_t req;
@@ -439,9 +428,9 @@ static void test_f32_rows_as_bf16(void **state) {
     printf("fake devices (%d) were given staged rows in %ld f32, %ld bf16; "
            "out %ld f32, %ld bf16\n",
            lines, sum[0], sum[1], sum[2], sum[3]);
-    /* Each device's one f32 row each way is the daemon's warm-up batch
-     * (pool.c), which goes around the batcher. */
-    if (lines == 0 || sum[0] != lines + staged_f32 || sum[1] < copied)
+    /* Beyond each device's one warm-up row (pool.c), the f32 rows staged
+     * inline (1, 3 and 100 rows at least) reached the device as f32. */
+    if (lines == 0 || sum[0] < lines + 104)
       rc = -1;
   }
   td_cleanup(&d, rc != 0);
