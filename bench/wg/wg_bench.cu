@@ -65,6 +65,12 @@ static const cfg_t cfgs[] = {
      * input copies of one, with 8-CTA clusters. */
     CF(16, 1, 2, 5, 1, 16),  CF(16, 1, 2, 5, 0, 16), CF(64, 4, 1, 5, 1, 16),
     CF(128, 4, 1, 4, 1, 16), CF(128, 4, 1, 4, 0, 16),
+    /* Added 2026-12-06, candidates for 64-256 row classes in the engine
+     * (one warpgroup a CTA: 64 tiles x 2 splits of mlp-4k fill the SMs in
+     * clusters of 2). */
+    CF(64, 1, 1, 8, 1, 16),  CF(64, 1, 2, 4, 0, 16),  CF(128, 1, 1, 6, 1, 16),
+    CF(128, 1, 1, 8, 1, 16), CF(128, 1, 2, 3, 0, 16), CF(256, 1, 1, 4, 1, 16),
+    CF(256, 1, 1, 5, 1, 16), CF(256, 1, 1, 5, 0, 16),
 };
 static const int ncfgs = (int)(sizeof(cfgs) / sizeof(cfgs[0]));
 static const cfg_t cfg_f16 = {"NR16 C1 BKA4 ST3 WT1 BR16 f16", 16, 1, 1, 16,
@@ -72,6 +78,19 @@ static const cfg_t cfg_f16 = {"NR16 C1 BKA4 ST3 WT1 BR16 f16", 16, 1, 1, 16,
                               wg_shape<16, 1, 4, 3>::THREADS,
                               mlpd_small_gemm_kernel_wg<16, 1, 4, 3, 1, 16, 1>};
 static int g_sms;
+/* How a chain is timed: its label, wg_args.flags, PDL, and whether only
+ * at its configuration's full row count (the streaming measures). */
+struct chain_mode_t {
+  const char *name;
+  int flags, pdl, rows_eq_nr;
+};
+static const chain_mode_t modes[] = {
+    {"pdl", 0, 1, 0},
+    {"nopdl", 0, 0, 0},
+    {"copy", WG_NO_MATH, 1, 1},
+    {"stream", WG_NO_MATH | WG_NO_SUM, 1, 1},
+};
+enum { NMODES = (int)(sizeof(modes) / sizeof(modes[0])) };
 /* A chain of `rows` rows is timed with the configurations of its row
  * class only (made for at most nr rows, and more than half of them). */
 static bool times_rows(int nr, int rows) {
@@ -195,10 +214,13 @@ static double time_chain(const cfg_t *c, layer_t *L, int nl, int pdl,
 }
 
 int main(int argc, char **argv) {
-  int only_time = 0;
+  int only_time = 0, only_mode = -1;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "time") == 0)
       only_time = 1;
+    for (int m = 0; m < NMODES; m++)
+      if (strcmp(argv[i], modes[m].name) == 0)
+        only_mode = m;
   }
   cudaDeviceProp p;
   CK(cudaGetDeviceProperties(&p, 0));
@@ -301,24 +323,22 @@ int main(int argc, char **argv) {
         for (int splits = 1; splits <= 8; splits *= 2) {
           if (tiles * splits > 2 * g_sms || tiles * splits < g_sms / 3)
             continue;
-          for (int mode = 0; mode < 3; mode++) {
-            /* mode 0: PDL; 1: no PDL; 2: copies only (PDL) */
-            if (mode == 2 && rows != c->nr)
+          for (int mode = 0; mode < NMODES; mode++) {
+            if (modes[mode].rows_eq_nr && rows != c->nr)
+              continue;
+            /* pdl always; nopdl, or any other one, when it is asked for */
+            if (only_mode >= 0 ? mode != 0 && mode != only_mode : mode == 1)
               continue;
             layer_t L[NL];
             for (int l = 0; l < NL; l++)
               setup_layer(&L[l], c, rows, n, n, l ? act[(l - 1) & 1] : x,
                           w[l], wt[l], b[l], act[l & 1],
-                          l + 1 < NL ? 1 : 0,
-                          mode == 2 ? WG_NO_MATH : 0,
+                          l + 1 < NL ? 1 : 0, modes[mode].flags,
                           splits);
-            double us = time_chain(c, L, NL, mode != 1, st);
-            printf("TIME %4d rows %3d %-32s S%d %-6s %7.2f us %.2f TB/s\n", n,
-                   rows, c->name, splits,
-                   mode == 0   ? "pdl"
-                   : mode == 1 ? "nopdl"
-                               : "copy",
-                   us, bytes / us / 1e6);
+            double us = time_chain(c, L, NL, modes[mode].pdl, st);
+            printf("TIME %4d rows %3d %-32s S%d %-11s %7.2f us %.2f TB/s\n",
+                   n, rows, c->name, splits, modes[mode].name, us,
+                   bytes / us / 1e6);
           }
         }
       }

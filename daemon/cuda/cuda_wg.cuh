@@ -31,14 +31,20 @@
  * bf16 chain at 32 rows in 53.2 us (WT = 0) against 54.0 for PyTorch's
  * graph and 61 for cuBLASLt's plans in the engine; at 16 rows 50.8 (WT =
  * 0) / 46.5 (WT = 1); at 1 row it loses to the pipelined mma.sync kernel
- * (44 against 42), and past 32 rows every CTA's own copy of the inputs
- * through L2 makes it slower than cuBLASLt.
+ * (44 against 42), and past 32 rows it is slower than cuBLASLt: not for
+ * its streaming (at 128 rows, without the end of each layer, a chain is
+ * within 2% of the read-only kernel's time on an H100) but for that end
+ * (the split-K sum and the outputs: 3.5 us a layer at 128 rows, 2026-12-05
+ * 23:50; bench/ab/wg-rows-64-256.patch has the engine's side).
  *
  * Tried in bench/wg and retired (H200, 2026-12-05 14:28 UTC, RESULTS.md):
  * multicasting a split's inputs to the clusters' feature tiles (1.7-2.6x
  * slower at 32-128 rows), asking L2 for the rest of a CTA's weights before
  * the wait for the previous layer (6-13 us slower a chain), and the whole
- * chain in one launch (47.4 against 44.7 us at 1 row).
+ * chain in one launch (47.4 against 44.7 us at 1 row); on an H100
+ * (2026-12-05 23:40), each feature tile starting its K range at another
+ * stage, to spread the tiles' reads of the same inputs over L2 (no faster
+ * at any row count: the inputs' reads are not what limits it).
  *
  * What it does not do: FP8, rows > NR, n or k not a multiple of 8 (the
  * tensor map's row stride must be a multiple of 16 bytes; the epilogue
@@ -64,8 +70,9 @@ using namespace mlpd_k; /* the async copies, activate, act_*_f32 */
 
 /* wg_args.flags, for bench/wg's measure of the streaming alone (the
  * engine passes 0): WG_NO_MATH, consumers skip the math (copy-only
- * chains). */
-enum { WG_NO_MATH = 2 };
+ * chains); WG_NO_SUM, no split-K sum and no outputs either (what the end
+ * of a layer costs beyond its streaming). */
+enum { WG_NO_MATH = 2, WG_NO_SUM = 4 };
 
 struct wg_args {
   const uint16_t *b;  /* bias [n], activation dtype */
@@ -203,57 +210,72 @@ __device__ __forceinline__ void wg_store_partials(float *part,
 
 /* The tile's S ranks' partials (`part` at the same offset in each of the
  * cluster's S ranks) summed in rank order, four features at a time,
- * y = act(sum + b); this rank (split) writes its share of the outputs,
- * thread t of the nt that call it. Every rank's partials must be
+ * y = act(sum + bias); this rank (split) writes its share of the outputs,
+ * thread t of the nt that call it. `bias` is the tile's 64*C biases as
+ * floats in this CTA's shared memory. Every rank's partials must be
  * complete. */
 template <int NR, int C, int F16>
-__device__ __forceinline__ void wg_sum_partials(const float *part, int split,
+__device__ __forceinline__ void wg_sum_partials(const float *part,
+                                                const float *bias, int split,
                                                 int S, int t, int nt, int f0,
-                                                int nrows, int n,
-                                                const uint16_t *b, uint16_t *y,
+                                                int nrows, int n, uint16_t *y,
                                                 int act) {
   constexpr int PS = 64 * C + 4; /* wg_shape's */
   cg::cluster_group cl = cg::this_cluster();
-  /* The S ranks' partials loaded together before they are added: one
-   * round trip through the cluster's network for all of them (a load per
-   * rank in turn cost the 128-row chains ~5 us a layer at 4 splits, in
-   * bench/wg). */
   const float *src[WG_MAX_SPLITS];
 #pragma unroll
   for (int q = 0; q < WG_MAX_SPLITS; q++)
     src[q] = q < S ? cl.map_shared_rank(part, q) : part;
   const int rows = nrows < NR ? nrows : NR;
   constexpr int W4 = 16 * C; /* float4 columns of a row */
-  const int total = rows * W4;
-  for (int e = split * nt + t; e < total; e += S * nt) {
-    const int r = e / W4, m = (e - r * W4) * 4, f = f0 + m;
-    if (f >= n) /* n is a multiple of 8: the 4 are in or out */
-      continue;
-    float4 v[WG_MAX_SPLITS];
+  const int total = rows * W4, step = S * nt;
+  /* U outputs' partials, from every rank, are loaded before any is
+   * written, so that the loads' round trips overlap (the end of a layer
+   * costs 1.6 us at 8 rows to 6 at 256 on top of its streaming, bench/wg
+   * on an H100, 2026-12-05; this and the biases from shared memory took
+   * about 1 us off a 4-layer chain at 1-32 rows). */
+  constexpr int U = 4;
+  for (int e0 = split * nt + t; e0 < total; e0 += U * step) {
+    float4 sum[U];
 #pragma unroll
-    for (int q = 0; q < WG_MAX_SPLITS; q++)
-      if (q < S)
-        v[q] = *reinterpret_cast<const float4 *>(src[q] + r * PS + m);
-    float4 tt = v[0];
+    for (int u = 0; u < U; u++) {
+      const int e = e0 + u * step;
+      if (e >= total)
+        break;
+      const int r = e / W4, off = r * PS + (e - r * W4) * 4;
+      float4 v[WG_MAX_SPLITS];
 #pragma unroll
-    for (int q = 1; q < WG_MAX_SPLITS; q++)
-      if (q < S) {
-        tt.x += v[q].x;
-        tt.y += v[q].y;
-        tt.z += v[q].z;
-        tt.w += v[q].w;
-      }
-    const uint2 bb = *reinterpret_cast<const uint2 *>(b + f);
-    const float o[4] = {tt.x + act_to_f32<F16>((uint16_t)(bb.x & 0xffff)),
-                        tt.y + act_to_f32<F16>((uint16_t)(bb.x >> 16)),
-                        tt.z + act_to_f32<F16>((uint16_t)(bb.y & 0xffff)),
-                        tt.w + act_to_f32<F16>((uint16_t)(bb.y >> 16))};
-    uint2 out;
-    out.x = (uint32_t)act_from_f32<F16>(activate(o[0], act)) |
-            (uint32_t)act_from_f32<F16>(activate(o[1], act)) << 16;
-    out.y = (uint32_t)act_from_f32<F16>(activate(o[2], act)) |
-            (uint32_t)act_from_f32<F16>(activate(o[3], act)) << 16;
-    *reinterpret_cast<uint2 *>(y + (size_t)r * n + f) = out;
+      for (int q = 0; q < WG_MAX_SPLITS; q++)
+        if (q < S)
+          v[q] = *reinterpret_cast<const float4 *>(src[q] + off);
+      sum[u] = v[0];
+#pragma unroll
+      for (int q = 1; q < WG_MAX_SPLITS; q++)
+        if (q < S) {
+          sum[u].x += v[q].x;
+          sum[u].y += v[q].y;
+          sum[u].z += v[q].z;
+          sum[u].w += v[q].w;
+        }
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      const int e = e0 + u * step;
+      if (e >= total)
+        break;
+      const int r = e / W4, m = (e - r * W4) * 4, f = f0 + m;
+      if (f >= n) /* n is a multiple of 8: the 4 are in or out */
+        continue;
+      const float4 bb = *reinterpret_cast<const float4 *>(bias + m);
+      uint2 out;
+      out.x = (uint32_t)act_from_f32<F16>(activate(sum[u].x + bb.x, act)) |
+              (uint32_t)act_from_f32<F16>(activate(sum[u].y + bb.y, act))
+                  << 16;
+      out.y = (uint32_t)act_from_f32<F16>(activate(sum[u].z + bb.z, act)) |
+              (uint32_t)act_from_f32<F16>(activate(sum[u].w + bb.w, act))
+                  << 16;
+      *reinterpret_cast<uint2 *>(y + (size_t)r * n + f) = out;
+    }
   }
 }
 
@@ -263,17 +285,16 @@ __device__ __forceinline__ void wg_sum_partials(const float *part, int split,
  * All the CTA's threads call it. */
 template <int NR, int C, int F16>
 __device__ __forceinline__ void wg_finish(uint8_t *smem, const float *acc,
-                                          bool consumer, int split, int S,
-                                          int f0, int nrows, int n,
-                                          const uint16_t *b, uint16_t *y,
-                                          int act) {
+                                          const float *bias, bool consumer,
+                                          int split, int S, int f0, int nrows,
+                                          int n, uint16_t *y, int act) {
   cg::cluster_group cl = cg::this_cluster();
   float *part = reinterpret_cast<float *>(smem);
   if (consumer)
     wg_store_partials<NR, C>(part, acc);
   cl.sync();
-  wg_sum_partials<NR, C, F16>(part, split, S, threadIdx.x, (C + 1) * 128,
-                              f0, nrows, n, b, y, act);
+  wg_sum_partials<NR, C, F16>(part, bias, split, S, threadIdx.x,
+                              (C + 1) * 128, f0, nrows, n, y, act);
   cl.sync();
 }
 
@@ -284,6 +305,7 @@ __global__ void __launch_bounds__((C + 1) * 128, 1)
   using SH = wg_shape<NR, C, BKA, ST>;
   extern __shared__ uint8_t smem_raw[];
   __shared__ __align__(8) uint64_t full[ST], empty[ST];
+  __shared__ __align__(16) float bias_s[64 * C];
   uint8_t *smem =
       reinterpret_cast<uint8_t *>(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
   const uint32_t sbase = smem_u32(smem);
@@ -339,6 +361,11 @@ __global__ void __launch_bounds__((C + 1) * 128, 1)
       wg_produce<ST>(nst, empty, load_w, load_x);
     }
   } else {
+    /* The tile's biases, for the sum at the end: read while the first
+     * stages are on their way (a bias is the model's, not the previous
+     * layer's, so no wait is needed). */
+    if (tid < 64 * C)
+      bias_s[tid] = f0 + tid < p.n ? act_to_f32<F16>(p.b[f0 + tid]) : 0.0f;
 #pragma unroll 1
     for (int it = 0; it < nst; it++) {
       const int s = it % ST;
@@ -357,8 +384,9 @@ __global__ void __launch_bounds__((C + 1) * 128, 1)
   }
   /* Every stage has been read: the ring is free for the partial sums. */
   __syncthreads();
-  wg_finish<NR, C, F16>(smem, acc, wg < C, split, S, f0, p.rows, p.n, p.b,
-                        p.y, p.act);
+  if (!(p.flags & WG_NO_SUM))
+    wg_finish<NR, C, F16>(smem, acc, bias_s, wg < C, split, S, f0, p.rows,
+                          p.n, p.y, p.act);
 }
 
 /* The tiled copy of W [n][k] that WT = 1 reads: `tiles` tiles of 64
