@@ -18,12 +18,7 @@
 
 #define READ_CHUNK (64u * 1024u)
 #define SHRINK_ABOVE (1u << 20)
-/* One recvmsg per readiness, then the other connections: a large frame
- * arrives over several loop turns instead of one connection's eight reads
- * (up to ~1.6 MiB) holding up the turn. Measured on an H100 (bench/RESULTS.md,
- * 2026-12-05 23:40): the digits' lone p99 rise beside an inline mlp-4k load
- * 0.58-0.63 ms against 1.03-1.53 with eight, the same inline rows/s. */
-#define READS_PER_WAKEUP 1
+#define READS_PER_WAKEUP 8   /* then let other connections run */
 /* Fair reading: frames and bytes one connection may have handled per turn;
  * what is left waits for the next loop iteration, after every other
  * connection had its turn and the batches formed meanwhile went out. */
