@@ -10,8 +10,11 @@
  *
  *   bench/wg/wg-call.sh (one device call: builds with nvcc for sm_90a,
  *   runs it, then PyTorch on the same shapes)
- *   ./wg_bench [time]
- * time: chains only, no checks.
+ *   ./wg_bench [time] [MODE]
+ * time: chains only, no checks. Each chain is timed with PDL ("pdl"), and
+ * at its configuration's full rows as "copy" (no math) and "stream" (no
+ * math, no split-K sum, no outputs: the streaming alone); MODE (a name of
+ * `modes`, e.g. "nopdl") times that one beside "pdl" instead.
  *
  * Retired after the H200 call of 2026-12-05 14:28 UTC (numbers in
  * bench/RESULTS.md; the code is in git history before that session's
@@ -19,6 +22,8 @@
  * the L2 prefetch of a CTA's weights before the wait for the previous
  * layer, the whole chain in one launch (wg_chain.cuh), and FP8 weights
  * widened for wgmma (wg8_kernel.cuh); each lost to what the engine runs.
+ * Retired after the H100 call of 2026-12-05 23:31 UTC: each feature
+ * tile's K range started at another stage (no faster at any row count).
  *
  * One line per measurement; exits 1 when a check fails. */
 #include "cuda_wg.cuh"
@@ -65,9 +70,10 @@ static const cfg_t cfgs[] = {
      * input copies of one, with 8-CTA clusters. */
     CF(16, 1, 2, 5, 1, 16),  CF(16, 1, 2, 5, 0, 16), CF(64, 4, 1, 5, 1, 16),
     CF(128, 4, 1, 4, 1, 16), CF(128, 4, 1, 4, 0, 16),
-    /* Added 2026-12-06, candidates for 64-256 row classes in the engine
-     * (one warpgroup a CTA: 64 tiles x 2 splits of mlp-4k fill the SMs in
-     * clusters of 2). */
+    /* Added 2026-12-05 23:40, candidates for 64-256 row classes in the
+     * engine (one warpgroup a CTA: 64 tiles x 2 splits of mlp-4k fill the
+     * SMs in clusters of 2); they lost to cuBLASLt there on an H100
+     * (bench/ab/wg-rows-64-256.patch). */
     CF(64, 1, 1, 8, 1, 16),  CF(64, 1, 2, 4, 0, 16),  CF(128, 1, 1, 6, 1, 16),
     CF(128, 1, 1, 8, 1, 16), CF(128, 1, 2, 3, 0, 16), CF(256, 1, 1, 4, 1, 16),
     CF(256, 1, 1, 5, 1, 16), CF(256, 1, 1, 5, 0, 16),
