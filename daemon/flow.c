@@ -179,6 +179,7 @@ int mlpd_flow_over_budget(mlpd_flow_t *f, int rows, char *msg, size_t cap) {
       mlpd_scheduler_queued_all(f->sched) + rows <= mlpd_flow_budget(f))
     return 0;
   MLPD_SHARD_STATS(f->stats, m->refused[MLPD_REFUSED_OVERLOAD]++);
+  f->refused_ns = mlpd_now_ns();
   snprintf(msg, cap,
            "overloaded: requests waited over the %llu ms bound "
            "(--max-queue-delay-ms) for the daemon's queue, and its %d rows "
@@ -242,7 +243,8 @@ void mlpd_flow_update(mlpd_flow_t *f, mlpd_flow_conn_t *fc) {
 
 void mlpd_flow_release(mlpd_flow_t *f, uint64_t inflight) {
   if (f->overload &&
-      mlpd_scheduler_queued_all(f->sched) < mlpd_flow_budget(f) / 2)
+      mlpd_scheduler_queued_all(f->sched) < mlpd_flow_budget(f) / 2 &&
+      mlpd_now_ns() - f->refused_ns > f->max_queue_delay_ns)
     set_overload(f, 0);
   if (f->line_head == NULL)
     return;

@@ -28,7 +28,9 @@
  * episode starts; nothing is held for the budget any more, every held
  * connection is read and what does not fit the budget is refused at once
  * (mlpd_flow_over_budget), until the queue has drained to half of
- * max_queue.
+ * max_queue and nothing was refused for max_queue_delay (the flood is
+ * over: while it goes on, a request sent into it is answered at once, not
+ * held in a line that the next episode would refuse at the bound).
  *
  * Deliberately not here: decoding and answering requests, the other
  * refusal of overload (the queue-delay estimate, requests.c), the
@@ -80,6 +82,7 @@ typedef struct mlpd_flow_s {
   long long reserved; /* budget rows promised to connections released in
                          turn and not yet read */
   int overload;       /* an overload episode */
+  uint64_t refused_ns; /* its latest refusal (mlpd_flow_over_budget) */
 } mlpd_flow_t;
 
 void mlpd_flow_init(mlpd_flow_t *f, int win_rows, size_t win_bytes,

@@ -18,7 +18,14 @@
 
 #define READ_CHUNK (64u * 1024u)
 #define SHRINK_ABOVE (1u << 20)
-#define READS_PER_WAKEUP 8   /* then let other connections run */
+/* One recvmsg per readiness, then the other connections: a large frame
+ * arrives over several loop turns instead of one connection's eight reads
+ * (up to ~1.6 MiB) holding up the turn. On an H100 (bench/RESULTS.md,
+ * 2026-12-05 23:31) the digits' lone p99 rise beside an inline mlp-4k
+ * load was 0.58-0.63 ms against 1.03-1.53 with eight, at the same inline
+ * rows/s. (A flood is then read more slowly: flow.h's overload episode
+ * lasts while it goes on, not only while the queue is over half full.) */
+#define READS_PER_WAKEUP 1
 /* Fair reading: frames and bytes one connection may have handled per turn;
  * what is left waits for the next loop iteration, after every other
  * connection had its turn and the batches formed meanwhile went out. */
