@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* test_flow_window.c - flow.c's rule for a connection's own window, alone:
- * daemon/flow.c linked against stand-ins for the scheduler (one model,
- * batches of MAX_BATCH rows, one device in rotation, an empty queue) and
+/* test_flow_window.c - flow.c's rules for a connection's own window and
+ * for the end of an overload episode, alone: daemon/flow.c linked against
+ * stand-ins for the scheduler (one model, batches of MAX_BATCH rows, one
+ * device in rotation, a queue of g_queued rows) and
  * for the server (mlpd_server_hold records what it was told). The daemon
  * suites (test_flow) pace real clients; this one pins the rule's edges,
  * which the 4x closed loop's p99 depends on (bench/RESULTS.md, 2026-12-05,
@@ -13,6 +14,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -23,6 +25,7 @@
 static mlpd_batcher_shape_t g_shape = {.max_batch = MAX_BATCH};
 static int g_pool; /* its address stands in for the model's pool */
 static int g_held = -1; /* what mlpd_server_hold was told last */
+static long long g_queued; /* the daemon's queued rows */
 
 const mlpd_batcher_shape_t *mlpd_scheduler_shape(const mlpd_scheduler_t *s,
                                                  int m) {
@@ -39,7 +42,7 @@ int mlpd_pool_in_rotation(mlpd_pool_t *p) {
 }
 long long mlpd_scheduler_queued_all(const mlpd_scheduler_t *s) {
   (void)s;
-  return 0;
+  return g_queued;
 }
 void mlpd_server_hold(mlpd_conn_t *c, int on) {
   (void)c;
@@ -63,6 +66,7 @@ static int rig_setup(void **state) {
   r->fc.conn = &r->conn;
   r->conn.busy = 1;
   g_held = -1;
+  g_queued = 0;
   *state = r;
   return 0;
 }
@@ -128,6 +132,46 @@ static void test_nothing_in_flight(void **state) {
   assert_false(r->fc.own_held);
 }
 
+/* An overload episode (its bound 20 ms) that still refuses is not over
+ * when the queue drains to half: a request sent into the flood is refused
+ * at once, not held in a line that only the next episode would refuse at
+ * the bound (test_flow's flood, read one recvmsg a turn). It ends once
+ * nothing was refused for the bound. */
+static void test_episode_lasts_while_refusing(void **state) {
+  rig_t *r = *state;
+  mlpd_flow_t *f = &r->flow;
+  char msg[256];
+  f->max_queue_delay_ns = 20000000u;
+  f->overload = 1;
+  g_queued = mlpd_flow_budget(f);
+  assert_int_equal(mlpd_flow_over_budget(f, 1, msg, sizeof(msg)), 1);
+  uint64_t refused = mlpd_now_ns();
+  g_queued = 0;
+  mlpd_flow_release(f, 1);
+  assert_int_equal(f->overload, 1);
+  /* A request that fits is not refused, and does not keep it going. */
+  assert_int_equal(mlpd_flow_over_budget(f, 1, msg, sizeof(msg)), 0);
+  while (mlpd_now_ns() - refused <= f->max_queue_delay_ns)
+    usleep(1000);
+  mlpd_flow_release(f, 1);
+  assert_int_equal(f->overload, 0);
+}
+
+/* An episode that refused nothing ends as soon as the queue is below half
+ * of the budget, as before. */
+static void test_episode_ends_below_half(void **state) {
+  rig_t *r = *state;
+  mlpd_flow_t *f = &r->flow;
+  f->max_queue_delay_ns = 20000000u;
+  f->overload = 1;
+  g_queued = mlpd_flow_budget(f) / 2;
+  mlpd_flow_release(f, 1);
+  assert_int_equal(f->overload, 1);
+  g_queued = mlpd_flow_budget(f) / 2 - 1;
+  mlpd_flow_release(f, 1);
+  assert_int_equal(f->overload, 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_held_at_the_window, rig_setup,
@@ -137,6 +181,10 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_released_once_the_next_request_fits,
                                       rig_setup, rig_teardown),
       cmocka_unit_test_setup_teardown(test_bytes_window, rig_setup,
+                                      rig_teardown),
+      cmocka_unit_test_setup_teardown(test_episode_lasts_while_refusing,
+                                      rig_setup, rig_teardown),
+      cmocka_unit_test_setup_teardown(test_episode_ends_below_half, rig_setup,
                                       rig_teardown),
       cmocka_unit_test_setup_teardown(test_nothing_in_flight, rig_setup,
                                       rig_teardown),
