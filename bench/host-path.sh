@@ -20,9 +20,9 @@
 # inside one variant for several flags), SHM (0; 1: --shm), REAL (0),
 # MODEL (REAL=1: the model file), FAKE_DTYPE (bf16: the fake device
 # computes in bf16 and takes bf16 rows, as a GPU does), DAEMON_ARGS (more
-# flags for every
-# variant, e.g. --plan-cache FILE so that a GPU starts warm), BENCH (the mlpd-bench to drive it:
-# $BUILD's, or another build's, for an A/B of the client), HTTP (a port:
+# flags for every variant, e.g. --plan-cache FILE so that a GPU starts
+# warm), BENCH (the mlpd-bench to drive it: $BUILD's, or another build's,
+# for an A/B of the client), HTTP (a port:
 # the load goes through the Open Inference Protocol's binary extension on
 # 127.0.0.1:HTTP instead of native frames, as bench/models-oip.sh's
 # saturation line), MLPD (the daemon binary: $BUILD's, or another build's,

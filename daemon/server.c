@@ -18,14 +18,6 @@
 
 #define READ_CHUNK (64u * 1024u)
 #define SHRINK_ABOVE (1u << 20)
-/* One recvmsg per readiness, then the other connections: a large frame
- * arrives over several loop turns instead of one connection's eight reads
- * (up to ~1.6 MiB) holding up the turn. On an H100 (bench/RESULTS.md,
- * 2026-12-05 23:31) the digits' lone p99 rise beside an inline mlp-4k
- * load was 0.58-0.63 ms against 1.03-1.53 with eight, at the same inline
- * rows/s. (A flood is then read more slowly: flow.h's overload episode
- * lasts while it goes on, not only while the queue is over half full.) */
-#define READS_PER_WAKEUP 1
 /* Fair reading: frames and bytes one connection may have handled per turn;
  * what is left waits for the next loop iteration, after every other
  * connection had its turn and the batches formed meanwhile went out. */
@@ -693,20 +685,24 @@ static ssize_t read_some(mlpd_conn_t *c, size_t limit) {
   return n;
 }
 
+/* One recvmsg per readiness, then the other connections: a large frame
+ * arrives over several loop turns instead of one connection's reads (up
+ * to ~1.6 MiB with eight a readiness) holding up the turn. On an H100
+ * (bench/RESULTS.md, 2026-12-05 23:31) the digits' lone p99 rise beside an
+ * inline mlp-4k load was 0.58-0.63 ms against 1.03-1.53 with eight, at the
+ * same inline rows/s. (A flood is then read more slowly: flow.h's overload
+ * episode lasts while it goes on, not only while the queue is over half
+ * full.) The loop reads again at the next readiness (level-triggered). */
 static void on_readable(mlpd_conn_t *c) {
-  for (int i = 0; i < READS_PER_WAKEUP && !c->closing &&
-                  !c->close_after_write && !c->paused && !c->held &&
-                  !c->backlog;
-       i++) {
+  if (!c->closing && !c->close_after_write && !c->paused && !c->held &&
+      !c->backlog) {
     ssize_t n = read_some(c, 0);
-    if (n == -EAGAIN)
-      break;
     if (n == -ENOMEM) {
       /* No room for the frame: the client is told why, not just cut. */
       stream_error(c, MLPD_ENOMEM, c->need > c->rlen ? c->need : c->rlen);
       return;
     }
-    if (n <= 0) {
+    if (n <= 0 && n != -EAGAIN) {
       if (n < 0 && n != -EPROTO)
         MLPD_LOGD("conn %llu: read: %s", (unsigned long long)c->serial,
                   strerror((int)-n));
@@ -717,7 +713,8 @@ static void on_readable(mlpd_conn_t *c) {
         mlpd_server_close_conn(c, 0);
       return;
     }
-    process(c);
+    if (n > 0)
+      process(c);
   }
   update_poll(c);
 }
