@@ -295,7 +295,12 @@ __device__ __forceinline__ void wg_finish(uint8_t *smem, const float *acc,
   cl.sync();
   wg_sum_partials<NR, C, F16>(part, bias, split, S, threadIdx.x,
                               (C + 1) * 128, f0, nrows, n, y, act);
-  cl.sync();
+  /* Only keeps each CTA's shared memory alive until its partners have
+   * read it; those reads were consumed by the sums stored above, so no
+   * ordering is needed. A releasing arrive (cl.sync) would wait for the
+   * outputs' global stores to land: 0.5 us a layer (H100, 2026-12-06). */
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+  asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
 }
 
 template <int NR, int C, int BKA, int ST, int WT, int BR, int F16>
