@@ -48,6 +48,7 @@ struct cfg_t {
   const char *name;
   int nr, c, wt, br, smem, threads;
   wg_kernel_t k;
+  int smem_push; /* shared memory with WG_PUSH */
 };
 #define CF(NR, C, BKA, ST, WT, BR)                                             \
   {"NR" #NR " C" #C " BKA" #BKA " ST" #ST " WT" #WT " BR" #BR,                 \
@@ -57,8 +58,9 @@ struct cfg_t {
    BR,                                                                         \
    wg_shape<NR, C, BKA, ST>::SMEM,                                             \
    wg_shape<NR, C, BKA, ST>::THREADS,                                          \
-   mlpd_small_gemm_kernel_wg<NR, C, BKA, ST, WT, BR, 0>}
-static const cfg_t cfgs[] = {
+   mlpd_small_gemm_kernel_wg<NR, C, BKA, ST, WT, BR, 0>,                      \
+   wg_shape<NR, C, BKA, ST>::SMEM_PUSH}
+static cfg_t cfgs[] = {
     CF(8, 1, 4, 3, 0, 16),   CF(8, 1, 4, 3, 1, 16),  CF(8, 1, 2, 6, 0, 16),
     CF(8, 1, 2, 6, 1, 16),   CF(8, 1, 8, 2, 1, 16),  CF(8, 1, 4, 3, 0, 64),
     CF(16, 1, 4, 3, 0, 16),  CF(16, 1, 4, 3, 1, 16), CF(16, 1, 2, 6, 1, 16),
@@ -79,10 +81,11 @@ static const cfg_t cfgs[] = {
     CF(256, 1, 1, 5, 1, 16), CF(256, 1, 1, 5, 0, 16),
 };
 static const int ncfgs = (int)(sizeof(cfgs) / sizeof(cfgs[0]));
-static const cfg_t cfg_f16 = {"NR16 C1 BKA4 ST3 WT1 BR16 f16", 16, 1, 1, 16,
+static cfg_t cfg_f16 = {"NR16 C1 BKA4 ST3 WT1 BR16 f16", 16, 1, 1, 16,
                               wg_shape<16, 1, 4, 3>::SMEM,
                               wg_shape<16, 1, 4, 3>::THREADS,
-                              mlpd_small_gemm_kernel_wg<16, 1, 4, 3, 1, 16, 1>};
+                              mlpd_small_gemm_kernel_wg<16, 1, 4, 3, 1, 16, 1>,
+                              wg_shape<16, 1, 4, 3>::SMEM_PUSH};
 static int g_sms;
 /* How a chain is timed: its label, wg_args.flags, PDL, and whether only
  * at its configuration's full row count (the streaming measures). */
@@ -95,6 +98,8 @@ static const chain_mode_t modes[] = {
     {"nopdl", 0, 0, 0},
     {"copy", WG_NO_MATH, 1, 1},
     {"stream", WG_NO_MATH | WG_NO_SUM, 1, 1},
+    {"push", WG_PUSH, 1, 0},
+    {"c-push", WG_NO_MATH | WG_PUSH, 1, 1},
 };
 enum { NMODES = (int)(sizeof(modes) / sizeof(modes[0])) };
 /* A chain of `rows` rows is timed with the configurations of its row
@@ -147,7 +152,8 @@ static void setup_layer(layer_t *L, const cfg_t *c, int rows, int n, int k,
 static int launch(const cfg_t *c, const layer_t *L, int pdl_attr,
                   cudaStream_t st) {
   const int tiles = (L->a.n + 64 * c->c - 1) / (64 * c->c);
-  return (int)wg_launch(c->k, tiles, c->threads, c->smem, pdl_attr, st, L->mw,
+  const int smem = L->a.flags & WG_PUSH ? c->smem_push : c->smem;
+  return (int)wg_launch(c->k, tiles, c->threads, smem, pdl_attr, st, L->mw,
                         L->mx, L->a);
 }
 
@@ -180,11 +186,15 @@ static int check(const cfg_t *c, int f16, int rows, int n, int k, int act,
   CK(cudaMalloc(&dy, hy.size() * 2));
   void *dwt = c->wt ? make_tiled(dw, n, k) : NULL;
   layer_t L;
-  std::vector<uint16_t> *out[2] = {&hy, &hy2};
-  for (int rep = 0; rep < 2; rep++) {
-    CK(cudaMemset(dy, rep ? 0 : 0xff, hy.size() * 2));
-    setup_layer(&L, c, rows, n, k, dx, dw, dwt, db, dy, act, 0, splits);
-    int ce = launch(c, &L, rep, 0); /* the PDL attribute on the rerun */
+  std::vector<uint16_t> hy3((size_t)rows * n);
+  std::vector<uint16_t> *out[3] = {&hy, &hy2, &hy3};
+  /* the PDL attribute on the rerun; then with WG_PUSH, where it fits */
+  const int reps = c->smem_push ? 3 : 2;
+  for (int rep = 0; rep < reps; rep++) {
+    CK(cudaMemset(dy, rep & 1 ? 0 : 0xff, hy.size() * 2));
+    setup_layer(&L, c, rows, n, k, dx, dw, dwt, db, dy, act,
+                rep == 2 ? WG_PUSH : 0, splits);
+    int ce = launch(c, &L, rep > 0, 0);
     cudaError_t se = cudaDeviceSynchronize();
     if (ce != 0 || se != cudaSuccess) {
       printf("CHECK FAIL %s rows %d %dx%d S%d: launch %s / %s\n", c->name,
@@ -195,7 +205,8 @@ static int check(const cfg_t *c, int f16, int rows, int n, int k, int act,
     CK(cudaMemcpy(out[rep]->data(), dy, hy.size() * 2,
                   cudaMemcpyDeviceToHost));
   }
-  int same = memcmp(hy.data(), hy2.data(), hy.size() * 2) == 0;
+  int same = memcmp(hy.data(), hy2.data(), hy.size() * 2) == 0 &&
+             (reps < 3 || memcmp(hy.data(), hy3.data(), hy.size() * 2) == 0);
   double rel = ref_rel_error(xf.data(), wf.data(), bf.data(), NULL, rows, n, k,
                              act, hy.data(), f16);
   int ok = same && rel < 8e-3 && rel == rel;
@@ -237,11 +248,18 @@ int main(int argc, char **argv) {
                                       (void **)&encode, 12000,
                                       cudaEnableDefault, &q));
   for (int ci = 0; ci <= ncfgs; ci++) {
-    const cfg_t *c = ci < ncfgs ? &cfgs[ci] : &cfg_f16;
+    cfg_t *c = ci < ncfgs ? &cfgs[ci] : &cfg_f16;
     cudaFuncAttributes fa;
-    CK(cudaFuncSetAttribute((const void *)c->k,
-                            cudaFuncAttributeMaxDynamicSharedMemorySize,
-                            c->smem));
+    /* WG_PUSH only where its slots fit beside the ring */
+    if (cudaFuncSetAttribute((const void *)c->k,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             c->smem_push) != cudaSuccess) {
+      (void)cudaGetLastError();
+      c->smem_push = 0;
+      CK(cudaFuncSetAttribute((const void *)c->k,
+                              cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              c->smem));
+    }
     CK(cudaFuncGetAttributes(&fa, (const void *)c->k));
     int nb = 0;
     CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, c->k, c->threads,
@@ -259,9 +277,9 @@ int main(int argc, char **argv) {
         (void)cudaGetLastError();
     }
     printf("ATTR %-34s %3d regs, %4zu B local, %6d B smem, %d blocks/SM, "
-           "clusters of 2/4/8 at once: %d/%d/%d\n",
+           "clusters of 2/4/8 at once: %d/%d/%d, push smem %d B\n",
            c->name, fa.numRegs, fa.localSizeBytes, c->smem, nb, ncl[0],
-           ncl[1], ncl[2]);
+           ncl[1], ncl[2], c->smem_push);
   }
   int fails = 0;
   if (!only_time) {
@@ -331,6 +349,8 @@ int main(int argc, char **argv) {
             continue;
           for (int mode = 0; mode < NMODES; mode++) {
             if (modes[mode].rows_eq_nr && rows != c->nr)
+              continue;
+            if ((modes[mode].flags & WG_PUSH) && !c->smem_push)
               continue;
             /* pdl always; nopdl, or any other one, when it is asked for */
             if (only_mode >= 0 ? mode != 0 && mode != only_mode : mode == 1)

@@ -72,7 +72,7 @@ using namespace mlpd_k; /* the async copies, activate, act_*_f32 */
  * engine passes 0): WG_NO_MATH, consumers skip the math (copy-only
  * chains); WG_NO_SUM, no split-K sum and no outputs either (what the end
  * of a layer costs beyond its streaming). */
-enum { WG_NO_MATH = 2, WG_NO_SUM = 4 };
+enum { WG_NO_MATH = 2, WG_NO_SUM = 4, WG_PUSH = 8 };
 
 struct wg_args {
   const uint16_t *b;  /* bias [n], activation dtype */
@@ -89,6 +89,11 @@ template <int NR, int C, int BKA, int ST> struct wg_shape {
   static constexpr int PB = NR * PS * 4;
   static constexpr int RING = ST * SB;
   static constexpr int SMEM = (RING > PB ? RING : PB) + 1024;
+  /* WG_PUSH: each rank's slots for its share of every rank's partials
+   * (wg_finish_push), beside the ring: S * NR * (ceil(16C / S) * 4 + 4)
+   * floats at most. */
+  static constexpr int RB = NR * (64 * C + 8 * 8) * 4;
+  static constexpr int SMEM_PUSH = RING + RB + 1024;
   static constexpr int THREADS = (C + 1) * 128;
 };
 
@@ -208,6 +213,18 @@ __device__ __forceinline__ void wg_store_partials(float *part,
   }
 }
 
+/* Four outputs act(sum + bias) into y, four activation values. */
+template <int F16>
+__device__ __forceinline__ void wg_out4(uint16_t *y, float4 sum, float4 bb,
+                                        int act) {
+  uint2 out;
+  out.x = (uint32_t)act_from_f32<F16>(activate(sum.x + bb.x, act)) |
+          (uint32_t)act_from_f32<F16>(activate(sum.y + bb.y, act)) << 16;
+  out.y = (uint32_t)act_from_f32<F16>(activate(sum.z + bb.z, act)) |
+          (uint32_t)act_from_f32<F16>(activate(sum.w + bb.w, act)) << 16;
+  *reinterpret_cast<uint2 *>(y) = out;
+}
+
 /* The tile's S ranks' partials (`part` at the same offset in each of the
  * cluster's S ranks) summed in rank order, four features at a time,
  * y = act(sum + bias); this rank (split) writes its share of the outputs,
@@ -266,15 +283,8 @@ __device__ __forceinline__ void wg_sum_partials(const float *part,
       const int r = e / W4, m = (e - r * W4) * 4, f = f0 + m;
       if (f >= n) /* n is a multiple of 8: the 4 are in or out */
         continue;
-      const float4 bb = *reinterpret_cast<const float4 *>(bias + m);
-      uint2 out;
-      out.x = (uint32_t)act_from_f32<F16>(activate(sum[u].x + bb.x, act)) |
-              (uint32_t)act_from_f32<F16>(activate(sum[u].y + bb.y, act))
-                  << 16;
-      out.y = (uint32_t)act_from_f32<F16>(activate(sum[u].z + bb.z, act)) |
-              (uint32_t)act_from_f32<F16>(activate(sum[u].w + bb.w, act))
-                  << 16;
-      *reinterpret_cast<uint2 *>(y + (size_t)r * n + f) = out;
+      wg_out4<F16>(y + (size_t)r * n + f, sum[u],
+                   *reinterpret_cast<const float4 *>(bias + m), act);
     }
   }
 }
@@ -301,6 +311,75 @@ __device__ __forceinline__ void wg_finish(uint8_t *smem, const float *acc,
    * outputs' global stores to land: 0.5 us a layer (H100, 2026-12-06). */
   asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
   asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+}
+
+/* The end of a CTA's work with WG_PUSH: the float4 columns of the tile's
+ * 64*C features are shared out among the S ranks in S runs, and each
+ * consumer thread stores every partial straight into the slot of the
+ * rank that owns its column (`recv`, beside the ring, in every rank:
+ * [S sources][NR rows][QW floats]); one cluster barrier, then each rank
+ * sums its own columns from its own shared memory, in rank order as
+ * wg_sum_partials does (the same bits), and writes them. Remote stores
+ * do not wait for a round trip as remote loads do, and no rank reads
+ * another's memory after the barrier, so a second one is not needed. The
+ * kernel arrived (relaxed) on the cluster barrier at its start: the wait
+ * here makes sure every partner is running before it is written to. All
+ * the CTA's threads call it. */
+template <int NR, int C, int F16>
+__device__ __forceinline__ void wg_finish_push(float *recv, const float *acc,
+                                               const float *bias,
+                                               bool consumer, int split,
+                                               int S, int f0, int nrows,
+                                               int n, uint16_t *y, int act) {
+  constexpr int W4 = 16 * C; /* float4 columns of a row */
+  const int QW = (W4 + S - 1) / S * 4 + 4;
+  cg::cluster_group cl = cg::this_cluster();
+  const int rows = nrows < NR ? nrows : NR;
+  asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+  if (consumer) {
+    const int tid = threadIdx.x, warp = (tid >> 5) & 3, lane = tid & 31;
+    const int m = (tid >> 7) * 64 + warp * 16 + (lane >> 2);
+    float *dst[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const int c4 = (m + 8 * h) >> 2;
+      const int q = ((c4 + 1) * S - 1) / W4; /* owner: c4 in its run */
+      dst[h] = cl.map_shared_rank(recv, q) + split * NR * QW +
+               (c4 - q * W4 / S) * 4 + (m & 3);
+    }
+#pragma unroll
+    for (int j = 0; j < NR / 8; j++) {
+      const int r = j * 8 + (lane & 3) * 2;
+      if (r < rows) {
+        dst[0][r * QW] = acc[4 * j];
+        dst[1][r * QW] = acc[4 * j + 2];
+      }
+      if (r + 1 < rows) {
+        dst[0][(r + 1) * QW] = acc[4 * j + 1];
+        dst[1][(r + 1) * QW] = acc[4 * j + 3];
+      }
+    }
+  }
+  cl.sync();
+  const int c0 = split * W4 / S, nq = (split + 1) * W4 / S - c0;
+  const int total = rows * nq, nt = (C + 1) * 128;
+  for (int e = threadIdx.x; e < total; e += nt) {
+    const int r = e / nq, cq = e - r * nq, f = f0 + (c0 + cq) * 4;
+    if (f >= n)
+      continue;
+    const float *src = recv + r * QW + cq * 4;
+    float4 sum = *reinterpret_cast<const float4 *>(src);
+    for (int q = 1; q < S; q++) {
+      const float4 v = *reinterpret_cast<const float4 *>(src + q * NR * QW);
+      sum.x += v.x;
+      sum.y += v.y;
+      sum.z += v.z;
+      sum.w += v.w;
+    }
+    wg_out4<F16>(y + (size_t)r * n + f, sum,
+                 *reinterpret_cast<const float4 *>(bias + (c0 + cq) * 4),
+                 act);
+  }
 }
 
 template <int NR, int C, int BKA, int ST, int WT, int BR, int F16>
@@ -331,6 +410,9 @@ __global__ void __launch_bounds__((C + 1) * 128, 1)
 
   /* A stage is handed back by every consumer thread. */
   wg_ring_init<ST>(full, empty, C * 128);
+  const bool push = p.flags & WG_PUSH;
+  if (push)
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
 
   float acc[NR / 2];
 #pragma unroll
@@ -386,6 +468,13 @@ __global__ void __launch_bounds__((C + 1) * 128, 1)
     }
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
     fence_acc(acc);
+  }
+  if (push) {
+    if (!(p.flags & WG_NO_SUM))
+      wg_finish_push<NR, C, F16>(reinterpret_cast<float *>(smem + SH::RING),
+                                 acc, bias_s, wg < C, split, S, f0, p.rows,
+                                 p.n, p.y, p.act);
+    return;
   }
   /* Every stage has been read: the ring is free for the partial sums. */
   __syncthreads();
