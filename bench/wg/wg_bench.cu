@@ -48,7 +48,7 @@ struct cfg_t {
   const char *name;
   int nr, c, wt, br, smem, threads;
   wg_kernel_t k;
-  int smem_push; /* shared memory with WG_PUSH */
+  int fits; /* its shared memory fits an SM (set in main) */
 };
 #define CF(NR, C, BKA, ST, WT, BR)                                             \
   {"NR" #NR " C" #C " BKA" #BKA " ST" #ST " WT" #WT " BR" #BR,                 \
@@ -58,8 +58,7 @@ struct cfg_t {
    BR,                                                                         \
    wg_shape<NR, C, BKA, ST>::SMEM,                                             \
    wg_shape<NR, C, BKA, ST>::THREADS,                                          \
-   mlpd_small_gemm_kernel_wg<NR, C, BKA, ST, WT, BR, 0>,                      \
-   wg_shape<NR, C, BKA, ST>::SMEM_PUSH}
+   mlpd_small_gemm_kernel_wg<NR, C, BKA, ST, WT, BR, 0>, 0}
 static cfg_t cfgs[] = {
     CF(8, 1, 4, 3, 0, 16),   CF(8, 1, 4, 3, 1, 16),  CF(8, 1, 2, 6, 0, 16),
     CF(8, 1, 2, 6, 1, 16),   CF(8, 1, 8, 2, 1, 16),  CF(8, 1, 4, 3, 0, 64),
@@ -85,7 +84,7 @@ static cfg_t cfg_f16 = {"NR16 C1 BKA4 ST3 WT1 BR16 f16", 16, 1, 1, 16,
                               wg_shape<16, 1, 4, 3>::SMEM,
                               wg_shape<16, 1, 4, 3>::THREADS,
                               mlpd_small_gemm_kernel_wg<16, 1, 4, 3, 1, 16, 1>,
-                              wg_shape<16, 1, 4, 3>::SMEM_PUSH};
+                              0};
 static int g_sms;
 /* How a chain is timed: its label, wg_args.flags, PDL, and whether only
  * at its configuration's full row count (the streaming measures). */
@@ -98,8 +97,6 @@ static const chain_mode_t modes[] = {
     {"nopdl", 0, 0, 0},
     {"copy", WG_NO_MATH, 1, 1},
     {"stream", WG_NO_MATH | WG_NO_SUM, 1, 1},
-    {"push", WG_PUSH, 1, 0},
-    {"c-push", WG_NO_MATH | WG_PUSH, 1, 1},
 };
 enum { NMODES = (int)(sizeof(modes) / sizeof(modes[0])) };
 /* A chain of `rows` rows is timed with the configurations of its row
@@ -152,8 +149,7 @@ static void setup_layer(layer_t *L, const cfg_t *c, int rows, int n, int k,
 static int launch(const cfg_t *c, const layer_t *L, int pdl_attr,
                   cudaStream_t st) {
   const int tiles = (L->a.n + 64 * c->c - 1) / (64 * c->c);
-  const int smem = L->a.flags & WG_PUSH ? c->smem_push : c->smem;
-  return (int)wg_launch(c->k, tiles, c->threads, smem, pdl_attr, st, L->mw,
+  return (int)wg_launch(c->k, tiles, c->threads, c->smem, pdl_attr, st, L->mw,
                         L->mx, L->a);
 }
 
@@ -186,15 +182,11 @@ static int check(const cfg_t *c, int f16, int rows, int n, int k, int act,
   CK(cudaMalloc(&dy, hy.size() * 2));
   void *dwt = c->wt ? make_tiled(dw, n, k) : NULL;
   layer_t L;
-  std::vector<uint16_t> hy3((size_t)rows * n);
-  std::vector<uint16_t> *out[3] = {&hy, &hy2, &hy3};
-  /* the PDL attribute on the rerun; then with WG_PUSH, where it fits */
-  const int reps = c->smem_push ? 3 : 2;
-  for (int rep = 0; rep < reps; rep++) {
-    CK(cudaMemset(dy, rep & 1 ? 0 : 0xff, hy.size() * 2));
-    setup_layer(&L, c, rows, n, k, dx, dw, dwt, db, dy, act,
-                rep == 2 ? WG_PUSH : 0, splits);
-    int ce = launch(c, &L, rep > 0, 0);
+  std::vector<uint16_t> *out[2] = {&hy, &hy2};
+  for (int rep = 0; rep < 2; rep++) {
+    CK(cudaMemset(dy, rep ? 0 : 0xff, hy.size() * 2));
+    setup_layer(&L, c, rows, n, k, dx, dw, dwt, db, dy, act, 0, splits);
+    int ce = launch(c, &L, rep, 0); /* the PDL attribute on the rerun */
     cudaError_t se = cudaDeviceSynchronize();
     if (ce != 0 || se != cudaSuccess) {
       printf("CHECK FAIL %s rows %d %dx%d S%d: launch %s / %s\n", c->name,
@@ -205,8 +197,7 @@ static int check(const cfg_t *c, int f16, int rows, int n, int k, int act,
     CK(cudaMemcpy(out[rep]->data(), dy, hy.size() * 2,
                   cudaMemcpyDeviceToHost));
   }
-  int same = memcmp(hy.data(), hy2.data(), hy.size() * 2) == 0 &&
-             (reps < 3 || memcmp(hy.data(), hy3.data(), hy.size() * 2) == 0);
+  int same = memcmp(hy.data(), hy2.data(), hy.size() * 2) == 0;
   double rel = ref_rel_error(xf.data(), wf.data(), bf.data(), NULL, rows, n, k,
                              act, hy.data(), f16);
   int ok = same && rel < 8e-3 && rel == rel;
@@ -250,15 +241,15 @@ int main(int argc, char **argv) {
   for (int ci = 0; ci <= ncfgs; ci++) {
     cfg_t *c = ci < ncfgs ? &cfgs[ci] : &cfg_f16;
     cudaFuncAttributes fa;
-    /* WG_PUSH only where its slots fit beside the ring */
-    if (cudaFuncSetAttribute((const void *)c->k,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             c->smem_push) != cudaSuccess) {
+    /* a ring and partial-sum slots too large for an SM: left out */
+    c->fits = cudaFuncSetAttribute((const void *)c->k,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   c->smem) == cudaSuccess;
+    if (!c->fits) {
       (void)cudaGetLastError();
-      c->smem_push = 0;
-      CK(cudaFuncSetAttribute((const void *)c->k,
-                              cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              c->smem));
+      printf("ATTR %-34s %6d B smem: does not fit, left out\n", c->name,
+             c->smem);
+      continue;
     }
     CK(cudaFuncGetAttributes(&fa, (const void *)c->k));
     int nb = 0;
@@ -277,9 +268,9 @@ int main(int argc, char **argv) {
         (void)cudaGetLastError();
     }
     printf("ATTR %-34s %3d regs, %4zu B local, %6d B smem, %d blocks/SM, "
-           "clusters of 2/4/8 at once: %d/%d/%d, push smem %d B\n",
+           "clusters of 2/4/8 at once: %d/%d/%d\n",
            c->name, fa.numRegs, fa.localSizeBytes, c->smem, nb, ncl[0],
-           ncl[1], ncl[2], c->smem_push);
+           ncl[1], ncl[2]);
   }
   int fails = 0;
   if (!only_time) {
@@ -287,6 +278,8 @@ int main(int argc, char **argv) {
                              {4104, 64},  {200, 136},   {4096, 4096}};
     for (int ci = 0; ci < ncfgs; ci++) {
       const cfg_t *c = &cfgs[ci];
+      if (!c->fits)
+        continue;
       const int rowss[] = {1, c->nr / 2 + 1, c->nr};
       for (int si = 0; si < 6; si++)
         for (int ri = 0; ri < 3; ri++) {
@@ -339,7 +332,7 @@ int main(int argc, char **argv) {
       const int rows = trows[ri];
       for (int ci = 0; ci < ncfgs; ci++) {
         const cfg_t *c = &cfgs[ci];
-        if (!times_rows(c->nr, rows))
+        if (!c->fits || !times_rows(c->nr, rows))
           continue;
         if (di == 1 && (rows == 8 || rows == 32 || rows == 64))
           continue;
@@ -349,8 +342,6 @@ int main(int argc, char **argv) {
             continue;
           for (int mode = 0; mode < NMODES; mode++) {
             if (modes[mode].rows_eq_nr && rows != c->nr)
-              continue;
-            if ((modes[mode].flags & WG_PUSH) && !c->smem_push)
               continue;
             /* pdl always; nopdl, or any other one, when it is asked for */
             if (only_mode >= 0 ? mode != 0 && mode != only_mode : mode == 1)

@@ -7,9 +7,10 @@
  * wgmma's N (8..256), so one row costs the same instructions as 8.
  *
  *   - A CTA owns 64*C features of one K range (split s of S). The S CTAs
- *     of a feature tile form one thread-block cluster and sum their fp32
- *     partials through distributed shared memory in rank order (bit-stable
- *     run to run), then apply bias and activation and write the rows.
+ *     of a feature tile form one thread-block cluster; each pushes its
+ *     fp32 partials through distributed shared memory to the rank that
+ *     owns their features, which sums them in rank order (bit-stable run
+ *     to run), applies bias and activation and writes the rows.
  *   - One producer thread fills a ring of ST stages; a stage is BKA atoms
  *     of 64 K-values (128 bytes) for each of the C warpgroups' 64 weight
  *     rows, plus the same atoms of the NR input rows, all under the
@@ -35,7 +36,8 @@
  * its streaming (at 128 rows, without the end of each layer, a chain is
  * within 2% of the read-only kernel's time on an H100) but for that end
  * (the split-K sum and the outputs: 3.5 us a layer at 128 rows, 2026-12-05
- * 23:50; bench/ab/wg-rows-64-256.patch has the engine's side).
+ * 23:50, before wg_finish pushed its partials; bench/ab/wg-rows-64-256.patch
+ * has the engine's side).
  *
  * Tried in bench/wg and retired (H200, 2026-12-05 14:28 UTC, RESULTS.md):
  * multicasting a split's inputs to the clusters' feature tiles (1.7-2.6x
@@ -72,7 +74,7 @@ using namespace mlpd_k; /* the async copies, activate, act_*_f32 */
  * engine passes 0): WG_NO_MATH, consumers skip the math (copy-only
  * chains); WG_NO_SUM, no split-K sum and no outputs either (what the end
  * of a layer costs beyond its streaming). */
-enum { WG_NO_MATH = 2, WG_NO_SUM = 4, WG_PUSH = 8 };
+enum { WG_NO_MATH = 2, WG_NO_SUM = 4 };
 
 struct wg_args {
   const uint16_t *b;  /* bias [n], activation dtype */
@@ -85,15 +87,12 @@ template <int NR, int C, int BKA, int ST> struct wg_shape {
   static constexpr int WB = C * BKA * 8192; /* weight bytes a stage */
   static constexpr int XB = BKA * NR * 128; /* input bytes a stage */
   static constexpr int SB = WB + XB;
-  static constexpr int PS = 64 * C + 4; /* partial sums' row stride */
-  static constexpr int PB = NR * PS * 4;
   static constexpr int RING = ST * SB;
-  static constexpr int SMEM = (RING > PB ? RING : PB) + 1024;
-  /* WG_PUSH: each rank's slots for its share of every rank's partials
-   * (wg_finish_push), beside the ring: S * NR * (ceil(16C / S) * 4 + 4)
-   * floats at most. */
-  static constexpr int RB = NR * (64 * C + 8 * 8) * 4;
-  static constexpr int SMEM_PUSH = RING + RB + 1024;
+  /* Each rank's slots for its share of every rank's partial sums
+   * (wg_finish), beside the ring: S * NR * (ceil(16C / S) * 4 + 4) floats
+   * at most, for S <= WG_MAX_SPLITS. */
+  static constexpr int RB = NR * (64 * C + 8 * WG_MAX_SPLITS) * 4;
+  static constexpr int SMEM = RING + RB + 1024;
   static constexpr int THREADS = (C + 1) * 128;
 };
 
@@ -194,25 +193,6 @@ __device__ __forceinline__ void wg_stage_mma(float (&acc)[NR / 2],
   fence_acc(acc);
 }
 
-/* A consumer thread's accumulators (its share of 64*C features x NR
- * rows, as wgmma leaves them) into `part`, [NR][64*C + 4] floats. */
-template <int NR, int C>
-__device__ __forceinline__ void wg_store_partials(float *part,
-                                                  const float *acc) {
-  constexpr int PS = 64 * C + 4; /* wg_shape's */
-  const int tid = threadIdx.x;
-  const int warp = (tid >> 5) & 3, lane = tid & 31;
-  const int m = (tid >> 7) * 64 + warp * 16 + (lane >> 2);
-#pragma unroll
-  for (int j = 0; j < NR / 8; j++) {
-    const int r = j * 8 + (lane & 3) * 2;
-    part[r * PS + m] = acc[4 * j];
-    part[(r + 1) * PS + m] = acc[4 * j + 1];
-    part[r * PS + m + 8] = acc[4 * j + 2];
-    part[(r + 1) * PS + m + 8] = acc[4 * j + 3];
-  }
-}
-
 /* Four outputs act(sum + bias) into y, four activation values. */
 template <int F16>
 __device__ __forceinline__ void wg_out4(uint16_t *y, float4 sum, float4 bb,
@@ -225,112 +205,27 @@ __device__ __forceinline__ void wg_out4(uint16_t *y, float4 sum, float4 bb,
   *reinterpret_cast<uint2 *>(y) = out;
 }
 
-/* The tile's S ranks' partials (`part` at the same offset in each of the
- * cluster's S ranks) summed in rank order, four features at a time,
- * y = act(sum + bias); this rank (split) writes its share of the outputs,
- * thread t of the nt that call it. `bias` is the tile's 64*C biases as
- * floats in this CTA's shared memory. Every rank's partials must be
- * complete. */
+/* The end of a CTA's work, once its consumers are past their last stage:
+ * the float4 columns of the tile's 64*C features are shared out among
+ * the S ranks in S runs, and each consumer thread stores its partial
+ * sums straight into the slots of the rank that owns their column
+ * (`recv`, beside the ring, in every rank: [S sources][NR rows][QW
+ * floats]); one cluster barrier, then each rank sums its own columns
+ * from its own shared memory in rank order (bit-stable run to run) and
+ * writes act(sum + bias). Why pushed, not pulled: remote stores do not
+ * wait for a round trip as remote loads do, and no rank reads another's
+ * memory after the barrier, so no second barrier has to keep it alive
+ * (1.4-1.7 us off a 4-layer chain at 1-16 rows on an H100 against the
+ * pull with a relaxed second barrier, which had taken 2 us off the pull
+ * with a releasing one; bench/RESULTS.md, 2026-12-06). The kernel
+ * arrived (relaxed) on the cluster barrier at its start: the wait here
+ * makes sure every partner is running before it is written to. All the
+ * CTA's threads call it. */
 template <int NR, int C, int F16>
-__device__ __forceinline__ void wg_sum_partials(const float *part,
-                                                const float *bias, int split,
-                                                int S, int t, int nt, int f0,
-                                                int nrows, int n, uint16_t *y,
-                                                int act) {
-  constexpr int PS = 64 * C + 4; /* wg_shape's */
-  cg::cluster_group cl = cg::this_cluster();
-  const float *src[WG_MAX_SPLITS];
-#pragma unroll
-  for (int q = 0; q < WG_MAX_SPLITS; q++)
-    src[q] = q < S ? cl.map_shared_rank(part, q) : part;
-  const int rows = nrows < NR ? nrows : NR;
-  constexpr int W4 = 16 * C; /* float4 columns of a row */
-  const int total = rows * W4, step = S * nt;
-  /* U outputs' partials, from every rank, are loaded before any is
-   * written, so that the loads' round trips overlap (the end of a layer
-   * costs 1.6 us at 8 rows to 6 at 256 on top of its streaming, bench/wg
-   * on an H100, 2026-12-05; this and the biases from shared memory took
-   * about 1 us off a 4-layer chain at 1-32 rows). */
-  constexpr int U = 4;
-  for (int e0 = split * nt + t; e0 < total; e0 += U * step) {
-    float4 sum[U];
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-      const int e = e0 + u * step;
-      if (e >= total)
-        break;
-      const int r = e / W4, off = r * PS + (e - r * W4) * 4;
-      float4 v[WG_MAX_SPLITS];
-#pragma unroll
-      for (int q = 0; q < WG_MAX_SPLITS; q++)
-        if (q < S)
-          v[q] = *reinterpret_cast<const float4 *>(src[q] + off);
-      sum[u] = v[0];
-#pragma unroll
-      for (int q = 1; q < WG_MAX_SPLITS; q++)
-        if (q < S) {
-          sum[u].x += v[q].x;
-          sum[u].y += v[q].y;
-          sum[u].z += v[q].z;
-          sum[u].w += v[q].w;
-        }
-    }
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-      const int e = e0 + u * step;
-      if (e >= total)
-        break;
-      const int r = e / W4, m = (e - r * W4) * 4, f = f0 + m;
-      if (f >= n) /* n is a multiple of 8: the 4 are in or out */
-        continue;
-      wg_out4<F16>(y + (size_t)r * n + f, sum[u],
-                   *reinterpret_cast<const float4 *>(bias + m), act);
-    }
-  }
-}
-
-/* The end of a CTA's work, once every thread is past its last stage: the
- * consumers' partials into shared memory (the ring's space), then the
- * tile's S ranks sum them (wg_sum_partials) between two cluster barriers.
- * All the CTA's threads call it. */
-template <int NR, int C, int F16>
-__device__ __forceinline__ void wg_finish(uint8_t *smem, const float *acc,
+__device__ __forceinline__ void wg_finish(float *recv, const float *acc,
                                           const float *bias, bool consumer,
                                           int split, int S, int f0, int nrows,
                                           int n, uint16_t *y, int act) {
-  cg::cluster_group cl = cg::this_cluster();
-  float *part = reinterpret_cast<float *>(smem);
-  if (consumer)
-    wg_store_partials<NR, C>(part, acc);
-  cl.sync();
-  wg_sum_partials<NR, C, F16>(part, bias, split, S, threadIdx.x,
-                              (C + 1) * 128, f0, nrows, n, y, act);
-  /* Only keeps each CTA's shared memory alive until its partners have
-   * read it; those reads were consumed by the sums stored above, so no
-   * ordering is needed. A releasing arrive (cl.sync) would wait for the
-   * outputs' global stores to land: 0.5 us a layer (H100, 2026-12-06). */
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
-  asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
-}
-
-/* The end of a CTA's work with WG_PUSH: the float4 columns of the tile's
- * 64*C features are shared out among the S ranks in S runs, and each
- * consumer thread stores every partial straight into the slot of the
- * rank that owns its column (`recv`, beside the ring, in every rank:
- * [S sources][NR rows][QW floats]); one cluster barrier, then each rank
- * sums its own columns from its own shared memory, in rank order as
- * wg_sum_partials does (the same bits), and writes them. Remote stores
- * do not wait for a round trip as remote loads do, and no rank reads
- * another's memory after the barrier, so a second one is not needed. The
- * kernel arrived (relaxed) on the cluster barrier at its start: the wait
- * here makes sure every partner is running before it is written to. All
- * the CTA's threads call it. */
-template <int NR, int C, int F16>
-__device__ __forceinline__ void wg_finish_push(float *recv, const float *acc,
-                                               const float *bias,
-                                               bool consumer, int split,
-                                               int S, int f0, int nrows,
-                                               int n, uint16_t *y, int act) {
   constexpr int W4 = 16 * C; /* float4 columns of a row */
   const int QW = (W4 + S - 1) / S * 4 + 4;
   cg::cluster_group cl = cg::this_cluster();
@@ -410,9 +305,8 @@ __global__ void __launch_bounds__((C + 1) * 128, 1)
 
   /* A stage is handed back by every consumer thread. */
   wg_ring_init<ST>(full, empty, C * 128);
-  const bool push = p.flags & WG_PUSH;
-  if (push)
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+  /* wg_finish's wait: partners are running before they are written to */
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
 
   float acc[NR / 2];
 #pragma unroll
@@ -469,18 +363,10 @@ __global__ void __launch_bounds__((C + 1) * 128, 1)
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
     fence_acc(acc);
   }
-  if (push) {
-    if (!(p.flags & WG_NO_SUM))
-      wg_finish_push<NR, C, F16>(reinterpret_cast<float *>(smem + SH::RING),
-                                 acc, bias_s, wg < C, split, S, f0, p.rows,
-                                 p.n, p.y, p.act);
-    return;
-  }
-  /* Every stage has been read: the ring is free for the partial sums. */
-  __syncthreads();
   if (!(p.flags & WG_NO_SUM))
-    wg_finish<NR, C, F16>(smem, acc, bias_s, wg < C, split, S, f0, p.rows,
-                          p.n, p.y, p.act);
+    wg_finish<NR, C, F16>(reinterpret_cast<float *>(smem + SH::RING), acc,
+                          bias_s, wg < C, split, S, f0, p.rows, p.n, p.y,
+                          p.act);
 }
 
 /* The tiled copy of W [n][k] that WT = 1 reads: `tiles` tiles of 64
