@@ -23,6 +23,12 @@
  * connection had its turn and the batches formed meanwhile went out. */
 #define FRAMES_PER_TURN 16
 #define BYTES_PER_TURN (256u * 1024u)
+/* Bytes one readiness may copy out of a socket: the thread's other
+ * connections wait behind that copy. With 64 KiB instead of the rest of
+ * the frame (up to the socket buffer) the digits' lone p99 rise beside an
+ * inline mlp-4k load fell from 0.47-0.51 to 0.38-0.42 ms on an H100, for
+ * 3-7% of that load's rows/s (bench/RESULTS.md, 2026-12-06). */
+#define READ_PER_READINESS (64u * 1024u)
 #define ACCEPTS_PER_WAKEUP 32
 #define IOV_BATCH 64
 #define CLOSE_GRACE_NS (10ull * 1000000000ull) /* a refusal's write-out */
@@ -685,9 +691,10 @@ static ssize_t read_some(mlpd_conn_t *c, size_t limit) {
   return n;
 }
 
-/* One recvmsg per readiness, then the other connections: a large frame
- * arrives over several loop turns instead of one connection's reads (up
- * to ~1.6 MiB with eight a readiness) holding up the turn. On an H100
+/* One recvmsg per readiness, of at most READ_PER_READINESS, then the
+ * other connections: a large frame arrives over several loop turns
+ * instead of one connection's reads (up to ~1.6 MiB with eight a
+ * readiness) holding up the turn. On an H100
  * (bench/RESULTS.md, 2026-12-05 23:31) the digits' lone p99 rise beside an
  * inline mlp-4k load was 0.58-0.63 ms against 1.03-1.53 with eight, at the
  * same inline rows/s. (A flood is then read more slowly: flow.h's overload
@@ -696,7 +703,7 @@ static ssize_t read_some(mlpd_conn_t *c, size_t limit) {
 static void on_readable(mlpd_conn_t *c) {
   if (!c->closing && !c->close_after_write && !c->paused && !c->held &&
       !c->backlog) {
-    ssize_t n = read_some(c, 0);
+    ssize_t n = read_some(c, READ_PER_READINESS);
     if (n == -ENOMEM) {
       /* No room for the frame: the client is told why, not just cut. */
       stream_error(c, MLPD_ENOMEM, c->need > c->rlen ? c->need : c->rlen);
