@@ -27,7 +27,7 @@
  * connections wait behind that copy. With 64 KiB instead of the rest of
  * the frame (up to the socket buffer) the digits' lone p99 rise beside an
  * inline mlp-4k load fell from 0.47-0.51 to 0.38-0.42 ms on an H100, for
- * 3-7% of that load's rows/s (bench/RESULTS.md, 2026-12-06). */
+ * 1-7% of that load's rows/s (bench/RESULTS.md, 2026-12-06). */
 #define READ_PER_READINESS (64u * 1024u)
 #define ACCEPTS_PER_WAKEUP 32
 #define IOV_BATCH 64
