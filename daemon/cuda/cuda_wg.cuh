@@ -260,7 +260,7 @@ __device__ __forceinline__ void wg_finish(float *recv, const float *acc,
   const int total = rows * nq, nt = (C + 1) * 128;
   for (int e = threadIdx.x; e < total; e += nt) {
     const int r = e / nq, cq = e - r * nq, f = f0 + (c0 + cq) * 4;
-    if (f >= n)
+    if (f >= n) /* n is a multiple of 8: the 4 are in or out */
       continue;
     const float *src = recv + r * QW + cq * 4;
     float4 sum = *reinterpret_cast<const float4 *>(src);
