@@ -694,12 +694,12 @@ static ssize_t read_some(mlpd_conn_t *c, size_t limit) {
 /* One recvmsg per readiness, of at most READ_PER_READINESS, then the
  * other connections: a large frame arrives over several loop turns
  * instead of one connection's reads (up to ~1.6 MiB with eight a
- * readiness) holding up the turn. On an H100
- * (bench/RESULTS.md, 2026-12-05 23:31) the digits' lone p99 rise beside an
- * inline mlp-4k load was 0.58-0.63 ms against 1.03-1.53 with eight, at the
- * same inline rows/s. (A flood is then read more slowly: flow.h's overload
- * episode lasts while it goes on, not only while the queue is over half
- * full.) The loop reads again at the next readiness (level-triggered). */
+ * readiness) holding up the turn. On an H100 (bench/RESULTS.md,
+ * 2026-12-05 23:31) the digits' lone p99 rise beside an inline mlp-4k
+ * load was 0.58-0.63 ms against 1.03-1.53 with eight, at the same inline
+ * rows/s. (A flood is then read more slowly: flow.h's overload episode
+ * lasts while it goes on, not only while the queue is over half full.)
+ * The loop reads again at the next readiness (level-triggered). */
 static void on_readable(mlpd_conn_t *c) {
   if (!c->closing && !c->close_after_write && !c->paused && !c->held &&
       !c->backlog) {

@@ -70,17 +70,18 @@ using namespace mlpd_k; /* the async copies, activate, act_*_f32 */
 /* Splits (cluster size) at most: the portable cluster size. */
 #define WG_MAX_SPLITS 8
 
-/* wg_args.flags, for bench/wg's measure of the streaming alone (the
- * engine passes 0): WG_NO_MATH, consumers skip the math (copy-only
- * chains); WG_NO_SUM, no split-K sum and no outputs either (what the end
- * of a layer costs beyond its streaming). */
+/* The kernel's XF, for bench/wg's measure of the streaming alone (the
+ * engine's kernels are XF = 0, so nothing of it is in them): WG_NO_MATH,
+ * consumers skip the math (copy-only chains); WG_NO_SUM, no split-K sum
+ * and no outputs either (what the end of a layer costs beyond its
+ * streaming). */
 enum { WG_NO_MATH = 2, WG_NO_SUM = 4 };
 
 struct wg_args {
   const uint16_t *b;  /* bias [n], activation dtype */
   uint16_t *y;        /* [rows][n] */
   const uint8_t *wt;  /* tiled weights (WT = 1) */
-  int rows, n, k, act, flags, splits;
+  int rows, n, k, act, splits;
 };
 
 template <int NR, int C, int BKA, int ST> struct wg_shape {
@@ -277,7 +278,8 @@ __device__ __forceinline__ void wg_finish(float *recv, const float *acc,
   }
 }
 
-template <int NR, int C, int BKA, int ST, int WT, int BR, int F16>
+template <int NR, int C, int BKA, int ST, int WT, int BR, int F16,
+          int XF = 0>
 __global__ void __launch_bounds__((C + 1) * 128, 1)
     mlpd_small_gemm_kernel_wg(const __grid_constant__ CUtensorMap tmw,
             const __grid_constant__ CUtensorMap tmx, const wg_args p) {
@@ -351,7 +353,7 @@ __global__ void __launch_bounds__((C + 1) * 128, 1)
     for (int it = 0; it < nst; it++) {
       const int s = it % ST;
       mbar_wait(smem_u32(&full[s]), (it / ST) & 1);
-      if (p.flags & WG_NO_MATH) {
+      if (XF & WG_NO_MATH) {
         mbar_arrive(smem_u32(&empty[s]));
         continue;
       }
@@ -363,7 +365,7 @@ __global__ void __launch_bounds__((C + 1) * 128, 1)
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
     fence_acc(acc);
   }
-  if (!(p.flags & WG_NO_SUM))
+  if (!(XF & WG_NO_SUM))
     wg_finish<NR, C, F16>(reinterpret_cast<float *>(smem + SH::RING), acc,
                           bias_s, wg < C, split, S, f0, p.rows, p.n, p.y,
                           p.act);
