@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,9 +51,71 @@ static void set_blas_threads(int n) {
   pthread_mutex_unlock(&blas_mu);
 }
 
-static float gelu_tanh(float x) {
-  const float k = 0.7978845608028654f; /* sqrt(2/pi) */
-  return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+/* GELU in the tanh form, four values at a time: with libm's tanhf it was
+ * half of the worker's time on a 1024-256-16 model (perf, 2-core
+ * machine), a scalar call per output. 0.5 x (1 + tanh(u)) is computed as
+ * x / (1 + exp(-2u)), the same function without the cancellation of
+ * 1 + tanh(u) at large negative u; exp by Cody-Waite reduction and
+ * Cephes' degree-6 polynomial (about 1 ulp), its argument clamped to
+ * [-80, 88] where 1 + exp is 1 or exp still finite. GCC's vector
+ * extension: SSE2 on baseline x86-64, NEON on arm64, plain code
+ * elsewhere. NaN stays NaN; +inf gives +inf, -inf gives -inf. */
+typedef float v4f __attribute__((vector_size(16)));
+typedef int32_t v4i __attribute__((vector_size(16)));
+
+static inline v4f splat(float f) { return (v4f){f, f, f, f}; }
+
+static inline v4f select4(v4i m, v4f a, v4f b) { /* m ? a : b */
+  return (v4f)(((v4i)a & m) | ((v4i)b & ~m));
+}
+
+static inline v4f exp4(v4f a) {
+  a = select4(a > splat(88.0f), splat(88.0f), a);
+  a = select4(a < splat(-80.0f), splat(-80.0f), a);
+  /* n = round(a / ln 2) in the low bits of t: adding 1.5 * 2^23 rounds */
+  const v4f shift = splat(12582912.0f);
+  const v4f t = a * splat(1.44269504088896341f) + shift;
+  const v4f n = t - shift;
+  v4f r = a - n * splat(0.693359375f);
+  r = r - n * splat(-2.12194440e-4f);
+  v4f p = splat(1.9875691500e-4f);
+  p = p * r + splat(1.3981999507e-3f);
+  p = p * r + splat(8.3334519073e-3f);
+  p = p * r + splat(4.1665795894e-2f);
+  p = p * r + splat(1.6666665459e-1f);
+  p = p * r + splat(5.0000001201e-1f);
+  p = p * r * r + r + splat(1.0f);
+  /* times 2^n: n added to the exponent bits */
+  return (v4f)((v4i)p + (((v4i)t - (v4i)shift) << 23));
+}
+
+static inline v4f gelu4(v4f x) {
+  const v4f u = splat(0.7978845608028654f) * /* sqrt(2/pi) */
+                (x + splat(0.044715f) * x * x * x);
+  return x / (splat(1.0f) + exp4(splat(-2.0f) * u));
+}
+
+/* row[j] = gelu(row[j] + b[j]) for j < n. */
+static void bias_gelu(float *row, const float *b, int n) {
+  int j = 0;
+  for (; j + 4 <= n; j += 4) {
+    v4f x, bb;
+    memcpy(&x, row + j, sizeof(x));
+    memcpy(&bb, b + j, sizeof(bb));
+    x = gelu4(x + bb);
+    memcpy(row + j, &x, sizeof(x));
+  }
+  if (j < n) {
+    float tail[4] = {0};
+    for (int i = 0; j + i < n; i++)
+      tail[i] = row[j + i] + b[j + i];
+    v4f x;
+    memcpy(&x, tail, sizeof(x));
+    x = gelu4(x);
+    memcpy(tail, &x, sizeof(x));
+    for (int i = 0; j + i < n; i++)
+      row[j + i] = tail[i];
+  }
 }
 
 static void *alloc_floats(size_t n) {
@@ -153,8 +216,7 @@ static void forward(cpu_engine_t *e, const float *x, float *out, int rows) {
     for (int r = 0; r < rows; r++) {
       float *row = y + (size_t)r * (size_t)L->out;
       if (L->act == MLPD_ACT_GELU_TANH) {
-        for (int j = 0; j < L->out; j++)
-          row[j] = gelu_tanh(row[j] + L->b[j]);
+        bias_gelu(row, L->b, L->out);
       } else if (L->act == MLPD_ACT_RELU) {
         /* Written so that NaN compares false and stays NaN, as
          * torch.relu does. */
