@@ -41,14 +41,20 @@ static double metric(const char *sock, const char *name) {
   return v;
 }
 
-/* Waits until metric `prefix` is at least `want`. */
-static void wait_metric(const char *sock, const char *prefix, double want) {
+/* Whether metric `prefix` reaches `want` within a minute. */
+static int reach_metric(const char *sock, const char *prefix, double want) {
   for (int i = 0; i < 6000; i++) {
     if (metric(sock, prefix) >= want)
-      return;
+      return 1;
     usleep(10000);
   }
-  fail_msg("metric %s never reached %g", prefix, want);
+  return 0;
+}
+
+/* Waits until metric `prefix` is at least `want`. */
+static void wait_metric(const char *sock, const char *prefix, double want) {
+  if (!reach_metric(sock, prefix, want))
+    fail_msg("metric %s never reached %g", prefix, want);
 }
 
 static void model(char *dir, char *path, size_t len, tu_mlp_t *ref,
@@ -67,11 +73,16 @@ typedef struct {
   td_daemon_t d;
 } cpu_daemon_t;
 
-static void cpu_daemon_start(cpu_daemon_t *c, const char *const *args) {
-  const int widths[] = {256, 1024, 1024, 16};
+static void cpu_daemon_start_widths(cpu_daemon_t *c, const char *const *args,
+                                   const int *widths) {
   model(c->dir, c->path, sizeof(c->path), &c->ref, widths, 3);
   td_spawn(&c->d, c->path, 0, 0, args);
   td_wait_ready(&c->d, TIMEOUT);
+}
+
+static void cpu_daemon_start(cpu_daemon_t *c, const char *const *args) {
+  const int widths[] = {256, 1024, 1024, 16};
+  cpu_daemon_start_widths(c, args, widths);
 }
 
 static void cpu_daemon_stop(cpu_daemon_t *c) {
@@ -446,7 +457,9 @@ static void test_held_connection_released_in_turn(void **state) {
 
 /* ---- an open-loop flood -------------------------------------------------- */
 
-#define FLOOD_CONNS 12
+/* Connections of a flood, at least and at most (flood_conns). */
+#define FLOOD_MIN_CONNS 12
+#define FLOOD_MAX_CONNS 64
 
 typedef struct {
   int fd;
@@ -499,8 +512,27 @@ static void *flood_reader(void *arg) {
   return NULL;
 }
 
-/* Twelve connections each send a 64-row request every 10 ms, ten times
- * what the CPU computes or more: what would wait past the bound is
+/* How many connections make a flood on this machine: flow control holds
+ * each connection at its window (two 64-row batches) and paces it, so
+ * a flood is overload only when the connections' requests are more than
+ * the engine computes within the bound (the queue-delay rule), and a
+ * turn of their line (a request each) takes longer than the bound (the
+ * overload rule): more than bound / batch connections for the second,
+ * half that for the first. Twice that, from the fastest 64-row batch
+ * seen (batch_us): a faster engine gets more connections, not a flood
+ * that flow control absorbs (which is what a 1.9x faster CPU engine made
+ * of twelve, 2026-12-06); no more, since each connection's threads load
+ * the machine that runs the daemon too. */
+static int flood_conns(int bound_ms, uint64_t batch_us) {
+  const uint64_t b = batch_us > 0 ? batch_us : 1;
+  const uint64_t n = (2u * (uint64_t)bound_ms * 1000u + b - 1) / b;
+  return n < FLOOD_MIN_CONNS   ? FLOOD_MIN_CONNS
+         : n > FLOOD_MAX_CONNS ? FLOOD_MAX_CONNS
+                               : (int)n;
+}
+
+/* Connections (flood_conns) each send a 64-row request every 10 ms, ten
+ * times what the CPU computes or more: what would wait past the bound is
  * refused, what was admitted reaches the device within the bound plus a
  * few batches, and a request sent into the flood is refused at once, not
  * after the queue. `max_queue` rows (--max-queue) and `bound_ms`
@@ -526,8 +558,12 @@ static void flood(const char *max_queue, int bound_ms, const char *reason) {
                         "--max-queue-delay-ms",
                         bound,
                         NULL};
+  /* Heavier than the other tests' model (a 64-row batch in about 10 ms
+   * on the 2-core machine's ASan build), so that few connections make a
+   * flood. */
+  const int widths[] = {256, 2048, 2048, 16};
   cpu_daemon_t c;
-  cpu_daemon_start(&c, args);
+  cpu_daemon_start_widths(&c, args, widths);
   td_daemon_t *d = &c.d;
   float *x = tu_random_rows(3, 64, 256);
   size_t one;
@@ -536,18 +572,24 @@ static void flood(const char *max_queue, int bound_ms, const char *reason) {
    * estimate after eight): ten first. */
   int probe = td_connect(d->sock);
   td_response_t r;
+  uint64_t fastest = UINT64_MAX;
   for (int i = 0; i < 10; i++) {
     td_write_all(probe, f, one);
     assert_int_equal(td_recv(probe, &r, TIMEOUT), 1);
     assert_int_equal(r.status, 0);
+    if (r.compute_us < fastest)
+      fastest = r.compute_us;
     td_response_free(&r);
   }
+  const int conns = flood_conns(bound_ms, fastest);
+  print_message("a 64-row batch in %llu us: %d connections\n",
+                (unsigned long long)fastest, conns);
   atomic_int stop, sent_all;
   atomic_init(&stop, 0);
   atomic_init(&sent_all, 0);
-  pthread_t ts[FLOOD_CONNS], tr[FLOOD_CONNS];
-  flood_t fl[FLOOD_CONNS];
-  for (int i = 0; i < FLOOD_CONNS; i++) {
+  pthread_t ts[FLOOD_MAX_CONNS], tr[FLOOD_MAX_CONNS];
+  flood_t fl[FLOOD_MAX_CONNS];
+  for (int i = 0; i < conns; i++) {
     memset(&fl[i], 0, sizeof(fl[i]));
     fl[i].fd = td_connect(d->sock);
     fl[i].frame = f;
@@ -558,13 +600,14 @@ static void flood(const char *max_queue, int bound_ms, const char *reason) {
     assert_int_equal(pthread_create(&ts[i], NULL, flood_sender, &fl[i]), 0);
     assert_int_equal(pthread_create(&tr[i], NULL, flood_reader, &fl[i]), 0);
   }
-  wait_metric(d->sock, metric_name, 10);
+  /* Asserted once the threads are stopped: they use this frame. */
+  const int flooded = reach_metric(d->sock, metric_name, 10);
   /* Into the flood: answered at once, not after the queue. The queue sits
    * at the bound, so a probe may just fit after a batch: the first refused
    * of up to ten probes is timed. */
   uint64_t refuse_us = UINT64_MAX;
   int status = 0;
-  for (int i = 0; i < 10 && status == 0; i++) {
+  for (int i = 0; i < 10 && flooded && status == 0; i++) {
     uint64_t t0 = mlpd_now_ns();
     td_write_all(probe, f, one);
     assert_int_equal(td_recv(probe, &r, TIMEOUT), 1);
@@ -576,12 +619,12 @@ static void flood(const char *max_queue, int bound_ms, const char *reason) {
     td_response_free(&r);
   }
   atomic_store(&stop, 1);
-  for (int i = 0; i < FLOOD_CONNS; i++)
+  for (int i = 0; i < conns; i++)
     pthread_join(ts[i], NULL);
   atomic_store(&sent_all, 1);
   int ok = 0, refused = 0, other = 0, sent = 0;
   uint64_t worst = 0, batch = 0;
-  for (int i = 0; i < FLOOD_CONNS; i++) {
+  for (int i = 0; i < conns; i++) {
     pthread_join(tr[i], NULL);
     ok += fl[i].ok;
     refused += fl[i].refused;
@@ -598,6 +641,8 @@ static void flood(const char *max_queue, int bound_ms, const char *reason) {
                 "us\n",
                 sent, ok, (unsigned long long)worst, (unsigned long long)batch,
                 refused, (unsigned long long)refuse_us);
+  if (!flooded)
+    fail_msg("metric %s never reached 10", metric_name);
   assert_int_equal(other, 0);
   assert_int_equal(ok + refused, sent);
   assert_true(refused > 0);
