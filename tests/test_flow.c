@@ -20,6 +20,7 @@
 #include "testutil.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -73,16 +74,19 @@ typedef struct {
   td_daemon_t d;
 } cpu_daemon_t;
 
-static void cpu_daemon_start_widths(cpu_daemon_t *c, const char *const *args,
-                                   const int *widths) {
+static const int cpu_widths[] = {256, 1024, 1024, 16};
+
+/* The same with a 256 -> wide -> wide -> 16 model. */
+static void cpu_daemon_start_wide(cpu_daemon_t *c, const char *const *args,
+                                  int wide) {
+  const int widths[] = {256, wide, wide, 16};
   model(c->dir, c->path, sizeof(c->path), &c->ref, widths, 3);
   td_spawn(&c->d, c->path, 0, 0, args);
   td_wait_ready(&c->d, TIMEOUT);
 }
 
 static void cpu_daemon_start(cpu_daemon_t *c, const char *const *args) {
-  const int widths[] = {256, 1024, 1024, 16};
-  cpu_daemon_start_widths(c, args, widths);
+  cpu_daemon_start_wide(c, args, cpu_widths[1]);
 }
 
 static void cpu_daemon_stop(cpu_daemon_t *c) {
@@ -309,28 +313,40 @@ static void test_lone_request_beside_a_deep_pipeline(void **state) {
     usleep(1000);
   int lone = td_connect(d->sock);
   uint8_t *lf = td_infer_frame(9, x, MLPD_DTYPE_F32, 1, 256, 0, 0, &one);
-  int before = atomic_load(&dr.got);
-  uint64_t t0 = mlpd_now_ns();
-  td_write_all(lone, lf, one);
-  td_response_t r;
-  assert_int_equal(td_recv(lone, &r, TIMEOUT), 1);
-  uint64_t took_us = (mlpd_now_ns() - t0) / 1000u;
-  assert_int_equal(r.status, 0);
-  int ahead = atomic_load(&dr.got) - before;
-  int left = n - atomic_load(&dr.got);
-  uint64_t batch_us = atomic_load(&dr.max_compute_us);
-  print_message("lone request: %llu us round trip, queued %llu us; a batch "
-                "takes up to %llu us; %d deep answers came before it, %d "
-                "deep requests still to come\n",
-                (unsigned long long)took_us, (unsigned long long)r.queue_us,
-                (unsigned long long)batch_us, ahead, left);
   /* Behind the whole pipeline it would wait for all that is left; it
    * waits for the batch running and the one queued (the deep window),
    * whatever the machine's speed: counted in answers, not in time (one
-   * more for an answer read in the race with the lone one). */
-  assert_true(left > 8);
-  assert_true(ahead <= 3);
-  td_response_free(&r);
+   * more for an answer read in the race with the lone one). The deep
+   * answers are counted as this test reads them, so a moment in which
+   * this thread does not run while the drain thread does adds to the
+   * count (a batch takes 2-5 ms on the 2-core machine): up to three
+   * lone requests, one after another, and the best counts; a daemon
+   * that queued them behind the pipeline would fail all three. */
+  int best = INT_MAX, best_left = 0;
+  for (int probe = 0; probe < 3 && best > 3; probe++) {
+    int before = atomic_load(&dr.got);
+    uint64_t t0 = mlpd_now_ns();
+    td_write_all(lone, lf, one);
+    td_response_t r;
+    assert_int_equal(td_recv(lone, &r, TIMEOUT), 1);
+    uint64_t took_us = (mlpd_now_ns() - t0) / 1000u;
+    assert_int_equal(r.status, 0);
+    int ahead = atomic_load(&dr.got) - before;
+    int left = n - atomic_load(&dr.got);
+    uint64_t batch_us = atomic_load(&dr.max_compute_us);
+    print_message("lone request: %llu us round trip, queued %llu us; a "
+                  "batch takes up to %llu us; %d deep answers came before "
+                  "it, %d deep requests still to come\n",
+                  (unsigned long long)took_us, (unsigned long long)r.queue_us,
+                  (unsigned long long)batch_us, ahead, left);
+    td_response_free(&r);
+    if (ahead < best) {
+      best = ahead;
+      best_left = left;
+    }
+  }
+  assert_true(best_left > 8);
+  assert_true(best <= 3);
   pthread_join(ts, NULL);
   pthread_join(tr, NULL);
   assert_int_equal(atomic_load(&dr.got), n);
@@ -522,7 +538,9 @@ static void *flood_reader(void *arg) {
  * seen (batch_us): a faster engine gets more connections, not a flood
  * that flow control absorbs (which is what a 1.9x faster CPU engine made
  * of twelve, 2026-12-06); no more, since each connection's threads load
- * the machine that runs the daemon too. */
+ * the machine that runs the daemon too (with 64 on the 2-core machine a
+ * batch took up to 12 times the fastest, and the worst admitted request
+ * came within 7 ms of the limit asserted below). */
 static int flood_conns(int bound_ms, uint64_t batch_us) {
   const uint64_t b = batch_us > 0 ? batch_us : 1;
   const uint64_t n = (2u * (uint64_t)bound_ms * 1000u + b - 1) / b;
@@ -536,8 +554,10 @@ static int flood_conns(int bound_ms, uint64_t batch_us) {
  * refused, what was admitted reaches the device within the bound plus a
  * few batches, and a request sent into the flood is refused at once, not
  * after the queue. `max_queue` rows (--max-queue) and `bound_ms`
- * (--max-queue-delay-ms) choose which rule refuses (`reason`). */
-static void flood(const char *max_queue, int bound_ms, const char *reason) {
+ * (--max-queue-delay-ms) choose which rule refuses (`reason`); `wide`,
+ * the model's hidden width. */
+static void flood(const char *max_queue, int bound_ms, const char *reason,
+                  int wide) {
   char bound[16], metric_name[128];
   snprintf(bound, sizeof(bound), "%d", bound_ms);
   snprintf(metric_name, sizeof(metric_name),
@@ -558,12 +578,8 @@ static void flood(const char *max_queue, int bound_ms, const char *reason) {
                         "--max-queue-delay-ms",
                         bound,
                         NULL};
-  /* Heavier than the other tests' model (a 64-row batch in about 10 ms
-   * on the 2-core machine's ASan build), so that few connections make a
-   * flood. */
-  const int widths[] = {256, 2048, 2048, 16};
   cpu_daemon_t c;
-  cpu_daemon_start_widths(&c, args, widths);
+  cpu_daemon_start_wide(&c, args, wide);
   td_daemon_t *d = &c.d;
   float *x = tu_random_rows(3, 64, 256);
   size_t one;
@@ -684,16 +700,21 @@ static void flood(const char *max_queue, int bound_ms, const char *reason) {
 
 static void test_open_loop_flood_is_refused_fast(void **state) {
   (void)state;
-  /* A queue too large to pace them: the queue-delay estimate refuses. */
-  flood("1000000", 100, "queue_delay");
+  /* A queue too large to pace them: the queue-delay estimate refuses. A
+   * heavier model (a 64-row batch in about 9 ms on the 2-core machine,
+   * 33-39 ms on the GPU machine's CPU), so that few connections make a
+   * flood. */
+  flood("1000000", 100, "queue_delay", 2048);
 }
 
 static void test_flood_held_too_long_is_refused_fast(void **state) {
   (void)state;
-  /* A queue of two batches: twelve connections wait in line for it, a
-   * turn of the line takes longer than the 50 ms bound, and an overload
-   * episode refuses what does not fit the queue. */
-  flood("128", 50, "overload");
+  /* A queue of two batches: the connections wait in line for it, a turn
+   * of the line takes longer than the 50 ms bound, and an overload
+   * episode refuses what does not fit the queue. Not the heavier model:
+   * two of its batches may not fit the bound, and then the queue-delay
+   * rule refuses first. */
+  flood("128", 50, "overload", cpu_widths[1]);
 }
 
 int main(void) {
