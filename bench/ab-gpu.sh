@@ -29,21 +29,17 @@ mkdir -p "$OUT"
 t0=$(date +%s)
 el() { echo "$(($(date +%s) - t0)) s"; }
 . bench/gpu-env.sh
-build() { # SRC DIR TESTS
-  cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_CUDA_ARCHITECTURES=90 -DMLPD_BUILD_TESTS="$3" >"$2.log" 2>&1 &&
-    cmake --build "$2" >>"$2.log" 2>&1
-}
+. bench/lib.sh
 B=$PWD/build-gpu
 declare -A daemon=([new]="$B/daemon/mlpd")
 names=(new)
 pids=()
-build . "$B" ON & pids+=($!)
+gpu_build . "$B" ON & pids+=($!)
 for src in "$@"; do
   v=$(basename "$src")
   names+=("$v")
   daemon[$v]="$src/build-ab/daemon/mlpd"
-  build "$src" "$src/build-ab" "$([ -n "${VARIANT_TESTS:-}" ] && echo ON || echo OFF)" &
+  gpu_build "$src" "$src/build-ab" "$([ -n "${VARIANT_TESTS:-}" ] && echo ON || echo OFF)" &
   pids+=($!)
 done
 failed=0

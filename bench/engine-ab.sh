@@ -23,15 +23,12 @@ ROUNDS=${ROUNDS:-3}
 OUT=${OUT:-/tmp/engine-ab}
 mkdir -p "$OUT"
 . bench/gpu-env.sh
+. bench/lib.sh
 t0=$(date +%s)
-build() { # SRC DIR
-  cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_CUDA_ARCHITECTURES=90 -DMLPD_BUILD_TESTS=ON >"$2.log" 2>&1 &&
-    cmake --build "$2" --target bench_engine test_engine_cuda >>"$2.log" 2>&1
-}
 B=$PWD/build-gpu
-build . "$B" & p1=$!
-build "$SRC" "$SRC/build-ab" & p2=$!
+gpu_build . "$B" ON bench_engine test_engine_cuda & p1=$!
+gpu_build "$SRC" "$SRC/build-ab" ON bench_engine test_engine_cuda &
+p2=$!
 wait $p1 && wait $p2 || {
   echo "a build failed"; tail -5 "$B.log" "$SRC/build-ab.log"; exit 1; }
 echo "builds done after $(($(date +%s) - t0)) s"

@@ -10,3 +10,15 @@ wait_ready() {
     sleep 0.02
   done
 }
+
+# gpu_build SRC DIR TESTS [TARGET...]: configures source tree SRC in DIR
+# as the GPU machine's A/B scripts build it (Release, sm_90, tests when
+# TESTS is ON) and builds TARGETs (everything when none); the output goes
+# to DIR.log.
+gpu_build() {
+  local src=$1 dir=$2 tests=$3
+  shift 3
+  cmake -S "$src" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_CUDA_ARCHITECTURES=90 -DMLPD_BUILD_TESTS="$tests" >"$dir.log" 2>&1 &&
+    cmake --build "$dir" ${1:+--target "$@"} >>"$dir.log" 2>&1
+}

@@ -15,7 +15,6 @@
 
 #include <cblas.h>
 #include <errno.h>
-#include <math.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>

@@ -60,7 +60,8 @@ typedef struct mlpd_flow_conn_s {
   struct mlpd_flow_conn_s *prev, *next; /* the line, oldest first */
   int last_rows;     /* rows of its last infer request (a turn's share) */
   int reserve;       /* rows of the budget promised at its release in turn */
-  int turn;          /* released in turn: its next request goes in */
+  int turn;          /* its frame being read was promised room: it goes
+                        in (set from reserve by mlpd_flow_read) */
   int active;        /* counted in its thread's nactive */
 } mlpd_flow_conn_t;
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* test_flow_window.c - flow.c's rules for a connection's own window and
- * for the end of an overload episode, alone: daemon/flow.c linked against
+/* test_flow_window.c - flow.c's rules for a connection's own window, for
+ * a release in turn and for the end of an overload episode, alone: daemon/flow.c linked against
  * stand-ins for the scheduler (one model, batches of MAX_BATCH rows, one
  * device in rotation, a queue of g_queued rows) and
  * for the server (mlpd_server_hold records what it was told). The daemon
@@ -172,6 +172,44 @@ static void test_episode_ends_below_half(void **state) {
   assert_int_equal(f->overload, 0);
 }
 
+/* A connection waiting in line for the budget (512 rows, full) is
+ * released in turn with 32 rows promised once a request's room is back.
+ * The promise kept: its request goes in as it is read. The promise void
+ * before the read (its last answer went out, and the room went to
+ * others): its request is checked like any other and waits in line
+ * again, rather than going in past the budget (test_flow saw 544 rows of
+ * 512 when a turn outlived its promise). */
+static void request_after_release(rig_t *r, int voided) {
+  mlpd_flow_t *f = &r->flow;
+  atomic_store(&r->board.max_queue, 512);
+  r->fc.last_rows = 32;
+  g_queued = 512;
+  assert_int_equal(mlpd_flow_wait_turn(f, &r->fc, 32, 1), 1);
+  assert_int_equal(g_held, 1);
+  g_queued = 480;
+  mlpd_flow_release(f, 1);
+  assert_int_equal(g_held, 0);
+  assert_int_equal(r->fc.reserve, 32);
+  if (voided) {
+    r->conn.busy = 0;
+    mlpd_flow_update(f, &r->fc);
+    assert_int_equal(r->fc.reserve, 0);
+    r->conn.busy = 1;
+    g_queued = 512;
+  }
+  mlpd_flow_read(f, &r->fc);
+  assert_int_equal(mlpd_flow_wait_turn(f, &r->fc, 32, 1), voided);
+  assert_int_equal(f->reserved, 0);
+}
+
+static void test_promise_kept_lets_in(void **state) {
+  request_after_release(*state, 0);
+}
+
+static void test_promise_void_gives_no_turn(void **state) {
+  request_after_release(*state, 1);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_held_at_the_window, rig_setup,
@@ -188,6 +226,10 @@ int main(void) {
                                       rig_teardown),
       cmocka_unit_test_setup_teardown(test_nothing_in_flight, rig_setup,
                                       rig_teardown),
+      cmocka_unit_test_setup_teardown(test_promise_kept_lets_in, rig_setup,
+                                      rig_teardown),
+      cmocka_unit_test_setup_teardown(test_promise_void_gives_no_turn,
+                                      rig_setup, rig_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
