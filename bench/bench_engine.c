@@ -353,12 +353,12 @@ int main(int argc, char **argv) {
              "\"layer\":%d,\"what\":\"%s\",\"small\":%d,"
              "\"candidates\":%d,"
              "\"us_chosen\":%.2f,\"us_first\":%.2f,\"us_lt\":%.2f,"
-             "\"us_small\":%.2f,\"bf16_path\":%d,\"us_fp8\":%.2f,"
-             "\"us_bf16\":%.2f,\"kernels\":\"%s\"}\n",
+             "\"us_small\":%.2f,\"bf16_path\":%d,\"fast_accum\":%d,"
+             "\"us_fp8\":%.2f,\"us_bf16\":%.2f,\"kernels\":\"%s\"}\n",
              label, p.rows, l + 1, p.what, p.small_kernel, p.ncandidates,
              fin(p.us_chosen), fin(p.us_first), fin(p.us_lt),
-             fin(p.us_small), p.bf16_path, fin(st1.us_fp8[bi]),
-             fin(st1.us_bf16[bi]), p.kernels);
+             fin(p.us_small), p.bf16_path, p.fast_accum,
+             fin(st1.us_fp8[bi]), fin(st1.us_bf16[bi]), p.kernels);
     }
   }
   if (cache != NULL) {

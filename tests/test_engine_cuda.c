@@ -423,10 +423,11 @@ static void check_every_batch(const int *widths, int nlayers,
       assert_true(st.us_fp8[b] > 0 && st.us_bf16[b] > 0);
       assert_int_equal(st.bucket_bf16[b], st.us_bf16[b] < st.us_fp8[b]);
     }
-    print_message("    FP8 bucket %d rows: %s path (FP8 %.1f us, bf16 path "
-                  "%.1f us)\n",
+    print_message("    FP8 bucket %d rows: %s path%s (FP8 %.1f us, bf16 "
+                  "path %.1f us)\n",
                   st.buckets[b], st.bucket_bf16[b] ? "bf16" : "FP8",
-                  st.us_fp8[b], st.us_bf16[b]);
+                  p.fast_accum ? ", fast accumulation" : "", st.us_fp8[b],
+                  st.us_bf16[b]);
   }
 
   /* host_alloc memory comes zeroed. */
@@ -976,8 +977,9 @@ static void test_fp8_bf16_path(void **state) {
 }
 
 /* An FP8 engine autotuned with a plan cache: each bucket's path (raced
- * against bf16) is recorded, and a second open loads the same paths and
- * gives the same bits (plan cache format 4). */
+ * against bf16) and accumulation (raced with and without cuBLASLt's fast
+ * FP8 accumulation) is recorded, and a second open loads the same and
+ * gives the same bits (plan cache format 5). */
 static void test_fp8_path_cache(void **state) {
   (void)state;
   const int w[] = {300, 515, 1001, 77};
@@ -992,11 +994,25 @@ static void test_fp8_path_cache(void **state) {
   float *x = random_rows(40, w[0], 98);
   float *out[2][MLPD_ARRAY_SIZE(probe)];
   mlpd_engine_cuda_stats_t st[2];
+  int fast[2][64] = {{0}}, nfast = 0;
   for (int k = 0; k < 2; k++) {
     mlpd_engine_t *e = NULL;
     mlpd_err_t err = {0};
     assert_int_equal(open_cuda(&e, mm.m, &oa, &err), 0);
     assert_int_equal(mlpd_engine_cuda_stats(e, &st[k]), 0);
+    assert_true(st[k].nbuckets <= 64);
+    for (int b = 0; b < st[k].nbuckets; b++) {
+      mlpd_engine_cuda_plan_t p;
+      int lt = 0;
+      for (int l = 0; l < 3; l++) {
+        assert_int_equal(mlpd_engine_cuda_plan(e, b, l, &p), 0);
+        lt |= !p.small_kernel;
+      }
+      /* fast accumulation is an FP8-path choice for cuBLASLt's layers */
+      assert_true(!p.fast_accum || (!p.bf16_path && lt));
+      fast[k][b] = p.fast_accum;
+      nfast += k == 0 && p.fast_accum;
+    }
     assert_int_equal(st[k].cache_state, k == 0 ? MLPD_PLAN_CACHE_MISSING
                                                : MLPD_PLAN_CACHE_LOADED);
     hostbuf_t h;
@@ -1011,8 +1027,10 @@ static void test_fp8_path_cache(void **state) {
     mlpd_engine_close(e);
   }
   assert_int_equal(st[0].nbuckets, st[1].nbuckets);
-  for (int b = 0; b < st[0].nbuckets; b++)
+  for (int b = 0; b < st[0].nbuckets; b++) {
     assert_int_equal(st[0].bucket_bf16[b], st[1].bucket_bf16[b]);
+    assert_int_equal(fast[0][b], fast[1][b]);
+  }
   assert_int_equal(st[0].buckets_bf16, st[1].buckets_bf16);
   assert_int_equal(st[0].bf16_weight_bytes, st[1].bf16_weight_bytes);
   for (size_t i = 0; i < MLPD_ARRAY_SIZE(probe); i++) {
@@ -1022,8 +1040,9 @@ static void test_fp8_path_cache(void **state) {
     free(out[1][i]);
   }
   print_message("  fp8 path cache round trip: %d of %d buckets on the bf16 "
-                "path, same paths and outputs after loading\n",
-                st[1].buckets_bf16, st[1].nbuckets);
+                "path, %d with fast accumulation, same paths and outputs "
+                "after loading\n",
+                st[1].buckets_bf16, st[1].nbuckets, nfast);
   free(x);
   model_free(&mm);
 }

@@ -49,6 +49,10 @@ typedef struct {
                kernel), because the autotuner timed it faster than every
                FP8 plan or the tests forced it (cuda_tune.c, or
                cuda_plancache.c from the cache); 0 otherwise */
+  int fast_accum; /* FP8 engines on the FP8 path: 1 when the cuBLASLt
+                     layers run with fast accumulation (desc_fa), which
+                     the autotuner timed faster (cuda_tune.c, or the
+                     cache) */
   cublasLtMatrixLayout_t lx[MLPD_MAX_LAYERS]; /* X: K x rows, ld K */
   cublasLtMatrixLayout_t lx16[MLPD_MAX_LAYERS]; /* FP8 engines: X in bf16
                                                    for the bf16 path */
@@ -78,6 +82,10 @@ typedef struct {
   void *b;         /* [out_p] bias in the activation dtype */
   float *ws;       /* [out_p] FP8 dequantization scales, else NULL */
   cublasLtMatmulDesc_t desc;
+  /* FP8 engines: desc with CUBLASLT_MATMUL_DESC_FAST_ACCUM (no periodic
+   * promotion of the FP8 partial sums; 18-19% faster at 1024-8192 rows
+   * on an H100 at the same error, bench/RESULTS.md 2026-12-06) */
+  cublasLtMatmulDesc_t desc_fa;
   cublasLtMatrixLayout_t lw; /* W: K x N, ld K, transposed by the op */
   /* FP8 engines only: the same weights rounded to bf16 from the model's
    * fp32 (in slab16), and their cuBLASLt descriptors, for buckets where
@@ -188,6 +196,15 @@ static inline void *layer_out(const cuda_engine_t *e, int lane, int l) {
 /* Whether bucket bk runs the bf16 path of an FP8 engine. */
 static inline int path_bf16(const cuda_engine_t *e, const bucket_t *bk) {
   return e->fp8 && bk->bf16;
+}
+
+/* The matmul descriptor of layer L in bucket bk. */
+static inline cublasLtMatmulDesc_t layer_desc(const cuda_engine_t *e,
+                                              const bucket_t *bk,
+                                              const layer_t *L) {
+  return path_bf16(e, bk)                ? L->desc16
+         : e->fp8 && bk->fast_accum      ? L->desc_fa
+                                         : L->desc;
 }
 
 /* Whether mlpd's per-layer kernel family has a variant for this bucket. */

@@ -92,7 +92,7 @@ int mlpd_cuda_graph_enqueue_layer(cuda_engine_t *e, const bucket_t *bk,
   }
   static const float one = 1.0f, zero = 0.0f;
   cublasStatus_t s = cublasLtMatmul(
-      e->lt, b16 ? L->desc16 : L->desc, &one, b16 ? L->w16 : L->w,
+      e->lt, layer_desc(e, bk, L), &one, b16 ? L->w16 : L->w,
       b16 ? L->lw16 : L->lw, bx, b16 ? bk->lx16[l] : bk->lx[l], &zero, y,
       bk->ly[l], y, bk->ly[l], &c->algo, e->ws, WS_BYTES, e->st);
   if (s != CUBLAS_STATUS_SUCCESS)

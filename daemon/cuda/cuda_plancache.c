@@ -25,17 +25,19 @@
 #include <unistd.h>
 
 /* 3: no fused-forward records (issue 17.3); 4: each record says its
- * bucket's path (an FP8 engine's bucket may run the bf16 path, 17.2). */
-#define CACHE_MAGIC "MLPDPLN4"
+ * bucket's path (an FP8 engine's bucket may run the bf16 path, 17.2); 5:
+ * and whether its FP8 path accumulates fast. */
+#define CACHE_MAGIC "MLPDPLN5"
 #define CACHE_MAX_BYTES ((size_t)64 << 20)
 
 enum { REC_LT = 0, REC_SMALL = 1 };
 
 /* One record; its layout is the file format. path: 0 the engine's own
- * dtype, 1 the bf16 path of an FP8 engine (every layer of a bucket the
- * same). */
+ * dtype, 1 the bf16 path of an FP8 engine; fast_accum: 1 when the FP8
+ * path's cuBLASLt layers accumulate fast (both the same for every layer
+ * of a bucket). */
 typedef struct {
-  int32_t kind, variant, path, pad_;
+  int32_t kind, variant, path, fast_accum;
   uint64_t algo[8];
 } cache_rec_t;
 
@@ -222,7 +224,8 @@ out:
 /* Checks entry `en` against this engine and fills ch from it: 1, or 0
  * with why. */
 static int use_entry(cuda_engine_t *e, const entry_t *en, choice_t *ch,
-                     unsigned char *paths, char *why, size_t wlen) {
+                     unsigned char *paths, unsigned char *fast, char *why,
+                     size_t wlen) {
   size_t want = (size_t)e->nbuckets * (size_t)e->nlayers;
   if (en->nrec != want) {
     snprintf(why, wlen, "holds %u plans, expected %zu", en->nrec, want);
@@ -235,15 +238,23 @@ static int use_entry(cuda_engine_t *e, const entry_t *en, choice_t *ch,
     for (int l = 0; l < e->nlayers; l++, p += sizeof(r)) {
       choice_t *c = &ch[(size_t)b * e->nlayers + l];
       memcpy(&r, p, sizeof(r));
-      if (l == 0)
+      if (l == 0) {
         paths[b] = (unsigned char)(r.path == 1);
+        fast[b] = (unsigned char)(r.fast_accum == 1);
+      }
       if ((r.path != 0 && r.path != 1) || r.path != paths[b] ||
-          (r.path == 1 && (!e->fp8 || e->slab16 == NULL))) {
-        snprintf(why, wlen, "layer %d at %d rows: bad path %d", l + 1,
-                 bk->rows, (int)r.path);
+          (r.path == 1 && (!e->fp8 || e->slab16 == NULL)) ||
+          (r.fast_accum != 0 && r.fast_accum != 1) ||
+          r.fast_accum != fast[b] ||
+          (r.fast_accum == 1 && (!e->fp8 || r.path == 1))) {
+        snprintf(why, wlen, "layer %d at %d rows: bad path %d/%d", l + 1,
+                 bk->rows, (int)r.path, (int)r.fast_accum);
         return 0;
       }
       const int b16 = r.path == 1;
+      const cublasLtMatmulDesc_t desc = b16             ? e->L[l].desc16
+                                        : r.fast_accum ? e->L[l].desc_fa
+                                                       : e->L[l].desc;
       c->small = r.kind == REC_SMALL;
       c->variant = r.variant;
       memcpy(c->algo.data, r.algo, sizeof(r.algo));
@@ -266,7 +277,7 @@ static int use_entry(cuda_engine_t *e, const entry_t *en, choice_t *ch,
       cublasLtMatmulHeuristicResult_t hr;
       memset(&hr, 0, sizeof(hr));
       cublasStatus_t s = cublasLtMatmulAlgoCheck(
-          e->lt, b16 ? e->L[l].desc16 : e->L[l].desc,
+          e->lt, desc,
           b16 ? e->L[l].lw16 : e->L[l].lw, b16 ? bk->lx16[l] : bk->lx[l],
           bk->ly[l], bk->ly[l], &c->algo, &hr);
       if (s != CUBLAS_STATUS_SUCCESS || hr.workspaceSize > WS_BYTES) {
@@ -287,7 +298,7 @@ int mlpd_plancache_load(cuda_engine_t *e, const char *key, mlpd_err_t *err) {
   uint32_t ne = 0;
   char why[160];
   choice_t *ch = NULL;
-  unsigned char *paths = NULL;
+  unsigned char *paths = NULL, *fast = NULL;
   int rc = 0;
   size_t klen = strlen(key);
   int r = read_file(path, &buf, &ents, &ne, why, sizeof(why));
@@ -324,16 +335,18 @@ int mlpd_plancache_load(cuda_engine_t *e, const char *key, mlpd_err_t *err) {
   }
   ch = calloc((size_t)e->nbuckets * e->nlayers, sizeof(*ch));
   paths = calloc((size_t)e->nbuckets, 1);
-  if (ch == NULL || paths == NULL) {
+  fast = calloc((size_t)e->nbuckets, 1);
+  if (ch == NULL || paths == NULL || fast == NULL) {
     rc = mlpd_errf(err, -ENOMEM, "cuda engine: out of host memory");
     goto out;
   }
-  if (!use_entry(e, mine, ch, paths, why, sizeof(why))) {
+  if (!use_entry(e, mine, ch, paths, fast, why, sizeof(why))) {
     cache_state(e, MLPD_PLAN_CACHE_REJECTED, "%s", why);
     goto out;
   }
   for (int b = 0; b < e->nbuckets; b++) {
     e->bk[b].bf16 = paths[b];
+    e->bk[b].fast_accum = fast[b];
     for (int l = 0; l < e->nlayers; l++)
       e->bk[b].ch[l] = ch[(size_t)b * e->nlayers + l];
   }
@@ -345,6 +358,7 @@ out:
   free(ents);
   free(ch);
   free(paths);
+  free(fast);
   return rc;
 }
 
@@ -409,6 +423,7 @@ void mlpd_plancache_save(cuda_engine_t *e, const char *key) {
       memset(&r, 0, sizeof(r));
       r.kind = c->small ? REC_SMALL : REC_LT;
       r.path = path_bf16(e, &e->bk[b]);
+      r.fast_accum = e->fp8 && !r.path && e->bk[b].fast_accum;
       r.variant = c->variant;
       if (!c->small)
         memcpy(r.algo, c->algo.data, sizeof(r.algo));

@@ -296,7 +296,8 @@ fail:
 }
 
 /* One layer's matmul descriptor: FP8 weights (fp8 != 0: per-feature A
- * scales, per-row B scales) or weights in the activation dtype. */
+ * scales, per-row B scales; fp8 == 2: with fast accumulation as well) or
+ * weights in the activation dtype. */
 static int make_desc(cuda_engine_t *e, layer_t *L, int fp8,
                      cublasLtMatmulDesc_t *out, mlpd_err_t *err) {
   int rc = 0;
@@ -341,6 +342,12 @@ static int make_desc(cuda_engine_t *e, layer_t *L, int fp8,
                                       &e->xs, sizeof(e->xs)),
        "set B scales");
   }
+  if (fp8 == 2) {
+    int8_t fast = 1;
+    LT(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_FAST_ACCUM,
+                                      &fast, sizeof(fast)),
+       "set fast accumulation");
+  }
 fail:
   return rc;
 }
@@ -355,6 +362,7 @@ static int make_descriptors(cuda_engine_t *e, mlpd_err_t *err) {
                                   (uint64_t)L->out_p, (int64_t)L->in_p),
        "create weight layout");
     if (e->fp8) {
+      TRY(make_desc(e, L, 2, &L->desc_fa, err));
       TRY(make_desc(e, L, 0, &L->desc16, err));
       LT(cublasLtMatrixLayoutCreate(&L->lw16, CUDA_R_16BF, (uint64_t)L->in_p,
                                     (uint64_t)L->out_p, (int64_t)L->in_p),
@@ -662,6 +670,8 @@ void mlpd_cuda_setup_free(cuda_engine_t *e) {
       cublasLtMatmulDescDestroy(e->L[l].desc);
     if (e->L[l].lw != NULL)
       cublasLtMatrixLayoutDestroy(e->L[l].lw);
+    if (e->L[l].desc_fa != NULL)
+      cublasLtMatmulDescDestroy(e->L[l].desc_fa);
     if (e->L[l].desc16 != NULL)
       cublasLtMatmulDescDestroy(e->L[l].desc16);
     if (e->L[l].lw16 != NULL)

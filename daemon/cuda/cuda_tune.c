@@ -590,6 +590,40 @@ fail:
   return rc;
 }
 
+/* FP8 with fast accumulation (no periodic promotion of the partial sums
+ * in cuBLASLt's FP8 kernels): bk holds the best FP8 plan; times it beside
+ * the same plan with desc_fa and keeps the faster. Only buckets with a
+ * cuBLASLt layer can differ. The error was the same in bench/fp8 (0.0106
+ * of a 4-layer chain against bf16 either way); the agreement check does
+ * not rerun, since the plans' kernels are those it accepted. */
+static int race_fast_accum(cuda_engine_t *e, bucket_t *bk) {
+  int any_lt = 0;
+  for (int l = 0; l < e->nlayers; l++)
+    any_lt |= !bk->ch[l].small;
+  if (!any_lt)
+    return 0;
+  bucket_t *fa = malloc(sizeof(*fa));
+  mlpd_err_t terr = {0};
+  double us[2] = {0, 0};
+  if (fa == NULL)
+    return -ENOMEM;
+  *fa = *bk;
+  fa->fast_accum = 1;
+  if (time_two(e, bk, fa, us, &terr) != 0) {
+    (void)cudaGetLastError();
+    MLPD_LOGI("cuda engine: FP8 model, %d rows: fast accumulation not "
+              "compared (%s)",
+              bk->rows, terr.msg);
+  } else {
+    bk->fast_accum = us[1] < us[0];
+    MLPD_LOGI("cuda engine: FP8 model, %d rows: %s accumulation (%.1f µs "
+              "fast, %.1f µs promoted)",
+              bk->rows, bk->fast_accum ? "fast" : "promoted", us[1], us[0]);
+  }
+  free(fa);
+  return 0;
+}
+
 /* FP8 never slower than bf16 (issue 17.2): bk holds the best FP8 plan;
  * plans the bf16 path too, times both forwards side by side and keeps the
  * faster. A bf16 path that cannot be planned or timed leaves FP8 in place
@@ -604,6 +638,7 @@ static int race_paths(cuda_engine_t *e, bucket_t *bk, int bi,
     return mlpd_errf(err, -ENOMEM, "cuda engine: out of host memory");
   *fp8 = *bk;
   bk->bf16 = 1;
+  bk->fast_accum = 0;
   if (plan_bucket(e, bk, bi, &perr) != 0 || time_two(e, fp8, bk, us, &perr)) {
     (void)cudaGetLastError();
     MLPD_LOGW("cuda engine: FP8 model, %d rows: the bf16 path was not "
@@ -633,11 +668,16 @@ int mlpd_cuda_tune_bucket(cuda_engine_t *e, bucket_t *bk, int bi,
                           mlpd_err_t *err) {
   bk->bf16 = e->fp8 && e->slab16 != NULL && bi < 32 &&
              ((e->forced_bf16 >> bi) & 1u);
+  bk->fast_accum = 0;
   bk->us_path[0] = bk->us_path[1] = 0;
   int rc = plan_bucket(e, bk, bi, err);
-  if (rc != 0 || !e->fp8 || bk->bf16 || e->slab16 == NULL ||
-      !e->opts->autotune || e->forced_small >= 0 || e->forced_bf16 != 0)
+  if (rc != 0 || !e->fp8 || bk->bf16 || !e->opts->autotune ||
+      e->forced_small >= 0)
     return rc;
+  if (race_fast_accum(e, bk) != 0)
+    return mlpd_errf(err, -ENOMEM, "cuda engine: out of host memory");
+  if (e->slab16 == NULL || e->forced_bf16 != 0)
+    return 0;
   return race_paths(e, bk, bi, err);
 }
 

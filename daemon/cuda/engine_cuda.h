@@ -150,6 +150,8 @@ typedef struct mlpd_engine_cuda_plan_s {
   int small_kernel;      /* 1: mlpd's per-layer kernel, 0: cuBLASLt */
   int bf16_path;         /* FP8 engines: 1 when the bucket runs the bf16
                             path (bf16 weights and kernels) */
+  int fast_accum;        /* FP8 engines: 1 when the bucket's cuBLASLt
+                            layers accumulate FP8 fast */
   int fused;             /* 1 verified one fused kernel, 0 a separate
                             epilogue kernel, -1 unknown */
   int rank;              /* cuBLASLt: index in the candidate list */
