@@ -4,17 +4,17 @@
  * against the bf16 chain, each layer fused with bias + GELU and its
  * activations quantized in the chain, timed as CUDA graphs.
  *
- *   bf16       bf16 weights, the reference (what the engine's bf16 path is)
- *   rowvec     what the engine runs today: E4M3 weights with per-feature
- *              scales and inputs quantized per row, both as OUTER_VEC_32F
- *              A and B scales; one quantize kernel a layer
- *   rowvec+fa  the same with CUBLASLT_MATMUL_DESC_FAST_ACCUM
- *   tensor     inputs quantized with one scale for the whole batch (two
- *              kernels a layer: block maxima, then the quantization), the
- *              B scale a scalar on the device; the per-feature weight
- *              scales as alpha (CUBLASLT_POINTER_MODE_ALPHA_DEVICE_VECTOR_
- *              BETA_ZERO), which the epilogue applies before the bias
- *   tensor+fa  the same with fast accumulation
+ * The configurations (cfgs[]): bf16 weights, the reference (the engine's
+ * bf16 path); "rowvec", what the engine ran until 2026-12-06: E4M3
+ * weights with per-feature scales and inputs quantized per row, both as
+ * OUTER_VEC_32F A and B scales, one quantize kernel a layer; then the
+ * same with fast accumulation (+fa), and the other ways cuBLASLt could
+ * take the scales: the inputs quantized with one scale for the batch
+ * (two kernels a layer: block maxima, then the quantization) as a scalar
+ * B scale, the per-feature weight scales as an OUTER_VEC A scale or as
+ * alpha (CUBLASLT_POINTER_MODE_ALPHA_DEVICE_VECTOR_BETA_ZERO). "scalars"
+ * and "A-scalar B-vec" drop the per-feature scales (their error says so):
+ * what cuBLASLt's fastest FP8 kernels cost, for scale.
  *
  * Each configuration's chain is timed with each of cuBLASLt's first
  * candidates (up to 8, one algo for the four layers) and its best kept.
@@ -37,9 +37,28 @@
   } while (0)
 
 enum { L = 4, N = 4096, MAXR = 8192, QBLOCKS = 264 };
-enum { C_BF16, C_ROW, C_ROW_FA, C_TEN, C_TEN_FA, NCFG };
-static const char *cfg_name[NCFG] = {"bf16", "rowvec", "rowvec+fa", "tensor",
-                                     "tensor+fa"};
+/* A configuration: each scale's mode (-1 none, else a
+ * cublasLtMatmulMatrixScale_t), alpha as the per-feature vector, fast
+ * accumulation, inputs quantized per row (1) or per tensor (0). */
+struct cfg_t {
+  const char *name;
+  int fp8, amode, bmode, alpha_vec, fa, per_row;
+};
+enum { SC = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F,
+       OV = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F };
+static const cfg_t cfgs[] = {
+    {"bf16", 0, -1, -1, 0, 0, 0},
+    {"rowvec", 1, OV, OV, 0, 0, 1},
+    {"rowvec+fa", 1, OV, OV, 0, 1, 1},
+    {"A-vec B-scalar", 1, OV, SC, 0, 0, 0},
+    {"A-vec B-scalar+fa", 1, OV, SC, 0, 1, 0},
+    {"A-scalar B-vec", 1, SC, OV, 0, 0, 1},
+    {"alpha-vec B-scalar", 1, -1, SC, 1, 0, 0},
+    {"alpha-vec", 1, -1, -1, 1, 0, 0},
+    {"scalars", 1, SC, SC, 0, 0, 0},
+    {"scalars+fa", 1, SC, SC, 0, 1, 0},
+};
+enum { NCFG = sizeof(cfgs) / sizeof(cfgs[0]) };
 
 /* Per-row quantization (the engine's mlpd_quantize_kernel, bf16 input). */
 __global__ void __launch_bounds__(256)
@@ -148,7 +167,7 @@ static float *wsc[L], *xs, *part, *ones;
 static __nv_bfloat16 *act[L + 1];
 
 static void make_chain(chain *c, int cfg, int rows) {
-  const int fp8 = cfg != C_BF16;
+  const int fp8 = cfgs[cfg].fp8;
   const cudaDataType_t wt = fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
   LK(cublasLtMatrixLayoutCreate(&c->lw, wt, N, N, N));
   LK(cublasLtMatrixLayoutCreate(&c->lx, wt, N, rows, N));
@@ -167,27 +186,28 @@ static void make_chain(chain *c, int cfg, int rows) {
                                       &bias[l], sizeof(void *)));
     LK(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                                       &bt, 4));
-    if (cfg == C_ROW || cfg == C_ROW_FA) {
-      int32_t m = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    const cfg_t *k = &cfgs[cfg];
+    if (k->amode >= 0) {
+      int32_t m = k->amode;
+      float *const *ap = k->amode == OV ? &wsc[l] : &ones;
       LK(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_A_SCALE_MODE,
                                         &m, 4));
+      LK(cublasLtMatmulDescSetAttribute(
+          d, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, ap, sizeof(void *)));
+    }
+    if (k->bmode >= 0) {
+      int32_t m = k->bmode;
       LK(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_B_SCALE_MODE,
                                         &m, 4));
       LK(cublasLtMatmulDescSetAttribute(
-          d, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &wsc[l], sizeof(void *)));
-      LK(cublasLtMatmulDescSetAttribute(
           d, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &xs, sizeof(void *)));
     }
-    if (cfg == C_TEN || cfg == C_TEN_FA) {
+    if (k->alpha_vec) {
       int32_t pm = CUBLASLT_POINTER_MODE_ALPHA_DEVICE_VECTOR_BETA_ZERO;
       LK(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_POINTER_MODE,
                                         &pm, 4));
-      LK(cublasLtMatmulDescSetAttribute(
-          d, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &ones, sizeof(void *)));
-      LK(cublasLtMatmulDescSetAttribute(
-          d, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &xs, sizeof(void *)));
     }
-    if (cfg == C_ROW_FA || cfg == C_TEN_FA) {
+    if (k->fa) {
       int8_t fa = 1;
       LK(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_FAST_ACCUM,
                                         &fa, 1));
@@ -213,21 +233,23 @@ static int forward(chain *c, int cfg, int rows, int a, cudaStream_t st) {
   for (int l = 0; l < L; l++) {
     const void *A, *B;
     const void *alpha = &one;
-    if (cfg == C_BF16) {
+    const cfg_t *k = &cfgs[cfg];
+    if (!k->fp8) {
       A = w16[l];
       B = act[l];
     } else {
       A = w8[l];
       B = xq;
-      if (cfg == C_ROW || cfg == C_ROW_FA) {
+      if (k->per_row) {
         quant_rows<<<rows, 256, 0, st>>>(xq, xs, act[l], N);
       } else {
         int g = (int)((nx / 8 + 255) / 256);
         g = g < QBLOCKS ? g : QBLOCKS;
         amax_blocks<<<g, 256, 0, st>>>(part, act[l], nx);
         quant_tensor<<<g, 256, 0, st>>>(xq, xs, part, g, act[l], nx);
-        alpha = wsc[l];
       }
+      if (k->alpha_vec)
+        alpha = wsc[l];
     }
     cublasStatus_t s =
         cublasLtMatmul(lt, c->d[l], alpha, A, c->lw, B, c->lx, &zero,
@@ -346,21 +368,21 @@ int main(void) {
         cudaGraphDestroy(g);
       }
       if (besta < 0) {
-        printf("ROWS %5d %-10s no algo (%d candidates)\n", rows,
-               cfg_name[cfg], c.nh);
+        printf("ROWS %5d %-18s no algo (%d candidates)\n", rows,
+               cfgs[cfg].name, c.nh);
         continue;
       }
       CK(forward(&c, cfg, rows, besta, st) == 0 ? cudaSuccess
                                                  : cudaErrorUnknown);
       CK(cudaMemcpy(out.data(), act[L], out.size() * 2,
                     cudaMemcpyDeviceToHost));
-      if (cfg == C_BF16) {
+      if (cfg == 0) {
         ref = out;
         bf16_us = best;
       }
-      printf("ROWS %5d %-10s %8.2f us  %.3fx bf16  err %.4f  (%d/%d algos, "
+      printf("ROWS %5d %-18s %8.2f us  %.3fx bf16  err %.4f  (%d/%d algos, "
              "best #%d)\n",
-             rows, cfg_name[cfg], best, best / bf16_us,
+             rows, cfgs[cfg].name, best, best / bf16_us,
              rel_err(out.data(), ref.data(), out.size()), ok, c.nh, besta);
       fflush(stdout);
     }

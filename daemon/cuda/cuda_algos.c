@@ -42,14 +42,10 @@ int mlpd_cuda_algos(cuda_engine_t *e, const bucket_t *bk, int l,
       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
   memset(res, 0, sizeof(res));
   if (st == CUBLAS_STATUS_SUCCESS)
-    st = path_bf16(e, bk)
-             ? cublasLtMatmulAlgoGetHeuristic(e->lt, L->desc16, L->lw16,
-                                              bk->lx16[l], bk->ly[l],
-                                              bk->ly[l], pref, MAX_CAND, res,
-                                              &got)
-             : cublasLtMatmulAlgoGetHeuristic(e->lt, L->desc, L->lw,
-                                              bk->lx[l], bk->ly[l], bk->ly[l],
-                                              pref, MAX_CAND, res, &got);
+    st = cublasLtMatmulAlgoGetHeuristic(
+        e->lt, layer_desc(e, bk, L), path_bf16(e, bk) ? L->lw16 : L->lw,
+        path_bf16(e, bk) ? bk->lx16[l] : bk->lx[l], bk->ly[l], bk->ly[l],
+        pref, MAX_CAND, res, &got);
   cublasLtMatmulPreferenceDestroy(pref);
   /* "Not supported" / "invalid value": no kernel for this combination (FP8
    * at some batch sizes); the caller decides whether that is an error. */
@@ -60,7 +56,8 @@ int mlpd_cuda_algos(cuda_engine_t *e, const bucket_t *bk, int l,
                          "layer %d (%d -> %d, %s%s) at %d rows: cuBLASLt "
                          "heuristic",
                          l + 1, L->in, L->out, mlpd_dtype_name(e->dt),
-                         path_bf16(e, bk) ? ", bf16 path of FP8 weights"
+                         path_bf16(e, bk)   ? ", bf16 path of FP8 weights"
+                         : bk->fast_accum ? ", FP8 weights, fast accumulation"
                          : e->fp8         ? ", FP8 weights"
                                           : "",
                          bk->rows);
