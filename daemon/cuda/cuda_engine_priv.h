@@ -83,8 +83,8 @@ typedef struct {
   float *ws;       /* [out_p] FP8 dequantization scales, else NULL */
   cublasLtMatmulDesc_t desc;
   /* FP8 engines: desc with CUBLASLT_MATMUL_DESC_FAST_ACCUM (no periodic
-   * promotion of the FP8 partial sums; 18-19% faster at 1024-8192 rows
-   * on an H100 at the same error, bench/RESULTS.md 2026-12-06) */
+   * promotion of the FP8 partial sums; 6% faster at 1024 rows and 19% at
+   * 8192 on an H100 at the same error, bench/RESULTS.md 2026-12-06) */
   cublasLtMatmulDesc_t desc_fa;
   cublasLtMatrixLayout_t lw; /* W: K x N, ld K, transposed by the op */
   /* FP8 engines only: the same weights rounded to bf16 from the model's
