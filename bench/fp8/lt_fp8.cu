@@ -17,7 +17,9 @@
  * what cuBLASLt's fastest FP8 kernels cost, for scale.
  *
  * Each configuration's chain is timed with each of cuBLASLt's first
- * candidates (up to 8, one algo for the four layers) and its best kept.
+ * candidates (up to 8, one algo for the four layers) and its best kept
+ * (gpu_bench.cuh's time_graph, the median of five samples of 20
+ * replays; the log of 2026-12-06 took the best of five instead).
  * Accuracy: relative Frobenius error of the chain's output against the
  * bf16 chain on the same (dequantized) weights.
  * Build: nvcc -O3 -arch=sm_90 bench/fp8/lt_fp8.cu -lcublasLt */
@@ -261,28 +263,6 @@ static int forward(chain *c, int cfg, int rows, int a, cudaStream_t st) {
   return 0;
 }
 
-static float time_graph(cudaGraphExec_t g, cudaStream_t st) {
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  for (int i = 0; i < 5; i++)
-    CK(cudaGraphLaunch(g, st));
-  float best = 1e30f;
-  for (int r = 0; r < 5; r++) {
-    CK(cudaEventRecord(e0, st));
-    for (int i = 0; i < 20; i++)
-      CK(cudaGraphLaunch(g, st));
-    CK(cudaEventRecord(e1, st));
-    CK(cudaEventSynchronize(e1));
-    float ms;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    best = std::min(best, ms * 1000 / 20);
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  return best;
-}
-
 static double rel_err(const uint16_t *a, const uint16_t *b, size_t n) {
   double num = 0, den = 0;
   for (size_t i = 0; i < n; i++) {
@@ -358,7 +338,7 @@ int main(void) {
         if (rc != 0)
           continue;
         CK(cudaGraphInstantiate(&ge, g, 0));
-        float us = time_graph(ge, st);
+        float us = (float)time_graph(ge, st, 5);
         if (us < best) {
           best = us;
           besta = a;
