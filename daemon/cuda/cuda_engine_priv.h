@@ -198,13 +198,18 @@ static inline int path_bf16(const cuda_engine_t *e, const bucket_t *bk) {
   return e->fp8 && bk->bf16;
 }
 
+/* Layer L's matmul descriptor on the bf16 path (b16) or with fast FP8
+ * accumulation (fast), else its own. */
+static inline cublasLtMatmulDesc_t desc_of(const layer_t *L, int b16,
+                                           int fast) {
+  return b16 ? L->desc16 : fast ? L->desc_fa : L->desc;
+}
+
 /* The matmul descriptor of layer L in bucket bk. */
 static inline cublasLtMatmulDesc_t layer_desc(const cuda_engine_t *e,
                                               const bucket_t *bk,
                                               const layer_t *L) {
-  return path_bf16(e, bk)                ? L->desc16
-         : e->fp8 && bk->fast_accum      ? L->desc_fa
-                                         : L->desc;
+  return desc_of(L, path_bf16(e, bk), e->fp8 && bk->fast_accum);
 }
 
 /* Whether mlpd's per-layer kernel family has a variant for this bucket. */

@@ -252,9 +252,6 @@ static int use_entry(cuda_engine_t *e, const entry_t *en, choice_t *ch,
         return 0;
       }
       const int b16 = r.path == 1;
-      const cublasLtMatmulDesc_t desc = b16             ? e->L[l].desc16
-                                        : r.fast_accum ? e->L[l].desc_fa
-                                                       : e->L[l].desc;
       c->small = r.kind == REC_SMALL;
       c->variant = r.variant;
       memcpy(c->algo.data, r.algo, sizeof(r.algo));
@@ -277,7 +274,7 @@ static int use_entry(cuda_engine_t *e, const entry_t *en, choice_t *ch,
       cublasLtMatmulHeuristicResult_t hr;
       memset(&hr, 0, sizeof(hr));
       cublasStatus_t s = cublasLtMatmulAlgoCheck(
-          e->lt, desc,
+          e->lt, desc_of(&e->L[l], b16, r.fast_accum),
           b16 ? e->L[l].lw16 : e->L[l].lw, b16 ? bk->lx16[l] : bk->lx[l],
           bk->ly[l], bk->ly[l], &c->algo, &hr);
       if (s != CUBLAS_STATUS_SUCCESS || hr.workspaceSize > WS_BYTES) {
