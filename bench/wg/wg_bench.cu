@@ -81,6 +81,13 @@ static const cfg_t cfgs[] = {
      * (bench/ab/wg-rows-64-256.patch). 256 rows now fit in 2 stages. */
     CF(64, 1, 1, 8, 1, 16),  CF(64, 1, 2, 4, 0, 16),  CF(128, 1, 1, 6, 1, 16),
     CF(128, 1, 2, 3, 0, 16), CF(256, 1, 1, 2, 1, 16),
+    /* Added 2026-12-06 08:05: two consumer warpgroups at 1-16 rows, so a
+     * CTA's input atoms serve 128 features (half the inputs' L2 reads of
+     * C1 at 16 rows, where they are a quarter of the weights' bytes).
+     * They lost (H100, bench/wg/wg_bench-2026-12-06.log): 16 rows 59.2 µs
+     * against 54.2 for C1, 1 row 57.0 against 51.6; 32 tiles fill half
+     * the SMs at 2 splits, and 4 splits cost more than that. */
+    CF(8, 2, 2, 5, 1, 16),   CF(16, 2, 2, 5, 1, 16), CF(16, 2, 2, 4, 1, 16),
 };
 static const int ncfgs = (int)(sizeof(cfgs) / sizeof(cfgs[0]));
 static const cfg_t cfg_f16 = {"NR16 C1 BKA4 ST3 WT1 BR16 f16", 16, 1, 1, 16,
