@@ -24,6 +24,10 @@
  * widened for wgmma (wg8_kernel.cuh); each lost to what the engine runs.
  * Retired after the H100 call of 2026-12-05 23:31 UTC: each feature
  * tile's K range started at another stage (no faster at any row count).
+ * Retired after the H100 call of 2026-12-06 07:50 UTC: FP8 weights
+ * widened to f16 in wgmma's A registers, pipelined (wg8_bench.cu, in git
+ * history at 930d540; 0.86x bf16 at 1 row against the mma.sync kernel's
+ * 0.69x, log wg8_bench-2026-12-06.log).
  *
  * One line per measurement; exits 1 when a check fails. */
 #include "cuda_wg.cuh"

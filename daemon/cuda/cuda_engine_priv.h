@@ -49,10 +49,10 @@ typedef struct {
                kernel), because the autotuner timed it faster than every
                FP8 plan or the tests forced it (cuda_tune.c, or
                cuda_plancache.c from the cache); 0 otherwise */
-  int fast_accum; /* FP8 engines on the FP8 path: 1 when the cuBLASLt
-                     layers run with fast accumulation (desc_fa), which
-                     the autotuner timed faster (cuda_tune.c, or the
-                     cache) */
+  int fast_accum; /* 1 when the cuBLASLt layers run with fast FP8
+                     accumulation (desc_fa), which the autotuner timed
+                     faster (cuda_tune.c, or the cache); only ever set on
+                     an FP8 engine's FP8 path (bf16 0), else 0 */
   cublasLtMatrixLayout_t lx[MLPD_MAX_LAYERS]; /* X: K x rows, ld K */
   cublasLtMatrixLayout_t lx16[MLPD_MAX_LAYERS]; /* FP8 engines: X in bf16
                                                    for the bf16 path */
@@ -209,7 +209,7 @@ static inline cublasLtMatmulDesc_t desc_of(const layer_t *L, int b16,
 static inline cublasLtMatmulDesc_t layer_desc(const cuda_engine_t *e,
                                               const bucket_t *bk,
                                               const layer_t *L) {
-  return desc_of(L, path_bf16(e, bk), e->fp8 && bk->fast_accum);
+  return desc_of(L, path_bf16(e, bk), bk->fast_accum);
 }
 
 /* Whether mlpd's per-layer kernel family has a variant for this bucket. */

@@ -420,7 +420,7 @@ void mlpd_plancache_save(cuda_engine_t *e, const char *key) {
       memset(&r, 0, sizeof(r));
       r.kind = c->small ? REC_SMALL : REC_LT;
       r.path = path_bf16(e, &e->bk[b]);
-      r.fast_accum = e->fp8 && !r.path && e->bk[b].fast_accum;
+      r.fast_accum = e->bk[b].fast_accum;
       r.variant = c->variant;
       if (!c->small)
         memcpy(r.algo, c->algo.data, sizeof(r.algo));

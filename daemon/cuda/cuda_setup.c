@@ -295,10 +295,10 @@ fail:
   return rc;
 }
 
-/* One layer's matmul descriptor: FP8 weights (fp8 != 0: per-feature A
- * scales, per-row B scales; fp8 == 2: with fast accumulation as well) or
- * weights in the activation dtype. */
-static int make_desc(cuda_engine_t *e, layer_t *L, int fp8,
+/* One layer's matmul descriptor: FP8 weights (fp8: per-feature A scales,
+ * per-row B scales; fast: with fast accumulation as well) or weights in
+ * the activation dtype. */
+static int make_desc(cuda_engine_t *e, layer_t *L, int fp8, int fast,
                      cublasLtMatmulDesc_t *out, mlpd_err_t *err) {
   int rc = 0;
   cublasOperation_t tr = CUBLAS_OP_T, nt = CUBLAS_OP_N;
@@ -342,10 +342,10 @@ static int make_desc(cuda_engine_t *e, layer_t *L, int fp8,
                                       &e->xs, sizeof(e->xs)),
        "set B scales");
   }
-  if (fp8 == 2) {
-    int8_t fast = 1;
+  if (fp8 && fast) {
+    int8_t on = 1;
     LT(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_FAST_ACCUM,
-                                      &fast, sizeof(fast)),
+                                      &on, sizeof(on)),
        "set fast accumulation");
   }
 fail:
@@ -357,13 +357,13 @@ static int make_descriptors(cuda_engine_t *e, mlpd_err_t *err) {
   cudaDataType_t wt = e->fp8 ? CUDA_R_8F_E4M3 : e->cdt;
   for (int l = 0; l < e->nlayers; l++) {
     layer_t *L = &e->L[l];
-    TRY(make_desc(e, L, e->fp8, &L->desc, err));
+    TRY(make_desc(e, L, e->fp8, 0, &L->desc, err));
     LT(cublasLtMatrixLayoutCreate(&L->lw, wt, (uint64_t)L->in_p,
                                   (uint64_t)L->out_p, (int64_t)L->in_p),
        "create weight layout");
     if (e->fp8) {
-      TRY(make_desc(e, L, 2, &L->desc_fa, err));
-      TRY(make_desc(e, L, 0, &L->desc16, err));
+      TRY(make_desc(e, L, 1, 1, &L->desc_fa, err));
+      TRY(make_desc(e, L, 0, 0, &L->desc16, err));
       LT(cublasLtMatrixLayoutCreate(&L->lw16, CUDA_R_16BF, (uint64_t)L->in_p,
                                     (uint64_t)L->out_p, (int64_t)L->in_p),
          "create bf16 weight layout");

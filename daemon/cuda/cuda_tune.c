@@ -628,13 +628,16 @@ static int race_fast_accum(cuda_engine_t *e, bucket_t *bk) {
     MLPD_LOGI("cuda engine: FP8 model, %d rows: fast accumulation not "
               "compared (%s)",
               bk->rows, terr.msg);
+  } else if (us[1] < us[0]) {
+    MLPD_LOGI("cuda engine: FP8 model, %d rows: fast accumulation (%.1f µs) "
+              "beats promoted sums (%.1f µs)",
+              bk->rows, us[1], us[0]);
+    memcpy(bk->ch, fa->ch, sizeof(bk->ch));
+    bk->fast_accum = 1;
   } else {
-    MLPD_LOGI("cuda engine: FP8 model, %d rows: %s accumulation (%.1f µs "
-              "fast, %.1f µs promoted)",
-              bk->rows, us[1] < us[0] ? "fast" : "promoted", us[1], us[0]);
-    if (us[1] < us[0])
-      memcpy(bk->ch, fa->ch, sizeof(bk->ch));
-    bk->fast_accum = us[1] < us[0];
+    MLPD_LOGD("cuda engine: FP8 model, %d rows: promoted sums (%.1f µs) "
+              "beat fast accumulation (%.1f µs)",
+              bk->rows, us[0], us[1]);
   }
   free(fa);
   return 0;

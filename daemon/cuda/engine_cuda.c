@@ -658,7 +658,7 @@ int mlpd_engine_cuda_plan(const mlpd_engine_t *base, int b, int l,
   p->rows = bk->rows;
   p->small_kernel = c->small;
   p->bf16_path = path_bf16(e, bk);
-  p->fast_accum = e->fp8 && !p->bf16_path && bk->fast_accum;
+  p->fast_accum = bk->fast_accum;
   p->fused = bk->fusedk[l];
   p->rank = c->small ? -1 : c->variant;
   p->ncandidates = bk->ncand[l];
