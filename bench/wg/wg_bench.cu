@@ -28,6 +28,12 @@
  * widened to f16 in wgmma's A registers, pipelined (wg8_bench.cu, in git
  * history at 930d540; 0.86x bf16 at 1 row against the mma.sync kernel's
  * 0.69x, log wg8_bench-2026-12-06.log).
+ * Retired after the H100 call of 2026-12-06 09:14 UTC (in git history at
+ * 0ec6b26, log wg_bench-2026-12-06-tail-groups.log): 64-256 rows as row
+ * groups of a smaller configuration (mlp-1k 128 rows 18.9 us at best,
+ * against cuBLASLt's 19.2 in the engine; 256 rows 23.2 against 21.1),
+ * and a producer asking L2 for the next layer's first stages after its
+ * last load (1-2 us slower a chain at 1 and 16 rows).
  *
  * One line per measurement; exits 1 when a check fails. */
 #include "cuda_wg.cuh"
@@ -105,34 +111,19 @@ static int g_sms;
  * (the streaming measures). */
 struct chain_mode_t {
   const char *name;
-  int kernel, pdl, rows_eq_nr, tail;
+  int kernel, pdl, rows_eq_nr;
 };
 static const chain_mode_t modes[] = {
-    {"pdl", 0, 1, 0, 0},
-    {"nopdl", 0, 0, 0, 0},
-    {"copy", 1, 1, 1, 0},
-    {"stream", 2, 1, 1, 0},
-    /* Added 2026-12-06 09:10: a tiled configuration's producer, past its
-     * last load, asks L2 for the next layer's first stages of the same
-     * CTA index (wg_args.next_wt), so HBM stays busy over the end of the
-     * layer and the next layer's first stages come from L2. */
-    {"tail", 0, 1, 0, 1},
+    {"pdl", 0, 1, 0},
+    {"nopdl", 0, 0, 0},
+    {"copy", 1, 1, 1},
+    {"stream", 2, 1, 1},
 };
 enum { NMODES = (int)(sizeof(modes) / sizeof(modes[0])) };
 /* A chain of `rows` rows is timed with the configurations of its row
  * class only (made for at most nr rows, and more than half of them). */
 static bool times_rows(int nr, int rows) {
   return rows <= nr && (nr == 8 || rows > nr / 2);
-}
-/* Added 2026-12-06 09:10: 64-256 rows also as row groups of a smaller
- * configuration (each group streams the tile's weights, from L2 when the
- * groups run together: for L2-resident layers such as mlp-1k's, whose
- * split-K sum costs more than the reads at 128 rows). */
-static bool times_groups(const cfg_t *c, int rows) {
-  return rows >= 64 && c->nr >= 16 && c->nr < rows && c->c == 1;
-}
-static int groups(const cfg_t *c, int rows) {
-  return (rows + c->nr - 1) / c->nr;
 }
 static PFN_cuTensorMapEncodeTiled_v12000 encode;
 
@@ -173,7 +164,6 @@ static void setup_layer(layer_t *L, const cfg_t *c, int rows, int n, int k,
   L->a.b = (const uint16_t *)b;
   L->a.y = (uint16_t *)y;
   L->a.wt = (const uint8_t *)wt;
-  L->a.next_wt = NULL;
   L->a.rows = rows, L->a.n = n, L->a.k = k, L->a.act = act;
   L->a.splits = splits;
   L->kernel = kernel;
@@ -181,8 +171,7 @@ static void setup_layer(layer_t *L, const cfg_t *c, int rows, int n, int k,
 
 static int launch(const cfg_t *c, const layer_t *L, int pdl_attr,
                   cudaStream_t st) {
-  const int tiles = (L->a.n + 64 * c->c - 1) / (64 * c->c) *
-                    ((L->a.rows + c->nr - 1) / c->nr);
+  const int tiles = (L->a.n + 64 * c->c - 1) / (64 * c->c);
   return (int)wg_launch(c->k[L->kernel], tiles, c->threads, c->smem,
                         pdl_attr, st, L->mw, L->mx, L->a);
 }
@@ -319,13 +308,6 @@ int main(int argc, char **argv) {
                          (si + ri) % 3, splits);
         }
     }
-    /* row groups: a partial last group, and whole ones */
-    for (int ci = 0; ci < ncfgs; ci++)
-      if (cfgs[ci].nr <= 32 && cfgs[ci].c == 1) {
-        fails += check(&cfgs[ci], 0, 2 * cfgs[ci].nr + 3, 1000, 1040, 1,
-                       1 + ci % 3);
-        fails += check(&cfgs[ci], 0, 4 * cfgs[ci].nr, 200, 136, 2, 2);
-      }
     fails += check(&cfg_f16, 1, 13, 1000, 1040, 1, 2);
     fails += check(&cfg_f16, 1, 16, 520, 4112, 2, 3);
     printf("CHECKS %s (%d failed)\n", fails ? "FAILED" : "passed", fails);
@@ -366,27 +348,19 @@ int main(int argc, char **argv) {
       const int rows = trows[ri];
       for (int ci = 0; ci < ncfgs; ci++) {
         const cfg_t *c = &cfgs[ci];
-        const bool grouped = times_groups(c, rows);
-        if (!times_rows(c->nr, rows) && !grouped)
+        if (!times_rows(c->nr, rows))
           continue;
         if (di == 1 && (rows == 8 || rows == 32 || rows == 64))
           continue;
-        const int tiles = (n + 64 * c->c - 1) / (64 * c->c) *
-                          (grouped ? groups(c, rows) : 1);
+        const int tiles = (n + 64 * c->c - 1) / (64 * c->c);
         for (int splits = 1; splits <= 8; splits *= 2) {
           if (tiles * splits > 2 * g_sms || tiles * splits < g_sms / 3)
             continue;
           for (int mode = 0; mode < NMODES; mode++) {
             if (modes[mode].rows_eq_nr && rows != c->nr)
               continue;
-            if (grouped && mode != 0)
-              continue;
-            if (modes[mode].tail && (!c->wt || grouped))
-              continue;
             /* pdl always; nopdl, or any other one, when it is asked for */
             if (only_mode >= 0 ? mode != 0 && mode != only_mode : mode == 1)
-              continue;
-            if (only_mode < 0 && modes[mode].tail)
               continue;
             layer_t L[NL];
             for (int l = 0; l < NL; l++)
@@ -394,15 +368,9 @@ int main(int argc, char **argv) {
                           w[l], wt[l], b[l], act[l & 1],
                           l + 1 < NL ? 1 : 0, modes[mode].kernel,
                           splits);
-            if (modes[mode].tail)
-              for (int l = 0; l + 1 < NL; l++)
-                L[l].a.next_wt = (const uint8_t *)wt[l + 1];
             double us = time_chain(c, L, NL, modes[mode].pdl, st);
-            char label[48];
-            snprintf(label, sizeof label, "%s%s", c->name,
-                     grouped ? " G" : "");
             printf("TIME %4d rows %3d %-32s S%d %-11s %7.2f us %.2f TB/s\n",
-                   n, rows, label, splits, modes[mode].name, us,
+                   n, rows, c->name, splits, modes[mode].name, us,
                    bytes / us / 1e6);
           }
         }

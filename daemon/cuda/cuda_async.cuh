@@ -67,14 +67,6 @@ __device__ __forceinline__ void tma_2d(uint32_t dst, const CUtensorMap *tm,
                : "memory");
 }
 
-/* Asks L2 for `bytes` (a multiple of 16) at global src; nothing waits. */
-__device__ __forceinline__ void bulk_prefetch_l2(const void *src,
-                                                 unsigned bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src),
-               "r"(bytes)
-               : "memory");
-}
-
 } // namespace mlpd_k
 
 #endif

@@ -46,7 +46,10 @@
  * chain in one launch (47.4 against 44.7 us at 1 row); on an H100
  * (2026-12-05 23:40), each feature tile starting its K range at another
  * stage, to spread the tiles' reads of the same inputs over L2 (no faster
- * at any row count: the inputs' reads are not what limits it).
+ * at any row count: the inputs' reads are not what limits it); on an H100
+ * (2026-12-06 09:14), rows past NR as row groups (mlp-1k at 128 rows 18.9
+ * against cuBLASLt's 19.2 us) and an L2 prefetch of the next layer's first
+ * stages after the last load (1-2 us slower a chain at 1-16 rows).
  *
  * What it does not do: FP8, rows > NR, n or k not a multiple of 8 (the
  * tensor map's row stride must be a multiple of 16 bytes; the epilogue
@@ -81,11 +84,6 @@ struct wg_args {
   const uint16_t *b;  /* bias [n], activation dtype */
   uint16_t *y;        /* [rows][n] */
   const uint8_t *wt;  /* tiled weights (WT = 1) */
-  /* EXPERIMENT (bench/wg "tail"): the next layer's tiled weights, of the
-   * same n, k, splits and variant; a WT = 1 producer past its last load
-   * asks L2 for the stages the same CTA index will read first there.
-   * nullptr: nothing. */
-  const uint8_t *next_wt;
   int rows, n, k, act, splits;
 };
 
@@ -148,10 +146,9 @@ __device__ __forceinline__ void wg_ring_init(uint64_t *full, uint64_t *empty,
  * without the programmatic launch attribute), those stages' inputs, and
  * the rest stage by stage as the consumers hand them back. load_w(i) and
  * load_x(i) fill the i-th stage, the ring's i % ST. */
-template <int ST, typename LW, typename LX, typename LT>
+template <int ST, typename LW, typename LX>
 __device__ __forceinline__ void wg_produce(int nst, uint64_t *empty,
-                                           LW load_w, LX load_x,
-                                           LT tail) {
+                                           LW load_w, LX load_x) {
   auto slot = [&](int it) {
     if (it >= ST)
       mbar_wait(smem_u32(&empty[it % ST]), ((it / ST) - 1) & 1);
@@ -169,7 +166,6 @@ __device__ __forceinline__ void wg_produce(int nst, uint64_t *empty,
     load_w(it);
     load_x(it);
   }
-  tail();
 }
 
 /* Where warpgroup c of feature tile `tile` finds atom `atom` in the tiled
@@ -301,12 +297,7 @@ __global__ void __launch_bounds__((C + 1) * 128, 1)
   cg::cluster_group cl = cg::this_cluster();
   const int S = p.splits;
   const int split = (int)cl.block_rank();
-  /* Clusters are (row group, feature tile) pairs: rows past NR run as
-   * groups of NR, each streaming the tile's weights (from L2 when the
-   * groups' CTAs run together). */
-  const int tiles = (p.n + 64 * C - 1) / (64 * C);
-  const int tile = (int)(blockIdx.x / S) % tiles;
-  const int r0 = (int)(blockIdx.x / S) / tiles * NR;
+  const int tile = blockIdx.x / S;
   /* Splits own whole stages, so every stage is BKA atoms: atoms past K
    * are zeros (out of the tensor maps' bounds; zero padding in the tiled
    * copy, which pads each tile's atoms to a multiple of 8). */
@@ -351,20 +342,9 @@ __global__ void __launch_bounds__((C + 1) * 128, 1)
         const uint32_t xs = sbase + s * SH::SB + SH::WB;
         const uint32_t bar = smem_u32(&full[s]);
         for (int a = 0; a < BKA; a++)
-          tma_2d(xs + a * NR * 128, &tmx, (a0 + it * BKA + a) * 64, r0, bar);
+          tma_2d(xs + a * NR * 128, &tmx, (a0 + it * BKA + a) * 64, 0, bar);
       };
-      auto tail = [&]() {
-        if (!WT || !p.next_wt)
-          return;
-        int nst0, nnst;
-        wg_split((atoms + BKA - 1) / BKA, split, S, &nst0, &nnst);
-        const int pre = nnst < ST ? nnst : ST;
-        for (int c = 0; c < C && pre > 0; c++)
-          bulk_prefetch_l2(
-              wg_tiled_at(p.next_wt, tile, C, c, tstride, nst0 * BKA),
-              (unsigned)(pre * BKA * 8192));
-      };
-      wg_produce<ST>(nst, empty, load_w, load_x, tail);
+      wg_produce<ST>(nst, empty, load_w, load_x);
     }
   } else {
     /* The tile's biases, for the sum at the end: read while the first
@@ -390,8 +370,8 @@ __global__ void __launch_bounds__((C + 1) * 128, 1)
   }
   if (!(XF & WG_NO_SUM))
     wg_finish<NR, C, F16>(reinterpret_cast<float *>(smem + SH::RING), acc,
-                          bias_s, wg < C, split, S, f0, p.rows - r0, p.n,
-                          p.y + (size_t)r0 * p.n, p.act);
+                          bias_s, wg < C, split, S, f0, p.rows, p.n, p.y,
+                          p.act);
 }
 
 /* The tiled copy of W [n][k] that WT = 1 reads: `tiles` tiles of 64
@@ -467,8 +447,7 @@ static inline void wg_config(cudaLaunchConfig_t *cfg,
 }
 
 /* Launches `kern` (an instance of mlpd_small_gemm_kernel_wg) over `tiles`
- * clusters (feature tiles times row groups of NR), each of `a.splits`
- * CTAs (the K splits). */
+ * feature tiles split `a.splits` ways, one cluster a tile. */
 template <typename K>
 static inline cudaError_t wg_launch(K kern, int tiles, int threads, int smem,
                                     int pdl, cudaStream_t st,
