@@ -7,7 +7,8 @@
 # each tree on the same model file, alternating, ROUNDS rounds, then
 # this tree's test_engine_cuda (SKIP_TESTS=1 leaves it out). Prints one
 # line per tree, round and batch: dev_us (median of the serving graph's
-# replays, CUDA events) and the lone request's submit -> wait.
+# replays, CUDA events) and the lone request's submit -> wait; and one
+# per tree and round of the engine's open (tuned, and from its cache).
 #
 #   source .gpu-deps/env.sh && bench/engine-ab.sh SRC
 #
@@ -48,6 +49,11 @@ for r in $(seq "$ROUNDS"); do
 import json, sys
 for line in open(sys.argv[1]):
     j = json.loads(line)
+    if j.get("kind") == "open":
+        print("%s round %s open tuned %.0f ms (tuning %.0f ms, %d timed), "
+              "from the cache %.0f ms, %d buckets on the bf16 path"
+              % (sys.argv[2], sys.argv[3], j["open_tuned_ms"], j["tune_ms"],
+                 j["timed"], j["open_cached_ms"], j["buckets_bf16"]))
     if j.get("kind") == "batch":
         print("%s round %s batch %5d dev_us %8.2f lone_bf16_us %8.2f"
               % (sys.argv[2], sys.argv[3], j["batch"], j["dev_us"],

@@ -568,119 +568,108 @@ fail:
   return rc;
 }
 
-/* The forward times of two plans of one bucket, timed in turn (five
- * samples each, alternating, so clock drift reaches both alike): us[0] of
- * a (captured as a->bf16 says), us[1] of b. */
-static int time_two(cuda_engine_t *e, const bucket_t *a, const bucket_t *b,
-                    double *us, mlpd_err_t *err) {
-  int rc = 0;
-  cudaGraphExec_t x[2] = {NULL, NULL};
-  TRY(make_exec(e, a, a->ch, &x[0], err));
-  TRY(make_exec(e, b, b->ch, &x[1], err));
-  time_in_turn(e, x, 2, us);
-  if (!isfinite(us[0]) || !isfinite(us[1]))
-    rc = mlpd_errf(err, MLPD_ECUDA, "cuda engine: %d rows: a forward did "
-                   "not run when timed", a->rows);
-fail:
-  for (int k = 0; k < 2; k++)
-    if (x[k] != NULL)
-      cudaGraphExecDestroy(x[k]);
-  if (rc != 0)
-    (void)cudaGetLastError();
-  return rc;
-}
-
-/* FP8 with fast accumulation (no periodic promotion of the partial sums
- * in cuBLASLt's FP8 kernels): bk holds the best FP8 plan; times it beside
- * the same plan whose cuBLASLt layers run the heuristic's first choice for
- * desc_fa (the algorithms for promoted sums are slower with it: 1169
- * against 952 µs at 8192 rows on an H100), and keeps the faster. Only
- * buckets with a cuBLASLt layer can differ. The error was the same in
- * bench/fp8 (0.0106 of a 4-layer chain against bf16 either way). */
-static int race_fast_accum(cuda_engine_t *e, bucket_t *bk) {
+/* bk's FP8 plan with fast accumulation (no periodic promotion of the
+ * partial sums in cuBLASLt's FP8 kernels) into *fa: its cuBLASLt layers
+ * on desc_fa with the heuristic's first algorithm for it (the promoted
+ * sums' algorithms are slower with it: 1169 against 952 µs at 8192 rows on
+ * an H100). The error was the same in bench/fp8 (0.0106 of a 4-layer chain
+ * against bf16 either way). 1 made; 0 when no layer is cuBLASLt's (nothing
+ * would differ) or a layer has no algorithm (logged). */
+static int fast_accum_plan(cuda_engine_t *e, const bucket_t *bk,
+                           bucket_t *fa) {
   int any_lt = 0;
   for (int l = 0; l < e->nlayers; l++)
     any_lt |= !bk->ch[l].small;
   if (!any_lt)
     return 0;
-  bucket_t *fa = malloc(sizeof(*fa));
-  cublasLtMatmulAlgo_t c[MAX_CAND];
-  mlpd_err_t terr = {0};
-  double us[2] = {0, 0};
-  int rc = 0;
-  if (fa == NULL)
-    return -ENOMEM;
   *fa = *bk;
   fa->fast_accum = 1;
-  for (int l = 0; l < e->nlayers && rc == 0; l++) {
+  for (int l = 0; l < e->nlayers; l++) {
+    cublasLtMatmulAlgo_t c[MAX_CAND];
+    mlpd_err_t terr = {0};
     int n = 0;
     if (fa->ch[l].small)
       continue;
-    rc = mlpd_cuda_algos(e, fa, l, c, &n, &terr);
-    if (rc == 0 && n == 0)
-      rc = mlpd_errf(&terr, MLPD_ECUBLAS, "no algorithm for layer %d",
-                     l + 1);
-    if (rc == 0)
-      fa->ch[l] = (choice_t){.small = 0, .variant = 0, .algo = c[0]};
+    if (mlpd_cuda_algos(e, fa, l, c, &n, &terr) != 0 || n == 0) {
+      (void)cudaGetLastError();
+      MLPD_LOGI("cuda engine: FP8 model, %d rows: fast accumulation not "
+                "compared (layer %d: %s)",
+                bk->rows, l + 1, n == 0 ? "no algorithm" : terr.msg);
+      return 0;
+    }
+    fa->ch[l] = (choice_t){.small = 0, .variant = 0, .algo = c[0]};
   }
-  if (rc != 0 || time_two(e, bk, fa, us, &terr) != 0) {
-    (void)cudaGetLastError();
-    MLPD_LOGI("cuda engine: FP8 model, %d rows: fast accumulation not "
-              "compared (%s)",
-              bk->rows, terr.msg);
-  } else if (us[1] < us[0]) {
-    MLPD_LOGI("cuda engine: FP8 model, %d rows: fast accumulation (%.1f µs) "
-              "beats promoted sums (%.1f µs)",
-              bk->rows, us[1], us[0]);
-    memcpy(bk->ch, fa->ch, sizeof(bk->ch));
-    bk->fast_accum = 1;
-  } else {
-    MLPD_LOGD("cuda engine: FP8 model, %d rows: promoted sums (%.1f µs) "
-              "beat fast accumulation (%.1f µs)",
-              bk->rows, us[0], us[1]);
-  }
-  free(fa);
-  return 0;
+  return 1;
 }
 
-/* FP8 never slower than bf16 (issue 17.2): bk holds the best FP8 plan;
- * plans the bf16 path too, times both forwards side by side and keeps the
- * faster. A bf16 path that cannot be planned or timed leaves FP8 in place
- * (logged). */
-static int race_paths(cuda_engine_t *e, bucket_t *bk, int bi,
-                      mlpd_err_t *err) {
-  int rc = 0;
-  bucket_t *fp8 = malloc(sizeof(*fp8));
-  mlpd_err_t perr = {0};
-  double us[2] = {0, 0};
-  if (fp8 == NULL)
+/* An FP8 bucket's plans, raced: bk holds the best FP8 plan with promoted
+ * sums; beside it the same plan with fast accumulation (fast_accum_plan)
+ * and, with `bf16_too`, the best plan of the bf16 path (issue 17.2: FP8
+ * never slower than bf16). All are timed in one turn, each once, and the
+ * fastest is kept in bk (bk->bf16, bk->fast_accum, bk->us_path). A rival
+ * that cannot be planned or run drops out, logged; if no plan ran, the
+ * promoted sums stay. */
+static int race_fp8(cuda_engine_t *e, bucket_t *bk, int bi, int bf16_too,
+                    mlpd_err_t *err) {
+  enum { PROMOTED, FAST, BF16, NPLANS };
+  static const char *const what[NPLANS] = {"FP8, promoted sums",
+                                           "FP8, fast accumulation",
+                                           "the bf16 path"};
+  bucket_t *p = malloc(NPLANS * sizeof(*p));
+  cudaGraphExec_t x[NPLANS] = {NULL, NULL, NULL};
+  double us[NPLANS];
+  int have[NPLANS] = {1, 0, 0};
+  if (p == NULL)
     return mlpd_errf(err, -ENOMEM, "cuda engine: out of host memory");
-  *fp8 = *bk;
-  bk->bf16 = 1;
-  bk->fast_accum = 0;
-  if (plan_bucket(e, bk, bi, &perr) != 0 || time_two(e, fp8, bk, us, &perr)) {
-    (void)cudaGetLastError();
-    MLPD_LOGW("cuda engine: FP8 model, %d rows: the bf16 path was not "
-              "compared (%s); FP8 runs",
-              bk->rows, perr.msg);
-    *bk = *fp8;
-    goto out;
+  p[PROMOTED] = *bk;
+  have[FAST] = fast_accum_plan(e, bk, &p[FAST]);
+  if (bf16_too) {
+    mlpd_err_t perr = {0};
+    p[BF16] = *bk;
+    p[BF16].bf16 = 1;
+    p[BF16].fast_accum = 0;
+    have[BF16] = plan_bucket(e, &p[BF16], bi, &perr) == 0;
+    if (!have[BF16]) {
+      (void)cudaGetLastError();
+      MLPD_LOGW("cuda engine: FP8 model, %d rows: the bf16 path was not "
+                "compared (%s); FP8 runs",
+                bk->rows, perr.msg);
+    }
   }
-  if (us[1] < us[0]) {
+  for (int i = 0; i < NPLANS; i++) {
+    mlpd_err_t xerr = {0};
+    if (have[i] && make_exec(e, &p[i], p[i].ch, &x[i], &xerr) != 0) {
+      (void)cudaGetLastError();
+      MLPD_LOGW("cuda engine: FP8 model, %d rows: %s not compared (%s)",
+                bk->rows, what[i], xerr.msg);
+    }
+  }
+  time_in_turn(e, x, NPLANS, us);
+  int best = PROMOTED;
+  for (int i = 0; i < NPLANS; i++)
+    if (isfinite(us[i]) && !(us[i] >= us[best]))
+      best = i;
+  if (!isfinite(us[best]))
+    MLPD_LOGW("cuda engine: FP8 model, %d rows: no plan ran when timed; "
+              "FP8 with promoted sums runs",
+              bk->rows);
+  else if (best == BF16)
     MLPD_LOGI("cuda engine: FP8 model, %d rows: bf16 path (%.1f µs) beats "
               "FP8 (%.1f µs)",
-              bk->rows, us[1], us[0]);
-  } else {
-    MLPD_LOGD("cuda engine: FP8 model, %d rows: FP8 (%.1f µs) beats the "
-              "bf16 path (%.1f µs)",
-              bk->rows, us[0], us[1]);
-    *bk = *fp8;
+              bk->rows, us[BF16], fmin(us[PROMOTED], us[FAST]));
+  else
+    MLPD_LOGD("cuda engine: FP8 model, %d rows: %s (%.1f µs) beats the "
+              "others (promoted %.1f, fast %.1f, bf16 %.1f µs)",
+              bk->rows, what[best], us[best], us[PROMOTED], us[FAST],
+              us[BF16]);
+  *bk = p[best];
+  if (have[BF16] && isfinite(us[BF16])) {
+    /* the FP8 side of the comparison: its better accumulation */
+    bk->us_path[0] = fmin(us[PROMOTED], us[FAST]);
+    bk->us_path[1] = us[BF16];
   }
-  bk->us_path[0] = us[0];
-  bk->us_path[1] = us[1];
-out:
-  free(fp8);
-  return rc;
+  free(p);
+  return 0;
 }
 
 int mlpd_cuda_tune_bucket(cuda_engine_t *e, bucket_t *bk, int bi,
@@ -693,11 +682,8 @@ int mlpd_cuda_tune_bucket(cuda_engine_t *e, bucket_t *bk, int bi,
   if (rc != 0 || !e->fp8 || bk->bf16 || !e->opts->autotune ||
       e->forced_small >= 0)
     return rc;
-  if (race_fast_accum(e, bk) != 0)
-    return mlpd_errf(err, -ENOMEM, "cuda engine: out of host memory");
-  if (e->slab16 == NULL || e->forced_bf16 != 0)
-    return 0;
-  return race_paths(e, bk, bi, err);
+  return race_fp8(e, bk, bi, e->slab16 != NULL && e->forced_bf16 == 0,
+                  err);
 }
 
 /* ---- verification of fusion -------------------------------------------- */

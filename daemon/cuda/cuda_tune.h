@@ -23,9 +23,9 @@
  * whole forward pass. With e->forced_small >= 0 where it applies: that
  * variant, untimed. FP8 engines: a bucket in e->forced_bf16 is planned on
  * the bf16 path; otherwise, with autotuning and nothing forced, the best
- * FP8 plan and the best bf16-path plan are timed side by side and the
- * faster kept (bk->bf16, bk->us_path), after the FP8 plan was timed with
- * and without fast accumulation (bk->fast_accum). Needs e->vbuf. */
+ * FP8 plan, the same with fast accumulation and the best bf16-path plan
+ * are timed in one turn and the fastest kept (bk->bf16, bk->fast_accum,
+ * bk->us_path). Needs e->vbuf. */
 int mlpd_cuda_tune_bucket(cuda_engine_t *e, bucket_t *bk, int bi,
                           mlpd_err_t *err) MLPD_MUST_CHECK;
 
