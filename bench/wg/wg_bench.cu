@@ -98,6 +98,16 @@ static const cfg_t cfgs[] = {
      * against 54.2 for C1, 1 row 57.0 against 51.6; 32 tiles fill half
      * the SMs at 2 splits, and 4 splits cost more than that. */
     CF(8, 2, 2, 5, 1, 16),   CF(16, 2, 2, 5, 1, 16), CF(16, 2, 2, 4, 1, 16),
+    /* Added 2026-12-06 09:20: rings as deep as fit at 1-32 rows (the
+     * engine's deepest is 6 stages of 2 atoms, 96 KiB of weights): more
+     * weights in flight, and more of them asked for before the wait for
+     * the previous layer. H100 09:14 (wg_bench-2026-12-06-rings.log): 16
+     * rows 52.4 us against 53.6 for 6 stages, 32 rows 54.6 against 56.7
+     * for 5; 1 and 8 rows within 0.6 us. The engine took them at 16 and
+     * 32 rows (MLPD_KERNELS_VERSION 9). */
+    CF(8, 1, 2, 10, 1, 16),  CF(8, 1, 4, 5, 1, 16),  CF(8, 1, 2, 8, 1, 16),
+    CF(16, 1, 2, 10, 1, 16), CF(16, 1, 4, 5, 1, 16), CF(16, 1, 2, 8, 1, 16),
+    CF(16, 1, 2, 10, 0, 16), CF(32, 1, 2, 8, 1, 16), CF(32, 1, 4, 4, 1, 16),
 };
 static const int ncfgs = (int)(sizeof(cfgs) / sizeof(cfgs[0]));
 static const cfg_t cfg_f16 = {"NR16 C1 BKA4 ST3 WT1 BR16 f16", 16, 1, 1, 16,

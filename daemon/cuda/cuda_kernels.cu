@@ -387,8 +387,8 @@ extern "C" const char *mlpd_cuda_small_name(int rows, int variant) {
       W "tiled 4 atoms x 3 stages", W "tiled 2 atoms x " D " stages"
   static const char *const names[3][MLPD_SMALL_MAX_VARIANTS] = {
       {SHAPES("mlpd mma rows<=8 ", ""), WG("mlpd wgmma rows<=8 ", "6")},
-      {SHAPES("mlpd mma rows<=16 ", ""), WG("mlpd wgmma rows<=16 ", "6")},
-      {SHAPES("mlpd mma rows<=32 ", ""), WG("mlpd wgmma rows<=32 ", "5")}};
+      {SHAPES("mlpd mma rows<=16 ", ""), WG("mlpd wgmma rows<=16 ", "10")},
+      {SHAPES("mlpd mma rows<=32 ", ""), WG("mlpd wgmma rows<=32 ", "8")}};
 #undef WG
 #undef SHAPES
   if (mlpd_cuda_small_variants(MLPD_KMODE_BF16, rows) == 0 || variant < 0 ||

@@ -31,7 +31,7 @@ extern "C" {
 
 /* Changes whenever the meaning of a variant number changes: the engine's
  * plan cache stores variant numbers and keys on this. */
-#define MLPD_KERNELS_VERSION 8
+#define MLPD_KERNELS_VERSION 9
 
 /* Activations of mlpd's kernels (the model's mlpd_act_t, as numbers). */
 enum { MLPD_KACT_NONE = 0, MLPD_KACT_GELU = 1, MLPD_KACT_RELU = 2 };

@@ -10,7 +10,7 @@
  * weight format, workspace, mlpd's kernel version, buckets, padded layer
  * shapes and activations).
  *
- * The file: "MLPDPLN4", u32 entry count, then per entry u32 key length,
+ * The file: "MLPDPLN5", u32 entry count, then per entry u32 key length,
  * the key, u32 record count and the records (per bucket one per layer,
  * each with its kind, kernel variant or cuBLASLt algo, and path: 0 the
  * engine's dtype, 1 the bf16 path of an FP8 engine),
