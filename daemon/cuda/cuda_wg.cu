@@ -37,22 +37,25 @@ struct wg_variant_t {
    wg_shape<NR, C, BKA, ST>::SMEM,                                             \
    wg_shape<NR, C, BKA, ST>::THREADS,                                          \
    WT}
-/* [row class][variant]: stages of 4 atoms x 3 deep (the best at 1-16
- * rows of L2-resident layers, mlp-1k's), and of 2 atoms deeper: at 16
- * and 32 rows as deep as an SM's shared memory allows (10 and 8 stages:
- * more weights in flight, and more asked for before the wait for the
- * previous layer; the engine's mlp-4k at 16 / 32 rows 54.0 / 56.0 us
- * against 55.0 / 58.2 with the 6 and 5 stages before, H100, 2026-12-06).
- * At 8 rows 6 stages stay: the deeper ring was no faster alone in
- * bench/wg, and its 189 KB left no room for an mma.sync layer beside it
- * (the autotuned 8-row chain took 52.3 us against 49.5). From the
- * row-major weights, then the same from the tiled copy. */
+/* [row class][variant]: stages of 4 atoms and of 2 atoms, from the
+ * row-major weights, then the same from the tiled copy. At 16 and 32
+ * rows the rings are as deep as an SM's shared memory allows (4 atoms x
+ * 5 and 2 x 10 stages; 4 x 4 and 2 x 8): more weights in flight, and more
+ * asked for before the wait for the previous layer. bench/wg, 4 x 4096
+ * chains at 16 rows: 41.6 / 42.4 us against 43.8 / 42.9 for the 3- and
+ * 6-stage rings on an H200, 53.1 / 52.4 against 55.3 / 53.6 on an H100;
+ * the engine's mlp-4k at 16 / 32 rows 54.0 / 56.0 us against 55.0 / 58.2
+ * (H100, 2026-12-06). At 8 rows (and 1) the shallower rings stay: the
+ * deeper ones were within 0.6 us alone on the H100, and 189 KB left no
+ * room for an mma.sync layer beside them (the autotuned 8-row chain took
+ * 52.3 us against 49.5); mlp-1k's 16 rows lose 0.1 us without the 3-stage
+ * ring. */
 static const wg_variant_t wg_table[3][MLPD_WG_VARIANTS] = {
     {WGV(8, 1, 4, 3, 0), WGV(8, 1, 2, 6, 0), WGV(8, 1, 4, 3, 1),
      WGV(8, 1, 2, 6, 1)},
-    {WGV(16, 1, 4, 3, 0), WGV(16, 1, 2, 10, 0), WGV(16, 1, 4, 3, 1),
+    {WGV(16, 1, 4, 5, 0), WGV(16, 1, 2, 10, 0), WGV(16, 1, 4, 5, 1),
      WGV(16, 1, 2, 10, 1)},
-    {WGV(32, 1, 4, 3, 0), WGV(32, 1, 2, 8, 0), WGV(32, 1, 4, 3, 1),
+    {WGV(32, 1, 4, 4, 0), WGV(32, 1, 2, 8, 0), WGV(32, 1, 4, 4, 1),
      WGV(32, 1, 2, 8, 1)}};
 #undef WGV
 
