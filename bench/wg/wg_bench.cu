@@ -108,6 +108,9 @@ static const cfg_t cfgs[] = {
     CF(8, 1, 2, 10, 1, 16),  CF(8, 1, 4, 5, 1, 16),  CF(8, 1, 2, 8, 1, 16),
     CF(16, 1, 2, 10, 1, 16), CF(16, 1, 4, 5, 1, 16), CF(16, 1, 2, 8, 1, 16),
     CF(16, 1, 2, 10, 0, 16), CF(32, 1, 2, 8, 1, 16), CF(32, 1, 4, 4, 1, 16),
+    /* Added 2026-12-06 09:25: the same bytes in flight in finer stages
+     * (one atom, 20 deep) and coarser (three atoms, 7 deep) at 16 rows. */
+    CF(16, 1, 1, 20, 1, 16), CF(16, 1, 3, 7, 1, 16),
 };
 static const int ncfgs = (int)(sizeof(cfgs) / sizeof(cfgs[0]));
 static const cfg_t cfg_f16 = {"NR16 C1 BKA4 ST3 WT1 BR16 f16", 16, 1, 1, 16,
