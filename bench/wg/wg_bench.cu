@@ -76,6 +76,19 @@ struct cfg_t {
  * slots beside the ring (2026-12-06): the rings deep or wide enough for
  * 128 and 256 rows that ran before (NR128 C1 ST8, NR128/256 C2, NR64/128
  * C4, NR256 C1 ST4-5; their numbers are in bench/RESULTS.md). */
+/* The same with NACC accumulators a consumer thread (cuda_wg.cuh). */
+#define CFA(NR, C, BKA, ST, WT, BR, NACC)                                      \
+  {"NR" #NR " C" #C " BKA" #BKA " ST" #ST " WT" #WT " BR" #BR " A" #NACC,      \
+   NR,                                                                         \
+   C,                                                                          \
+   WT,                                                                         \
+   BR,                                                                         \
+   wg_shape<NR, C, BKA, ST>::SMEM,                                             \
+   wg_shape<NR, C, BKA, ST>::THREADS,                                          \
+   {mlpd_small_gemm_kernel_wg<NR, C, BKA, ST, WT, BR, 0, 0, NACC>,            \
+    mlpd_small_gemm_kernel_wg<NR, C, BKA, ST, WT, BR, 0, WG_NO_MATH, NACC>,   \
+    mlpd_small_gemm_kernel_wg<NR, C, BKA, ST, WT, BR, 0,                      \
+                              WG_NO_MATH | WG_NO_SUM, NACC>}}
 static const cfg_t cfgs[] = {
     CF(8, 1, 4, 3, 0, 16),   CF(8, 1, 4, 3, 1, 16),  CF(8, 1, 2, 6, 0, 16),
     CF(8, 1, 2, 6, 1, 16),   CF(8, 1, 8, 2, 1, 16),  CF(8, 1, 4, 3, 0, 64),
@@ -111,6 +124,17 @@ static const cfg_t cfgs[] = {
     /* Added 2026-12-06 09:25: the same bytes in flight in finer stages
      * (one atom, 20 deep) and coarser (three atoms, 7 deep) at 16 rows. */
     CF(16, 1, 1, 20, 1, 16), CF(16, 1, 3, 7, 1, 16),
+    /* Added 2026-12-06 09:45: 2 and 4 accumulators a thread, so that a
+     * stage's wgmma steps do not each wait for the one before (at 1-32
+     * rows a step is too small to hide its latency). H100 09:47: 16 rows
+     * 51.1 us (2 x 10 stages, 4 accumulators) against 52.3 with one,
+     * 32 rows 54.1 against 54.8, 1 row no change. The engine's 16- and
+     * 32-row variants keep 4. */
+    CFA(8, 1, 2, 6, 1, 16, 2),   CFA(8, 1, 2, 6, 1, 16, 4),
+    CFA(8, 1, 4, 3, 1, 16, 4),   CFA(16, 1, 2, 10, 1, 16, 2),
+    CFA(16, 1, 2, 10, 1, 16, 4), CFA(16, 1, 4, 5, 1, 16, 2),
+    CFA(16, 1, 4, 5, 1, 16, 4),  CFA(32, 1, 2, 8, 1, 16, 2),
+    CFA(32, 1, 2, 8, 1, 16, 4),  CFA(32, 1, 4, 4, 1, 16, 4),
 };
 static const int ncfgs = (int)(sizeof(cfgs) / sizeof(cfgs[0]));
 static const cfg_t cfg_f16 = {"NR16 C1 BKA4 ST3 WT1 BR16 f16", 16, 1, 1, 16,

@@ -30,9 +30,9 @@ struct wg_variant_t {
   wg_kernel_t k[2];
   int nr, smem, threads, tiled;
 };
-#define WGV(NR, C, BKA, ST, WT)                                                \
-  {{mlpd_small_gemm_kernel_wg<NR, C, BKA, ST, WT, 16, 0>,                      \
-    mlpd_small_gemm_kernel_wg<NR, C, BKA, ST, WT, 16, 1>},                     \
+#define WGV(NR, C, BKA, ST, WT, NACC)                                          \
+  {{mlpd_small_gemm_kernel_wg<NR, C, BKA, ST, WT, 16, 0, 0, NACC>,             \
+    mlpd_small_gemm_kernel_wg<NR, C, BKA, ST, WT, 16, 1, 0, NACC>},            \
    NR,                                                                         \
    wg_shape<NR, C, BKA, ST>::SMEM,                                             \
    wg_shape<NR, C, BKA, ST>::THREADS,                                          \
@@ -49,14 +49,17 @@ struct wg_variant_t {
  * deeper ones were within 0.6 us alone on the H100, and 189 KB left no
  * room for an mma.sync layer beside them (the autotuned 8-row chain took
  * 52.3 us against 49.5); mlp-1k's 16 rows lose 0.1 us without the 3-stage
- * ring. */
+ * ring. At 16 and 32 rows a consumer thread keeps 4 accumulators, so a
+ * stage's wgmma steps do not wait for each other: 1.2 us off a 4 x 4096
+ * chain at 16 rows, 0.5-0.7 at 32, nothing at 1-8 (bench/wg, H100,
+ * 2026-12-06 09:47). */
 static const wg_variant_t wg_table[3][MLPD_WG_VARIANTS] = {
-    {WGV(8, 1, 4, 3, 0), WGV(8, 1, 2, 6, 0), WGV(8, 1, 4, 3, 1),
-     WGV(8, 1, 2, 6, 1)},
-    {WGV(16, 1, 4, 5, 0), WGV(16, 1, 2, 10, 0), WGV(16, 1, 4, 5, 1),
-     WGV(16, 1, 2, 10, 1)},
-    {WGV(32, 1, 4, 4, 0), WGV(32, 1, 2, 8, 0), WGV(32, 1, 4, 4, 1),
-     WGV(32, 1, 2, 8, 1)}};
+    {WGV(8, 1, 4, 3, 0, 1), WGV(8, 1, 2, 6, 0, 1), WGV(8, 1, 4, 3, 1, 1),
+     WGV(8, 1, 2, 6, 1, 1)},
+    {WGV(16, 1, 4, 5, 0, 4), WGV(16, 1, 2, 10, 0, 4), WGV(16, 1, 4, 5, 1, 4),
+     WGV(16, 1, 2, 10, 1, 4)},
+    {WGV(32, 1, 4, 4, 0, 4), WGV(32, 1, 2, 8, 0, 4), WGV(32, 1, 4, 4, 1, 4),
+     WGV(32, 1, 2, 8, 1, 4)}};
 #undef WGV
 
 PFN_cuTensorMapEncodeTiled_v12000 g_encode;

@@ -177,12 +177,16 @@ __device__ __forceinline__ const uint8_t *wg_tiled_at(const uint8_t *wt,
 }
 
 /* A consumer warpgroup's multiply of one stage: BKA atoms of its 64
- * weight rows (ws) by the NR input rows (xs), into acc, one wgmma group
- * left in flight (the stage before this one is free when it returns). */
-template <int NR, int BKA, int F16>
-__device__ __forceinline__ void wg_stage_mma(float (&acc)[NR / 2],
+ * weight rows (ws) by the NR input rows (xs), into NACC accumulators in
+ * turn (consecutive wgmma steps into one accumulator wait for each
+ * other), one wgmma group left in flight (the stage before this one is
+ * free when it returns). */
+template <int NR, int BKA, int F16, int NACC>
+__device__ __forceinline__ void wg_stage_mma(float (&acc)[NACC][NR / 2],
                                              uint32_t ws, uint32_t xs) {
-  fence_acc(acc);
+#pragma unroll
+  for (int q = 0; q < NACC; q++)
+    fence_acc(acc[q]);
   asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
   for (int a = 0; a < BKA; a++) {
@@ -190,11 +194,14 @@ __device__ __forceinline__ void wg_stage_mma(float (&acc)[NR / 2],
     const uint64_t db = wg_desc(xs + a * NR * 128);
 #pragma unroll
     for (int kk = 0; kk < 4; kk++)
-      wgmma<NR, F16>::mma(acc, da + 2 * kk, db + 2 * kk);
+      wgmma<NR, F16>::mma(acc[(a * 4 + kk) % NACC], da + 2 * kk,
+                          db + 2 * kk);
   }
   asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
   asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-  fence_acc(acc);
+#pragma unroll
+  for (int q = 0; q < NACC; q++)
+    fence_acc(acc[q]);
 }
 
 /* Four outputs act(sum + bias) into y, four activation values. */
@@ -282,7 +289,7 @@ __device__ __forceinline__ void wg_finish(float *recv, const float *acc,
 }
 
 template <int NR, int C, int BKA, int ST, int WT, int BR, int F16,
-          int XF = 0>
+          int XF = 0, int NACC = 1>
 __global__ void __launch_bounds__((C + 1) * 128, 1)
     mlpd_small_gemm_kernel_wg(const __grid_constant__ CUtensorMap tmw,
             const __grid_constant__ CUtensorMap tmx, const wg_args p) {
@@ -313,10 +320,12 @@ __global__ void __launch_bounds__((C + 1) * 128, 1)
   /* wg_finish's wait: partners are running before they are written to */
   asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
 
-  float acc[NR / 2];
+  float acc[NACC][NR / 2];
 #pragma unroll
-  for (int i = 0; i < NR / 2; i++)
-    acc[i] = 0.0f;
+  for (int q = 0; q < NACC; q++)
+#pragma unroll
+    for (int i = 0; i < NR / 2; i++)
+      acc[q][i] = 0.0f;
   if (wg == C) {
     if (tid == C * 128) {
       auto load_w = [&](int it) {
@@ -360,16 +369,24 @@ __global__ void __launch_bounds__((C + 1) * 128, 1)
         mbar_arrive(smem_u32(&empty[s]));
         continue;
       }
-      wg_stage_mma<NR, BKA, F16>(acc, sbase + s * SH::SB + wg * BKA * 8192,
-                                 sbase + s * SH::SB + SH::WB);
+      wg_stage_mma<NR, BKA, F16, NACC>(
+          acc, sbase + s * SH::SB + wg * BKA * 8192,
+          sbase + s * SH::SB + SH::WB);
       if (it > 0)
         mbar_arrive(smem_u32(&empty[(it - 1) % ST]));
     }
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-    fence_acc(acc);
+#pragma unroll
+    for (int q = 0; q < NACC; q++)
+      fence_acc(acc[q]);
+#pragma unroll
+    for (int q = 1; q < NACC; q++)
+#pragma unroll
+      for (int i = 0; i < NR / 2; i++)
+        acc[0][i] += acc[q][i];
   }
   if (!(XF & WG_NO_SUM))
-    wg_finish<NR, C, F16>(reinterpret_cast<float *>(smem + SH::RING), acc,
+    wg_finish<NR, C, F16>(reinterpret_cast<float *>(smem + SH::RING), acc[0],
                           bias_s, wg < C, split, S, f0, p.rows, p.n, p.y,
                           p.act);
 }
