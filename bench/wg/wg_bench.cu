@@ -126,7 +126,7 @@ static const cfg_t cfgs[] = {
     CF(16, 1, 1, 20, 1, 16), CF(16, 1, 3, 7, 1, 16),
     /* Added 2026-12-06 09:45: 2 and 4 accumulators a thread, so that a
      * stage's wgmma steps do not each wait for the one before (at 1-32
-     * rows a step is too small to hide its latency). H100 09:47: 16 rows
+     * rows a step is too small to hide its latency). H100 09:36: 16 rows
      * 51.1 us (2 x 10 stages, 4 accumulators) against 52.3 with one,
      * 32 rows 54.1 against 54.8, 1 row no change. The engine's 16- and
      * 32-row variants keep 4. */

@@ -52,7 +52,7 @@ struct wg_variant_t {
  * ring. At 16 and 32 rows a consumer thread keeps 4 accumulators, so a
  * stage's wgmma steps do not wait for each other: 1.2 us off a 4 x 4096
  * chain at 16 rows, 0.5-0.7 at 32, nothing at 1-8 (bench/wg, H100,
- * 2026-12-06 09:47). */
+ * 2026-12-06 09:36). */
 static const wg_variant_t wg_table[3][MLPD_WG_VARIANTS] = {
     {WGV(8, 1, 4, 3, 0, 1), WGV(8, 1, 2, 6, 0, 1), WGV(8, 1, 4, 3, 1, 1),
      WGV(8, 1, 2, 6, 1, 1)},
