@@ -59,26 +59,10 @@ struct cfg_t {
   int nr, c, wt, br, smem, threads;
   wg_kernel_t k[3]; /* XF = 0, WG_NO_MATH, WG_NO_MATH | WG_NO_SUM */
 };
-#define CF(NR, C, BKA, ST, WT, BR)                                             \
-  {"NR" #NR " C" #C " BKA" #BKA " ST" #ST " WT" #WT " BR" #BR,                 \
-   NR,                                                                         \
-   C,                                                                          \
-   WT,                                                                         \
-   BR,                                                                         \
-   wg_shape<NR, C, BKA, ST>::SMEM,                                             \
-   wg_shape<NR, C, BKA, ST>::THREADS,                                          \
-   {mlpd_small_gemm_kernel_wg<NR, C, BKA, ST, WT, BR, 0>,                     \
-    mlpd_small_gemm_kernel_wg<NR, C, BKA, ST, WT, BR, 0, WG_NO_MATH>,         \
-    mlpd_small_gemm_kernel_wg<NR, C, BKA, ST, WT, BR, 0,                      \
-                              WG_NO_MATH | WG_NO_SUM>}}
-/* Only configurations whose ring and partial-sum slots (wg_shape::SMEM)
- * fit an SM's 227 KB. Left out since the partial sums are pushed into
- * slots beside the ring (2026-12-06): the rings deep or wide enough for
- * 128 and 256 rows that ran before (NR128 C1 ST8, NR128/256 C2, NR64/128
- * C4, NR256 C1 ST4-5; their numbers are in bench/RESULTS.md). */
-/* The same with NACC accumulators a consumer thread (cuda_wg.cuh). */
-#define CFA(NR, C, BKA, ST, WT, BR, NACC)                                      \
-  {"NR" #NR " C" #C " BKA" #BKA " ST" #ST " WT" #WT " BR" #BR " A" #NACC,      \
+/* A configuration with NACC accumulators a consumer thread (cuda_wg.cuh),
+ * named with SUFFIX. */
+#define CFX(NR, C, BKA, ST, WT, BR, NACC, SUFFIX)                              \
+  {"NR" #NR " C" #C " BKA" #BKA " ST" #ST " WT" #WT " BR" #BR SUFFIX,         \
    NR,                                                                         \
    C,                                                                          \
    WT,                                                                         \
@@ -89,6 +73,14 @@ struct cfg_t {
     mlpd_small_gemm_kernel_wg<NR, C, BKA, ST, WT, BR, 0, WG_NO_MATH, NACC>,   \
     mlpd_small_gemm_kernel_wg<NR, C, BKA, ST, WT, BR, 0,                      \
                               WG_NO_MATH | WG_NO_SUM, NACC>}}
+#define CF(NR, C, BKA, ST, WT, BR) CFX(NR, C, BKA, ST, WT, BR, 1, "")
+#define CFA(NR, C, BKA, ST, WT, BR, NACC)                                      \
+  CFX(NR, C, BKA, ST, WT, BR, NACC, " A" #NACC)
+/* Only configurations whose ring and partial-sum slots (wg_shape::SMEM)
+ * fit an SM's 227 KB. Left out since the partial sums are pushed into
+ * slots beside the ring (2026-12-06): the rings deep or wide enough for
+ * 128 and 256 rows that ran before (NR128 C1 ST8, NR128/256 C2, NR64/128
+ * C4, NR256 C1 ST4-5; their numbers are in bench/RESULTS.md). */
 static const cfg_t cfgs[] = {
     CF(8, 1, 4, 3, 0, 16),   CF(8, 1, 4, 3, 1, 16),  CF(8, 1, 2, 6, 0, 16),
     CF(8, 1, 2, 6, 1, 16),   CF(8, 1, 8, 2, 1, 16),  CF(8, 1, 4, 3, 0, 64),
