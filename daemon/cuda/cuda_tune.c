@@ -590,11 +590,12 @@ static int fast_accum_plan(cuda_engine_t *e, const bucket_t *bk,
     int n = 0;
     if (fa->ch[l].small)
       continue;
-    if (mlpd_cuda_algos(e, fa, l, c, &n, &terr) != 0 || n == 0) {
+    int rc = mlpd_cuda_algos(e, fa, l, c, &n, &terr);
+    if (rc != 0 || n == 0) {
       (void)cudaGetLastError();
       MLPD_LOGI("cuda engine: FP8 model, %d rows: fast accumulation not "
                 "compared (layer %d: %s)",
-                bk->rows, l + 1, n == 0 ? "no algorithm" : terr.msg);
+                bk->rows, l + 1, rc != 0 ? terr.msg : "no algorithm");
       return 0;
     }
     fa->ch[l] = (choice_t){.small = 0, .variant = 0, .algo = c[0]};

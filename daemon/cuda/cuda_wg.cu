@@ -39,20 +39,15 @@ struct wg_variant_t {
    WT}
 /* [row class][variant]: stages of 4 atoms and of 2 atoms, from the
  * row-major weights, then the same from the tiled copy. At 16 and 32
- * rows the rings are as deep as an SM's shared memory allows (4 atoms x
- * 5 and 2 x 10 stages; 4 x 4 and 2 x 8): more weights in flight, and more
- * asked for before the wait for the previous layer. bench/wg, 4 x 4096
- * chains at 16 rows: 41.6 / 42.4 us against 43.8 / 42.9 for the 3- and
- * 6-stage rings on an H200, 53.1 / 52.4 against 55.3 / 53.6 on an H100;
- * the engine's mlp-4k at 16 / 32 rows 54.0 / 56.0 us against 55.0 / 58.2
- * (H100, 2026-12-06). At 8 rows (and 1) the shallower rings stay: the
- * deeper ones were within 0.6 us alone on the H100, and 189 KB left no
- * room for an mma.sync layer beside them (the autotuned 8-row chain took
- * 52.3 us against 49.5); mlp-1k's 16 rows lose 0.1 us without the 3-stage
- * ring. At 16 and 32 rows a consumer thread keeps 4 accumulators, so a
- * stage's wgmma steps do not wait for each other: 1.2 us off a 4 x 4096
- * chain at 16 rows, 0.5-0.7 at 32, nothing at 1-8 (bench/wg, H100,
- * 2026-12-06 09:36). */
+ * rows the rings are as deep as an SM's shared memory allows (about
+ * 200 KB: more weights in flight, and more of them asked for before the
+ * wait for the previous layer) and a thread keeps 4 accumulators (a
+ * stage's small wgmma steps then do not wait for each other): together
+ * about 2.5 us off mlp-4k's 16-row forward on an H100 (53.0 us, 1.18x the
+ * copy floor; bench/RESULTS.md, 2026-12-06). At 8 rows (and 1) neither
+ * gained alone in bench/wg, and a 189 KB ring left no room for an
+ * mma.sync layer's blocks beside it (the autotuned 8-row chain took 52.3
+ * us against 49.5). */
 static const wg_variant_t wg_table[3][MLPD_WG_VARIANTS] = {
     {WGV(8, 1, 4, 3, 0, 1), WGV(8, 1, 2, 6, 0, 1), WGV(8, 1, 4, 3, 1, 1),
      WGV(8, 1, 2, 6, 1, 1)},
