@@ -45,6 +45,7 @@ MLPD_K_DECLARE(fp8)
 int mlpd__k_wg_gemm(int f16, int variant, int rows, int n, int k,
                     const void *x, const void *w, const void *b, void *y,
                     int act, int pdl, cudaStream_t st);
+const char *mlpd__k_wg_name(int rows, int variant);
 
 namespace {
 
@@ -382,20 +383,16 @@ extern "C" const char *mlpd_cuda_small_name(int rows, int variant) {
   T "pipe splitk=8 4x2deep 2/SM" P,                                           \
   T "pipe splitk=8 lines 3deep 2/SM" P, T "pipe splitk=16 lines 2deep" P,     \
   T "pipe splitk=16 4deep" P
-#define WG(W, D4, D2)                                                          \
-  W "tma 4 atoms x " D4 " stages", W "tma 2 atoms x " D2 " stages",           \
-      W "tiled 4 atoms x " D4 " stages", W "tiled 2 atoms x " D2 " stages"
-  static const char *const names[3][MLPD_SMALL_MAX_VARIANTS] = {
-      {SHAPES("mlpd mma rows<=8 ", ""), WG("mlpd wgmma rows<=8 ", "3", "6")},
-      {SHAPES("mlpd mma rows<=16 ", ""),
-       WG("mlpd wgmma rows<=16 ", "5", "10")},
-      {SHAPES("mlpd mma rows<=32 ", ""),
-       WG("mlpd wgmma rows<=32 ", "4", "8")}};
-#undef WG
+  static const char *const names[3][MLPD_SMALL_MMA_VARIANTS] = {
+      {SHAPES("mlpd mma rows<=8 ", "")},
+      {SHAPES("mlpd mma rows<=16 ", "")},
+      {SHAPES("mlpd mma rows<=32 ", "")}};
 #undef SHAPES
   if (mlpd_cuda_small_variants(MLPD_KMODE_BF16, rows) == 0 || variant < 0 ||
       variant >= MLPD_SMALL_MAX_VARIANTS)
     return "none";
+  if (variant >= MLPD_SMALL_MMA_VARIANTS) /* cuda_wg.cu's table names them */
+    return mlpd__k_wg_name(rows, variant - MLPD_SMALL_MMA_VARIANTS);
   return names[mlpd_cuda_row_class(rows)][variant];
 }
 

@@ -12,8 +12,9 @@
  *
  * The file: "MLPDPLN5", u32 entry count, then per entry u32 key length,
  * the key, u32 record count and the records (per bucket one per layer,
- * each with its kind, kernel variant or cuBLASLt algo, and path: 0 the
- * engine's dtype, 1 the bf16 path of an FP8 engine),
+ * each with its kind, kernel variant or cuBLASLt algo, path: 0 the
+ * engine's dtype, 1 the bf16 path of an FP8 engine, and whether an FP8
+ * path's cuBLASLt layers accumulate fast),
  * and an FNV-1a checksum
  * of all before it; native byte order. Saving rewrites the whole file
  * (temporary file + fsync + rename, under an flock on "<path>.lock"), so a

@@ -24,19 +24,25 @@ typedef void (*wg_kernel_t)(const CUtensorMap, const CUtensorMap,
                             const wg_args);
 
 /* One variant at each row class (8, 16, 32 rows): its kernels for bf16
- * and f16, the rows they take, shared memory, threads, and whether it
- * reads the tiled copy of the weights. */
+ * and f16, the rows they take, shared memory, threads, whether it reads
+ * the tiled copy of the weights, and its name in plans and logs (made
+ * from the same parameters, so the two cannot disagree). */
 struct wg_variant_t {
   wg_kernel_t k[2];
   int nr, smem, threads, tiled;
+  const char *name;
 };
+#define WG_SRC_0 "tma"
+#define WG_SRC_1 "tiled"
 #define WGV(NR, C, BKA, ST, WT, NACC)                                          \
   {{mlpd_small_gemm_kernel_wg<NR, C, BKA, ST, WT, 16, 0, 0, NACC>,             \
     mlpd_small_gemm_kernel_wg<NR, C, BKA, ST, WT, 16, 1, 0, NACC>},            \
    NR,                                                                         \
    wg_shape<NR, C, BKA, ST>::SMEM,                                             \
    wg_shape<NR, C, BKA, ST>::THREADS,                                          \
-   WT}
+   WT,                                                                         \
+   "mlpd wgmma rows<=" #NR " " WG_SRC_##WT " " #BKA " atoms x " #ST           \
+   " stages, " #NACC " acc"}
 /* [row class][variant]: stages of 4 atoms and of 2 atoms, from the
  * row-major weights, then the same from the tiled copy. At 16 and 32
  * rows the rings are as deep as an SM's shared memory allows (about
@@ -56,6 +62,8 @@ static const wg_variant_t wg_table[3][MLPD_WG_VARIANTS] = {
     {WGV(32, 1, 4, 4, 0, 4), WGV(32, 1, 2, 8, 0, 4), WGV(32, 1, 4, 4, 1, 4),
      WGV(32, 1, 2, 8, 1, 4)}};
 #undef WGV
+#undef WG_SRC_0
+#undef WG_SRC_1
 
 PFN_cuTensorMapEncodeTiled_v12000 g_encode;
 cudaError_t g_encode_err = cudaSuccess;
@@ -118,6 +126,13 @@ int mlpd__k_wg_gemm(int f16, int variant, int rows, int n, int k,
   a.rows = rows, a.n = n, a.k = k, a.act = act, a.splits = splits;
   return (int)wg_launch(kern, tiles, v->threads, v->smem, pdl, st, mw, mx,
                         a);
+}
+
+const char *mlpd__k_wg_name(int rows, int variant) {
+  if (rows < 1 || rows > MLPD_SMALL_MAX_ROWS || variant < 0 ||
+      variant >= MLPD_WG_VARIANTS)
+    return "none";
+  return wg_table[mlpd_cuda_row_class(rows)][variant].name;
 }
 
 extern "C" size_t mlpd_cuda_wg_tiled_bytes(int n, int k) {
