@@ -102,7 +102,10 @@ static void on_msg(mlpd_mailbox_t *mb, mlpd_msg_t *msg) {
   mlpd_dispatch_msg_t *m = (mlpd_dispatch_msg_t *)msg;
   switch (msg->type) {
   case MLPD_MSG_JOB:
+    /* A batch's answers to one connection go out in one write. */
+    mlpd_server_cork(&d->server);
     mlpd_scheduler_on_job(&d->sched, (mlpd_job_t *)msg);
+    mlpd_server_uncork(&d->server);
     break;
   case MLPD_MSG_USE_POOL:
     make_arena(d, m->pool);

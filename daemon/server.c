@@ -243,7 +243,8 @@ static void update_poll(mlpd_conn_t *c) {
   int ev = 0;
   if (!c->paused && !c->held && !c->backlog && !c->close_after_write)
     ev |= UV_READABLE;
-  if (c->whead != NULL)
+  /* A corked queue is written at the uncork, not when the socket is. */
+  if (c->whead != NULL && !c->corked_writes)
     ev |= UV_WRITABLE;
   if (ev == c->events)
     return;
@@ -270,6 +271,12 @@ static void conn_closed(uv_handle_t *h) {
    * the owner's own callbacks, and cancelling that connection's requests
    * there would free them under the owner's feet. */
   s->cb.on_close(s->cb.ud, c);
+  if (c->corked_writes) { /* closed inside a cork: off the list */
+    mlpd_conn_t **p = &s->dirty;
+    while (*p != c)
+      p = &(*p)->dirty_next;
+    *p = c->dirty_next;
+  }
   set_partial(c, 0);
   set_backlog(c, 0);
   if (c->held)
@@ -384,6 +391,14 @@ int mlpd_server_write_from(mlpd_conn_t *c, uint8_t *buf, size_t from,
   c->unsent += sizeof(*w) + w->len; /* all it holds */
   if (c->unsent > c->srv->cfg.max_unsent)
     c->paused = 1; /* backpressure: stop reading a client that does not */
+  if (c->srv->corked > 0) {
+    if (!c->corked_writes) {
+      c->corked_writes = 1;
+      c->dirty_next = c->srv->dirty;
+      c->srv->dirty = c;
+    }
+    return 0;
+  }
   /* Write at once: a response waiting for the next poll round costs a
    * loop iteration of latency. */
   if (c->whead == w)
@@ -391,6 +406,21 @@ int mlpd_server_write_from(mlpd_conn_t *c, uint8_t *buf, size_t from,
   else
     update_poll(c);
   return 0;
+}
+
+void mlpd_server_cork(mlpd_server_t *s) { s->corked++; }
+
+void mlpd_server_uncork(mlpd_server_t *s) {
+  if (--s->corked > 0)
+    return;
+  while (s->dirty != NULL) {
+    mlpd_conn_t *c = s->dirty;
+    s->dirty = c->dirty_next;
+    c->corked_writes = 0;
+    c->dirty_next = NULL;
+    if (!c->closing)
+      flush(c);
+  }
 }
 
 static void drop_fd(mlpd_conn_t *c, int i) {

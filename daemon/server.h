@@ -153,6 +153,8 @@ struct mlpd_conn_s {
   uint64_t closing_ns;      /* when close_after_write was set */
   void *owner_data;         /* free for the owner */
   mlpd_conn_t *prev, *next; /* server's list */
+  int corked_writes;        /* on srv->dirty: writes queued while corked */
+  mlpd_conn_t *dirty_next;
 };
 
 struct mlpd_server_s {
@@ -182,6 +184,8 @@ struct mlpd_server_s {
   void (*on_closed)(void *ud);   /* see mlpd_server_close */
   void *on_closed_ud;
   int closing;
+  int corked;                    /* mlpd_server_cork's depth */
+  mlpd_conn_t *dirty;            /* connections written to while corked */
   uint64_t refused_logged_s;     /* rate limit of refusal log lines */
   int refused_this_s;
 };
@@ -241,6 +245,18 @@ int mlpd_server_write(mlpd_conn_t *c, uint8_t *buf, size_t len);
  * rows already were, its head in front of them (requests.c). */
 int mlpd_server_write_from(mlpd_conn_t *c, uint8_t *buf, size_t from,
                            size_t len);
+
+/* Corks the server's writes (calls nest): while corked, mlpd_server_write
+ * only queues, and the last mlpd_server_uncork writes every connection
+ * written to meanwhile, its whole queue in one sendmsg. The owner corks
+ * around the answers of one batch: a connection with several requests in
+ * the batch then costs one system call, not one an answer (on the 2-core
+ * machine with 16-row requests, a third of the I/O thread's system-call
+ * time was sendmsg, and 8 x 64 x 16 rose 7%; bench/RESULTS.md,
+ * 2026-12-06). Uncorked, a write goes out at once. Both on the server's
+ * thread. */
+void mlpd_server_cork(mlpd_server_t *s);
+void mlpd_server_uncork(mlpd_server_t *s);
 
 /* During on_frame: the oldest descriptor that arrived with this frame's
  * bytes and is not yet claimed (the caller owns it), -1 when there is
