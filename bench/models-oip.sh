@@ -37,7 +37,10 @@
 #                             on LOAD_THREADS client threads (-t4), so a
 #                             rise that the load generator's own threads
 #                             cause on a shared host (the lone client
-#                             waiting for a core) is told apart
+#                             waiting for a core) is told apart; and the
+#                             shm line with the lone client polling for
+#                             its answer (--spin-us 200), against the
+#                             polling lone line alone ("client spin")
 #   sat native / sat http     mlp-4k at SAT, inline frames and OIP binary
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -90,6 +93,9 @@ PYEOF
 lone="--model digits --connections 1 --depth 1 --rows 1 --dtype f32"
 # The lone native line is the fairness lines' baseline: as long as they.
 LINE_DURATION=$FAIR_DURATION line "lone native" $lone
+# ... and with the client polling for its answer (mlpd_client_set_spin):
+# the baseline of the fairness line of the same kind below.
+LINE_DURATION=$FAIR_DURATION line "lone native, client spin" $lone --spin-us 200
 line "lone binary" --http 127.0.0.1:$port $lone
 line "lone JSON" --http 127.0.0.1:$port --http-json $lone
 [ "$PYCLIENT" = 0 ] || "$PY" - "$port" "$DURATION" >>"$OUTDIR/models-oip.jsonl" <<'PYEOF'
@@ -131,13 +137,17 @@ fair() { # TAG extra-load-args...
   "$mlpctl" --socket "$sock" metrics >"$OUTDIR/metrics-$tag-a.txt"
   : >"$OUTDIR/cpu-$tag.txt"
   cpu_mark "$OUTDIR/cpu-$tag.txt"
-  LINE_DURATION=$FAIR_DURATION line "lone native beside mlp-4k $tag load" $lone
+  LINE_DURATION=$FAIR_DURATION line "lone native${LONE_TAG:-} beside mlp-4k $tag load" $lone ${LONE_EXTRA:-}
   cpu_mark "$OUTDIR/cpu-$tag.txt"
   "$mlpctl" --socket "$sock" metrics >"$OUTDIR/metrics-$tag-b.txt"
   wait $bg
 }
 fair inline
 fair shm --shm
+# The rise by the client's measure holds its own wake-up on a busy host:
+# the same line with the lone client polling (its baseline: the spinning
+# lone line alone).
+LONE_TAG=", client spin" LONE_EXTRA="--spin-us 200" fair shm-spin --shm
 if [ "${LOAD_THREADS:-4}" != 0 ]; then
   fair "inline-t${LOAD_THREADS:-4}" --threads "${LOAD_THREADS:-4}"
   fair "shm-t${LOAD_THREADS:-4}" --shm --threads "${LOAD_THREADS:-4}"
@@ -201,11 +211,11 @@ try:
         if k in by:
             print("%s / lone native p50: %.2f" %
                   (k, by[k]["latency_ms"]["p50"] / by["lone native"]["latency_ms"]["p50"]))
-    alone = by["lone native"]
     for name, r in by.items():
-        if not name.startswith("lone native beside mlp-4k "):
+        m = re.match(r"(lone native(?:, client spin)?) beside mlp-4k (.*) load$", name)
+        if not m or m.group(1) not in by:
             continue
-        tag = name[len("lone native beside mlp-4k "):-len(" load")]
+        alone, tag = by[m.group(1)], m.group(2)
         nb, nr = window(tag)
         d = r["latency_ms"]["p99"] - alone["latency_ms"]["p99"]
         ds = r.get("server_ms", {}).get("p99", 0) - alone.get("server_ms", {}).get("p99", 0)

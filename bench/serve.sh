@@ -8,7 +8,8 @@
 # The lines (issue 8's serving targets):
 #   lone        1 connection x 1 in flight x 1 row: p50/p99 of a lone
 #               request, to compare with the engine's device time of a
-#               1-row batch (inline and --shm)
+#               1-row batch (inline and --shm); again with the client
+#               polling for its answer (--spin-us 200) instead of sleeping
 #   small       many 1-row requests in flight (batches form by themselves)
 #   saturation  SAT (connections:depth:rows, enough in flight for full
 #               batches) with inline bytes and with shared memory (--shm)
@@ -108,6 +109,7 @@ run_load() {
   local extra=()
   [ "$transport" = shm ] && extra+=(--shm)
   [ -n "$rate" ] && extra+=(--rate "$rate")
+  [ -n "${SPIN_US:-}" ] && extra+=(--spin-us "$SPIN_US")
   "$mlpctl" --socket "$sock" metrics >"$OUTDIR/metrics-before.txt"
   "$bench" --socket "$sock" --connections "$c" --depth "$d" --rows "$r" \
     --dtype "${LINE_DTYPE:-$DTYPE}" --duration "$DURATION" --warmup 1 \
@@ -168,6 +170,13 @@ run_load lone shm 1 1 1
 # conversion on the way (LINE_DTYPE: this line's row dtype).
 LINE_DTYPE=bf16 run_load "lone, bf16 rows" inline 1 1 1
 LINE_DTYPE=bf16 run_load "lone, bf16 rows" shm 1 1 1
+# The same with the client polling for its answer instead of sleeping
+# (mlpd-bench --spin-us, the client library's mlpd_client_set_spin): what
+# a lone request costs without the client's own wake-up.
+SPIN_US=200 run_load "lone, client spin" inline 1 1 1
+SPIN_US=200 run_load "lone, client spin" shm 1 1 1
+SPIN_US=200 LINE_DTYPE=bf16 run_load "lone, bf16 rows, client spin" inline 1 1 1
+SPIN_US=200 LINE_DTYPE=bf16 run_load "lone, bf16 rows, client spin" shm 1 1 1
 run_load small inline 1 4 1
 run_load small inline 4 8 1
 run_load saturation inline "$sc" "$sd" "$sr"

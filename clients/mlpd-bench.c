@@ -80,6 +80,7 @@ typedef struct {
   int in_dtype;
   int out_dtype;
   uint64_t timeout_ms; /* fits a uint32_t (the option's range) */
+  int spin_us;         /* mlpd_client_set_spin on every connection */
   int json;
   int shm; /* inputs and outputs in a shared-memory region */
   uint64_t seed;
@@ -377,6 +378,7 @@ static int nc_open(worker_t *w, nconn_t *n) {
       (rc = mlpd_client_set_model(n->c, cfg->model, &w->err)) != 0)
     return rc;
   mlpd_client_set_timeout(n->c, 60000);
+  mlpd_client_set_spin(n->c, cfg->spin_us);
   /* Shared memory: slot s reads rows at in_b * s and writes its output at
    * depth * in_b + out_b * s; a slot is reused only once its answer is in,
    * so no two requests in flight share a window. */
@@ -692,6 +694,9 @@ int main(int argc, char **argv) {
                "windows of it (default: inline bytes)"},
       {"timeout-ms", 't', MLPD_OPT_U64, &cfg.timeout_ms, 0, UINT32_MAX,
        .meta = "N", .help = "server-side deadline per request"},
+      {"spin-us", 0, MLPD_OPT_INT, &cfg.spin_us, 0, 1000000, .meta = "US",
+       .help = "poll each connection for an answer this long\nbefore "
+               "sleeping (mlpd_client_set_spin; default 0)"},
       {"seed", 'S', MLPD_OPT_U64, &cfg.seed, 0, (double)UINT64_MAX, .meta = "N",
        .help = "random inputs' seed (default 1)"},
       {"json", 'j', MLPD_OPT_FLAG, &cfg.json,
@@ -937,7 +942,7 @@ int main(int argc, char **argv) {
     printf("{\"socket\": %s, \"connections\": %d, \"depth\": %d, "
            "\"rows_per_request\": %d, \"mode\": \"%s\", \"rate\": %g, "
            "\"transport\": \"%s\", \"input_dtype\": \"%s\", "
-           "\"output_dtype\": \"%s\", \"in_features\": %d, "
+           "\"output_dtype\": \"%s\", \"spin_us\": %d, \"in_features\": %d, "
            "\"out_features\": %d, "
            "\"engine\": %s, \"device\": %s, "
            "\"requests\": %zu, \"ok\": %llu, \"errors\": %llu, "
@@ -963,7 +968,8 @@ int main(int argc, char **argv) {
            : cfg.shm     ? "shm"
                          : "inline",
            mlpd_dtype_name((mlpd_dtype_t)cfg.in_dtype),
-           mlpd_dtype_name((mlpd_dtype_t)out_dtype), cfg.cols, cfg.out_cols,
+           mlpd_dtype_name((mlpd_dtype_t)out_dtype), cfg.spin_us, cfg.cols,
+           cfg.out_cols,
            json_str(js[1], sizeof(js[1]), info.engine),
            json_str(js[2], sizeof(js[2]), info.device), total,
            (unsigned long long)ok, (unsigned long long)nerr, failed, secs,

@@ -4,7 +4,8 @@
  * Starts build/daemon/mlpd on the digits model with the CPU engine on a
  * temporary socket, and checks what comes back over the socket against the
  * in-process CPU engine (daemon/engine.h) run on the same rows: blocking and
- * pipelined inference, every input/output dtype pair, refusals of bad input
+ * pipelined inference, a client that polls for its answers
+ * (mlpd_client_set_spin), every input/output dtype pair, refusals of bad input
  * with the connection surviving, health, metrics and model info, and what a
  * client sees of a missing daemon. Raw frames (nanopb, no client library)
  * are used where the library would refuse to send the mistake. */
@@ -30,10 +31,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -748,6 +751,84 @@ static void test_refused_connections(void **state) {
   daemon_stop(&d);
 }
 
+/* Times this thread went to sleep of its own accord (blocked). */
+static long voluntary_switches(void) {
+  struct rusage ru;
+  assert_int_equal(getrusage(RUSAGE_THREAD, &ru), 0);
+  return ru.ru_nvcsw;
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* mlpd_client_set_spin: a waiting call polls instead of sleeping, so an
+ * answer that comes within the spin costs the thread no sleep (counted
+ * by the kernel as voluntary context switches); without it, every call
+ * sleeps for its answer. The answers are the same. The spin never
+ * outlasts the call's timeout. */
+static void test_spin(void **state) {
+  (void)state;
+  enum { N = 20 };
+  mlpd_err_t err = {0};
+  mlpd_client_result_t res;
+  mlpd_client_result_init(&res);
+  float ref[OUT];
+  reference(g.rows.data, MLPD_DTYPE_F32, 1, ref);
+  long slept[2];
+  for (int spin = 0; spin < 2; spin++) {
+    mlpd_client_t *c = tc_connect(g.d.path, 30000);
+    /* A second: far longer than a 1-row answer takes, even under ASan on
+     * a loaded machine, and no test waits that long for one. */
+    mlpd_client_set_spin(c, spin ? 1000000 : 0);
+    mlpd_client_infer_t req;
+    mlpd_client_infer_init(&req);
+    req.data = g.rows.data;
+    req.rows = 1;
+    req.cols = IN;
+    long before = voluntary_switches();
+    for (int i = 0; i < N; i++) {
+      int rc = mlpd_client_infer(c, &req, &res, &err);
+      if (rc != 0)
+        fail_msg("infer (spin %d): %s", spin, mlpd_err_msg(&err, rc));
+      assert_int_equal(res.status, MLPD_STATUS_OK);
+      check_close(res.data, ref, OUT, 1e-5, 1e-5, "spinning infer");
+    }
+    slept[spin] = voluntary_switches() - before;
+    mlpd_client_close(c);
+  }
+  printf("spin: %ld of %d calls slept without, %ld with\n", slept[0], N,
+         slept[1]);
+  assert_true(slept[0] >= N / 2);
+  assert_true(slept[1] <= 2);
+
+  /* Nobody answers (a listener that never accepts): a 100 ms timeout with
+   * a 10 s spin still gives up after about 100 ms. */
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  char *path = sa.sun_path;
+  int len = snprintf(path, sizeof(sa.sun_path), "%s/silent.sock", g.dir);
+  assert_true(len > 0 && (size_t)len < sizeof(sa.sun_path));
+  int lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+  assert_true(lfd >= 0);
+  assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+  assert_int_equal(listen(lfd, 4), 0);
+  mlpd_client_t *c = tc_connect(path, 100);
+  mlpd_client_set_spin(c, 10000000);
+  mlpd_client_health_t h;
+  double t0 = now_s();
+  int rc = mlpd_client_health(c, &h, &err);
+  double took = now_s() - t0;
+  printf("spin: a silent peer timed out after %.0f ms\n", took * 1e3);
+  assert_int_equal(rc, MLPD_ETIMEDOUT);
+  assert_true(took >= 0.09 && took < 2.0);
+  mlpd_client_close(c);
+  close(lfd);
+  unlink(path);
+  mlpd_client_result_free(&res);
+}
+
 static void test_missing_daemon(void **state) {
   (void)state;
   char path[400];
@@ -787,6 +868,7 @@ int main(void) {
       cmocka_unit_test(test_health_metrics_info),
       cmocka_unit_test(test_overload),
       cmocka_unit_test(test_refused_connections),
+      cmocka_unit_test(test_spin),
       cmocka_unit_test(test_missing_daemon),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

@@ -87,6 +87,7 @@ _Static_assert(sizeof(((mlpd_v1_RegionRef *)0)->region) ==
 struct mlpd_client_s {
   int fd;               /* owned: the connected socket */
   int timeout_ms;       /* patience of one call, 0 = forever */
+  uint64_t spin_ns;     /* mlpd_client_set_spin, 0 = sleep at once */
   size_t max_send;      /* largest request body we send */
   size_t max_recv;      /* largest response body we accept */
   size_t inflight;      /* requests sent whose response was not taken */
@@ -254,6 +255,10 @@ void mlpd_client_set_timeout(mlpd_client_t *c, int timeout_ms) {
   c->timeout_ms = timeout_ms > 0 ? timeout_ms : 0;
 }
 
+void mlpd_client_set_spin(mlpd_client_t *c, int spin_us) {
+  c->spin_ns = spin_us > 0 ? (uint64_t)spin_us * 1000u : 0;
+}
+
 void mlpd_client_set_max_frame(mlpd_client_t *c, size_t max_send,
                                size_t max_recv) {
   if (max_send != 0)
@@ -330,9 +335,18 @@ static int on_eof(mlpd_client_t *c, mlpd_err_t *err) {
  * that reports it in its own words. */
 static int read_some(mlpd_client_t *c, int wait_ms, int *eof,
                      mlpd_err_t *err) {
+  /* With a spin (mlpd_client_set_spin), the socket is polled this long
+   * before the thread sleeps: an answer that comes meanwhile is taken
+   * without a wake-up. At most wait_ms of it. */
+  uint64_t spin_ns = c->spin_ns;
+  if (wait_ms > 0 && spin_ns > (uint64_t)wait_ms * 1000000u)
+    spin_ns = (uint64_t)wait_ms * 1000000u;
+  uint64_t spin_until = wait_ms != 0 && spin_ns != 0 ? mlpd_now_ns() + spin_ns
+                                                      : 0;
   for (;;) {
+    const int spinning = spin_until != 0;
     /* Waiting forever is a plain blocking recv: one system call. */
-    if (wait_ms >= 0) {
+    if (wait_ms >= 0 && !spinning) {
       struct pollfd p = {.fd = c->fd, .events = POLLIN};
       int n = poll(&p, 1, wait_ms);
       if (n < 0 && errno == EINTR)
@@ -343,7 +357,7 @@ static int read_some(mlpd_client_t *c, int wait_ms, int *eof,
         return 0;
     }
     ssize_t n = recv(c->fd, RBUF(c) + c->rlen, c->rcap - c->rlen,
-                     wait_ms >= 0 ? MSG_DONTWAIT : 0);
+                     wait_ms >= 0 || spinning ? MSG_DONTWAIT : 0);
     if (n > 0) {
       c->rlen += (size_t)n;
       return 1;
@@ -358,6 +372,11 @@ static int read_some(mlpd_client_t *c, int wait_ms, int *eof,
     if (errno == EINTR)
       continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      if (spinning) {
+        if (mlpd_now_ns() >= spin_until)
+          spin_until = 0; /* from here on, sleep until it comes */
+        continue;
+      }
       if (wait_ms == 0)
         return 0;
       continue; /* spurious readiness: poll again */

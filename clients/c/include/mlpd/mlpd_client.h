@@ -91,6 +91,16 @@ int mlpd_client_fd(const mlpd_client_t *c);
  * a request's server-side deadline (mlpd_client_infer_t.timeout_ms). */
 void mlpd_client_set_timeout(mlpd_client_t *c, int timeout_ms);
 
+/* Busy-polling before sleeping, for the lowest latency: a call that waits
+ * for an answer first polls the socket for up to `spin_us` microseconds,
+ * without sleeping, then sleeps as usual. An answer that comes within the
+ * spin costs no thread wake-up (several microseconds on a busy or
+ * virtualised host), at the price of a core kept busy meanwhile: for a
+ * client that waits on few requests at a time and has a core to spare.
+ * 0 (the default) sleeps at once. The spin counts against the call's
+ * timeout. */
+void mlpd_client_set_spin(mlpd_client_t *c, int spin_us);
+
 /* Frame limits, 0 = keep the current value. A request whose encoded size is
  * over max_send is refused with MLPD_EMSGSIZE before anything is sent
  * (the connection stays usable); a response frame over max_recv fails with
