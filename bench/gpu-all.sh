@@ -99,14 +99,15 @@ cp /tmp/mlpd-serve/serve.json "$OUT/" 2>/dev/null
 # Inline f32 rows at saturation with 4 and with 8 I/O threads,
 # alternating, on the GPU: rows/s and each daemon thread's CPU per row
 # (issue 15's inline line, 30% of the engine with the default 4 on
-# 2026-12-05; whether the default for a 16-core host should be 8).
+# 2026-12-05; whether the default for a 16-core host should be 8), and 8
+# with the kernel's default send buffer (--socket-buffer=0) against 1 MiB.
 # serve.sh wrote mlp-4k and its plan cache when the engine part did not.
 A4K=${M4K:-/tmp/mlpd-serve/mlp-4k.safetensors}
 if [ -f "$A4K" ] && [ -z "${SKIP_IO_AB:-}" ]; then
   REAL=1 MODEL=$A4K IO=4 LOAD=16:8:32 DURATION=1.5 ROUNDS=2 \
-    VARIANTS="--io-threads=4 --io-threads=8" \
+    VARIANTS="--io-threads=4 --io-threads=8 --io-threads=8,--socket-buffer=0" \
     DAEMON_ARGS="--plan-cache /tmp/mlpd-serve/plans.bin" \
-    OUTDIR=/tmp/mlpd-ioab timeout "$(left 40)" bench/host-path.sh $B \
+    OUTDIR=/tmp/mlpd-ioab timeout "$(left 55)" bench/host-path.sh $B \
     >"$LOGS/io-ab.log" 2>&1
   echo "I/O threads A/B rc=$? after $(el)"
   cat "$LOGS/io-ab.log"

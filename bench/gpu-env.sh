@@ -14,3 +14,12 @@ if [ ! -e /opt/deps/usr/lib/x86_64-linux-gnu/pkgconfig/yajl.pc ]; then
   echo "gpu-env: no yajl in .gpu-deps; run '../shared/gpu/fetch-deps libyajl2 libyajl-dev' before the call" >&2
   return 1 2>/dev/null || exit 1
 fi
+# Socket send buffers: the daemon and the client library ask for 1 MiB
+# (--socket-buffer), which the kernel caps at net.core.wmem_max, as
+# docs/serving.md tells an operator to raise. Raised here where the
+# machine lets root do it; either way the log says what the runs had.
+if [ "$(cat /proc/sys/net/core/wmem_max 2>/dev/null || echo 0)" -lt 1048576 ]; then
+  sysctl -qw net.core.wmem_max=2097152 2>/dev/null ||
+    echo 2097152 >/proc/sys/net/core/wmem_max 2>/dev/null
+fi
+echo "gpu-env: net.core.wmem_max $(cat /proc/sys/net/core/wmem_max 2>/dev/null)"

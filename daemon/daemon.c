@@ -40,6 +40,7 @@ void mlpd_config_init(mlpd_config_t *c) {
   c->max_queue_delay_ms = 500;
   c->max_frame = 64u << 20;
   c->max_unsent = 16u << 20;
+  c->socket_buffer = 1u << 20;
   c->http_max_body = 64u << 20;
   c->access.max_connections = 1024;
   c->frame_timeout_ms = 30000;
@@ -982,6 +983,24 @@ static int io_threads(const mlpd_config_t *c) {
 
 /* Starts n I/O threads; d->nshards counts those that run, so that a
  * failure part way (finish) stops exactly those. */
+/* The kernel caps SO_SNDBUF at net.core.wmem_max without a word; an
+ * operator who set --socket-buffer (or kept its default) hears of it, as
+ * redis warns of somaxconn. */
+static void warn_socket_buffer(size_t want) {
+  FILE *f = want > 0 ? fopen("/proc/sys/net/core/wmem_max", "r") : NULL;
+  if (f == NULL)
+    return;
+  unsigned long long max = 0;
+  int ok = fscanf(f, "%llu", &max) == 1;
+  fclose(f);
+  if (ok && max < want)
+    MLPD_LOGW("net.core.wmem_max is %llu bytes, below --socket-buffer's "
+              "%zu: the kernel caps each connection's send buffer there, "
+              "and a larger inline answer takes several writes (raise it: "
+              "sysctl -w net.core.wmem_max=%zu)",
+              max, want, want);
+}
+
 static int start_shards(mlpd_daemon_t *d, int n, mlpd_err_t *err) {
   d->nshards = 0;
   set_max_queue(d);
@@ -992,6 +1011,7 @@ static int start_shards(mlpd_daemon_t *d, int n, mlpd_err_t *err) {
   mlpd_dispatch_config_t dc = {
       .max_frame = d->cfg.max_frame,
       .max_unsent = d->cfg.max_unsent,
+      .socket_buffer = d->cfg.socket_buffer,
       .idle_timeout_ms = d->cfg.idle_timeout_ms,
       .frame_timeout_ms = d->cfg.frame_timeout_ms,
       .max_delay_ns = d->cfg.max_delay_us * 1000u,
@@ -1129,6 +1149,7 @@ int mlpd_daemon_run(const mlpd_config_t *cfg) {
                 cfg->http_allow_repo_remote ? " and load or unload models"
                                             : "");
   }
+  warn_socket_buffer(cfg->socket_buffer);
   if ((rc = start_shards(d, nshards, &err)) != 0)
     goto fail;
   close(d->listen_fd); /* the dispatchers hold their duplicates */

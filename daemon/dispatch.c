@@ -212,6 +212,7 @@ int mlpd_dispatch_start(mlpd_dispatch_t *d, int index,
   mlpd_server_config_t svc = {
       .max_frame = cfg->max_frame,
       .max_unsent = cfg->max_unsent,
+      .socket_buffer = cfg->socket_buffer,
       .idle_timeout_ms = cfg->idle_timeout_ms,
       .frame_timeout_ms = cfg->frame_timeout_ms,
       .access = access,

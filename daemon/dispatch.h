@@ -41,6 +41,7 @@
 typedef struct mlpd_dispatch_config_s {
   size_t max_frame;
   size_t max_unsent;
+  size_t socket_buffer; /* each connection's SO_SNDBUF, 0 = default */
   uint64_t idle_timeout_ms;
   uint64_t frame_timeout_ms;
   uint64_t max_delay_ns;

@@ -213,6 +213,11 @@ static int parse_command_line(mlpd_config_t *cfg, int argc, char **argv,
        (double)(1ull << 34), .meta = "BYTES",
        .help = "stop reading a client whose unread responses exceed this "
                "(default 16777216)"},
+      {"socket-buffer", 0, MLPD_OPT_SIZE, &cfg->socket_buffer, 0,
+       (double)(1u << 30), .meta = "BYTES",
+       .help = "each client connection's kernel send buffer\n(SO_SNDBUF; "
+               "default 1048576, capped by\nnet.core.wmem_max; 0 = the "
+               "kernel's default)"},
       {"max-connections", 0, MLPD_OPT_INT, &max_connections, 1, 1 << 20,
        .meta = "N", .help = "client connections at once (default 1024)"},
       {"max-conns-per-uid", 0, MLPD_OPT_INT, &cfg->access.max_per_uid, 0,

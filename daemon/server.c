@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -829,6 +830,18 @@ static void accept_one(mlpd_server_t *s, int fd) {
               "the daemon is out of memory for a new connection; retry "
               "later");
     return;
+  }
+  /* A send buffer that holds a whole inline answer (512 KiB for 32 rows
+   * of mlp-4k in f32): with the kernel's default (208 KiB) each such
+   * answer took several writes, and the client a wake-up for each part;
+   * the client library asks the same of its side (on the 2-core machine,
+   * 32-row f32 frames of 4096 features: the client's CPU per row 13 ->
+   * 8 us; bench/RESULTS.md, 2026-12-06). The kernel caps it at
+   * net.core.wmem_max (daemon.c warns once). */
+  if (s->cfg.socket_buffer > 0) {
+    int sz = s->cfg.socket_buffer > INT_MAX / 2 ? INT_MAX / 2
+                                                : (int)s->cfg.socket_buffer;
+    (void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
   }
   c->fd = fd;
   c->srv = s;

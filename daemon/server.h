@@ -103,6 +103,8 @@ typedef struct mlpd_server_callbacks_s {
 typedef struct mlpd_server_config_s {
   size_t max_frame;          /* largest frame body accepted */
   size_t max_unsent;         /* backpressure bound per connection */
+  size_t socket_buffer;      /* SO_SNDBUF of each connection, 0 = the
+                                kernel's default (see accept_one) */
   uint64_t idle_timeout_ms;  /* 0 = connections may idle forever */
   uint64_t frame_timeout_ms; /* 0 = a frame may take forever */
   mlpd_access_t *access;     /* shared by every server; borrowed */

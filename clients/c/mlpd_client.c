@@ -80,6 +80,7 @@ _Static_assert(sizeof(((mlpd_v1_RegionRef *)0)->region) ==
 
 #define BLOCKING_ID_BIT ((uint64_t)1 << 63)
 #define RBUF_INITIAL ((size_t)64 << 10)
+#define SEND_BUFFER (1 << 20) /* SO_SNDBUF asked for (mlpd_client_connect) */
 /* An infer request's head: ids, shape, model name, region names and the
  * lengths, all bounded well below this. */
 #define HEAD_MAX ((size_t)1024)
@@ -218,6 +219,13 @@ int mlpd_client_connect(const char *socket_path, mlpd_client_t **out,
     rc = mlpd_errf(err, -errno, "socket(AF_UNIX): %s", strerror(errno));
     goto err_free;
   }
+  /* A send buffer that holds a whole large request (512 KiB for 32 rows
+   * of 4096 f32 features) goes out in one write instead of a write and a
+   * wait for the daemon per 208 KiB (the kernel's default): on the 2-core
+   * machine 13 -> 8 us of this side's CPU a row (bench/RESULTS.md,
+   * 2026-12-06). Best effort: the kernel caps it at net.core.wmem_max. */
+  int sndbuf = SEND_BUFFER;
+  (void)setsockopt(c->fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
   if (connect(c->fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
     int e = errno;
     const char *hint = "";
