@@ -80,7 +80,9 @@ _Static_assert(sizeof(((mlpd_v1_RegionRef *)0)->region) ==
 
 #define BLOCKING_ID_BIT ((uint64_t)1 << 63)
 #define RBUF_INITIAL ((size_t)64 << 10)
-#define SEND_BUFFER (1 << 20) /* SO_SNDBUF asked for (mlpd_client_connect) */
+/* The send buffer grows to hold the largest frame sent, up to this
+ * (grow_send_buffer); the kernel's default is about 208 KiB. */
+#define SEND_BUFFER_MAX (4 << 20)
 /* An infer request's head: ids, shape, model name, region names and the
  * lengths, all bounded well below this. */
 #define HEAD_MAX ((size_t)1024)
@@ -88,6 +90,7 @@ _Static_assert(sizeof(((mlpd_v1_RegionRef *)0)->region) ==
 struct mlpd_client_s {
   int fd;               /* owned: the connected socket */
   int timeout_ms;       /* patience of one call, 0 = forever */
+  size_t sndbuf;        /* SO_SNDBUF asked for, 0 = the kernel's default */
   uint64_t spin_ns;     /* mlpd_client_set_spin, 0 = sleep at once */
   size_t max_send;      /* largest request body we send */
   size_t max_recv;      /* largest response body we accept */
@@ -219,13 +222,6 @@ int mlpd_client_connect(const char *socket_path, mlpd_client_t **out,
     rc = mlpd_errf(err, -errno, "socket(AF_UNIX): %s", strerror(errno));
     goto err_free;
   }
-  /* A send buffer that holds a whole large request (512 KiB for 32 rows
-   * of 4096 f32 features) goes out in one write instead of a write and a
-   * wait for the daemon per 208 KiB (the kernel's default): on the 2-core
-   * machine 13 -> 8 us of this side's CPU a row (bench/RESULTS.md,
-   * 2026-12-06). Best effort: the kernel caps it at net.core.wmem_max. */
-  int sndbuf = SEND_BUFFER;
-  (void)setsockopt(c->fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
   if (connect(c->fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
     int e = errno;
     const char *hint = "";
@@ -762,10 +758,27 @@ static ssize_t send_with_fd(int sock, const void *p, size_t n, int pass_fd) {
 /* Writes sbuf[0..len), with `pass_fd` (when >= 0) attached to its first
  * bytes. While the socket is full it reads what the daemon sends, so
  * neither side waits for the other forever. */
+/* A frame larger than the socket's send buffer went out in a write and a
+ * wait for the daemon per 208 KiB (the kernel's default); a buffer that
+ * holds it takes it in one (on the 2-core machine, 512 KiB frames of f32
+ * rows: 13 -> 8 us of this side's CPU a row; bench/RESULTS.md,
+ * 2026-12-06). Grown only for such frames: small ones keep the default,
+ * where a larger buffer would only queue them out of the daemon's sight.
+ * Best effort: the kernel caps it at net.core.wmem_max. */
+static void grow_send_buffer(mlpd_client_t *c, size_t len) {
+  if (len <= c->sndbuf || len <= (64u << 10))
+    return;
+  size_t want = len > SEND_BUFFER_MAX ? SEND_BUFFER_MAX : len;
+  int sz = (int)want;
+  (void)setsockopt(c->fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
+  c->sndbuf = want;
+}
+
 static int send_frame(mlpd_client_t *c, size_t head, const void *tail,
                       size_t tail_len, int pass_fd, uint64_t deadline,
                       mlpd_err_t *err) {
   size_t off = 0, len = head + tail_len;
+  grow_send_buffer(c, len);
   while (off < len) {
     ssize_t n;
     if (off == 0 && pass_fd >= 0) {

@@ -71,9 +71,9 @@ typedef struct mlpd_client_s mlpd_client_t;
  * (path longer than a sockaddr_un holds), ... with the path in the message.
  * Only connects: it does not check that the daemon is ready (see
  * mlpd_client_health). On success the caller owns *out and frees it with
- * mlpd_client_close(). The socket asks the kernel for a 1 MiB send buffer,
- * so that a large request goes out in one write (capped at
- * net.core.wmem_max). */
+ * mlpd_client_close(). The socket's send buffer grows to hold the largest
+ * request sent (up to 4 MiB, as net.core.wmem_max allows), so that a large
+ * request goes out in one write. */
 int mlpd_client_connect(const char *socket_path, mlpd_client_t **out,
                         mlpd_err_t *err) MLPD_MUST_CHECK;
 
