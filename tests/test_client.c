@@ -5,7 +5,8 @@
  * temporary socket, and checks what comes back over the socket against the
  * in-process CPU engine (daemon/engine.h) run on the same rows: blocking and
  * pipelined inference, a client that polls for its answers
- * (mlpd_client_set_spin), every input/output dtype pair, refusals of bad input
+ * (mlpd_client_set_spin), the send buffer grown for large requests, every
+ * input/output dtype pair, refusals of bad input
  * with the connection surviving, health, metrics and model info, and what a
  * client sees of a missing daemon. Raw frames (nanopb, no client library)
  * are used where the library would refuse to send the mistake. */
@@ -829,6 +830,61 @@ static void test_spin(void **state) {
   mlpd_client_result_free(&res);
 }
 
+static int send_buffer(mlpd_client_t *c) {
+  int v = 0;
+  socklen_t sl = sizeof(v);
+  assert_int_equal(
+      getsockopt(mlpd_client_fd(c), SOL_SOCKET, SO_SNDBUF, &v, &sl), 0);
+  return v;
+}
+
+/* The socket's send buffer: the kernel's default while requests are
+ * small, grown to hold a request larger than it (so that it goes out in
+ * one write), as far as net.core.wmem_max lets it. */
+static void test_send_buffer(void **state) {
+  (void)state;
+  enum { ROWS = 1000 }; /* 256 KB of f32 rows: over the 208 KiB default */
+  mlpd_client_t *c = tc_connect(g.d.path, 30000);
+  mlpd_err_t err = {0};
+  mlpd_client_result_t res;
+  mlpd_client_result_init(&res);
+  float *x = calloc((size_t)ROWS * IN, sizeof(float));
+  assert_non_null(x);
+  for (int i = 0; i < ROWS * IN; i++)
+    x[i] = (float)(i % 17) * 0.1f;
+  int before = send_buffer(c);
+  mlpd_client_infer_t req;
+  mlpd_client_infer_init(&req);
+  req.data = x;
+  req.rows = 1;
+  req.cols = IN;
+  int rc = mlpd_client_infer(c, &req, &res, &err);
+  if (rc != 0)
+    fail_msg("small infer: %s", mlpd_err_msg(&err, rc));
+  assert_int_equal(send_buffer(c), before);
+  req.rows = ROWS;
+  rc = mlpd_client_infer(c, &req, &res, &err);
+  if (rc != 0)
+    fail_msg("large infer: %s", mlpd_err_msg(&err, rc));
+  assert_int_equal(res.status, MLPD_STATUS_OK);
+  assert_int_equal(res.rows, ROWS);
+  int after = send_buffer(c);
+  long long frame = (long long)ROWS * IN * 4, cap = frame;
+  FILE *f = fopen("/proc/sys/net/core/wmem_max", "r");
+  long long wmem_max = 0;
+  if (f != NULL && fscanf(f, "%lld", &wmem_max) == 1 && wmem_max < cap)
+    cap = wmem_max;
+  if (f != NULL)
+    fclose(f);
+  printf("send buffer: %d bytes, %d after a %lld-byte request "
+         "(net.core.wmem_max %lld)\n", before, after, frame, wmem_max);
+  /* The kernel reports twice what was asked. */
+  assert_true((long long)after >= 2 * cap);
+  free(x);
+  mlpd_client_result_free(&res);
+  mlpd_client_close(c);
+}
+
 static void test_missing_daemon(void **state) {
   (void)state;
   char path[400];
@@ -869,6 +925,7 @@ int main(void) {
       cmocka_unit_test(test_overload),
       cmocka_unit_test(test_refused_connections),
       cmocka_unit_test(test_spin),
+      cmocka_unit_test(test_send_buffer),
       cmocka_unit_test(test_missing_daemon),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

@@ -90,7 +90,8 @@ _Static_assert(sizeof(((mlpd_v1_RegionRef *)0)->region) ==
 struct mlpd_client_s {
   int fd;               /* owned: the connected socket */
   int timeout_ms;       /* patience of one call, 0 = forever */
-  size_t sndbuf;        /* SO_SNDBUF asked for, 0 = the kernel's default */
+  size_t sndbuf;        /* SO_SNDBUF's size as asked (half what the kernel
+                           reports), 0 = not looked at yet */
   uint64_t spin_ns;     /* mlpd_client_set_spin, 0 = sleep at once */
   size_t max_send;      /* largest request body we send */
   size_t max_recv;      /* largest response body we accept */
@@ -762,11 +763,21 @@ static ssize_t send_with_fd(int sock, const void *p, size_t n, int pass_fd) {
  * wait for the daemon per 208 KiB (the kernel's default); a buffer that
  * holds it takes it in one (on the 2-core machine, 512 KiB frames of f32
  * rows: 13 -> 8 us of this side's CPU a row; bench/RESULTS.md,
- * 2026-12-06). Grown only for such frames: small ones keep the default,
- * where a larger buffer would only queue them out of the daemon's sight.
- * Best effort: the kernel caps it at net.core.wmem_max. */
+ * 2026-12-06). Grown only for such frames, never below the default:
+ * small ones keep it, where a larger buffer would only queue them out of
+ * the daemon's sight. The kernel reports (and charges) twice what is
+ * asked, for its own overhead. Best effort: it caps the size at
+ * net.core.wmem_max. */
 static void grow_send_buffer(mlpd_client_t *c, size_t len) {
-  if (len <= c->sndbuf || len <= (64u << 10))
+  if (c->sndbuf == 0) {
+    int cur = 0;
+    socklen_t sl = sizeof(cur);
+    c->sndbuf = getsockopt(c->fd, SOL_SOCKET, SO_SNDBUF, &cur, &sl) == 0 &&
+                        cur > 1
+                    ? (size_t)cur / 2
+                    : 1;
+  }
+  if (len <= c->sndbuf || c->sndbuf >= SEND_BUFFER_MAX)
     return;
   size_t want = len > SEND_BUFFER_MAX ? SEND_BUFFER_MAX : len;
   int sz = (int)want;
