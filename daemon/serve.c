@@ -215,7 +215,7 @@ static int parse_command_line(mlpd_config_t *cfg, int argc, char **argv,
                "(default 16777216)"},
       {"socket-buffer", 0, MLPD_OPT_SIZE, &cfg->socket_buffer, 0,
        (double)(1u << 30), .meta = "BYTES",
-       .help = "each client connection's kernel send buffer\n(SO_SNDBUF; "
+       .help = "each socket connection's kernel send buffer\n(SO_SNDBUF; "
                "default 1048576, capped by\nnet.core.wmem_max; 0 = the "
                "kernel's default)"},
       {"max-connections", 0, MLPD_OPT_INT, &max_connections, 1, 1 << 20,

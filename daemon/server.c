@@ -834,10 +834,11 @@ static void accept_one(mlpd_server_t *s, int fd) {
   /* A send buffer that holds a whole inline answer (512 KiB for 32 rows
    * of mlp-4k in f32): with the kernel's default (208 KiB) each such
    * answer took several writes, and the client a wake-up for each part;
-   * the client library asks the same of its side (on the 2-core machine,
-   * 32-row f32 frames of 4096 features: the client's CPU per row 13 ->
-   * 8 us; bench/RESULTS.md, 2026-12-06). The kernel caps it at
-   * net.core.wmem_max (daemon.c warns once). */
+   * the client library grows its own likewise (on the 2-core machine,
+   * 32-row f32 frames of 4096 features, both grown against neither: the
+   * I/O thread's CPU per row 3.9-5.4 us against 5.8-6.7, the client's
+   * 3.9-4.6 against 6.6-7.4; bench/RESULTS.md, 2026-12-06). The kernel
+   * caps it at net.core.wmem_max (daemon.c warns once). */
   if (s->cfg.socket_buffer > 0) {
     int sz = s->cfg.socket_buffer > INT_MAX / 2 ? INT_MAX / 2
                                                 : (int)s->cfg.socket_buffer;

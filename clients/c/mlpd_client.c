@@ -762,12 +762,12 @@ static ssize_t send_with_fd(int sock, const void *p, size_t n, int pass_fd) {
 /* A frame larger than the socket's send buffer went out in a write and a
  * wait for the daemon per 208 KiB (the kernel's default); a buffer that
  * holds it takes it in one (on the 2-core machine, 512 KiB frames of f32
- * rows: 13 -> 8 us of this side's CPU a row; bench/RESULTS.md,
- * 2026-12-06). Grown only for such frames, never below the default:
- * small ones keep it, where a larger buffer would only queue them out of
- * the daemon's sight. The kernel reports (and charges) twice what is
- * asked, for its own overhead. Best effort: it caps the size at
- * net.core.wmem_max. */
+ * rows: this side's CPU a row 4.6-5.5 us against 6.6-7.4, the daemon's
+ * buffer at the default in both; bench/RESULTS.md, 2026-12-06). Grown
+ * only for such frames, never below the default: small ones keep it,
+ * where a larger buffer would only queue them out of the daemon's sight.
+ * The kernel reports (and charges) twice what is asked, for its own
+ * overhead. Best effort: it caps the size at net.core.wmem_max. */
 static void grow_send_buffer(mlpd_client_t *c, size_t len) {
   if (c->sndbuf == 0) {
     int cur = 0;
