@@ -981,8 +981,6 @@ static int io_threads(const mlpd_config_t *c) {
   return cores >= 16 ? 4 : cores >= 8 ? 2 : 1;
 }
 
-/* Starts n I/O threads; d->nshards counts those that run, so that a
- * failure part way (finish) stops exactly those. */
 /* The kernel caps SO_SNDBUF at net.core.wmem_max without a word; an
  * operator who set --socket-buffer (or kept its default) hears of it, as
  * redis warns of somaxconn. */
@@ -1001,6 +999,8 @@ static void warn_socket_buffer(size_t want) {
               max, want, want);
 }
 
+/* Starts n I/O threads; d->nshards counts those that run, so that a
+ * failure part way (finish) stops exactly those. */
 static int start_shards(mlpd_daemon_t *d, int n, mlpd_err_t *err) {
   d->nshards = 0;
   set_max_queue(d);

@@ -65,8 +65,8 @@ typedef struct mlpd_config_s {
   uint64_t max_queue_delay_ms; /* --max-queue-delay-ms, 0 = no bound */
   size_t max_frame;            /* --max-frame bytes */
   size_t max_unsent;           /* per-connection backpressure bound */
-  size_t socket_buffer;        /* --socket-buffer: each client
-                                  connection's SO_SNDBUF; 0 = the
+  size_t socket_buffer;        /* --socket-buffer: SO_SNDBUF of each
+                                  protocol-socket connection; 0 = the
                                   kernel's default */
   mlpd_access_config_t access; /* --allow-uid/--allow-gid,
                                   --max-connections, --max-conns-per-uid */

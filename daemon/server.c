@@ -272,12 +272,6 @@ static void conn_closed(uv_handle_t *h) {
    * the owner's own callbacks, and cancelling that connection's requests
    * there would free them under the owner's feet. */
   s->cb.on_close(s->cb.ud, c);
-  if (c->corked_writes) { /* closed inside a cork: off the list */
-    mlpd_conn_t **p = &s->dirty;
-    while (*p != c)
-      p = &(*p)->dirty_next;
-    *p = c->dirty_next;
-  }
   set_partial(c, 0);
   set_backlog(c, 0);
   if (c->held)

@@ -256,7 +256,9 @@ int mlpd_server_write_from(mlpd_conn_t *c, uint8_t *buf, size_t from,
  * machine with 16-row requests, a third of the I/O thread's system-call
  * time was sendmsg, and 8 x 64 x 16 rose 7%; bench/RESULTS.md,
  * 2026-12-06). Uncorked, a write goes out at once. Both on the server's
- * thread. */
+ * thread, within one callback: a cork never spans a turn of the loop, so
+ * no connection on the list can be freed (that happens in libuv's close
+ * phase). */
 void mlpd_server_cork(mlpd_server_t *s);
 void mlpd_server_uncork(mlpd_server_t *s);
 

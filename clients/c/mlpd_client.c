@@ -756,9 +756,6 @@ static ssize_t send_with_fd(int sock, const void *p, size_t n, int pass_fd) {
   return sendmsg(sock, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
-/* Writes sbuf[0..len), with `pass_fd` (when >= 0) attached to its first
- * bytes. While the socket is full it reads what the daemon sends, so
- * neither side waits for the other forever. */
 /* A frame larger than the socket's send buffer went out in a write and a
  * wait for the daemon per 208 KiB (the kernel's default); a buffer that
  * holds it takes it in one (on the 2-core machine, 512 KiB frames of f32
@@ -785,6 +782,9 @@ static void grow_send_buffer(mlpd_client_t *c, size_t len) {
   c->sndbuf = want;
 }
 
+/* Writes sbuf[0..len), with `pass_fd` (when >= 0) attached to its first
+ * bytes. While the socket is full it reads what the daemon sends, so
+ * neither side waits for the other forever. */
 static int send_frame(mlpd_client_t *c, size_t head, const void *tail,
                       size_t tail_len, int pass_fd, uint64_t deadline,
                       mlpd_err_t *err) {
