@@ -11,6 +11,17 @@ wait_ready() {
   done
 }
 
+# cpu_build DIR LOG: when DIR has no mlpd yet, configures and builds this
+# tree there as the CPU machine's benches run it (Release, no CUDA, no
+# tests), the output into LOG; on failure prints its end and returns 1.
+cpu_build() {
+  [ -x "$1/daemon/mlpd" ] && return 0
+  cmake -S . -B "$1" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DMLPD_WITH_CUDA=OFF -DMLPD_BUILD_TESTS=OFF >"$2" 2>&1 &&
+    cmake --build "$1" >>"$2" 2>&1 ||
+    { echo "build failed:"; tail -20 "$2"; return 1; }
+}
+
 # gpu_build SRC DIR TESTS [TARGET...]: configures source tree SRC in DIR
 # as the GPU machine's A/B scripts build it (Release, sm_90, tests when
 # TESTS is ON) and builds TARGETs (everything when none); the output goes

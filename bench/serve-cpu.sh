@@ -36,12 +36,7 @@ PY=${PYTHON:-/usr/bin/python3}
 mkdir -p "$OUTDIR" && OUTDIR=$(cd "$OUTDIR" && pwd)
 MODEL=${MODEL:-$OUTDIR/w1024x16.safetensors}
 
-if [ ! -x "$BUILD/daemon/mlpd" ]; then
-  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DMLPD_WITH_CUDA=OFF -DMLPD_BUILD_TESTS=OFF >"$OUTDIR/build.log" 2>&1 &&
-    cmake --build "$BUILD" >>"$OUTDIR/build.log" 2>&1 ||
-    { echo "build failed:"; tail -20 "$OUTDIR/build.log"; exit 1; }
-fi
+cpu_build "$BUILD" "$OUTDIR/build.log" || exit 1
 [ -f "$MODEL" ] || "$PY" models/make_model.py --widths 1024,16 --dtype F32 \
   -o "$MODEL" >/dev/null || exit 1
 sock=$OUTDIR/mlpd.sock

@@ -37,7 +37,6 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -759,12 +758,6 @@ static long voluntary_switches(void) {
   return ru.ru_nvcsw;
 }
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* mlpd_client_set_spin: a waiting call polls instead of sleeping, so an
  * answer that comes within the spin costs the thread no sleep (counted
  * by the kernel as voluntary context switches); without it, every call
@@ -818,9 +811,9 @@ static void test_spin(void **state) {
   mlpd_client_t *c = tc_connect(path, 100);
   mlpd_client_set_spin(c, 10000000);
   mlpd_client_health_t h;
-  double t0 = now_s();
+  uint64_t t0 = mlpd_now_ns();
   int rc = mlpd_client_health(c, &h, &err);
-  double took = now_s() - t0;
+  double took = (double)(mlpd_now_ns() - t0) * 1e-9;
   printf("spin: a silent peer timed out after %.0f ms\n", took * 1e3);
   assert_int_equal(rc, MLPD_ETIMEDOUT);
   assert_true(took >= 0.09 && took < 2.0);
@@ -848,10 +841,7 @@ static void test_send_buffer(void **state) {
   mlpd_err_t err = {0};
   mlpd_client_result_t res;
   mlpd_client_result_init(&res);
-  float *x = calloc((size_t)ROWS * IN, sizeof(float));
-  assert_non_null(x);
-  for (int i = 0; i < ROWS * IN; i++)
-    x[i] = (float)(i % 17) * 0.1f;
+  float *x = tu_random_rows(7, ROWS, IN);
   int before = send_buffer(c);
   mlpd_client_infer_t req;
   mlpd_client_infer_init(&req);
@@ -870,12 +860,9 @@ static void test_send_buffer(void **state) {
   assert_int_equal(res.rows, ROWS);
   int after = send_buffer(c);
   long long frame = (long long)ROWS * IN * 4, cap = frame;
-  FILE *f = fopen("/proc/sys/net/core/wmem_max", "r");
-  long long wmem_max = 0;
-  if (f != NULL && fscanf(f, "%lld", &wmem_max) == 1 && wmem_max < cap)
+  long long wmem_max = tu_wmem_max();
+  if (wmem_max >= 0 && wmem_max < cap)
     cap = wmem_max;
-  if (f != NULL)
-    fclose(f);
   printf("send buffer: %d bytes, %d after a %lld-byte request "
          "(net.core.wmem_max %lld)\n", before, after, frame, wmem_max);
   /* The kernel reports twice what was asked. */

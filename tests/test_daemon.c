@@ -267,19 +267,15 @@ static void test_connection_cap(void **state) {
  * sysctl; one within it is not warned about. Either way it serves. */
 static void test_socket_buffer_warning(void **state) {
   (void)state;
-  FILE *f = fopen("/proc/sys/net/core/wmem_max", "r");
-  unsigned long long max = 0;
-  int known = f != NULL && fscanf(f, "%llu", &max) == 1;
-  if (f != NULL)
-    fclose(f);
-  if (!known || max >= (1ull << 30)) {
+  long long max = tu_wmem_max();
+  if (max < 0 || max >= (1ll << 30)) {
     printf("socket buffer: net.core.wmem_max unreadable or huge, "
            "not checked\n");
     return;
   }
   for (int over = 0; over < 2; over++) {
     char size[32];
-    snprintf(size, sizeof(size), "%llu", over ? max + 1 : 4096ull);
+    snprintf(size, sizeof(size), "%lld", over ? max + 1 : 4096ll);
     const char *args[] = {"--socket-buffer", size, NULL};
     td_daemon_t d;
     td_spawn(&d, DIGITS, 0, 0, args);

@@ -243,6 +243,16 @@ float *tu_random_rows(uint64_t seed, int rows, int cols) {
   return x;
 }
 
+long long tu_wmem_max(void) {
+  FILE *f = fopen("/proc/sys/net/core/wmem_max", "r");
+  long long v = -1;
+  if (f != NULL && fscanf(f, "%lld", &v) != 1)
+    v = -1;
+  if (f != NULL)
+    fclose(f);
+  return v;
+}
+
 double tu_metric(const char *text, const char *name) {
   size_t n = strlen(name);
   for (const char *p = text; p != NULL && *p; p = strchr(p, '\n')) {

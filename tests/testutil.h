@@ -47,6 +47,10 @@ double tu_rng_normal(tu_rng_t *r);   /* N(0, 1) */
 /* rows x cols uniform [0, 1) floats from `seed` (caller frees). */
 float *tu_random_rows(uint64_t seed, int rows, int cols);
 
+/* net.core.wmem_max, the most SO_SNDBUF may ask for (the kernel caps
+ * larger requests there), or -1 when it cannot be read. */
+long long tu_wmem_max(void);
+
 /* The value of the Prometheus sample `name` (its exact label set) in a
  * metrics text, or -1 when there is none (no metric mlpd serves is
  * negative, so a missing sample fails any comparison a test makes). */

@@ -115,6 +115,12 @@ __device__ __forceinline__ void fence_acc(float (&a)[R]) {
   for (int i = 0; i < R; i++)
     asm volatile("" : "+f"(a[i])::"memory");
 }
+template <int NACC, int R>
+__device__ __forceinline__ void fence_accs(float (&a)[NACC][R]) {
+#pragma unroll
+  for (int q = 0; q < NACC; q++)
+    fence_acc(a[q]);
+}
 /* Split `split` of S of `stages` stages: its first stage and how many
  * (whole stages each, so a split may get none). */
 __device__ __forceinline__ void wg_split(int stages, int split, int S,
@@ -186,9 +192,7 @@ __device__ __forceinline__ const uint8_t *wg_tiled_at(const uint8_t *wt,
 template <int NR, int BKA, int F16, int NACC>
 __device__ __forceinline__ void wg_stage_mma(float (&acc)[NACC][NR / 2],
                                              uint32_t ws, uint32_t xs) {
-#pragma unroll
-  for (int q = 0; q < NACC; q++)
-    fence_acc(acc[q]);
+  fence_accs(acc);
   asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
   for (int a = 0; a < BKA; a++) {
@@ -201,9 +205,7 @@ __device__ __forceinline__ void wg_stage_mma(float (&acc)[NACC][NR / 2],
   }
   asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
   asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-#pragma unroll
-  for (int q = 0; q < NACC; q++)
-    fence_acc(acc[q]);
+  fence_accs(acc);
 }
 
 /* Four outputs act(sum + bias) into y, four activation values. */
@@ -378,9 +380,7 @@ __global__ void __launch_bounds__((C + 1) * 128, 1)
         mbar_arrive(smem_u32(&empty[(it - 1) % ST]));
     }
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-#pragma unroll
-    for (int q = 0; q < NACC; q++)
-      fence_acc(acc[q]);
+    fence_accs(acc);
 #pragma unroll
     for (int q = 1; q < NACC; q++)
 #pragma unroll
