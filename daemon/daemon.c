@@ -90,9 +90,10 @@ static void post_all(mlpd_daemon_t *d, int type, int m, mlpd_pool_t *pool) {
 
 /* ---- the model directory ------------------------------------------------------ */
 
-/* The slot of model `name`, added when new. */
+/* The slot of model `name`, added when new. Every new model is named to be
+ * loaded, so it is published as loading from the start. */
 static int add_model(mlpd_daemon_t *d, const char *name, const char *cfg_path) {
-  int m = mlpd_models_add(&d->board.models, name);
+  int m = mlpd_models_add(&d->board.models, name, MLPD_MODEL_LOADING);
   if (m < 0) {
     MLPD_LOGE("model '%s': no room (at most %d models)", name,
               MLPD_MAX_MODELS);
@@ -122,16 +123,19 @@ static void scanned(void *ud, const char *name,
                     const mlpd_modeldir_entry_t *e) {
   scan_t *s = ud;
   int idx = -1;
-  if (mlpd_models_find(&s->d->board.models, name, NULL, &idx, NULL) == 0 &&
-      s->d->models[idx].cfg_path != NULL)
+  int known =
+      mlpd_models_find(&s->d->board.models, name, NULL, &idx, NULL) == 0;
+  if (known && s->d->models[idx].cfg_path != NULL)
     return;
   int m = add_model(s->d, name, NULL);
   if (m < 0)
     return;
-  if (s->rescan)
-    rescanned(s->d, m, e);
-  else
+  if (!s->rescan)
     want_at_start(s->d, m);
+  else if (!known)
+    s->d->models[m].want_load = 1; /* new in the directory */
+  else
+    rescanned(s->d, m, e);
 }
 
 static void scan_dir(mlpd_daemon_t *d, int rescan) {
@@ -761,8 +765,9 @@ static void on_msg(mlpd_mailbox_t *mb, mlpd_msg_t *msg) {
 
 /* ---- signals, reload, drain --------------------------------------------------- */
 
-/* SIGHUP for a model of the directory, found at e: reload it when its
- * file changed or a newer version appeared; load it when it is new. */
+/* SIGHUP for a model of the directory already known, found at e: reload it
+ * when its file changed or a newer version appeared. (scanned loads a new
+ * one.) */
 static void rescanned(mlpd_daemon_t *d, int m,
                       const mlpd_modeldir_entry_t *e) {
   mlpd_dmodel_t *dm = &d->models[m];
@@ -777,15 +782,9 @@ static void rescanned(mlpd_daemon_t *d, int m,
       st.st_size == dm->size && st.st_mtim.tv_sec == dm->mtime.tv_sec &&
       st.st_mtim.tv_nsec == dm->mtime.tv_nsec)
     changed = 0;
-  /* A model someone unloaded stays unloaded until asked for again; one
-   * never tried (new in the directory) is loaded. */
-  int fresh = ms->state == MLPD_MODEL_UNLOADED && ms->path[0] == '\0';
-  if ((changed && (dm->pool != NULL || ms->state == MLPD_MODEL_FAILED)) ||
-      fresh) {
+  /* A model someone unloaded stays unloaded until asked for again. */
+  if (changed && (dm->pool != NULL || ms->state == MLPD_MODEL_FAILED))
     dm->want_load = 1;
-    if (fresh)
-      mlpd_models_set(&d->board.models, m, MLPD_MODEL_LOADING, NULL);
-  }
   free(ms);
 }
 
