@@ -70,6 +70,7 @@ _ELEM_SIZE = {pb.DTYPE_F32: 4, pb.DTYPE_F16: 2, pb.DTYPE_BF16: 2}
 # call that timed out is recognised and dropped rather than taken for the
 # next call's.
 _BLOCKING_BIT = 1 << 63
+_SEND_BUFFER_MAX = 4 << 20  # as the C client library
 _DRAIN = object()  # _next: wait only for abandoned answers
 
 
@@ -608,19 +609,24 @@ def _varint(n):
 class Client:
     """One connection to mlpd.
 
-    Client(socket_path=None, timeout=None, max_frame=64 MiB):
+    Client(socket_path=None, timeout=None, max_frame=64 MiB, spin_us=0):
     socket_path defaults to $MLPD_SOCKET, else /run/mlpd/mlpd.sock;
     timeout (seconds, None = forever) bounds each call's waiting on the
-    socket; max_frame bounds the requests sent and the responses accepted.
-    Use it as a context manager, or call close().
+    socket; max_frame bounds the requests sent and the responses accepted;
+    spin_us (also an attribute) makes a call that waits for an answer poll
+    the socket that long before it sleeps, within its timeout: the
+    low-latency mode of mlpd_client_set_spin, for a thread that has a core
+    to spare. Use it as a context manager, or call close().
     """
 
     def __init__(self, socket_path=None, timeout=None,
-                 max_frame=DEFAULT_MAX_FRAME):
+                 max_frame=DEFAULT_MAX_FRAME, spin_us=0):
         self.path = (socket_path or os.environ.get("MLPD_SOCKET")
                      or DEFAULT_SOCKET)
         self.timeout = timeout
         self.max_frame = max_frame
+        self.spin_us = spin_us
+        self._sndbuf = None  # SO_SNDBUF as asked (half what the kernel says)
         self._buf = bytearray()
         self._inflight = 0
         self._abandoned = 0
@@ -692,8 +698,19 @@ class Client:
 
     def _wait(self, events, deadline):
         """poll() until one of events or the deadline; returns revents (0 on
-        timeout)."""
+        timeout). Waiting for an answer, it first polls without sleeping
+        for spin_us."""
         self._poll.modify(self._sock.fileno(), events)
+        if self.spin_us > 0 and events & select.POLLIN:
+            until = time.monotonic() + self.spin_us * 1e-6
+            if deadline is not None and deadline < until:
+                until = deadline
+            while True:
+                ev = self._poll.poll(0)
+                if ev:
+                    return ev[0][1]
+                if time.monotonic() >= until:
+                    break
         while True:
             if deadline is None:
                 ms = None
@@ -759,6 +776,7 @@ class Client:
                 "sides: mlpd --max-frame, Client(max_frame=...))"
                 % (len(body), self.max_frame))
         data = memoryview(_varint(len(body)) + body)
+        self._grow_send_buffer(len(data))
         off = 0
         while off < len(data):
             try:
@@ -791,6 +809,24 @@ class Client:
                 if self._read_some(eof_ok=True) is None:
                     raise self._closed_while_sending(off, len(data),
                                                     _errno.EPIPE)
+
+    def _grow_send_buffer(self, n):
+        """Lets a frame larger than the socket's send buffer go out in one
+        write (one wake-up of the daemon, not several), up to 4 MiB; small
+        frames keep the kernel's default, so that requests do not queue
+        where the daemon cannot see them. The kernel caps it at
+        net.core.wmem_max."""
+        if self._sndbuf is None:
+            self._sndbuf = max(1, self._sock.getsockopt(
+                socket.SOL_SOCKET, socket.SO_SNDBUF) // 2)
+        if n <= self._sndbuf or self._sndbuf >= _SEND_BUFFER_MAX:
+            return
+        want = min(n, _SEND_BUFFER_MAX)
+        try:
+            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, want)
+        except OSError:
+            pass  # a smaller buffer only costs more writes
+        self._sndbuf = want
 
     def _closed_while_sending(self, off, total, errno):
         why, refusal = self._last_word()

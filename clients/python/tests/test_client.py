@@ -175,3 +175,78 @@ def test_context_manager_closes(daemon):
         assert c.health().live
     with pytest.raises(mlpd_client.TransportError):
         c.health()
+
+
+def _voluntary_switches():
+    import resource
+    return resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw
+
+
+def test_spin(daemon, heldout, reference, tmp_path):
+    """spin_us: a call waiting for its answer polls instead of sleeping, so
+    an answer that comes within the spin costs the thread no sleep (the
+    kernel counts each sleep as a voluntary context switch); without it,
+    every call sleeps. The answers are the same, and the spin never
+    outlasts the call's timeout."""
+    import socket
+    import time
+    n = 20
+    x = heldout[0][:1]
+    slept = []
+    # A second: far longer than a 1-row answer takes, even under ASan on a
+    # loaded machine.
+    for spin in (0, 1000000):
+        with Client(daemon, timeout=30, spin_us=spin) as c:
+            before = _voluntary_switches()
+            for _ in range(n):
+                r = c.infer(x)
+                assert r.ok
+                assert_close(r.output, reference(x), REL["f32"])
+            slept.append(_voluntary_switches() - before)
+    print("spin: %d of %d calls slept without, %d with" % (slept[0], n,
+                                                          slept[1]))
+    assert slept[0] >= n // 2
+    assert slept[1] <= 2
+
+    # Nobody answers (a listener that never accepts): a 100 ms timeout with
+    # a 10 s spin still gives up after about 100 ms.
+    path = str(tmp_path / "silent.sock")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as lis:
+        lis.bind(path)
+        lis.listen(4)
+        with Client(path, timeout=0.1, spin_us=10000000) as c:
+            t0 = time.monotonic()
+            with pytest.raises(mlpd_client.TransportError) as e:
+                c.health()
+            took = time.monotonic() - t0
+    assert e.value.timed_out
+    assert 0.09 <= took < 2.0, took
+
+
+def _send_buffer(c):
+    import socket
+    return c._sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+
+
+def test_send_buffer(client, heldout):
+    """The socket's send buffer: the kernel's default while requests are
+    small, grown to hold a request larger than it (so that it goes out in
+    one write), as far as net.core.wmem_max lets it."""
+    rows = 1000  # 256 KB of f32 rows: over the 208 KiB default
+    x = np.resize(heldout[0], (rows, heldout[0].shape[1]))
+    before = _send_buffer(client)
+    assert client.infer(x[:1]).ok
+    assert _send_buffer(client) == before
+    r = client.infer(x)
+    assert r.ok and r.shape[0] == rows
+    after = _send_buffer(client)
+    frame = x.astype(np.float32).nbytes
+    try:
+        with open("/proc/sys/net/core/wmem_max") as f:
+            wmem_max = int(f.read())
+    except OSError:
+        wmem_max = None
+    cap = frame if wmem_max is None else min(frame, wmem_max)
+    print("send buffer: %d bytes, %d after a %d-byte request "
+          "(net.core.wmem_max %s)" % (before, after, frame, wmem_max))
+    assert after >= 2 * cap  # the kernel reports twice what was asked
