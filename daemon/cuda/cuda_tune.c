@@ -658,11 +658,15 @@ static int race_fp8(cuda_engine_t *e, bucket_t *bk, int bi, int bf16_too,
     MLPD_LOGI("cuda engine: FP8 model, %d rows: bf16 path (%.1f µs) beats "
               "FP8 (%.1f µs)",
               bk->rows, us[BF16], fmin(us[PROMOTED], us[FAST]));
-  else
-    MLPD_LOGD("cuda engine: FP8 model, %d rows: %s (%.1f µs) beats the "
-              "others (promoted %.1f, fast %.1f, bf16 %.1f µs)",
-              bk->rows, what[best], us[best], us[PROMOTED], us[FAST],
-              us[BF16]);
+  else {
+    char t[NPLANS][24];
+    for (int i = 0; i < NPLANS; i++)
+      snprintf(t[i], sizeof(t[i]), isfinite(us[i]) ? "%.1f µs" : "not run",
+               us[i]);
+    MLPD_LOGD("cuda engine: FP8 model, %d rows: %s (%s) beats the others "
+              "(promoted %s, fast %s, bf16 %s)",
+              bk->rows, what[best], t[best], t[PROMOTED], t[FAST], t[BF16]);
+  }
   *bk = p[best];
   if (have[BF16] && isfinite(us[BF16])) {
     /* the FP8 side of the comparison: its better accumulation */
