@@ -3,6 +3,9 @@
 the CPU engine: numbers checked against a numpy forward pass of the same
 file, statuses, pipelining, health, metrics and model info."""
 import re
+import resource
+import socket
+import time
 
 import pytest
 
@@ -178,7 +181,6 @@ def test_context_manager_closes(daemon):
 
 
 def _voluntary_switches():
-    import resource
     return resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw
 
 
@@ -188,8 +190,6 @@ def test_spin(daemon, heldout, reference, tmp_path):
     kernel counts each sleep as a voluntary context switch); without it,
     every call sleeps. The answers are the same, and the spin never
     outlasts the call's timeout."""
-    import socket
-    import time
     n = 20
     x = heldout[0][:1]
     slept = []
@@ -224,7 +224,6 @@ def test_spin(daemon, heldout, reference, tmp_path):
 
 
 def _send_buffer(c):
-    import socket
     return c._sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
 
 
