@@ -28,8 +28,8 @@ import os
 from . import mlpd_pb2 as pb
 from .client import (DEFAULT_MAX_FRAME, DEFAULT_SOCKET, FrameTooLarge,
                      Health, InferResult, MlpdError, ModelInfo,
-                     TransportError, _encode_rows, _set_model, _status_error,
-                     _varint, _wire_dtype)
+                     TransportError, _encode_rows, _grow_send_buffer,
+                     _set_model, _status_error, _varint, _wire_dtype)
 
 _ID_MAX = 1 << 63  # ids stay below 2**63, as the blocking client's pipelined
 
@@ -51,6 +51,7 @@ class AsyncClient:
         self._next_id = 1
         self._broken = None  # the exception every later call raises
         self._drain_lock = asyncio.Lock()
+        self._sndbuf = None  # SO_SNDBUF as asked (client._grow_send_buffer)
         self._task = asyncio.get_running_loop().create_task(self._read_loop())
 
     @classmethod
@@ -174,7 +175,12 @@ class AsyncClient:
                 # One write() per frame: frames of concurrent calls never
                 # interleave. drain() waits while the socket's buffer is
                 # full.
-                self._writer.write(_varint(len(body)) + body)
+                frame = _varint(len(body)) + body
+                sock = self._writer.get_extra_info("socket")
+                if sock is not None:
+                    self._sndbuf = _grow_send_buffer(sock, self._sndbuf,
+                                                     len(frame))
+                self._writer.write(frame)
                 async with self._drain_lock:
                     await self._writer.drain()
             except OSError as e:

@@ -606,6 +606,26 @@ def _varint(n):
             return bytes(out)
 
 
+def _grow_send_buffer(sock, have, n):
+    """Lets a frame of n bytes, larger than the socket's send buffer, go out
+    in one write (one wake-up of the daemon, not several), up to 4 MiB;
+    small frames keep the kernel's default, so that requests do not queue
+    where the daemon cannot see them. The kernel caps it at
+    net.core.wmem_max. have: the size as last asked (None: not looked at
+    yet); returns the new one."""
+    if have is None:
+        have = max(1, sock.getsockopt(socket.SOL_SOCKET,
+                                      socket.SO_SNDBUF) // 2)
+    if n <= have or have >= _SEND_BUFFER_MAX:
+        return have
+    want = min(n, _SEND_BUFFER_MAX)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, want)
+    except OSError:
+        pass  # a smaller buffer only costs more writes
+    return want
+
+
 class Client:
     """One connection to mlpd.
 
@@ -776,7 +796,7 @@ class Client:
                 "sides: mlpd --max-frame, Client(max_frame=...))"
                 % (len(body), self.max_frame))
         data = memoryview(_varint(len(body)) + body)
-        self._grow_send_buffer(len(data))
+        self._sndbuf = _grow_send_buffer(self._sock, self._sndbuf, len(data))
         off = 0
         while off < len(data):
             try:
@@ -809,24 +829,6 @@ class Client:
                 if self._read_some(eof_ok=True) is None:
                     raise self._closed_while_sending(off, len(data),
                                                     _errno.EPIPE)
-
-    def _grow_send_buffer(self, n):
-        """Lets a frame larger than the socket's send buffer go out in one
-        write (one wake-up of the daemon, not several), up to 4 MiB; small
-        frames keep the kernel's default, so that requests do not queue
-        where the daemon cannot see them. The kernel caps it at
-        net.core.wmem_max."""
-        if self._sndbuf is None:
-            self._sndbuf = max(1, self._sock.getsockopt(
-                socket.SOL_SOCKET, socket.SO_SNDBUF) // 2)
-        if n <= self._sndbuf or self._sndbuf >= _SEND_BUFFER_MAX:
-            return
-        want = min(n, _SEND_BUFFER_MAX)
-        try:
-            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, want)
-        except OSError:
-            pass  # a smaller buffer only costs more writes
-        self._sndbuf = want
 
     def _closed_while_sending(self, off, total, errno):
         why, refusal = self._last_word()

@@ -42,6 +42,15 @@ def read_safetensors(path):
     return stio.read(path)
 
 
+def wmem_max():
+    """net.core.wmem_max, the kernel's cap on SO_SNDBUF, or None."""
+    try:
+        with open("/proc/sys/net/core/wmem_max") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
+
+
 class Reference:
     """The served MLP in float64 numpy: Y = act(X W^T + b) per layer, ReLU
     or tanh GELU where the file's mlpd.activations says so."""

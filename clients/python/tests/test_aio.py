@@ -5,6 +5,7 @@ reference) and against a scripted fake daemon for what a well-behaved one
 never does (answers in reverse order, hang-ups, refusals). The model= field
 of issue 16, on both clients."""
 import asyncio
+import socket
 import time
 
 import pytest
@@ -12,6 +13,7 @@ import pytest
 import mlpd_client
 from mlpd_client import AsyncClient, Client, mlpd_pb2 as pb
 
+from conftest import wmem_max
 from test_wire import Fake, frame
 
 np = pytest.importorskip("numpy")
@@ -49,6 +51,32 @@ def test_many_in_flight(daemon, reference):
         assert r.ok and r.shape == (len(x), 10)
         assert_close(r.output, reference(x))
     assert len({r.id for r in res}) == len(res)
+
+
+def test_send_buffer(daemon, heldout):
+    """As the blocking client's: a request larger than the socket's send
+    buffer grows it (up to net.core.wmem_max); small ones leave it."""
+    rows = 1000  # 256 KB of f32 rows: over the 208 KiB default
+    x = np.resize(heldout[0], (rows, heldout[0].shape[1])).astype(np.float32)
+
+    def send_buffer(c):
+        sock = c._writer.get_extra_info("socket")
+        return sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+
+    async def main():
+        async with await AsyncClient.connect(daemon) as c:
+            before = send_buffer(c)
+            assert (await c.infer(x[:1])).ok
+            small = send_buffer(c)
+            r = await c.infer(x)
+            assert r.ok and r.shape[0] == rows
+            return before, small, send_buffer(c)
+
+    before, small, after = run(main())
+    assert small == before
+    limit = wmem_max()
+    cap = x.nbytes if limit is None else min(x.nbytes, limit)
+    assert after >= 2 * cap  # the kernel reports twice what was asked
 
 
 def test_refusal_is_per_request(daemon, heldout):

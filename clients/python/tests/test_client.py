@@ -10,6 +10,7 @@ import time
 import pytest
 
 import mlpd_client
+from conftest import wmem_max
 from mlpd_client import Client
 
 np = pytest.importorskip("numpy")
@@ -240,12 +241,8 @@ def test_send_buffer(client, heldout):
     assert r.ok and r.shape[0] == rows
     after = _send_buffer(client)
     frame = x.astype(np.float32).nbytes
-    try:
-        with open("/proc/sys/net/core/wmem_max") as f:
-            wmem_max = int(f.read())
-    except OSError:
-        wmem_max = None
-    cap = frame if wmem_max is None else min(frame, wmem_max)
+    limit = wmem_max()
+    cap = frame if limit is None else min(frame, limit)
     print("send buffer: %d bytes, %d after a %d-byte request "
-          "(net.core.wmem_max %s)" % (before, after, frame, wmem_max))
+          "(net.core.wmem_max %s)" % (before, after, frame, limit))
     assert after >= 2 * cap  # the kernel reports twice what was asked
