@@ -721,7 +721,7 @@ class Client:
         timeout). Waiting for an answer, it first polls without sleeping
         for spin_us."""
         self._poll.modify(self._sock.fileno(), events)
-        if self.spin_us > 0 and events & select.POLLIN:
+        if self.spin_us > 0 and events == select.POLLIN:
             until = time.monotonic() + self.spin_us * 1e-6
             if deadline is not None and deadline < until:
                 until = deadline
