@@ -346,7 +346,8 @@ static int read_some(mlpd_client_t *c, int wait_ms, int *eof,
   uint64_t spin_ns = c->spin_ns;
   if (wait_ms > 0 && spin_ns > (uint64_t)wait_ms * 1000000u)
     spin_ns = (uint64_t)wait_ms * 1000000u;
-  uint64_t spin_until = wait_ms != 0 && spin_ns != 0 ? mlpd_now_ns() + spin_ns
+  const uint64_t spin_from = spin_ns != 0 ? mlpd_now_ns() : 0;
+  uint64_t spin_until = wait_ms != 0 && spin_ns != 0 ? spin_from + spin_ns
                                                       : 0;
   for (;;) {
     const int spinning = spin_until != 0;
@@ -378,8 +379,18 @@ static int read_some(mlpd_client_t *c, int wait_ms, int *eof,
       continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
       if (spinning) {
-        if (mlpd_now_ns() >= spin_until)
-          spin_until = 0; /* from here on, sleep until it comes */
+        uint64_t now = mlpd_now_ns();
+        if (now < spin_until)
+          continue;
+        /* From here on, sleep until it comes, for what is left of
+         * wait_ms. */
+        spin_until = 0;
+        if (wait_ms > 0) {
+          uint64_t spent_ms = (now - spin_from) / 1000000u;
+          if (spent_ms >= (uint64_t)wait_ms)
+            return 0;
+          wait_ms -= (int)spent_ms;
+        }
         continue;
       }
       if (wait_ms == 0)

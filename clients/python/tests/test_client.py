@@ -238,19 +238,19 @@ def test_spin(daemon, heldout, reference, tmp_path):
             assert r.ok
             assert_close(r.output, reference(x), REL["f32"])
 
-    # Nobody answers (a listener that never accepts): a 100 ms timeout with
-    # a 10 s spin still gives up after about 100 ms.
+    # Nobody answers (a listener that never accepts): a 300 ms timeout with
+    # a 10 s spin still gives up after about 300 ms, the spin counted in it.
     path = str(tmp_path / "silent.sock")
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as lis:
         lis.bind(path)
         lis.listen(4)
-        with Client(path, timeout=0.1, spin_us=10000000) as c:
+        with Client(path, timeout=0.3, spin_us=10000000) as c:
             t0 = time.monotonic()
             with pytest.raises(mlpd_client.TransportError) as e:
                 c.health()
             took = time.monotonic() - t0
     assert e.value.timed_out
-    assert 0.09 <= took < 2.0, took
+    assert 0.29 <= took < 0.5, took
 
 
 def _send_buffer(c):
