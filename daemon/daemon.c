@@ -90,10 +90,9 @@ static void post_all(mlpd_daemon_t *d, int type, int m, mlpd_pool_t *pool) {
 
 /* ---- the model directory ------------------------------------------------------ */
 
-/* The slot of model `name`, added when new. Every new model is named to be
- * loaded, so it is published as loading from the start. */
+/* The slot of model `name`, added (as loading) when new. */
 static int add_model(mlpd_daemon_t *d, const char *name, const char *cfg_path) {
-  int m = mlpd_models_add(&d->board.models, name, MLPD_MODEL_LOADING);
+  int m = mlpd_models_add(&d->board.models, name);
   if (m < 0) {
     MLPD_LOGE("model '%s': no room (at most %d models)", name,
               MLPD_MAX_MODELS);

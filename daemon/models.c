@@ -176,15 +176,14 @@ int mlpd_models_request(mlpd_models_t *t, mlpd_models_op_t op, const char *name,
   return 0;
 }
 
-int mlpd_models_add(mlpd_models_t *t, const char *name,
-                    mlpd_model_state_t state) {
+int mlpd_models_add(mlpd_models_t *t, const char *name) {
   pthread_mutex_lock(&t->mu);
   int i = find_locked(t, name);
   if (i < 0 && t->n < MLPD_MAX_MODELS) {
     i = t->n;
     memset(&t->e[i], 0, sizeof(t->e[i]));
     t->e[i].index = i;
-    t->e[i].state = state;
+    t->e[i].state = MLPD_MODEL_LOADING;
     snprintf(t->e[i].name, sizeof(t->e[i].name), "%s", name);
     t->pool[i] = NULL;
     t->n++;

@@ -134,11 +134,10 @@ typedef struct mlpd_models_msg_s {
 /* ---- the daemon's side: under no lock of the caller's ---- */
 
 /* A slot for `name` (the existing one, or a new one): its index, or
- * MLPD_ELIMIT when MLPD_MAX_MODELS are in use. A new slot is published in
- * `state` in the same step, so no reader sees a model about to load as
- * unloaded. */
-int mlpd_models_add(mlpd_models_t *t, const char *name,
-                    mlpd_model_state_t state) MLPD_MUST_CHECK;
+ * MLPD_ELIMIT when MLPD_MAX_MODELS are in use. A model is named to be
+ * loaded: a new slot is published as loading in the same step, so no
+ * reader sees it unloaded first. */
+int mlpd_models_add(mlpd_models_t *t, const char *name) MLPD_MUST_CHECK;
 
 /* Changes what readers see of model `index`; message may be NULL. */
 void mlpd_models_set(mlpd_models_t *t, int index, mlpd_model_state_t state,

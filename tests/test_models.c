@@ -223,17 +223,20 @@ static void test_table(void **state) {
   mlpd_err_t err = {0};
   int idx = -1;
   assert_int_equal(mlpd_models_find(&t, "", NULL, &idx, &err), MLPD_ENOENT);
-  assert_int_equal(mlpd_models_add(&t, "digits", MLPD_MODEL_LOADING), 0);
+  assert_int_equal(mlpd_models_add(&t, "digits"), 0);
   /* One model: an empty name is that one. */
   assert_int_equal(mlpd_models_find(&t, "", NULL, &idx, NULL), 0);
   assert_int_equal(idx, 0);
-  assert_int_equal(mlpd_models_add(&t, "wide", MLPD_MODEL_LOADING), 1);
-  /* The same slot, its state untouched: a new model is seen loading from
-   * the moment it is named. */
-  assert_int_equal(mlpd_models_add(&t, "digits", MLPD_MODEL_UNLOADED), 0);
+  assert_int_equal(mlpd_models_add(&t, "wide"), 1);
+  /* A new model is seen loading from the moment it is named; naming it
+   * again finds the same slot and leaves its state alone. */
   mlpd_models_status_t st;
   assert_int_equal(mlpd_models_get(&t, 0, &st), 0);
   assert_int_equal(st.state, MLPD_MODEL_LOADING);
+  mlpd_models_set(&t, 0, MLPD_MODEL_UNLOADED, NULL);
+  assert_int_equal(mlpd_models_add(&t, "digits"), 0);
+  assert_int_equal(mlpd_models_get(&t, 0, &st), 0);
+  assert_int_equal(st.state, MLPD_MODEL_UNLOADED);
   mlpd_err_clear(&err);
   assert_int_equal(mlpd_models_find(&t, NULL, NULL, &idx, &err), MLPD_ENOENT);
   assert_non_null(strstr(err.msg, "none is the default"));
@@ -285,10 +288,9 @@ static void test_table(void **state) {
   for (int i = 2; i < MLPD_MAX_MODELS; i++) {
     char name[16];
     snprintf(name, sizeof(name), "m%d", i);
-    assert_int_equal(mlpd_models_add(&t, name, MLPD_MODEL_LOADING), i);
+    assert_int_equal(mlpd_models_add(&t, name), i);
   }
-  assert_int_equal(mlpd_models_add(&t, "one-too-many", MLPD_MODEL_LOADING),
-                   MLPD_ELIMIT);
+  assert_int_equal(mlpd_models_add(&t, "one-too-many"), MLPD_ELIMIT);
   mlpd_models_free(&t);
 }
 
