@@ -26,6 +26,7 @@
 #include <string.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -563,9 +564,13 @@ static void test_split_frames(void **state) {
 enum { BAD_HUGE, BAD_HANGUP_MID, BAD_HANGUP, BAD_GARBAGE, BAD_SHORT_DATA,
        BAD_WRONG_ID };
 
-static void serve_health(srv_t *s) {
+/* Answers each health request delay_us after it came, until the client
+ * hangs up. */
+static void answer_health(srv_t *s, int delay_us) {
   mlpd_v1_Request req;
   while (srv_next(s, &req)) {
+    if (delay_us > 0)
+      usleep((useconds_t)delay_us);
     mlpd_v1_Response r = mlpd_v1_Response_init_zero;
     r.id = req.id;
     r.which_kind = mlpd_v1_Response_health_tag;
@@ -573,6 +578,11 @@ static void serve_health(srv_t *s) {
     srv_send(s, &r);
   }
 }
+
+static void serve_health(srv_t *s) { answer_health(s, 0); }
+
+/* Answers each health request s->arg microseconds late. */
+static void serve_health_late(srv_t *s) { answer_health(s, s->arg); }
 
 static void script_bad(srv_t *s) {
   mlpd_v1_Request req;
@@ -743,6 +753,67 @@ static void test_timeouts(void **state) {
   assert_int_equal(mlpd_client_recv(c, &res, &err), -ETIMEDOUT);
   assert_int_equal(mlpd_client_inflight(c), 1);
   mlpd_client_result_free(&res);
+  mlpd_client_close(c);
+  srv_join(&s);
+}
+
+/* Times this thread went to sleep of its own accord (blocked); the fake
+ * daemon's thread is not counted. */
+static long voluntary_switches(void) {
+  struct rusage ru;
+  assert_int_equal(getrusage(RUSAGE_THREAD, &ru), 0);
+  return ru.ru_nvcsw;
+}
+
+/* mlpd_client_set_spin: a waiting call polls instead of sleeping, so an
+ * answer that comes within the spin costs the thread no sleep (counted by
+ * the kernel as voluntary context switches); without it, every call sleeps
+ * for its answer. The daemon answers 2 ms late, so no answer is there when
+ * the client first looks, however fast the machine. The spin never
+ * outlasts the call's timeout. (test_client.c checks the real daemon's
+ * answers to a spinning client.) */
+static void test_spin(void **state) {
+  (void)state;
+  enum { N = 20 };
+  mlpd_err_t err = {0};
+  mlpd_client_health_t h;
+  long slept[2];
+  for (int spin = 0; spin < 2; spin++) {
+    srv_t s;
+    srv_start(&s, serve_health_late, 2000);
+    mlpd_client_t *c = connect_ok(&s);
+    /* A second: far longer than the 2 ms. */
+    mlpd_client_set_spin(c, spin ? 1000000 : 0);
+    long before = voluntary_switches();
+    for (int i = 0; i < N; i++) {
+      int rc = mlpd_client_health(c, &h, &err);
+      if (rc != 0)
+        fail_msg("health (spin %d): %s", spin, mlpd_err_msg(&err, rc));
+      assert_true(h.live);
+    }
+    slept[spin] = voluntary_switches() - before;
+    mlpd_client_close(c);
+    srv_join(&s);
+  }
+  printf("spin: %ld of %d calls slept without, %ld with\n", slept[0], N,
+         slept[1]);
+  assert_true(slept[0] >= N / 2);
+  assert_true(slept[1] <= 2);
+
+  /* Nobody answers: a 300 ms timeout with a 10 s spin still gives up
+   * after about 300 ms, the spin counted in it (not 300 ms of spin, then
+   * 300 of sleep). */
+  srv_t s;
+  srv_start(&s, script_slow, 0);
+  mlpd_client_t *c = connect_ok(&s);
+  mlpd_client_set_timeout(c, 300);
+  mlpd_client_set_spin(c, 10000000);
+  uint64_t t0 = mlpd_now_ns();
+  int rc = mlpd_client_health(c, &h, &err);
+  double took = (double)(mlpd_now_ns() - t0) * 1e-9;
+  printf("spin: a silent peer timed out after %.0f ms\n", took * 1e3);
+  assert_int_equal(rc, -ETIMEDOUT);
+  assert_true(took >= 0.29 && took < 0.5);
   mlpd_client_close(c);
   srv_join(&s);
 }
@@ -1079,6 +1150,7 @@ int main(void) {
       cmocka_unit_test(test_split_frames),
       cmocka_unit_test(test_misbehaving_daemon),
       cmocka_unit_test(test_timeouts),
+      cmocka_unit_test(test_spin),
       cmocka_unit_test(test_no_send_deadlock),
       cmocka_unit_test(test_frame_limits),
       cmocka_unit_test(test_connect_errors),

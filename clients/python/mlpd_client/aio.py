@@ -51,6 +51,7 @@ class AsyncClient:
         self._next_id = 1
         self._broken = None  # the exception every later call raises
         self._drain_lock = asyncio.Lock()
+        self._sock = writer.get_extra_info("socket")  # for its send buffer
         self._sndbuf = None  # SO_SNDBUF as asked (client._grow_send_buffer)
         self._task = asyncio.get_running_loop().create_task(self._read_loop())
 
@@ -176,9 +177,8 @@ class AsyncClient:
                 # interleave. drain() waits while the socket's buffer is
                 # full.
                 frame = _varint(len(body)) + body
-                sock = self._writer.get_extra_info("socket")
-                if sock is not None:
-                    self._sndbuf = _grow_send_buffer(sock, self._sndbuf,
+                if self._sock is not None:
+                    self._sndbuf = _grow_send_buffer(self._sock, self._sndbuf,
                                                      len(frame))
                 self._writer.write(frame)
                 async with self._drain_lock:

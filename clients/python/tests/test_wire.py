@@ -2,7 +2,9 @@
 """mlpd_client against a scripted fake daemon (a thread on a temporary
 socket): the error handling a well-behaved daemon never exercises. No
 daemon binary is needed."""
+import multiprocessing
 import os
+import resource
 import socket
 import threading
 import time
@@ -15,16 +17,22 @@ from mlpd_client.client import _varint
 
 
 class Fake:
-    """Accepts one connection and runs script(conn, fake) on it."""
+    """Accepts one connection and runs script(conn, fake) on it, on a
+    thread, or with process=True in a process of its own (forked), whose
+    sleeps and GIL are not the client thread's."""
 
-    def __init__(self, tmp_path, script):
+    def __init__(self, tmp_path, script, process=False):
         self.path = str(tmp_path / "fake.sock")
         self.srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.srv.bind(self.path)
         self.srv.listen(1)
         self.buf = b""
         self.script = script
-        self.t = threading.Thread(target=self._run, daemon=True)
+        if process:
+            self.t = multiprocessing.get_context("fork").Process(
+                target=self._run, daemon=True)
+        else:
+            self.t = threading.Thread(target=self._run, daemon=True)
         self.t.start()
 
     def _run(self):
@@ -86,6 +94,54 @@ def test_late_answer_is_dropped(tmp_path):
         c.timeout = 10
         assert c.health().state == "on time"
     fake.join()
+
+
+def _voluntary_switches():
+    return resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw
+
+
+@pytest.mark.parametrize("spin", [0, 1000000])
+def test_spin(tmp_path, spin):
+    """spin_us: a call waiting for its answer polls instead of sleeping, so
+    an answer that comes within the spin (here a second) costs the thread
+    no sleep (the kernel counts each sleep as a voluntary context switch);
+    without it, every call sleeps. The fake answers 2 ms late, so no answer
+    is there when the client first looks, however fast the machine."""
+    def script(conn, f):
+        while (req := f.next(conn)) is not None:
+            time.sleep(0.002)
+            conn.sendall(frame(health(req.id)))
+    n = 20
+    fake = Fake(tmp_path, script, process=True)
+    with Client(fake.path, timeout=30, spin_us=spin) as c:
+        before = _voluntary_switches()
+        for _ in range(n):
+            assert c.health().live
+        slept = _voluntary_switches() - before
+    fake.join()
+    assert fake.t.exitcode == 0
+    print("spin %d: %d of %d calls slept" % (spin, slept, n))
+    if spin:
+        assert slept <= 2
+    else:
+        assert slept >= n // 2
+
+
+def test_spin_within_timeout(tmp_path):
+    """Nobody answers: a 300 ms timeout with a 10 s spin still gives up
+    after about 300 ms, the spin counted in it."""
+    def script(conn, f):
+        while f.next(conn):
+            pass
+    fake = Fake(tmp_path, script)
+    with Client(fake.path, timeout=0.3, spin_us=10000000) as c:
+        t0 = time.monotonic()
+        with pytest.raises(mlpd_client.TransportError) as e:
+            c.health()
+        took = time.monotonic() - t0
+    fake.join()
+    assert e.value.timed_out
+    assert 0.29 <= took < 0.5, took
 
 
 def test_pipelined_out_of_order_and_status(tmp_path):
