@@ -17,6 +17,12 @@
  * 2. Only for shapes whose kernel waited: 4-layer chains (mlp-1k and
  *    mlp-4k shapes at 128 and 256 rows) timed with ordinary and with
  *    programmatic edges between the layers, same algorithm.
+ *
+ * Result (H100, cuBLASLt 13.1.0, 2026-12-06, bench/RESULTS.md, log
+ * pdl_lt_probe-2026-12-06.log): no kernel waited, at any shape or
+ * algorithm tried, so part 2 did not run and the engine starts cuBLASLt
+ * layers on ordinary edges. Kept to re-check a later cuBLASLt (about 10
+ * s on a GPU).
  *   nvcc -std=c++17 -O3 -arch=sm_90 bench/pdl_lt_probe.cu -lcublasLt \
  *     -o pdl_lt_probe */
 #include "gpu_bench.cuh"
