@@ -225,7 +225,7 @@ __global__ void __launch_bounds__(384, 1)
       acc[0][4 * j + 2] *= sc1, acc[0][4 * j + 3] *= sc1;
     }
   }
-  wg_finish<NR, 1, 0>(
+  wg_finish<NR, 1, 0, 384>(
       reinterpret_cast<float *>(smem + SH::RING16 + SH::RING8), acc[0],
       bias_s, wg < 1, split, S, f0, p.rows, p.n, p.y, p.act);
 }
