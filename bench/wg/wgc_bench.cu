@@ -212,13 +212,7 @@ __global__ void __launch_bounds__(384, 1)
       if (it > 0)
         mbar_arrive(smem_u32(&empty16[(it - 1) % ST16]));
     }
-    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-    fence_accs(acc);
-#pragma unroll
-    for (int q = 1; q < NACC; q++)
-#pragma unroll
-      for (int i = 0; i < NR / 2; i++)
-        acc[0][i] += acc[q][i];
+    wg_last_sum(acc);
 #pragma unroll
     for (int j = 0; j < NR / 8; j++) {
       acc[0][4 * j] *= sc0, acc[0][4 * j + 1] *= sc0;
@@ -450,51 +444,48 @@ int main() {
     CK(cudaMalloc(&act[1], hx.size() * 2));
   }
   CK(cudaDeviceSynchronize());
+  /* One line per chain: configuration `name` made for nr rows, at `rows`
+   * rows and S splits, `wbytes` bytes a weight; layer(l, mx, S, s)
+   * launches layer l. */
+  auto time_chain = [&](int rows, int nr, const char *name, int wbytes,
+                        auto layer) {
+    if (rows > nr || (nr > 8 && rows <= nr / 2))
+      return;
+    for (int S = 1; S <= 4; S *= 2) {
+      double us = time_captured(st, 11, [&](cudaStream_t s) {
+        int ce = 0;
+        for (int l = 0; l < NL && ce == 0; l++) {
+          CUtensorMap mx;
+          map_x(&mx, l ? act[(l - 1) & 1] : x, N, rows, nr);
+          ce = layer(l, mx, S, s);
+        }
+        return ce;
+      });
+      printf("TIME %4d rows %3d %-30s S%d %7.2f us %.2f TB/s\n", N, rows,
+             name, S, us, (double)NL * N * N * wbytes / us / 1e6);
+    }
+  };
   const int trows[] = {1, 8, 16, 32};
   for (int rows : trows) {
-    for (const cfg16_t &c : cfg16) {
-      if (rows > c.nr || (c.nr > 8 && rows <= c.nr / 2))
-        continue;
-      for (int S = 1; S <= 4; S *= 2) {
-        double us = time_captured(st, 11, [&](cudaStream_t s) {
-          int ce = 0;
-          for (int l = 0; l < NL && ce == 0; l++) {
-            CUtensorMap mx;
-            map_x(&mx, l ? act[(l - 1) & 1] : x, N, rows, c.nr);
-            wg_args a = {};
-            a.b = (const uint16_t *)b16[l];
-            a.y = (uint16_t *)act[l & 1];
-            a.wt = (const uint8_t *)wt16[l];
-            a.rows = rows, a.n = N, a.k = N, a.act = l + 1 < NL, a.splits = S;
-            ce = (int)wg_launch(c.k, tiles, c.threads, c.smem, l > 0, s, mx,
-                                mx, a);
-          }
-          return ce;
-        });
-        printf("TIME %4d rows %3d %-30s S%d %7.2f us %.2f TB/s\n", N, rows,
-               c.name, S, us, (double)NL * N * N * 2 / us / 1e6);
-      }
-    }
-    for (int i = 0; i < ncfgc; i++) {
-      const cfgc_t *c = &cfgc[i];
-      if (rows > c->nr || (c->nr > 8 && rows <= c->nr / 2))
-        continue;
-      for (int S = 1; S <= 4; S *= 2) {
-        double us = time_captured(st, 11, [&](cudaStream_t s) {
-          int ce = 0;
-          for (int l = 0; l < NL && ce == 0; l++) {
-            CUtensorMap mx;
-            map_x(&mx, l ? act[(l - 1) & 1] : x, N, rows, c->nr);
-            wgc_args a = {w8[l].b, w8[l].ws, (uint16_t *)act[l & 1],
-                          w8[l].wt, rows, N, N, l + 1 < NL, S};
-            ce = launchc(c, mx, a, l > 0, s);
-          }
-          return ce;
-        });
-        printf("TIME %4d rows %3d %-30s S%d %7.2f us %.2f TB/s\n", N, rows,
-               c->name, S, us, (double)NL * N * N / us / 1e6);
-      }
-    }
+    for (const cfg16_t &c : cfg16)
+      time_chain(rows, c.nr, c.name, 2,
+                 [&](int l, const CUtensorMap &mx, int S, cudaStream_t s) {
+                   wg_args a = {};
+                   a.b = (const uint16_t *)b16[l];
+                   a.y = (uint16_t *)act[l & 1];
+                   a.wt = (const uint8_t *)wt16[l];
+                   a.rows = rows, a.n = N, a.k = N, a.act = l + 1 < NL;
+                   a.splits = S;
+                   return (int)wg_launch(c.k, tiles, c.threads, c.smem, l > 0,
+                                         s, mx, mx, a);
+                 });
+    for (int i = 0; i < ncfgc; i++)
+      time_chain(rows, cfgc[i].nr, cfgc[i].name, 1,
+                 [&](int l, const CUtensorMap &mx, int S, cudaStream_t s) {
+                   wgc_args a = {w8[l].b, w8[l].ws, (uint16_t *)act[l & 1],
+                                 w8[l].wt, rows, N, N, l + 1 < NL, S};
+                   return launchc(&cfgc[i], mx, a, l > 0, s);
+                 });
   }
   return fails ? 1 : 0;
 }

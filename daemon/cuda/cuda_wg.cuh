@@ -208,6 +208,19 @@ __device__ __forceinline__ void wg_stage_mma(float (&acc)[NACC][NR / 2],
   fence_accs(acc);
 }
 
+/* A consumer past its last stage: waits for its last wgmma group, then
+ * sums its NACC accumulators into acc[0]. */
+template <int NACC, int R>
+__device__ __forceinline__ void wg_last_sum(float (&acc)[NACC][R]) {
+  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+  fence_accs(acc);
+#pragma unroll
+  for (int q = 1; q < NACC; q++)
+#pragma unroll
+    for (int i = 0; i < R; i++)
+      acc[0][i] += acc[q][i];
+}
+
 /* Four outputs act(sum + bias) into y, four activation values. */
 template <int F16>
 __device__ __forceinline__ void wg_out4(uint16_t *y, float4 sum, float4 bb,
@@ -379,13 +392,7 @@ __global__ void __launch_bounds__((C + 1) * 128, 1)
       if (it > 0)
         mbar_arrive(smem_u32(&empty[(it - 1) % ST]));
     }
-    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-    fence_accs(acc);
-#pragma unroll
-    for (int q = 1; q < NACC; q++)
-#pragma unroll
-      for (int i = 0; i < NR / 2; i++)
-        acc[0][i] += acc[q][i];
+    wg_last_sum(acc);
   }
   if (!(XF & WG_NO_SUM))
     wg_finish<NR, C, F16>(reinterpret_cast<float *>(smem + SH::RING), acc[0],
