@@ -19,7 +19,8 @@
 #   6. bench/sweep.sh on mlp-4k: the load curve, closed loop 1x-8x and open
 #      loop to 150%, through shared memory with bf16 rows (issue 15).
 # Before 1, bench/copyq_bench.cu: a lone request's small copies beside
-# another model's large ones (issue 16).
+# another model's large ones (issue 16); bench/lt_l2_probe.cu: cuBLASLt
+# chains with the next layer's weights prefetched into L2 (issue 17).
 # WG=1 first runs bench/wg/wg-call.sh without PyTorch (the wgmma kernel's
 # checks and 4-layer chains: at most 120 s): raise TOTAL by as much.
 # OIP_DAEMON_ARGS: more flags for step 3's daemon (e.g. "--io-threads 8").
@@ -57,6 +58,13 @@ nvcc -O3 -arch=sm_90 bench/copyq_bench.cu -o /tmp/copyq >/dev/null 2>&1 &&
   timeout 30 /tmp/copyq >"$LOGS/copyq.log" 2>&1
 echo "copy queue rc=$? after $(el)"
 cat "$LOGS/copyq.log"
+# Whether the next layer's weights brought into L2 beside a cuBLASLt layer
+# speed up the 64-256-row chains (issue 17; about 10 s).
+nvcc -std=c++17 -O3 -arch=sm_90 bench/lt_l2_probe.cu -lcublasLt \
+  -o /tmp/lt_l2_probe >/dev/null 2>&1 &&
+  timeout 60 /tmp/lt_l2_probe >"$LOGS/lt_l2_probe.log" 2>&1
+echo "L2 prefetch probe rc=$? after $(el)"
+grep -E "BEST|BASE|read-only" "$LOGS/lt_l2_probe.log"
 
 if [ -z "${SKIP_ENGINE:-}" ]; then
   OUT=$LOGS DEADLINE=${ENGINE_DEADLINE:-180} PASSES=${PASSES:-1} \

@@ -1,0 +1,250 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* lt_l2_probe.cu - EXPERIMENT (issue 17: mlp-4k at 128 rows <= 1.30x the
+ * floor; it runs cuBLASLt there, at ~1.42x on an H100, streaming ~2.0 of
+ * the 3.0 TB/s the copy engine reaches). cuBLASLt's kernels cannot start
+ * early (pdl_lt_probe.cu), but the third of the bandwidth a layer leaves
+ * unused could bring the next layer's weights into L2 while it runs, so
+ * that the next layer reads part of them from L2. A graph branch beside
+ * layer i runs a few-block kernel that asks L2 for part of W[i+1] with
+ * bulk prefetches (cp.async.bulk.prefetch.L2, optionally evict_last so
+ * that layer i's own stream does not push them out); the matmul of layer
+ * i+1 depends on layer i only.
+ *
+ * For mlp-4k shapes at 64, 128 and 256 rows: the 4-layer chain with the
+ * fastest of the heuristic's first four algorithms, without and with the
+ * branch, over the prefetched share (the first F MiB of the matrix, or
+ * the first part of every row: every tile starts at k = 0), the hint,
+ * and the branch's block count. Outputs must be bit-identical (the
+ * prefetch is only a hint). One line a configuration, the best last.
+ *   nvcc -std=c++17 -O3 -arch=sm_90 bench/lt_l2_probe.cu -lcublasLt \
+ *     -o lt_l2_probe */
+#include "gpu_bench.cuh"
+
+#include <cublasLt.h>
+
+#define LK(x)                                                                  \
+  do {                                                                         \
+    cublasStatus_t s_ = (x);                                                   \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {                                         \
+      fprintf(stderr, "%s:%d: %s: %d\n", __FILE__, __LINE__, #x, (int)s_);    \
+      exit(2);                                                                 \
+    }                                                                          \
+  } while (0)
+
+namespace {
+
+/* Prefetch `nch` chunks of `chunk` bytes, chunk c at p + c * stride. */
+__global__ void l2_prefetch(const char *p, int nch, unsigned chunk,
+                            size_t stride, int evict_last) {
+  uint64_t pol = 0;
+  if (evict_last)
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;"
+                 : "=l"(pol));
+  for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < nch;
+       c += gridDim.x * blockDim.x) {
+    const char *a = p + (size_t)c * stride;
+    if (evict_last)
+      asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], "
+                   "%1, %2;" ::"l"(a),
+                   "r"(chunk), "l"(pol)
+                   : "memory");
+    else
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a),
+                   "r"(chunk)
+                   : "memory");
+  }
+}
+
+struct layer_t {
+  cublasLtMatmulDesc_t d;
+  cublasLtMatrixLayout_t la, lb, lc;
+  cublasLtMatmulAlgo_t algo[4];
+  int nalgo;
+};
+
+cublasLtHandle_t lt;
+void *ws;
+const size_t WS = 32 << 20;
+
+/* y[rows][n] = GELU(x[rows][k] . W[n][k]^T + b), as the engine plans it
+ * (column-major D = W^T' x X). */
+void make_layer(layer_t *L, int rows, int n, int k, const void *bias) {
+  LK(cublasLtMatmulDescCreate(&L->d, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  LK(cublasLtMatmulDescSetAttribute(L->d, CUBLASLT_MATMUL_DESC_TRANSA, &ta,
+                                    sizeof ta));
+  LK(cublasLtMatmulDescSetAttribute(L->d, CUBLASLT_MATMUL_DESC_TRANSB, &tb,
+                                    sizeof tb));
+  cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_GELU_BIAS;
+  LK(cublasLtMatmulDescSetAttribute(L->d, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep,
+                                    sizeof ep));
+  LK(cublasLtMatmulDescSetAttribute(
+      L->d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+  cudaDataType_t bt = CUDA_R_16BF;
+  LK(cublasLtMatmulDescSetAttribute(
+      L->d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+  LK(cublasLtMatrixLayoutCreate(&L->la, CUDA_R_16BF, k, n, k));
+  LK(cublasLtMatrixLayoutCreate(&L->lb, CUDA_R_16BF, k, rows, k));
+  LK(cublasLtMatrixLayoutCreate(&L->lc, CUDA_R_16BF, n, rows, n));
+  cublasLtMatmulPreference_t pref;
+  LK(cublasLtMatmulPreferenceCreate(&pref));
+  LK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &WS, sizeof WS));
+  cublasLtMatmulHeuristicResult_t r[4];
+  LK(cublasLtMatmulAlgoGetHeuristic(lt, L->d, L->la, L->lb, L->lc, L->lc,
+                                    pref, 4, r, &L->nalgo));
+  for (int i = 0; i < L->nalgo; i++)
+    L->algo[i] = r[i].algo;
+  cublasLtMatmulPreferenceDestroy(pref);
+}
+
+void matmul(const layer_t *L, int a, const void *w, const void *x, void *y,
+            cudaStream_t st) {
+  static const float one = 1.0f, zero = 0.0f;
+  LK(cublasLtMatmul(lt, L->d, &one, w, L->la, x, L->lb, &zero, y, L->lc, y,
+                    L->lc, &L->algo[a], ws, WS, st));
+}
+
+struct pf_t {
+  int mib_x4;     /* prefetched share: quarter-MiB units of 32 MiB; 0 none */
+  int by_row;     /* 1: the first part of every row; 0: the first bytes */
+  int evict_last; /* the hint */
+  int blocks;     /* of 32 threads */
+};
+
+const int NL = 4;
+void *w[NL], *x, *act[2], *bias;
+cudaStream_t st, st2;
+cudaEvent_t ev[NL + 1];
+
+/* Layer i's weights prefetched beside layer i-1 (the first layer's
+ * beside nothing: it is not prefetched). */
+void enqueue_prefetch(const pf_t &pf, int layer, int n, int k) {
+  const size_t bytes = (size_t)pf.mib_x4 << 18;
+  if (pf.by_row) {
+    const size_t row = (size_t)k * 2;
+    unsigned per = (unsigned)(bytes / n) & ~15u;
+    if (per > row)
+      per = (unsigned)row;
+    l2_prefetch<<<pf.blocks, 32, 0, st2>>>((const char *)w[layer], n, per,
+                                           row, pf.evict_last);
+  } else {
+    const unsigned chunk = 32768;
+    l2_prefetch<<<pf.blocks, 32, 0, st2>>>((const char *)w[layer],
+                                           (int)(bytes / chunk), chunk, chunk,
+                                           pf.evict_last);
+  }
+}
+
+double time_chain(const layer_t *L, int a, const pf_t &pf, int n, int k,
+                  std::vector<uint16_t> *out, size_t out_elems) {
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+  if (pf.mib_x4) {
+    CK(cudaEventRecord(ev[NL], st));
+    CK(cudaStreamWaitEvent(st2, ev[NL], 0));
+  }
+  for (int l = 0; l < NL; l++) {
+    if (pf.mib_x4 && l + 1 < NL)
+      enqueue_prefetch(pf, l + 1, n, k); /* after layer l-1, beside l */
+    matmul(L, a, w[l], l ? act[(l - 1) & 1] : x, act[l & 1], st);
+    if (pf.mib_x4) {
+      CK(cudaEventRecord(ev[l], st));
+      if (l + 1 < NL)
+        CK(cudaStreamWaitEvent(st2, ev[l], 0));
+    }
+  }
+  if (pf.mib_x4) { /* join the branch */
+    CK(cudaEventRecord(ev[NL], st2));
+    CK(cudaStreamWaitEvent(st, ev[NL], 0));
+  }
+  CK(cudaStreamEndCapture(st, &g));
+  CK(cudaGraphInstantiate(&ge, g, 0));
+  const double us = time_graph(ge, st, 15);
+  out->resize(out_elems);
+  CK(cudaMemcpy(out->data(), act[(NL - 1) & 1], out_elems * 2,
+                cudaMemcpyDeviceToHost));
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+  return us;
+}
+
+} // namespace
+
+int main() {
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  printf("GPU %s, %d SMs, L2 %d MiB; cuBLASLt %zu\n", prop.name,
+         prop.multiProcessorCount, prop.l2CacheSize >> 20,
+         cublasLtGetVersion());
+  LK(cublasLtCreate(&lt));
+  CK(cudaMalloc(&ws, WS));
+  CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  CK(cudaStreamCreateWithFlags(&st2, cudaStreamNonBlocking));
+  for (int i = 0; i <= NL; i++)
+    CK(cudaEventCreateWithFlags(&ev[i], cudaEventDisableTiming));
+  time_read_only(st, prop.multiProcessorCount, 15);
+  const int n = 4096, k = 4096, MAXR = 256;
+  {
+    std::vector<uint16_t> hw((size_t)n * k);
+    for (int l = 0; l < NL; l++) {
+      for (auto &v : hw)
+        v = f2bf(frand() / sqrtf((float)k));
+      CK(cudaMalloc(&w[l], hw.size() * 2));
+      CK(cudaMemcpy(w[l], hw.data(), hw.size() * 2, cudaMemcpyHostToDevice));
+    }
+    std::vector<uint16_t> hb(n), hx((size_t)MAXR * k);
+    for (auto &v : hb)
+      v = f2bf(0.1f * frand());
+    for (auto &v : hx)
+      v = f2bf(frand());
+    CK(cudaMalloc(&bias, n * 2));
+    CK(cudaMemcpy(bias, hb.data(), n * 2, cudaMemcpyHostToDevice));
+    CK(cudaMalloc(&x, hx.size() * 2));
+    CK(cudaMemcpy(x, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMalloc(&act[0], (size_t)MAXR * n * 2));
+    CK(cudaMalloc(&act[1], (size_t)MAXR * n * 2));
+  }
+  const int rowss[] = {64, 128, 256};
+  for (int rows : rowss) {
+    layer_t L;
+    make_layer(&L, rows, n, k, bias);
+    const size_t oe = (size_t)rows * n;
+    std::vector<uint16_t> ref, got;
+    int best_a = 0;
+    double base = 1e30;
+    for (int a = 0; a < L.nalgo; a++) {
+      const double us = time_chain(&L, a, pf_t{}, n, k, &got, oe);
+      printf("BASE rows %3d algo %d: %.2f us\n", rows, a, us);
+      if (us < base)
+        base = us, best_a = a, ref = got;
+    }
+    pf_t best{};
+    double best_us = base;
+    int bad = 0;
+    for (int by_row = 0; by_row < 2; by_row++)
+      for (int hint = 0; hint < 2; hint++)
+        for (int blocks : {4, 32})
+          for (int q : {16, 32, 48, 64, 96}) {
+            const pf_t pf = {q, by_row, hint, blocks};
+            const double us = time_chain(&L, best_a, pf, n, k, &got, oe);
+            const int same = got == ref;
+            bad += !same;
+            printf("PF rows %3d %s %5.1f MiB %-10s %2d blocks: %.2f us "
+                   "(%.3fx)%s\n",
+                   rows, by_row ? "row-heads" : "first    ", q / 4.0,
+                   hint ? "evict_last" : "normal", blocks, us, us / base,
+                   same ? "" : " OUTPUTS DIFFER");
+            if (same && us < best_us)
+              best_us = us, best = pf;
+          }
+    printf("BEST rows %3d: base %.2f us (algo %d), prefetch %.2f us "
+           "(%.3fx: %s %.1f MiB %s %d blocks)%s\n",
+           rows, base, best_a, best_us, best_us / base,
+           best.by_row ? "row-heads" : "first", best.mib_x4 / 4.0,
+           best.evict_last ? "evict_last" : "normal", best.blocks,
+           bad ? " SOME OUTPUTS DIFFERED" : "");
+  }
+  return 0;
+}
