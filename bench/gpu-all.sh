@@ -73,6 +73,11 @@ if [ -z "${SKIP_ENGINE:-}" ]; then
   cp "$LOGS/RESULTS.md" "$OUT/RESULTS.md" 2>/dev/null
   cp "$LOGS/mlpd.jsonl" "$OUT/mlpd.jsonl" 2>/dev/null
   echo "engine part done after $(el)"
+  # The probe's cuBLASLt chains again, in the GPU's state after the
+  # engine's benchmark (clocks under the power limit), beside its numbers.
+  [ -x /tmp/lt_l2_probe ] && timeout 60 /tmp/lt_l2_probe \
+    >"$LOGS/lt_l2_probe-after.log" 2>&1 &&
+    grep -E "BEST|BASE" "$LOGS/lt_l2_probe-after.log"
 else
   cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_CUDA_ARCHITECTURES=90 -DMLPD_WERROR=ON >"$LOGS/build.log" 2>&1

@@ -216,7 +216,17 @@ int main() {
     double base = 1e30;
     for (int a = 0; a < L.nalgo; a++) {
       const double us = time_chain(&L, a, pf_t{}, n, k, &got, oe);
-      printf("BASE rows %3d algo %d: %.2f us\n", rows, a, us);
+      int32_t id = 0, tile = 0, splitk = 0;
+      size_t sz;
+      cublasLtMatmulAlgoConfigGetAttribute(&L.algo[a], CUBLASLT_ALGO_CONFIG_ID,
+                                           &id, sizeof id, &sz);
+      cublasLtMatmulAlgoConfigGetAttribute(
+          &L.algo[a], CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile, &sz);
+      cublasLtMatmulAlgoConfigGetAttribute(&L.algo[a],
+                                           CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+                                           &splitk, sizeof splitk, &sz);
+      printf("BASE rows %3d algo %d (id %d tile %d splitk %d): %.2f us\n",
+             rows, a, id, tile, splitk, us);
       if (us < base)
         base = us, best_a = a, ref = got;
     }
