@@ -248,8 +248,8 @@ __device__ __forceinline__ void wg_out4(uint16_t *y, float4 sum, float4 bb,
  * with a releasing one; bench/RESULTS.md, 2026-12-06). The kernel
  * arrived (relaxed) on the cluster barrier at its start: the wait here
  * makes sure every partner is running before it is written to. All the
- * CTA's NT threads call it. */
-template <int NR, int C, int F16, int NT = (C + 1) * 128>
+ * CTA's threads call it. */
+template <int NR, int C, int F16>
 __device__ __forceinline__ void wg_finish(float *recv, const float *acc,
                                           const float *bias, bool consumer,
                                           int split, int S, int f0, int nrows,
@@ -285,7 +285,7 @@ __device__ __forceinline__ void wg_finish(float *recv, const float *acc,
   }
   cl.sync();
   const int c0 = split * W4 / S, nq = (split + 1) * W4 / S - c0;
-  const int total = rows * nq, nt = NT;
+  const int total = rows * nq, nt = (C + 1) * 128;
   for (int e = threadIdx.x; e < total; e += nt) {
     const int r = e / nq, cq = e - r * nq, f = f0 + (c0 + cq) * 4;
     if (f >= n) /* n is a multiple of 8: the 4 are in or out */
