@@ -15,7 +15,16 @@
  * branch, over the prefetched share (the first F MiB of the matrix, or
  * the first part of every row: every tile starts at k = 0), the hint,
  * and the branch's block count. Outputs must be bit-identical (the
- * prefetch is only a hint). One line a configuration, the best last.
+ * prefetch is only a hint). One line a configuration, the best last;
+ * then (REPLAY) the chain replayed back to back, with a timing event
+ * after each replay (how mlpd and PyTorch are timed, and what serving
+ * does), with an untimed event or an empty kernel between replays, and
+ * as two forwards a replay: where the cost of an event between forwards
+ * lies.
+ *
+ * Result (H100, cuBLASLt 13.1.0, 2026-12-06, bench/RESULTS.md, log
+ * lt_l2_probe-2026-12-06.log): 3% faster at 64 rows, no configuration
+ * faster at 128 and 256; not built into the engine.
  *   nvcc -std=c++17 -O3 -arch=sm_90 bench/lt_l2_probe.cu -lcublasLt \
  *     -o lt_l2_probe */
 #include "gpu_bench.cuh"
@@ -170,6 +179,110 @@ double time_chain(const layer_t *L, int a, const pf_t &pf, int n, int k,
   return us;
 }
 
+__global__ void spin(long long ns) {
+  long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  while (t - t0 < ns);
+}
+
+__global__ void noop() {}
+
+/* The chain (nf forwards in one graph) without the prefetch branch. */
+cudaGraphExec_t chain_exec(const layer_t *L, int a, int nf) {
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+  for (int f = 0; f < nf; f++)
+    for (int l = 0; l < NL; l++)
+      matmul(L, a, w[l], l ? act[(l - 1) & 1] : x, act[l & 1], st);
+  CK(cudaStreamEndCapture(st, &g));
+  CK(cudaGraphInstantiate(&ge, g, 0));
+  cudaGraphDestroy(g);
+  return ge;
+}
+
+/* Median µs between timing events recorded after each of 200 replays
+ * queued behind a spin kernel, as mlpd_engine_cuda_time and
+ * torch_bench.py time. */
+double per_replay_events(cudaGraphExec_t ge) {
+  const int n = 200;
+  std::vector<cudaEvent_t> e(n + 1);
+  for (auto &v : e)
+    CK(cudaEventCreate(&v));
+  for (int i = 0; i < 20; i++)
+    CK(cudaGraphLaunch(ge, st));
+  spin<<<1, 1, 0, st>>>(5000000);
+  CK(cudaEventRecord(e[0], st));
+  for (int i = 0; i < n; i++) {
+    CK(cudaGraphLaunch(ge, st));
+    CK(cudaEventRecord(e[i + 1], st));
+  }
+  CK(cudaStreamSynchronize(st));
+  std::vector<double> v(n);
+  for (int i = 0; i < n; i++) {
+    float ms;
+    CK(cudaEventElapsedTime(&ms, e[i], e[i + 1]));
+    v[i] = ms * 1000.0;
+  }
+  for (auto &x : e)
+    cudaEventDestroy(x);
+  std::sort(v.begin(), v.end());
+  return v[n / 2];
+}
+
+/* µs per replay of 100 replays queued behind a spin kernel, timing events
+ * around them only, with `between` after each replay: 0 nothing, 1 an
+ * empty kernel, 2 an untimed event record; ge NULL: the empty kernels
+ * alone. Median of 5. */
+double grouped(cudaGraphExec_t ge, int between) {
+  cudaEvent_t a, b, u;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  CK(cudaEventCreateWithFlags(&u, cudaEventDisableTiming));
+  std::vector<double> v;
+  for (int r = 0; r < 5; r++) {
+    spin<<<1, 1, 0, st>>>(2000000);
+    CK(cudaEventRecord(a, st));
+    for (int i = 0; i < 100; i++) {
+      if (ge != NULL)
+        CK(cudaGraphLaunch(ge, st));
+      if (between == 1)
+        noop<<<1, 32, 0, st>>>();
+      else if (between == 2)
+        CK(cudaEventRecord(u, st));
+    }
+    CK(cudaEventRecord(b, st));
+    CK(cudaEventSynchronize(b));
+    float ms;
+    CK(cudaEventElapsedTime(&ms, a, b));
+    v.push_back(ms * 1000.0 / 100);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  cudaEventDestroy(u);
+  std::sort(v.begin(), v.end());
+  return v[2];
+}
+
+/* Where the cost of an event between replays lies (issue 17: it is
+ * 2.3-2.7 µs for a cuBLASLt chain, 1.0-1.1 for mlpd's). */
+void replay_modes(const layer_t *L, int a, int rows) {
+  cudaGraphExec_t one = chain_exec(L, a, 1), two = chain_exec(L, a, 2);
+  const double g0 = grouped(one, 0), ev = per_replay_events(one);
+  const double un = grouped(one, 2), nk = grouped(one, 1);
+  const double nk0 = grouped(NULL, 1), ev2 = per_replay_events(two) / 2;
+  printf("REPLAY rows %3d: back to back %.2f us; a timing event after each "
+         "%.2f (+%.2f); an untimed event between %.2f (+%.2f); an empty "
+         "kernel between %.2f (+%.2f; alone %.2f); two forwards a replay, "
+         "events after each replay, per forward %.2f (+%.2f)\n",
+         rows, g0, ev, ev - g0, un, un - g0, nk, nk - g0, nk0, ev2,
+         ev2 - g0);
+  cudaGraphExecDestroy(one);
+  cudaGraphExecDestroy(two);
+}
+
 } // namespace
 
 int main() {
@@ -255,6 +368,7 @@ int main() {
            best.by_row ? "row-heads" : "first", best.mib_x4 / 4.0,
            best.evict_last ? "evict_last" : "normal", best.blocks,
            bad ? " SOME OUTPUTS DIFFERED" : "");
+    replay_modes(&L, best_a, rows);
   }
   return 0;
 }
