@@ -27,18 +27,7 @@
  * faster at 128 and 256; not built into the engine.
  *   nvcc -std=c++17 -O3 -arch=sm_90 bench/lt_l2_probe.cu -lcublasLt \
  *     -o lt_l2_probe */
-#include "gpu_bench.cuh"
-
-#include <cublasLt.h>
-
-#define LK(x)                                                                  \
-  do {                                                                         \
-    cublasStatus_t s_ = (x);                                                   \
-    if (s_ != CUBLAS_STATUS_SUCCESS) {                                         \
-      fprintf(stderr, "%s:%d: %s: %d\n", __FILE__, __LINE__, #x, (int)s_);    \
-      exit(2);                                                                 \
-    }                                                                          \
-  } while (0)
+#include "lt_bench.cuh"
 
 namespace {
 
@@ -62,56 +51,6 @@ __global__ void l2_prefetch(const char *p, int nch, unsigned chunk,
                    "r"(chunk)
                    : "memory");
   }
-}
-
-struct layer_t {
-  cublasLtMatmulDesc_t d;
-  cublasLtMatrixLayout_t la, lb, lc;
-  cublasLtMatmulAlgo_t algo[4];
-  int nalgo;
-};
-
-cublasLtHandle_t lt;
-void *ws;
-const size_t WS = 32 << 20;
-
-/* y[rows][n] = GELU(x[rows][k] . W[n][k]^T + b), as the engine plans it
- * (column-major D = W^T' x X). */
-void make_layer(layer_t *L, int rows, int n, int k, const void *bias) {
-  LK(cublasLtMatmulDescCreate(&L->d, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-  LK(cublasLtMatmulDescSetAttribute(L->d, CUBLASLT_MATMUL_DESC_TRANSA, &ta,
-                                    sizeof ta));
-  LK(cublasLtMatmulDescSetAttribute(L->d, CUBLASLT_MATMUL_DESC_TRANSB, &tb,
-                                    sizeof tb));
-  cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_GELU_BIAS;
-  LK(cublasLtMatmulDescSetAttribute(L->d, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep,
-                                    sizeof ep));
-  LK(cublasLtMatmulDescSetAttribute(
-      L->d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
-  cudaDataType_t bt = CUDA_R_16BF;
-  LK(cublasLtMatmulDescSetAttribute(
-      L->d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
-  LK(cublasLtMatrixLayoutCreate(&L->la, CUDA_R_16BF, k, n, k));
-  LK(cublasLtMatrixLayoutCreate(&L->lb, CUDA_R_16BF, k, rows, k));
-  LK(cublasLtMatrixLayoutCreate(&L->lc, CUDA_R_16BF, n, rows, n));
-  cublasLtMatmulPreference_t pref;
-  LK(cublasLtMatmulPreferenceCreate(&pref));
-  LK(cublasLtMatmulPreferenceSetAttribute(
-      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &WS, sizeof WS));
-  cublasLtMatmulHeuristicResult_t r[4];
-  LK(cublasLtMatmulAlgoGetHeuristic(lt, L->d, L->la, L->lb, L->lc, L->lc,
-                                    pref, 4, r, &L->nalgo));
-  for (int i = 0; i < L->nalgo; i++)
-    L->algo[i] = r[i].algo;
-  cublasLtMatmulPreferenceDestroy(pref);
-}
-
-void matmul(const layer_t *L, int a, const void *w, const void *x, void *y,
-            cudaStream_t st) {
-  static const float one = 1.0f, zero = 0.0f;
-  LK(cublasLtMatmul(lt, L->d, &one, w, L->la, x, L->lb, &zero, y, L->lc, y,
-                    L->lc, &L->algo[a], ws, WS, st));
 }
 
 struct pf_t {
