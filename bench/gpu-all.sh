@@ -20,7 +20,8 @@
 #      loop to 150%, through shared memory with bf16 rows (issue 15).
 # Before 1, bench/copyq_bench.cu: a lone request's small copies beside
 # another model's large ones (issue 16); bench/lt_l2_probe.cu: cuBLASLt
-# chains with the next layer's weights prefetched into L2 (issue 17).
+# chains with the next layer's weights prefetched into L2, and replayed
+# the ways the engine and its timing replay them (issue 17).
 # WG=1 first runs bench/wg/wg-call.sh without PyTorch (the wgmma kernel's
 # checks and 4-layer chains: at most 120 s): raise TOTAL by as much.
 # OIP_DAEMON_ARGS: more flags for step 3's daemon (e.g. "--io-threads 8").
@@ -64,7 +65,7 @@ nvcc -std=c++17 -O3 -arch=sm_90 bench/lt_l2_probe.cu -lcublasLt \
   -o /tmp/lt_l2_probe >/dev/null 2>&1 &&
   timeout 60 /tmp/lt_l2_probe >"$LOGS/lt_l2_probe.log" 2>&1
 echo "L2 prefetch probe rc=$? after $(el)"
-grep -E "BEST|BASE|read-only" "$LOGS/lt_l2_probe.log"
+grep -E "BEST|BASE|REPLAY|ENGINE|read-only" "$LOGS/lt_l2_probe.log"
 
 if [ -z "${SKIP_ENGINE:-}" ]; then
   OUT=$LOGS DEADLINE=${ENGINE_DEADLINE:-180} PASSES=${PASSES:-1} \
@@ -77,7 +78,7 @@ if [ -z "${SKIP_ENGINE:-}" ]; then
   # engine's benchmark (clocks under the power limit), beside its numbers.
   [ -x /tmp/lt_l2_probe ] && timeout 60 /tmp/lt_l2_probe \
     >"$LOGS/lt_l2_probe-after.log" 2>&1 &&
-    grep -E "BEST|BASE" "$LOGS/lt_l2_probe-after.log"
+    grep -E "BEST|BASE|REPLAY|ENGINE" "$LOGS/lt_l2_probe-after.log"
 else
   cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_CUDA_ARCHITECTURES=90 -DMLPD_WERROR=ON >"$LOGS/build.log" 2>&1
