@@ -3,7 +3,8 @@
  * bench/lt_l2_probe.cu) share: the status check, the handle and
  * workspace, and one bf16 Linear + bias + GELU layer planned as the
  * engine plans it (daemon/cuda/cuda_setup.c), its algorithms the
- * heuristic's first four. */
+ * heuristic's first four; and a spin on the GPU's clock, which both use
+ * to hold work back. */
 #pragma once
 #include "gpu_bench.cuh"
 
@@ -61,9 +62,18 @@ static void make_layer(layer_t *L, int rows, int n, int k, const void *bias) {
   cublasLtMatmulPreferenceDestroy(pref);
 }
 
-static void matmul(const layer_t *L, int a, const void *w, const void *x, void *y,
-            cudaStream_t st) {
+static void matmul(const layer_t *L, int a, const void *w, const void *x,
+                   void *y, cudaStream_t st) {
   static const float one = 1.0f, zero = 0.0f;
   LK(cublasLtMatmul(lt, L->d, &one, w, L->la, x, L->lb, &zero, y, L->lc, y,
                     L->lc, &L->algo[a], ws, WS, st));
+}
+
+/* Returns after ns nanoseconds of the GPU's global timer. */
+__device__ __forceinline__ void spin_ns(long long ns) {
+  long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  while (t - t0 < ns);
 }

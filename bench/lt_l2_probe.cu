@@ -60,21 +60,21 @@ struct pf_t {
   int blocks;     /* of 32 threads */
 };
 
-const int NL = 4;
+const int NL = 4, N = 4096, K = 4096; /* mlp-4k's layers */
 void *w[NL], *x, *act[2], *bias;
 cudaStream_t st, st2;
 cudaEvent_t ev[NL + 1];
 
 /* Layer i's weights prefetched beside layer i-1 (the first layer's
  * beside nothing: it is not prefetched). */
-void enqueue_prefetch(const pf_t &pf, int layer, int n, int k) {
+void enqueue_prefetch(const pf_t &pf, int layer) {
   const size_t bytes = (size_t)pf.mib_x4 << 18;
   if (pf.by_row) {
-    const size_t row = (size_t)k * 2;
-    unsigned per = (unsigned)(bytes / n) & ~15u;
+    const size_t row = (size_t)K * 2;
+    unsigned per = (unsigned)(bytes / N) & ~15u;
     if (per > row)
       per = (unsigned)row;
-    l2_prefetch<<<pf.blocks, 32, 0, st2>>>((const char *)w[layer], n, per,
+    l2_prefetch<<<pf.blocks, 32, 0, st2>>>((const char *)w[layer], N, per,
                                            row, pf.evict_last);
   } else {
     const unsigned chunk = 32768;
@@ -84,68 +84,59 @@ void enqueue_prefetch(const pf_t &pf, int layer, int n, int k) {
   }
 }
 
-double time_chain(const layer_t *L, int a, const pf_t &pf, int n, int k,
-                  std::vector<uint16_t> *out, size_t out_elems) {
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-  if (pf.mib_x4) {
-    CK(cudaEventRecord(ev[NL], st));
-    CK(cudaStreamWaitEvent(st2, ev[NL], 0));
-  }
-  for (int l = 0; l < NL; l++) {
-    if (pf.mib_x4 && l + 1 < NL)
-      enqueue_prefetch(pf, l + 1, n, k); /* after layer l-1, beside l */
-    matmul(L, a, w[l], l ? act[(l - 1) & 1] : x, act[l & 1], st);
-    if (pf.mib_x4) {
-      CK(cudaEventRecord(ev[l], st));
-      if (l + 1 < NL)
-        CK(cudaStreamWaitEvent(st2, ev[l], 0));
-    }
-  }
-  if (pf.mib_x4) { /* join the branch */
-    CK(cudaEventRecord(ev[NL], st2));
-    CK(cudaStreamWaitEvent(st, ev[NL], 0));
-  }
-  CK(cudaStreamEndCapture(st, &g));
-  CK(cudaGraphInstantiate(&ge, g, 0));
-  const double us = time_graph(ge, st, 15);
-  out->resize(out_elems);
-  CK(cudaMemcpy(out->data(), act[(NL - 1) & 1], out_elems * 2,
-                cudaMemcpyDeviceToHost));
-  cudaGraphExecDestroy(ge);
-  cudaGraphDestroy(g);
-  return us;
-}
-
-__global__ void spin(long long ns) {
-  long long t0, t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-  do
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  while (t - t0 < ns);
-}
-
-__global__ void noop() {}
-
-/* The chain (nf forwards in one graph) without the prefetch branch, its
- * weights at ws_[l] (w when NULL), captured on stream s. */
-cudaGraphExec_t chain_exec(const layer_t *L, int a, int nf,
-                           void *const *ws_ = NULL, cudaStream_t s = NULL) {
+/* The chain, nf forwards in one graph, with the prefetch branch pf (none
+ * when pf.mib_x4 is 0), its weights at ws_[l] (w when NULL), captured on
+ * stream s (st when NULL; the branch runs on st2). */
+cudaGraphExec_t chain_exec(const layer_t *L, int a, const pf_t &pf,
+                           int nf = 1, void *const *ws_ = NULL,
+                           cudaStream_t s = NULL) {
   cudaGraph_t g;
   cudaGraphExec_t ge;
   if (s == NULL)
     s = st;
   CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  if (pf.mib_x4) {
+    CK(cudaEventRecord(ev[NL], s));
+    CK(cudaStreamWaitEvent(st2, ev[NL], 0));
+  }
   for (int f = 0; f < nf; f++)
-    for (int l = 0; l < NL; l++)
+    for (int l = 0; l < NL; l++) {
+      if (pf.mib_x4 && l + 1 < NL)
+        enqueue_prefetch(pf, l + 1); /* after layer l-1, beside l */
       matmul(L, a, ws_ != NULL ? ws_[l] : w[l], l ? act[(l - 1) & 1] : x,
              act[l & 1], s);
+      if (pf.mib_x4) {
+        CK(cudaEventRecord(ev[l], s));
+        if (l + 1 < NL)
+          CK(cudaStreamWaitEvent(st2, ev[l], 0));
+      }
+    }
+  if (pf.mib_x4) { /* join the branch */
+    CK(cudaEventRecord(ev[NL], st2));
+    CK(cudaStreamWaitEvent(s, ev[NL], 0));
+  }
   CK(cudaStreamEndCapture(s, &g));
   CK(cudaGraphInstantiate(&ge, g, 0));
   cudaGraphDestroy(g);
   return ge;
 }
+
+/* The chain's time (time_graph) and its output in *out. */
+double time_chain(const layer_t *L, int a, const pf_t &pf,
+                  std::vector<uint16_t> *out, size_t out_elems) {
+  cudaGraphExec_t ge = chain_exec(L, a, pf);
+  const double us = time_graph(ge, st, 15);
+  out->resize(out_elems);
+  CK(cudaMemcpy(out->data(), act[(NL - 1) & 1], out_elems * 2,
+                cudaMemcpyDeviceToHost));
+  cudaGraphExecDestroy(ge);
+  return us;
+}
+
+__global__ void spin(long long ns) { spin_ns(ns); }
+
+__global__ void noop() {}
+
 
 /* Median µs between timing events recorded after each of 200 replays
  * queued behind a spin kernel, as mlpd_engine_cuda_time and
@@ -214,7 +205,8 @@ double grouped(cudaGraphExec_t ge, int between) {
 /* Where the cost of an event between replays lies (issue 17: it is
  * 2.3-2.7 µs for a cuBLASLt chain, 1.0-1.1 for mlpd's). */
 void replay_modes(const layer_t *L, int a, int rows) {
-  cudaGraphExec_t one = chain_exec(L, a, 1), two = chain_exec(L, a, 2);
+  cudaGraphExec_t one = chain_exec(L, a, pf_t{});
+  cudaGraphExec_t two = chain_exec(L, a, pf_t{}, 2);
   const double g0 = grouped(one, 0), ev = per_replay_events(one);
   const double un = grouped(one, 2), nk = grouped(one, 1);
   const double nk0 = grouped(NULL, 1), ev2 = per_replay_events(two) / 2;
@@ -237,7 +229,7 @@ void engine_like(const layer_t *L, int a, int rows) {
   CK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
   cudaStream_t hi;
   CK(cudaStreamCreateWithPriority(&hi, cudaStreamNonBlocking, greatest));
-  const size_t wb = (size_t)4096 * 4096 * 2;
+  const size_t wb = (size_t)N * K * 2;
   char *slab;
   CK(cudaMalloc(&slab, NL * (wb + 256)));
   void *sw[NL];
@@ -245,14 +237,14 @@ void engine_like(const layer_t *L, int a, int rows) {
     sw[l] = slab + l * (wb + 256);
     CK(cudaMemcpy(sw[l], w[l], wb, cudaMemcpyDeviceToDevice));
   }
-  cudaGraphExec_t base = chain_exec(L, a, 1);
+  cudaGraphExec_t base = chain_exec(L, a, pf_t{});
   const double t0 = per_replay_events(base);
-  cudaGraphExec_t hx = chain_exec(L, a, 1, NULL, hi);
+  cudaGraphExec_t hx = chain_exec(L, a, pf_t{}, 1, NULL, hi);
   const double th = per_replay_events(hx, hi);
   const double th2 = per_replay_events(base, hi);
-  cudaGraphExec_t sx = chain_exec(L, a, 1, sw);
+  cudaGraphExec_t sx = chain_exec(L, a, pf_t{}, 1, sw);
   const double ts = per_replay_events(sx);
-  std::vector<uint16_t> keep((size_t)rows * 4096);
+  std::vector<uint16_t> keep((size_t)rows * K);
   CK(cudaMemcpy(keep.data(), x, keep.size() * 2, cudaMemcpyDeviceToHost));
   CK(cudaMemset(x, 0, keep.size() * 2));
   const double tz = per_replay_events(base);
@@ -284,7 +276,7 @@ int main() {
   for (int i = 0; i <= NL; i++)
     CK(cudaEventCreateWithFlags(&ev[i], cudaEventDisableTiming));
   time_read_only(st, prop.multiProcessorCount, 15);
-  const int n = 4096, k = 4096, MAXR = 256;
+  const int n = N, k = K, MAXR = 256;
   {
     std::vector<uint16_t> hw((size_t)n * k);
     for (int l = 0; l < NL; l++) {
@@ -314,7 +306,7 @@ int main() {
     int best_a = 0;
     double base = 1e30;
     for (int a = 0; a < L.nalgo; a++) {
-      const double us = time_chain(&L, a, pf_t{}, n, k, &got, oe);
+      const double us = time_chain(&L, a, pf_t{}, &got, oe);
       int32_t id = 0, tile = 0, splitk = 0;
       size_t sz;
       cublasLtMatmulAlgoConfigGetAttribute(&L.algo[a], CUBLASLT_ALGO_CONFIG_ID,
@@ -337,7 +329,7 @@ int main() {
         for (int blocks : {4, 32})
           for (int q : {16, 32, 48, 64, 96}) {
             const pf_t pf = {q, by_row, hint, blocks};
-            const double us = time_chain(&L, best_a, pf, n, k, &got, oe);
+            const double us = time_chain(&L, best_a, pf, &got, oe);
             const int same = got == ref;
             bad += !same;
             printf("PF rows %3d %s %5.1f MiB %-10s %2d blocks: %.2f us "

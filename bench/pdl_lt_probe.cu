@@ -31,13 +31,9 @@
 
 namespace {
 
-__global__ void late_writer(uint16_t *x, size_t n, long long spin_ns) {
+__global__ void late_writer(uint16_t *x, size_t n, long long wait_ns) {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-  long long t0, t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-  do
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  while (t - t0 < spin_ns);
+  spin_ns(wait_ns);
   for (size_t i = threadIdx.x; i < n; i += blockDim.x)
     x[i] = 0x3f80; /* bf16 1.0 */
 }
