@@ -223,9 +223,10 @@ void replay_modes(const layer_t *L, int a, int rows) {
 }
 
 /* What differs between this chain and the engine's serving graph of the
- * same plan (the engine's device time at 128 rows was 2-3 µs more): its
- * streams have the greatest priority, its weights lie in one slab, and
- * its lane input holds zeros after open. Timed as the engine times. */
+ * same plan: its streams have a high priority (a level by the model's
+ * size; the greatest here, the strongest case), its weights lie in one
+ * slab, and its lane input holds zeros after open. Timed as the engine
+ * times. */
 void engine_like(const layer_t *L, int a, int rows) {
   int least, greatest;
   CK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
