@@ -81,7 +81,8 @@ if [ -z "${SKIP_ENGINE:-}" ]; then
     grep -E "BEST|BASE|REPLAY|ENGINE" "$LOGS/lt_l2_probe-after.log"
 else
   cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_CUDA_ARCHITECTURES=90 -DMLPD_WERROR=ON >"$LOGS/build.log" 2>&1
+    -DCMAKE_CUDA_ARCHITECTURES=90 -DMLPD_WERROR=ON -DMLPD_BUILD_TESTS=ON \
+    >"$LOGS/build.log" 2>&1
 fi
 
 timeout "$(left 120)" cmake --build $B >>"$LOGS/build.log" 2>&1
