@@ -92,11 +92,16 @@ start_daemon
 point() { # $1 label, $2 conns, $3 depth, $4 rows, [$5 rate]
   local rate=()
   [ -n "${5:-}" ] && rate=(--rate "$5")
-  local j
+  local j c0 c1
+  # The host's CPU (/proc/stat's first line) and the daemon's (utime,
+  # stime) around the point: whether a point lost to a busy host.
+  c0="$(head -1 /proc/stat) $(cut -d' ' -f14,15 "/proc/$pid/stat")"
   j=$("$bench" --socket "$sock" -c "$2" -d "$3" -r "$4" -D "$DURATION" \
     -w "$WARMUP" --dtype "$DTYPE" $shm "${rate[@]}" ${BENCH_ARGS:-} \
     --json) || return 1
-  echo "{\"label\": \"$1\", \"bench\": $j}" >>"$OUTDIR/sweep.jsonl"
+  c1="$(head -1 /proc/stat) $(cut -d' ' -f14,15 "/proc/$pid/stat")"
+  echo "{\"label\": \"$1\", \"cpu\": [\"$c0\", \"$c1\"], \"bench\": $j}" \
+    >>"$OUTDIR/sweep.jsonl"
 }
 
 IFS=: read -r c0 d0 r0 <<<"$SAT"
@@ -136,8 +141,21 @@ lines.append("")
 lines.append("| point | conns x depth x rows | in flight (x sat) | offered req/s |"
              " goodput rows/s | % of peak | refused | p50 ms | p99 ms |"
              " p99.9 ms | OK p99 ms | OK p99 in daemon / queued ms | refused p99 ms |"
-             " late sends | server queue ms | mean batch |")
-lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+             " late sends | server queue ms | mean batch | host CPU busy / daemon cores |")
+lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+def cpu(p):
+    # Share of the host's CPU time busy, and the daemon's cores, over the
+    # point (warm-up included), or "-".
+    try:
+        a, b = [[int(x) for x in c.split()[1:]] for c in p["cpu"]]
+        d = [y - x for x, y in zip(a, b)]
+        host, daemon = d[:-2], d[-2] + d[-1]
+        idle = host[3] + host[4]  # idle + iowait
+        ncpu = len([c for c in open("/proc/stat") if c[:3] == "cpu" and c[3].isdigit()])
+        return "%.0f%% / %.1f" % (100 - 100 * idle / sum(host),
+                                 daemon * ncpu / sum(host))
+    except (KeyError, ValueError, IndexError, ZeroDivisionError, OSError):
+        return "-"
 for p in pts:
     b = p["bench"]
     infl = b["connections"] * b["depth"] * b["rows_per_request"]
@@ -146,7 +164,7 @@ for p in pts:
     okl = b.get("ok_latency_ms", {})
     bad = b.get("error_latency_ms", {})
     lines.append("| %s | %dx%dx%d | %s | %s | %.0f | %.0f%% | %d | %.2f | %.2f |"
-                 " %.2f | %s | %s | %s | %d | %.2f | %.1f |" % (
+                 " %.2f | %s | %s | %s | %d | %.2f | %.1f | %s |" % (
         p["label"], b["connections"], b["depth"], b["rows_per_request"],
         "%d (%.0fx)" % (infl, infl / sat) if closed else "open loop",
         "-" if closed else "%.0f" % b["rate"], b["rows_per_s"],
@@ -157,7 +175,7 @@ for p in pts:
         if b["ok"] else "-",
         "%.2f" % bad["p99"] if refused and bad else "-",
         b.get("client_late", 0),
-        b["server_ms"]["queue_mean"], b["batch_rows_mean"]))
+        b["server_ms"]["queue_mean"], b["batch_rows_mean"], cpu(p)))
 open(os.path.join(out, "sweep.md"), "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 try:
