@@ -28,7 +28,7 @@ OUT=${OUT:-/tmp/ab-out}
 mkdir -p "$OUT"
 t0=$(date +%s)
 el() { echo "$(($(date +%s) - t0)) s"; }
-. bench/gpu-env.sh
+. bench/gpu-env.sh || exit 1
 . bench/lib.sh
 B=$PWD/build-gpu
 declare -A daemon=([new]="$B/daemon/mlpd")

@@ -23,7 +23,7 @@ BATCHES=${BATCHES:-1,16,32,128}
 ROUNDS=${ROUNDS:-3}
 OUT=${OUT:-/tmp/engine-ab}
 mkdir -p "$OUT"
-. bench/gpu-env.sh
+. bench/gpu-env.sh || exit 1
 . bench/lib.sh
 t0=$(date +%s)
 B=$PWD/build-gpu

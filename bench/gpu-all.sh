@@ -45,7 +45,7 @@ left() { # seconds left, at most $1
   echo "$l"
 }
 
-. bench/gpu-env.sh
+. bench/gpu-env.sh || exit 1
 
 if [ -n "${WG:-}" ]; then
   OUT=$LOGS NO_TORCH=1 WG_TIMEOUT=120 bench/wg/wg-call.sh 2>&1 | tail -8
