@@ -88,7 +88,10 @@ fi
 timeout "$(left 120)" cmake --build $B >>"$LOGS/build.log" 2>&1
 echo "full build rc=$? after $(el)"
 grep -E " error|FAILED" "$LOGS/build.log" | head -10
-(cd $B && timeout "$(left 50)" ctest -j8 --output-on-failure --timeout 60 \
+# ctest's own per-test timeout below the step's, so that a suite that
+# hangs is killed by ctest and its output printed, not lost with ctest.
+t=$(left 50)
+(cd $B && timeout "$t" ctest -j8 --output-on-failure --timeout $((t > 10 ? t - 5 : t)) \
   -R 'test_plugin_real|test_devices|test_shm|test_zcopy|test_oip_http|test_models|test_flow') \
   >"$LOGS/ctest-daemon.log" 2>&1
 echo "daemon suites rc=$? after $(el)"
