@@ -501,7 +501,7 @@ static void tune_chain(cuda_engine_t *e, bucket_t *bk, int nv,
               bk->rows, var[best], us[best], us[0]);
     memcpy(bk->ch, ch[best], sizeof(bk->ch));
     for (int l = 0; l < e->nlayers; l++)
-      bk->us_chosen[l] = (float)(us[best] / e->nlayers);
+      bk->us_chosen[l] = (float)us[best]; /* a forward, as elsewhere */
     e->stats.chains_uniform++;
   }
 }
