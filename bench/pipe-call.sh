@@ -18,7 +18,8 @@ el() { echo $(($(date +%s) - t0)); }
 B=build-gpu
 . bench/gpu-env.sh || exit 1
 (cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_CUDA_ARCHITECTURES=90 -DMLPD_WERROR=ON >"$OUT/build.log" 2>&1 &&
+  -DCMAKE_CUDA_ARCHITECTURES=90 -DMLPD_WERROR=ON -DMLPD_BUILD_TESTS=ON \
+  >"$OUT/build.log" 2>&1 &&
   timeout 150 cmake --build $B -j12 --target test_engine_cuda bench_engine \
     mlpd mlpd_cuda mlpctl \
     >>"$OUT/build.log" 2>&1
