@@ -24,7 +24,8 @@
  *
  * Result (H100, cuBLASLt 13.1.0, 2026-12-06, bench/RESULTS.md, log
  * lt_l2_probe-2026-12-06.log): 2-3% faster at 64 rows, no configuration
- * faster at 128 and 256; not built into the engine. The engine's set-up
+ * faster at 128 and 256; on an H200 none faster at any of them; not built
+ * into the engine. The engine's set-up
  * (priority, one slab, zero inputs) changes nothing beyond the drift
  * between two passes.
  *   nvcc -std=c++17 -O3 -arch=sm_90 bench/lt_l2_probe.cu -lcublasLt \

@@ -92,15 +92,15 @@ start_daemon
 point() { # $1 label, $2 conns, $3 depth, $4 rows, [$5 rate]
   local rate=()
   [ -n "${5:-}" ] && rate=(--rate "$5")
-  local j c0 c1
+  local j cpu0 cpu1
   # The host's CPU (/proc/stat's first line) and the daemon's (utime,
   # stime) around the point: whether a point lost to a busy host.
-  c0="$(head -1 /proc/stat) $(cut -d' ' -f14,15 "/proc/$pid/stat")"
+  cpu0="$(head -1 /proc/stat) $(cut -d' ' -f14,15 "/proc/$pid/stat")"
   j=$("$bench" --socket "$sock" -c "$2" -d "$3" -r "$4" -D "$DURATION" \
     -w "$WARMUP" --dtype "$DTYPE" $shm "${rate[@]}" ${BENCH_ARGS:-} \
     --json) || return 1
-  c1="$(head -1 /proc/stat) $(cut -d' ' -f14,15 "/proc/$pid/stat")"
-  echo "{\"label\": \"$1\", \"cpu\": [\"$c0\", \"$c1\"], \"bench\": $j}" \
+  cpu1="$(head -1 /proc/stat) $(cut -d' ' -f14,15 "/proc/$pid/stat")"
+  echo "{\"label\": \"$1\", \"cpu\": [\"$cpu0\", \"$cpu1\"], \"bench\": $j}" \
     >>"$OUTDIR/sweep.jsonl"
 }
 
