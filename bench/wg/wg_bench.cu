@@ -34,6 +34,13 @@
  * against cuBLASLt's 19.2 in the engine; 256 rows 23.2 against 21.1),
  * and a producer asking L2 for the next layer's first stages after its
  * last load (1-2 us slower a chain at 1 and 16 rows).
+ * Retired after the H100 call of 2026-12-06 23:30 UTC (in git history at
+ * 370d2c9, log chain_bench-2026-12-06-h100.log): the whole chain in one
+ * launch again, each stage's inputs waiting only for the previous
+ * layer's tiles that write them (per-tile release counters, no grid
+ * barrier) and the next layer's weights streamed into the deepest ring
+ * (wg_chain2.cuh, chain_bench.cu): 69.4 us at 1 row against 53.6 for the
+ * per-layer chain; without math 67.8, without the split-K sum 59.0.
  *
  * One line per measurement; exits 1 when a check fails. */
 #include "cuda_wg.cuh"
