@@ -18,6 +18,9 @@
  * with a host gap between requests (a client's round trip):
  *   copies    cudaMemcpyAsync in, graph, cudaMemcpyAsync out, event,
  *             cudaEventQuery polled (what the engine does for bf16 rows)
+ *   copiesf   the same with a one-thread kernel setting a done flag in
+ *             mapped memory after the copy out, polled instead of the
+ *             event
  *   kernels   a kernel reads the row from mapped memory, graph, a kernel
  *             writes the answer and a done flag (the engine's f32 way,
  *             but with the flag polled instead of an event)
@@ -66,6 +69,18 @@ struct mapped_t {
 };
 constexpr unsigned CANCEL = 0x80000000u;
 
+/* GPU-side time stamps of one request (globaltimer, ns), for where the
+ * time goes: ST_SEEN the doorbell seen (or the in kernel started),
+ * ST_IN the row copied in, ST_L0 + l layer l's first block started,
+ * ST_OUT0 / ST_OUT1 the answer kernel started / about to set done. */
+enum { ST_SEEN, ST_IN, ST_L0, ST_OUT0 = ST_L0 + 4, ST_OUT1, ST_N };
+__device__ unsigned long long g_stamp[ST_N];
+__device__ __forceinline__ void stamp(int i) {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  g_stamp[i] = t;
+}
+
 double now_us() {
   timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -73,7 +88,9 @@ double now_us() {
 }
 
 __global__ void layer_kernel(const uint4 *w, size_t n16, const uint16_t *x,
-                             uint16_t *y, unsigned *sink) {
+                             uint16_t *y, unsigned *sink, int l) {
+  if (blockIdx.x == 0 && threadIdx.x == 0)
+    stamp(ST_L0 + l);
   uint4 acc = make_uint4(0, 0, 0, 0);
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n16;
        i += (size_t)gridDim.x * blockDim.x) {
@@ -87,19 +104,29 @@ __global__ void layer_kernel(const uint4 *w, size_t n16, const uint16_t *x,
       y[i] = (uint16_t)(x[i] + 1);
 }
 
-/* Reads the row from mapped host memory (volatile: every load crosses
- * the bus, nothing cached from an earlier request). */
+/* Reads the row from mapped host memory: one 16-byte volatile load a
+ * thread (every load crosses the bus, nothing cached from an earlier
+ * request), then stamps ST_IN. */
 __device__ void copy_in(const mapped_t *m, uint16_t *x) {
-  const volatile uint4 *src = reinterpret_cast<const volatile uint4 *>(m->in);
+  const uint4 *src = reinterpret_cast<const uint4 *>(m->in);
   uint4 *dst = reinterpret_cast<uint4 *>(x);
   for (int i = threadIdx.x; i < N / 8; i += blockDim.x) {
     uint4 v;
-    v.x = src[i].x, v.y = src[i].y, v.z = src[i].z, v.w = src[i].w;
+    asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(src + i));
     dst[i] = v;
   }
+  __syncthreads();
+  if (threadIdx.x == 0)
+    stamp(ST_IN);
 }
 
-__global__ void in_kernel(const mapped_t *m, uint16_t *x) { copy_in(m, x); }
+__global__ void in_kernel(const mapped_t *m, uint16_t *x) {
+  if (threadIdx.x == 0)
+    stamp(ST_SEEN);
+  copy_in(m, x);
+}
 
 /* Waits for the doorbell to say `seq`, then copies the row in; with a
  * conditional handle, switches the layers on, or off for a cancel. */
@@ -114,6 +141,7 @@ __global__ void bell_kernel(mapped_t *m, uint16_t *x, const unsigned *seqp,
       ;
     if (spins >= SPIN_LIMIT)
       m->hang = 1;
+    stamp(ST_SEEN);
     rung = b;
     __threadfence_system();
   }
@@ -128,17 +156,27 @@ __global__ void bell_kernel(mapped_t *m, uint16_t *x, const unsigned *seqp,
 /* Writes the answer into mapped memory, then the done flag after it. */
 __global__ void out_kernel(mapped_t *m, const uint16_t *y,
                            const unsigned *seqp) {
+  if (threadIdx.x == 0)
+    stamp(ST_OUT0);
   const uint4 *src = reinterpret_cast<const uint4 *>(y);
   uint4 *dst = reinterpret_cast<uint4 *>(m->out);
   for (int i = threadIdx.x; i < N / 8; i += blockDim.x)
     dst[i] = src[i];
   __threadfence_system();
   __syncthreads();
-  if (threadIdx.x == 0)
+  if (threadIdx.x == 0) {
+    stamp(ST_OUT1);
     m->done = *seqp;
+  }
 }
 
 __global__ void next_seq(unsigned *seqp) { *seqp += 1; }
+
+/* The done flag alone, after a DMA copy of the answer. */
+__global__ void flag_kernel(mapped_t *m, unsigned seq) {
+  __threadfence_system();
+  m->done = seq;
+}
 
 struct probe_t {
   cudaStream_t st;
@@ -159,7 +197,7 @@ void enqueue_layers(probe_t *p, cudaStream_t st) {
   for (int l = 0; l < 4; l++) {
     layer_kernel<<<p->sms * 4, 512, 0, st>>>(
         (const uint4 *)((const char *)p->w + LAYER * l), LAYER / 16, in,
-        p->y[l], p->sink);
+        p->y[l], p->sink, l);
     in = p->y[l];
   }
 }
@@ -223,8 +261,9 @@ cudaGraphExec_t make_bellif(probe_t *p) {
   return ge;
 }
 
-enum { V_COPIES, V_KERNELS, V_BELL, V_BELL1, V_BELLIF, V_COUNT };
-const char *vname[V_COUNT] = {"copies", "kernels", "bell", "bell1", "bellif"};
+enum { V_COPIES, V_COPIESF, V_KERNELS, V_BELL, V_BELL1, V_BELLIF, V_COUNT };
+const char *vname[V_COUNT] = {"copies", "copiesf", "kernels",
+                              "bell",   "bell1",   "bellif"};
 
 void fill_row(uint16_t *row, unsigned seq) {
   for (int i = 0; i < N; i++)
@@ -278,6 +317,15 @@ double request(probe_t *p, int v, cudaEvent_t ev) {
       ;
     CK(e);
     ok = row_ok(p->h_out, seq);
+  } else if (v == V_COPIESF) {
+    memcpy(p->h_in, row, sizeof(row));
+    CK(cudaMemcpyAsync(p->x, p->h_in, sizeof(row), cudaMemcpyHostToDevice,
+                       p->st));
+    CK(cudaGraphLaunch(p->layers, p->st));
+    CK(cudaMemcpyAsync(p->m->out, p->y[3], sizeof(row),
+                       cudaMemcpyDeviceToHost, p->st));
+    flag_kernel<<<1, 1, 0, p->st>>>(p->m_dev, seq);
+    ok = wait_flag(&p->m->done, seq) && row_ok(p->m->out, seq);
   } else if (v == V_KERNELS) {
     memcpy(p->m->in, row, sizeof(row));
     next_seq<<<1, 1, 0, p->st>>>(p->seq_dev);
@@ -313,7 +361,11 @@ void run_variant(probe_t *p, int v, int n, double gap_us) {
   CK(cudaDeviceSynchronize());
   /* The device's seq must equal the host's before a bell variant. */
   CK(cudaMemcpy(p->seq_dev, &p->seq, 4, cudaMemcpyHostToDevice));
+  std::vector<double> iv[5]; /* the GPU-side intervals, below */
+  const unsigned long long zero[ST_N] = {};
   for (int i = 0; i < n + 50; i++) {
+    CK(cudaMemcpyToSymbolAsync(g_stamp, zero, sizeof(zero), 0,
+                               cudaMemcpyHostToDevice, p->st));
     double t = now_us();
     prepare(p, v);
     double tp = now_us() - t;
@@ -325,7 +377,18 @@ void run_variant(probe_t *p, int v, int n, double gap_us) {
       rt.push_back(us);
       prep.push_back(tp);
     }
+    unsigned long long st[ST_N];
+    CK(cudaStreamSynchronize(p->st));
+    CK(cudaMemcpyFromSymbol(st, g_stamp, sizeof(st)));
+    /* in, in -> layer 0, layers 0-2, layer 3 -> answer kernel, answer */
+    const int from[5] = {ST_SEEN, ST_IN, ST_L0, ST_L0 + 3, ST_OUT0};
+    const int to[5] = {ST_IN, ST_L0, ST_L0 + 3, ST_OUT0, ST_OUT1};
+    for (int k = 0; i >= 50 && k < 5; k++)
+      if (st[from[k]] != 0 && st[to[k]] != 0)
+        iv[k].push_back((double)(st[to[k]] - st[from[k]]) / 1e3);
   }
+  for (int k = 0; k < 5; k++)
+    std::sort(iv[k].begin(), iv[k].end());
   CK(cudaStreamSynchronize(p->st));
   std::sort(rt.begin(), rt.end());
   std::sort(prep.begin(), prep.end());
@@ -336,6 +399,10 @@ void run_variant(probe_t *p, int v, int n, double gap_us) {
          "enqueue ahead p50 %.1f us, %d wrong answers of %d\n",
          vname[v], gap_us, q(rt, 0.5), q(rt, 0.9), q(rt, 0.99),
          q(prep, 0.5), bad, n + 50);
+  printf("GPU  %-8s gap %4.0f us: p50 in %.1f, in->layer 1 %.1f, layers "
+         "1-3 %.1f, layer 4->answer %.1f, answer %.1f us (-1: none)\n",
+         vname[v], gap_us, q(iv[0], 0.5), q(iv[1], 0.5), q(iv[2], 0.5),
+         q(iv[3], 0.5), q(iv[4], 0.5));
   cudaEventDestroy(ev);
 }
 
