@@ -91,14 +91,7 @@ __global__ void layer_kernel(const uint4 *w, size_t n16, const uint16_t *x,
                              uint16_t *y, unsigned *sink, int l) {
   if (blockIdx.x == 0 && threadIdx.x == 0)
     stamp(ST_L0 + l);
-  uint4 acc = make_uint4(0, 0, 0, 0);
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n16;
-       i += (size_t)gridDim.x * blockDim.x) {
-    uint4 v = __ldcs(w + i);
-    acc.x ^= v.x, acc.y ^= v.y, acc.z ^= v.z, acc.w ^= v.w;
-  }
-  if ((acc.x ^ acc.y ^ acc.z ^ acc.w) == 0x12345678u)
-    *sink = 1;
+  read_all(w, n16, sink);
   if (blockIdx.x == 0)
     for (int i = threadIdx.x; i < N; i += blockDim.x)
       y[i] = (uint16_t)(x[i] + 1);
