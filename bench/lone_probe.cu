@@ -33,7 +33,9 @@
  *             skipped (the cancel's cost is printed too)
  * Per variant: p50 / p90 / p99 of the host's round trip (input written
  * to answer seen) over N requests, the answers checked, and the host time
- * the next request's enqueue costs (off the critical path).
+ * the next request's enqueue costs (off the critical path); then, from
+ * GPU time stamps, the p50 of the row's copy in, the gap to the first
+ * layer, three layers, the fourth to the answer kernel and the answer.
  *
  * Result (H100, 2026-12-06 23:30, bench/RESULTS.md; stand-in forward 50.6
  * us back to back), p50 of 2000 requests, two rounds, 20 and 100 us gaps:
@@ -41,9 +43,11 @@
  * bellif 86.8-87.3; a cancel 9.2. Enqueued ahead behind a doorbell, the
  * same kernels answer 5 us LATER than launched on demand (bell1 against
  * kernels), and the conditional node adds 7-8 more: no launch cost is
- * won back that way. (The row's reads here are 4-byte volatile loads,
- * slower than the engine's vector loads; that costs kernels and bell
- * alike.) Not built into the engine; kept to re-check a later driver.
+ * won back that way. (That run read the row with 4-byte volatile
+ * loads, slower than the engine's vector loads, kernels and bell alike;
+ * the 16-byte loads, the GPU stamps and copiesf came after it and have
+ * not run yet.) Not built into the engine; kept to find out where the 5
+ * us go and to re-check a later driver.
  *   nvcc -std=c++17 -O3 -arch=sm_90 bench/lone_probe.cu -o lone_probe */
 #include "gpu_bench.cuh"
 
