@@ -143,6 +143,8 @@ lines.append("| point | conns x depth x rows | in flight (x sat) | offered req/s
              " p99.9 ms | OK p99 ms | OK p99 in daemon / queued ms | refused p99 ms |"
              " late sends | server queue ms | mean batch | host CPU busy / daemon cores |")
 lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+# This host's CPUs (the table is made where the points ran), read once.
+ncpu = len([c for c in open("/proc/stat") if c[:3] == "cpu" and c[3].isdigit()])
 def cpu(p):
     # Share of the host's CPU time busy, and the daemon's cores, over the
     # point (warm-up included), or "-".
@@ -151,10 +153,9 @@ def cpu(p):
         d = [y - x for x, y in zip(a, b)]
         host, daemon = d[:-2], d[-2] + d[-1]
         idle = host[3] + host[4]  # idle + iowait
-        ncpu = len([c for c in open("/proc/stat") if c[:3] == "cpu" and c[3].isdigit()])
         return "%.0f%% / %.1f" % (100 - 100 * idle / sum(host),
                                  daemon * ncpu / sum(host))
-    except (KeyError, ValueError, IndexError, ZeroDivisionError, OSError):
+    except (KeyError, ValueError, IndexError, ZeroDivisionError):
         return "-"
 for p in pts:
     b = p["bench"]
