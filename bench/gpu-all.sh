@@ -22,6 +22,7 @@
 # another model's large ones (issue 16); bench/lt_l2_probe.cu: cuBLASLt
 # chains with the next layer's weights prefetched into L2, and replayed
 # the ways the engine and its timing replay them (issue 17).
+# LONE=1 adds bench/lone_probe.cu (about 30 s: raise TOTAL by as much).
 # WG=1 first runs bench/wg/wg-call.sh without PyTorch (the wgmma kernel's
 # checks and 4-layer chains: at most 120 s): raise TOTAL by as much.
 # OIP_DAEMON_ARGS: more flags for step 3's daemon (e.g. "--io-threads 8").
@@ -66,6 +67,15 @@ nvcc -std=c++17 -O3 -arch=sm_90 bench/lt_l2_probe.cu -lcublasLt \
   timeout 60 /tmp/lt_l2_probe >"$LOGS/lt_l2_probe.log" 2>&1
 echo "L2 prefetch probe rc=$? after $(el)"
 grep -E "BEST|BASE|REPLAY|ENGINE|read-only" "$LOGS/lt_l2_probe.log"
+
+# LONE=1: the lone request's ways to the GPU (bench/lone_probe.cu; issues
+# 15 and 17; about 30 s), with GPU time stamps of where the time goes.
+if [ -n "${LONE:-}" ]; then
+  nvcc -std=c++17 -O3 -arch=sm_90 bench/lone_probe.cu -o /tmp/lone_probe \
+    >/dev/null 2>&1 && timeout 60 /tmp/lone_probe >"$LOGS/lone_probe.log" 2>&1
+  echo "lone probe rc=$? after $(el)"
+  tail -40 "$LOGS/lone_probe.log"
+fi
 
 if [ -z "${SKIP_ENGINE:-}" ]; then
   OUT=$LOGS DEADLINE=${ENGINE_DEADLINE:-180} PASSES=${PASSES:-1} \
@@ -129,6 +139,24 @@ if [ -f "$A4K" ] && [ -z "${SKIP_IO_AB:-}" ]; then
     >"$LOGS/io-ab.log" 2>&1
   echo "I/O threads A/B rc=$? after $(el)"
   cat "$LOGS/io-ab.log"
+fi
+
+# BENCH_OLD=FILE (an mlpd-bench of another build, carried in an ignored
+# path): the same inline f32 load with it and with this build's client,
+# alternating, 4 I/O threads: what the client's own CPU costs the host.
+if [ -f "$A4K" ] && [ -n "${BENCH_OLD:-}" ]; then
+  for r in 1 2; do
+    for b in "$BENCH_OLD" "$B/clients/mlpd-bench"; do
+      echo "client $b"
+      REAL=1 MODEL=$A4K IO=4 LOAD=16:8:32 DURATION=1.5 ROUNDS=1 \
+        VARIANTS="--io-threads=4" BENCH=$b \
+        DAEMON_ARGS="--plan-cache /tmp/mlpd-serve/plans.bin" \
+        OUTDIR=/tmp/mlpd-clab timeout "$(left 20)" bench/host-path.sh $B 2>&1 |
+        grep round
+    done
+  done >"$LOGS/client-old-new.log"
+  echo "client old/new rc=$? after $(el)"
+  cat "$LOGS/client-old-new.log"
 fi
 
 # The 1x and 4x closed-loop points with one client thread a connection

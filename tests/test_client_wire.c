@@ -524,6 +524,71 @@ static void test_pipelined_out_of_order(void **state) {
   srv_join(&s);
 }
 
+/* Answers each infer request as it comes, echoing its rows in its own
+ * shape. */
+static void script_echo_any(srv_t *s) {
+  mlpd_v1_Request req;
+  while (srv_next(s, &req)) {
+    const mlpd_v1_Tensor *t = &req.kind.infer.input;
+    srv_send_infer(s, req.id, t->dtype, t->shape[0], t->shape[1], s->data,
+                   s->data_len);
+  }
+}
+
+/* Pipelined answers of mixed sizes, large ones (whose receive buffer
+ * becomes the result's memory) between small ones (copied out of it),
+ * received into three results in turn: each keeps its own answer until it
+ * is used again, and no answer is torn by the buffers changing hands. */
+static void test_large_answers(void **state) {
+  (void)state;
+  enum { N = 24, NRES = 3, BIG = 40000 };
+  srv_t s;
+  srv_start(&s, script_echo_any, 0);
+  mlpd_client_t *c = connect_ok(&s);
+  mlpd_err_t err = {0};
+  float *x[N];
+  int rows[N], cols[N];
+  for (int i = 0; i < N; i++) {
+    rows[i] = 1 + i % 2;
+    cols[i] = i % 3 == 0 ? 4 : BIG + 17 * i;
+    size_t n = (size_t)rows[i] * (size_t)cols[i];
+    x[i] = malloc(n * sizeof(float));
+    assert_non_null(x[i]);
+    for (size_t k = 0; k < n; k++)
+      x[i][k] = (float)(k % 1000) + 1000.0f * (float)i;
+    mlpd_client_infer_t req;
+    mlpd_client_infer_init(&req);
+    req.data = x[i];
+    req.rows = rows[i];
+    req.cols = cols[i];
+    assert_int_equal(mlpd_client_send_infer(c, (uint64_t)i, &req, &err), 0);
+  }
+  mlpd_client_result_t res[NRES];
+  for (int r = 0; r < NRES; r++)
+    mlpd_client_result_init(&res[r]);
+  for (int i = 0; i < N; i++) {
+    mlpd_client_result_t *ri = &res[i % NRES];
+    int rc = mlpd_client_recv(c, ri, &err);
+    if (rc != 0)
+      fail_msg("recv %d: %s", i, mlpd_err_msg(&err, rc));
+    assert_int_equal(ri->id, (uint64_t)i);
+    assert_int_equal(ri->status, MLPD_STATUS_OK);
+    assert_int_equal(ri->rows, rows[i]);
+    assert_int_equal(ri->cols, cols[i]);
+    for (int j = i; j >= 0 && j > i - NRES; j--) {
+      size_t n = (size_t)rows[j] * (size_t)cols[j] * sizeof(float);
+      assert_int_equal(res[j % NRES].nbytes, n);
+      assert_memory_equal(res[j % NRES].data, x[j], n);
+    }
+  }
+  for (int r = 0; r < NRES; r++)
+    mlpd_client_result_free(&res[r]);
+  for (int i = 0; i < N; i++)
+    free(x[i]);
+  mlpd_client_close(c);
+  srv_join(&s);
+}
+
 /* Answers one request one byte at a time. */
 static void script_trickle(srv_t *s) {
   mlpd_v1_Request req;
@@ -1147,6 +1212,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_calls),
       cmocka_unit_test(test_pipelined_out_of_order),
+      cmocka_unit_test(test_large_answers),
       cmocka_unit_test(test_split_frames),
       cmocka_unit_test(test_misbehaving_daemon),
       cmocka_unit_test(test_timeouts),

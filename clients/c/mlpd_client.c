@@ -80,6 +80,10 @@ _Static_assert(sizeof(((mlpd_v1_RegionRef *)0)->region) ==
 
 #define BLOCKING_ID_BIT ((uint64_t)1 << 63)
 #define RBUF_INITIAL ((size_t)64 << 10)
+/* A response frame at least this large is read up to its end and no
+ * further, so that the receive buffer can become the result's memory
+ * instead of the tensor bytes being copied out of it (take_data). */
+#define TAKE_MIN RBUF_INITIAL
 /* The send buffer grows to hold the largest frame sent, up to this
  * (grow_send_buffer); the kernel's default is about 208 KiB. */
 #define SEND_BUFFER_MAX (4 << 20)
@@ -333,6 +337,24 @@ static int on_eof(mlpd_client_t *c, mlpd_err_t *err) {
                 "unanswered", c->path, c->inflight - c->abandoned);
 }
 
+/* How many bytes the next read may take: up to the end of a large frame
+ * whose head is buffered (nothing of the frame after it, see TAKE_MIN),
+ * else RBUF_INITIAL, which holds many small frames. */
+static size_t read_limit(const mlpd_client_t *c) {
+  size_t pos = c->rpos, hlen;
+  uint64_t blen;
+  while (mlpd_frame_parse_header(RBUF(c) + pos, c->rlen - pos, SIZE_MAX,
+                                 &hlen, &blen) == 1) {
+    if (c->rlen - pos - hlen < blen) {
+      uint64_t rest = hlen + blen - (c->rlen - pos);
+      return hlen + blen >= TAKE_MIN && rest < SIZE_MAX ? (size_t)rest
+                                                        : RBUF_INITIAL;
+    }
+    pos += hlen + (size_t)blen;
+  }
+  return RBUF_INITIAL;
+}
+
 /* Reads what the socket has into rbuf. `wait_ms` as poll(): -1 forever,
  * 0 not at all. Returns 1 when bytes arrived, 0 when none did in time,
  * or < 0 (the stream is then broken, except for -ENOMEM). With `eof` not
@@ -362,7 +384,8 @@ static int read_some(mlpd_client_t *c, int wait_ms, int *eof,
       if (n == 0)
         return 0;
     }
-    ssize_t n = recv(c->fd, RBUF(c) + c->rlen, c->rcap - c->rlen,
+    size_t room = c->rcap - c->rlen, limit = read_limit(c);
+    ssize_t n = recv(c->fd, RBUF(c) + c->rlen, room < limit ? room : limit,
                      wait_ms >= 0 || spinning ? MSG_DONTWAIT : 0);
     if (n > 0) {
       c->rlen += (size_t)n;
@@ -436,7 +459,8 @@ static int wait_frame(mlpd_client_t *c, uint64_t deadline, size_t *hlen,
 
 typedef struct {
   mlpd_client_result_t *res; /* where tensor bytes go, or NULL to skip */
-  size_t data_len;           /* bytes of tensor data read */
+  const uint8_t *data_at;    /* the tensor bytes, in the receive buffer */
+  size_t data_len;
   int have_data;
   char **text;               /* where metrics text goes, or NULL to skip */
   size_t text_len;
@@ -462,21 +486,17 @@ static int store_get(mlpd_client_result_t *res) {
   return 0;
 }
 
+/* The tensor bytes are left where they are, in the receive buffer (a
+ * buffer stream's state is its read position, and pb_read skips without
+ * copying); fill_result takes them from there. */
 static bool on_tensor_data(pb_istream_t *s, const pb_field_t *f,
                            void **arg) {
   (void)f;
   dec_t *d = *arg;
-  size_t n = s->bytes_left;
-  if (store_get(d->res) != 0 ||
-      grow(&d->res->store->wire, &d->res->store->wire_cap, n ? n : 1) != 0) {
-    d->oom = 1;
-    return false;
-  }
-  if (!pb_read(s, d->res->store->wire, n))
-    return false;
-  d->data_len = n;
+  d->data_at = s->state;
+  d->data_len = s->bytes_left;
   d->have_data = 1;
-  return true;
+  return pb_read(s, NULL, s->bytes_left);
 }
 
 static bool on_metrics_text(pb_istream_t *s, const pb_field_t *f,
@@ -976,12 +996,40 @@ void mlpd_client_result_free(mlpd_client_result_t *r) {
   memset(r, 0, sizeof(*r));
 }
 
-/* Fills *res from a decoded response whose tensor bytes (if any) are in
- * res->store->wire. */
+/* Gives the result the tensor bytes of the response just consumed, which
+ * are still in the receive buffer. When that frame was the last thing
+ * buffered and its tensor is large, the receive buffer becomes the
+ * result's memory and the result's old memory the receive buffer: the
+ * bytes are not copied, and the two buffers alternate from call to call.
+ * Otherwise they are copied. Returns 0 or -ENOMEM. */
+static int take_data(mlpd_client_t *c, const dec_t *d,
+                     mlpd_client_result_t *res) {
+  if (store_get(res) != 0)
+    return -ENOMEM;
+  struct mlpd_client_store_s *st = res->store;
+  if (d->data_len >= TAKE_MIN && c->rlen == 0 &&
+      grow(&st->wire, &st->wire_cap, RBUF_INITIAL) == 0) {
+    void *mem = c->rmem;
+    size_t cap = c->rcap;
+    c->rmem = st->wire;
+    c->rcap = st->wire_cap;
+    st->wire = mem;
+    st->wire_cap = cap;
+    res->data = (void *)d->data_at;
+    return 0;
+  }
+  if (grow(&st->wire, &st->wire_cap, d->data_len ? d->data_len : 1) != 0)
+    return -ENOMEM;
+  memcpy(st->wire, d->data_at, d->data_len);
+  res->data = st->wire;
+  return 0;
+}
+
+/* Fills *res from the response just decoded, whose tensor bytes (if any)
+ * are still in the receive buffer: called before the next read. */
 static int fill_result(mlpd_client_t *c, const mlpd_v1_Response *r,
                        const dec_t *d, mlpd_client_result_t *res,
                        mlpd_err_t *err) {
-  (void)c;
   res->id = r->id;
   res->status = (int)r->status;
   memcpy(res->message, r->message, sizeof(res->message));
@@ -1041,9 +1089,10 @@ static int fill_result(mlpd_client_t *c, const mlpd_v1_Response *r,
   res->cols = (int64_t)cols;
   res->wire_dtype = (mlpd_dtype_t)dt;
   res->dtype = (mlpd_dtype_t)dt;
-  /* An empty output may come without a data field, and so before the
-   * store exists. */
-  res->data = res->store != NULL ? res->store->wire : NULL;
+  /* An empty output may come without a data field. */
+  if (d->have_data && take_data(c, d, res) != 0)
+    return mlpd_errf(err, -ENOMEM, "out of memory for a %zu-byte output",
+                     have);
   res->nbytes = have;
   if (res->as_f32 && dt != MLPD_DTYPE_F32) {
     size_t n = (size_t)(rows * cols);
@@ -1051,7 +1100,7 @@ static int fill_result(mlpd_client_t *c, const mlpd_v1_Response *r,
         grow(&res->store->f32, &res->store->f32_cap,
              n > 0 ? n * sizeof(float) : 1) != 0)
       return mlpd_errf(err, -ENOMEM, "out of memory converting the output");
-    mlpd_dtype_convert(res->store->f32, MLPD_DTYPE_F32, res->store->wire,
+    mlpd_dtype_convert(res->store->f32, MLPD_DTYPE_F32, res->data,
                        (mlpd_dtype_t)dt, n);
     res->data = res->store->f32;
     res->dtype = MLPD_DTYPE_F32;
