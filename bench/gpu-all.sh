@@ -22,6 +22,8 @@
 # another model's large ones (issue 16); bench/lt_l2_probe.cu: cuBLASLt
 # chains with the next layer's weights prefetched into L2, and replayed
 # the ways the engine and its timing replay them (issue 17).
+# SKIP_SWEEP=1 leaves step 6 out; WRITE_AB=1 adds bench/ab/write-cap.sh
+# (about 70 s) after step 5.
 # LONE=1 adds bench/lone_probe.cu (about 30 s: raise TOTAL by as much).
 # WG=1 first runs bench/wg/wg-call.sh without PyTorch (the wgmma kernel's
 # checks and 4-layer chains: at most 120 s): raise TOTAL by as much.
@@ -159,6 +161,16 @@ if [ -f "$A4K" ] && [ -n "${BENCH_OLD:-}" ]; then
   cat "$LOGS/client-old-new.log"
 fi
 
+# WRITE_AB=1: the cap on one flush's bytes against none (and CAPS' others),
+# the lone digits request beside an inline mlp-4k load (issue 16).
+if [ -f "$A4K" ] && [ -n "${WRITE_AB:-}" ]; then
+  MODEL=$A4K CAPS=${CAPS:-0} DURATION=3 ROUNDS=2 OUTDIR=/tmp/mlpd-fairab \
+    DAEMON_ARGS="--plan-cache /tmp/mlpd-models/plans.bin" \
+    timeout "$(left 120)" bench/ab/write-cap.sh $B >"$LOGS/write-cap.log" 2>&1
+  echo "write cap A/B rc=$? after $(el)"
+  cat "$LOGS/write-cap.log"
+fi
+
 # The 1x and 4x closed-loop points with one client thread a connection
 # and with 8 threads for all (issue 15: is the 4x tail the daemon's or
 # the client's?), alternating on one daemon.
@@ -176,6 +188,7 @@ fi
 # two batches, so what is past the bound is refused, not paced by the
 # window (with 16 connections it is: the CPU rehearsal in
 # bench/RESULTS.md). SWEEP_OPEN_* change them.
+[ -z "${SKIP_SWEEP:-}" ] &&
 OUTDIR=/tmp/mlpd-sweep MODEL=${M4K:-} DEVICE=cuda:0 SHM=1 DTYPE=bf16 \
   DAEMON_ARGS=${SWEEP_DAEMON_ARGS:-} DURATION=${SWEEP_DURATION:-1.5} \
   OPEN_DEPTH=${SWEEP_OPEN_DEPTH:-32} OPEN_CONNS=${SWEEP_OPEN_CONNS:-32} \

@@ -30,6 +30,13 @@
  * inline mlp-4k load fell from 0.47-0.51 to 0.38-0.42 ms on an H100, for
  * 1-7% of that load's rows/s (bench/RESULTS.md, 2026-12-06). */
 #define READ_PER_READINESS (64u * 1024u)
+/* Bytes one flush may copy into a socket, for the same reason: a batch's
+ * completion answers every connection it served at once, and without a
+ * bound the I/O thread copied every large answer out (a 256-row batch of
+ * 16 KiB rows, 4 MiB) before it turned to anything else. What is left
+ * goes out on the socket's next writability, after the other
+ * connections' turns. */
+#define WRITE_PER_FLUSH (128u * 1024u)
 #define ACCEPTS_PER_WAKEUP 32
 #define IOV_BATCH 64
 #define CLOSE_GRACE_NS (10ull * 1000000000ull) /* a refusal's write-out */
@@ -314,15 +321,23 @@ void mlpd_server_close_conn(mlpd_conn_t *c, int after_write) {
   uv_close((uv_handle_t *)&c->poll, conn_closed);
 }
 
-/* Writes what the socket takes; closes the connection on a hard error. */
+/* Writes what the socket takes, up to WRITE_PER_FLUSH; closes the
+ * connection on a hard error. */
 static void flush(mlpd_conn_t *c) {
   mlpd_server_t *s = c->srv;
-  while (c->whead != NULL) {
+  size_t budget = WRITE_PER_FLUSH;
+  while (c->whead != NULL && budget > 0) {
     struct iovec iov[IOV_BATCH];
     int n = 0;
-    for (mlpd_wbuf_t *w = c->whead; w != NULL && n < IOV_BATCH; w = w->next) {
+    size_t take = 0;
+    for (mlpd_wbuf_t *w = c->whead; w != NULL && n < IOV_BATCH && take < budget;
+         w = w->next) {
+      size_t part = w->len - w->off;
+      if (part > budget - take)
+        part = budget - take;
       iov[n].iov_base = w->data + w->off;
-      iov[n].iov_len = w->len - w->off;
+      iov[n].iov_len = part;
+      take += part;
       n++;
     }
     struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
@@ -336,6 +351,7 @@ static void flush(mlpd_conn_t *c) {
       return;
     }
     size_t left = (size_t)wr;
+    budget -= left;
     while (left > 0 && c->whead != NULL) {
       mlpd_wbuf_t *w = c->whead;
       size_t part = w->len - w->off;

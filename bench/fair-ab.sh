@@ -1,0 +1,68 @@
+#!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
+# bench/fair-ab.sh - issue 16's fairness line as an A/B of daemon builds:
+# one daemon serving the digits model and a large one (MODEL), the large
+# one saturated by a closed loop of inline rows (LOAD), and a lone
+# 1-row digits client beside it; each daemon in DAEMONS runs it in turn,
+# ROUNDS times, alternating, on the same clients. Prints per run the lone
+# client's p50/p99 (and the part of its p99 inside the daemon) and the
+# load's rows/s.
+#
+#   bench/fair-ab.sh BUILD_DIR
+# Environment: DAEMONS (space-separated mlpd binaries; BUILD's alone),
+# MODEL (the large model; required), DEVICE (cuda:0), LOAD
+# (CONNS:DEPTH:ROWS, 16:8:32), DTYPE (the load's rows, f32), DURATION (the
+# lone line, s, 3), ROUNDS (2), DAEMON_ARGS (more flags, e.g. --plan-cache
+# FILE), FAKE (1: the fake CUDA plugin of BUILD's tests, DELAY_US a batch,
+# for a rehearsal on a machine without a GPU), OUTDIR.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+. bench/lib.sh
+BUILD=${1:-build-rel}
+DAEMONS=${DAEMONS:-$BUILD/daemon/mlpd}
+MODEL=${MODEL:?MODEL names the large model}
+DEVICE=${DEVICE:-cuda:0}
+LOAD=${LOAD:-16:8:32}
+DTYPE=${DTYPE:-f32}
+DURATION=${DURATION:-3}
+ROUNDS=${ROUNDS:-2}
+OUTDIR=${OUTDIR:-$BUILD/fair-ab}
+mkdir -p "$OUTDIR" && OUTDIR=$(cd "$OUTDIR" && pwd)
+bench=$BUILD/clients/mlpd-bench
+env_=()
+[ "${FAKE:-0}" = 1 ] && env_=(MLPD_PLUGIN_DIR=$BUILD/tests/plugins/fake
+  LD_LIBRARY_PATH=$BUILD/tests/plugins/driver${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  MLPD_FAKE_CUDA_DEVICES=1 MLPD_FAKE_CUDA_DELAY_US=${DELAY_US:-40}
+  MLPD_FAKE_CUDA_DEPTH=3 MLPD_FAKE_CUDA_COMPUTE=0)
+IFS=: read -r conns depth rows <<<"$LOAD"
+sock=$OUTDIR/mlpd.sock
+pid=
+trap '[ -n "$pid" ] && kill $pid 2>/dev/null' EXIT
+field() { grep -E "^$1" "$2" | head -1; }
+for round in $(seq "$ROUNDS"); do
+  for d in $DAEMONS; do
+    rm -f "$sock"
+    env "${env_[@]}" "$d" serve --model digits=models/digits.safetensors \
+      --model big="$MODEL" --device "$DEVICE" --socket "$sock" \
+      --log-level warn ${DAEMON_ARGS:-} >"$OUTDIR/daemon.log" 2>&1 &
+    pid=$!
+    wait_ready "$BUILD/clients/mlpctl" "$sock" $pid "$OUTDIR/daemon.log" ||
+      exit 1
+    "$bench" -s "$sock" --model big -c "$conns" -d "$depth" -r "$rows" \
+      --dtype "$DTYPE" -D "$(awk -v d="$DURATION" 'BEGIN { print d + 2 }')" \
+      -w 0 >"$OUTDIR/load.out" 2>&1 &
+    bg=$!
+    sleep 1
+    "$bench" -s "$sock" --model digits -c 1 -d 1 -r 1 --dtype f32 \
+      -D "$DURATION" -w 0 >"$OUTDIR/lone.out" 2>&1
+    wait $bg
+    kill $pid
+    wait $pid 2>/dev/null
+    pid=
+    lat=$(field latency "$OUTDIR/lone.out" | awk '{print $3, $9}')
+    inside=$(field split "$OUTDIR/lone.out" | sed -E 's/.*in the daemon p50 [0-9.]+ ms  p99 ([0-9.]+) ms.*/\1/')
+    rps=$(field throughput "$OUTDIR/load.out" | awk '{print $4}')
+    printf "round %d  %-40s lone p50 / p99 %s ms (p99 in the daemon %s)  load %s rows/s\n" \
+      "$round" "$d" "${lat/ / \/ }" "$inside" "$rps"
+  done
+done
