@@ -44,10 +44,15 @@
  * same kernels answer 5 us LATER than launched on demand (bell1 against
  * kernels), and the conditional node adds 7-8 more: no launch cost is
  * won back that way. (That run read the row with 4-byte volatile
- * loads, slower than the engine's vector loads, kernels and bell alike;
- * the 16-byte loads, the GPU stamps and copiesf came after it and have
- * not run yet.) Not built into the engine; kept to find out where the 5
- * us go and to re-check a later driver.
+ * loads.) With 16-byte loads and GPU stamps (H100, 2026-12-07 01:38):
+ * copies 62.9-63.3, copiesf 65.2-65.7, kernels 68.7-68.9, bell 79.8-81.6,
+ * bell1 75.2-75.7, bellif 83.3-83.8, a cancel 8.9; the stamps put the
+ * loss in the row's read after the doorbell, 19.5 us against 2.0 for the
+ * same read by a kernel launched on demand, while the layers take the
+ * same time. Why is not known (host stores still in the CPU's cache, or
+ * the GPU's clocks after one block spun alone, are guesses to test);
+ * were that read as fast, bell1 would answer about 5 us before copies.
+ * Not built into the engine; kept for that question.
  *   nvcc -std=c++17 -O3 -arch=sm_90 bench/lone_probe.cu -o lone_probe */
 #include "gpu_bench.cuh"
 

@@ -24,7 +24,7 @@ for cap in ${CAPS:-0 64}; do
   [ "$cap" = 0 ] && expr="((size_t)-1)"
   sed -i "s/^#define WRITE_PER_FLUSH .*/#define WRITE_PER_FLUSH $expr/" \
     "$src/daemon/server.c"
-  grep -q "WRITE_PER_FLUSH $expr" "$src/daemon/server.c" || exit 1
+  grep -qF "WRITE_PER_FLUSH $expr" "$src/daemon/server.c" || exit 1
   gpu_build "$src" "$src/b" OFF mlpd || { tail -5 "$src/b.log"; exit 1; }
   cp "$src/b/daemon/mlpd" "$BUILD/daemon/mlpd-cap$cap"
   daemons="$daemons $BUILD/daemon/mlpd-cap$cap"
