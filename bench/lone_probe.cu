@@ -31,6 +31,11 @@
  *             the doorbell kernel switches on or off: a request that
  *             should not run this way rings "cancel" and the layers are
  *             skipped (the cancel's cost is printed too)
+ *   bell1a    bell1 with the doorbell polled by acquire loads (system
+ *             scope) and no system fence after it
+ *   bell1d    bell1 with the row written 10 us before the ring: whether
+ *             the row's read after the doorbell (below) is slow because
+ *             the host's stores are that fresh
  * Per variant: p50 / p90 / p99 of the host's round trip (input written
  * to answer seen) over N requests, the answers checked, and the host time
  * the next request's enqueue costs (off the critical path); then, from
@@ -132,20 +137,35 @@ __global__ void in_kernel(const mapped_t *m, uint16_t *x) {
 
 /* Waits for the doorbell to say `seq`, then copies the row in; with a
  * conditional handle, switches the layers on, or off for a cancel. */
+__device__ __forceinline__ unsigned load_acquire_sys(const volatile unsigned *p) {
+  unsigned v;
+  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+/* fence: 1 polls with volatile loads and fences (system scope) once the
+ * bell is seen; 0 polls with acquire loads instead (bell1a). */
 __global__ void bell_kernel(mapped_t *m, uint16_t *x, const unsigned *seqp,
-                            cudaGraphConditionalHandle cond, int has_cond) {
+                            cudaGraphConditionalHandle cond, int has_cond,
+                            int fence = 1) {
   __shared__ unsigned rung;
   if (threadIdx.x == 0) {
     const unsigned seq = *seqp;
     unsigned b = 0;
     long spins = 0;
-    while (((b = m->bell) & ~CANCEL) != seq && ++spins < SPIN_LIMIT)
-      ;
+    if (fence)
+      while (((b = m->bell) & ~CANCEL) != seq && ++spins < SPIN_LIMIT)
+        ;
+    else
+      while (((b = load_acquire_sys(&m->bell)) & ~CANCEL) != seq &&
+             ++spins < SPIN_LIMIT)
+        ;
     if (spins >= SPIN_LIMIT)
       m->hang = 1;
     stamp(ST_SEEN);
     rung = b;
-    __threadfence_system();
+    if (fence)
+      __threadfence_system();
   }
   __syncthreads();
   const int cancel = (rung & CANCEL) != 0 || m->hang;
@@ -189,7 +209,7 @@ struct probe_t {
   mapped_t *m, *m_dev;
   uint16_t *h_in, *h_out; /* pinned, for the copies variant */
   cudaGraphExec_t layers; /* the four layers */
-  cudaGraphExec_t bell1, bellif;
+  cudaGraphExec_t bell1, bell1a, bellif;
   cudaGraphConditionalHandle cond;
   unsigned seq;
 };
@@ -217,11 +237,15 @@ cudaGraphExec_t capture(probe_t *p, void (*f)(probe_t *, cudaStream_t)) {
 
 /* The device's seq advances by a kernel ahead of each bell request, so
  * the pre-enqueued work knows which ring is its own. */
-void enqueue_bell(probe_t *p, cudaStream_t st) {
+void enqueue_bell_fenced(probe_t *p, cudaStream_t st, int fence) {
   next_seq<<<1, 1, 0, st>>>(p->seq_dev);
-  bell_kernel<<<1, 512, 0, st>>>(p->m_dev, p->x, p->seq_dev, 0, 0);
+  bell_kernel<<<1, 512, 0, st>>>(p->m_dev, p->x, p->seq_dev, 0, 0, fence);
   enqueue_layers(p, st);
   out_kernel<<<1, 512, 0, st>>>(p->m_dev, p->y[3], p->seq_dev);
+}
+void enqueue_bell(probe_t *p, cudaStream_t st) { enqueue_bell_fenced(p, st, 1); }
+void enqueue_bell_acq(probe_t *p, cudaStream_t st) {
+  enqueue_bell_fenced(p, st, 0);
 }
 
 /* [next_seq, bell (sets the condition)] -> IF {layers} -> [out]. */
@@ -263,9 +287,10 @@ cudaGraphExec_t make_bellif(probe_t *p) {
   return ge;
 }
 
-enum { V_COPIES, V_COPIESF, V_KERNELS, V_BELL, V_BELL1, V_BELLIF, V_COUNT };
-const char *vname[V_COUNT] = {"copies", "copiesf", "kernels",
-                              "bell",   "bell1",   "bellif"};
+enum { V_COPIES, V_COPIESF, V_KERNELS, V_BELL, V_BELL1, V_BELLIF, V_BELL1A,
+       V_BELL1D, V_COUNT };
+const char *vname[V_COUNT] = {"copies", "copiesf", "kernels", "bell",
+                              "bell1",  "bellif",  "bell1a",  "bell1d"};
 
 void fill_row(uint16_t *row, unsigned seq) {
   for (int i = 0; i < N; i++)
@@ -293,8 +318,10 @@ bool wait_flag(volatile unsigned *f, unsigned want) {
 void prepare(probe_t *p, int v) {
   if (v == V_BELL)
     enqueue_bell(p, p->st);
-  else if (v == V_BELL1)
+  else if (v == V_BELL1 || v == V_BELL1D)
     CK(cudaGraphLaunch(p->bell1, p->st));
+  else if (v == V_BELL1A)
+    CK(cudaGraphLaunch(p->bell1a, p->st));
   else if (v == V_BELLIF)
     CK(cudaGraphLaunch(p->bellif, p->st));
 }
@@ -337,6 +364,11 @@ double request(probe_t *p, int v, cudaEvent_t ev) {
     ok = wait_flag(&p->m->done, seq) && row_ok(p->m->out, seq);
   } else {
     memcpy(p->m->in, row, sizeof(row));
+    /* bell1d: the row written 10 us before the ring (the round trip then
+     * counts them; the GPU stamps tell whether the read got faster). */
+    if (v == V_BELL1D)
+      for (double t = now_us(); now_us() - t < 10;)
+        ;
     std::atomic_thread_fence(std::memory_order_release);
     p->m->bell = seq;
     ok = wait_flag(&p->m->done, seq) && row_ok(p->m->out, seq);
@@ -453,6 +485,7 @@ int main(int argc, char **argv) {
   CK(cudaHostAlloc(&p.h_out, N * 2, 0));
   p.layers = capture(&p, enqueue_layers);
   p.bell1 = capture(&p, enqueue_bell);
+  p.bell1a = capture(&p, enqueue_bell_acq);
   p.bellif = make_bellif(&p);
   printf("DEVICE %d SMs; the four stand-in layers back to back: %.1f us a "
          "forward\n",
