@@ -36,6 +36,7 @@
  *   bell1d    bell1 with the row written 10 us before the ring: whether
  *             the row's read after the doorbell (below) is slow because
  *             the host's stores are that fresh
+ *             (bell1a and bell1d were added 2026-12-07 and have not run)
  * Per variant: p50 / p90 / p99 of the host's round trip (input written
  * to answer seen) over N requests, the answers checked, and the host time
  * the next request's enqueue costs (off the critical path); then, from

@@ -339,12 +339,16 @@ static int on_eof(mlpd_client_t *c, mlpd_err_t *err) {
 
 /* How many bytes the next read may take: up to the end of a large frame
  * whose head is buffered (nothing of the frame after it, see TAKE_MIN),
- * else RBUF_INITIAL, which holds many small frames. */
+ * else RBUF_INITIAL, which holds many small frames. The walk over frames
+ * already whole is bounded: a sender's reads while it waits for room can
+ * have buffered thousands of small answers. */
 static size_t read_limit(const mlpd_client_t *c) {
   size_t pos = c->rpos, hlen;
   uint64_t blen;
-  while (mlpd_frame_parse_header(RBUF(c) + pos, c->rlen - pos, SIZE_MAX,
-                                 &hlen, &blen) == 1) {
+  for (int k = 0; k < 64 && mlpd_frame_parse_header(RBUF(c) + pos,
+                                                    c->rlen - pos, SIZE_MAX,
+                                                    &hlen, &blen) == 1;
+       k++) {
     if (c->rlen - pos - hlen < blen) {
       uint64_t rest = hlen + blen - (c->rlen - pos);
       return hlen + blen >= TAKE_MIN && rest < SIZE_MAX ? (size_t)rest
@@ -611,6 +615,17 @@ static int next_response(mlpd_client_t *c, uint64_t deadline,
     pb_istream_t is = pb_istream_from_buffer(body, (size_t)blen);
     if (ok)
       ok = pb_decode(&is, mlpd_v1_Response_fields, r);
+    /* The tensor's place as nanopb reported it (on_tensor_data) is used
+     * only inside this frame. */
+    if (ok && d->have_data &&
+        (d->data_at < body || d->data_len > blen ||
+         d->data_at - body > (ptrdiff_t)(blen - d->data_len))) {
+      ok = false;
+      why.code = MLPD_EPROTO;
+      snprintf(why.msg, sizeof(why.msg),
+               "response of %llu bytes: its tensor data lies outside it",
+               (unsigned long long)blen);
+    }
     c->rpos += hlen + (size_t)blen;
     if (c->rpos == c->rlen)
       c->rpos = c->rlen = 0;
