@@ -70,7 +70,7 @@ mlpd_fuzz(fuzz_safetensors RUNS 150000 MAX_LEN 4096 LIBS mlpd_engine)
 mlpd_fuzz(fuzz_http RUNS 60000 MAX_LEN 4096 LIBS mlpd_httpreq)
 # The client's call timeouts put clock readings into comparisons; without
 # -use_cmp=0 they steer the mutations differently on every run.
-mlpd_fuzz(fuzz_client RUNS 8000 MAX_LEN 4096 LIBS mlpd_client_static
+mlpd_fuzz(fuzz_client RUNS 8000 MAX_LEN 80000 LIBS mlpd_client_static
   ARGS -use_cmp=0)
 mlpd_fuzz(fuzz_rows RUNS 100000 MAX_LEN 4096 LIBS mlpd_base)
 mlpd_fuzz(fuzz_oip RUNS 60000 MAX_LEN 4096 LIBS mlpd_oip)

@@ -189,6 +189,15 @@ def client_seeds():
     # The daemon hangs up before the request is sent: its last word.
     s["m16-hangup-last-word"] = b"\x10" + frame(response(
         0, 8, b"frame of 99999999 bytes exceeds the maximum frame size"))
+    # Answers of 64 KiB and more: the library takes the receive buffer
+    # over instead of copying them (alone, and with a small one after).
+    big = (bytes(range(256)) * 266)[:68000]
+    large = frame(response(BLOCKING, kind_tag=4, body=f_bytes(
+        1, tensor(F32, [1, 17000], big))))
+    s["m0-infer-large"] = b"\x00" + large
+    s["m2-pipelined-large"] = b"\x02" + frame(response(8, kind_tag=4, body=f_bytes(
+        1, tensor(F32, [1, 17000], big)))) + frame(response(7, kind_tag=4, body=f_bytes(
+            1, tensor(F32, [1, 1], out4[:4]))))
     return s
 
 
