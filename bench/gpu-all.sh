@@ -133,11 +133,18 @@ cp /tmp/mlpd-serve/serve.json "$OUT/" 2>/dev/null
 # with the kernel's default send buffer (--socket-buffer=0) against 1 MiB.
 # serve.sh wrote mlp-4k and its plan cache when the engine part did not.
 A4K=${M4K:-/tmp/mlpd-serve/mlp-4k.safetensors}
+# inline_f32 SECONDS VAR=VALUE...: bench/host-path.sh's inline f32 rows on
+# mlp-4k, 16 x 8 x 32, 4 I/O threads unless VARIANTS says otherwise.
+inline_f32() {
+  local t=$1
+  shift
+  env REAL=1 MODEL="$A4K" IO=4 LOAD=16:8:32 DURATION=1.5 \
+    DAEMON_ARGS="--plan-cache /tmp/mlpd-serve/plans.bin" "$@" \
+    timeout "$(left "$t")" bench/host-path.sh $B
+}
 if [ -f "$A4K" ] && [ -z "${SKIP_IO_AB:-}" ]; then
-  REAL=1 MODEL=$A4K IO=4 LOAD=16:8:32 DURATION=1.5 ROUNDS=2 \
+  inline_f32 55 ROUNDS=2 OUTDIR=/tmp/mlpd-ioab \
     VARIANTS="--io-threads=4 --io-threads=8 --io-threads=8,--socket-buffer=0" \
-    DAEMON_ARGS="--plan-cache /tmp/mlpd-serve/plans.bin" \
-    OUTDIR=/tmp/mlpd-ioab timeout "$(left 55)" bench/host-path.sh $B \
     >"$LOGS/io-ab.log" 2>&1
   echo "I/O threads A/B rc=$? after $(el)"
   cat "$LOGS/io-ab.log"
@@ -150,11 +157,8 @@ if [ -f "$A4K" ] && [ -n "${BENCH_OLD:-}" ]; then
   for r in 1 2; do
     for b in "$BENCH_OLD" "$B/clients/mlpd-bench"; do
       echo "client $b"
-      REAL=1 MODEL=$A4K IO=4 LOAD=16:8:32 DURATION=1.5 ROUNDS=1 \
-        VARIANTS="--io-threads=4" BENCH=$b \
-        DAEMON_ARGS="--plan-cache /tmp/mlpd-serve/plans.bin" \
-        OUTDIR=/tmp/mlpd-clab timeout "$(left 20)" bench/host-path.sh $B 2>&1 |
-        grep round
+      inline_f32 20 ROUNDS=1 VARIANTS=--io-threads=4 BENCH="$b" \
+        OUTDIR=/tmp/mlpd-clab 2>&1 | grep round
     done
   done >"$LOGS/client-old-new.log"
   echo "client old/new rc=$? after $(el)"
@@ -188,16 +192,17 @@ fi
 # two batches, so what is past the bound is refused, not paced by the
 # window (with 16 connections it is: the CPU rehearsal in
 # bench/RESULTS.md). SWEEP_OPEN_* change them.
-[ -z "${SKIP_SWEEP:-}" ] &&
-OUTDIR=/tmp/mlpd-sweep MODEL=${M4K:-} DEVICE=cuda:0 SHM=1 DTYPE=bf16 \
-  DAEMON_ARGS=${SWEEP_DAEMON_ARGS:-} DURATION=${SWEEP_DURATION:-1.5} \
-  OPEN_DEPTH=${SWEEP_OPEN_DEPTH:-32} OPEN_CONNS=${SWEEP_OPEN_CONNS:-32} \
-  OPEN_DAEMON_ARGS=${SWEEP_OPEN_DAEMON_ARGS:---max-queue-delay-ms 2} \
-  WARMUP=0.5 PYTHON=python3 \
-  timeout "$(left 200)" bench/sweep.sh $B >"$LOGS/sweep.log" 2>&1
-echo "sweep rc=$? after $(el)"
-cat "$LOGS/sweep.log" | tail -25
-cp /tmp/mlpd-sweep/sweep.md /tmp/mlpd-sweep/sweep.png "$OUT/" 2>/dev/null
+if [ -z "${SKIP_SWEEP:-}" ]; then
+  OUTDIR=/tmp/mlpd-sweep MODEL=${M4K:-} DEVICE=cuda:0 SHM=1 DTYPE=bf16 \
+    DAEMON_ARGS=${SWEEP_DAEMON_ARGS:-} DURATION=${SWEEP_DURATION:-1.5} \
+    OPEN_DEPTH=${SWEEP_OPEN_DEPTH:-32} OPEN_CONNS=${SWEEP_OPEN_CONNS:-32} \
+    OPEN_DAEMON_ARGS=${SWEEP_OPEN_DAEMON_ARGS:---max-queue-delay-ms 2} \
+    WARMUP=0.5 PYTHON=python3 \
+    timeout "$(left 200)" bench/sweep.sh $B >"$LOGS/sweep.log" 2>&1
+  echo "sweep rc=$? after $(el)"
+  tail -25 "$LOGS/sweep.log"
+  cp /tmp/mlpd-sweep/sweep.md /tmp/mlpd-sweep/sweep.png "$OUT/" 2>/dev/null
+fi
 
 tar -C /tmp -czf "$OUT/logs.tar.gz" mlpd-logs mlpd-sweep/sweep.jsonl \
   mlpd-models/daemon.log mlpd-serve/cold.log mlpd-serve/warm.log 2>/dev/null

@@ -373,6 +373,8 @@ static int read_some(mlpd_client_t *c, int wait_ms, int *eof,
   if (wait_ms > 0 && spin_ns > (uint64_t)wait_ms * 1000000u)
     spin_ns = (uint64_t)wait_ms * 1000000u;
   const uint64_t spin_from = spin_ns != 0 ? mlpd_now_ns() : 0;
+  /* What is buffered does not change until a read returns bytes. */
+  const size_t room = c->rcap - c->rlen, limit = read_limit(c);
   uint64_t spin_until = wait_ms != 0 && spin_ns != 0 ? spin_from + spin_ns
                                                       : 0;
   for (;;) {
@@ -388,7 +390,6 @@ static int read_some(mlpd_client_t *c, int wait_ms, int *eof,
       if (n == 0)
         return 0;
     }
-    size_t room = c->rcap - c->rlen, limit = read_limit(c);
     ssize_t n = recv(c->fd, RBUF(c) + c->rlen, room < limit ? room : limit,
                      wait_ms >= 0 || spinning ? MSG_DONTWAIT : 0);
     if (n > 0) {
