@@ -42,8 +42,7 @@ static void check_idle(mlpd_dispatch_t *d) {
 
 /* After the loop's I/O: everything that arrived in this iteration is
  * queued, so batches form from all of it before any goes to a device. */
-static void on_check(uv_check_t *h) {
-  mlpd_dispatch_t *d = h->data;
+static void settle(mlpd_dispatch_t *d) {
   if (d->closing)
     return;
   int rc;
@@ -60,6 +59,16 @@ static void on_check(uv_check_t *h) {
    * turn at the room. */
   mlpd_requests_release(&d->reqs);
   check_idle(d);
+}
+
+/* What the small requests of this iteration brought goes to the devices
+ * first, then the bulky connections copy (server.h), then what those
+ * brought. */
+static void on_check(uv_check_t *h) {
+  mlpd_dispatch_t *d = h->data;
+  settle(d);
+  if (mlpd_server_run_bulk(&d->server) > 0)
+    settle(d);
 }
 
 /* The protocol server and the HTTP connections each call it once. */

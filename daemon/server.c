@@ -40,6 +40,11 @@
  * (f32 rows; 0.56 to 0.50 with bf16) for 7-8% of that load's rows/s;
  * 64 KiB cost 16-18% for a little more. */
 #define WRITE_PER_FLUSH (128u * 1024u)
+/* A connection whose latest frame, or whose queued answers, exceed this
+ * is bulky: its copies wait for the bulk phase (server.h). One read's
+ * worth, so a frame that arrives whole in one readiness is never
+ * deferred. */
+#define BULK_BYTES READ_PER_READINESS
 #define ACCEPTS_PER_WAKEUP 32
 #define IOV_BATCH 64
 #define CLOSE_GRACE_NS (10ull * 1000000000ull) /* a refusal's write-out */
@@ -186,6 +191,7 @@ void mlpd_server_free_frame(mlpd_server_t *s, uint8_t *block) {
 /* ---- connections ----------------------------------------------------------- */
 
 static void on_io(uv_poll_t *h, int status, int events);
+static void on_bulk_wake(uv_idle_t *h);
 
 static int *partial_count(mlpd_conn_t *c) {
   return c->tag >= 0 ? &c->srv->partial_tag[c->tag]
@@ -210,11 +216,11 @@ void mlpd_server_set_tag(mlpd_conn_t *c, int tag) {
 }
 
 uint32_t mlpd_server_arriving(const mlpd_server_t *s) {
-  if (s->partial_untagged > 0)
+  if (s->partial_untagged > 0 || s->bulk_reading_untagged > 0)
     return UINT32_MAX;
   uint32_t tags = 0;
   for (int t = 0; t < MLPD_SERVER_TAGS; t++)
-    tags |= s->partial_tag[t] > 0 ? 1u << t : 0;
+    tags |= s->partial_tag[t] + s->bulk_reading_tag[t] > 0 ? 1u << t : 0;
   return tags;
 }
 
@@ -266,6 +272,65 @@ static void update_poll(mlpd_conn_t *c) {
     uv_poll_start(&c->poll, ev, on_io);
 }
 
+/* ---- the bulk phase (server.h: small before bulky) ------------------------ */
+
+/* A bulky connection's bytes left unread until the bulk phase are rows on
+ * their way: the owner's batches may wait for them (mlpd_server_arriving)
+ * rather than go out without them just before they are read. */
+static void set_bulk_reading(mlpd_conn_t *c, int on) {
+  mlpd_server_t *s = c->srv;
+  if (c->bulk_reading == on)
+    return;
+  c->bulk_reading = on;
+  if (on)
+    c->bulk_tag = c->tag;
+  int *n = c->bulk_tag >= 0 ? &s->bulk_reading_tag[c->bulk_tag]
+                            : &s->bulk_reading_untagged;
+  *n += on ? 1 : -1;
+}
+
+/* Leaves the connection's copies for `events` to the bulk phase of this
+ * loop iteration; 0 when it cannot (that phase running, or closing), and
+ * the caller serves them now. */
+static int leave_for_bulk(mlpd_conn_t *c, int events) {
+  mlpd_server_t *s = c->srv;
+  if (s->in_bulk || s->closing || c->closing)
+    return 0;
+  if (c->bulk_events == 0) {
+    c->bulk_next = NULL;
+    if (s->bulk_tail != NULL)
+      s->bulk_tail->bulk_next = c;
+    else
+      s->bulk_head = c;
+    s->bulk_tail = c;
+    /* Left from a phase after the poll (a timer, a turn): the poll that
+     * comes before the bulk phase must not block. */
+    if (s->bulk_head == c)
+      uv_idle_start(&s->bulk_wake, on_bulk_wake);
+  }
+  c->bulk_events |= events;
+  if (events & (UV_READABLE | UV_DISCONNECT))
+    set_bulk_reading(c, 1);
+  return 1;
+}
+
+static void bulk_unlink(mlpd_conn_t *c) {
+  mlpd_server_t *s = c->srv;
+  mlpd_conn_t **p = &s->bulk_head, *prev = NULL;
+  while (*p != NULL && *p != c) {
+    prev = *p;
+    p = &(*p)->bulk_next;
+  }
+  if (*p == c) {
+    *p = c->bulk_next;
+    if (s->bulk_tail == c)
+      s->bulk_tail = prev;
+  }
+  c->bulk_events = 0;
+  c->bulk_next = NULL;
+  set_bulk_reading(c, 0);
+}
+
 static void maybe_done(mlpd_server_t *s) {
   if (s->closing && s->nconns == 0 && s->handles == 0 && s->on_closed) {
     void (*done)(void *) = s->on_closed;
@@ -282,6 +347,8 @@ static void conn_closed(uv_handle_t *h) {
    * the owner's own callbacks, and cancelling that connection's requests
    * there would free them under the owner's feet. */
   s->cb.on_close(s->cb.ud, c);
+  if (c->bulk_events != 0)
+    bulk_unlink(c);
   set_partial(c, 0);
   set_backlog(c, 0);
   if (c->held)
@@ -380,6 +447,14 @@ static void flush(mlpd_conn_t *c) {
   update_poll(c);
 }
 
+/* Writes the queue now, or in the bulk phase when it is bulky (that phase
+ * watches the socket then: nothing to change in the poll before it). */
+static void write_soon(mlpd_conn_t *c) {
+  if (c->unsent > BULK_BYTES && leave_for_bulk(c, UV_WRITABLE))
+    return;
+  flush(c);
+}
+
 int mlpd_server_write(mlpd_conn_t *c, uint8_t *buf, size_t len) {
   return mlpd_server_write_from(c, buf, 0, len);
 }
@@ -414,9 +489,10 @@ int mlpd_server_write_from(mlpd_conn_t *c, uint8_t *buf, size_t from,
     return 0;
   }
   /* Write at once: a response waiting for the next poll round costs a
-   * loop iteration of latency. */
+   * loop iteration of latency. A bulky queue waits only for this
+   * iteration's bulk phase. */
   if (c->whead == w)
-    flush(c);
+    write_soon(c);
   else
     update_poll(c);
   return 0;
@@ -433,7 +509,7 @@ void mlpd_server_uncork(mlpd_server_t *s) {
     c->corked_writes = 0;
     c->dirty_next = NULL;
     if (!c->closing)
-      flush(c);
+      write_soon(c);
   }
 }
 
@@ -539,6 +615,7 @@ static void process(mlpd_conn_t *c) {
       stream_error(c, r, r == MLPD_EMSGSIZE ? bl : 0);
       return;
     }
+    c->bulky = hl + bl > BULK_BYTES;
     if (c->rlen - pos < hl + bl) {
       c->need = hl + (size_t)bl;
       break;
@@ -770,16 +847,44 @@ static void on_readable(mlpd_conn_t *c) {
   update_poll(c);
 }
 
+static void serve_io(mlpd_conn_t *c, int events) {
+  if (events & UV_WRITABLE)
+    flush(c);
+  if (!c->closing && (events & (UV_READABLE | UV_DISCONNECT)))
+    on_readable(c);
+}
+
 static void on_io(uv_poll_t *h, int status, int events) {
   mlpd_conn_t *c = (mlpd_conn_t *)h;
   if (status < 0) {
     mlpd_server_close_conn(c, 0);
     return;
   }
-  if (events & UV_WRITABLE)
-    flush(c);
-  if (!c->closing && (events & (UV_READABLE | UV_DISCONNECT)))
-    on_readable(c);
+  int bulky = ((events & UV_WRITABLE) && c->unsent > BULK_BYTES) ||
+              ((events & UV_READABLE) && c->bulky);
+  if (bulky && leave_for_bulk(c, events))
+    return;
+  serve_io(c, events);
+}
+
+static void on_bulk_wake(uv_idle_t *h) { (void)h; }
+
+int mlpd_server_run_bulk(mlpd_server_t *s) {
+  int served = 0;
+  s->in_bulk = 1;
+  while (s->bulk_head != NULL) {
+    mlpd_conn_t *c = s->bulk_head;
+    int events = c->bulk_events;
+    bulk_unlink(c);
+    if (!c->closing) {
+      serve_io(c, events);
+      served++;
+    }
+  }
+  s->in_bulk = 0;
+  if (!uv_is_closing((uv_handle_t *)&s->bulk_wake))
+    uv_idle_stop(&s->bulk_wake);
+  return served;
 }
 
 /* ---- accepting ---------------------------------------------------------- */
@@ -966,9 +1071,10 @@ int mlpd_server_start(mlpd_server_t *s, uv_loop_t *loop, int listen_fd,
   uv_timer_init(loop, &s->timer);
   uv_timer_init(loop, &s->accept_retry);
   uv_idle_init(loop, &s->turns);
+  uv_idle_init(loop, &s->bulk_wake);
   s->timer.data = s->accept_retry.data = s;
-  s->turns.data = s;
-  s->handles = 4;
+  s->turns.data = s->bulk_wake.data = s;
+  s->handles = 5;
   uv_poll_start(&s->listener, UV_READABLE, on_listener);
   s->listening = 1;
   uint64_t t = 1000;
@@ -1019,6 +1125,7 @@ void mlpd_server_close(mlpd_server_t *s, int after_write,
     uv_close((uv_handle_t *)&s->timer, handle_closed);
     uv_close((uv_handle_t *)&s->accept_retry, handle_closed);
     uv_close((uv_handle_t *)&s->turns, handle_closed);
+    uv_close((uv_handle_t *)&s->bulk_wake, handle_closed);
   }
   for (mlpd_conn_t *c = s->conns, *next; c != NULL; c = next) {
     next = c->next;

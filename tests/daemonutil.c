@@ -6,6 +6,7 @@
 #include "mlpd.pb.h"
 #include "testutil.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pb_decode.h>
@@ -235,6 +236,45 @@ void td_cleanup(td_daemon_t *d, int show_log) {
   if (d->dir[0])
     tu_rmtree(d->dir);
   d->dir[0] = '\0';
+}
+
+/* 1 when every thread of pid is in the state `stopped` asks for. */
+static int all_threads(pid_t pid, int stopped) {
+  char path[64], st[512];
+  snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+  DIR *dir = opendir(path);
+  if (dir == NULL)
+    fatal(path);
+  int all = 1;
+  for (struct dirent *e; all && (e = readdir(dir)) != NULL;) {
+    if (e->d_name[0] == '.')
+      continue;
+    snprintf(path, sizeof(path), "/proc/%d/task/%.16s/stat", (int)pid,
+             e->d_name);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+      continue; /* a thread that has just exited */
+    size_t n = fread(st, 1, sizeof(st) - 1, f);
+    fclose(f);
+    st[n] = '\0';
+    const char *p = strrchr(st, ')');
+    all = p != NULL && (p[2] == 'T') == (stopped != 0);
+  }
+  closedir(dir);
+  return all;
+}
+
+void td_freeze(td_daemon_t *d, int on) {
+  if (kill(d->pid, on ? SIGSTOP : SIGCONT) != 0)
+    fatal("kill");
+  for (int i = 0; i < 5000; i++) {
+    if (all_threads(d->pid, on))
+      return;
+    usleep(1000);
+  }
+  fprintf(stderr, "daemonutil: daemon never %s\n",
+          on ? "stopped" : "continued");
+  abort();
 }
 
 int td_notify_recv(td_daemon_t *d, char *buf, size_t cap, int timeout_ms) {

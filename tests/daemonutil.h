@@ -43,6 +43,11 @@ void td_wait_ready(td_daemon_t *d, int timeout_ms);
  * when killed by a signal). Fails the test after timeout_ms. */
 int td_stop(td_daemon_t *d, int sig, int timeout_ms);
 
+/* Stops (SIGSTOP) or continues (SIGCONT) the daemon and waits until the
+ * kernel says every thread of it is so: bytes sent to a stopped daemon are
+ * all there when it next looks. */
+void td_freeze(td_daemon_t *d, int on);
+
 /* Removes the temp dir (call after td_stop). Prints the daemon log when
  * `show_log`. */
 void td_cleanup(td_daemon_t *d, int show_log);

@@ -4,8 +4,9 @@
  * without reading is paced and fully answered; a closed loop with eight
  * times --max-queue rows in flight is never refused; a deep pipeline on
  * one connection does not keep a lone request on another waiting behind
- * more than a batch; an open-loop flood past --max-queue-delay-ms is
- * refused at once while what was admitted meets the bound. */
+ * more than a batch, nor behind a bulky connection's copies; an open-loop
+ * flood past --max-queue-delay-ms is refused at once while what was
+ * admitted meets the bound. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -355,6 +356,69 @@ static void test_lone_request_beside_a_deep_pipeline(void **state) {
   free(x);
   close(lone);
   close(deep);
+  cpu_daemon_stop(&c);
+}
+
+/* ---- small before bulky --------------------------------------------------- */
+
+/* Two connections on one I/O thread, both with a 1-row request in their
+ * sockets when the thread next looks (the daemon is stopped while they
+ * are sent): one whose latest frame was larger than one read (bulky), one
+ * that sends only small frames. The small one is read and its batch goes
+ * to the engine before the bulky one is even read, so it is computed
+ * alone; were both read where the loop reported them, one batch would
+ * carry both rows (server.h: small before bulky). */
+static void test_small_request_goes_before_bulky_copies(void **state) {
+  (void)state;
+  const char *args[] = {"--max-batch",    "128", "--cpu-threads", "1",
+                        "--io-threads",   "1",   "--max-delay-us", "0",
+                        NULL};
+  cpu_daemon_t c;
+  cpu_daemon_start(&c, args);
+  td_daemon_t *d = &c.d;
+  int bulky = td_connect(d->sock), small = td_connect(d->sock);
+  const int big_rows = 80; /* 80 KiB of f32 rows: more than one read */
+  float *x = tu_random_rows(3, big_rows, 256);
+  size_t big_len, len;
+  uint8_t *big = td_infer_frame(1, x, MLPD_DTYPE_F32, big_rows, 256, 0, 0,
+                                &big_len);
+  uint8_t *one = td_infer_frame(2, x, MLPD_DTYPE_F32, 1, 256, 0, 0, &len);
+  td_response_t r;
+  td_write_all(bulky, big, big_len);
+  assert_int_equal(td_recv(bulky, &r, TIMEOUT), 1);
+  assert_int_equal(r.status, 0);
+  td_response_free(&r);
+  /* Both connections accepted and served once before the test. */
+  td_write_all(small, one, len);
+  assert_int_equal(td_recv(small, &r, TIMEOUT), 1);
+  assert_int_equal(r.status, 0);
+  td_response_free(&r);
+  for (int round = 0; round < 3; round++) {
+    td_freeze(d, 1);
+    td_write_all(bulky, one, len);
+    td_write_all(small, one, len);
+    td_freeze(d, 0);
+    td_response_t rb, rs;
+    assert_int_equal(td_recv(small, &rs, TIMEOUT), 1);
+    assert_int_equal(td_recv(bulky, &rb, TIMEOUT), 1);
+    assert_int_equal(rs.status, 0);
+    assert_int_equal(rb.status, 0);
+    print_message("round %d: the small connection's batch %u rows, the "
+                  "bulky one's %u\n", round, rs.batch_rows, rb.batch_rows);
+    assert_int_equal(rs.batch_rows, 1);
+    td_response_free(&rs);
+    td_response_free(&rb);
+    /* Bulky again for the next round. */
+    td_write_all(bulky, big, big_len);
+    assert_int_equal(td_recv(bulky, &r, TIMEOUT), 1);
+    assert_int_equal(r.status, 0);
+    td_response_free(&r);
+  }
+  free(big);
+  free(one);
+  free(x);
+  close(bulky);
+  close(small);
   cpu_daemon_stop(&c);
 }
 
@@ -723,6 +787,7 @@ int main(void) {
       cmocka_unit_test(test_pipelining_client_is_paced),
       cmocka_unit_test(test_closed_loop_over_the_queue),
       cmocka_unit_test(test_lone_request_beside_a_deep_pipeline),
+      cmocka_unit_test(test_small_request_goes_before_bulky_copies),
       cmocka_unit_test(test_held_connection_released_in_turn),
       cmocka_unit_test(test_open_loop_flood_is_refused_fast),
       cmocka_unit_test(test_flood_held_too_long_is_refused_fast),

@@ -381,26 +381,6 @@ static void test_register(void **state) {
   mlpd_client_close(c);
 }
 
-/* Stops the daemon (SIGSTOP) and waits until the kernel says it is. */
-static void freeze(pid_t pid, int on) {
-  assert_int_equal(kill(pid, on ? SIGSTOP : SIGCONT), 0);
-  char path[64], st[512];
-  snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-  for (int i = 0; i < 5000; i++) {
-    FILE *f = fopen(path, "r");
-    assert_non_null(f);
-    size_t n = fread(st, 1, sizeof(st) - 1, f);
-    fclose(f);
-    st[n] = '\0';
-    const char *p = strrchr(st, ')');
-    assert_non_null(p);
-    if ((p[2] == 'T') == (on != 0))
-      return;
-    usleep(1000);
-  }
-  fail_msg("daemon never %s", on ? "stopped" : "continued");
-}
-
 /* The issue's two cases: frames without a descriptor sent just before one
  * that carries one, all in the socket before the daemon reads (it is
  * stopped meanwhile), so one recvmsg may return them together. The daemon
@@ -415,7 +395,7 @@ static void test_fd_pairing_is_never_guessed(void **state) {
   for (int kase = 0; kase < 2; kase++) {
     int raw = raw_connect(g.d.sock);
     int mfd = memfd_with(4096, NULL, 0, F_SEAL_SHRINK);
-    freeze(g.d.pid, 1);
+    td_freeze(&g.d, 1);
     len = 0;
     q = raw_register(1, "a", 4096);
     raw_encode(buf, sizeof(buf), &len, &q);
@@ -431,7 +411,7 @@ static void test_fd_pairing_is_never_guessed(void **state) {
     raw_encode(buf, sizeof(buf), &len, &q);
     raw_send(raw, buf, len, &mfd, 1);
     close(mfd);
-    freeze(g.d.pid, 0);
+    td_freeze(&g.d, 0);
     mlpd_v1_Response r;
     raw_response(raw, &r);
     if (r.id == 0) {
