@@ -198,7 +198,19 @@ static void test_not_ready_while_draining(void **state) {
     td_write_all(fd, f, len);
     free(f);
   }
-  usleep(50000);
+  /* The signal comes once two requests were admitted (in flight, or
+   * already computed), whatever the machine's load: the assertion below
+   * counts on them. */
+  for (uint64_t end = now_ms() + TIMEOUT;;) {
+    char *t = td_metrics(d.sock, TIMEOUT);
+    double admitted = tu_metric(t, "mlpd_inflight_requests") +
+                      tu_metric(t, "mlpd_rows_total") / 64;
+    free(t);
+    if (admitted >= 2)
+      break;
+    assert_true(now_ms() < end);
+    usleep(1000);
+  }
   kill(d.pid, SIGTERM);
   /* While the accepted batches finish: not ready, still live; the listener
    * is closed; HTTP readiness says so too. */
