@@ -200,6 +200,14 @@ static int *partial_count(mlpd_conn_t *c) {
                      : &c->srv->partial_untagged;
 }
 
+/* Bytes left unread for the bulk phase: rows on their way too. */
+#define BULK_READ (UV_READABLE | UV_DISCONNECT)
+
+static int *bulk_reading_count(mlpd_conn_t *c) {
+  return c->tag >= 0 ? &c->srv->bulk_reading_tag[c->tag]
+                     : &c->srv->bulk_reading_untagged;
+}
+
 static void set_partial(mlpd_conn_t *c, int on) {
   if (c->partial != on) {
     c->partial = on;
@@ -210,11 +218,16 @@ static void set_partial(mlpd_conn_t *c, int on) {
 void mlpd_server_set_tag(mlpd_conn_t *c, int tag) {
   if (tag < 0 || tag >= MLPD_SERVER_TAGS)
     tag = -1;
+  int reading = (c->bulk_events & BULK_READ) != 0;
   if (c->partial)
     (*partial_count(c))--;
+  if (reading)
+    (*bulk_reading_count(c))--;
   c->tag = tag;
   if (c->partial)
     (*partial_count(c))++;
+  if (reading)
+    (*bulk_reading_count(c))++;
 }
 
 uint32_t mlpd_server_arriving(const mlpd_server_t *s) {
@@ -276,19 +289,11 @@ static void update_poll(mlpd_conn_t *c) {
 
 /* ---- the bulk phase (server.h: small before bulky) ------------------------ */
 
-/* A bulky connection's bytes left unread until the bulk phase are rows on
- * their way: the owner's batches may wait for them (mlpd_server_arriving)
- * rather than go out without them just before they are read. */
-static void set_bulk_reading(mlpd_conn_t *c, int on) {
-  mlpd_server_t *s = c->srv;
-  if (c->bulk_reading == on)
-    return;
-  c->bulk_reading = on;
-  if (on)
-    c->bulk_tag = c->tag;
-  int *n = c->bulk_tag >= 0 ? &s->bulk_reading_tag[c->bulk_tag]
-                            : &s->bulk_reading_untagged;
-  *n += on ? 1 : -1;
+/* Whether serving `events` now would copy more than one read's worth:
+ * a bulky connection's reads, or a queue of answers larger than that. */
+static int is_bulky(const mlpd_conn_t *c, int events) {
+  return ((events & UV_WRITABLE) && c->unsent > BULK_BYTES) ||
+         ((events & UV_READABLE) && c->bulky);
 }
 
 /* Leaves the connection's copies for `events` to the bulk phase of this
@@ -310,9 +315,12 @@ static int leave_for_bulk(mlpd_conn_t *c, int events) {
     if (s->bulk_head == c)
       uv_idle_start(&s->bulk_wake, on_bulk_wake);
   }
+  /* A bulky connection's bytes left unread until the bulk phase are rows
+   * on their way: the owner's batches may wait for them
+   * (mlpd_server_arriving) rather than go out just before they are read. */
+  if (!(c->bulk_events & BULK_READ) && (events & BULK_READ))
+    (*bulk_reading_count(c))++;
   c->bulk_events |= events;
-  if (events & (UV_READABLE | UV_DISCONNECT))
-    set_bulk_reading(c, 1);
   return 1;
 }
 
@@ -328,9 +336,10 @@ static void bulk_unlink(mlpd_conn_t *c) {
     if (s->bulk_tail == c)
       s->bulk_tail = prev;
   }
+  if (c->bulk_events & BULK_READ)
+    (*bulk_reading_count(c))--;
   c->bulk_events = 0;
   c->bulk_next = NULL;
-  set_bulk_reading(c, 0);
 }
 
 static void maybe_done(mlpd_server_t *s) {
@@ -452,7 +461,7 @@ static void flush(mlpd_conn_t *c) {
 /* Writes the queue now, or in the bulk phase when it is bulky (that phase
  * watches the socket then: nothing to change in the poll before it). */
 static void write_soon(mlpd_conn_t *c) {
-  if (c->unsent > BULK_BYTES && leave_for_bulk(c, UV_WRITABLE))
+  if (is_bulky(c, UV_WRITABLE) && leave_for_bulk(c, UV_WRITABLE))
     return;
   flush(c);
 }
@@ -852,7 +861,7 @@ static void on_readable(mlpd_conn_t *c) {
 static void serve_io(mlpd_conn_t *c, int events) {
   if (events & UV_WRITABLE)
     flush(c);
-  if (!c->closing && (events & (UV_READABLE | UV_DISCONNECT)))
+  if (!c->closing && (events & BULK_READ))
     on_readable(c);
 }
 
@@ -862,9 +871,7 @@ static void on_io(uv_poll_t *h, int status, int events) {
     mlpd_server_close_conn(c, 0);
     return;
   }
-  int bulky = ((events & UV_WRITABLE) && c->unsent > BULK_BYTES) ||
-              ((events & UV_READABLE) && c->bulky);
-  if (bulky && leave_for_bulk(c, events))
+  if (is_bulky(c, events) && leave_for_bulk(c, events))
     return;
   serve_io(c, events);
 }

@@ -169,9 +169,6 @@ struct mlpd_conn_s {
   int bulky;                /* its latest frame is larger than one read */
   int bulk_events;          /* on srv->bulk: poll events left for
                                mlpd_server_run_bulk, 0 when not on it */
-  int bulk_reading;         /* ... with bytes to read: counted as
-                               arriving, under bulk_tag */
-  int bulk_tag;
   mlpd_conn_t *bulk_next;
 };
 
@@ -207,7 +204,8 @@ struct mlpd_server_s {
   int corked;                    /* mlpd_server_cork's depth */
   mlpd_conn_t *dirty;            /* connections written to while corked */
   mlpd_conn_t *bulk_head, *bulk_tail; /* copies left for the bulk phase */
-  int bulk_reading_tag[MLPD_SERVER_TAGS]; /* of those, with bytes to read */
+  int bulk_reading_tag[MLPD_SERVER_TAGS]; /* of those, with bytes to read,
+                                             by tag */
   int bulk_reading_untagged;
   int in_bulk;                   /* mlpd_server_run_bulk is running */
   uint64_t refused_logged_s;     /* rate limit of refusal log lines */
