@@ -218,6 +218,19 @@ void mlpd_scheduler_flush(mlpd_scheduler_t *s) {
 
 static void publish_claim(mlpd_scheduler_t *s, int m, uint64_t now);
 
+/* Forgets lane l's rate: a model loaded later under its index, or a new
+ * version of it, may cost differently, and new engines' first batches are
+ * cold again (RATE_COLD_BATCHES). Kept across a reload, the old rate (or
+ * the new engines' cold batches measured as warm ones) refused a closed
+ * loop's requests as 0.5-2.6 s away when they were 60 ms away (a 2-core
+ * machine under load, test_lifecycle). */
+static void forget_rate(mlpd_scheduler_t *s, mlpd_lane_t *l) {
+  l->rate = 0;
+  memset(&l->meter, 0, sizeof(l->meter));
+  if (s->cfg.model_rate != NULL)
+    atomic_store(&s->cfg.model_rate[(int)(l - s->lanes)], 0);
+}
+
 /* Lets go of lane l's pool: every request admitted to it was answered. */
 static void unload_lane(mlpd_scheduler_t *s, mlpd_lane_t *l) {
   l->claim = 0;
@@ -229,11 +242,7 @@ static void unload_lane(mlpd_scheduler_t *s, mlpd_lane_t *l) {
   l->pool = NULL;
   l->on_gpu = 0;
   s->layout++;
-  /* A model loaded later under this index may cost differently. */
-  l->rate = 0;
-  memset(&l->meter, 0, sizeof(l->meter));
-  if (s->cfg.model_rate != NULL)
-    atomic_store(&s->cfg.model_rate[(int)(l - s->lanes)], 0);
+  forget_rate(s, l);
 }
 
 /* Moves lane m onto its next pool. Returns 0, or a negative code when
@@ -252,6 +261,7 @@ static int switch_lane(mlpd_scheduler_t *s, int m) {
   }
   free_staging(s, l, old);
   l->pool = p;
+  forget_rate(s, l);
   l->rotation = mlpd_pool_in_rotation(p);
   s->layout++;
   mlpd_pool_desc_t *pd = malloc(sizeof(*pd));

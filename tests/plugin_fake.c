@@ -24,6 +24,11 @@
  *                               as a GPU's DMA would (test_zcopy)
  *   MLPD_FAKE_CUDA_DELAY_US=N   the same in microseconds (wins over _MS),
  *                               for a device of a given batch time
+ *   MLPD_FAKE_CUDA_DELAY_FILE=PATH  the same, in microseconds, read from
+ *                               PATH when an engine opens (wins over both):
+ *                               a reload's new engines take what the file
+ *                               says then, as a new version of a model that
+ *                               costs differently (test_devices)
  *   MLPD_FAKE_CUDA_DEPTH=N      batches in flight per device (default 1,
  *                               at most MLPD_ENGINE_MAX_DEPTH), run one
  *                               after the other as on a GPU's stream: a
@@ -124,6 +129,7 @@ typedef struct {
   uint64_t last_due_ns; /* the newest batch's due_ns */
   long staged_in[MLPD_DTYPE_COUNT];  /* rows given in `in`, by dtype */
   long staged_out[MLPD_DTYPE_COUNT]; /* rows asked for in `out` */
+  uint64_t delay_ns;  /* a batch's time, read when it opened */
 } fake_t;
 
 static uint64_t now_ns(void) {
@@ -133,6 +139,17 @@ static uint64_t now_ns(void) {
 }
 
 static uint64_t delay_ns(void) {
+  const char *path = getenv("MLPD_FAKE_CUDA_DELAY_FILE");
+  if (path != NULL && *path != '\0') {
+    FILE *f = fopen(path, "r");
+    long long us = 0;
+    if (f != NULL) {
+      if (fscanf(f, "%lld", &us) != 1)
+        us = 0;
+      fclose(f);
+    }
+    return us > 0 ? (uint64_t)us * 1000u : 0;
+  }
   const char *us = getenv("MLPD_FAKE_CUDA_DELAY_US");
   if (us != NULL && *us != '\0')
     return (uint64_t)strtoll(us, NULL, 10) * 1000u;
@@ -404,6 +421,7 @@ static int fake_open(mlpd_engine_t **out, const mlpd_model_t *m,
   in->max_batch = o->max_batch;
   in->depth = fake_depth();
   in->direct_io = 1;
+  e->delay_ns = delay_ns();
   MLPD_LOGI("fake cuda engine: opened %s", in->name);
   *out = &e->base;
   return 0;
@@ -512,7 +530,7 @@ static int fake_submit(mlpd_engine_t *base, const mlpd_engine_batch_t *bt,
   e->outstanding++;
   fb->bt = *bt;
   fb->failed = 0;
-  uint64_t d = delay_ns(), t = now_ns();
+  uint64_t d = e->delay_ns, t = now_ns();
   /* In order, as on one stream: it starts when the one before it ends. */
   uint64_t from = e->outstanding > 1 && e->last_due_ns > t ? e->last_due_ns
                                                            : t;

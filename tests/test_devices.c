@@ -644,6 +644,66 @@ static void test_rate_after_lone_requests(void **state) {
   td_cleanup(&d, 0);
 }
 
+/* A reload forgets the model's rate: the new version may cost otherwise,
+ * and its engines start cold. The fake device runs the first version at
+ * 20 ms a batch of 32 rows (1600 rows/s) and, once its rate is measured,
+ * the second at 0.2 ms (160k rows/s). 16 closed loops of 32 rows, 512
+ * rows in flight, are then 3 ms of work; by the first version's rate they
+ * would wait 320 ms, over the 100 ms bound. The old rate, kept across a
+ * reload, refused such loops (and, on a loaded 2-core machine, a new
+ * version's cold batches measured as warm ones did: test_lifecycle). None
+ * may be refused. */
+static void test_reload_forgets_the_rate(void **state) {
+  (void)state;
+  char dir[256], delay_file[300], delay_env[340];
+  tu_mkdtemp(dir, sizeof(dir));
+  snprintf(delay_file, sizeof(delay_file), "%s/delay_us", dir);
+  snprintf(delay_env, sizeof(delay_env), "MLPD_FAKE_CUDA_DELAY_FILE=%s",
+           delay_file);
+  tu_write_file(delay_file, "20000", 5);
+  const char *args[] = {"--device", "cuda:0", "--io-threads", "1",
+                        "--max-batch", "32", "--max-queue", "4096",
+                        "--max-queue-delay-ms", "100", NULL};
+  const char *env[] = {"MLPD_PLUGIN_DIR=" MLPD_FAKE_PLUGIN_DIR,
+                       fake_driver_path(),
+                       "MLPD_FAKE_CUDA_DEVICES=1",
+                       "MLPD_FAKE_CUDA_COMPUTE=0",
+                       delay_env,
+                       NULL};
+  td_daemon_t d;
+  td_spawn_ex(&d, DIGITS, args, env, -1, -1);
+  td_wait_ready(&d, TIMEOUT);
+  /* The first version's rate: past the cold batches, full ones. */
+  static loops_t L;
+  loops_start(&L, d.sock, 1, 2, 32);
+  wait_answered(&L.answered, 16);
+  assert_int_equal(loops_stop(&L), 0);
+  /* Without a rate the bound refuses nothing: it must be measured. */
+  loops_start(&L, d.sock, 16, 1, 32);
+  wait_answered(&L.answered, 48);
+  int refused_before = loops_stop(&L);
+  print_message("before the reload: %d of %ld answers refused\n",
+                refused_before, atomic_load(&L.answered));
+  assert_true(refused_before > 0);
+
+  tu_write_file(delay_file, "200", 3);
+  const char *reloads = "mlpd_reloads_total{result=\"ok\"}";
+  assert_int_equal(kill(d.pid, SIGHUP), 0);
+  for (int waited = 0; metric_of(d.sock, reloads) < 1; waited += 5) {
+    assert_true(waited < TIMEOUT);
+    usleep(5000);
+  }
+  loops_start(&L, d.sock, 16, 1, 32);
+  wait_answered(&L.answered, 2000);
+  int refused_after = loops_stop(&L);
+  print_message("after the reload: %d of %ld answers refused\n",
+                refused_after, atomic_load(&L.answered));
+  assert_int_equal(refused_after, 0);
+  assert_int_equal(td_stop(&d, SIGTERM, TIMEOUT), 0);
+  td_cleanup(&d, 0);
+  tu_rmtree(dir);
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
@@ -658,6 +718,7 @@ int main(void) {
       cmocka_unit_test(test_full_batches_past_saturation),
       cmocka_unit_test(test_seats_first_come_first_served),
       cmocka_unit_test(test_rate_after_lone_requests),
+      cmocka_unit_test(test_reload_forgets_the_rate),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -271,7 +271,14 @@ typedef struct {
   /* results */
   int sent, ok, unavailable, other, wrong, unanswered_before_kill;
   int width_changed;
+  char first_failure[300]; /* status and message of the first failed answer */
 } load_t;
+
+static void note_failure(load_t *l, const td_response_t *r) {
+  if (l->first_failure[0] == '\0')
+    snprintf(l->first_failure, sizeof(l->first_failure), "status %d: %s",
+             (int)r->status, r->message);
+}
 
 static void *load_thread(void *arg) {
   load_t *l = arg;
@@ -312,6 +319,10 @@ static void *load_thread(void *arg) {
       sent_ms[l->sent++] = now_ms();
       inflight++;
     }
+    /* Told to stop with every answer in: nothing more will come, and
+     * waiting for the daemon's EOF would cost the whole timeout. */
+    if (inflight == 0 && (closed || atomic_load(l->stop)))
+      break;
     td_response_t r;
     int g = td_recv(fd, &r, TIMEOUT);
     if (g != 1)
@@ -344,9 +355,11 @@ static void *load_thread(void *arg) {
                strstr(r.message, "different output width") != NULL) {
       l->width_changed++; /* retryable: the next request gets the new model */
     } else if (r.status == mlpd_v1_Status_UNAVAILABLE) {
+      note_failure(l, &r);
       l->unavailable++;
       atomic_store(l->stop, 1); /* as a client would: back off */
     } else {
+      note_failure(l, &r);
       l->other++;
     }
     td_response_free(&r);
@@ -384,6 +397,9 @@ static load_t join_load(load_t *jobs, pthread_t *th) {
     t.wrong += jobs[i].wrong;
     t.unanswered_before_kill += jobs[i].unanswered_before_kill;
     t.width_changed += jobs[i].width_changed;
+    if (jobs[i].first_failure[0] != '\0')
+      print_message("client %d's first failed answer: %s\n", i,
+                    jobs[i].first_failure);
   }
   return t;
 }
