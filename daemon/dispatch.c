@@ -62,12 +62,14 @@ static void settle(mlpd_dispatch_t *d) {
 }
 
 /* What the small requests of this iteration brought goes to the devices
- * first, then the bulky connections copy (server.h), then what those
- * brought. */
+ * first, then the bulky connections copy (server.h, httpconn.h), then what
+ * those brought. */
 static void on_check(uv_check_t *h) {
   mlpd_dispatch_t *d = h->data;
   settle(d);
-  if (mlpd_server_run_bulk(&d->server) > 0)
+  int bulk = mlpd_server_run_bulk(&d->server);
+  bulk += mlpd_httpconn_run_bulk(&d->http);
+  if (bulk > 0)
     settle(d);
 }
 

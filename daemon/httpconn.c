@@ -32,6 +32,9 @@
 #define HEAD_ROOM 4096
 /* Binary answers of this many bytes or more are written in place. */
 #define INPLACE_OUT_MIN MLPD_SERVER_ARENA_MIN
+/* A copy larger than one read waits for the bulk phase (httpconn.h: small
+ * before bulky), as on the protocol socket. */
+#define BULK_BYTES RBUF_SIZE
 
 typedef struct hresp_s hresp_t;
 
@@ -81,6 +84,8 @@ struct mlpd_hconn_s {
   int open_handles;
   unsigned reading : 1, paused : 1, final : 1, lingering : 1, eof : 1,
       closing : 1;
+  unsigned bulk_read : 1, bulk_write : 1; /* left for the bulk phase */
+  mlpd_hconn_t *bulk_next;
   size_t rlen;
   char *inplace; /* the read in progress goes straight into the body */
   char rbuf[RBUF_SIZE];
@@ -94,7 +99,8 @@ static void flush(mlpd_hconn_t *c);
 /* ---- life cycle ---------------------------------------------------------- */
 
 static void maybe_done(mlpd_httpconn_t *h) {
-  if (!h->closing || h->conns != NULL || h->started || h->rejecting)
+  if (!h->closing || h->conns != NULL || h->started || h->rejecting ||
+      h->wake_open)
     return;
   mlpd_oip_buf_free(&h->out);
   free(h->scratch);
@@ -131,11 +137,14 @@ static void free_resps(mlpd_hconn_t *c) {
   c->tail = NULL;
 }
 
+static void bulk_unlink(mlpd_hconn_t *c);
+
 static void on_conn_closed(uv_handle_t *handle) {
   mlpd_hconn_t *c = handle->data;
   if (--c->open_handles > 0)
     return;
   mlpd_httpconn_t *h = c->srv;
+  bulk_unlink(c);
   free_resps(c);
   mlpd_httpreq_free(&c->req);
   if (c->prev != NULL)
@@ -181,6 +190,51 @@ static void read_stop(mlpd_hconn_t *c) {
   }
 }
 
+/* ---- the bulk phase (httpconn.h: small before bulky) ---------------------- */
+
+static void on_bulk_wake(uv_idle_t *i) { (void)i; }
+
+/* Leaves the connection's read (`read`) or writes to the bulk phase of
+ * this loop iteration; 0 when it cannot (that phase running, or closing),
+ * and the caller copies now. */
+static int leave_for_bulk(mlpd_hconn_t *c, int read) {
+  mlpd_httpconn_t *h = c->srv;
+  if (h->in_bulk || h->closing || c->closing || !h->wake_open)
+    return 0;
+  if (!c->bulk_read && !c->bulk_write) {
+    c->bulk_next = NULL;
+    if (h->bulk_tail != NULL)
+      h->bulk_tail->bulk_next = c;
+    else
+      h->bulk_head = c;
+    h->bulk_tail = c;
+    /* Left from a phase after the poll (a timer, a close): the poll that
+     * comes before the bulk phase must not block. */
+    if (h->bulk_head == c)
+      uv_idle_start(&h->bulk_wake, on_bulk_wake);
+  }
+  if (read)
+    c->bulk_read = 1;
+  else
+    c->bulk_write = 1;
+  return 1;
+}
+
+static void bulk_unlink(mlpd_hconn_t *c) {
+  if (!c->bulk_read && !c->bulk_write)
+    return;
+  mlpd_httpconn_t *h = c->srv;
+  mlpd_hconn_t **p = &h->bulk_head, *prev = NULL;
+  while (*p != c) {
+    prev = *p;
+    p = &(*p)->bulk_next;
+  }
+  *p = c->bulk_next;
+  if (h->bulk_tail == c)
+    h->bulk_tail = prev;
+  c->bulk_read = c->bulk_write = 0;
+}
+
 /* Reads in place from this many body bytes on: below, the extra read a
  * request would cost (it stops at the body's end) outweighs the copy. */
 #define INPLACE_MIN (RBUF_SIZE / 2)
@@ -193,6 +247,13 @@ static void on_alloc(uv_handle_t *handle, size_t hint, uv_buf_t *buf) {
   c->inplace = NULL;
   if (c->rlen == 0 && mlpd_httpreq_body_room(&c->req, &p, &room) &&
       room >= INPLACE_MIN) {
+    /* A large body's rest is copied in the bulk phase: an empty buffer
+     * tells libuv to read nothing now (on_read hears UV_ENOBUFS). */
+    if (leave_for_bulk(c, 1)) {
+      buf->base = NULL;
+      buf->len = 0;
+      return;
+    }
     /* The rest of a large body, into its buffer, and not a byte past it:
      * the parser then reads it where it lies. */
     c->inplace = p;
@@ -287,6 +348,8 @@ static void on_write(uv_write_t *wr, int status) {
 static void flush(mlpd_hconn_t *c) {
   while (!c->closing && c->head != NULL && c->head->ready) {
     hresp_t *rs = c->head;
+    if (rs->len > BULK_BYTES && leave_for_bulk(c, 0))
+      break;
     c->head = rs->next;
     if (c->head == NULL)
       c->tail = NULL;
@@ -930,6 +993,8 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   mlpd_hconn_t *c = s->data;
   if (c->closing || nread == 0)
     return;
+  if (nread == UV_ENOBUFS && c->bulk_read)
+    return; /* left for the bulk phase (on_alloc) */
   if (nread < 0) {
     if (nread != UV_EOF || c->lingering) {
       conn_close(c);
@@ -961,6 +1026,58 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   }
   c->rlen += (size_t)nread;
   conn_parse(c);
+}
+
+/* The read left for the bulk phase, done as libuv would have done it:
+ * through on_alloc and on_read, until the socket has no more, the read
+ * is short, or the connection stops reading; at most as many reads as
+ * libuv makes for one readiness. */
+static void bulk_read(mlpd_hconn_t *c) {
+  uv_os_fd_t fd;
+  if (uv_fileno(&c->io.handle, &fd) != 0)
+    return;
+  for (int i = 0; i < 32 && c->reading && !c->closing; i++) {
+    uv_buf_t b;
+    on_alloc(&c->io.handle, RBUF_SIZE, &b);
+    if (b.base == NULL || b.len == 0)
+      return; /* no room: as libuv, read nothing (it cannot happen: the
+                 parser takes or pauses on all it is given) */
+    ssize_t n;
+    do
+      n = read(fd, b.base, b.len);
+    while (n < 0 && errno == EINTR);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      c->inplace = NULL;
+      return;
+    }
+    on_read(&c->io.stream, n < 0 ? uv_translate_sys_error(errno)
+                           : n == 0 ? UV_EOF
+                                    : n,
+            &b);
+    if (n <= 0 || (size_t)n < b.len)
+      return;
+  }
+}
+
+int mlpd_httpconn_run_bulk(mlpd_httpconn_t *h) {
+  int served = 0;
+  h->in_bulk = 1;
+  while (h->bulk_head != NULL) {
+    mlpd_hconn_t *c = h->bulk_head;
+    int read = c->bulk_read, write = c->bulk_write;
+    bulk_unlink(c);
+    if (c->closing)
+      continue;
+    if (write)
+      flush(c);
+    if (read && !c->closing)
+      bulk_read(c);
+    served++;
+  }
+  h->in_bulk = 0;
+  if (h->wake_open && !uv_is_closing((uv_handle_t *)&h->bulk_wake))
+    uv_idle_stop(&h->bulk_wake);
+  return served;
 }
 
 /* ---- accepting ----------------------------------------------------------- */
@@ -1070,6 +1187,21 @@ static void on_listener_closed(uv_handle_t *handle) {
   maybe_done(h);
 }
 
+static void on_wake_closed(uv_handle_t *handle) {
+  mlpd_httpconn_t *h = handle->data;
+  h->wake_open = 0;
+  maybe_done(h);
+}
+
+/* Closing: what waits for the bulk phase is copied now, and none waits
+ * after (leave_for_bulk). */
+static void close_wake(mlpd_httpconn_t *h) {
+  if (!h->wake_open || uv_is_closing((uv_handle_t *)&h->bulk_wake))
+    return;
+  (void)mlpd_httpconn_run_bulk(h);
+  uv_close((uv_handle_t *)&h->bulk_wake, on_wake_closed);
+}
+
 int mlpd_httpconn_start(mlpd_httpconn_t *h, uv_loop_t *loop, int fd,
                         const mlpd_httpconn_config_t *cfg,
                         mlpd_requests_t *reqs, mlpd_bufcache_t *blocks,
@@ -1083,6 +1215,9 @@ int mlpd_httpconn_start(mlpd_httpconn_t *h, uv_loop_t *loop, int fd,
   h->reqs = reqs;
   h->board = board;
   h->own_uid = geteuid();
+  uv_idle_init(loop, &h->bulk_wake);
+  h->bulk_wake.data = h;
+  h->wake_open = 1;
   int rc =
       mlpd_oip_buf_init(&h->out, OUT_INITIAL, 4 * cfg->max_body + (1u << 20));
   if (rc != 0) {
@@ -1113,6 +1248,7 @@ int mlpd_httpconn_start(mlpd_httpconn_t *h, uv_loop_t *loop, int fd,
 }
 
 void mlpd_httpconn_close(mlpd_httpconn_t *h, void (*done)(void *ud), void *ud) {
+  close_wake(h);
   h->closing = 1;
   h->done = done;
   h->done_ud = ud;

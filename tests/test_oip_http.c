@@ -896,6 +896,133 @@ static void test_two_models(void **state) {
   assert_int_equal(rc, 0);
 }
 
+/* ---- small before bulky (httpconn.h) ---- */
+
+/* The native protocol's answer to n rows of x (f32 in and out). */
+static float *native_rows(const char *sock, const float *x, int n) {
+  int fd = td_connect(sock);
+  size_t flen;
+  uint8_t *fr = td_infer_frame(9, x, MLPD_DTYPE_F32, n, rows.cols, 1, 0, &flen);
+  td_write_all(fd, fr, flen);
+  free(fr);
+  td_response_t resp;
+  assert_int_equal(td_recv(fd, &resp, 20000), 1);
+  assert_int_equal(resp.status, 0);
+  assert_int_equal(resp.data_len, (size_t)n * 10 * 4);
+  float *out = malloc(resp.data_len);
+  memcpy(out, resp.data, resp.data_len);
+  td_response_free(&resp);
+  close(fd);
+  return out;
+}
+
+/* A binary-input infer body of `n` rows of x; the answer binary or JSON. */
+static char *binary_body(const float *x, int n, int bin_out, char *headers,
+                         size_t hcap, size_t *blen) {
+  char js[512];
+  size_t in_bytes = (size_t)n * rows.cols * 4;
+  int k = snprintf(js, sizeof(js),
+                   "{\"inputs\":[{\"name\":\"input\",\"shape\":[%d,%d],"
+                   "\"datatype\":\"FP32\",\"parameters\":{\"binary_data_size\":"
+                   "%zu}}],\"outputs\":[{\"name\":\"output\",\"parameters\":{"
+                   "\"binary_data\":%s}}]}",
+                   n, rows.cols, in_bytes, bin_out ? "true" : "false");
+  char *body = malloc((size_t)k + in_bytes);
+  memcpy(body, js, (size_t)k);
+  memcpy(body + k, x, in_bytes);
+  snprintf(headers, hcap, "Inference-Header-Content-Length: %d\r\n", k);
+  *blen = (size_t)k + in_bytes;
+  return body;
+}
+
+/* One I/O thread, stopped (td_freeze) while an HTTP client sends a large
+ * binary body (138 KiB: the read of its rest, past the first 64 KiB, is
+ * left for the bulk phase) and a native client a 1-row request. The
+ * native request is read and its batch goes to the engine before the
+ * body's rest is read, so it is computed alone; were both read where the
+ * loop reported them, one batch would carry all 541 rows. Then an answer
+ * larger than one read (JSON, about 270 KiB, for 2160 rows), written in
+ * the bulk phase: every value the native protocol's. */
+static void test_small_before_bulky_http(void **state) {
+  (void)state;
+  char sock[400];
+  snprintf(sock, sizeof(sock), "/tmp/mlpd-oipb-%d.sock", (int)getpid());
+  unlink(sock);
+  const char *args[] = {"--http-listen", sock, "--io-threads", "1",
+                        "--max-delay-us", "0", "--cpu-threads", "1",
+                        "--max-batch", "4096", "--http-max-body", "4M", NULL};
+  td_daemon_t d;
+  td_spawn(&d, MODEL, 0, 0, args);
+  td_wait_ready(&d, 30000);
+  float *want = native_rows(d.sock, rows.data, rows.rows);
+  int small = td_connect(d.sock);
+  size_t len, blen;
+  uint8_t *one = td_infer_frame(2, rows.data, MLPD_DTYPE_F32, 1, rows.cols,
+                                1, 0, &len);
+  char headers[128];
+  char *body = binary_body(rows.data, rows.rows, 1, headers, sizeof(headers),
+                           &blen);
+  th_conn_t c;
+  th_open(&c, sock);
+  th_resp_t r;
+  for (int round = 0; round < 3; round++) {
+    td_freeze(&d, 1);
+    th_send(&c, "POST", "/v2/models/digits/infer", headers, body, blen);
+    td_write_all(small, one, len);
+    td_freeze(&d, 0);
+    td_response_t rs;
+    assert_int_equal(td_recv(small, &rs, 20000), 1);
+    assert_int_equal(rs.status, 0);
+    assert_int_equal(rs.data_len, 10 * 4);
+    float got[10];
+    td_output_f32(&rs, got);
+    assert_int_equal(argmax(got), argmax(want));
+    print_message("round %d: the native request's batch %u rows\n", round,
+                  rs.batch_rows);
+    assert_int_equal(rs.batch_rows, 1);
+    td_response_free(&rs);
+    assert_int_equal(th_read(&c, &r), 0);
+    assert_int_equal(r.status, 200);
+    assert_true(r.ihcl > 0);
+    assert_int_equal(r.blen, (size_t)r.ihcl + (size_t)rows.rows * 10 * 4);
+    assert_memory_equal(r.body + r.ihcl, want, (size_t)rows.rows * 10 * 4);
+    th_resp_free(&r);
+  }
+  free(body);
+
+  enum { REPEAT = 4 };
+  int n = REPEAT * rows.rows;
+  float *x = malloc((size_t)n * rows.cols * 4);
+  for (int i = 0; i < REPEAT; i++)
+    memcpy(x + (size_t)i * rows.rows * rows.cols, rows.data,
+           (size_t)rows.rows * rows.cols * 4);
+  body = binary_body(x, n, 0, headers, sizeof(headers), &blen);
+  th_send(&c, "POST", "/v2/models/digits/infer", headers, body, blen);
+  assert_int_equal(th_read(&c, &r), 0);
+  assert_int_equal(r.status, 200);
+  print_message("a JSON answer of %zu bytes\n", r.blen);
+  assert_true(r.blen > 128 * 1024);
+  json_t *j = parse(&r);
+  json_t *data = json_object_get(
+      json_array_get(json_object_get(j, "outputs"), 0), "data");
+  assert_int_equal(json_array_size(data), (size_t)n * 10);
+  for (size_t i = 0; i < (size_t)n * 10; i++) {
+    float f = (float)json_number_value(json_array_get(data, i));
+    assert_memory_equal(&f, &want[i % ((size_t)rows.rows * 10)], 4);
+  }
+  json_decref(j);
+  th_resp_free(&r);
+  th_close(&c);
+  free(body);
+  free(x);
+  free(one);
+  free(want);
+  close(small);
+  assert_int_equal(td_stop(&d, SIGTERM, 20000), 0);
+  td_cleanup(&d, 0);
+  unlink(sock);
+}
+
 int main(void) {
   mlpd_err_t err = {0};
   if (mlpd_rows_read(&rows, HELDOUT, &err) != 0) {
@@ -908,8 +1035,9 @@ int main(void) {
       cmocka_unit_test(test_pipeline),
       cmocka_unit_test(test_malformed), cmocka_unit_test(test_deadline),
   };
-  const struct CMUnitTest alone[] = {cmocka_unit_test(test_remote),
-                                     cmocka_unit_test(test_two_models)};
+  const struct CMUnitTest alone[] = {
+      cmocka_unit_test(test_remote), cmocka_unit_test(test_two_models),
+      cmocka_unit_test(test_small_before_bulky_http)};
   int rc = cmocka_run_group_tests(tests, setup, teardown);
   rc += cmocka_run_group_tests(alone, NULL, NULL);
   mlpd_rows_free(&rows);
