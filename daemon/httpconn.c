@@ -194,10 +194,10 @@ static void read_stop(mlpd_hconn_t *c) {
 
 static void on_bulk_wake(uv_idle_t *i) { (void)i; }
 
-/* Leaves the connection's read (`read`) or writes to the bulk phase of
- * this loop iteration; 0 when it cannot (that phase running, or closing),
- * and the caller copies now. */
-static int leave_for_bulk(mlpd_hconn_t *c, int read) {
+/* Leaves the connection's read (`reading`) or its writes to the bulk
+ * phase of this loop iteration; 0 when it cannot (that phase running, or
+ * closing), and the caller copies now. */
+static int leave_for_bulk(mlpd_hconn_t *c, int reading) {
   mlpd_httpconn_t *h = c->srv;
   if (h->in_bulk || h->closing || c->closing || !h->wake_open)
     return 0;
@@ -213,7 +213,7 @@ static int leave_for_bulk(mlpd_hconn_t *c, int read) {
     if (h->bulk_head == c)
       uv_idle_start(&h->bulk_wake, on_bulk_wake);
   }
-  if (read)
+  if (reading)
     c->bulk_read = 1;
   else
     c->bulk_write = 1;
@@ -1064,13 +1064,13 @@ int mlpd_httpconn_run_bulk(mlpd_httpconn_t *h) {
   h->in_bulk = 1;
   while (h->bulk_head != NULL) {
     mlpd_hconn_t *c = h->bulk_head;
-    int read = c->bulk_read, write = c->bulk_write;
+    int reading = c->bulk_read, writing = c->bulk_write;
     bulk_unlink(c);
     if (c->closing)
       continue;
-    if (write)
+    if (writing)
       flush(c);
-    if (read && !c->closing)
+    if (reading && !c->closing)
       bulk_read(c);
     served++;
   }
