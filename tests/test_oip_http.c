@@ -24,6 +24,7 @@
 #include <jansson.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1028,6 +1029,105 @@ static void test_small_before_bulky_http(void **state) {
   unlink(sock);
 }
 
+typedef struct {
+  th_conn_t *c;
+  const char *head[2]; /* binary answer, JSON answer */
+  const char *body[2];
+  size_t len[2];
+  int n;
+} pipe_send_t;
+
+static void *pipe_send(void *arg) {
+  pipe_send_t *p = arg;
+  for (int i = 0; i < p->n; i++)
+    th_send(p->c, "POST", "/v2/models/digits/infer", p->head[i % 2],
+            p->body[i % 2], p->len[i % 2]);
+  return NULL;
+}
+
+/* Large bodies pipelined on several connections at once, so that the
+ * bulk phase reads bodies whose rest comes in pieces, with the next
+ * request behind them, and writes answers larger than one read (JSON)
+ * between small ones (binary): every answer in order, and each equal to
+ * the native protocol's answer to the same batch. */
+static void test_pipelined_large_bodies(void **state) {
+  (void)state;
+  char sock[400];
+  snprintf(sock, sizeof(sock), "/tmp/mlpd-oipp-%d.sock", (int)getpid());
+  unlink(sock);
+  const char *args[] = {"--http-listen", sock, "--io-threads", "2",
+                        "--max-batch", "4096", "--http-max-body", "4M", NULL};
+  td_daemon_t d;
+  td_spawn(&d, MODEL, 0, 0, args);
+  td_wait_ready(&d, 30000);
+  /* Binary answers of 448 rows (17.5 KiB), JSON ones of three times as
+   * many (about 150 KiB). */
+  enum { CONNS = 4, EACH = 8, ROWS = 448, JROWS = 3 * ROWS };
+  float *want = native_rows(d.sock, rows.data, ROWS);
+  float *xj = malloc((size_t)JROWS * rows.cols * 4);
+  for (int i = 0; i < JROWS / ROWS; i++)
+    memcpy(xj + (size_t)i * ROWS * rows.cols, rows.data,
+           (size_t)ROWS * rows.cols * 4);
+  float *want_json = native_rows(d.sock, xj, JROWS);
+  char head_bin[128], head_json[128];
+  size_t len_bin, len_json;
+  char *bin = binary_body(rows.data, ROWS, 1, head_bin, sizeof(head_bin),
+                          &len_bin);
+  char *js = binary_body(xj, JROWS, 0, head_json, sizeof(head_json),
+                         &len_json);
+  th_conn_t c[CONNS];
+  pipe_send_t ps[CONNS];
+  pthread_t th[CONNS];
+  for (int k = 0; k < CONNS; k++) {
+    th_open(&c[k], sock);
+    ps[k] = (pipe_send_t){.c = &c[k], .head = {head_bin, head_json},
+                          .body = {bin, js}, .len = {len_bin, len_json},
+                          .n = EACH};
+    assert_int_equal(pthread_create(&th[k], NULL, pipe_send, &ps[k]), 0);
+  }
+  size_t out_bytes = (size_t)ROWS * 10 * 4, json_max = 0;
+  for (int i = 0; i < EACH; i++) {
+    for (int k = 0; k < CONNS; k++) {
+      th_resp_t r;
+      assert_int_equal(th_read(&c[k], &r), 0);
+      assert_int_equal(r.status, 200);
+      if (i % 2 == 0) {
+        assert_int_equal(r.blen, (size_t)r.ihcl + out_bytes);
+        assert_memory_equal(r.body + r.ihcl, want, out_bytes);
+      } else {
+        assert_int_equal(r.ihcl, -1);
+        json_max = r.blen > json_max ? r.blen : json_max;
+        json_t *j = parse(&r);
+        json_t *data = json_object_get(
+            json_array_get(json_object_get(j, "outputs"), 0), "data");
+        assert_int_equal(json_array_size(data), (size_t)JROWS * 10);
+        for (size_t v = 0; v < (size_t)JROWS * 10; v++) {
+          float f = (float)json_number_value(json_array_get(data, v));
+          assert_memory_equal(&f, &want_json[v], 4);
+        }
+        json_decref(j);
+      }
+      th_resp_free(&r);
+    }
+  }
+  print_message("%d connections x %d pipelined bodies of %zu and %zu "
+                "bytes; JSON answers of %zu bytes\n",
+                CONNS, EACH, len_bin, len_json, json_max);
+  assert_true(json_max > 64 * 1024);
+  for (int k = 0; k < CONNS; k++) {
+    pthread_join(th[k], NULL);
+    th_close(&c[k]);
+  }
+  free(bin);
+  free(js);
+  free(xj);
+  free(want);
+  free(want_json);
+  assert_int_equal(td_stop(&d, SIGTERM, 20000), 0);
+  td_cleanup(&d, 0);
+  unlink(sock);
+}
+
 int main(void) {
   mlpd_err_t err = {0};
   if (mlpd_rows_read(&rows, HELDOUT, &err) != 0) {
@@ -1042,7 +1142,8 @@ int main(void) {
   };
   const struct CMUnitTest alone[] = {
       cmocka_unit_test(test_remote), cmocka_unit_test(test_two_models),
-      cmocka_unit_test(test_small_before_bulky_http)};
+      cmocka_unit_test(test_small_before_bulky_http),
+      cmocka_unit_test(test_pipelined_large_bodies)};
   int rc = cmocka_run_group_tests(tests, setup, teardown);
   rc += cmocka_run_group_tests(alone, NULL, NULL);
   mlpd_rows_free(&rows);
