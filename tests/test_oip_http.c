@@ -936,6 +936,24 @@ static char *binary_body(const float *x, int n, int bin_out, char *headers,
   return body;
 }
 
+/* A daemon of its own for one test, its HTTP listener on a socket named
+ * by `tag` (written to sock), batches of up to 4096 rows and bodies of up
+ * to 4 MiB, with `io_threads` I/O threads and the flags in `extra`. */
+static void spawn_own(td_daemon_t *d, char *sock, size_t cap, const char *tag,
+                      const char *io_threads, const char *const *extra) {
+  snprintf(sock, cap, "/tmp/mlpd-oip%s-%d.sock", tag, (int)getpid());
+  unlink(sock);
+  const char *args[16] = {"--http-listen", sock,   "--io-threads",
+                          io_threads,      "--max-batch", "4096",
+                          "--http-max-body", "4M"};
+  int n = 8;
+  for (int i = 0; extra != NULL && extra[i] != NULL && n < 15; i++)
+    args[n++] = extra[i];
+  args[n] = NULL;
+  td_spawn(d, MODEL, 0, 0, args);
+  td_wait_ready(d, 30000);
+}
+
 /* One I/O thread, stopped (td_freeze) while an HTTP client sends a large
  * binary body (112 KiB: the read of its rest, past the first 64 KiB, is
  * left for the bulk phase) and a native client a 1-row request. The
@@ -947,14 +965,9 @@ static char *binary_body(const float *x, int n, int bin_out, char *headers,
 static void test_small_before_bulky_http(void **state) {
   (void)state;
   char sock[400];
-  snprintf(sock, sizeof(sock), "/tmp/mlpd-oipb-%d.sock", (int)getpid());
-  unlink(sock);
-  const char *args[] = {"--http-listen", sock, "--io-threads", "1",
-                        "--max-delay-us", "0", "--cpu-threads", "1",
-                        "--max-batch", "4096", "--http-max-body", "4M", NULL};
+  const char *extra[] = {"--max-delay-us", "0", "--cpu-threads", "1", NULL};
   td_daemon_t d;
-  td_spawn(&d, MODEL, 0, 0, args);
-  td_wait_ready(&d, 30000);
+  spawn_own(&d, sock, sizeof(sock), "b", "1", extra);
   /* 112 KiB: past the first read's 64 KiB, its rest is read in place,
    * and the whole body fits a Unix socket's default buffer. */
   enum { BODY_ROWS = 448 };
@@ -1053,13 +1066,8 @@ static void *pipe_send(void *arg) {
 static void test_pipelined_large_bodies(void **state) {
   (void)state;
   char sock[400];
-  snprintf(sock, sizeof(sock), "/tmp/mlpd-oipp-%d.sock", (int)getpid());
-  unlink(sock);
-  const char *args[] = {"--http-listen", sock, "--io-threads", "2",
-                        "--max-batch", "4096", "--http-max-body", "4M", NULL};
   td_daemon_t d;
-  td_spawn(&d, MODEL, 0, 0, args);
-  td_wait_ready(&d, 30000);
+  spawn_own(&d, sock, sizeof(sock), "p", "2", NULL);
   /* Binary answers of 448 rows (17.5 KiB), JSON ones of three times as
    * many (about 150 KiB). */
   enum { CONNS = 4, EACH = 8, ROWS = 448, JROWS = 3 * ROWS };
