@@ -199,7 +199,7 @@ static void on_bulk_wake(uv_idle_t *i) { (void)i; }
  * closing), and the caller copies now. */
 static int leave_for_bulk(mlpd_hconn_t *c, int reading) {
   mlpd_httpconn_t *h = c->srv;
-  if (h->in_bulk || h->closing || c->closing || !h->wake_open)
+  if (h->in_bulk || h->closing || c->closing)
     return 0;
   if (!c->bulk_read && !c->bulk_write) {
     c->bulk_next = NULL;
