@@ -959,6 +959,12 @@ static void spawn_own(td_daemon_t *d, char *sock, size_t cap, const char *tag,
   td_wait_ready(d, 30000);
 }
 
+static void stop_own(td_daemon_t *d, const char *sock) {
+  assert_int_equal(td_stop(d, SIGTERM, 20000), 0);
+  td_cleanup(d, 0);
+  unlink(sock);
+}
+
 /* One I/O thread, stopped (td_freeze) while an HTTP client sends a large
  * binary body (112 KiB: the read of its rest, past the first 64 KiB, is
  * left for the bulk phase) and a native client a 1-row request. The
@@ -1030,9 +1036,7 @@ static void test_small_before_bulky_http(void **state) {
   free(want);
   free(want_json);
   close(small);
-  assert_int_equal(td_stop(&d, SIGTERM, 20000), 0);
-  td_cleanup(&d, 0);
-  unlink(sock);
+  stop_own(&d, sock);
 }
 
 typedef struct {
@@ -1118,9 +1122,7 @@ static void test_pipelined_large_bodies(void **state) {
   free(xj);
   free(want);
   free(want_json);
-  assert_int_equal(td_stop(&d, SIGTERM, 20000), 0);
-  td_cleanup(&d, 0);
-  unlink(sock);
+  stop_own(&d, sock);
 }
 
 int main(void) {
