@@ -25,7 +25,8 @@ static void on_timer(mlpd_hrtimer_t *t) {
 
 static void schedule(mlpd_dispatch_t *d) {
   uint64_t due =
-      mlpd_scheduler_run(&d->sched, mlpd_server_arriving(&d->server));
+      mlpd_scheduler_run(&d->sched, mlpd_server_arriving(&d->server) |
+                                        mlpd_httpconn_arriving(&d->http));
   if (due == UINT64_MAX)
     mlpd_hrtimer_disarm(&d->timer);
   else
@@ -62,14 +63,12 @@ static void settle(mlpd_dispatch_t *d) {
 }
 
 /* What the small requests of this iteration brought goes to the devices
- * first, then the bulky connections copy (server.h, httpconn.h), then what
- * those brought. */
+ * first, then the bulky connections copy (bulk.h), then what those
+ * brought. */
 static void on_check(uv_check_t *h) {
   mlpd_dispatch_t *d = h->data;
   settle(d);
-  int bulk = mlpd_server_run_bulk(&d->server);
-  bulk += mlpd_httpconn_run_bulk(&d->http);
-  if (bulk > 0)
+  if (mlpd_bulk_run(&d->bulk) > 0)
     settle(d);
 }
 
@@ -146,6 +145,7 @@ static void on_msg(mlpd_mailbox_t *mb, mlpd_msg_t *msg) {
     mlpd_scheduler_free_staging(&d->sched);
     mlpd_hrtimer_close(&d->timer, NULL);
     uv_close((uv_handle_t *)&d->check, NULL);
+    mlpd_bulk_close(&d->bulk, NULL);
     mlpd_mailbox_close(&d->mb, NULL);
     break;
   }
@@ -220,6 +220,7 @@ int mlpd_dispatch_start(mlpd_dispatch_t *d, int index,
   d->check.data = d;
   uv_check_start(&d->check, on_check);
   uv_unref((uv_handle_t *)&d->check);
+  mlpd_bulk_init(&d->bulk, &d->loop);
   mlpd_server_config_t svc = {
       .max_frame = cfg->max_frame,
       .max_unsent = cfg->max_unsent,
@@ -227,6 +228,7 @@ int mlpd_dispatch_start(mlpd_dispatch_t *d, int index,
       .idle_timeout_ms = cfg->idle_timeout_ms,
       .frame_timeout_ms = cfg->frame_timeout_ms,
       .access = access,
+      .bulk = &d->bulk,
   };
   mlpd_server_callbacks_t cb;
   mlpd_requests_callbacks(&d->reqs, &cb);
@@ -238,7 +240,7 @@ int mlpd_dispatch_start(mlpd_dispatch_t *d, int index,
       (http_fd = -1,
        rc = mlpd_httpconn_start(&d->http, &d->loop, cfg->http_fd, &cfg->http,
                                 &d->reqs, mlpd_server_blocks(&d->server),
-                                board, err)) != 0) {
+                                board, &d->bulk, err)) != 0) {
     mlpd_httpconn_close(&d->http, NULL, NULL);
     mlpd_server_close(&d->server, 0, NULL, NULL);
     goto fail_timer;
@@ -256,6 +258,7 @@ int mlpd_dispatch_start(mlpd_dispatch_t *d, int index,
 fail_timer:
   mlpd_hrtimer_close(&d->timer, NULL);
   uv_close((uv_handle_t *)&d->check, NULL);
+  mlpd_bulk_close(&d->bulk, NULL);
 fail_mb:
   mlpd_mailbox_close(&d->mb, NULL);
 fail_loop:

@@ -26,6 +26,7 @@
 #define MLPD_DISPATCH_H
 
 #include "board.h"
+#include "bulk.h"
 #include "hrtimer.h"
 #include "httpconn.h"
 #include "mailbox.h"
@@ -91,6 +92,7 @@ typedef struct mlpd_dispatch_s {
   mlpd_mailbox_t mb;           /* jobs back, and the daemon's messages */
   mlpd_server_t server;
   mlpd_httpconn_t http;        /* the HTTP listener's connections */
+  mlpd_bulk_t bulk;            /* the bulk phase of both (bulk.h) */
   int closes_left;             /* server and http, while closing */
   mlpd_hrtimer_t timer;        /* batching delay and deadlines */
   uv_check_t check;            /* schedules once per loop iteration */

@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,8 +85,9 @@ struct mlpd_hconn_s {
   int open_handles;
   unsigned reading : 1, paused : 1, final : 1, lingering : 1, eof : 1,
       closing : 1;
-  unsigned bulk_read : 1, bulk_write : 1; /* left for the bulk phase */
-  mlpd_hconn_t *bulk_next;
+  mlpd_bulk_entry_t bulk; /* BULK_READ, BULK_WRITE left for the phase */
+  int arriving;           /* the model whose infer body is being received
+                             (counted in srv->arriving), or -1 */
   size_t rlen;
   char *inplace; /* the read in progress goes straight into the body */
   char rbuf[RBUF_SIZE];
@@ -99,8 +101,7 @@ static void flush(mlpd_hconn_t *c);
 /* ---- life cycle ---------------------------------------------------------- */
 
 static void maybe_done(mlpd_httpconn_t *h) {
-  if (!h->closing || h->conns != NULL || h->started || h->rejecting ||
-      h->wake_open)
+  if (!h->closing || h->conns != NULL || h->started || h->rejecting)
     return;
   mlpd_oip_buf_free(&h->out);
   free(h->scratch);
@@ -137,14 +138,26 @@ static void free_resps(mlpd_hconn_t *c) {
   c->tail = NULL;
 }
 
-static void bulk_unlink(mlpd_hconn_t *c);
+/* The model whose rows this connection's body brings (-1: none): while
+ * the body is on its way, that model's partial batch may wait for it
+ * (mlpd_httpconn_arriving), as for a native frame. */
+static void set_arriving(mlpd_hconn_t *c, int model) {
+  if (c->arriving == model)
+    return;
+  if (c->arriving >= 0)
+    c->srv->arriving[c->arriving]--;
+  if (model >= 0)
+    c->srv->arriving[model]++;
+  c->arriving = model;
+}
 
 static void on_conn_closed(uv_handle_t *handle) {
   mlpd_hconn_t *c = handle->data;
   if (--c->open_handles > 0)
     return;
   mlpd_httpconn_t *h = c->srv;
-  bulk_unlink(c);
+  (void)mlpd_bulk_take(h->bulk, &c->bulk);
+  set_arriving(c, -1);
   free_resps(c);
   mlpd_httpreq_free(&c->req);
   if (c->prev != NULL)
@@ -192,47 +205,19 @@ static void read_stop(mlpd_hconn_t *c) {
 
 /* ---- the bulk phase (httpconn.h: small before bulky) ---------------------- */
 
-static void on_bulk_wake(uv_idle_t *i) { (void)i; }
+enum { BULK_READ = 1, BULK_WRITE = 2 };
 
-/* Leaves the connection's read (`reading`) or its writes to the bulk
- * phase of this loop iteration; 0 when it cannot (that phase running, or
+static void serve_bulk(mlpd_bulk_entry_t *e, unsigned what);
+
+/* Leaves the connection's read or its writes (`what`) to the bulk phase
+ * of this loop iteration; 0 when it cannot (that phase running, or
  * closing), and the caller copies now. */
-static int leave_for_bulk(mlpd_hconn_t *c, int reading) {
+static int leave_for_bulk(mlpd_hconn_t *c, unsigned what) {
   mlpd_httpconn_t *h = c->srv;
-  if (h->in_bulk || h->closing || c->closing)
+  if (h->closing || c->closing)
     return 0;
-  if (!c->bulk_read && !c->bulk_write) {
-    c->bulk_next = NULL;
-    if (h->bulk_tail != NULL)
-      h->bulk_tail->bulk_next = c;
-    else
-      h->bulk_head = c;
-    h->bulk_tail = c;
-    /* Left from a phase after the poll (a timer, a close): the poll that
-     * comes before the bulk phase must not block. */
-    if (h->bulk_head == c)
-      uv_idle_start(&h->bulk_wake, on_bulk_wake);
-  }
-  if (reading)
-    c->bulk_read = 1;
-  else
-    c->bulk_write = 1;
-  return 1;
-}
-
-static void bulk_unlink(mlpd_hconn_t *c) {
-  if (!c->bulk_read && !c->bulk_write)
-    return;
-  mlpd_httpconn_t *h = c->srv;
-  mlpd_hconn_t **p = &h->bulk_head, *prev = NULL;
-  while (*p != c) {
-    prev = *p;
-    p = &(*p)->bulk_next;
-  }
-  *p = c->bulk_next;
-  if (h->bulk_tail == c)
-    h->bulk_tail = prev;
-  c->bulk_read = c->bulk_write = 0;
+  c->bulk.serve = serve_bulk;
+  return mlpd_bulk_leave(h->bulk, &c->bulk, what);
 }
 
 /* Reads in place from this many body bytes on: below, the extra read a
@@ -249,7 +234,7 @@ static void on_alloc(uv_handle_t *handle, size_t hint, uv_buf_t *buf) {
       room >= INPLACE_MIN) {
     /* A large body's rest is copied in the bulk phase: an empty buffer
      * tells libuv to read nothing now (on_read hears UV_ENOBUFS). */
-    if (leave_for_bulk(c, 1)) {
+    if (leave_for_bulk(c, BULK_READ)) {
       buf->base = NULL;
       buf->len = 0;
       return;
@@ -348,7 +333,7 @@ static void on_write(uv_write_t *wr, int status) {
 static void flush(mlpd_hconn_t *c) {
   while (!c->closing && c->head != NULL && c->head->ready) {
     hresp_t *rs = c->head;
-    if (rs->len > BULK_BYTES && leave_for_bulk(c, 0))
+    if (rs->len > BULK_BYTES && leave_for_bulk(c, BULK_WRITE))
       break;
     c->head = rs->next;
     if (c->head == NULL)
@@ -879,12 +864,29 @@ static int handle(mlpd_hconn_t *c, hresp_t *rs) {
 
 /* ---- parsing ------------------------------------------------------------- */
 
+/* An infer request's body, from its headers on, is rows on their way to
+ * the model it names (if it names one this thread knows); routed again
+ * with the whole request, where an error is answered. */
+static void note_arriving(mlpd_hconn_t *c, const mlpd_httpreq_t *r) {
+  mlpd_oip_route_t rt;
+  mlpd_requests_model_t m;
+  mlpd_err_t err = {0};
+  if (r->parser.method != HTTP_POST || r->parser.content_length == 0 ||
+      mlpd_oip_route("POST", r->url, r->url_len, &rt, &err) != 0 ||
+      rt.kind != MLPD_OIP_INFER)
+    return;
+  int rc = mlpd_requests_model(c->srv->reqs, rt.model, rt.version, &m);
+  if (rc == 0 && m.index >= 0 && m.index < MLPD_MAX_MODELS)
+    set_arriving(c, m.index);
+}
+
 /* After the headers of a request with a body (mlpd_httpreq_cb): a client
  * that waits for 100 Continue gets it, in order. */
 static int on_headers(mlpd_httpreq_t *r, void *ud) {
   mlpd_hconn_t *c = ud;
   if (c->closing)
     return -1;
+  note_arriving(c, r);
   if (!r->expect_continue)
     return 0;
   hresp_t *rs = resp_push(c);
@@ -905,6 +907,7 @@ static int on_headers(mlpd_httpreq_t *r, void *ud) {
 /* A complete request (mlpd_httpreq_cb). */
 static int on_request(mlpd_httpreq_t *r, void *ud) {
   mlpd_hconn_t *c = ud;
+  set_arriving(c, -1);
   if (c->closing)
     return -1;
   hresp_t *rs = resp_push(c);
@@ -937,6 +940,7 @@ static int on_request(mlpd_httpreq_t *r, void *ud) {
 /* A request that cannot be parsed: its status and message, then close. */
 static void respond_error(mlpd_hconn_t *c) {
   int status = mlpd_httpreq_error_status(&c->req);
+  set_arriving(c, -1);
   hresp_t *rs = resp_push(c);
   c->final = 1;
   read_stop(c);
@@ -993,7 +997,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   mlpd_hconn_t *c = s->data;
   if (c->closing || nread == 0)
     return;
-  if (nread == UV_ENOBUFS && c->bulk_read)
+  if (nread == UV_ENOBUFS && (c->bulk.what & BULK_READ))
     return; /* left for the bulk phase (on_alloc) */
   if (nread < 0) {
     if (nread != UV_EOF || c->lingering) {
@@ -1059,25 +1063,16 @@ static void bulk_read(mlpd_hconn_t *c) {
   }
 }
 
-int mlpd_httpconn_run_bulk(mlpd_httpconn_t *h) {
-  int served = 0;
-  h->in_bulk = 1;
-  while (h->bulk_head != NULL) {
-    mlpd_hconn_t *c = h->bulk_head;
-    int reading = c->bulk_read, writing = c->bulk_write;
-    bulk_unlink(c);
-    if (c->closing)
-      continue;
-    if (writing)
-      flush(c);
-    if (reading && !c->closing)
-      bulk_read(c);
-    served++;
-  }
-  h->in_bulk = 0;
-  if (h->wake_open && !uv_is_closing((uv_handle_t *)&h->bulk_wake))
-    uv_idle_stop(&h->bulk_wake);
-  return served;
+/* The bulk phase's call (bulk.h), and closing's: the copies left. */
+static void serve_bulk(mlpd_bulk_entry_t *e, unsigned what) {
+  mlpd_hconn_t *c =
+      (mlpd_hconn_t *)((char *)e - offsetof(mlpd_hconn_t, bulk));
+  if (c->closing)
+    return;
+  if (what & BULK_WRITE)
+    flush(c);
+  if ((what & BULK_READ) && !c->closing)
+    bulk_read(c);
 }
 
 /* ---- accepting ----------------------------------------------------------- */
@@ -1136,6 +1131,7 @@ static void on_connection(uv_stream_t *server, int status) {
     return;
   }
   c->srv = h;
+  c->arriving = -1;
   if (h->cfg.is_unix)
     uv_pipe_init(h->loop, &c->io.pipe, 0);
   else
@@ -1187,27 +1183,21 @@ static void on_listener_closed(uv_handle_t *handle) {
   maybe_done(h);
 }
 
-static void on_wake_closed(uv_handle_t *handle) {
-  mlpd_httpconn_t *h = handle->data;
-  h->wake_open = 0;
-  maybe_done(h);
-}
-
-/* Closing: what waits for the bulk phase is copied now, and none waits
- * after (leave_for_bulk). */
-static void close_wake(mlpd_httpconn_t *h) {
-  if (!h->wake_open || uv_is_closing((uv_handle_t *)&h->bulk_wake))
-    return;
-  (void)mlpd_httpconn_run_bulk(h);
-  uv_close((uv_handle_t *)&h->bulk_wake, on_wake_closed);
+uint32_t mlpd_httpconn_arriving(const mlpd_httpconn_t *h) {
+  uint32_t models = 0;
+  for (int m = 0; m < MLPD_MAX_MODELS; m++)
+    models |= h->arriving[m] > 0 ? 1u << m : 0;
+  return models;
 }
 
 int mlpd_httpconn_start(mlpd_httpconn_t *h, uv_loop_t *loop, int fd,
                         const mlpd_httpconn_config_t *cfg,
                         mlpd_requests_t *reqs, mlpd_bufcache_t *blocks,
-                        mlpd_board_t *board, mlpd_err_t *err) {
+                        mlpd_board_t *board, mlpd_bulk_t *bulk,
+                        mlpd_err_t *err) {
   memset(h, 0, sizeof(*h));
   h->blocks = blocks;
+  h->bulk = bulk;
   h->loop = loop;
   h->cfg = *cfg;
   if (h->cfg.idle_timeout_ms == 0)
@@ -1215,9 +1205,6 @@ int mlpd_httpconn_start(mlpd_httpconn_t *h, uv_loop_t *loop, int fd,
   h->reqs = reqs;
   h->board = board;
   h->own_uid = geteuid();
-  uv_idle_init(loop, &h->bulk_wake);
-  h->bulk_wake.data = h;
-  h->wake_open = 1;
   int rc =
       mlpd_oip_buf_init(&h->out, OUT_INITIAL, 4 * cfg->max_body + (1u << 20));
   if (rc != 0) {
@@ -1248,8 +1235,15 @@ int mlpd_httpconn_start(mlpd_httpconn_t *h, uv_loop_t *loop, int fd,
 }
 
 void mlpd_httpconn_close(mlpd_httpconn_t *h, void (*done)(void *ud), void *ud) {
-  close_wake(h);
+  /* What waits for the bulk phase is copied now, and nothing waits after
+   * (leave_for_bulk). */
   h->closing = 1;
+  for (mlpd_hconn_t *c = h->conns, *next; c != NULL; c = next) {
+    next = c->next;
+    unsigned what = mlpd_bulk_take(h->bulk, &c->bulk);
+    if (what != 0)
+      serve_bulk(&c->bulk, what);
+  }
   h->done = done;
   h->done_ud = ud;
   if (h->listening) {

@@ -36,8 +36,8 @@
  * Small before bulky, as on the protocol socket (server.h): the read of
  * a large body's rest (the in-place reads above) and the write of an
  * answer larger than one read are not done where the loop reports them
- * but in a bulk phase that the owner runs once a loop iteration after its
- * own work (mlpd_httpconn_run_bulk), so that a small request of the same
+ * but left for the thread's bulk phase (bulk.h), which the protocol
+ * socket's bulky connections share, so that a small request of the same
  * iteration, on either socket, is batched and answered first.
  *
  * Deadlines: a request's parameters.timeout, in microseconds (Triton's
@@ -56,6 +56,7 @@
 #define MLPD_HTTPCONN_H
 
 #include "board.h"
+#include "bulk.h"
 #include "error.h"
 #include "oip.h"
 #include "requests.h"
@@ -112,25 +113,26 @@ typedef struct mlpd_httpconn_s {
   uid_t own_uid;
   time_t date_s; /* the Date header, once a second */
   char date[40];
-  mlpd_hconn_t *bulk_head, *bulk_tail; /* copies left for the bulk phase */
-  int in_bulk;         /* mlpd_httpconn_run_bulk is running */
-  uv_idle_t bulk_wake; /* runs while connections wait for the bulk phase:
-                          the poll does not block */
-  int wake_open;
+  mlpd_bulk_t *bulk;  /* borrowed: the thread's bulk phase */
+  int arriving[MLPD_MAX_MODELS]; /* connections receiving an infer body,
+                                    by model */
 } mlpd_httpconn_t;
 
 /* Serves `fd` (a listening socket; owned from here, closed on failure)
  * on `loop`, drawing its memory from `blocks`, which must outlive every
- * request (the thread's, mlpd_server_blocks). */
+ * request (the thread's, mlpd_server_blocks), and leaving its large
+ * copies to `bulk`, the thread's bulk phase (outlives h). */
 int mlpd_httpconn_start(mlpd_httpconn_t *h, uv_loop_t *loop, int fd,
                         const mlpd_httpconn_config_t *cfg,
                         mlpd_requests_t *reqs, mlpd_bufcache_t *blocks,
-                        mlpd_board_t *board, mlpd_err_t *err) MLPD_MUST_CHECK;
+                        mlpd_board_t *board, mlpd_bulk_t *bulk,
+                        mlpd_err_t *err) MLPD_MUST_CHECK;
 
-/* The bulk phase (see "Small before bulky" above): reads and writes of
- * large bodies and answers left for it in this loop iteration. Returns
- * how many connections it served. */
-int mlpd_httpconn_run_bulk(mlpd_httpconn_t *h);
+/* The models whose rows are on their way (bit m: an infer request for
+ * model m has its headers in and its body not yet, whether the body waits
+ * for the bulk phase or for the client): the scheduler's `arriving`, as
+ * mlpd_server_arriving's for native frames. */
+uint32_t mlpd_httpconn_arriving(const mlpd_httpconn_t *h);
 
 /* Closes the listener and every connection, each once the answers to what
  * it sent are written; calls done(ud) once every handle is closed (at once

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,7 +42,7 @@
  * 64 KiB cost 16-18% for a little more. */
 #define WRITE_PER_FLUSH (128u * 1024u)
 /* A connection whose latest frame, or whose queued answers, exceed this
- * is bulky: its copies wait for the bulk phase (server.h). One read's
+ * is bulky: its copies wait for the bulk phase (bulk.h). One read's
  * worth, so a frame that arrives whole in one readiness is never
  * deferred. On an H100 (bench/RESULTS.md, 2026-12-07) the digits' lone
  * p99 rise beside an inline mlp-4k load fell from 0.32-0.56 to 0.16-0.30
@@ -193,7 +194,6 @@ void mlpd_server_free_frame(mlpd_server_t *s, uint8_t *block) {
 /* ---- connections ----------------------------------------------------------- */
 
 static void on_io(uv_poll_t *h, int status, int events);
-static void on_bulk_wake(uv_idle_t *h);
 
 static int *partial_count(mlpd_conn_t *c) {
   return c->tag >= 0 ? &c->srv->partial_tag[c->tag]
@@ -218,7 +218,7 @@ static void set_partial(mlpd_conn_t *c, int on) {
 void mlpd_server_set_tag(mlpd_conn_t *c, int tag) {
   if (tag < 0 || tag >= MLPD_SERVER_TAGS)
     tag = -1;
-  int reading = (c->bulk_events & BULK_READ) != 0;
+  int reading = (c->bulk.what & BULK_READ) != 0;
   if (c->partial)
     (*partial_count(c))--;
   if (reading)
@@ -296,50 +296,31 @@ static int is_bulky(const mlpd_conn_t *c, int events) {
          ((events & UV_READABLE) && c->bulky);
 }
 
+static void serve_bulk(mlpd_bulk_entry_t *e, unsigned events);
+
 /* Leaves the connection's copies for `events` to the bulk phase of this
  * loop iteration; 0 when it cannot (that phase running, or closing), and
  * the caller serves them now. */
 static int leave_for_bulk(mlpd_conn_t *c, int events) {
   mlpd_server_t *s = c->srv;
-  if (s->in_bulk || s->closing || c->closing)
+  int was_reading = (c->bulk.what & BULK_READ) != 0;
+  if (s->closing || c->closing)
     return 0;
-  if (c->bulk_events == 0) {
-    c->bulk_next = NULL;
-    if (s->bulk_tail != NULL)
-      s->bulk_tail->bulk_next = c;
-    else
-      s->bulk_head = c;
-    s->bulk_tail = c;
-    /* Left from a phase after the poll (a timer, a turn): the poll that
-     * comes before the bulk phase must not block. */
-    if (s->bulk_head == c)
-      uv_idle_start(&s->bulk_wake, on_bulk_wake);
-  }
+  c->bulk.serve = serve_bulk;
+  if (!mlpd_bulk_leave(s->cfg.bulk, &c->bulk, (unsigned)events))
+    return 0;
   /* A bulky connection's bytes left unread until the bulk phase are rows
    * on their way: the owner's batches may wait for them
    * (mlpd_server_arriving) rather than go out just before they are read. */
-  if (!(c->bulk_events & BULK_READ) && (events & BULK_READ))
+  if (!was_reading && (events & BULK_READ))
     (*bulk_reading_count(c))++;
-  c->bulk_events |= events;
   return 1;
 }
 
-static void bulk_unlink(mlpd_conn_t *c) {
-  mlpd_server_t *s = c->srv;
-  mlpd_conn_t **p = &s->bulk_head, *prev = NULL;
-  while (*p != NULL && *p != c) {
-    prev = *p;
-    p = &(*p)->bulk_next;
-  }
-  if (*p == c) {
-    *p = c->bulk_next;
-    if (s->bulk_tail == c)
-      s->bulk_tail = prev;
-  }
-  if (c->bulk_events & BULK_READ)
+/* Takes the connection off the bulk phase: `events` it had left. */
+static void bulk_uncount(mlpd_conn_t *c, unsigned events) {
+  if (events & BULK_READ)
     (*bulk_reading_count(c))--;
-  c->bulk_events = 0;
-  c->bulk_next = NULL;
 }
 
 static void maybe_done(mlpd_server_t *s) {
@@ -358,8 +339,7 @@ static void conn_closed(uv_handle_t *h) {
    * the owner's own callbacks, and cancelling that connection's requests
    * there would free them under the owner's feet. */
   s->cb.on_close(s->cb.ud, c);
-  if (c->bulk_events != 0)
-    bulk_unlink(c);
+  bulk_uncount(c, mlpd_bulk_take(s->cfg.bulk, &c->bulk));
   set_partial(c, 0);
   set_backlog(c, 0);
   if (c->held)
@@ -876,24 +856,13 @@ static void on_io(uv_poll_t *h, int status, int events) {
   serve_io(c, events);
 }
 
-static void on_bulk_wake(uv_idle_t *h) { (void)h; }
-
-int mlpd_server_run_bulk(mlpd_server_t *s) {
-  int served = 0;
-  s->in_bulk = 1;
-  while (s->bulk_head != NULL) {
-    mlpd_conn_t *c = s->bulk_head;
-    int events = c->bulk_events;
-    bulk_unlink(c);
-    if (!c->closing) {
-      serve_io(c, events);
-      served++;
-    }
-  }
-  s->in_bulk = 0;
-  if (!uv_is_closing((uv_handle_t *)&s->bulk_wake))
-    uv_idle_stop(&s->bulk_wake);
-  return served;
+/* The bulk phase's call (bulk.h): the copies left for it. */
+static void serve_bulk(mlpd_bulk_entry_t *e, unsigned events) {
+  mlpd_conn_t *c =
+      (mlpd_conn_t *)((char *)e - offsetof(mlpd_conn_t, bulk));
+  bulk_uncount(c, events);
+  if (!c->closing)
+    serve_io(c, (int)events);
 }
 
 /* ---- accepting ---------------------------------------------------------- */
@@ -1080,10 +1049,9 @@ int mlpd_server_start(mlpd_server_t *s, uv_loop_t *loop, int listen_fd,
   uv_timer_init(loop, &s->timer);
   uv_timer_init(loop, &s->accept_retry);
   uv_idle_init(loop, &s->turns);
-  uv_idle_init(loop, &s->bulk_wake);
   s->timer.data = s->accept_retry.data = s;
-  s->turns.data = s->bulk_wake.data = s;
-  s->handles = 5;
+  s->turns.data = s;
+  s->handles = 4;
   uv_poll_start(&s->listener, UV_READABLE, on_listener);
   s->listening = 1;
   uint64_t t = 1000;
@@ -1134,7 +1102,6 @@ void mlpd_server_close(mlpd_server_t *s, int after_write,
     uv_close((uv_handle_t *)&s->timer, handle_closed);
     uv_close((uv_handle_t *)&s->accept_retry, handle_closed);
     uv_close((uv_handle_t *)&s->turns, handle_closed);
-    uv_close((uv_handle_t *)&s->bulk_wake, handle_closed);
   }
   for (mlpd_conn_t *c = s->conns, *next; c != NULL; c = next) {
     next = c->next;

@@ -35,12 +35,11 @@
  *
  * Small before bulky: the readiness of a connection whose frames are
  * larger than one read, and an answer of more than one read's size, are
- * not served where the loop reports them but in a bulk phase that the
- * owner runs once a loop iteration after its own work
- * (mlpd_server_run_bulk), so that a small request reported in the same
- * iteration is read, batched and answered before the large copies instead
- * of behind them. The bulky connections still get their copies in that
- * same iteration.
+ * not served where the loop reports them but left for the owner's bulk
+ * phase (bulk.h), so that a small request reported in the same iteration
+ * is read, batched and answered before the large copies instead of behind
+ * them. The bulky connections still get their copies in that same
+ * iteration.
  *
  * Descriptors: the read that brings one must start at a frame boundary
  * with nothing buffered and hold exactly one frame (the protocol's rule: a
@@ -64,6 +63,7 @@
 
 #include "access.h"
 #include "bufcache.h"
+#include "bulk.h"
 #include "error.h"
 #include "mlpd.h"
 #include "status.h"
@@ -117,6 +117,7 @@ typedef struct mlpd_server_config_s {
   uint64_t idle_timeout_ms;  /* 0 = connections may idle forever */
   uint64_t frame_timeout_ms; /* 0 = a frame may take forever */
   mlpd_access_t *access;     /* shared by every server; borrowed */
+  mlpd_bulk_t *bulk;         /* the thread's bulk phase; borrowed */
 } mlpd_server_config_t;
 
 typedef struct mlpd_wbuf_s mlpd_wbuf_t;
@@ -167,9 +168,7 @@ struct mlpd_conn_s {
   int corked_writes;        /* on srv->dirty: writes queued while corked */
   mlpd_conn_t *dirty_next;
   int bulky;                /* its latest frame is larger than one read */
-  int bulk_events;          /* on srv->bulk: poll events left for
-                               mlpd_server_run_bulk, 0 when not on it */
-  mlpd_conn_t *bulk_next;
+  mlpd_bulk_entry_t bulk;   /* poll events left for the bulk phase */
 };
 
 struct mlpd_server_s {
@@ -190,8 +189,6 @@ struct mlpd_server_s {
   int partial_tag[MLPD_SERVER_TAGS];
   int partial_untagged;
   uv_idle_t turns;               /* runs while frames wait for a turn */
-  uv_idle_t bulk_wake;           /* runs while connections wait for the
-                                    bulk phase: the poll does not block */
   int nbacklog;                  /* connections with frames waiting */
   int nheld;                     /* connections held by the owner */
   int nstopped;                  /* connections not read: held, or their
@@ -203,11 +200,10 @@ struct mlpd_server_s {
   int closing;
   int corked;                    /* mlpd_server_cork's depth */
   mlpd_conn_t *dirty;            /* connections written to while corked */
-  mlpd_conn_t *bulk_head, *bulk_tail; /* copies left for the bulk phase */
-  int bulk_reading_tag[MLPD_SERVER_TAGS]; /* of those, with bytes to read,
+  int bulk_reading_tag[MLPD_SERVER_TAGS]; /* connections with bytes left
+                                             to read in the bulk phase,
                                              by tag */
   int bulk_reading_untagged;
-  int in_bulk;                   /* mlpd_server_run_bulk is running */
   uint64_t refused_logged_s;     /* rate limit of refusal log lines */
   int refused_this_s;
 };
@@ -309,13 +305,6 @@ uint32_t mlpd_server_arriving(const mlpd_server_t *s);
  * the hold ends. Flow control's way to stop *before* a frame that does not
  * fit, rather than after it. */
 void mlpd_server_defer(mlpd_conn_t *c);
-
-/* The bulk phase (see "Small before bulky" above): serves the readiness
- * and writes of bulky connections left for it in this loop iteration.
- * The owner calls it once an iteration, after the loop's I/O callbacks
- * (a uv_check) and after it has handed what they brought on. Returns how
- * many connections it served. */
-int mlpd_server_run_bulk(mlpd_server_t *s);
 
 /* Answers `status`/`msg` (id 0) and closes the connection once written. */
 void mlpd_server_refuse(mlpd_conn_t *c, mlpd_status_t status,

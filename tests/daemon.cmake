@@ -16,6 +16,7 @@ mlpd_test(test_flow_window ENGINE_ONLY
   LIBS PkgConfig::UV mlpd_proto)
 mlpd_test(test_pin)
 mlpd_test(test_bufcache)
+mlpd_test(test_bulk)
 mlpd_test(test_daemon LIBS mlpd_daemonutil TIMEOUT 600)
 mlpd_test(test_flow LIBS mlpd_daemonutil TIMEOUT 600)
 add_dependencies(test_flow mlpd)

@@ -1039,6 +1039,65 @@ static void test_small_before_bulky_http(void **state) {
   stop_own(&d, sock);
 }
 
+/* The same stopped daemon, but partial batches may wait for company
+ * (2 s): from its headers on, the HTTP body is rows on their way to its
+ * model (mlpd_httpconn_arriving), so the native 1-row request's batch
+ * waits for the body's rest, read in the bulk phase of the same loop
+ * iteration, and both go in one batch of 449 rows, long before the 2 s.
+ * Were the body not counted, the engine being idle, the 1-row batch would
+ * go alone at once (as above). */
+static void test_http_body_is_arriving_rows(void **state) {
+  (void)state;
+  char sock[400];
+  const char *extra[] = {"--max-delay-us", "2000000", "--cpu-threads", "1",
+                         NULL};
+  td_daemon_t d;
+  spawn_own(&d, sock, sizeof(sock), "a", "1", extra);
+  enum { BODY_ROWS = 448 };
+  float *want = native_rows(d.sock, rows.data, BODY_ROWS);
+  int small = td_connect(d.sock);
+  size_t len, blen;
+  uint8_t *one = td_infer_frame(2, rows.data, MLPD_DTYPE_F32, 1, rows.cols,
+                                1, 0, &len);
+  char headers[128];
+  char *body = binary_body(rows.data, BODY_ROWS, 1, headers, sizeof(headers),
+                           &blen);
+  th_conn_t c;
+  th_open(&c, sock);
+  th_resp_t r;
+  for (int round = 0; round < 3; round++) {
+    td_freeze(&d, 1);
+    th_send(&c, "POST", "/v2/models/digits/infer", headers, body, blen);
+    td_write_all(small, one, len);
+    td_freeze(&d, 0);
+    td_response_t rs;
+    assert_int_equal(td_recv(small, &rs, 20000), 1);
+    assert_int_equal(rs.status, 0);
+    float got[10];
+    td_output_f32(&rs, got);
+    assert_int_equal(argmax(got), argmax(want));
+    print_message("round %d: the native request's batch %u rows, queued "
+                  "%llu us\n", round, rs.batch_rows,
+                  (unsigned long long)rs.queue_us);
+    assert_int_equal(rs.batch_rows, 1 + BODY_ROWS);
+    assert_true(rs.queue_us < 1000000);
+    td_response_free(&rs);
+    assert_int_equal(th_read(&c, &r), 0);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(r.blen, (size_t)r.ihcl + (size_t)BODY_ROWS * 10 * 4);
+    float *out = (float *)(void *)(r.body + r.ihcl);
+    for (int i = 0; i < BODY_ROWS; i++)
+      assert_int_equal(argmax(out + 10 * i), argmax(want + 10 * i));
+    th_resp_free(&r);
+  }
+  th_close(&c);
+  free(body);
+  free(one);
+  free(want);
+  close(small);
+  stop_own(&d, sock);
+}
+
 typedef struct {
   th_conn_t *c;
   const char *head[2]; /* binary answer, JSON answer */
@@ -1140,6 +1199,7 @@ int main(void) {
   const struct CMUnitTest alone[] = {
       cmocka_unit_test(test_remote), cmocka_unit_test(test_two_models),
       cmocka_unit_test(test_small_before_bulky_http),
+      cmocka_unit_test(test_http_body_is_arriving_rows),
       cmocka_unit_test(test_pipelined_large_bodies)};
   int rc = cmocka_run_group_tests(tests, setup, teardown);
   rc += cmocka_run_group_tests(alone, NULL, NULL);

@@ -68,6 +68,7 @@ typedef struct {
   int closed;
   mlpd_conn_t *conn;
   mlpd_server_t *srv;
+  mlpd_bulk_t *bulk;
   int held;
   struct {
     uint8_t *block;
@@ -160,11 +161,11 @@ static void check_arriving(const run_t *r) {
 }
 
 /* The owner's bulk phase, once a loop iteration after the I/O callbacks
- * (server.h), as the daemon's dispatcher runs it. */
+ * (bulk.h), as the daemon's dispatcher runs it. */
 static void on_check(uv_check_t *h) {
   run_t *r = h->data;
-  mlpd_server_run_bulk(r->srv);
-  FUZZ_CHECK(r->srv->bulk_head == NULL);
+  mlpd_bulk_run(r->bulk);
+  FUZZ_CHECK(r->bulk->head == NULL);
 }
 
 /* One loop turn; a connection held for a turn is let go. */
@@ -215,9 +216,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   mlpd_access_config_t acfg = {.max_connections = 4};
   mlpd_access_t access;
   mlpd_access_init(&access, &acfg);
+  mlpd_bulk_t bulk;
+  mlpd_bulk_init(&bulk, &loop);
+  r.bulk = &bulk;
   mlpd_server_config_t cfg = {.max_frame = r.max_frame,
                               .max_unsent = 1 << 20,
-                              .access = &access};
+                              .access = &access,
+                              .bulk = &bulk};
   mlpd_server_callbacks_t cb = {.on_frame = on_frame,
                                 .on_stream_error = on_stream_error,
                                 .on_open = on_open,
@@ -280,6 +285,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   while (!done)
     uv_run(&loop, UV_RUN_ONCE);
   uv_close((uv_handle_t *)&check, NULL);
+  mlpd_bulk_close(&bulk, NULL);
   mlpd_server_free_cache(&srv);
   uv_run(&loop, UV_RUN_DEFAULT);
   FUZZ_CHECK(uv_loop_close(&loop) == 0);

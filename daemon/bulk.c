@@ -1,0 +1,71 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* bulk.c - see bulk.h. */
+#include "bulk.h"
+
+#include <stddef.h>
+
+static void on_wake(uv_idle_t *h) { (void)h; }
+
+void mlpd_bulk_init(mlpd_bulk_t *q, uv_loop_t *loop) {
+  q->head = q->tail = NULL;
+  q->running = 0;
+  uv_idle_init(loop, &q->wake);
+  q->wake.data = q;
+}
+
+int mlpd_bulk_leave(mlpd_bulk_t *q, mlpd_bulk_entry_t *e, unsigned what) {
+  if (q->running)
+    return 0;
+  if (e->what == 0) {
+    e->next = NULL;
+    e->prev = q->tail;
+    if (q->tail != NULL)
+      q->tail->next = e;
+    else
+      q->head = e;
+    q->tail = e;
+    /* Left from a phase after the poll (a timer, a turn, a close): the
+     * poll that comes before the bulk phase must not block. */
+    if (q->head == e)
+      uv_idle_start(&q->wake, on_wake);
+  }
+  e->what |= what;
+  return 1;
+}
+
+unsigned mlpd_bulk_take(mlpd_bulk_t *q, mlpd_bulk_entry_t *e) {
+  unsigned what = e->what;
+  if (what == 0)
+    return 0;
+  if (e->prev != NULL)
+    e->prev->next = e->next;
+  else
+    q->head = e->next;
+  if (e->next != NULL)
+    e->next->prev = e->prev;
+  else
+    q->tail = e->prev;
+  e->prev = e->next = NULL;
+  e->what = 0;
+  return what;
+}
+
+int mlpd_bulk_run(mlpd_bulk_t *q) {
+  int served = 0;
+  q->running = 1;
+  while (q->head != NULL) {
+    mlpd_bulk_entry_t *e = q->head;
+    unsigned what = mlpd_bulk_take(q, e);
+    e->serve(e, what);
+    served++;
+  }
+  q->running = 0;
+  if (!uv_is_closing((uv_handle_t *)&q->wake))
+    uv_idle_stop(&q->wake);
+  return served;
+}
+
+void mlpd_bulk_close(mlpd_bulk_t *q, uv_close_cb cb) {
+  if (!uv_is_closing((uv_handle_t *)&q->wake))
+    uv_close((uv_handle_t *)&q->wake, cb);
+}

@@ -1,0 +1,160 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* test_bulk.c - the bulk phase's queue (bulk.h): the order copies are
+ * made in, what an entry left, taking one off, and the idle handle that
+ * keeps the loop's poll from blocking while copies wait. */
+/* cmocka.h wants these first. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "bulk.h"
+
+typedef struct {
+  mlpd_bulk_entry_t e; /* first */
+  int id;
+} conn_t;
+
+static int order[8], norder;
+static unsigned got[8];
+static mlpd_bulk_t *leave_again; /* serve() tries to leave again */
+
+static void serve(mlpd_bulk_entry_t *e, unsigned what) {
+  conn_t *c = (conn_t *)e;
+  assert_int_equal(e->what, 0); /* off the queue by now */
+  order[norder] = c->id;
+  got[norder++] = what;
+  if (leave_again != NULL)
+    assert_int_equal(mlpd_bulk_leave(leave_again, e, 1), 0);
+}
+
+static void setup_conns(conn_t *c, int n) {
+  for (int i = 0; i < n; i++) {
+    c[i] = (conn_t){.e = {.serve = serve}, .id = i};
+  }
+  norder = 0;
+  leave_again = NULL;
+}
+
+/* Served oldest first, each once with everything it left. */
+static void test_order_and_what(void **state) {
+  (void)state;
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  mlpd_bulk_t q;
+  mlpd_bulk_init(&q, &loop);
+  conn_t c[3];
+  setup_conns(c, 3);
+  assert_int_equal(mlpd_bulk_leave(&q, &c[2].e, 1), 1);
+  assert_int_equal(mlpd_bulk_leave(&q, &c[0].e, 2), 1);
+  assert_int_equal(mlpd_bulk_leave(&q, &c[2].e, 4), 1); /* again: keeps its
+                                                          place */
+  assert_int_equal(mlpd_bulk_leave(&q, &c[1].e, 1), 1);
+  assert_int_equal(mlpd_bulk_run(&q), 3);
+  assert_int_equal(norder, 3);
+  assert_int_equal(order[0], 2);
+  assert_int_equal(got[0], 5);
+  assert_int_equal(order[1], 0);
+  assert_int_equal(got[1], 2);
+  assert_int_equal(order[2], 1);
+  assert_null(q.head);
+  assert_null(q.tail);
+  assert_int_equal(mlpd_bulk_run(&q), 0);
+  mlpd_bulk_close(&q, NULL);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  assert_int_equal(uv_loop_close(&loop), 0);
+}
+
+/* A connection that closes takes its entry off, wherever it stands, with
+ * what it had left; one not on the queue has nothing to take. */
+static void test_take(void **state) {
+  (void)state;
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  mlpd_bulk_t q;
+  mlpd_bulk_init(&q, &loop);
+  conn_t c[4];
+  setup_conns(c, 4);
+  for (int i = 0; i < 4; i++)
+    assert_int_equal(mlpd_bulk_leave(&q, &c[i].e, 1u << i), 1);
+  assert_int_equal(mlpd_bulk_take(&q, &c[1].e), 2); /* the middle */
+  assert_int_equal(mlpd_bulk_take(&q, &c[1].e), 0);
+  assert_int_equal(mlpd_bulk_take(&q, &c[3].e), 8); /* the tail */
+  assert_int_equal(mlpd_bulk_take(&q, &c[0].e), 1); /* the head */
+  assert_ptr_equal(q.head, &c[2].e);
+  assert_ptr_equal(q.tail, &c[2].e);
+  assert_int_equal(mlpd_bulk_leave(&q, &c[0].e, 1), 1); /* behind c[2] */
+  assert_int_equal(mlpd_bulk_run(&q), 2);
+  assert_int_equal(order[0], 2);
+  assert_int_equal(order[1], 0);
+  mlpd_bulk_close(&q, NULL);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  assert_int_equal(uv_loop_close(&loop), 0);
+}
+
+/* While the phase runs nothing is left: the caller copies at once, and
+ * the phase ends. */
+static void test_no_leave_while_running(void **state) {
+  (void)state;
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  mlpd_bulk_t q;
+  mlpd_bulk_init(&q, &loop);
+  conn_t c[2];
+  setup_conns(c, 2);
+  leave_again = &q;
+  assert_int_equal(mlpd_bulk_leave(&q, &c[0].e, 1), 1);
+  assert_int_equal(mlpd_bulk_leave(&q, &c[1].e, 1), 1);
+  assert_int_equal(mlpd_bulk_run(&q), 2);
+  assert_null(q.head);
+  assert_int_equal(q.running, 0);
+  mlpd_bulk_close(&q, NULL);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  assert_int_equal(uv_loop_close(&loop), 0);
+}
+
+/* The idle handle is active exactly while copies wait, so that a copy
+ * left after the poll (from a timer) does not wait for the poll's
+ * timeout: a loop iteration with nothing else to do ends at once. */
+static void on_check(uv_check_t *h) {
+  (void)mlpd_bulk_run(h->data);
+}
+
+static void test_wake(void **state) {
+  (void)state;
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  mlpd_bulk_t q;
+  mlpd_bulk_init(&q, &loop);
+  uv_check_t check;
+  uv_check_init(&loop, &check);
+  check.data = &q;
+  uv_check_start(&check, on_check);
+  uv_unref((uv_handle_t *)&check);
+  conn_t c[1];
+  setup_conns(c, 1);
+  assert_false(uv_is_active((uv_handle_t *)&q.wake));
+  assert_int_equal(mlpd_bulk_leave(&q, &c[0].e, 1), 1);
+  assert_true(uv_is_active((uv_handle_t *)&q.wake));
+  /* With the idle handle active, UV_RUN_ONCE polls without blocking; the
+   * check then runs the phase, which stops the handle. */
+  uv_run(&loop, UV_RUN_ONCE);
+  assert_int_equal(norder, 1);
+  assert_false(uv_is_active((uv_handle_t *)&q.wake));
+  uv_close((uv_handle_t *)&check, NULL);
+  mlpd_bulk_close(&q, NULL);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  assert_int_equal(uv_loop_close(&loop), 0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_order_and_what),
+      cmocka_unit_test(test_take),
+      cmocka_unit_test(test_no_leave_while_running),
+      cmocka_unit_test(test_wake),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
