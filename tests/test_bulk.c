@@ -12,6 +12,8 @@
 
 #include "bulk.h"
 
+#include <stdlib.h>
+
 typedef struct {
   mlpd_bulk_entry_t e; /* first */
   int id;
@@ -30,6 +32,30 @@ static void serve(mlpd_bulk_entry_t *e, unsigned what) {
     assert_int_equal(mlpd_bulk_leave(leave_again, e, 1), 0);
 }
 
+/* Each test's loop and queue. */
+typedef struct {
+  uv_loop_t loop;
+  mlpd_bulk_t q;
+} fixture_t;
+
+static int setup(void **state) {
+  fixture_t *f = calloc(1, sizeof(*f));
+  if (f == NULL || uv_loop_init(&f->loop) != 0)
+    return -1;
+  mlpd_bulk_init(&f->q, &f->loop);
+  *state = f;
+  return 0;
+}
+
+static int teardown(void **state) {
+  fixture_t *f = *state;
+  mlpd_bulk_close(&f->q, NULL);
+  uv_run(&f->loop, UV_RUN_DEFAULT);
+  int rc = uv_loop_close(&f->loop);
+  free(f);
+  return rc;
+}
+
 static void setup_conns(conn_t *c, int n) {
   for (int i = 0; i < n; i++) {
     c[i] = (conn_t){.e = {.serve = serve}, .id = i};
@@ -40,79 +66,61 @@ static void setup_conns(conn_t *c, int n) {
 
 /* Served oldest first, each once with everything it left. */
 static void test_order_and_what(void **state) {
-  (void)state;
-  uv_loop_t loop;
-  uv_loop_init(&loop);
-  mlpd_bulk_t q;
-  mlpd_bulk_init(&q, &loop);
+  fixture_t *f = *state;
+  mlpd_bulk_t *q = &f->q;
   conn_t c[3];
   setup_conns(c, 3);
-  assert_int_equal(mlpd_bulk_leave(&q, &c[2].e, 1), 1);
-  assert_int_equal(mlpd_bulk_leave(&q, &c[0].e, 2), 1);
-  assert_int_equal(mlpd_bulk_leave(&q, &c[2].e, 4), 1); /* again: keeps its
+  assert_int_equal(mlpd_bulk_leave(q, &c[2].e, 1), 1);
+  assert_int_equal(mlpd_bulk_leave(q, &c[0].e, 2), 1);
+  assert_int_equal(mlpd_bulk_leave(q, &c[2].e, 4), 1); /* again: keeps its
                                                           place */
-  assert_int_equal(mlpd_bulk_leave(&q, &c[1].e, 1), 1);
-  assert_int_equal(mlpd_bulk_run(&q), 3);
+  assert_int_equal(mlpd_bulk_leave(q, &c[1].e, 1), 1);
+  assert_int_equal(mlpd_bulk_run(q), 3);
   assert_int_equal(norder, 3);
   assert_int_equal(order[0], 2);
   assert_int_equal(got[0], 5);
   assert_int_equal(order[1], 0);
   assert_int_equal(got[1], 2);
   assert_int_equal(order[2], 1);
-  assert_null(q.head);
-  assert_null(q.tail);
-  assert_int_equal(mlpd_bulk_run(&q), 0);
-  mlpd_bulk_close(&q, NULL);
-  uv_run(&loop, UV_RUN_DEFAULT);
-  assert_int_equal(uv_loop_close(&loop), 0);
+  assert_null(q->head);
+  assert_null(q->tail);
+  assert_int_equal(mlpd_bulk_run(q), 0);
 }
 
 /* A connection that closes takes its entry off, wherever it stands, with
  * what it had left; one not on the queue has nothing to take. */
 static void test_take(void **state) {
-  (void)state;
-  uv_loop_t loop;
-  uv_loop_init(&loop);
-  mlpd_bulk_t q;
-  mlpd_bulk_init(&q, &loop);
+  fixture_t *f = *state;
+  mlpd_bulk_t *q = &f->q;
   conn_t c[4];
   setup_conns(c, 4);
   for (int i = 0; i < 4; i++)
-    assert_int_equal(mlpd_bulk_leave(&q, &c[i].e, 1u << i), 1);
-  assert_int_equal(mlpd_bulk_take(&q, &c[1].e), 2); /* the middle */
-  assert_int_equal(mlpd_bulk_take(&q, &c[1].e), 0);
-  assert_int_equal(mlpd_bulk_take(&q, &c[3].e), 8); /* the tail */
-  assert_int_equal(mlpd_bulk_take(&q, &c[0].e), 1); /* the head */
-  assert_ptr_equal(q.head, &c[2].e);
-  assert_ptr_equal(q.tail, &c[2].e);
-  assert_int_equal(mlpd_bulk_leave(&q, &c[0].e, 1), 1); /* behind c[2] */
-  assert_int_equal(mlpd_bulk_run(&q), 2);
+    assert_int_equal(mlpd_bulk_leave(q, &c[i].e, 1u << i), 1);
+  assert_int_equal(mlpd_bulk_take(q, &c[1].e), 2); /* the middle */
+  assert_int_equal(mlpd_bulk_take(q, &c[1].e), 0);
+  assert_int_equal(mlpd_bulk_take(q, &c[3].e), 8); /* the tail */
+  assert_int_equal(mlpd_bulk_take(q, &c[0].e), 1); /* the head */
+  assert_ptr_equal(q->head, &c[2].e);
+  assert_ptr_equal(q->tail, &c[2].e);
+  assert_int_equal(mlpd_bulk_leave(q, &c[0].e, 1), 1); /* behind c[2] */
+  assert_int_equal(mlpd_bulk_run(q), 2);
   assert_int_equal(order[0], 2);
   assert_int_equal(order[1], 0);
-  mlpd_bulk_close(&q, NULL);
-  uv_run(&loop, UV_RUN_DEFAULT);
-  assert_int_equal(uv_loop_close(&loop), 0);
 }
 
 /* While the phase runs nothing is left: the caller copies at once, and
  * the phase ends. */
 static void test_no_leave_while_running(void **state) {
-  (void)state;
-  uv_loop_t loop;
-  uv_loop_init(&loop);
-  mlpd_bulk_t q;
-  mlpd_bulk_init(&q, &loop);
+  fixture_t *f = *state;
+  mlpd_bulk_t *q = &f->q;
   conn_t c[2];
   setup_conns(c, 2);
-  leave_again = &q;
-  assert_int_equal(mlpd_bulk_leave(&q, &c[0].e, 1), 1);
-  assert_int_equal(mlpd_bulk_leave(&q, &c[1].e, 1), 1);
-  assert_int_equal(mlpd_bulk_run(&q), 2);
-  assert_null(q.head);
-  assert_int_equal(q.running, 0);
-  mlpd_bulk_close(&q, NULL);
-  uv_run(&loop, UV_RUN_DEFAULT);
-  assert_int_equal(uv_loop_close(&loop), 0);
+  leave_again = q;
+  assert_int_equal(mlpd_bulk_leave(q, &c[0].e, 1), 1);
+  assert_int_equal(mlpd_bulk_leave(q, &c[1].e, 1), 1);
+  assert_int_equal(mlpd_bulk_run(q), 2);
+  assert_null(q->head);
+  assert_int_equal(q->running, 0);
 }
 
 /* The idle handle is active exactly while copies wait, so that a copy
@@ -123,38 +131,34 @@ static void on_check(uv_check_t *h) {
 }
 
 static void test_wake(void **state) {
-  (void)state;
-  uv_loop_t loop;
-  uv_loop_init(&loop);
-  mlpd_bulk_t q;
-  mlpd_bulk_init(&q, &loop);
+  fixture_t *f = *state;
+  mlpd_bulk_t *q = &f->q;
   uv_check_t check;
-  uv_check_init(&loop, &check);
-  check.data = &q;
+  uv_check_init(&f->loop, &check);
+  check.data = q;
   uv_check_start(&check, on_check);
   uv_unref((uv_handle_t *)&check);
   conn_t c[1];
   setup_conns(c, 1);
-  assert_false(uv_is_active((uv_handle_t *)&q.wake));
-  assert_int_equal(mlpd_bulk_leave(&q, &c[0].e, 1), 1);
-  assert_true(uv_is_active((uv_handle_t *)&q.wake));
+  assert_false(uv_is_active((uv_handle_t *)&q->wake));
+  assert_int_equal(mlpd_bulk_leave(q, &c[0].e, 1), 1);
+  assert_true(uv_is_active((uv_handle_t *)&q->wake));
   /* With the idle handle active, UV_RUN_ONCE polls without blocking; the
    * check then runs the phase, which stops the handle. */
-  uv_run(&loop, UV_RUN_ONCE);
+  uv_run(&f->loop, UV_RUN_ONCE);
   assert_int_equal(norder, 1);
-  assert_false(uv_is_active((uv_handle_t *)&q.wake));
+  assert_false(uv_is_active((uv_handle_t *)&q->wake));
   uv_close((uv_handle_t *)&check, NULL);
-  mlpd_bulk_close(&q, NULL);
-  uv_run(&loop, UV_RUN_DEFAULT);
-  assert_int_equal(uv_loop_close(&loop), 0);
+  uv_run(&f->loop, UV_RUN_NOWAIT); /* the check is on this stack */
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_order_and_what),
-      cmocka_unit_test(test_take),
-      cmocka_unit_test(test_no_leave_while_running),
-      cmocka_unit_test(test_wake),
+      cmocka_unit_test_setup_teardown(test_order_and_what, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_take, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_no_leave_while_running, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_wake, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
