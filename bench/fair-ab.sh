@@ -11,7 +11,9 @@
 #   bench/fair-ab.sh BUILD_DIR
 # Environment: DAEMONS (space-separated mlpd binaries; BUILD's alone),
 # MODEL (the large model; required), DEVICE (cuda:0), LOAD
-# (CONNS:DEPTH:ROWS, 16:8:32), DTYPE (the load's rows, f32), DURATION (the
+# (CONNS:DEPTH:ROWS, 16:8:32), LOAD_ARGS (more mlpd-bench flags for the
+# load, e.g. --shm: its rows through shared memory, as models-oip.sh's shm
+# line), DTYPE (the load's rows, f32), DURATION (the
 # lone line, s, 3), LONE_WARMUP (its unmeasured start, s, 0.5), ROUNDS (2), DAEMON_ARGS (more flags, e.g. --plan-cache
 # FILE), FAKE (1: the fake CUDA plugin of BUILD's tests, DELAY_US a batch,
 # for a rehearsal on a machine without a GPU), OUTDIR.
@@ -53,7 +55,7 @@ for round in $(seq "$ROUNDS"); do
       exit 1
     "$bench" -s "$sock" --model big -c "$conns" -d "$depth" -r "$rows" \
       --dtype "$DTYPE" -D "$(awk -v d="$DURATION" 'BEGIN { print d + 2 }')" \
-      -w 0 >"$OUTDIR/load.out" 2>&1 &
+      -w 0 ${LOAD_ARGS:-} >"$OUTDIR/load.out" 2>&1 &
     bg=$!
     sleep 1
     "$bench" -s "$sock" --model digits -c 1 -d 1 -r 1 --dtype f32 \
