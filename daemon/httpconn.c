@@ -88,6 +88,10 @@ struct mlpd_hconn_s {
   mlpd_bulk_entry_t bulk; /* BULK_READ, BULK_WRITE left for the phase */
   int arriving;           /* the model whose infer body is being received
                              (counted in srv->arriving), or -1 */
+  int routed;             /* route* hold the request being parsed's */
+  int route_rc;           /* mlpd_oip_route's */
+  mlpd_oip_route_t route;
+  mlpd_err_t route_err;
   size_t rlen;
   char *inplace; /* the read in progress goes straight into the body */
   char rbuf[RBUF_SIZE];
@@ -842,15 +846,27 @@ static int handle_probe(mlpd_hconn_t *c, hresp_t *rs) {
                      SIZE_MAX);
 }
 
+/* Routes the request being parsed, once: from its headers on (a request
+ * with a body, note_arriving) or when it is whole (handle). */
+static void route(mlpd_hconn_t *c) {
+  if (c->routed)
+    return;
+  const mlpd_httpreq_t *r = &c->req;
+  const char *method = http_method_str((enum http_method)r->parser.method);
+  mlpd_err_clear(&c->route_err);
+  c->route_rc =
+      mlpd_oip_route(method, r->url, r->url_len, &c->route, &c->route_err);
+  c->routed = 1;
+}
+
 /* Chooses the answer to the request just parsed. Returns 0, or -ENOMEM. */
 static int handle(mlpd_hconn_t *c, hresp_t *rs) {
   mlpd_httpreq_t *r = &c->req;
   const char *method = http_method_str((enum http_method)r->parser.method);
-  mlpd_oip_route_t rt;
-  mlpd_err_t err = {0};
-  int rc = mlpd_oip_route(method, r->url, r->url_len, &rt, &err);
+  route(c);
+  int rc = c->route_rc;
   if (rc == 0)
-    return handle_oip(c, rs, &rt);
+    return handle_oip(c, rs, &c->route);
   int v2 = r->url_len >= 3 && memcmp(r->url, "/v2", 3) == 0 &&
            (r->url_len == 3 || r->url[3] == '/' || r->url[3] == '?');
   if (rc == -ENOENT && !v2)
@@ -859,23 +875,23 @@ static int handle(mlpd_hconn_t *c, hresp_t *rs) {
   if (rc == -EOPNOTSUPP)
     allow = strcmp(method, "POST") == 0 ? "Allow: GET, HEAD\r\n"
                                         : "Allow: POST\r\n";
-  return reply_error_ex(c, rs, mlpd_oip_http_status(rc), allow, err.msg);
+  return reply_error_ex(c, rs, mlpd_oip_http_status(rc), allow,
+                        c->route_err.msg);
 }
 
 /* ---- parsing ------------------------------------------------------------- */
 
 /* An infer request's body, from its headers on, is rows on their way to
- * the model it names (if it names one this thread knows); routed again
- * with the whole request, where an error is answered. */
+ * the model it names (if it names one this thread knows); a bad route is
+ * answered once the request is whole (handle). */
 static void note_arriving(mlpd_hconn_t *c, const mlpd_httpreq_t *r) {
-  mlpd_oip_route_t rt;
   mlpd_requests_model_t m;
-  mlpd_err_t err = {0};
-  if (r->parser.method != HTTP_POST || r->parser.content_length == 0 ||
-      mlpd_oip_route("POST", r->url, r->url_len, &rt, &err) != 0 ||
-      rt.kind != MLPD_OIP_INFER)
+  route(c);
+  if (r->parser.content_length == 0 || c->route_rc != 0 ||
+      c->route.kind != MLPD_OIP_INFER)
     return;
-  int rc = mlpd_requests_model(c->srv->reqs, rt.model, rt.version, &m);
+  int rc =
+      mlpd_requests_model(c->srv->reqs, c->route.model, c->route.version, &m);
   if (rc == 0 && m.index >= 0 && m.index < MLPD_MAX_MODELS)
     set_arriving(c, m.index);
 }
@@ -919,7 +935,9 @@ static int on_request(mlpd_httpreq_t *r, void *ud) {
   rs->close = mlpd_httpreq_wants_close(r) || c->srv->closing;
   rs->head = r->parser.method == HTTP_HEAD;
   rs->http10 = r->parser.http_major == 1 && r->parser.http_minor == 0;
-  if (handle(c, rs) != 0) {
+  int rc = handle(c, rs);
+  c->routed = 0; /* the next request routes anew */
+  if (rc != 0) {
     conn_close(c);
     return -1;
   }
@@ -941,6 +959,7 @@ static int on_request(mlpd_httpreq_t *r, void *ud) {
 static void respond_error(mlpd_hconn_t *c) {
   int status = mlpd_httpreq_error_status(&c->req);
   set_arriving(c, -1);
+  c->routed = 0;
   hresp_t *rs = resp_push(c);
   c->final = 1;
   read_stop(c);
