@@ -22,6 +22,7 @@
 #ifndef MLPD_BULK_H
 #define MLPD_BULK_H
 
+#include <stddef.h>
 #include <uv.h>
 
 typedef struct mlpd_bulk_entry_s mlpd_bulk_entry_t;
@@ -31,10 +32,14 @@ typedef struct mlpd_bulk_entry_s mlpd_bulk_entry_t;
 typedef void (*mlpd_bulk_serve_fn)(mlpd_bulk_entry_t *e, unsigned what);
 
 struct mlpd_bulk_entry_s {
-  mlpd_bulk_serve_fn serve; /* the front end's, set before the first leave */
+  mlpd_bulk_serve_fn serve; /* the front end's, set when its record is made */
   mlpd_bulk_entry_t *prev, *next;
   unsigned what; /* left for the phase; 0 while not queued */
 };
+
+/* The record of `type` whose member `member` is entry e (in serve). */
+#define MLPD_BULK_OWNER(e, type, member)                                      \
+  ((type *)(void *)((char *)(e) - offsetof(type, member)))
 
 typedef struct mlpd_bulk_s {
   uv_idle_t wake; /* runs while copies wait: the poll does not block */

@@ -11,7 +11,6 @@
 
 #include <errno.h>
 #include <limits.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -220,7 +219,6 @@ static int leave_for_bulk(mlpd_hconn_t *c, unsigned what) {
   mlpd_httpconn_t *h = c->srv;
   if (h->closing || c->closing)
     return 0;
-  c->bulk.serve = serve_bulk;
   return mlpd_bulk_leave(h->bulk, &c->bulk, what);
 }
 
@@ -1084,8 +1082,7 @@ static void bulk_read(mlpd_hconn_t *c) {
 
 /* The bulk phase's call (bulk.h), and closing's: the copies left. */
 static void serve_bulk(mlpd_bulk_entry_t *e, unsigned what) {
-  mlpd_hconn_t *c =
-      (mlpd_hconn_t *)((char *)e - offsetof(mlpd_hconn_t, bulk));
+  mlpd_hconn_t *c = MLPD_BULK_OWNER(e, mlpd_hconn_t, bulk);
   if (c->closing)
     return;
   if (what & BULK_WRITE)
@@ -1151,6 +1148,7 @@ static void on_connection(uv_stream_t *server, int status) {
   }
   c->srv = h;
   c->arriving = -1;
+  c->bulk.serve = serve_bulk;
   if (h->cfg.is_unix)
     uv_pipe_init(h->loop, &c->io.pipe, 0);
   else

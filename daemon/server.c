@@ -8,7 +8,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -306,7 +305,6 @@ static int leave_for_bulk(mlpd_conn_t *c, int events) {
   int was_reading = (c->bulk.what & BULK_READ) != 0;
   if (s->closing || c->closing)
     return 0;
-  c->bulk.serve = serve_bulk;
   if (!mlpd_bulk_leave(s->cfg.bulk, &c->bulk, (unsigned)events))
     return 0;
   /* A bulky connection's bytes left unread until the bulk phase are rows
@@ -858,8 +856,7 @@ static void on_io(uv_poll_t *h, int status, int events) {
 
 /* The bulk phase's call (bulk.h): the copies left for it. */
 static void serve_bulk(mlpd_bulk_entry_t *e, unsigned events) {
-  mlpd_conn_t *c =
-      (mlpd_conn_t *)((char *)e - offsetof(mlpd_conn_t, bulk));
+  mlpd_conn_t *c = MLPD_BULK_OWNER(e, mlpd_conn_t, bulk);
   bulk_uncount(c, events);
   if (!c->closing)
     serve_io(c, (int)events);
@@ -942,6 +939,7 @@ static void accept_one(mlpd_server_t *s, int fd) {
   }
   c->fd = fd;
   c->srv = s;
+  c->bulk.serve = serve_bulk;
   c->peer = peer;
   c->serial = ++s->serial;
   c->tag = -1;

@@ -458,29 +458,37 @@ static void wait_answered(atomic_long *answered, long n) {
   }
 }
 
-/* One fake GPU (the plugin: `delay_us` a batch, three in flight) behind
+/* One fake GPU (the plugin: a batch's time as `delay_env` says, the
+ * plugin's MLPD_FAKE_CUDA_DELAY_US or _FILE; three in flight) behind
  * `io_threads` I/O threads, batches of 32 rows, and --max-queue-delay-ms
  * `bound_ms` ("0": none). With `compute` 0 the plugin does not compute
- * the rows (a batch then takes `delay_us` whatever its rows, even on a
+ * the rows (a batch then takes its time whatever its rows, even on a
  * slow sanitizer build). */
-static void fake_device_start(td_daemon_t *d, const char *io_threads,
-                              const char *max_queue, const char *delay_us,
+static void fake_device_spawn(td_daemon_t *d, const char *io_threads,
+                              const char *max_queue, const char *delay_env,
                               const char *bound_ms, int compute) {
   const char *args[] = {"--device",    "cuda:0",  "--io-threads",
                         io_threads,    "--max-batch", "32",
                         "--max-queue", max_queue, "--max-queue-delay-ms",
                         bound_ms,      NULL};
-  char delay[64];
-  snprintf(delay, sizeof(delay), "MLPD_FAKE_CUDA_DELAY_US=%s", delay_us);
   const char *env[] = {"MLPD_PLUGIN_DIR=" MLPD_FAKE_PLUGIN_DIR,
                        fake_driver_path(),
                        "MLPD_FAKE_CUDA_DEVICES=1",
                        "MLPD_FAKE_CUDA_DEPTH=3",
-                       delay,
+                       delay_env,
                        compute ? NULL : "MLPD_FAKE_CUDA_COMPUTE=0",
                        NULL};
   td_spawn_ex(d, DIGITS, args, env, -1, -1);
   td_wait_ready(d, TIMEOUT);
+}
+
+/* The same, `delay_us` a batch. */
+static void fake_device_start(td_daemon_t *d, const char *io_threads,
+                              const char *max_queue, const char *delay_us,
+                              const char *bound_ms, int compute) {
+  char delay[64];
+  snprintf(delay, sizeof(delay), "MLPD_FAKE_CUDA_DELAY_US=%s", delay_us);
+  fake_device_spawn(d, io_threads, max_queue, delay, bound_ms, compute);
 }
 
 #define MAX_LOOPS 16
@@ -661,18 +669,8 @@ static void test_reload_forgets_the_rate(void **state) {
   snprintf(delay_env, sizeof(delay_env), "MLPD_FAKE_CUDA_DELAY_FILE=%s",
            delay_file);
   tu_write_file(delay_file, "20000", 5);
-  const char *args[] = {"--device", "cuda:0", "--io-threads", "1",
-                        "--max-batch", "32", "--max-queue", "4096",
-                        "--max-queue-delay-ms", "100", NULL};
-  const char *env[] = {"MLPD_PLUGIN_DIR=" MLPD_FAKE_PLUGIN_DIR,
-                       fake_driver_path(),
-                       "MLPD_FAKE_CUDA_DEVICES=1",
-                       "MLPD_FAKE_CUDA_COMPUTE=0",
-                       delay_env,
-                       NULL};
   td_daemon_t d;
-  td_spawn_ex(&d, DIGITS, args, env, -1, -1);
-  td_wait_ready(&d, TIMEOUT);
+  fake_device_spawn(&d, "1", "4096", delay_env, "100", 0);
   /* The first version's rate: past the cold batches, full ones. */
   static loops_t L;
   loops_start(&L, d.sock, 1, 2, 32);
