@@ -50,17 +50,20 @@ unsigned mlpd_bulk_take(mlpd_bulk_t *q, mlpd_bulk_entry_t *e) {
   return what;
 }
 
-int mlpd_bulk_run(mlpd_bulk_t *q) {
+int mlpd_bulk_run(mlpd_bulk_t *q, uint64_t budget_ns) {
+  const uint64_t start = budget_ns > 0 ? uv_hrtime() : 0;
   int served = 0;
   q->running = 1;
   while (q->head != NULL) {
+    if (served > 0 && budget_ns > 0 && uv_hrtime() - start >= budget_ns)
+      break;
     mlpd_bulk_entry_t *e = q->head;
     unsigned what = mlpd_bulk_take(q, e);
     e->serve(e, what);
     served++;
   }
   q->running = 0;
-  if (!uv_is_closing((uv_handle_t *)&q->wake))
+  if (q->head == NULL && !uv_is_closing((uv_handle_t *)&q->wake))
     uv_idle_stop(&q->wake);
   return served;
 }

@@ -23,6 +23,7 @@
 #define MLPD_BULK_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <uv.h>
 
 typedef struct mlpd_bulk_entry_s mlpd_bulk_entry_t;
@@ -57,8 +58,14 @@ int mlpd_bulk_leave(mlpd_bulk_t *q, mlpd_bulk_entry_t *e, unsigned what);
 /* Takes e off the queue; returns what it had left (0: it was not on it). */
 unsigned mlpd_bulk_take(mlpd_bulk_t *q, mlpd_bulk_entry_t *e);
 
-/* The phase: serves every entry, oldest first. Returns how many. */
-int mlpd_bulk_run(mlpd_bulk_t *q);
+/* The phase: serves entries, oldest first, until none is left or, once
+ * one was served, `budget_ns` have passed (0: no bound). What is left
+ * stays queued, first in line for the next iteration's phase, and the
+ * idle handle stays on, so that iteration's poll does not block: a small
+ * request that came meanwhile waits for at most the budget and one
+ * entry's copies, not for every bulky connection of the thread. Returns
+ * how many were served. */
+int mlpd_bulk_run(mlpd_bulk_t *q, uint64_t budget_ns);
 
 /* Closes the idle handle (cb as uv_close's); the queue must be empty. */
 void mlpd_bulk_close(mlpd_bulk_t *q, uv_close_cb cb);

@@ -12,6 +12,17 @@
 #include <string.h>
 #include <unistd.h>
 
+/* How long one bulk phase may copy before the loop polls again (bulk.h):
+ * a small request or a batch's completion that comes while bulky
+ * connections copy waits for this and one connection's copies (at most
+ * one read and one flush, server.c), not for all of them. On an H100
+ * (bench/RESULTS.md, 2026-12-07, bench/bulk-budget-ab.sh) the digits'
+ * lone p99 beside an inline mlp-4k load fell from 0.54-0.80 ms (0.10-0.36
+ * of it in the daemon) to 0.28-0.60 (0.06-0.10) with 1-50 us; 100 us
+ * gained less; the load's inline rows/s the same with f32 rows, 6% less
+ * with bf16 (within its spread of rounds). */
+#define BULK_PHASE_NS (25u * 1000u)
+
 static void tell_daemon(mlpd_dispatch_t *d, int type) {
   mlpd_dispatch_msg_t *m = &d->to_daemon[type - MLPD_MSG_SWITCHED];
   m->msg.type = type;
@@ -68,7 +79,7 @@ static void settle(mlpd_dispatch_t *d) {
 static void on_check(uv_check_t *h) {
   mlpd_dispatch_t *d = h->data;
   settle(d);
-  if (mlpd_bulk_run(&d->bulk) > 0)
+  if (mlpd_bulk_run(&d->bulk, BULK_PHASE_NS) > 0)
     settle(d);
 }
 

@@ -22,6 +22,7 @@ typedef struct {
 static int order[8], norder;
 static unsigned got[8];
 static mlpd_bulk_t *leave_again; /* serve() tries to leave again */
+static uint64_t serve_ns;        /* serve() takes at least this long */
 
 static void serve(mlpd_bulk_entry_t *e, unsigned what) {
   conn_t *c = (conn_t *)e;
@@ -30,6 +31,8 @@ static void serve(mlpd_bulk_entry_t *e, unsigned what) {
   got[norder++] = what;
   if (leave_again != NULL)
     assert_int_equal(mlpd_bulk_leave(leave_again, e, 1), 0);
+  for (uint64_t t0 = uv_hrtime(); uv_hrtime() - t0 < serve_ns;)
+    ;
 }
 
 /* Each test's loop and queue. */
@@ -62,6 +65,7 @@ static void setup_conns(conn_t *c, int n) {
   }
   norder = 0;
   leave_again = NULL;
+  serve_ns = 0;
 }
 
 /* Served oldest first, each once with everything it left. */
@@ -75,7 +79,7 @@ static void test_order_and_what(void **state) {
   assert_int_equal(mlpd_bulk_leave(q, &c[2].e, 4), 1); /* again: keeps its
                                                           place */
   assert_int_equal(mlpd_bulk_leave(q, &c[1].e, 1), 1);
-  assert_int_equal(mlpd_bulk_run(q), 3);
+  assert_int_equal(mlpd_bulk_run(q, 0), 3);
   assert_int_equal(norder, 3);
   assert_int_equal(order[0], 2);
   assert_int_equal(got[0], 5);
@@ -84,7 +88,7 @@ static void test_order_and_what(void **state) {
   assert_int_equal(order[2], 1);
   assert_null(q->head);
   assert_null(q->tail);
-  assert_int_equal(mlpd_bulk_run(q), 0);
+  assert_int_equal(mlpd_bulk_run(q, 0), 0);
 }
 
 /* A connection that closes takes its entry off, wherever it stands, with
@@ -103,7 +107,7 @@ static void test_take(void **state) {
   assert_ptr_equal(q->head, &c[2].e);
   assert_ptr_equal(q->tail, &c[2].e);
   assert_int_equal(mlpd_bulk_leave(q, &c[0].e, 1), 1); /* behind c[2] */
-  assert_int_equal(mlpd_bulk_run(q), 2);
+  assert_int_equal(mlpd_bulk_run(q, 0), 2);
   assert_int_equal(order[0], 2);
   assert_int_equal(order[1], 0);
 }
@@ -118,16 +122,47 @@ static void test_no_leave_while_running(void **state) {
   leave_again = q;
   assert_int_equal(mlpd_bulk_leave(q, &c[0].e, 1), 1);
   assert_int_equal(mlpd_bulk_leave(q, &c[1].e, 1), 1);
-  assert_int_equal(mlpd_bulk_run(q), 2);
+  assert_int_equal(mlpd_bulk_run(q, 0), 2);
   assert_null(q->head);
   assert_int_equal(q->running, 0);
+}
+
+/* A phase with a budget stops once its copies took that long (after the
+ * first entry: each phase makes progress), and what is left waits first
+ * in line, with the idle handle on, so that the next iteration's poll
+ * (the small requests that came meanwhile) does not block; entries left
+ * after the phase queue behind it. */
+static void test_budget(void **state) {
+  fixture_t *f = *state;
+  mlpd_bulk_t *q = &f->q;
+  conn_t c[4];
+  setup_conns(c, 4);
+  serve_ns = 200000; /* each copy outlasts the budget below */
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(mlpd_bulk_leave(q, &c[i].e, 1), 1);
+  assert_int_equal(mlpd_bulk_run(q, 100000), 1);
+  assert_int_equal(order[0], 0);
+  assert_ptr_equal(q->head, &c[1].e);
+  assert_true(uv_is_active((uv_handle_t *)&q->wake));
+  assert_int_equal(mlpd_bulk_leave(q, &c[0].e, 2), 1); /* came back */
+  assert_int_equal(mlpd_bulk_leave(q, &c[3].e, 1), 1);
+  assert_int_equal(mlpd_bulk_run(q, 100000), 1);
+  assert_int_equal(order[1], 1);
+  serve_ns = 0; /* copies now fit in the budget: the rest in one phase */
+  assert_int_equal(mlpd_bulk_run(q, 100000000), 3);
+  assert_int_equal(order[2], 2);
+  assert_int_equal(order[3], 0);
+  assert_int_equal(got[3], 2);
+  assert_int_equal(order[4], 3);
+  assert_null(q->head);
+  assert_false(uv_is_active((uv_handle_t *)&q->wake));
 }
 
 /* The idle handle is active exactly while copies wait, so that a copy
  * left after the poll (from a timer) does not wait for the poll's
  * timeout: a loop iteration with nothing else to do ends at once. */
 static void on_check(uv_check_t *h) {
-  (void)mlpd_bulk_run(h->data);
+  (void)mlpd_bulk_run(h->data, 0);
 }
 
 static void test_wake(void **state) {
@@ -158,6 +193,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_take, setup, teardown),
       cmocka_unit_test_setup_teardown(test_no_leave_while_running, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(test_budget, setup, teardown),
       cmocka_unit_test_setup_teardown(test_wake, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

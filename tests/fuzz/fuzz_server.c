@@ -164,7 +164,7 @@ static void check_arriving(const run_t *r) {
  * (bulk.h), as the daemon's dispatcher runs it. */
 static void on_check(uv_check_t *h) {
   run_t *r = h->data;
-  mlpd_bulk_run(r->bulk);
+  mlpd_bulk_run(r->bulk, 0);
   FUZZ_CHECK(r->bulk->head == NULL);
 }
 
