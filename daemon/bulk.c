@@ -6,8 +6,12 @@
 
 static void on_wake(uv_idle_t *h) { (void)h; }
 
+static mlpd_bulk_entry_t *entry_of(mlpd_link_t *l) {
+  return MLPD_CONTAINER_OF(l, mlpd_bulk_entry_t, link);
+}
+
 void mlpd_bulk_init(mlpd_bulk_t *q, uv_loop_t *loop) {
-  q->head = q->tail = NULL;
+  q->queue = (mlpd_list_t){NULL, NULL};
   q->running = 0;
   uv_idle_init(loop, &q->wake);
   q->wake.data = q;
@@ -17,16 +21,10 @@ int mlpd_bulk_leave(mlpd_bulk_t *q, mlpd_bulk_entry_t *e, unsigned what) {
   if (q->running)
     return 0;
   if (e->what == 0) {
-    e->next = NULL;
-    e->prev = q->tail;
-    if (q->tail != NULL)
-      q->tail->next = e;
-    else
-      q->head = e;
-    q->tail = e;
+    mlpd_list_push(&q->queue, &e->link);
     /* Left from a phase after the poll (a timer, a turn, a close): the
      * poll that comes before the bulk phase must not block. */
-    if (q->head == e)
+    if (q->queue.head == &e->link)
       uv_idle_start(&q->wake, on_wake);
   }
   e->what |= what;
@@ -37,15 +35,7 @@ unsigned mlpd_bulk_take(mlpd_bulk_t *q, mlpd_bulk_entry_t *e) {
   unsigned what = e->what;
   if (what == 0)
     return 0;
-  if (e->prev != NULL)
-    e->prev->next = e->next;
-  else
-    q->head = e->next;
-  if (e->next != NULL)
-    e->next->prev = e->prev;
-  else
-    q->tail = e->prev;
-  e->prev = e->next = NULL;
+  mlpd_list_remove(&q->queue, &e->link);
   e->what = 0;
   return what;
 }
@@ -54,16 +44,16 @@ int mlpd_bulk_run(mlpd_bulk_t *q, uint64_t budget_ns) {
   const uint64_t start = budget_ns > 0 ? uv_hrtime() : 0;
   int served = 0;
   q->running = 1;
-  while (q->head != NULL) {
+  while (q->queue.head != NULL) {
     if (served > 0 && budget_ns > 0 && uv_hrtime() - start >= budget_ns)
       break;
-    mlpd_bulk_entry_t *e = q->head;
+    mlpd_bulk_entry_t *e = entry_of(q->queue.head);
     unsigned what = mlpd_bulk_take(q, e);
     e->serve(e, what);
     served++;
   }
   q->running = 0;
-  if (q->head == NULL && !uv_is_closing((uv_handle_t *)&q->wake))
+  if (q->queue.head == NULL && !uv_is_closing((uv_handle_t *)&q->wake))
     uv_idle_stop(&q->wake);
   return served;
 }

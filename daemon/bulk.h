@@ -22,6 +22,8 @@
 #ifndef MLPD_BULK_H
 #define MLPD_BULK_H
 
+#include "list.h"
+
 #include <stddef.h>
 #include <stdint.h>
 #include <uv.h>
@@ -34,17 +36,13 @@ typedef void (*mlpd_bulk_serve_fn)(mlpd_bulk_entry_t *e, unsigned what);
 
 struct mlpd_bulk_entry_s {
   mlpd_bulk_serve_fn serve; /* the front end's, set when its record is made */
-  mlpd_bulk_entry_t *prev, *next;
-  unsigned what; /* left for the phase; 0 while not queued */
+  mlpd_link_t link;         /* in the queue while what != 0 */
+  unsigned what;            /* left for the phase; 0 while not queued */
 };
-
-/* The record of `type` whose member `member` is entry e (in serve). */
-#define MLPD_BULK_OWNER(e, type, member)                                      \
-  ((type *)(void *)((char *)(e) - offsetof(type, member)))
 
 typedef struct mlpd_bulk_s {
   uv_idle_t wake; /* runs while copies wait: the poll does not block */
-  mlpd_bulk_entry_t *head, *tail;
+  mlpd_list_t queue; /* of entries' links, oldest first */
   int running;
 } mlpd_bulk_t;
 

@@ -6,6 +6,12 @@
 
 #include <stdio.h>
 
+static mlpd_flow_conn_t *line_first(const mlpd_flow_t *f) {
+  return f->line.head == NULL
+             ? NULL
+             : MLPD_CONTAINER_OF(f->line.head, mlpd_flow_conn_t, link);
+}
+
 void mlpd_flow_init(mlpd_flow_t *f, int win_rows, size_t win_bytes,
                     uint64_t max_queue_delay_ns, mlpd_board_t *board,
                     mlpd_board_shard_t *stats, mlpd_scheduler_t *sched) {
@@ -46,7 +52,7 @@ static long long own_window(mlpd_flow_t *f) {
 /* Whether this thread holds connections for the budget, for the other
  * threads to see (give_way). */
 static void line_publish(mlpd_flow_t *f) {
-  atomic_store(&f->stats->waiting, f->line_head != NULL);
+  atomic_store(&f->stats->waiting, f->line.head != NULL);
 }
 
 /* A connection that wants the devices (rows admitted, or held in line for
@@ -64,17 +70,9 @@ static void note_active(mlpd_flow_t *f, mlpd_flow_conn_t *fc, int gone) {
 static void line_leave(mlpd_flow_t *f, mlpd_flow_conn_t *fc) {
   if (!fc->queued)
     return;
-  if (fc->prev != NULL)
-    fc->prev->next = fc->next;
-  else
-    f->line_head = fc->next;
-  if (fc->next != NULL)
-    fc->next->prev = fc->prev;
-  else
-    f->line_tail = fc->prev;
-  fc->prev = fc->next = NULL;
+  mlpd_list_remove(&f->line, &fc->link);
   fc->queued = 0;
-  if (f->line_head == NULL)
+  if (f->line.head == NULL)
     line_publish(f);
   note_active(f, fc, 0);
 }
@@ -82,16 +80,10 @@ static void line_leave(mlpd_flow_t *f, mlpd_flow_conn_t *fc) {
 /* Joins the line, held, from now. */
 static void line_join(mlpd_flow_t *f, mlpd_flow_conn_t *fc) {
   if (!fc->queued) {
-    int was_empty = f->line_head == NULL;
+    int was_empty = f->line.head == NULL;
     fc->queued = 1;
     fc->held_ns = mlpd_now_ns();
-    fc->next = NULL;
-    fc->prev = f->line_tail;
-    if (f->line_tail != NULL)
-      f->line_tail->next = fc;
-    else
-      f->line_head = fc;
-    f->line_tail = fc;
+    mlpd_list_push(&f->line, &fc->link);
     if (was_empty)
       line_publish(f);
     note_active(f, fc, 0);
@@ -253,20 +245,20 @@ void mlpd_flow_release(mlpd_flow_t *f, uint64_t inflight) {
       mlpd_scheduler_queued_all(f->sched) < mlpd_flow_budget(f) / 2 &&
       mlpd_now_ns() - f->refused_ns > f->max_queue_delay_ns)
     set_overload(f, 0);
-  if (f->line_head == NULL)
+  mlpd_flow_conn_t *fc = line_first(f);
+  if (fc == NULL)
     return;
   if (!f->overload && f->max_queue_delay_ns != 0 &&
-      mlpd_now_ns() - f->line_head->held_ns > f->max_queue_delay_ns)
+      mlpd_now_ns() - fc->held_ns > f->max_queue_delay_ns)
     set_overload(f, 1);
   /* In turn, oldest first, each promised a request's rows of the budget
    * (its last request's) until the budget is spoken for; in an overload
    * episode, all of them. With nothing of this thread's in flight no
    * answer would come to wake it: then the line goes in, whatever the
    * other threads hold. */
-  while (f->line_head != NULL &&
-         (f->overload || inflight == 0 ||
-          !no_room(f, 1, f->line_head->last_rows))) {
-    mlpd_flow_conn_t *fc = f->line_head;
+  for (; fc != NULL && (f->overload || inflight == 0 ||
+                        !no_room(f, 1, fc->last_rows));
+       fc = line_first(f)) {
     line_leave(f, fc);
     if (!f->overload) {
       fc->reserve = fc->last_rows > 0 ? fc->last_rows : 1;

@@ -40,6 +40,7 @@
 #define MLPD_FLOW_H
 
 #include "board.h"
+#include "list.h"
 #include "scheduler.h"
 #include "server.h"
 
@@ -57,7 +58,7 @@ typedef struct mlpd_flow_conn_s {
   int own_held;      /* held for its own window (the client's pace) */
   int queued;        /* in the thread's line of budget holds */
   uint64_t held_ns;  /* when it joined that line */
-  struct mlpd_flow_conn_s *prev, *next; /* the line, oldest first */
+  mlpd_link_t link;  /* in the line while queued */
   int last_rows;     /* rows of its last infer request (a turn's share) */
   int reserve;       /* rows of the budget promised at its release in turn */
   int turn;          /* its frame being read was promised room: it goes
@@ -74,7 +75,8 @@ typedef struct mlpd_flow_s {
   mlpd_board_t *board;         /* borrowed: the budget, other threads */
   mlpd_board_shard_t *stats;   /* borrowed: this thread's counters */
   mlpd_scheduler_t *sched;     /* borrowed: this thread's queue */
-  mlpd_flow_conn_t *line_head, *line_tail; /* held for the budget */
+  mlpd_list_t line;            /* connections held for the budget,
+                                  oldest first */
   int nactive;        /* connections with rows admitted or in the line
                          (published on the board as its active) */
   long long window;   /* own_window's answer, cached */

@@ -73,7 +73,7 @@ struct mlpd_hconn_s {
   uv_timer_t timer; /* idle, then linger */
   uv_shutdown_t shut;
   mlpd_httpconn_t *srv;
-  mlpd_hconn_t *prev, *next;
+  mlpd_link_t link; /* in srv->conns */
   mlpd_httpreq_t req;
   hresp_t *head, *tail; /* not yet written, in order */
   int npending;         /* requests in the queue (interim ones not) */
@@ -104,7 +104,7 @@ static void flush(mlpd_hconn_t *c);
 /* ---- life cycle ---------------------------------------------------------- */
 
 static void maybe_done(mlpd_httpconn_t *h) {
-  if (!h->closing || h->conns != NULL || h->started || h->rejecting)
+  if (!h->closing || h->conns.head != NULL || h->started || h->rejecting)
     return;
   mlpd_oip_buf_free(&h->out);
   free(h->scratch);
@@ -163,12 +163,7 @@ static void on_conn_closed(uv_handle_t *handle) {
   set_arriving(c, -1);
   free_resps(c);
   mlpd_httpreq_free(&c->req);
-  if (c->prev != NULL)
-    c->prev->next = c->next;
-  else
-    h->conns = c->next;
-  if (c->next != NULL)
-    c->next->prev = c->prev;
+  mlpd_list_remove(&h->conns, &c->link);
   h->nconns--;
   if (h->nconns < MAX_CONNS)
     h->full_logged = 0;
@@ -1082,7 +1077,7 @@ static void bulk_read(mlpd_hconn_t *c) {
 
 /* The bulk phase's call (bulk.h), and closing's: the copies left. */
 static void serve_bulk(mlpd_bulk_entry_t *e, unsigned what) {
-  mlpd_hconn_t *c = MLPD_BULK_OWNER(e, mlpd_hconn_t, bulk);
+  mlpd_hconn_t *c = MLPD_CONTAINER_OF(e, mlpd_hconn_t, bulk);
   if (c->closing)
     return;
   if (what & BULK_WRITE)
@@ -1157,10 +1152,7 @@ static void on_connection(uv_stream_t *server, int status) {
   c->io.handle.data = c;
   c->timer.data = c;
   c->open_handles = 2;
-  c->next = h->conns;
-  if (h->conns != NULL)
-    h->conns->prev = c;
-  h->conns = c;
+  mlpd_list_push(&h->conns, &c->link);
   h->nconns++;
   if (uv_accept(server, &c->io.stream) != 0 || h->closing) {
     conn_close(c);
@@ -1255,8 +1247,9 @@ void mlpd_httpconn_close(mlpd_httpconn_t *h, void (*done)(void *ud), void *ud) {
   /* What waits for the bulk phase is copied now, and nothing waits after
    * (leave_for_bulk). */
   h->closing = 1;
-  for (mlpd_hconn_t *c = h->conns, *next; c != NULL; c = next) {
-    next = c->next;
+  for (mlpd_link_t *l = h->conns.head, *next; l != NULL; l = next) {
+    next = l->next;
+    mlpd_hconn_t *c = MLPD_CONTAINER_OF(l, mlpd_hconn_t, link);
     unsigned what = mlpd_bulk_take(h->bulk, &c->bulk);
     if (what != 0)
       serve_bulk(&c->bulk, what);
@@ -1267,8 +1260,9 @@ void mlpd_httpconn_close(mlpd_httpconn_t *h, void (*done)(void *ud), void *ud) {
     h->listening = 0;
     uv_close(&h->listener.handle, on_listener_closed);
   }
-  for (mlpd_hconn_t *c = h->conns, *next; c != NULL; c = next) {
-    next = c->next;
+  for (mlpd_link_t *l = h->conns.head, *next; l != NULL; l = next) {
+    next = l->next;
+    mlpd_hconn_t *c = MLPD_CONTAINER_OF(l, mlpd_hconn_t, link);
     if (c->closing)
       continue;
     /* What it sent is answered (refused while draining), then it goes. */
@@ -1281,8 +1275,9 @@ void mlpd_httpconn_close(mlpd_httpconn_t *h, void (*done)(void *ud), void *ud) {
 }
 
 void mlpd_httpconn_abort(mlpd_httpconn_t *h) {
-  for (mlpd_hconn_t *c = h->conns, *next; c != NULL; c = next) {
-    next = c->next;
+  for (mlpd_link_t *l = h->conns.head, *next; l != NULL; l = next) {
+    next = l->next;
+    mlpd_hconn_t *c = MLPD_CONTAINER_OF(l, mlpd_hconn_t, link);
     conn_close(c);
   }
 }

@@ -58,6 +58,7 @@
 #include "board.h"
 #include "bulk.h"
 #include "error.h"
+#include "list.h"
 #include "oip.h"
 #include "requests.h"
 
@@ -99,7 +100,7 @@ typedef struct mlpd_httpconn_s {
                               pinned arena (mlpd_server_blocks): records,
                               responses, large bodies and answers */
   mlpd_board_t *board;   /* borrowed */
-  mlpd_hconn_t *conns;   /* owned */
+  mlpd_list_t conns;     /* the connections (their links); owned */
   int nconns;
   int closing;
   int full_logged;

@@ -344,12 +344,7 @@ static void conn_closed(uv_handle_t *h) {
     s->nheld--;
   c->closing = 1;
   note_stopped(c);
-  if (c->prev)
-    c->prev->next = c->next;
-  else
-    s->conns = c->next;
-  if (c->next)
-    c->next->prev = c->prev;
+  mlpd_list_remove(&s->conns, &c->link);
   s->nconns--;
   mlpd_access_release(s->cfg.access, c->peer.uid);
   for (int i = 0; i < c->nfds; i++)
@@ -667,8 +662,9 @@ static void process(mlpd_conn_t *c) {
  * that a deep pipeline on one connection takes its turn like the others. */
 static void on_turn(uv_idle_t *h) {
   mlpd_server_t *s = h->data;
-  for (mlpd_conn_t *c = s->conns, *next; c != NULL; c = next) {
-    next = c->next;
+  for (mlpd_link_t *l = s->conns.head, *next; l != NULL; l = next) {
+    next = l->next;
+    mlpd_conn_t *c = MLPD_CONTAINER_OF(l, mlpd_conn_t, link);
     if (!c->backlog || c->closing)
       continue;
     set_backlog(c, 0);
@@ -856,7 +852,7 @@ static void on_io(uv_poll_t *h, int status, int events) {
 
 /* The bulk phase's call (bulk.h): the copies left for it. */
 static void serve_bulk(mlpd_bulk_entry_t *e, unsigned events) {
-  mlpd_conn_t *c = MLPD_BULK_OWNER(e, mlpd_conn_t, bulk);
+  mlpd_conn_t *c = MLPD_CONTAINER_OF(e, mlpd_conn_t, bulk);
   bulk_uncount(c, events);
   if (!c->closing)
     serve_io(c, (int)events);
@@ -944,10 +940,7 @@ static void accept_one(mlpd_server_t *s, int fd) {
   c->serial = ++s->serial;
   c->tag = -1;
   c->active_ns = mlpd_now_ns();
-  c->next = s->conns;
-  if (s->conns)
-    s->conns->prev = c;
-  s->conns = c;
+  mlpd_list_push(&s->conns, &c->link);
   s->nconns++;
   s->cb.on_open(s->cb.ud, c);
   update_poll(c);
@@ -986,8 +979,9 @@ static void on_timer(uv_timer_t *t) {
   uint64_t idle = s->cfg.idle_timeout_ms * 1000000u;
   uint64_t frame = s->cfg.frame_timeout_ms * 1000000u;
   char msg[160];
-  for (mlpd_conn_t *c = s->conns, *next; c != NULL; c = next) {
-    next = c->next;
+  for (mlpd_link_t *l = s->conns.head, *next; l != NULL; l = next) {
+    next = l->next;
+    mlpd_conn_t *c = MLPD_CONTAINER_OF(l, mlpd_conn_t, link);
     if (c->closing)
       continue;
     if (c->close_after_write) {
@@ -1101,8 +1095,9 @@ void mlpd_server_close(mlpd_server_t *s, int after_write,
     uv_close((uv_handle_t *)&s->accept_retry, handle_closed);
     uv_close((uv_handle_t *)&s->turns, handle_closed);
   }
-  for (mlpd_conn_t *c = s->conns, *next; c != NULL; c = next) {
-    next = c->next;
+  for (mlpd_link_t *l = s->conns.head, *next; l != NULL; l = next) {
+    next = l->next;
+    mlpd_conn_t *c = MLPD_CONTAINER_OF(l, mlpd_conn_t, link);
     if (after_write)
       read_buffered(c);
     mlpd_server_close_conn(c, after_write);
@@ -1111,8 +1106,9 @@ void mlpd_server_close(mlpd_server_t *s, int after_write,
 }
 
 void mlpd_server_abort(mlpd_server_t *s) {
-  for (mlpd_conn_t *c = s->conns, *next; c != NULL; c = next) {
-    next = c->next;
+  for (mlpd_link_t *l = s->conns.head, *next; l != NULL; l = next) {
+    next = l->next;
+    mlpd_conn_t *c = MLPD_CONTAINER_OF(l, mlpd_conn_t, link);
     mlpd_server_close_conn(c, 0);
   }
 }

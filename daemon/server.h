@@ -65,6 +65,7 @@
 #include "bufcache.h"
 #include "bulk.h"
 #include "error.h"
+#include "list.h"
 #include "mlpd.h"
 #include "status.h"
 
@@ -164,7 +165,7 @@ struct mlpd_conn_s {
   uint64_t frame_ns;        /* first byte of the unfinished frame, or 0 */
   uint64_t closing_ns;      /* when close_after_write was set */
   void *owner_data;         /* free for the owner */
-  mlpd_conn_t *prev, *next; /* server's list */
+  mlpd_link_t link;         /* in the server's conns */
   int corked_writes;        /* on srv->dirty: writes queued while corked */
   mlpd_conn_t *dirty_next;
   int bulky;                /* its latest frame is larger than one read */
@@ -180,7 +181,8 @@ struct mlpd_server_s {
   uv_timer_t accept_retry;
   mlpd_server_config_t cfg;
   mlpd_server_callbacks_t cb;
-  mlpd_conn_t *conns;            /* owned, every open connection */
+  mlpd_list_t conns;             /* every open connection (their links);
+                                    owned */
   mlpd_bufcache_t wcache;        /* owned: write buffers, recycled */
   uint64_t nconns;
   uint64_t serial;

@@ -86,8 +86,8 @@ static void test_order_and_what(void **state) {
   assert_int_equal(order[1], 0);
   assert_int_equal(got[1], 2);
   assert_int_equal(order[2], 1);
-  assert_null(q->head);
-  assert_null(q->tail);
+  assert_null(q->queue.head);
+  assert_null(q->queue.tail);
   assert_int_equal(mlpd_bulk_run(q, 0), 0);
 }
 
@@ -104,8 +104,8 @@ static void test_take(void **state) {
   assert_int_equal(mlpd_bulk_take(q, &c[1].e), 0);
   assert_int_equal(mlpd_bulk_take(q, &c[3].e), 8); /* the tail */
   assert_int_equal(mlpd_bulk_take(q, &c[0].e), 1); /* the head */
-  assert_ptr_equal(q->head, &c[2].e);
-  assert_ptr_equal(q->tail, &c[2].e);
+  assert_ptr_equal(q->queue.head, &c[2].e.link);
+  assert_ptr_equal(q->queue.tail, &c[2].e.link);
   assert_int_equal(mlpd_bulk_leave(q, &c[0].e, 1), 1); /* behind c[2] */
   assert_int_equal(mlpd_bulk_run(q, 0), 2);
   assert_int_equal(order[0], 2);
@@ -123,7 +123,7 @@ static void test_no_leave_while_running(void **state) {
   assert_int_equal(mlpd_bulk_leave(q, &c[0].e, 1), 1);
   assert_int_equal(mlpd_bulk_leave(q, &c[1].e, 1), 1);
   assert_int_equal(mlpd_bulk_run(q, 0), 2);
-  assert_null(q->head);
+  assert_null(q->queue.head);
   assert_int_equal(q->running, 0);
 }
 
@@ -142,7 +142,7 @@ static void test_budget(void **state) {
     assert_int_equal(mlpd_bulk_leave(q, &c[i].e, 1), 1);
   assert_int_equal(mlpd_bulk_run(q, 100000), 1);
   assert_int_equal(order[0], 0);
-  assert_ptr_equal(q->head, &c[1].e);
+  assert_ptr_equal(q->queue.head, &c[1].e.link);
   assert_true(uv_is_active((uv_handle_t *)&q->wake));
   assert_int_equal(mlpd_bulk_leave(q, &c[0].e, 2), 1); /* came back */
   assert_int_equal(mlpd_bulk_leave(q, &c[3].e, 1), 1);
@@ -154,7 +154,7 @@ static void test_budget(void **state) {
   assert_int_equal(order[3], 0);
   assert_int_equal(got[3], 2);
   assert_int_equal(order[4], 3);
-  assert_null(q->head);
+  assert_null(q->queue.head);
   assert_false(uv_is_active((uv_handle_t *)&q->wake));
 }
 

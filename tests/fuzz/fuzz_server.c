@@ -165,7 +165,7 @@ static void check_arriving(const run_t *r) {
 static void on_check(uv_check_t *h) {
   run_t *r = h->data;
   mlpd_bulk_run(r->bulk, 0);
-  FUZZ_CHECK(r->bulk->head == NULL);
+  FUZZ_CHECK(r->bulk->queue.head == NULL);
 }
 
 /* One loop turn; a connection held for a turn is let go. */
