@@ -16,11 +16,12 @@
  * a small request or a batch's completion that comes while bulky
  * connections copy waits for this and one connection's copies (at most
  * one read and one flush, server.c), not for all of them. On an H100
- * (bench/RESULTS.md, 2026-12-07, bench/bulk-budget-ab.sh) the digits'
- * lone p99 beside an inline mlp-4k load fell from 0.54-0.80 ms (0.10-0.36
- * of it in the daemon) to 0.28-0.60 (0.06-0.10) with 1-50 us; 100 us
- * gained less; the load's inline rows/s the same with f32 rows, 6% less
- * with bf16 (within its spread of rounds). */
+ * (bench/RESULTS.md, 2026-12-07, bench/bulk-budget-ab.sh, six alternating
+ * rounds) the digits' lone p99 beside an inline mlp-4k load, median, fell
+ * from 0.62 to 0.34 ms with bf16 rows and from 0.79 to 0.42 with f32, its
+ * part inside the daemon from up to 0.36 ms to at most 0.10; 1 and 50 us did
+ * as well, 100 less. The load's rows/s: the same with f32 rows, 6% less
+ * with bf16 (within the rounds' spread). */
 #define BULK_PHASE_NS (25u * 1000u)
 
 static void tell_daemon(mlpd_dispatch_t *d, int type) {
