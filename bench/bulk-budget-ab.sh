@@ -20,6 +20,8 @@ gpu_build . $B OFF || { tail -30 $B.log; exit 1; }
 python3 models/make_model.py mlp-4k -o /tmp/mlp-4k.safetensors >/dev/null
 src=daemon/dispatch.c
 cp $src /tmp/dispatch.c.orig
+# The source is rewritten per budget: put it back however the script ends.
+trap 'cp /tmp/dispatch.c.orig $src' EXIT
 daemons=()
 for us in ${BUDGETS_US:-0 25 50 100}; do
   sed -E "s/^#define BULK_PHASE_NS .*/#define BULK_PHASE_NS (${us}u * 1000u)/" \
@@ -30,6 +32,9 @@ for us in ${BUDGETS_US:-0 25 50 100}; do
   daemons+=($B/daemon/mlpd-$us)
 done
 cp /tmp/dispatch.c.orig $src
+trap - EXIT
+# build-gpu outlives the call on a warm machine: its mlpd is the tree's
+cmake --build $B --target mlpd >>$B.log 2>&1
 echo "# bench/bulk-budget-ab.sh at $(git rev-parse --short HEAD 2>/dev/null)" \
   "on $(nvidia-smi --query-gpu=name --format=csv,noheader), $(nproc) cores," \
   "$(date -u '+%F %H:%M') UTC; budgets (us) ${BUDGETS_US:-0 25 50 100}"

@@ -7,8 +7,9 @@
  * httpconn.h) leaves it here, and the owner runs the phase once a loop
  * iteration, after the small requests that the iteration brought were
  * read, batched and answered (dispatch.c, from its uv_check). So a small
- * request waits for no large copy of the same iteration, and the bulky
- * connections still get their copies in that iteration. One queue serves
+ * request waits for no large copy of the same iteration; the bulky
+ * connections get their copies in that iteration, or, once the phase has
+ * used its time budget (mlpd_bulk_run), first in the next. One queue serves
  * both front ends of the thread: their copies are made in the order they
  * were left, whichever protocol they came by.
  *
@@ -48,8 +49,8 @@ typedef struct mlpd_bulk_s {
 
 void mlpd_bulk_init(mlpd_bulk_t *q, uv_loop_t *loop);
 
-/* Leaves `what` (nonzero) of e's copies for the phase of this loop
- * iteration, added to what e had left. Returns 0 while the phase runs:
+/* Leaves `what` (nonzero) of e's copies for the next phase, added to
+ * what e had left. Returns 0 while the phase runs:
  * the caller then copies now. */
 int mlpd_bulk_leave(mlpd_bulk_t *q, mlpd_bulk_entry_t *e, unsigned what);
 

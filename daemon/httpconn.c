@@ -207,8 +207,8 @@ enum { BULK_READ = 1, BULK_WRITE = 2 };
 
 static void serve_bulk(mlpd_bulk_entry_t *e, unsigned what);
 
-/* Leaves the connection's read or its writes (`what`) to the bulk phase
- * of this loop iteration; 0 when it cannot (that phase running, or
+/* Leaves the connection's read or its writes (`what`) to the thread's
+ * bulk phase (bulk.h); 0 when it cannot (that phase running, or
  * closing), and the caller copies now. */
 static int leave_for_bulk(mlpd_hconn_t *c, unsigned what) {
   mlpd_httpconn_t *h = c->srv;

@@ -297,8 +297,8 @@ static int is_bulky(const mlpd_conn_t *c, int events) {
 
 static void serve_bulk(mlpd_bulk_entry_t *e, unsigned events);
 
-/* Leaves the connection's copies for `events` to the bulk phase of this
- * loop iteration; 0 when it cannot (that phase running, or closing), and
+/* Leaves the connection's copies for `events` to the thread's bulk phase
+ * (bulk.h); 0 when it cannot (that phase running, or closing), and
  * the caller serves them now. */
 static int leave_for_bulk(mlpd_conn_t *c, int events) {
   mlpd_server_t *s = c->srv;
@@ -473,8 +473,8 @@ int mlpd_server_write_from(mlpd_conn_t *c, uint8_t *buf, size_t from,
     return 0;
   }
   /* Write at once: a response waiting for the next poll round costs a
-   * loop iteration of latency. A bulky queue waits only for this
-   * iteration's bulk phase. */
+   * loop iteration of latency. A bulky queue waits only for the next
+   * bulk phase. */
   if (c->whead == w)
     write_soon(c);
   else

@@ -38,8 +38,8 @@
  * not served where the loop reports them but left for the owner's bulk
  * phase (bulk.h), so that a small request reported in the same iteration
  * is read, batched and answered before the large copies instead of behind
- * them. The bulky connections still get their copies in that same
- * iteration.
+ * them. The bulky connections get their copies in that iteration's bulk
+ * phase, or first in the next once a phase's time budget is spent.
  *
  * Descriptors: the read that brings one must start at a frame boundary
  * with nothing buffered and hold exactly one frame (the protocol's rule: a
