@@ -137,11 +137,10 @@ static void add_model(mlpd_board_t *b, mlpd_metrics_t *m) {
   free(pd);
 }
 
-size_t mlpd_board_render(void *ud, char *buf, size_t cap) {
-  mlpd_board_t *b = ud;
+mlpd_metrics_t *mlpd_board_merge(mlpd_board_t *b) {
   mlpd_metrics_t *m = malloc(sizeof(*m));
   if (m == NULL)
-    return 0;
+    return NULL;
   mlpd_metrics_init(m);
   for (int i = 0; i < b->nshards; i++) {
     pthread_mutex_lock(&b->shards[i].mu);
@@ -172,6 +171,13 @@ size_t mlpd_board_render(void *ud, char *buf, size_t cap) {
             : 0;
   }
   pthread_mutex_unlock(&b->models.mu);
+  return m;
+}
+
+size_t mlpd_board_render(void *ud, char *buf, size_t cap) {
+  mlpd_metrics_t *m = mlpd_board_merge(ud);
+  if (m == NULL)
+    return 0;
   size_t n = mlpd_metrics_render(m, buf, cap);
   free(m);
   return n;

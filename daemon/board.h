@@ -142,6 +142,11 @@ mlpd_board_shard_t *mlpd_board_shard(mlpd_board_t *b, int i);
  * Any thread; ud is the board (the shape of mlpd_http_health_fn). */
 void mlpd_board_health(void *ud, int *live, int *ready, const char **state);
 
+/* Every shard's metrics merged, with the daemon-wide values and the model
+ * table's names (what /metrics renders), in a block the caller frees; NULL
+ * when out of memory. Any thread; not for the hot path. */
+mlpd_metrics_t *mlpd_board_merge(mlpd_board_t *b);
+
 /* The whole metrics text, with mlpd_metrics_render's return convention.
  * Any thread; ud is the board. */
 size_t mlpd_board_render(void *ud, char *buf, size_t cap);

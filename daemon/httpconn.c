@@ -774,6 +774,77 @@ static int repo_index(mlpd_hconn_t *c, hresp_t *rs) {
   return rc;
 }
 
+/* Unix ms of a monotonic instant (mlpd_now_ns) in the past; 0 stays 0. */
+static uint64_t unix_ms_of(uint64_t mono_ns) {
+  if (mono_ns == 0)
+    return 0;
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  uint64_t now_ms = (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+  uint64_t ago_ms = (mlpd_now_ns() - mono_ns) / 1000000u;
+  return ago_ms < now_ms ? now_ms - ago_ms : 0;
+}
+
+static void fill_stats(mlpd_oip_model_stats_t *e, const mlpd_metrics_t *mm,
+                       int k, const char *name, const char *version) {
+  uint64_t all = 0;
+  for (int i = 0; i < MLPD_STATUS_SLOTS; i++)
+    all += mm->model_requests[k][i];
+  const uint64_t ok = mm->model_requests[k][MLPD_STATUS_OK];
+  const double fail_s =
+      mm->model_request_duration[k].sum - mm->model_ok_seconds[k];
+  *e = (mlpd_oip_model_stats_t){
+      .name = name,
+      .version = version,
+      .last_inference_ms = unix_ms_of(mm->model_last_ns[k]),
+      .inference_count = mm->model_rows[k],
+      .execution_count = mm->model_batches[k],
+      .success = ok,
+      .success_ns = (uint64_t)(mm->model_ok_seconds[k] * 1e9),
+      .fail = all - ok,
+      .fail_ns = fail_s > 0 ? (uint64_t)(fail_s * 1e9) : 0,
+      .ran = mm->model_ran[k],
+      .queue_ns = (uint64_t)(mm->model_queue_seconds[k] * 1e9),
+      .compute_ns = (uint64_t)(mm->model_compute_seconds[k] * 1e9)};
+}
+
+/* Triton's statistics extension: one model's counters (known, served or
+ * not), or every model's of the table. Not the hot path. */
+static int model_stats(mlpd_hconn_t *c, hresp_t *rs,
+                       const mlpd_oip_route_t *rt) {
+  mlpd_httpconn_t *h = c->srv;
+  mlpd_requests_model_t one;
+  if (rt->model[0] != '\0' &&
+      mlpd_requests_model(h->reqs, rt->model, rt->version, &one) ==
+          MLPD_ENOENT) {
+    int rc = find_model(c, rs, rt, &one); /* answers the 404 */
+    return rc < 0 ? rc : 0;
+  }
+  mlpd_metrics_t *mm = mlpd_board_merge(h->board);
+  mlpd_models_status_t *ms =
+      rt->model[0] == '\0' ? malloc(INDEX_MAX * sizeof(*ms)) : NULL;
+  if (mm == NULL || (rt->model[0] == '\0' && ms == NULL)) {
+    free(mm);
+    free(ms);
+    return reply_error(c, rs, 503, "out of memory gathering statistics");
+  }
+  mlpd_oip_model_stats_t e[INDEX_MAX];
+  int n = 0;
+  if (ms == NULL) {
+    if (one.index < MLPD_METRICS_MAX_MODELS)
+      fill_stats(&e[n++], mm, one.index, one.name, one.version);
+  } else {
+    int total = mlpd_requests_models(h->reqs, ms, INDEX_MAX);
+    for (int i = 0; i < total; i++)
+      if (ms[i].index < MLPD_METRICS_MAX_MODELS)
+        fill_stats(&e[n++], mm, ms[i].index, ms[i].name, ms[i].version);
+  }
+  int rc = reply_out(c, rs, 200, mlpd_oip_model_stats(&h->out, e, (size_t)n));
+  free(ms);
+  free(mm);
+  return rc;
+}
+
 static int handle_oip(mlpd_hconn_t *c, hresp_t *rs,
                       const mlpd_oip_route_t *rt) {
   mlpd_httpconn_t *h = c->srv;
@@ -788,6 +859,7 @@ static int handle_oip(mlpd_hconn_t *c, hresp_t *rs,
     return reply_out(c, rs, 200,
                      mlpd_oip_server_meta(&h->out, "mlpd", MLPD_VERSION, 0));
   case MLPD_OIP_MODEL_META:
+  case MLPD_OIP_MODEL_CONFIG:
   case MLPD_OIP_MODEL_READY: {
     if (rt->kind == MLPD_OIP_MODEL_READY) {
       /* A known model that is not served is "not ready", not unknown. */
@@ -803,14 +875,20 @@ static int handle_oip(mlpd_hconn_t *c, hresp_t *rs,
                            .in_features = m.in_features,
                            .out_features = m.out_features,
                            .dtype = m.dtype,
-                           .ready = m.ready};
+                           .ready = m.ready,
+                           .max_batch = m.max_batch,
+                           .max_delay_us = m.max_delay_us};
     if (rt->kind == MLPD_OIP_MODEL_META)
       return reply_out(c, rs, 200, mlpd_oip_model_meta(&h->out, &om, NULL, 0));
+    if (rt->kind == MLPD_OIP_MODEL_CONFIG)
+      return reply_out(c, rs, 200, mlpd_oip_model_config(&h->out, &om));
     return reply_out(c, rs, m.ready ? 200 : 503,
                      mlpd_oip_model_ready(&h->out, m.name, m.ready));
   }
   case MLPD_OIP_INFER:
     return handle_infer(c, rs, rt);
+  case MLPD_OIP_MODEL_STATS:
+    return model_stats(c, rs, rt);
   case MLPD_OIP_REPO_INDEX:
     return repo_index(c, rs);
   case MLPD_OIP_REPO_LOAD:

@@ -194,6 +194,12 @@ void mlpd_metrics_merge(mlpd_metrics_t *d, const mlpd_metrics_t *s) {
     d->model_batches[k] += s->model_batches[k];
     d->model_rows[k] += s->model_rows[k];
     d->model_queue_rows[k] += s->model_queue_rows[k];
+    d->model_ok_seconds[k] += s->model_ok_seconds[k];
+    d->model_ran[k] += s->model_ran[k];
+    d->model_queue_seconds[k] += s->model_queue_seconds[k];
+    d->model_compute_seconds[k] += s->model_compute_seconds[k];
+    if (s->model_last_ns[k] > d->model_last_ns[k])
+      d->model_last_ns[k] = s->model_last_ns[k];
   }
   for (int i = 0; i < MLPD_REFUSED_REASONS; i++)
     d->refused[i] += s->refused[i];
@@ -210,6 +216,19 @@ void mlpd_metrics_count_model(mlpd_metrics_t *m, int model,
   m->model_requests[model][status_slot(status)]++;
   if (seconds >= 0)
     mlpd_hist_observe(&m->model_request_duration[model], seconds);
+  if (seconds >= 0 && status == MLPD_STATUS_OK)
+    m->model_ok_seconds[model] += seconds;
+}
+
+void mlpd_metrics_model_ran(mlpd_metrics_t *m, int model, double queue_s,
+                            double compute_s, uint64_t answered_ns) {
+  if (model < 0 || model >= MLPD_METRICS_MAX_MODELS)
+    return;
+  m->model_ran[model]++;
+  m->model_queue_seconds[model] += queue_s;
+  m->model_compute_seconds[model] += compute_s;
+  if (answered_ns > m->model_last_ns[model])
+    m->model_last_ns[model] = answered_ns;
 }
 
 /* Length of the valid UTF-8 sequence at s (1..4), or 0 if the bytes there

@@ -166,6 +166,15 @@ typedef struct mlpd_metrics_s {
   uint64_t model_batches[MLPD_METRICS_MAX_MODELS];
   uint64_t model_rows[MLPD_METRICS_MAX_MODELS];
   uint64_t model_queue_rows[MLPD_METRICS_MAX_MODELS];
+  /* For the OIP statistics extension (not rendered here): request time of
+   * the OK answers; of the requests that reached a device, how many, their
+   * queue and engine time; when the latest was answered (monotonic ns,
+   * merged as the latest). */
+  double model_ok_seconds[MLPD_METRICS_MAX_MODELS];
+  uint64_t model_ran[MLPD_METRICS_MAX_MODELS];
+  double model_queue_seconds[MLPD_METRICS_MAX_MODELS];
+  double model_compute_seconds[MLPD_METRICS_MAX_MODELS];
+  uint64_t model_last_ns[MLPD_METRICS_MAX_MODELS];
   /* set when rendering: the model labels and what the daemon publishes */
   int nmodels;
   char model_names[MLPD_METRICS_MAX_MODELS][128];
@@ -200,6 +209,11 @@ void mlpd_metrics_count_uid(mlpd_metrics_t *m, int uid_slot,
  * seconds < 0: no duration (a refused request). */
 void mlpd_metrics_count_model(mlpd_metrics_t *m, int model,
                               mlpd_status_t status, double seconds);
+
+/* A request of model `model` that reached a device, answered at
+ * `answered_ns` (monotonic): its queue and engine seconds. */
+void mlpd_metrics_model_ran(mlpd_metrics_t *m, int model, double queue_s,
+                            double compute_s, uint64_t answered_ns);
 
 /* Adds the per-thread part of src (requests, histograms, batches, rows,
  * queue, connections, in flight, bytes) into dst. */

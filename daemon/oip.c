@@ -171,6 +171,13 @@ int mlpd_oip_route(const char *method, const char *target, size_t len,
       return mlpd_errf(err, -ENOENT, "not a v2 route");
     return check_method(method, 0, err);
   }
+  if (ns == 2 && seg_is(seg[0], sl[0], "models") &&
+      seg_is(seg[1], sl[1], "stats")) {
+    /* Every model's, as on Triton (a model named "stats" keeps its other
+     * routes, and this one with /versions/{v}). */
+    out->kind = MLPD_OIP_MODEL_STATS;
+    return check_method(method, 0, err);
+  }
   if (ns >= 2 && seg_is(seg[0], sl[0], "models")) {
     size_t k = 2;
     if ((rc = decode_segment(seg[1], sl[1], out->model, "model name", err)))
@@ -187,6 +194,14 @@ int mlpd_oip_route(const char *method, const char *target, size_t len,
     }
     if (ns == k + 1 && seg_is(seg[k], sl[k], "ready")) {
       out->kind = MLPD_OIP_MODEL_READY;
+      return check_method(method, 0, err);
+    }
+    if (ns == k + 1 && seg_is(seg[k], sl[k], "stats")) {
+      out->kind = MLPD_OIP_MODEL_STATS;
+      return check_method(method, 0, err);
+    }
+    if (ns == k + 1 && seg_is(seg[k], sl[k], "config")) {
+      out->kind = MLPD_OIP_MODEL_CONFIG;
       return check_method(method, 0, err);
     }
     if (ns == k + 1 && seg_is(seg[k], sl[k], "infer")) {
@@ -433,18 +448,24 @@ int mlpd_oip_server_meta(mlpd_oip_buf_t *b, const char *name,
   b->len = 0;
   if ((rc = puts_(b, "{\"name\":")) || (rc = put_jstr(b, name)) ||
       (rc = puts_(b, ",\"version\":")) || (rc = put_jstr(b, version)) ||
-      (rc = puts_(b, ",\"extensions\":[\"binary_tensor_data\"")) ||
+      (rc = puts_(b, ",\"extensions\":[\"binary_tensor_data\","
+                     "\"model_configuration\",\"statistics\"")) ||
       (repository && (rc = puts_(b, ",\"model_repository\""))) ||
       (rc = puts_(b, "]}")))
     return rc;
   return 0;
 }
 
+/* A model's one input or output: as the v2 metadata describes it (a
+ * shape with the batch dimension, -1), or as Triton's model configuration
+ * does (`config`: dims without it, data_type TYPE_...). */
 static int put_tensor_meta(mlpd_oip_buf_t *b, const char *name, mlpd_dtype_t t,
-                           size_t width) {
+                           size_t width, int config) {
   int rc;
   if ((rc = puts_(b, "[{\"name\":")) || (rc = put_jstr(b, name)) ||
-      (rc = putf(b, ",\"datatype\":\"%s\",\"shape\":[-1,%zu]}]",
+      (rc = putf(b,
+                 config ? ",\"data_type\":\"TYPE_%s\",\"dims\":[%zu]}]"
+                        : ",\"datatype\":\"%s\",\"shape\":[-1,%zu]}]",
                  mlpd_oip_datatype(t), width)))
     return rc;
   return 0;
@@ -467,13 +488,84 @@ int mlpd_oip_model_meta(mlpd_oip_buf_t *b, const mlpd_oip_model_t *m,
   }
   if ((rc = puts_(b, ",\"platform\":\"mlpd\",\"inputs\":")) ||
       (rc = put_tensor_meta(b, m->input_name ? m->input_name : "input",
-                            m->dtype, m->in_features)) ||
+                            m->dtype, m->in_features, 0)) ||
       (rc = puts_(b, ",\"outputs\":")) ||
       (rc = put_tensor_meta(b, m->output_name ? m->output_name : "output",
-                            m->dtype, m->out_features)) ||
+                            m->dtype, m->out_features, 0)) ||
       (rc = put(b, "}", 1)))
     return rc;
   return 0;
+}
+
+int mlpd_oip_model_config(mlpd_oip_buf_t *b, const mlpd_oip_model_t *m) {
+  int rc;
+  b->len = 0;
+  if ((rc = puts_(b, "{\"name\":")) || (rc = put_jstr(b, m->name)) ||
+      (rc = puts_(b, ",\"platform\":\"mlpd\",\"backend\":\"mlpd\"")) ||
+      (rc = putf(b, ",\"max_batch_size\":%d,\"input\":", m->max_batch)) ||
+      (rc = put_tensor_meta(b, m->input_name ? m->input_name : "input",
+                            m->dtype, m->in_features, 1)) ||
+      (rc = puts_(b, ",\"output\":")) ||
+      (rc = put_tensor_meta(b, m->output_name ? m->output_name : "output",
+                            m->dtype, m->out_features, 1)) ||
+      (rc = puts_(b, ",\"dynamic_batching\":")) ||
+      (rc = putf(b, "{\"max_queue_delay_microseconds\":%llu}}",
+                 (unsigned long long)m->max_delay_us)))
+    return rc;
+  return 0;
+}
+
+static int put_duration(mlpd_oip_buf_t *b, const char *key, uint64_t count,
+                        uint64_t ns) {
+  int rc;
+  if ((rc = put(b, "\"", 1)) || (rc = puts_(b, key)) ||
+      (rc = putf(b, "\":{\"count\":%llu,\"ns\":%llu}",
+                 (unsigned long long)count, (unsigned long long)ns)))
+    return rc;
+  return 0;
+}
+
+int mlpd_oip_model_stats(mlpd_oip_buf_t *b, const mlpd_oip_model_stats_t *s,
+                         size_t n) {
+  int rc;
+  b->len = 0;
+  if ((rc = puts_(b, "{\"model_stats\":[")))
+    return rc;
+  for (size_t i = 0; i < n; i++) {
+    const mlpd_oip_model_stats_t *e = &s[i];
+    if ((i && (rc = put(b, ",", 1))) || (rc = puts_(b, "{\"name\":")) ||
+        (rc = put_jstr(b, e->name)))
+      return rc;
+    if (e->version && e->version[0] &&
+        ((rc = puts_(b, ",\"version\":")) || (rc = put_jstr(b, e->version))))
+      return rc;
+    if ((rc = putf(b, ",\"last_inference\":%llu",
+                   (unsigned long long)e->last_inference_ms)) ||
+        (rc = putf(b, ",\"inference_count\":%llu",
+                   (unsigned long long)e->inference_count)) ||
+        (rc = putf(b, ",\"execution_count\":%llu",
+                   (unsigned long long)e->execution_count)) ||
+        (rc = puts_(b, ",\"inference_stats\":{")))
+      return rc;
+    const struct {
+      const char *key;
+      uint64_t count, ns;
+    } d[] = {{"success", e->success, e->success_ns},
+             {"fail", e->fail, e->fail_ns},
+             {"queue", e->ran, e->queue_ns},
+             {"compute_input", e->ran, 0},
+             {"compute_infer", e->ran, e->compute_ns},
+             {"compute_output", e->ran, 0},
+             {"cache_hit", 0, 0},
+             {"cache_miss", 0, 0}};
+    for (size_t k = 0; k < sizeof(d) / sizeof(d[0]); k++)
+      if ((k && (rc = put(b, ",", 1))) ||
+          (rc = put_duration(b, d[k].key, d[k].count, d[k].ns)))
+        return rc;
+    if ((rc = puts_(b, "},\"batch_stats\":[]}")))
+      return rc;
+  }
+  return put(b, "]}", 2);
 }
 
 int mlpd_oip_model_ready(mlpd_oip_buf_t *b, const char *name, int ready) {

@@ -42,6 +42,7 @@
 #include "mlpd.h"
 
 #include <stddef.h>
+#include <stdint.h>
 
 #define MLPD_OIP_NAME_MAX 128 /* model name, version, tensor name, with NUL */
 #define MLPD_OIP_ID_MAX 256   /* request id, with NUL */
@@ -68,6 +69,9 @@ typedef enum {
   MLPD_OIP_REPO_INDEX,      /* POST /v2/repository/index */
   MLPD_OIP_REPO_LOAD,       /* POST /v2/repository/models/{name}/load */
   MLPD_OIP_REPO_UNLOAD,     /* POST /v2/repository/models/{name}/unload */
+  MLPD_OIP_MODEL_CONFIG,    /* GET  /v2/models/{name}[/versions/{v}]/config */
+  MLPD_OIP_MODEL_STATS,     /* GET  /v2/models[/{name}[/versions/{v}]]/stats
+                               (model "": every model) */
 } mlpd_oip_route_kind_t;
 
 typedef struct mlpd_oip_route_s {
@@ -97,6 +101,9 @@ typedef struct mlpd_oip_model_s {
   mlpd_dtype_t dtype; /* the datatype metadata reports (any of the three is
                          accepted) */
   int ready;
+  int max_batch;         /* rows a batch holds (--max-batch); config only */
+  uint64_t max_delay_us; /* how long a partial batch waits for company
+                            (--max-delay-us); config only */
 } mlpd_oip_model_t;
 
 /* The caller's model table. `version` is "" when the request names none
@@ -212,7 +219,8 @@ int mlpd_oip_encode_infer(mlpd_oip_buf_t *b, const mlpd_oip_response_t *r,
 int mlpd_oip_error_body(mlpd_oip_buf_t *b, const char *msg) MLPD_MUST_CHECK;
 
 /* GET /v2: {"name":..., "version":..., "extensions":[...]}; lists
- * "binary_tensor_data", and "model_repository" when `repository`. */
+ * "binary_tensor_data" and "model_configuration", and "model_repository"
+ * when `repository`. */
 int mlpd_oip_server_meta(mlpd_oip_buf_t *b, const char *name,
                          const char *version, int repository) MLPD_MUST_CHECK;
 
@@ -222,6 +230,42 @@ int mlpd_oip_server_meta(mlpd_oip_buf_t *b, const char *name,
 int mlpd_oip_model_meta(mlpd_oip_buf_t *b, const mlpd_oip_model_t *m,
                         const char *const *versions,
                         size_t n_versions) MLPD_MUST_CHECK;
+
+/* GET .../config, Triton's model configuration extension, which its
+ * clients and perf_analyzer read before they send a request (perf_analyzer
+ * stops without it): name, platform and backend "mlpd", max_batch_size,
+ * input and output with data_type TYPE_<datatype> and dims [width] (the
+ * batch dimension left out, as Triton does for a model that batches), and
+ * dynamic_batching with max_queue_delay_microseconds. A request may hold
+ * more rows than max_batch_size: mlpd splits it over batches. */
+int mlpd_oip_model_config(mlpd_oip_buf_t *b,
+                          const mlpd_oip_model_t *m) MLPD_MUST_CHECK;
+
+/* One model's statistics (Triton's statistics extension), as the caller
+ * counted them since the daemon started. Times are sums in nanoseconds. */
+typedef struct mlpd_oip_model_stats_s {
+  const char *name;
+  const char *version;        /* NULL or "" = left out */
+  uint64_t last_inference_ms; /* Unix ms of the latest answer, 0 = none */
+  uint64_t inference_count;   /* rows computed */
+  uint64_t execution_count;   /* batches run */
+  uint64_t success, success_ns; /* answered OK: arrival to answer */
+  uint64_t fail, fail_ns;       /* answered otherwise (a refused request
+                                   adds no time) */
+  uint64_t ran, queue_ns, compute_ns; /* reached a device: queue time, and
+                                         engine time of its batches */
+} mlpd_oip_model_stats_t;
+
+/* GET .../stats: {"model_stats": [...]}, one object for each of the n
+ * models, with Triton's fields: name, version, last_inference,
+ * inference_count, execution_count, inference_stats (success, fail, queue,
+ * compute_input, compute_infer, compute_output, cache_hit, cache_miss, each
+ * {"count", "ns"}) and batch_stats (empty: not kept). The engine's time is
+ * compute_infer's; compute_input and compute_output count the same
+ * requests with no time of their own (the copies are in the engine's
+ * time), and the cache entries are zero (mlpd caches no responses). */
+int mlpd_oip_model_stats(mlpd_oip_buf_t *b, const mlpd_oip_model_stats_t *s,
+                         size_t n) MLPD_MUST_CHECK;
 
 /* GET .../ready: {"name":..., "ready": true|false}. The caller answers 200
  * when ready, else 503 with this body or an error body. */

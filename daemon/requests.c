@@ -226,9 +226,12 @@ static void count_done(mlpd_requests_t *r, const dreq_t *q,
                                  ? (double)(now - req->arrival_ns) / 1e9
                                  : -1);
     if (status != MLPD_STATUS_CANCELLED) {
-      if (req->start_ns != 0)
-        mlpd_hist_observe(&m->queue_duration,
-                          (double)(req->start_ns - req->arrival_ns) / 1e9);
+      if (req->start_ns != 0) {
+        const double queue_s = (double)(req->start_ns - req->arrival_ns) / 1e9;
+        mlpd_hist_observe(&m->queue_duration, queue_s);
+        mlpd_metrics_model_ran(m, req->model, queue_s,
+                               (double)req->compute_ns / 1e9, now);
+      }
       mlpd_hist_observe(&m->request_duration,
                         (double)(now - req->arrival_ns) / 1e9);
     }
@@ -1064,7 +1067,9 @@ int mlpd_requests_model(mlpd_requests_t *r, const char *name,
       .in_features = sh != NULL ? (size_t)sh->in_features : 0,
       .out_features = sh != NULL ? (size_t)sh->out_features : 0,
       .dtype = MLPD_DTYPE_F32,
-      .ready = ready};
+      .ready = ready,
+      .max_batch = sh != NULL ? sh->max_batch : 0,
+      .max_delay_us = r->sched->cfg.max_delay_ns / 1000u};
   return sh != NULL ? 0 : MLPD_EBUSY;
 }
 

@@ -139,6 +139,8 @@ typedef struct mlpd_requests_model_s {
   size_t in_features, out_features; /* 0 while not served here */
   mlpd_dtype_t dtype; /* the compute dtype, as metadata reports it */
   int ready;
+  int max_batch;         /* rows a batch holds; 0 while not served here */
+  uint64_t max_delay_us; /* how long a partial batch waits for company */
 } mlpd_requests_model_t;
 
 /* Finds a model by name and version ("" = the only or default model, the

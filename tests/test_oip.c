@@ -528,6 +528,17 @@ static void test_routes(void **state) {
       {"GET", "/v2/models/mlp", 0, MLPD_OIP_MODEL_META, "mlp", ""},
       {"GET", "/v2/models/mlp/versions/3", 0, MLPD_OIP_MODEL_META, "mlp", "3"},
       {"GET", "/v2/models/mlp/ready", 0, MLPD_OIP_MODEL_READY, "mlp", ""},
+      {"GET", "/v2/models/mlp/config", 0, MLPD_OIP_MODEL_CONFIG, "mlp", ""},
+      {"GET", "/v2/models/stats", 0, MLPD_OIP_MODEL_STATS, "", ""},
+      {"GET", "/v2/models/mlp/stats", 0, MLPD_OIP_MODEL_STATS, "mlp", ""},
+      {"GET", "/v2/models/mlp/versions/4/stats", 0, MLPD_OIP_MODEL_STATS, "mlp",
+       "4"},
+      /* A model named "stats": its statistics with a version, as on Triton. */
+      {"GET", "/v2/models/stats/versions/1/stats", 0, MLPD_OIP_MODEL_STATS,
+       "stats", "1"},
+      {"GET", "/v2/models/stats/ready", 0, MLPD_OIP_MODEL_READY, "stats", ""},
+      {"GET", "/v2/models/mlp/versions/2/config", 0, MLPD_OIP_MODEL_CONFIG,
+       "mlp", "2"},
       {"GET", "/v2/models/a%20b/versions/v%2F1/ready", 0, MLPD_OIP_MODEL_READY,
        "a b", "v/1"},
       {"POST", "/v2/models/mlp/infer", 0, MLPD_OIP_INFER, "mlp", ""},
@@ -547,6 +558,8 @@ static void test_routes(void **state) {
       {"GET", "/v2/models/mlp/infer", -EOPNOTSUPP, 0, "", ""},
       {"PUT", "/v2/health/live", -EOPNOTSUPP, 0, "", ""},
       {"GET", "/v2/repository/index", -EOPNOTSUPP, 0, "", ""},
+      {"POST", "/v2/models/mlp/config", -EOPNOTSUPP, 0, "", ""},
+      {"POST", "/v2/models/stats", -EOPNOTSUPP, 0, "", ""},
       /* Not v2 routes. */
       {"GET", "/", -ENOENT, 0, "", ""},
       {"GET", "/healthz", -ENOENT, 0, "", ""},
@@ -772,7 +785,8 @@ static void test_metadata(void **state) {
   assert_int_equal(mlpd_oip_buf_init(&b, 64, 4096), 0);
   assert_int_equal(mlpd_oip_server_meta(&b, "mlpd", "0.9", 1), 0);
   const char *want = "{\"name\":\"mlpd\",\"version\":\"0.9\",\"extensions\":"
-                     "[\"binary_tensor_data\",\"model_repository\"]}";
+                     "[\"binary_tensor_data\",\"model_configuration\","
+                     "\"statistics\",\"model_repository\"]}";
   assert_int_equal(b.len, strlen(want));
   assert_memory_equal(b.p, want, b.len);
   assert_int_equal(mlpd_oip_server_meta(&b, "mlpd", "0.9", 0), 0);
@@ -794,6 +808,68 @@ static void test_metadata(void **state) {
   json_t *j = load(&b, b.len);
   assert_null(json_object_get(j, "versions"));
   json_decref(j);
+
+  /* The model configuration, as Triton's clients and perf_analyzer read
+   * it: the batch dimension left out of dims, since the model batches. */
+  m.max_batch = 256;
+  m.max_delay_us = 200;
+  m.input_name = "x";
+  assert_int_equal(mlpd_oip_model_config(&b, &m), 0);
+  want = "{\"name\":\"digits\",\"platform\":\"mlpd\",\"backend\":\"mlpd\","
+         "\"max_batch_size\":256,\"input\":[{\"name\":\"x\",\"data_type\":"
+         "\"TYPE_FP32\",\"dims\":[64]}],\"output\":[{\"name\":\"output\","
+         "\"data_type\":\"TYPE_FP32\",\"dims\":[10]}],\"dynamic_batching\":"
+         "{\"max_queue_delay_microseconds\":200}}";
+  assert_int_equal(b.len, strlen(want));
+  assert_memory_equal(b.p, want, b.len);
+  m.input_name = NULL;
+
+  /* Statistics: every duration Triton's clients read, {"count", "ns"}; the
+   * engine's time as compute_infer; a model without a version leaves the
+   * key out. */
+  const mlpd_oip_model_stats_t st[2] = {
+      {.name = "digits",
+       .version = "2",
+       .last_inference_ms = 1765000000123ull,
+       .inference_count = 40,
+       .execution_count = 3,
+       .success = 5,
+       .success_ns = 5000,
+       .fail = 1,
+       .fail_ns = 70,
+       .ran = 5,
+       .queue_ns = 600,
+       .compute_ns = 9223372036854775807ull},
+      {.name = "b\"ig"}};
+  assert_int_equal(mlpd_oip_model_stats(&b, st, 2), 0);
+  want = "{\"model_stats\":[{\"name\":\"digits\",\"version\":\"2\","
+         "\"last_inference\":1765000000123,\"inference_count\":40,"
+         "\"execution_count\":3,\"inference_stats\":{"
+         "\"success\":{\"count\":5,\"ns\":5000},"
+         "\"fail\":{\"count\":1,\"ns\":70},"
+         "\"queue\":{\"count\":5,\"ns\":600},"
+         "\"compute_input\":{\"count\":5,\"ns\":0},"
+         "\"compute_infer\":{\"count\":5,\"ns\":9223372036854775807},"
+         "\"compute_output\":{\"count\":5,\"ns\":0},"
+         "\"cache_hit\":{\"count\":0,\"ns\":0},"
+         "\"cache_miss\":{\"count\":0,\"ns\":0}},\"batch_stats\":[]},"
+         "{\"name\":\"b\\\"ig\",\"last_inference\":0,\"inference_count\":0,"
+         "\"execution_count\":0,\"inference_stats\":{"
+         "\"success\":{\"count\":0,\"ns\":0},"
+         "\"fail\":{\"count\":0,\"ns\":0},"
+         "\"queue\":{\"count\":0,\"ns\":0},"
+         "\"compute_input\":{\"count\":0,\"ns\":0},"
+         "\"compute_infer\":{\"count\":0,\"ns\":0},"
+         "\"compute_output\":{\"count\":0,\"ns\":0},"
+         "\"cache_hit\":{\"count\":0,\"ns\":0},"
+         "\"cache_miss\":{\"count\":0,\"ns\":0}},\"batch_stats\":[]}]}";
+  assert_int_equal(b.len, strlen(want));
+  assert_memory_equal(b.p, want, b.len);
+  json_decref(load(&b, b.len));
+  assert_int_equal(mlpd_oip_model_stats(&b, st, 0), 0);
+  want = "{\"model_stats\":[]}";
+  assert_int_equal(b.len, strlen(want));
+  assert_memory_equal(b.p, want, b.len);
 
   assert_int_equal(mlpd_oip_model_ready(&b, "digits", 0), 0);
   want = "{\"name\":\"digits\",\"ready\":false}";

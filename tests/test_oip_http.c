@@ -56,9 +56,9 @@ static td_daemon_t dmn;
 static char http_sock[400];
 
 static void start(const char *const *extra) {
-  const char *args[16] = {"--http-listen", http_sock, "--max-batch", "1024",
-                          "--http-max-body", "4M"};
-  int n = 6;
+  const char *args[18] = {"--http-listen", http_sock, "--max-batch", "1024",
+                          "--http-max-body", "4M", "--max-delay-us", "200"};
+  int n = 8;
   for (int i = 0; extra && extra[i]; i++)
     args[n++] = extra[i];
   args[n] = NULL;
@@ -132,7 +132,46 @@ static void test_endpoints(void **state) {
   assert_true(json_is_array(ext));
   assert_string_equal(json_string_value(json_array_get(ext, 0)),
                       "binary_tensor_data");
+  assert_string_equal(json_string_value(json_array_get(ext, 1)),
+                      "model_configuration");
   json_decref(j);
+  th_resp_free(&r);
+
+  /* The model configuration, which Triton's clients and perf_analyzer
+   * read before their first request (perf_analyzer stops without it): the
+   * tensors as metadata names them, without the batch dimension, and the
+   * daemon's batching flags. */
+  assert_int_equal(
+      do_req(http_sock, "GET", "/v2/models/digits/config", NULL, &r), 200);
+  j = parse(&r);
+  assert_string_equal(json_string_value(json_object_get(j, "name")),
+                      "digits");
+  assert_int_equal(json_integer_value(json_object_get(j, "max_batch_size")),
+                   1024);
+  json_t *ci = json_array_get(json_object_get(j, "input"), 0);
+  json_t *co = json_array_get(json_object_get(j, "output"), 0);
+  assert_string_equal(json_string_value(json_object_get(ci, "name")),
+                      "input");
+  assert_string_equal(json_string_value(json_object_get(ci, "data_type")),
+                      "TYPE_FP32");
+  assert_int_equal(json_array_size(json_object_get(ci, "dims")), 1);
+  assert_int_equal(
+      json_integer_value(json_array_get(json_object_get(ci, "dims"), 0)), 64);
+  assert_string_equal(json_string_value(json_object_get(co, "name")),
+                      "output");
+  assert_int_equal(
+      json_integer_value(json_array_get(json_object_get(co, "dims"), 0)), 10);
+  assert_int_equal(json_integer_value(json_object_get(
+                       json_object_get(j, "dynamic_batching"),
+                       "max_queue_delay_microseconds")),
+                   200);
+  json_decref(j);
+  th_resp_free(&r);
+  do_req(http_sock, "GET", "/v2/models/nope/config", NULL, &r);
+  expect_error(&r, 404, "unknown model 'nope'");
+  th_resp_free(&r);
+  do_req(http_sock, "POST", "/v2/models/digits/config", "{}", &r);
+  expect_error(&r, 405, NULL);
   th_resp_free(&r);
 
   assert_int_equal(do_req(http_sock, "GET", "/v2/models/digits", NULL, &r),
@@ -505,6 +544,113 @@ static void check_row_answer(const th_resp_t *r, const char *id) {
   if (got == NULL || strcmp(got, id) != 0)
     fail_msg("answer for \"%s\" came back as: %s", id, r->body);
   json_decref(j);
+}
+
+/* ---- statistics ---- */
+
+typedef struct {
+  long long success, success_ns, queue, queue_ns, infer, infer_ns;
+  long long inferences, executions, last_ms;
+} stats_t;
+
+static long long dur(json_t *is, const char *key, const char *field) {
+  json_t *v = json_object_get(json_object_get(is, key), field);
+  if (!json_is_integer(v))
+    fail_msg("inference_stats.%s.%s is missing", key, field);
+  return json_integer_value(v);
+}
+
+/* The statistics of `model` from GET `path` (its entry in model_stats). */
+static stats_t stats_from(const char *path, const char *model) {
+  th_resp_t r;
+  assert_int_equal(do_req(http_sock, "GET", path, NULL, &r), 200);
+  json_t *j = parse(&r);
+  json_t *all = json_object_get(j, "model_stats"), *e = NULL;
+  for (size_t i = 0; i < json_array_size(all); i++) {
+    json_t *m = json_array_get(all, i);
+    if (strcmp(json_string_value(json_object_get(m, "name")), model) == 0)
+      e = m;
+  }
+  if (e == NULL)
+    fail_msg("no statistics of %s in %s", model, r.body);
+  json_t *is = json_object_get(e, "inference_stats");
+  /* Every entry Triton's clients read is there. */
+  const char *keys[] = {"fail", "compute_input", "compute_output",
+                        "cache_hit", "cache_miss"};
+  for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++)
+    (void)dur(is, keys[k], "count");
+  assert_true(json_is_array(json_object_get(e, "batch_stats")));
+  stats_t st = {
+      .success = dur(is, "success", "count"),
+      .success_ns = dur(is, "success", "ns"),
+      .queue = dur(is, "queue", "count"),
+      .queue_ns = dur(is, "queue", "ns"),
+      .infer = dur(is, "compute_infer", "count"),
+      .infer_ns = dur(is, "compute_infer", "ns"),
+      .inferences = json_integer_value(json_object_get(e, "inference_count")),
+      .executions = json_integer_value(json_object_get(e, "execution_count")),
+      .last_ms = json_integer_value(json_object_get(e, "last_inference"))};
+  json_decref(j);
+  th_resp_free(&r);
+  return st;
+}
+
+static long long unix_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Triton's statistics extension, which perf_analyzer reads to split the
+ * server's time into queue and compute: what three OIP requests and one
+ * native one of five rows add, counted whichever protocol they came by. */
+static void test_statistics(void **state) {
+  (void)state;
+  const stats_t s0 = stats_from("/v2/models/digits/stats", "digits");
+  const long long t0 = unix_ms();
+  for (int i = 0; i < 3; i++) {
+    char *body = one_row(i, "st");
+    th_resp_t r;
+    assert_int_equal(
+        do_req(http_sock, "POST", "/v2/models/digits/infer", body, &r), 200);
+    check_row_answer(&r, "st");
+    th_resp_free(&r);
+    free(body);
+  }
+  free(native_rows(dmn.sock, rows.data, 5));
+  const long long t1 = unix_ms();
+  const stats_t s1 = stats_from("/v2/models/digits/stats", "digits");
+  print_message("statistics: +%lld OK in %lld ns, queue %lld ns, engine %lld "
+                "ns; +%lld rows in +%lld batches; last at %lld (%lld..%lld)\n",
+                s1.success - s0.success, s1.success_ns - s0.success_ns,
+                s1.queue_ns - s0.queue_ns, s1.infer_ns - s0.infer_ns,
+                s1.inferences - s0.inferences, s1.executions - s0.executions,
+                s1.last_ms, t0, t1);
+  assert_int_equal(s1.success - s0.success, 4);
+  assert_int_equal(s1.queue - s0.queue, 4);
+  assert_int_equal(s1.infer - s0.infer, 4);
+  assert_int_equal(s1.inferences - s0.inferences, 8);
+  assert_in_range(s1.executions - s0.executions, 1, 4);
+  assert_true(s1.infer_ns > s0.infer_ns);
+  /* A request's queue and engine time lie within its time in the daemon. */
+  assert_true(s1.success_ns - s0.success_ns >=
+              (s1.queue_ns - s0.queue_ns) + (s1.infer_ns - s0.infer_ns));
+  assert_in_range(s1.last_ms, t0 - 1, t1 + 1);
+  /* Every model's: the same entry. */
+  const stats_t all = stats_from("/v2/models/stats", "digits");
+  assert_int_equal(all.success, s1.success);
+  assert_int_equal(all.inferences, s1.inferences);
+
+  th_resp_t r;
+  do_req(http_sock, "GET", "/v2/models/nope/stats", NULL, &r);
+  expect_error(&r, 404, "unknown model 'nope'");
+  th_resp_free(&r);
+  do_req(http_sock, "GET", "/v2/models/digits/versions/7/stats", NULL, &r);
+  expect_error(&r, 404, "no version '7'");
+  th_resp_free(&r);
+  assert_int_equal(do_req(http_sock, "GET", "/v2", NULL, &r), 200);
+  assert_non_null(strstr(r.body, "\"statistics\""));
+  th_resp_free(&r);
 }
 
 /* Keep-alive and pipelining: requests written back to back on one
@@ -1188,7 +1334,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_endpoints), cmocka_unit_test(test_json_digits),
       cmocka_unit_test(test_binary),    cmocka_unit_test(test_binary_half),
-      cmocka_unit_test(test_pipeline),
+      cmocka_unit_test(test_pipeline),  cmocka_unit_test(test_statistics),
       cmocka_unit_test(test_malformed), cmocka_unit_test(test_deadline),
   };
   const struct CMUnitTest alone[] = {

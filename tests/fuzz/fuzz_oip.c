@@ -84,7 +84,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     r.model[0] = 'm';
   } else {
     FUZZ_CHECK(r.kind >= MLPD_OIP_HEALTH_LIVE &&
-               r.kind <= MLPD_OIP_REPO_UNLOAD);
+               r.kind <= MLPD_OIP_MODEL_STATS);
     FUZZ_CHECK(strlen(r.model) < MLPD_OIP_NAME_MAX);
     FUZZ_CHECK(strlen(r.version) < MLPD_OIP_NAME_MAX);
     /* Names reach responses: they must come out as JSON. */
@@ -93,6 +93,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *v[1] = {r.version};
     mlpd_oip_model_t m = {.name = r.model, .in_features = 1, .out_features = 1};
     FUZZ_CHECK(mlpd_oip_model_meta(&b, &m, v, 1) == 0);
+    check_json(&b, b.len);
+    FUZZ_CHECK(mlpd_oip_model_config(&b, &m) == 0);
+    check_json(&b, b.len);
+    const mlpd_oip_model_stats_t st = {.name = r.model,
+                                       .version = r.version,
+                                       .success = hv,
+                                       .success_ns = INT64_MAX};
+    FUZZ_CHECK(mlpd_oip_model_stats(&b, &st, 1) == 0);
     check_json(&b, b.len);
   }
 
