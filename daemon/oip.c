@@ -536,8 +536,10 @@ int mlpd_oip_model_stats(mlpd_oip_buf_t *b, const mlpd_oip_model_stats_t *s,
     if ((i && (rc = put(b, ",", 1))) || (rc = puts_(b, "{\"name\":")) ||
         (rc = put_jstr(b, e->name)))
       return rc;
-    if (e->version && e->version[0] &&
-        ((rc = puts_(b, ",\"version\":")) || (rc = put_jstr(b, e->version))))
+    /* Always a version: Triton's clients require one and read it as a
+     * number (perf_analyzer's std::stoll); an unversioned model is "1". */
+    if ((rc = puts_(b, ",\"version\":")) ||
+        (rc = put_jstr(b, e->version && e->version[0] ? e->version : "1")))
       return rc;
     if ((rc = putf(b, ",\"last_inference\":%llu",
                    (unsigned long long)e->last_inference_ms)) ||

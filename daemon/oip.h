@@ -245,7 +245,7 @@ int mlpd_oip_model_config(mlpd_oip_buf_t *b,
  * counted them since the daemon started. Times are sums in nanoseconds. */
 typedef struct mlpd_oip_model_stats_s {
   const char *name;
-  const char *version;        /* NULL or "" = left out */
+  const char *version;        /* NULL or "" (unversioned): "1" */
   uint64_t last_inference_ms; /* Unix ms of the latest answer, 0 = none */
   uint64_t inference_count;   /* rows computed */
   uint64_t execution_count;   /* batches run */
@@ -257,7 +257,9 @@ typedef struct mlpd_oip_model_stats_s {
 } mlpd_oip_model_stats_t;
 
 /* GET .../stats: {"model_stats": [...]}, one object for each of the n
- * models, with Triton's fields: name, version, last_inference,
+ * models, with Triton's fields: name, version (always: Triton's clients
+ * need one and parse it as a number, so an unversioned model is "1"),
+ * last_inference,
  * inference_count, execution_count, inference_stats (success, fail, queue,
  * compute_input, compute_infer, compute_output, cache_hit, cache_miss, each
  * {"count", "ns"}) and batch_stats (empty: not kept). The engine's time is

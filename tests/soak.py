@@ -261,7 +261,16 @@ class Soak:
                     code, body = self.http_req(b"GET", b"/metrics")
                     if code != 200:
                         self.fail("GET /metrics: %d" % code)
-                    self.count(self.ops, "info/health/metrics")
+                    # Triton's statistics (every I/O thread's counters,
+                    # merged under load) and a model's configuration (503
+                    # while it switches to a reloaded file is an answer).
+                    for path, ok in ((b"/v2/models/stats", (200,)),
+                                     (b"/v2/models/wide/config", (200, 503))):
+                        code, body = self.http_req(b"GET", path)
+                        if code not in ok:
+                            self.fail("GET %s: %d" % (path.decode(), code))
+                        json.loads(body)
+                    self.count(self.ops, "info/health/metrics/stats")
             except Exception as e:  # a broken operator step is a failure
                 self.fail("operator step %d: %r" % (k, e))
 

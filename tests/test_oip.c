@@ -825,8 +825,8 @@ static void test_metadata(void **state) {
   m.input_name = NULL;
 
   /* Statistics: every duration Triton's clients read, {"count", "ns"}; the
-   * engine's time as compute_infer; a model without a version leaves the
-   * key out. */
+   * engine's time as compute_infer; a model without a version is "1"
+   * (perf_analyzer parses the version as a number). */
   const mlpd_oip_model_stats_t st[2] = {
       {.name = "digits",
        .version = "2",
@@ -853,7 +853,8 @@ static void test_metadata(void **state) {
          "\"compute_output\":{\"count\":5,\"ns\":0},"
          "\"cache_hit\":{\"count\":0,\"ns\":0},"
          "\"cache_miss\":{\"count\":0,\"ns\":0}},\"batch_stats\":[]},"
-         "{\"name\":\"b\\\"ig\",\"last_inference\":0,\"inference_count\":0,"
+         "{\"name\":\"b\\\"ig\",\"version\":\"1\",\"last_inference\":0,"
+         "\"inference_count\":0,"
          "\"execution_count\":0,\"inference_stats\":{"
          "\"success\":{\"count\":0,\"ns\":0},"
          "\"fail\":{\"count\":0,\"ns\":0},"

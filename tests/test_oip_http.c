@@ -573,6 +573,11 @@ static stats_t stats_from(const char *path, const char *model) {
   }
   if (e == NULL)
     fail_msg("no statistics of %s in %s", model, r.body);
+  /* perf_analyzer reads the version as a number (std::stoll): an
+   * unversioned model's is "1". */
+  const char *ver = json_string_value(json_object_get(e, "version"));
+  if (ver == NULL || strcmp(ver, "1") != 0)
+    fail_msg("version of %s: %s", model, ver ? ver : "(none)");
   json_t *is = json_object_get(e, "inference_stats");
   /* Every entry Triton's clients read is there. */
   const char *keys[] = {"fail", "compute_input", "compute_output",
