@@ -219,8 +219,8 @@ int mlpd_oip_encode_infer(mlpd_oip_buf_t *b, const mlpd_oip_response_t *r,
 int mlpd_oip_error_body(mlpd_oip_buf_t *b, const char *msg) MLPD_MUST_CHECK;
 
 /* GET /v2: {"name":..., "version":..., "extensions":[...]}; lists
- * "binary_tensor_data" and "model_configuration", and "model_repository"
- * when `repository`. */
+ * "binary_tensor_data", "model_configuration" and "statistics", and
+ * "model_repository" when `repository`. */
 int mlpd_oip_server_meta(mlpd_oip_buf_t *b, const char *name,
                          const char *version, int repository) MLPD_MUST_CHECK;
 
@@ -250,8 +250,8 @@ typedef struct mlpd_oip_model_stats_s {
   uint64_t inference_count;   /* rows computed */
   uint64_t execution_count;   /* batches run */
   uint64_t success, success_ns; /* answered OK: arrival to answer */
-  uint64_t fail, fail_ns;       /* answered otherwise (a refused request
-                                   adds no time) */
+  uint64_t fail, fail_ns;       /* every other outcome (a refused or
+                                   cancelled request adds no time) */
   uint64_t ran, queue_ns, compute_ns; /* reached a device: queue time, and
                                          engine time of its batches */
 } mlpd_oip_model_stats_t;
@@ -259,10 +259,10 @@ typedef struct mlpd_oip_model_stats_s {
 /* GET .../stats: {"model_stats": [...]}, one object for each of the n
  * models, with Triton's fields: name, version (always: Triton's clients
  * need one and parse it as a number, so an unversioned model is "1"),
- * last_inference,
- * inference_count, execution_count, inference_stats (success, fail, queue,
- * compute_input, compute_infer, compute_output, cache_hit, cache_miss, each
- * {"count", "ns"}) and batch_stats (empty: not kept). The engine's time is
+ * last_inference, inference_count, execution_count, inference_stats
+ * (success, fail, queue, compute_input, compute_infer, compute_output,
+ * cache_hit, cache_miss, each {"count", "ns"}) and batch_stats (empty: not
+ * kept). The engine's time is
  * compute_infer's; compute_input and compute_output count the same
  * requests with no time of their own (the copies are in the engine's
  * time), and the cache entries are zero (mlpd caches no responses). */
