@@ -223,6 +223,40 @@ int bh_model(const char *spec, const char *name, char *name_out,
   return 0;
 }
 
+static unsigned long long stat_of(json_t *is, const char *key,
+                                  const char *field) {
+  json_int_t v = json_integer_value(json_object_get(json_object_get(is, key),
+                                                    field));
+  return v > 0 ? (unsigned long long)v : 0;
+}
+
+int bh_stats(const char *spec, const char *model, bh_stats_t *out,
+             mlpd_err_t *err) {
+  char body[8192], path[600];
+  int status, rc;
+  snprintf(path, sizeof(path), "/v2/models/%s/stats", model);
+  if ((rc = get(spec, "GET", path, body, sizeof(body), &status, err)) != 0)
+    return rc;
+  json_t *j = status == 200 ? json_loads(body, 0, NULL) : NULL;
+  json_t *e = json_array_get(json_object_get(j, "model_stats"), 0);
+  json_t *is = json_object_get(e, "inference_stats");
+  if (is == NULL) {
+    json_decref(j);
+    return mlpd_errf(err, MLPD_EPROTO, "%s: GET %s: %d %.200s", spec, path,
+                     status, body);
+  }
+  *out = (bh_stats_t){
+      .ran = stat_of(is, "queue", "count"),
+      .queue_ns = stat_of(is, "queue", "ns"),
+      .compute_ns = stat_of(is, "compute_infer", "ns"),
+      .rows = (unsigned long long)json_integer_value(
+          json_object_get(e, "inference_count")),
+      .batches = (unsigned long long)json_integer_value(
+          json_object_get(e, "execution_count"))};
+  json_decref(j);
+  return 0;
+}
+
 static const char *oip_type(mlpd_dtype_t t) {
   return t == MLPD_DTYPE_F16 ? "FP16" : t == MLPD_DTYPE_BF16 ? "BF16" : "FP32";
 }

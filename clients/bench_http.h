@@ -47,6 +47,16 @@ int bh_model(const char *spec, const char *name, char *name_out,
              size_t name_cap, int *in_features, int *out_features,
              mlpd_err_t *err) MLPD_MUST_CHECK;
 
+/* A model's counters from GET /v2/models/{model}/stats (Triton's
+ * statistics extension; every client of the model counts): requests that
+ * reached a device with their queue and engine time in ns, rows and
+ * batches. */
+typedef struct bh_stats_s {
+  unsigned long long ran, queue_ns, compute_ns, rows, batches;
+} bh_stats_t;
+int bh_stats(const char *spec, const char *model, bh_stats_t *out,
+             mlpd_err_t *err) MLPD_MUST_CHECK;
+
 /* A whole POST .../infer request (head, JSON, binary rows) into a malloc'ed
  * buffer: rows x cols of dtype from data, binary output asked for;
  * timeout_us > 0 adds parameters.timeout. */

@@ -16,7 +16,9 @@
  * drives the Open Inference Protocol endpoint instead (POST
  * /v2/models/{name}/infer, binary tensor data both ways, `depth` requests
  * pipelined per connection), so both transports are measured by one tool;
- * the server's queue/compute split is not in HTTP answers and reads 0.
+ * the server's queue/compute split is not in HTTP answers: its means come
+ * from the model's statistics (GET /v2/models/{name}/stats) before and
+ * after the measured part, and the per-request split reads 0.
  * --http-json sends the rows as JSON numbers instead and parses each JSON
  * answer (jansson) as a plain OIP client would: the protocol's JSON cost,
  * measured by the same C tool as the native line.
@@ -811,6 +813,12 @@ int main(int argc, char **argv) {
     w[i].t_stop = t_stop;
     w[i].budget = &budget;
   }
+  /* Over HTTP the answers carry no queue/compute split: the daemon's
+   * statistics of the model over the measured part of the run say it on
+   * average instead (every client of the model counts). */
+  bh_stats_t st0 = {0}, st1 = {0};
+  int have_stats = cfg.http != NULL && cfg.warmup_s <= 0 &&
+                   bh_stats(cfg.http, cfg.model_name, &st0, &err) == 0;
   if (cfg.threads > 0) {
     groups = calloc((size_t)cfg.threads, sizeof(*groups));
     for (int t = 0; groups != NULL && t < cfg.threads; t++) {
@@ -835,6 +843,14 @@ int main(int argc, char **argv) {
       }
       started++;
     }
+  }
+  if (cfg.http != NULL && cfg.warmup_s > 0) {
+    uint64_t now = mlpd_now_ns();
+    if (now < t_measure) {
+      struct timespec ts = ns_timespec(t_measure - now);
+      nanosleep(&ts, NULL);
+    }
+    have_stats = bh_stats(cfg.http, cfg.model_name, &st0, &err) == 0;
   }
   size_t total = 0;
   uint64_t ok = 0, rows_ok = 0, by_status[16] = {0}, last = t_measure;
@@ -935,6 +951,14 @@ int main(int argc, char **argv) {
          p99 = lat_pct(all, total, 99), p999 = lat_pct(all, total, 99.9),
          mx = total ? all[total - 1] : 0, mean = lat_mean(all, total);
   double okd = ok ? (double)ok : 1;
+  double q_ms = qsum / okd / 1e3, c_ms = csum / okd / 1e3, b_rows = bsum / okd;
+  if (have_stats && bh_stats(cfg.http, cfg.model_name, &st1, &err) == 0 &&
+      st1.ran > st0.ran && st1.batches > st0.batches) {
+    const double n = (double)(st1.ran - st0.ran);
+    q_ms = (double)(st1.queue_ns - st0.queue_ns) / n / 1e6;
+    c_ms = (double)(st1.compute_ns - st0.compute_ns) / n / 1e6;
+    b_rows = (double)(st1.rows - st0.rows) / (double)(st1.batches - st0.batches);
+  }
   int out_dtype =
       cfg.out_dtype == MLPD_CLIENT_DTYPE_SAME ? cfg.in_dtype : cfg.out_dtype;
   if (cfg.json) {
@@ -974,11 +998,11 @@ int main(int argc, char **argv) {
            json_str(js[2], sizeof(js[2]), info.device), total,
            (unsigned long long)ok, (unsigned long long)nerr, failed, secs,
            ok / secs, rows_ok / secs, mean / 1e3, p50 / 1e3, p90 / 1e3,
-           p99 / 1e3, p999 / 1e3, mx / 1e3, qsum / okd / 1e3, csum / okd / 1e3,
+           p99 / 1e3, p999 / 1e3, mx / 1e3, q_ms, c_ms,
            lat_pct(srv, nsrv, 50) / 1e3, lat_pct(srv, nsrv, 99) / 1e3,
            lat_pct(que, nsrv, 99) / 1e3,
            lat_pct(outside, nsrv, 50) / 1e3, lat_pct(outside, nsrv, 99) / 1e3,
-           conn_lo / 1e3, conn_hi / 1e3, conn_n, bsum / okd,
+           conn_lo / 1e3, conn_hi / 1e3, conn_n, b_rows,
            (unsigned long long)late, lat_pct(split, nok, 50) / 1e3,
            lat_pct(split, nok, 99) / 1e3, nok ? split[nok - 1] / 1e3 : 0,
            lat_pct(bad, nbad, 50) / 1e3, lat_pct(bad, nbad, 99) / 1e3,
@@ -1017,7 +1041,7 @@ int main(int argc, char **argv) {
            p50 / 1e3, p90 / 1e3, p99 / 1e3, p999 / 1e3, mx / 1e3, mean / 1e3);
     printf("server      mean queue %.3f ms, compute %.3f ms, batch %.1f "
            "rows\n",
-           qsum / okd / 1e3, csum / okd / 1e3, bsum / okd);
+           q_ms, c_ms, b_rows);
     if (started > 1)
       printf("fairness    each connection's mean latency from %.3f to %.3f "
              "ms\n",

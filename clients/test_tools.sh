@@ -149,6 +149,11 @@ cat "$out/bench-http.json"
 grep -q '"transport": "http", ' "$out/bench-http.json" &&
   grep -q '"ok": 200, "errors": 0, "transport_failures": 0' \
     "$out/bench-http.json" || fail "mlpd-bench --http"
+# The daemon's share, from its statistics: computed, in batches of rows.
+grep -q '"compute_mean": 0.0000,' "$out/bench-http.json" &&
+  fail "mlpd-bench --http: no compute time from /v2/models/.../stats"
+grep -q '"batch_rows_mean": 0.00,' "$out/bench-http.json" &&
+  fail "mlpd-bench --http: no batch size from /v2/models/.../stats"
 "$bench" --http "unix:$out/http.sock" --http-json --connections 2 --depth 4 \
   --rows 3 --requests 200 --warmup 0 --dtype f16 --json \
   >"$out/bench-json.json"
