@@ -173,8 +173,9 @@ int mlpd_oip_route(const char *method, const char *target, size_t len,
   }
   if (ns == 2 && seg_is(seg[0], sl[0], "models") &&
       seg_is(seg[1], sl[1], "stats")) {
-    /* Every model's, as on Triton (a model named "stats" keeps its other
-     * routes, and this one with /versions/{v}). */
+    /* Every model's, as on Triton: a model named "stats" loses only its
+     * metadata route without a version (its own statistics are
+     * /v2/models/stats/stats). */
     out->kind = MLPD_OIP_MODEL_STATS;
     return check_method(method, 0, err);
   }
@@ -471,6 +472,21 @@ static int put_tensor_meta(mlpd_oip_buf_t *b, const char *name, mlpd_dtype_t t,
   return 0;
 }
 
+/* The model's input and output, under the metadata's keys ("inputs",
+ * "outputs") or the configuration's ("input", "output"). */
+static int put_tensors(mlpd_oip_buf_t *b, const mlpd_oip_model_t *m,
+                       int config) {
+  int rc;
+  if ((rc = puts_(b, config ? ",\"input\":" : ",\"inputs\":")) ||
+      (rc = put_tensor_meta(b, m->input_name ? m->input_name : "input",
+                            m->dtype, m->in_features, config)) ||
+      (rc = puts_(b, config ? ",\"output\":" : ",\"outputs\":")) ||
+      (rc = put_tensor_meta(b, m->output_name ? m->output_name : "output",
+                            m->dtype, m->out_features, config)))
+    return rc;
+  return 0;
+}
+
 int mlpd_oip_model_meta(mlpd_oip_buf_t *b, const mlpd_oip_model_t *m,
                         const char *const *versions, size_t n_versions) {
   int rc;
@@ -486,13 +502,8 @@ int mlpd_oip_model_meta(mlpd_oip_buf_t *b, const mlpd_oip_model_t *m,
     if ((rc = put(b, "]", 1)))
       return rc;
   }
-  if ((rc = puts_(b, ",\"platform\":\"mlpd\",\"inputs\":")) ||
-      (rc = put_tensor_meta(b, m->input_name ? m->input_name : "input",
-                            m->dtype, m->in_features, 0)) ||
-      (rc = puts_(b, ",\"outputs\":")) ||
-      (rc = put_tensor_meta(b, m->output_name ? m->output_name : "output",
-                            m->dtype, m->out_features, 0)) ||
-      (rc = put(b, "}", 1)))
+  if ((rc = puts_(b, ",\"platform\":\"mlpd\"")) ||
+      (rc = put_tensors(b, m, 0)) || (rc = put(b, "}", 1)))
     return rc;
   return 0;
 }
@@ -502,12 +513,8 @@ int mlpd_oip_model_config(mlpd_oip_buf_t *b, const mlpd_oip_model_t *m) {
   b->len = 0;
   if ((rc = puts_(b, "{\"name\":")) || (rc = put_jstr(b, m->name)) ||
       (rc = puts_(b, ",\"platform\":\"mlpd\",\"backend\":\"mlpd\"")) ||
-      (rc = putf(b, ",\"max_batch_size\":%d,\"input\":", m->max_batch)) ||
-      (rc = put_tensor_meta(b, m->input_name ? m->input_name : "input",
-                            m->dtype, m->in_features, 1)) ||
-      (rc = puts_(b, ",\"output\":")) ||
-      (rc = put_tensor_meta(b, m->output_name ? m->output_name : "output",
-                            m->dtype, m->out_features, 1)) ||
+      (rc = putf(b, ",\"max_batch_size\":%d", m->max_batch)) ||
+      (rc = put_tensors(b, m, 1)) ||
       (rc = puts_(b, ",\"dynamic_batching\":")) ||
       (rc = putf(b, "{\"max_queue_delay_microseconds\":%llu}}",
                  (unsigned long long)m->max_delay_us)))
