@@ -17,7 +17,8 @@
 # mlp-4k's), LOAD (2:4:32, connections:depth:rows), DTYPE (f32), DURATION
 # (4 s), ROUNDS (3), IO (1 I/O thread), DELAY_US (20), VARIANTS
 # ("--io-arena-bytes=0 --io-arena-bytes=64M": space-separated, commas
-# inside one variant for several flags), SHM (0; 1: --shm), REAL (0),
+# inside one variant for several flags; --bench-shm in a variant runs its
+# load with mlpd-bench --shm), SHM (0; 1: --shm), REAL (0),
 # MODEL (REAL=1: the model file), FAKE_DTYPE (bf16: the fake device
 # computes in bf16 and takes bf16 rows, as a GPU does), DAEMON_ARGS (more
 # flags for every variant, e.g. --plan-cache FILE so that a GPU starts
@@ -87,6 +88,14 @@ echo "host path: $WIDTHS $DTYPE ${shm:-inline}${HTTP:+ (OIP binary)}, ${conns}x$
 for round in $(seq "$ROUNDS"); do
   for v in $VARIANTS; do
     flags=${v//,/ }
+    # --bench-shm in a variant: that run's load goes through shared memory
+    # (with HTTP: the OIP's system shared memory, which needs the variant's
+    # --http-allow-shm), not a daemon flag.
+    vshm=$shm
+    if [[ " $flags " == *" --bench-shm "* ]]; then
+      vshm=--shm
+      flags=${flags//--bench-shm/}
+    fi
     rm -f "$sock"
     env "${fake_env[@]}" "$MLPD" serve --model "$model" --socket "$sock" \
       --device cuda:0 --io-threads "$IO" --log-level warn ${flags//=/ } \
@@ -97,11 +106,11 @@ for round in $(seq "$ROUNDS"); do
     wait_ready "$BUILD/clients/mlpctl" "$sock" $pid "$OUTDIR/mlpd.log" || exit 1
     # One unmeasured second: staging, caches and the arena's blocks settle.
     "$BENCH" -s "$sock" "${http_load[@]}" -c "$conns" -d "$depth" \
-      -r "$rows" --dtype "$DTYPE" $shm -D 1 -w 0 >/dev/null || exit 1
+      -r "$rows" --dtype "$DTYPE" $vshm -D 1 -w 0 >/dev/null || exit 1
     ticks $pid >"$OUTDIR/t0"
     TIMEFORMAT='%U %S'
     { time "$BENCH" -s "$sock" "${http_load[@]}" -c "$conns" -d "$depth" \
-      -r "$rows" --dtype "$DTYPE" $shm -D "$DURATION" -w 0 \
+      -r "$rows" --dtype "$DTYPE" $vshm -D "$DURATION" -w 0 \
       >"$OUTDIR/bench.out"; } 2>"$OUTDIR/client.time" || exit 1
     ticks $pid >"$OUTDIR/t1"
     kill $pid

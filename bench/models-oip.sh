@@ -41,7 +41,9 @@
 #                             shm line with the lone client polling for
 #                             its answer (--spin-us 200), against the
 #                             polling lone line alone ("client spin")
-#   sat native / sat http     mlp-4k at SAT, inline frames and OIP binary
+#   sat native / sat http     mlp-4k at SAT, inline frames and OIP binary;
+#                             then OIP with Triton's system shared memory
+#                             (--http --shm) and native shared memory
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build-bench}
@@ -64,7 +66,7 @@ IFS=: read -r sc sd sr <<<"$SAT"
 
 "${MLPD:-$BUILD/daemon/mlpd}" serve --model digits=models/digits.safetensors \
   --model mlp4k="$M4K" --device "$DEVICE" --socket "$sock" \
-  --http-listen 127.0.0.1:$port --plan-cache "$OUTDIR/plans.bin" \
+  --http-listen 127.0.0.1:$port --http-allow-shm --plan-cache "$OUTDIR/plans.bin" \
   ${DAEMON_ARGS:-} >"$OUTDIR/daemon.log" 2>&1 &
 pid=$!
 for i in $(seq 1200); do
@@ -154,6 +156,8 @@ if [ "${LOAD_THREADS:-4}" != 0 ]; then
 fi
 line "sat native" --model mlp4k --connections "$sc" --depth "$sd" --rows "$sr" --dtype "$DTYPE"
 line "sat http binary" --http 127.0.0.1:$port --model mlp4k --connections "$sc" --depth "$sd" --rows "$sr" --dtype "$DTYPE"
+line "sat http shm" --http 127.0.0.1:$port --shm --model mlp4k --connections "$sc" --depth "$sd" --rows "$sr" --dtype "$DTYPE"
+line "sat native shm" --shm --model mlp4k --connections "$sc" --depth "$sd" --rows "$sr" --dtype "$DTYPE"
 kill -TERM $pid; wait $pid
 echo "daemon exit: $?"
 "$PY" - "$OUTDIR" <<'PYEOF'
@@ -207,6 +211,11 @@ by = {r["line"]: r for r in rows}
 try:
     print("OIP binary / native inline rows/s at saturation: %.3f" %
           (by["sat http binary"]["rows_per_s"] / by["sat native"]["rows_per_s"]))
+    if "sat http shm" in by and "sat native shm" in by:
+        print("OIP system shared memory / native shared memory rows/s at "
+              "saturation: %.3f (/ OIP binary: %.3f)" %
+              (by["sat http shm"]["rows_per_s"] / by["sat native shm"]["rows_per_s"],
+               by["sat http shm"]["rows_per_s"] / by["sat http binary"]["rows_per_s"]))
     for k in ("lone binary", "lone JSON", "lone JSON, Python client"):
         if k in by:
             print("%s / lone native p50: %.2f" %

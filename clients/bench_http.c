@@ -294,6 +294,70 @@ int bh_infer_request(const char *model, const void *data, mlpd_dtype_t dtype,
   return 0;
 }
 
+int bh_infer_request_shm(const char *model, const char *region, size_t in_off,
+                         size_t out_off, mlpd_dtype_t dtype, int rows,
+                         int cols, int out_cols, unsigned long long timeout_us,
+                         char **out, size_t *len) {
+  size_t esz = mlpd_dtype_size(dtype);
+  char json[1024], tmo[64] = "";
+  if (timeout_us > 0)
+    snprintf(tmo, sizeof(tmo), "\"parameters\":{\"timeout\":%llu},",
+             timeout_us);
+  int jn = snprintf(
+      json, sizeof(json),
+      "{%s\"inputs\":[{\"name\":\"input\",\"shape\":[%d,%d],\"datatype\":"
+      "\"%s\",\"parameters\":{\"shared_memory_region\":\"%s\","
+      "\"shared_memory_offset\":%zu,\"shared_memory_byte_size\":%zu}}],"
+      "\"outputs\":[{\"name\":\"output\",\"parameters\":{"
+      "\"shared_memory_region\":\"%s\",\"shared_memory_offset\":%zu,"
+      "\"shared_memory_byte_size\":%zu}}]}",
+      tmo, rows, cols, oip_type(dtype), region, in_off,
+      (size_t)rows * (size_t)cols * esz, region, out_off,
+      (size_t)rows * (size_t)out_cols * esz);
+  char head[512];
+  int hn = snprintf(head, sizeof(head),
+                    "POST /v2/models/%s/infer HTTP/1.1\r\nHost: mlpd\r\n"
+                    "Content-Type: application/json\r\n"
+                    "Content-Length: %d\r\n\r\n",
+                    model, jn);
+  if (jn < 0 || hn < 0 || (size_t)jn >= sizeof(json) ||
+      (size_t)hn >= sizeof(head))
+    return MLPD_EINVAL;
+  *len = (size_t)hn + (size_t)jn;
+  *out = malloc(*len);
+  if (*out == NULL)
+    return -ENOMEM;
+  memcpy(*out, head, (size_t)hn);
+  memcpy(*out + hn, json, (size_t)jn);
+  return 0;
+}
+
+int bh_post(bh_conn_t *c, const char *path, const char *body,
+            mlpd_err_t *err) {
+  char req[1024];
+  int n = snprintf(req, sizeof(req),
+                   "POST %s HTTP/1.1\r\nHost: mlpd\r\n"
+                   "Content-Type: application/json\r\n"
+                   "Content-Length: %zu\r\n\r\n%s",
+                   path, strlen(body), body);
+  if (n < 0 || (size_t)n >= sizeof(req))
+    return mlpd_errf(err, MLPD_EINVAL, "request for %s too long", path);
+  int status, rc;
+  const char *ans;
+  size_t alen;
+  if ((rc = bh_send(c, req, (size_t)n, err)) != 0)
+    return rc;
+  rc = bh_read(c, BH_ANSWER_TIMEOUT_US, &status, &ans, &alen, err);
+  if (rc < 0)
+    return rc;
+  if (rc == 0)
+    return mlpd_errf(err, -ETIMEDOUT, "no answer to %s", path);
+  if (status != 200)
+    return mlpd_errf(err, MLPD_EINVAL, "%s: %d %.*s", path, status,
+                     (int)(alen > 300 ? 300 : alen), ans);
+  return 0;
+}
+
 int bh_infer_request_json(const char *model, const void *data,
                           mlpd_dtype_t dtype, int rows, int cols,
                           unsigned long long timeout_us, char **out,

@@ -73,6 +73,20 @@ int bh_infer_request_json(const char *model, const void *data,
                           unsigned long long timeout_us, char **out,
                           size_t *len) MLPD_MUST_CHECK;
 
+/* The same request with the input and output in a system shared memory
+ * region (Triton's extension): JSON only, the input's `rows x cols` at
+ * byte in_off of `region`, the output's `rows x out_cols` at out_off.
+ * What a Triton client with --shared-memory system sends. */
+int bh_infer_request_shm(const char *model, const char *region, size_t in_off,
+                         size_t out_off, mlpd_dtype_t dtype, int rows,
+                         int cols, int out_cols, unsigned long long timeout_us,
+                         char **out, size_t *len) MLPD_MUST_CHECK;
+
+/* POST `path` with a JSON `body` on c and waits for its answer: 0 when it
+ * is 200, else a code with the answer's body in err. */
+int bh_post(bh_conn_t *c, const char *path, const char *body,
+            mlpd_err_t *err) MLPD_MUST_CHECK;
+
 /* A JSON inference response parsed as a client would (jansson): the
  * number of tensors in its "outputs", each with a `data` array of
  * rows x cols numbers checked, or -1 when the body is not one. */

@@ -55,6 +55,7 @@
 #include "opts.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <poll.h>
 #include <pthread.h>
@@ -62,6 +63,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 /* Distinct random requests each connection cycles through. */
 #define NINPUTS 8
@@ -234,6 +237,68 @@ static int may_send(worker_t *w, uint64_t due) {
   return due < w->t_stop;
 }
 
+/* --http --shm: one POSIX shared memory object a connection (Triton's
+ * system shared memory extension), registered as one region: the
+ * NINPUTS inputs, then an output window per slot of `depth`. */
+typedef struct http_shm_s {
+  int fd;
+  void *map;
+  size_t size, in_bytes, out_bytes;
+  char key[64], region[64];
+  int registered;
+} http_shm_t;
+
+static int http_shm_open(worker_t *w, bh_conn_t *c, http_shm_t *s) {
+  const cfg_t *cfg = w->cfg;
+  size_t esz = mlpd_dtype_size((mlpd_dtype_t)cfg->in_dtype);
+  s->in_bytes = (size_t)cfg->rows * (size_t)cfg->cols * esz;
+  s->out_bytes = (size_t)cfg->rows * (size_t)cfg->out_cols * esz;
+  s->size = NINPUTS * s->in_bytes + (size_t)cfg->depth * s->out_bytes;
+  snprintf(s->key, sizeof(s->key), "/mlpd-bench-%d-%d", (int)getpid(),
+           w->idx);
+  snprintf(s->region, sizeof(s->region), "mlpd-bench-%d-%d", (int)getpid(),
+           w->idx);
+  s->fd = shm_open(s->key, O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (s->fd < 0 || ftruncate(s->fd, (off_t)s->size) != 0)
+    return mlpd_errf(&w->err, -errno, "shared memory object %s: %s", s->key,
+                     strerror(errno));
+  s->map = mmap(NULL, s->size, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
+  if (s->map == MAP_FAILED) {
+    s->map = NULL;
+    return mlpd_errf(&w->err, -errno, "mmap %s: %s", s->key, strerror(errno));
+  }
+  for (int k = 0; k < NINPUTS; k++)
+    memcpy((char *)s->map + (size_t)k * s->in_bytes, w->inputs[k],
+           s->in_bytes);
+  char path[128], body[256];
+  snprintf(path, sizeof(path), "/v2/systemsharedmemory/region/%s/register",
+           s->region);
+  snprintf(body, sizeof(body),
+           "{\"key\":\"%s\",\"offset\":0,\"byte_size\":%zu}", s->key,
+           s->size);
+  int rc = bh_post(c, path, body, &w->err);
+  s->registered = rc == 0;
+  return rc;
+}
+
+static void http_shm_close(bh_conn_t *c, http_shm_t *s) {
+  if (s->registered && c->fd >= 0) {
+    char path[128];
+    mlpd_err_t err = {0};
+    snprintf(path, sizeof(path),
+             "/v2/systemsharedmemory/region/%s/unregister", s->region);
+    /* Best effort: a region left behind names an object unlinked below. */
+    int rc = bh_post(c, path, "", &err);
+    (void)rc;
+  }
+  if (s->map != NULL)
+    munmap(s->map, s->size);
+  if (s->fd >= 0) {
+    close(s->fd);
+    shm_unlink(s->key);
+  }
+}
+
 /* --http: the same closed or open loop over one HTTP/1.1 connection,
  * `depth` requests pipelined; answers come back in request order, so the
  * due times are a FIFO. */
@@ -241,26 +306,41 @@ static void *run_http(void *arg) {
   worker_t *w = arg;
   const cfg_t *cfg = w->cfg;
   int rc = 0, depth = cfg->depth;
-  char *reqs[NINPUTS] = {0};
-  size_t reqlen[NINPUTS];
+  /* With --shm one request per slot (its output window), else one per
+   * input. */
+  const int nreqs = cfg->shm ? depth : NINPUTS;
+  char **reqs = calloc((size_t)nreqs, sizeof(*reqs));
+  size_t *reqlen = calloc((size_t)nreqs, sizeof(*reqlen));
   uint64_t *due = calloc((size_t)depth, sizeof(*due));
+  http_shm_t shm = {.fd = -1};
   bh_conn_t c;
   memset(&c, 0, sizeof(c));
   c.fd = -1;
-  if (due == NULL) {
+  if (due == NULL || reqs == NULL || reqlen == NULL) {
     rc = mlpd_errf(&w->err, -ENOMEM, "out of memory");
     goto done;
   }
-  for (int k = 0; k < NINPUTS; k++)
-    if ((rc = (cfg->http_json ? bh_infer_request_json : bh_infer_request)(
-             cfg->model_name, w->inputs[k], (mlpd_dtype_t)cfg->in_dtype,
-             cfg->rows, cfg->cols, cfg->timeout_ms * 1000ull, &reqs[k],
-             &reqlen[k])) != 0) {
+  if ((rc = bh_connect(cfg->http, &c, &w->err)) != 0)
+    goto done;
+  if (cfg->shm && (rc = http_shm_open(w, &c, &shm)) != 0)
+    goto done;
+  for (int k = 0; k < nreqs; k++) {
+    if (cfg->shm)
+      rc = bh_infer_request_shm(
+          cfg->model_name, shm.region, (size_t)(k % NINPUTS) * shm.in_bytes,
+          NINPUTS * shm.in_bytes + (size_t)k * shm.out_bytes,
+          (mlpd_dtype_t)cfg->in_dtype, cfg->rows, cfg->cols, cfg->out_cols,
+          cfg->timeout_ms * 1000ull, &reqs[k], &reqlen[k]);
+    else
+      rc = (cfg->http_json ? bh_infer_request_json : bh_infer_request)(
+          cfg->model_name, w->inputs[k], (mlpd_dtype_t)cfg->in_dtype,
+          cfg->rows, cfg->cols, cfg->timeout_ms * 1000ull, &reqs[k],
+          &reqlen[k]);
+    if (rc != 0) {
       rc = mlpd_errf(&w->err, rc, "cannot build the request");
       goto done;
     }
-  if ((rc = bh_connect(cfg->http, &c, &w->err)) != 0)
-    goto done;
+  }
   pace_t pace = pace_start(cfg, w->idx);
   uint64_t seq = 0;
   int head = 0, inflight = 0, stopped = 0;
@@ -274,9 +354,10 @@ static void *run_http(void *arg) {
         stopped = 1;
         break;
       }
-      due[(head + inflight) % depth] = d;
+      int slot = (head + inflight) % depth;
+      due[slot] = d;
       inflight++;
-      int k = (int)(seq++ % NINPUTS);
+      int k = cfg->shm ? slot : (int)(seq++ % NINPUTS);
       if ((rc = bh_send(&c, reqs[k], reqlen[k], &w->err)) != 0)
         goto done;
       pace_sent(&pace, w, d, now);
@@ -335,9 +416,12 @@ static void *run_http(void *arg) {
 done:
   if (rc != 0)
     w->failed = rc;
+  http_shm_close(&c, &shm);
   bh_close(&c);
-  for (int k = 0; k < NINPUTS; k++)
+  for (int k = 0; reqs != NULL && k < nreqs; k++)
     free(reqs[k]);
+  free(reqs);
+  free(reqlen);
   free(due);
   return NULL;
 }
@@ -733,8 +817,9 @@ int main(int argc, char **argv) {
   if (cfg.threads >= cfg.connections)
     cfg.threads = 0;
   if (cfg.http != NULL) {
-    if (cfg.shm)
-      return mlpd_opts_error(&spec, "--shm and --http do not go together");
+    if (cfg.shm && cfg.http_json)
+      return mlpd_opts_error(&spec, "--shm and --http-json do not go "
+                                    "together");
     int in = 0, out = 0;
     rc = bh_model(cfg.http, cfg.model, cfg.model_name, sizeof(cfg.model_name),
                   &in, &out, &err);
@@ -987,9 +1072,10 @@ int main(int argc, char **argv) {
            "\"errors_by_status\": {",
            json_str(js[0], sizeof(js[0]), cfg.socket), cfg.connections,
            cfg.depth, cfg.rows, cfg.rate > 0 ? "open" : "closed", cfg.rate,
-           cfg.http_json ? "http-json"
-           : cfg.http    ? "http"
-           : cfg.shm     ? "shm"
+           cfg.http_json          ? "http-json"
+           : cfg.http && cfg.shm ? "http-shm"
+           : cfg.http            ? "http"
+           : cfg.shm             ? "shm"
                          : "inline",
            mlpd_dtype_name((mlpd_dtype_t)cfg.in_dtype),
            mlpd_dtype_name((mlpd_dtype_t)out_dtype), cfg.spin_us, cfg.cols,
@@ -1024,9 +1110,10 @@ int main(int argc, char **argv) {
            cfg.connections, cfg.depth, cfg.rows,
            mlpd_dtype_name((mlpd_dtype_t)cfg.in_dtype),
            mlpd_dtype_name((mlpd_dtype_t)out_dtype),
-           cfg.http_json ? "over HTTP (OIP, JSON tensors)"
-           : cfg.http    ? "over HTTP (OIP, binary tensor data)"
-           : cfg.shm     ? "through shared memory"
+           cfg.http_json          ? "over HTTP (OIP, JSON tensors)"
+           : cfg.http && cfg.shm ? "over HTTP (OIP, system shared memory)"
+           : cfg.http            ? "over HTTP (OIP, binary tensor data)"
+           : cfg.shm             ? "through shared memory"
                          : "inline");
     if (cfg.rate > 0)
       printf("open loop at %g requests/s\n", cfg.rate);

@@ -1024,7 +1024,8 @@ static int start_shards(mlpd_daemon_t *d, int n, mlpd_err_t *err) {
                 * connection always has an idle bound. */
                .idle_timeout_ms = d->cfg.idle_timeout_ms,
                .is_unix = d->http.is_unix,
-               .allow_repo_remote = d->cfg.http_allow_repo_remote},
+               .allow_repo_remote = d->cfg.http_allow_repo_remote,
+               .sysshm = d->sysshm},
   };
   d->shards = calloc((size_t)n, sizeof(*d->shards));
   if (d->shards == NULL)
@@ -1146,6 +1147,17 @@ int mlpd_daemon_run(const mlpd_config_t *cfg) {
                 d->http.port,
                 cfg->http_allow_repo_remote ? " and load or unload models"
                                             : "");
+    if (cfg->http_allow_shm) {
+      if ((rc = mlpd_sysshm_create(NULL, MLPD_SYSSHM_REGIONS_MAX, &d->sysshm,
+                                   &err)) != 0)
+        goto fail;
+      MLPD_LOGW("http: system shared memory on (--http-allow-shm): a client "
+                "on this host may register any /dev/shm object this "
+                "daemon's user can open, and have outputs written there");
+    }
+  } else if (cfg->http_allow_shm) {
+    MLPD_LOGW("--http-allow-shm without --http-listen: no HTTP listener to "
+              "serve it");
   }
   warn_socket_buffer(cfg->socket_buffer);
   if ((rc = start_shards(d, nshards, &err)) != 0)
@@ -1215,6 +1227,7 @@ cleanup:;
   if (uv_loop_close(&d->loop) != 0)
     MLPD_LOGW("loop closed with handles still open");
   free(d->shards);
+  mlpd_sysshm_destroy(d->sysshm); /* no thread holds a region now */
   mlpd_board_free(&d->board);
   mlpd_access_free(&d->access);
   free(d);

@@ -33,6 +33,7 @@
 #include "models.h"
 #include "mlpd.h"
 #include "pool.h"
+#include "sysshm.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -81,6 +82,7 @@ typedef struct mlpd_config_s {
                                   off */
   int http_allow_remote;       /* --http-allow-remote */
   int http_allow_repo_remote;  /* --http-allow-repository-remote */
+  int http_allow_shm;          /* --http-allow-shm */
   size_t http_max_body;        /* --http-max-body */
   double drain_timeout_s;      /* --drain-timeout */
 } mlpd_config_t;
@@ -149,6 +151,8 @@ typedef struct mlpd_daemon_s {
   mlpd_dispatch_t *shards;      /* owned, nshards */
   mlpd_http_addr_t http;        /* the HTTP listener (fd -1 when off); each
                                    I/O thread serves a duplicate */
+  mlpd_sysshm_t *sysshm;        /* owned: the OIP's system shared memory
+                                   regions (--http-allow-shm), or NULL */
 
   mlpd_dmodel_t models[MLPD_MAX_MODELS]; /* by index, as in the board's
                                    table (board.models) */

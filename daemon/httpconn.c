@@ -14,6 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -61,6 +63,9 @@ struct hresp_s {
   char *bytes; /* owned: a block of the thread's cache */
   size_t off;  /* the response starts at bytes + off */
   size_t len;
+  mlpd_sysshm_region_t *out_shm; /* held: the output's region, or NULL */
+  uint64_t out_shm_off;
+  char shm_region[MLPD_OIP_NAME_MAX];
 };
 
 struct mlpd_hconn_s {
@@ -81,6 +86,7 @@ struct mlpd_hconn_s {
   size_t unsent;
   uid_t uid; /* Unix peers */
   int have_uid;
+  int local_peer; /* a Unix peer, or a TCP one on a loopback address */
   int open_handles;
   unsigned reading : 1, paused : 1, final : 1, lingering : 1, eof : 1,
       closing : 1;
@@ -122,6 +128,7 @@ static void maybe_done(mlpd_httpconn_t *h) {
 static mlpd_bufcache_t *cache_of(mlpd_httpconn_t *h) { return h->blocks; }
 
 static void resp_free(mlpd_httpconn_t *h, hresp_t *rs) {
+  mlpd_sysshm_release(rs->out_shm);
   /* rs->bytes is a whole block, even with an offset (finish_in_place). */
   mlpd_bufcache_put(cache_of(h), rs->bytes);
   mlpd_bufcache_put(cache_of(h), rs);
@@ -495,6 +502,31 @@ static int finish_in_place(mlpd_hconn_t *c, hresp_t *rs, char *block,
   return 1;
 }
 
+/* An answer whose rows go to the output's shared memory region: written
+ * there, and the JSON says where. */
+static int answer_in_shm(mlpd_hconn_t *c, hresp_t *rs, const mlpd_req_t *req,
+                         size_t rows_len) {
+  mlpd_httpconn_t *h = c->srv;
+  mlpd_err_t err = {0};
+  int rc = mlpd_sysshm_write(rs->out_shm, rs->out_shm_off, req->out, rows_len,
+                             &err);
+  mlpd_sysshm_release(rs->out_shm);
+  rs->out_shm = NULL;
+  if (rc != 0)
+    return reply_error(c, rs, 400, err.msg);
+  mlpd_oip_response_t r = {.model_name = rs->model,
+                           .id = rs->has_id ? rs->id : NULL,
+                           .rows = (size_t)req->rows,
+                           .cols = (size_t)req->out_cols,
+                           .dtype = req->out_dtype,
+                           .shm_region = rs->shm_region};
+  size_t jlen = 0;
+  if (mlpd_oip_encode_infer(&h->out, &r, &jlen) != 0)
+    return reply_error(c, rs, 500, "the response does not fit");
+  return finish_resp(c, rs, 200, JSON_TYPE, NULL, h->out.p, h->out.len,
+                     SIZE_MAX);
+}
+
 /* The batch came back (mlpd_requests_done_fn). */
 static void on_infer_done(void *ud, const mlpd_req_t *req, mlpd_status_t status,
                           const char *msg) {
@@ -511,6 +543,8 @@ static void on_infer_done(void *ud, const mlpd_req_t *req, mlpd_status_t status,
   if (status != MLPD_STATUS_OK) {
     rc = reply_error(c, rs, http_status_of(status),
                      msg ? msg : mlpd_status_name(status));
+  } else if (rs->out_shm != NULL) {
+    rc = answer_in_shm(c, rs, req, rows_len);
   } else {
     mlpd_oip_response_t r = {.model_name = rs->model,
                              .id = rs->has_id ? rs->id : NULL,
@@ -594,6 +628,112 @@ static int find_model(mlpd_hconn_t *c, hresp_t *rs, const mlpd_oip_route_t *rt,
   return 1;
 }
 
+/* ---- system shared memory ---------------------------------------------- */
+
+/* Whether this peer may use system shared memory. 0, or an answer was
+ * queued. */
+static int shm_refused(mlpd_hconn_t *c, hresp_t *rs, int *rc) {
+  const char *why = NULL;
+  if (c->srv->cfg.sysshm == NULL)
+    why = "system shared memory is off (--http-allow-shm turns it on)";
+  else if (!c->local_peer)
+    why = "system shared memory is for clients on this host";
+  if (why == NULL)
+    return 0;
+  *rc = reply_error(c, rs, 403, why);
+  return 1;
+}
+
+/* 1 for an answer queued, or the failure to queue it. */
+static int queued(int rc) { return rc != 0 ? rc : 1; }
+
+/* An input in a region: read whole into a block of the thread's cache
+ * (from its pinned arena when large), which the request then owns as it
+ * owns a binary body's. 0, 1 (an answer was queued) or -ENOMEM. */
+static int read_input_shm(mlpd_hconn_t *c, hresp_t *rs,
+                          const mlpd_oip_infer_t *inf, void **block) {
+  mlpd_httpconn_t *h = c->srv;
+  mlpd_err_t err = {0};
+  *block = NULL;
+  if (inf->data_bytes > h->cfg.max_body) {
+    char msg[160];
+    snprintf(msg, sizeof(msg),
+             "the input in shared memory takes %zu bytes, over the %zu-byte "
+             "bound (--http-max-body)",
+             inf->data_bytes, h->cfg.max_body);
+    return queued(reply_error(c, rs, 413, msg));
+  }
+  mlpd_sysshm_region_t *reg;
+  int rc = mlpd_sysshm_hold(h->cfg.sysshm, inf->in_shm.region,
+                            inf->in_shm.offset, inf->data_bytes, 0, &reg,
+                            &err);
+  if (rc == 0) {
+    *block = mlpd_bufcache_get(h->blocks, inf->data_bytes);
+    if (*block == NULL) {
+      mlpd_sysshm_release(reg);
+      return queued(reply_error(c, rs, 503, "out of memory for the tensor"));
+    }
+    rc = mlpd_sysshm_read(reg, inf->in_shm.offset, *block, inf->data_bytes,
+                          &err);
+    mlpd_sysshm_release(reg);
+  }
+  if (rc == 0)
+    return 0;
+  mlpd_bufcache_put(h->blocks, *block);
+  *block = NULL;
+  return queued(reply_error(c, rs, 400, err.msg));
+}
+
+/* GET .../status, POST .../register and .../unregister. */
+static int handle_shm(mlpd_hconn_t *c, hresp_t *rs,
+                      const mlpd_oip_route_t *rt) {
+  mlpd_httpconn_t *h = c->srv;
+  int rc;
+  if (shm_refused(c, rs, &rc))
+    return rc;
+  mlpd_err_t err = {0};
+  const char *region = rt->region[0] ? rt->region : NULL;
+  if (rt->kind == MLPD_OIP_SHM_REGISTER) {
+    char key[MLPD_OIP_KEY_MAX];
+    uint64_t offset, size;
+    const mlpd_httpreq_t *r = &c->req;
+    rc = mlpd_oip_parse_shm_register(r->body ? r->body : "", r->body_len, key,
+                                     &offset, &size, &err);
+    if (rc == 0)
+      rc = mlpd_sysshm_register(h->cfg.sysshm, rt->region, key, offset, size,
+                                &err);
+  } else if (rt->kind == MLPD_OIP_SHM_UNREGISTER) {
+    rc = mlpd_sysshm_unregister(h->cfg.sysshm, region, &err);
+  } else {
+    /* Not the hot path: a table's worth, off the stack. */
+    mlpd_sysshm_info_t *info = malloc(MLPD_SYSSHM_REGIONS_MAX * sizeof(*info));
+    mlpd_oip_shm_region_t *e = malloc(MLPD_SYSSHM_REGIONS_MAX * sizeof(*e));
+    size_t n = 0;
+    rc = info && e ? mlpd_sysshm_list(h->cfg.sysshm, region, info,
+                                      MLPD_SYSSHM_REGIONS_MAX, &n, &err)
+                   : -ENOMEM;
+    if (rc == 0) {
+      n = n < MLPD_SYSSHM_REGIONS_MAX ? n : MLPD_SYSSHM_REGIONS_MAX;
+      for (size_t i = 0; i < n; i++)
+        e[i] = (mlpd_oip_shm_region_t){.name = info[i].name,
+                                       .key = info[i].key,
+                                       .offset = info[i].offset,
+                                       .byte_size = info[i].byte_size};
+      rc = reply_out(c, rs, 200, mlpd_oip_shm_status(&h->out, e, n));
+    } else if (rc == -ENOMEM) {
+      rc = reply_error(c, rs, 503, "out of memory listing the regions");
+    }
+    free(info);
+    free(e);
+    if (rc == 0 || rc == -ENOMEM)
+      return rc;
+  }
+  if (rc == 0)
+    return finish_resp(c, rs, 200, JSON_TYPE, NULL, "{}", 2, SIZE_MAX);
+  return reply_error(c, rs, rc == -ENOENT ? 404 : mlpd_oip_http_status(rc),
+                     err.msg[0] ? err.msg : mlpd_strerror(rc));
+}
+
 static int handle_infer(mlpd_hconn_t *c, hresp_t *rs,
                         const mlpd_oip_route_t *rt) {
   mlpd_httpconn_t *h = c->srv;
@@ -619,11 +759,17 @@ static int handle_infer(mlpd_hconn_t *c, hresp_t *rs,
       r->ihcl_len, rt, oip_lookup, h, h->scratch, h->scratch_cap, &inf, &err);
   if (rc != 0)
     return reply_error(c, rs, mlpd_oip_http_status(rc), err.msg);
+  const int in_shm = inf.in_shm.region[0] != '\0';
+  const int out_shm = inf.out_shm.region[0] != '\0';
+  if ((in_shm || out_shm) && shm_refused(c, rs, &rc))
+    return rc;
   size_t esz = mlpd_dtype_size(inf.dtype);
   size_t out_n = inf.rows * m.out_features;
   /* The answer must fit the response buffer: checked before admission so
    * the engine never computes what cannot be sent. */
-  size_t out_bytes = inf.binary_output ? out_n * esz : out_n * 16;
+  size_t out_bytes = out_shm              ? 0
+                     : inf.binary_output ? out_n * esz
+                                         : out_n * 16;
   if (out_bytes + 1024 > h->out.max) {
     char msg[200];
     snprintf(msg, sizeof(msg),
@@ -633,8 +779,24 @@ static int handle_infer(mlpd_hconn_t *c, hresp_t *rs,
              inf.binary_output ? "" : " or ask for binary output");
     return reply_error(c, rs, 413, msg);
   }
+  void *in_block = NULL;
+  if (in_shm && (rc = read_input_shm(c, rs, &inf, &in_block)) != 0)
+    return rc < 0 ? rc : 0;
+  if (out_shm) {
+    rc = mlpd_sysshm_hold(h->cfg.sysshm, inf.out_shm.region,
+                          inf.out_shm.offset, out_n * esz, 1, &rs->out_shm,
+                          &err);
+    if (rc != 0) {
+      mlpd_bufcache_put(h->blocks, in_block);
+      return reply_error(c, rs, 400, err.msg);
+    }
+    rs->out_shm_off = inf.out_shm.offset;
+    snprintf(rs->shm_region, sizeof(rs->shm_region), "%s",
+             inf.out_shm.region);
+    out_bytes = out_n * esz; /* into a block of its own, as binary */
+  }
   rs->binary = inf.binary_output;
-  rs->out_room = inf.binary_output && !rs->head &&
+  rs->out_room = (inf.binary_output || out_shm) && !rs->head &&
                  out_bytes >= INPLACE_OUT_MIN;
   rs->has_id = inf.has_id;
   memcpy(rs->id, inf.id, sizeof(rs->id));
@@ -655,9 +817,14 @@ static int handle_infer(mlpd_hconn_t *c, hresp_t *rs,
       .done = on_infer_done,
       .done_ud = rs,
       .blocks = h->blocks,
-      /* Binary rows stay in the body's block until answered. */
-      .in_block = inf.data_binary ? mlpd_httpreq_take_body(r) : NULL,
+      /* Binary rows stay in the body's block until answered, as rows
+       * read from shared memory stay in theirs. */
+      .in_block = in_shm            ? in_block
+                  : inf.data_binary ? mlpd_httpreq_take_body(r)
+                                    : NULL,
   };
+  if (in_shm)
+    in.data = in_block;
   if (rs->out_room) {
     in.out_block = mlpd_bufcache_get(h->blocks, HEAD_ROOM + out_bytes);
     if (in.out_block != NULL)
@@ -857,7 +1024,8 @@ static int handle_oip(mlpd_hconn_t *c, hresp_t *rs,
     return handle_health(c, rs, 1);
   case MLPD_OIP_SERVER_META:
     return reply_out(c, rs, 200,
-                     mlpd_oip_server_meta(&h->out, "mlpd", MLPD_VERSION, 0));
+                     mlpd_oip_server_meta(&h->out, "mlpd", MLPD_VERSION, 0,
+                                          h->cfg.sysshm != NULL));
   case MLPD_OIP_MODEL_META:
   case MLPD_OIP_MODEL_CONFIG:
   case MLPD_OIP_MODEL_READY: {
@@ -896,6 +1064,10 @@ static int handle_oip(mlpd_hconn_t *c, hresp_t *rs,
     if (repo_refused(c, rs, &rc))
       return rc;
     return repo_load(c, rs, rt, rt->kind == MLPD_OIP_REPO_LOAD);
+  case MLPD_OIP_SHM_STATUS:
+  case MLPD_OIP_SHM_REGISTER:
+  case MLPD_OIP_SHM_UNREGISTER:
+    return handle_shm(c, rs, rt);
   }
   return reply_error(c, rs, 404, "not a v2 route");
 }
@@ -1207,6 +1379,25 @@ static void reject(mlpd_httpconn_t *h, uv_stream_t *server) {
   uv_close(&h->reject.handle, on_rejected);
 }
 
+/* 127.0.0.0/8, ::1, or ::ffff:127.0.0.0/104. */
+static int tcp_peer_is_loopback(const uv_tcp_t *t) {
+  struct sockaddr_storage ss;
+  int len = sizeof(ss);
+  if (uv_tcp_getpeername(t, (struct sockaddr *)&ss, &len) != 0)
+    return 0;
+  if (ss.ss_family == AF_INET) {
+    const struct sockaddr_in *a = (const struct sockaddr_in *)&ss;
+    return (ntohl(a->sin_addr.s_addr) >> 24) == 127;
+  }
+  if (ss.ss_family == AF_INET6) {
+    const struct in6_addr *a = &((const struct sockaddr_in6 *)&ss)->sin6_addr;
+    if (IN6_IS_ADDR_LOOPBACK(a))
+      return 1;
+    return IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127;
+  }
+  return 0;
+}
+
 static void on_connection(uv_stream_t *server, int status) {
   mlpd_httpconn_t *h = server->data;
   if (status < 0) {
@@ -1245,6 +1436,7 @@ static void on_connection(uv_stream_t *server, int status) {
     conn_close(c);
     return;
   }
+  c->local_peer = h->cfg.is_unix || tcp_peer_is_loopback(&c->io.tcp);
   uv_os_fd_t fd;
   if (h->cfg.is_unix && uv_fileno(&c->io.handle, &fd) == 0) {
     struct ucred cr;

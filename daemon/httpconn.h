@@ -44,6 +44,13 @@
  * convention), is the native timeout: rows still queued when it passes are
  * answered 504 (DEADLINE_EXCEEDED).
  *
+ * System shared memory (Triton's extension, sysshm.h): with a table
+ * (--http-allow-shm), /v2/systemsharedmemory registers, lists and
+ * unregisters regions, and an infer request may take its input from one
+ * and put its output in one (read and written with pread/pwrite, never
+ * mapped; an input is bounded by max_body as a body is). Refused (403)
+ * without the table, and to TCP peers that are not on a loopback address.
+ *
  * Repository: POST /v2/repository/index lists the model table (models.h)
  * with states and versions; load/unload are refused over TCP unless
  * allow_repo_remote (--http-allow-repository-remote), and on a Unix socket
@@ -61,6 +68,7 @@
 #include "list.h"
 #include "oip.h"
 #include "requests.h"
+#include "sysshm.h"
 
 #include <sys/types.h>
 #include <uv.h>
@@ -71,6 +79,10 @@ typedef struct mlpd_httpconn_config_s {
   uint64_t idle_timeout_ms; /* 0 = 30 s */
   int is_unix;              /* the listener is a Unix socket */
   int allow_repo_remote;    /* --http-allow-repository-remote */
+  mlpd_sysshm_t *sysshm;    /* --http-allow-shm: the daemon's table of
+                               system shared memory regions (borrowed, one
+                               for every thread); NULL = the extension is
+                               off */
 } mlpd_httpconn_config_t;
 
 typedef struct mlpd_hconn_s mlpd_hconn_t;

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* oip.c - see oip.h: routes, and JSON out, written by hand into a reused
- * buffer. Inference requests are read in oip_parse.c. */
+ * buffer. Inference requests are read in oip_parse.c; the one other body
+ * a client sends, a shared memory region's registration, is read here
+ * with jansson (rare and small: no need for oip_parse.c's streaming). */
 #include "oip.h"
 
 #include "dtype.h"
@@ -8,6 +10,7 @@
 
 #include <errno.h>
 #include <float.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -137,6 +140,7 @@ int mlpd_oip_route(const char *method, const char *target, size_t len,
   out->kind = 0;
   out->model[0] = '\0';
   out->version[0] = '\0';
+  out->region[0] = '\0';
   if (len < 3 || memcmp(target, "/v2", 3) != 0 || (len > 3 && target[3] != '/'))
     return mlpd_errf(err, -ENOENT, "not a v2 route");
   /* Segments after "/v2"; an empty one (a doubled or trailing slash) makes
@@ -227,6 +231,30 @@ int mlpd_oip_route(const char *method, const char *target, size_t len,
     if ((rc = decode_segment(seg[2], sl[2], out->model, "model name", err)))
       return rc;
     return check_method(method, 1, err);
+  }
+  if (ns >= 2 && seg_is(seg[0], sl[0], "systemsharedmemory")) {
+    size_t k = 1;
+    if (ns == 4 && seg_is(seg[1], sl[1], "region")) {
+      if ((rc = decode_segment(seg[2], sl[2], out->region, "region name",
+                               err)))
+        return rc;
+      k = 3;
+    }
+    if (ns != k + 1)
+      return mlpd_errf(err, -ENOENT, "not a v2 route");
+    if (seg_is(seg[k], sl[k], "status")) {
+      out->kind = MLPD_OIP_SHM_STATUS;
+      return check_method(method, 0, err);
+    }
+    if (seg_is(seg[k], sl[k], "unregister")) {
+      out->kind = MLPD_OIP_SHM_UNREGISTER;
+      return check_method(method, 1, err);
+    }
+    if (k == 3 && seg_is(seg[k], sl[k], "register")) {
+      out->kind = MLPD_OIP_SHM_REGISTER;
+      return check_method(method, 1, err);
+    }
+    return mlpd_errf(err, -ENOENT, "not a v2 route");
   }
   return mlpd_errf(err, -ENOENT, "not a v2 route");
 }
@@ -390,6 +418,13 @@ int mlpd_oip_encode_infer(mlpd_oip_buf_t *b, const mlpd_oip_response_t *r,
   P(put_jstr(b, r->output_name ? r->output_name : "output"));
   P(putf(b, ",\"datatype\":\"%s\",\"shape\":[%zu,%zu]",
          mlpd_oip_datatype(r->dtype), r->rows, r->cols));
+  if (r->shm_region != NULL) {
+    P(puts_(b, ",\"parameters\":{\"shared_memory_region\":"));
+    P(put_jstr(b, r->shm_region));
+    P(putf(b, ",\"shared_memory_byte_size\":%zu}}]}", n * esz));
+    *json_len = b->len;
+    return 0;
+  }
   if (r->binary) {
     P(putf(b, ",\"parameters\":{\"binary_data_size\":%zu}}]}", n * esz));
     *json_len = b->len;
@@ -444,7 +479,8 @@ int mlpd_oip_error_body(mlpd_oip_buf_t *b, const char *msg) {
 }
 
 int mlpd_oip_server_meta(mlpd_oip_buf_t *b, const char *name,
-                         const char *version, int repository) {
+                         const char *version, int repository,
+                         int sysshm) {
   int rc;
   b->len = 0;
   if ((rc = puts_(b, "{\"name\":")) || (rc = put_jstr(b, name)) ||
@@ -452,6 +488,7 @@ int mlpd_oip_server_meta(mlpd_oip_buf_t *b, const char *name,
       (rc = puts_(b, ",\"extensions\":[\"binary_tensor_data\","
                      "\"model_configuration\",\"statistics\"")) ||
       (repository && (rc = puts_(b, ",\"model_repository\""))) ||
+      (sysshm && (rc = puts_(b, ",\"system_shared_memory\""))) ||
       (rc = puts_(b, "]}")))
     return rc;
   return 0;
@@ -607,5 +644,68 @@ int mlpd_oip_repo_index(mlpd_oip_buf_t *b, const mlpd_oip_index_entry_t *e,
     if ((rc = put(b, "}", 1)))
       return rc;
   }
+  return put(b, "]", 1);
+}
+
+/* ---- System shared memory ---- */
+
+/* A non-negative integer field of the register body; `dflt` < 0: required. */
+static int shm_uint(json_t *o, const char *key, long long dflt, uint64_t *out,
+                    mlpd_err_t *err) {
+  json_t *v = json_object_get(o, key);
+  if (v == NULL && dflt >= 0) {
+    *out = (uint64_t)dflt;
+    return 0;
+  }
+  if (v == NULL)
+    return mlpd_errf(err, MLPD_EINVAL, "register: '%s' is missing", key);
+  if (!json_is_integer(v) || json_integer_value(v) < 0)
+    return mlpd_errf(err, MLPD_EINVAL,
+                     "register: '%s' must be a non-negative integer", key);
+  *out = (uint64_t)json_integer_value(v);
+  return 0;
+}
+
+int mlpd_oip_parse_shm_register(const char *body, size_t len,
+                                char key[MLPD_OIP_KEY_MAX], uint64_t *offset,
+                                uint64_t *byte_size, mlpd_err_t *err) {
+  json_error_t je;
+  key[0] = '\0';
+  /* jansson refuses \u0000 in strings unless asked: keys are C strings. */
+  json_t *o = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+  if (o == NULL)
+    return mlpd_errf(err, MLPD_EINVAL, "register: not JSON: %s at byte %d",
+                     je.text, je.position);
+  int rc = 0;
+  json_t *k = json_object_get(o, "key");
+  if (!json_is_object(o))
+    rc = mlpd_errf(err, MLPD_EINVAL, "register: the body must be an object");
+  else if (!json_is_string(k))
+    rc = mlpd_errf(err, MLPD_EINVAL, "register: 'key' must be a string");
+  else if (json_string_length(k) == 0 ||
+           json_string_length(k) >= MLPD_OIP_KEY_MAX)
+    rc = mlpd_errf(err, MLPD_EINVAL, "register: 'key' must take 1 to %d bytes",
+                   MLPD_OIP_KEY_MAX - 1);
+  else if ((rc = shm_uint(o, "offset", 0, offset, err)) == 0 &&
+           (rc = shm_uint(o, "byte_size", -1, byte_size, err)) == 0)
+    memcpy(key, json_string_value(k), json_string_length(k) + 1);
+  json_decref(o);
+  return rc;
+}
+
+int mlpd_oip_shm_status(mlpd_oip_buf_t *b, const mlpd_oip_shm_region_t *r,
+                        size_t n) {
+  int rc;
+  b->len = 0;
+  if ((rc = put(b, "[", 1)))
+    return rc;
+  for (size_t i = 0; i < n; i++)
+    if ((i && (rc = put(b, ",", 1))) || (rc = puts_(b, "{\"name\":")) ||
+        (rc = put_jstr(b, r[i].name)) || (rc = puts_(b, ",\"key\":")) ||
+        (rc = put_jstr(b, r[i].key)) ||
+        (rc = putf(b, ",\"offset\":%llu,\"byte_size\":%llu}",
+                   (unsigned long long)r[i].offset,
+                   (unsigned long long)r[i].byte_size)))
+      return rc;
   return put(b, "]", 1);
 }

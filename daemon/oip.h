@@ -72,12 +72,18 @@ typedef enum {
   MLPD_OIP_MODEL_CONFIG,    /* GET  /v2/models/{name}[/versions/{v}]/config */
   MLPD_OIP_MODEL_STATS,     /* GET  /v2/models[/{name}[/versions/{v}]]/stats
                                (model "": every model) */
+  /* Triton's system shared memory extension (region "": every region) */
+  MLPD_OIP_SHM_STATUS,     /* GET  /v2/systemsharedmemory[/region/{r}]/status */
+  MLPD_OIP_SHM_REGISTER,   /* POST /v2/systemsharedmemory/region/{r}/register */
+  MLPD_OIP_SHM_UNREGISTER, /* POST /v2/systemsharedmemory[/region/{r}]/unregister */
 } mlpd_oip_route_kind_t;
 
 typedef struct mlpd_oip_route_s {
   mlpd_oip_route_kind_t kind;
   char model[MLPD_OIP_NAME_MAX];   /* URL-decoded; "" where the path has none */
   char version[MLPD_OIP_NAME_MAX]; /* URL-decoded; "" = not given */
+  char region[MLPD_OIP_NAME_MAX];  /* shared memory routes: URL-decoded;
+                                      "" where the path has none */
 } mlpd_oip_route_t;
 
 /* Parses a request target (path and optional query, which is ignored; the
@@ -116,6 +122,15 @@ typedef int (*mlpd_oip_lookup_fn)(void *ud, const char *name,
 
 /* ---- Inference requests ---- */
 
+/* A tensor in a registered system shared memory region (the parameters
+ * shared_memory_region, shared_memory_offset and shared_memory_byte_size
+ * of the shared memory extension). */
+typedef struct mlpd_oip_shm_ref_s {
+  char region[MLPD_OIP_NAME_MAX]; /* "" = the tensor is not in one */
+  uint64_t offset;                /* into the region; 0 when not given */
+  uint64_t byte_size;
+} mlpd_oip_shm_ref_t;
+
 typedef struct mlpd_oip_output_req_s {
   char name[MLPD_OIP_NAME_MAX];
   int binary; /* parameters.binary_data (or the request's
@@ -131,10 +146,13 @@ typedef struct mlpd_oip_infer_s {
   mlpd_dtype_t dtype;
   /* rows * cols elements of dtype, row-major, little-endian, ANY alignment:
    * into the body for binary data (zero copy), else into the caller's
-   * scratch buffer. */
+   * scratch buffer; NULL when they are in shared memory (in_shm). */
   const void *data;
   size_t data_bytes;
   int data_binary;
+  mlpd_oip_shm_ref_t in_shm;  /* the input's region, byte_size = data_bytes */
+  mlpd_oip_shm_ref_t out_shm; /* where the output goes (byte_size at least
+                                 the answer's bytes), instead of the body */
   size_t n_outputs; /* 0 = none listed: the one output, JSON unless
                        binary_output */
   mlpd_oip_output_req_t outputs[MLPD_OIP_OUTPUTS_MAX];
@@ -165,6 +183,13 @@ typedef struct mlpd_oip_infer_s {
  * bytes after the JSON, none past the end; outputs named as the model's
  * output, each at most once; parameters.timeout, when given, an integer
  * of microseconds in 0..2^53. Unknown model or version: -ENOENT (404).
+ * Shared memory (the extension's parameters, on the input or the output):
+ * shared_memory_region a string and shared_memory_byte_size an integer,
+ * both or neither, shared_memory_offset an optional integer, all below
+ * 2^63; an input in a region has no data or binary_data_size and its
+ * byte_size is its tensor's bytes; an output in one asks for no
+ * binary_data and its byte_size holds the answer. Whether the region
+ * exists is the caller's to check.
  * Returns 0 with *out filled; out->data points into body or scratch. */
 int mlpd_oip_parse_infer(const char *body, size_t body_len, const char *hdr_len,
                          size_t hdr_len_n, const mlpd_oip_route_t *route,
@@ -202,6 +227,10 @@ typedef struct mlpd_oip_response_s {
   int binary;
   int json_only; /* binary: leave the bytes out of b (the caller sends
                     them from data after the JSON) */
+  const char *shm_region; /* the output was written to this region: its
+                             parameters say so (shared_memory_region and
+                             shared_memory_byte_size, the bytes written)
+                             and no data follows; NULL = not */
 } mlpd_oip_response_t;
 
 /* The inference response. JSON output: data as a flat array of numbers.
@@ -219,10 +248,12 @@ int mlpd_oip_encode_infer(mlpd_oip_buf_t *b, const mlpd_oip_response_t *r,
 int mlpd_oip_error_body(mlpd_oip_buf_t *b, const char *msg) MLPD_MUST_CHECK;
 
 /* GET /v2: {"name":..., "version":..., "extensions":[...]}; lists
- * "binary_tensor_data", "model_configuration" and "statistics", and
- * "model_repository" when `repository`. */
+ * "binary_tensor_data", "model_configuration" and "statistics",
+ * "model_repository" when `repository` and "system_shared_memory" when
+ * `sysshm`. */
 int mlpd_oip_server_meta(mlpd_oip_buf_t *b, const char *name,
-                         const char *version, int repository) MLPD_MUST_CHECK;
+                         const char *version, int repository,
+                         int sysshm) MLPD_MUST_CHECK;
 
 /* GET /v2/models/{name}: name, versions (the `n_versions` given; none
  * leaves the key out), platform "mlpd", inputs and outputs with datatype
@@ -285,6 +316,27 @@ typedef struct mlpd_oip_index_entry_s {
 } mlpd_oip_index_entry_t;
 
 int mlpd_oip_repo_index(mlpd_oip_buf_t *b, const mlpd_oip_index_entry_t *e,
+                        size_t n) MLPD_MUST_CHECK;
+
+/* ---- System shared memory ---- */
+
+#define MLPD_OIP_KEY_MAX 256 /* a shared memory key, with NUL */
+
+/* The body of POST .../region/{r}/register: {"key": string, "offset":
+ * integer (optional, 0), "byte_size": integer}, integers 0..2^63-1, keys
+ * it does not know ignored. MLPD_EINVAL naming the field otherwise. */
+int mlpd_oip_parse_shm_register(const char *body, size_t len,
+                                char key[MLPD_OIP_KEY_MAX], uint64_t *offset,
+                                uint64_t *byte_size,
+                                mlpd_err_t *err) MLPD_MUST_CHECK;
+
+typedef struct mlpd_oip_shm_region_s {
+  const char *name, *key;
+  uint64_t offset, byte_size;
+} mlpd_oip_shm_region_t;
+
+/* GET .../status: [{"name", "key", "offset", "byte_size"}...]. */
+int mlpd_oip_shm_status(mlpd_oip_buf_t *b, const mlpd_oip_shm_region_t *r,
                         size_t n) MLPD_MUST_CHECK;
 
 /* The datatype's OIP spelling: "FP32", "FP16", "BF16". */

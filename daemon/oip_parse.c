@@ -54,6 +54,13 @@ enum {
   F_OUTPUT_NAME,
   F_OUTPUT_PARAMS,
   F_BINARY_DATA,
+  /* the shared memory extension's parameters, of the input and the output */
+  F_IN_SHM_REGION,
+  F_IN_SHM_OFFSET,
+  F_IN_SHM_SIZE,
+  F_OUT_SHM_REGION,
+  F_OUT_SHM_OFFSET,
+  F_OUT_SHM_SIZE,
   F_COUNT,
   /* Elements of the arrays read element by element. */
   E_SHAPE,
@@ -91,13 +98,21 @@ static const jkey_t INPUT_KEYS[] = {{"name", F_INPUT_NAME},
                                     {"parameters", F_INPUT_PARAMS},
                                     {"data", F_DATA},
                                     {NULL, 0}};
-static const jkey_t INPUT_PARAMS_KEYS[] = {{"binary_data_size", F_BINARY_SIZE},
-                                           {NULL, 0}};
+static const jkey_t INPUT_PARAMS_KEYS[] = {
+    {"binary_data_size", F_BINARY_SIZE},
+    {"shared_memory_region", F_IN_SHM_REGION},
+    {"shared_memory_offset", F_IN_SHM_OFFSET},
+    {"shared_memory_byte_size", F_IN_SHM_SIZE},
+    {NULL, 0}};
 static const jkey_t OUTPUT_KEYS[] = {{"name", F_OUTPUT_NAME},
                                      {"parameters", F_OUTPUT_PARAMS},
                                      {NULL, 0}};
-static const jkey_t OUTPUT_PARAMS_KEYS[] = {{"binary_data", F_BINARY_DATA},
-                                            {NULL, 0}};
+static const jkey_t OUTPUT_PARAMS_KEYS[] = {
+    {"binary_data", F_BINARY_DATA},
+    {"shared_memory_region", F_OUT_SHM_REGION},
+    {"shared_memory_offset", F_OUT_SHM_OFFSET},
+    {"shared_memory_byte_size", F_OUT_SHM_SIZE},
+    {NULL, 0}};
 
 /* An open container mlpd reads into: an object (its key table; `next` is
  * the field its current key fills) or an array (`field` says which). */
@@ -644,6 +659,43 @@ static int finish_data(doc_t *d, size_t n, mlpd_dtype_t t, mlpd_err_t *err) {
   return 0;
 }
 
+/* The shared memory parameters of one tensor (`f` is its F_*_SHM_REGION;
+ * offset and size follow it): absent, or region and byte_size both given,
+ * the offset optional, the integers 0..2^63-1. Sets *given. */
+static int check_shm(const doc_t *d, int f, const char *what,
+                     mlpd_oip_shm_ref_t *ref, int *given, mlpd_err_t *err) {
+  const field_t *reg = &d->f[f], *off = &d->f[f + 1], *sz = &d->f[f + 2];
+  *given = reg->type != T_ABSENT || off->type != T_ABSENT ||
+           sz->type != T_ABSENT;
+  if (!*given)
+    return 0;
+  if (reg->type == T_ABSENT || sz->type == T_ABSENT)
+    return mlpd_errf(err, MLPD_EINVAL,
+                     "%s.parameters: shared_memory_region and "
+                     "shared_memory_byte_size go together",
+                     what);
+  char key[64];
+  snprintf(key, sizeof(key), "%s.parameters.shared_memory_region", what);
+  int rc = want_string(reg, key, err);
+  if (rc)
+    return rc;
+  if (reg->len == 0)
+    return mlpd_errf(err, MLPD_EINVAL, "%s is empty", key);
+  if (sz->type != T_INT || sz->integer < 0)
+    return mlpd_errf(err, MLPD_EINVAL,
+                     "%s.parameters.shared_memory_byte_size must be a "
+                     "non-negative integer",
+                     what);
+  if (off->type != T_ABSENT && (off->type != T_INT || off->integer < 0))
+    return mlpd_errf(err, MLPD_EINVAL,
+                     "%s.parameters.shared_memory_offset must be a "
+                     "non-negative integer",
+                     what);
+  ref->offset = off->type == T_INT ? (uint64_t)off->integer : 0;
+  ref->byte_size = (uint64_t)sz->integer;
+  return 0;
+}
+
 static int check_outputs(doc_t *d, const mlpd_oip_model_t *m, int all_binary,
                          mlpd_oip_infer_t *out, mlpd_err_t *err) {
   const char *oname = m->output_name ? m->output_name : "output";
@@ -675,6 +727,26 @@ static int check_outputs(doc_t *d, const mlpd_oip_model_t *m, int all_binary,
   if ((rc = want_bool(&d->f[F_BINARY_DATA], &r->binary, "outputs[]",
                       "binary_data", err)))
     return rc;
+  int shm;
+  if ((rc = check_shm(d, F_OUT_SHM_REGION, "outputs[0]", &out->out_shm, &shm,
+                      err)))
+    return rc;
+  if (shm) {
+    if (d->f[F_BINARY_DATA].type != T_ABSENT && r->binary)
+      return mlpd_errf(err, MLPD_EINVAL,
+                       "outputs[0] asks for binary_data and "
+                       "shared_memory_region; one place for the output");
+    /* rows <= 2^31-1, out_features <= 2^20 (a model's bound): no overflow. */
+    size_t need = out->rows * m->out_features * mlpd_dtype_size(out->dtype);
+    if (out->out_shm.byte_size < need)
+      return mlpd_errf(err, MLPD_EINVAL,
+                       "outputs[0].parameters.shared_memory_byte_size = "
+                       "%llu; the answer takes %zu bytes",
+                       (unsigned long long)out->out_shm.byte_size, need);
+    r->binary = 0;
+  } else {
+    out->out_shm.region[0] = '\0';
+  }
   out->binary_output = r->binary;
   out->n_outputs = 1;
   return 0;
@@ -688,8 +760,24 @@ static int check_input_data(doc_t *d, const char *bin, size_t bin_len,
   /* rows <= 2^31-1 and cols <= 2^20: the products fit in 53 bits. */
   size_t bytes = n * mlpd_dtype_size(out->dtype);
   const field_t *bsz = &d->f[F_BINARY_SIZE];
-  int rc;
-  if (bsz->type != T_ABSENT) {
+  int rc, shm;
+  if ((rc = check_shm(d, F_IN_SHM_REGION, "inputs[0]", &out->in_shm, &shm,
+                      err)))
+    return rc;
+  if (shm) {
+    if (d->f[F_DATA].type != T_ABSENT || bsz->type != T_ABSENT)
+      return mlpd_errf(err, MLPD_EINVAL,
+                       "inputs[0] has shared_memory_region and %s",
+                       d->f[F_DATA].type != T_ABSENT ? "data"
+                                                     : "binary_data_size");
+    if (out->in_shm.byte_size != (uint64_t)bytes)
+      return mlpd_errf(err, MLPD_EINVAL,
+                       "inputs[0].parameters.shared_memory_byte_size = %llu; "
+                       "shape and datatype make %zu bytes",
+                       (unsigned long long)out->in_shm.byte_size, bytes);
+    out->data = NULL;
+    out->data_bytes = bytes;
+  } else if (bsz->type != T_ABSENT) {
     if (!have_hdr)
       return mlpd_errf(err, MLPD_EINVAL,
                        "inputs[0].parameters.binary_data_size without an "
@@ -715,6 +803,7 @@ static int check_input_data(doc_t *d, const char *bin, size_t bin_len,
     out->data_bytes = bytes;
     out->data_binary = 1;
   } else {
+    out->in_shm.region[0] = '\0';
     if (d->f[F_DATA].type == T_ABSENT)
       return mlpd_errf(err, MLPD_EINVAL, "inputs[0] has no data");
     if ((rc = check_layout(d, rank, out->rows, out->cols, err)))
@@ -859,6 +948,10 @@ int mlpd_oip_parse_infer(const char *body, size_t body_len, const char *hdr_len,
   d->f[F_DATATYPE] = (field_t){.dst = datatype, .cap = sizeof(datatype)};
   d->f[F_OUTPUT_NAME] = (field_t){.dst = out->outputs[0].name,
                                   .cap = sizeof(out->outputs[0].name)};
+  d->f[F_IN_SHM_REGION] = (field_t){.dst = out->in_shm.region,
+                                    .cap = sizeof(out->in_shm.region)};
+  d->f[F_OUT_SHM_REGION] = (field_t){.dst = out->out_shm.region,
+                                     .cap = sizeof(out->out_shm.region)};
   rc = read_json(d, body, jlen, err);
   if (rc == 0)
     rc = check_request(d, body + jlen, body_len - jlen, hdr_len != NULL,

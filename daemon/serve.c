@@ -266,6 +266,11 @@ static int parse_command_line(mlpd_config_t *cfg, int argc, char **argv,
        &cfg->http_allow_repo_remote,
        .help = "allow model load/unload over a TCP HTTP listener (default: "
                "only\non a Unix path, to root and the daemon's user)"},
+      {"http-allow-shm", 0, MLPD_OPT_FLAG, &cfg->http_allow_shm,
+       .help = "Triton's system shared memory extension "
+               "(/v2/systemsharedmemory):\nclients on this host register "
+               "/dev/shm objects for inputs and outputs\n(default off, as "
+               "Triton's --allow-client-shm)"},
       {"http-max-body", 0, MLPD_OPT_SIZE, &cfg->http_max_body, 1024,
        (double)(1u << 30), .meta = "BYTES",
        .help = "largest HTTP request body (default 64M; 413 beyond)"},

@@ -47,3 +47,5 @@ add_test(NAME test_soak
           --out ${CMAKE_CURRENT_BINARY_DIR}/soak)
 set_tests_properties(test_soak PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300
   RUN_SERIAL TRUE ENVIRONMENT "${MLPD_TEST_ENV}")
+# The OIP's system shared memory regions (sysshm.c), on a folder of its own.
+mlpd_test(test_sysshm)

@@ -783,13 +783,19 @@ static void test_metadata(void **state) {
   (void)state;
   mlpd_oip_buf_t b;
   assert_int_equal(mlpd_oip_buf_init(&b, 64, 4096), 0);
-  assert_int_equal(mlpd_oip_server_meta(&b, "mlpd", "0.9", 1), 0);
+  assert_int_equal(mlpd_oip_server_meta(&b, "mlpd", "0.9", 1, 0), 0);
   const char *want = "{\"name\":\"mlpd\",\"version\":\"0.9\",\"extensions\":"
                      "[\"binary_tensor_data\",\"model_configuration\","
                      "\"statistics\",\"model_repository\"]}";
   assert_int_equal(b.len, strlen(want));
   assert_memory_equal(b.p, want, b.len);
-  assert_int_equal(mlpd_oip_server_meta(&b, "mlpd", "0.9", 0), 0);
+  assert_int_equal(mlpd_oip_server_meta(&b, "mlpd", "0.9", 0, 1), 0);
+  want = "{\"name\":\"mlpd\",\"version\":\"0.9\",\"extensions\":"
+         "[\"binary_tensor_data\",\"model_configuration\","
+         "\"statistics\",\"system_shared_memory\"]}";
+  assert_int_equal(b.len, strlen(want));
+  assert_memory_equal(b.p, want, b.len);
+  assert_int_equal(mlpd_oip_server_meta(&b, "mlpd", "0.9", 0, 0), 0);
   json_decref(load(&b, b.len));
 
   mlpd_oip_model_t m = {.name = "digits",
@@ -891,6 +897,246 @@ static void test_metadata(void **state) {
   mlpd_oip_buf_free(&b);
 }
 
+/* Triton's system shared memory extension, as far as bytes go: its routes,
+ * the parameters an input or output carries, the answer naming where the
+ * output went, the register body and the status list. (The regions
+ * themselves: test_sysshm; over HTTP: test_oip_http.) */
+static void test_shared_memory_routes(void **state) {
+  (void)state;
+  static const struct {
+    const char *method, *target;
+    int rc;
+    mlpd_oip_route_kind_t kind;
+    const char *region;
+  } cases[] = {
+      {"GET", "/v2/systemsharedmemory/status", 0, MLPD_OIP_SHM_STATUS, ""},
+      {"GET", "/v2/systemsharedmemory/region/r%201/status", 0,
+       MLPD_OIP_SHM_STATUS, "r 1"},
+      {"POST", "/v2/systemsharedmemory/region/in/register", 0,
+       MLPD_OIP_SHM_REGISTER, "in"},
+      {"POST", "/v2/systemsharedmemory/region/in/unregister", 0,
+       MLPD_OIP_SHM_UNREGISTER, "in"},
+      {"POST", "/v2/systemsharedmemory/unregister", 0, MLPD_OIP_SHM_UNREGISTER,
+       ""},
+      {"POST", "/v2/systemsharedmemory/status", -EOPNOTSUPP, 0, ""},
+      {"GET", "/v2/systemsharedmemory/region/in/register", -EOPNOTSUPP, 0, ""},
+      {"POST", "/v2/systemsharedmemory/register", -ENOENT, 0, ""},
+      {"GET", "/v2/systemsharedmemory/region/in", -ENOENT, 0, ""},
+      {"GET", "/v2/systemsharedmemory/region//status", -ENOENT, 0, ""},
+      {"GET", "/v2/systemsharedmemory/regions/in/status", -ENOENT, 0, ""},
+      {"GET", "/v2/systemsharedmemory/region/a%00/status", MLPD_EINVAL, 0, ""},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    mlpd_oip_route_t r;
+    mlpd_err_t err = {0};
+    int rc = mlpd_oip_route(cases[i].method, cases[i].target,
+                            strlen(cases[i].target), &r, &err);
+    if (rc != cases[i].rc)
+      fail_msg("%s %s: rc %d (%s), wanted %d", cases[i].method,
+               cases[i].target, rc, err.msg, cases[i].rc);
+    if (rc == 0) {
+      assert_int_equal(r.kind, cases[i].kind);
+      assert_string_equal(r.region, cases[i].region);
+      assert_string_equal(r.model, "");
+    }
+  }
+}
+
+#define SHM_IN(params)                                                         \
+  "{\"inputs\":[{\"name\":\"input0\",\"shape\":[1,2],\"datatype\":\"FP32\","   \
+  "\"parameters\":{" params "}}]"
+#define SHM_OUT(params)                                                        \
+  ",\"outputs\":[{\"name\":\"output0\",\"parameters\":{" params "}}]}"
+
+static void test_shared_memory_request(void **state) {
+  (void)state;
+  mlpd_oip_infer_t in;
+  mlpd_err_t err = {0};
+  /* Input and output in regions; the request's binary_data_output gives
+   * way to the output's region. */
+  const char *both =
+      "{\"parameters\":{\"binary_data_output\":true},"
+      "\"inputs\":[{\"name\":\"input0\",\"shape\":[1,2],\"datatype\":\"FP32\","
+      "\"parameters\":{\"shared_memory_region\":\"in\","
+      "\"shared_memory_offset\":16,\"shared_memory_byte_size\":8}}]"
+      SHM_OUT("\"shared_memory_region\":\"out\",\"shared_memory_byte_size\":64");
+  assert_int_equal(parse(both, &in, &err), 0);
+  assert_string_equal(in.in_shm.region, "in");
+  assert_int_equal(in.in_shm.offset, 16);
+  assert_int_equal(in.in_shm.byte_size, 8);
+  assert_null(in.data);
+  assert_int_equal(in.data_bytes, 8);
+  assert_false(in.data_binary);
+  assert_string_equal(in.out_shm.region, "out");
+  assert_int_equal(in.out_shm.offset, 0);
+  assert_int_equal(in.out_shm.byte_size, 64);
+  assert_false(in.binary_output);
+  /* Only the input: no output region. */
+  assert_int_equal(
+      parse(SHM_IN("\"shared_memory_region\":\"in\","
+                   "\"shared_memory_byte_size\":8") "}",
+            &in, &err),
+      0);
+  assert_string_equal(in.out_shm.region, "");
+  /* Inline data: neither. */
+  assert_int_equal(parse("{\"inputs\":[{\"name\":\"input0\",\"shape\":[2],"
+                         "\"datatype\":\"FP32\",\"data\":[1,2]}]}",
+                         &in, &err),
+                   0);
+  assert_string_equal(in.in_shm.region, "");
+  assert_string_equal(in.out_shm.region, "");
+
+  static const bad_t bad[] = {
+      {SHM_IN("\"shared_memory_region\":\"in\"") "}", MLPD_EINVAL,
+       "inputs[0].parameters: shared_memory_region and "
+       "shared_memory_byte_size go together"},
+      {SHM_IN("\"shared_memory_byte_size\":8") "}", MLPD_EINVAL,
+       "go together"},
+      {SHM_IN("\"shared_memory_offset\":0") "}", MLPD_EINVAL, "go together"},
+      {SHM_IN("\"shared_memory_region\":1,\"shared_memory_byte_size\":8") "}",
+       MLPD_EINVAL, "inputs[0].parameters.shared_memory_region must be a "
+                    "string"},
+      {SHM_IN("\"shared_memory_region\":\"\",\"shared_memory_byte_size\":8")
+       "}",
+       MLPD_EINVAL, "shared_memory_region is empty"},
+      {SHM_IN("\"shared_memory_region\":\"in\",\"shared_memory_byte_size\":"
+              "-8") "}",
+       MLPD_EINVAL, "shared_memory_byte_size must be a non-negative integer"},
+      {SHM_IN("\"shared_memory_region\":\"in\",\"shared_memory_byte_size\":8,"
+              "\"shared_memory_offset\":1.5") "}",
+       MLPD_EINVAL, "shared_memory_offset must be a non-negative integer"},
+      {SHM_IN("\"shared_memory_region\":\"in\",\"shared_memory_byte_size\":"
+              "12") "}",
+       MLPD_EINVAL, "shared_memory_byte_size = 12; shape and datatype make 8 "
+                    "bytes"},
+      {"{\"inputs\":[{\"name\":\"input0\",\"shape\":[1,2],\"datatype\":"
+       "\"FP32\",\"data\":[1,2],\"parameters\":{\"shared_memory_region\":"
+       "\"in\",\"shared_memory_byte_size\":8}}]}",
+       MLPD_EINVAL, "inputs[0] has shared_memory_region and data"},
+      {SHM_IN("\"shared_memory_region\":\"in\",\"shared_memory_byte_size\":8,"
+              "\"shared_memory_region\":\"x\"") "}",
+       MLPD_EINVAL, "duplicate"},
+      {SHM_IN("\"shared_memory_region\":\"in\",\"shared_memory_byte_size\":8")
+           SHM_OUT("\"shared_memory_region\":\"out\""),
+       MLPD_EINVAL, "outputs[0].parameters: shared_memory_region and "
+                    "shared_memory_byte_size go together"},
+      {SHM_IN("\"shared_memory_region\":\"in\",\"shared_memory_byte_size\":8")
+           SHM_OUT("\"shared_memory_region\":\"out\","
+                   "\"shared_memory_byte_size\":11"),
+       MLPD_EINVAL, "outputs[0].parameters.shared_memory_byte_size = 11; the "
+                    "answer takes 12 bytes"},
+      {SHM_IN("\"shared_memory_region\":\"in\",\"shared_memory_byte_size\":8")
+           SHM_OUT("\"binary_data\":true,\"shared_memory_region\":\"out\","
+                   "\"shared_memory_byte_size\":12"),
+       MLPD_EINVAL, "binary_data and shared_memory_region"},
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    mlpd_err_t e = {0};
+    int rc = parse(bad[i].body, &in, &e);
+    if (rc != bad[i].code || strstr(e.msg, bad[i].msg) == NULL)
+      fail_msg("case %zu: %s\n  rc %d, message: %s\n  wanted %d, '%s'", i,
+               bad[i].body, rc, e.msg, bad[i].code, bad[i].msg);
+    assert_string_equal(in.in_shm.region, "");
+  }
+  /* binary_data_size beside a region (it needs the header to be read). */
+  const char *bin = SHM_IN("\"binary_data_size\":8,\"shared_memory_region\":"
+                           "\"in\",\"shared_memory_byte_size\":8") "}";
+  char hdr[16];
+  snprintf(hdr, sizeof(hdr), "%zu", strlen(bin));
+  assert_int_equal(parse_hdr(bin, strlen(bin), hdr, &in, &err), MLPD_EINVAL);
+  assert_non_null(strstr(err.msg, "shared_memory_region and binary_data_size"));
+}
+
+static void test_shared_memory_bodies(void **state) {
+  (void)state;
+  mlpd_oip_buf_t b;
+  assert_int_equal(mlpd_oip_buf_init(&b, 0, 1 << 20), 0);
+  const float y[6] = {1, 2, 3, 4, 5, 6};
+  mlpd_oip_response_t r = {.model_name = "mlp",
+                           .id = "x",
+                           .rows = 2,
+                           .cols = 3,
+                           .dtype = MLPD_DTYPE_F32,
+                           .data = y,
+                           .binary = 1,
+                           .shm_region = "o\"ut"};
+  size_t jl = 0;
+  assert_int_equal(mlpd_oip_encode_infer(&b, &r, &jl), 0);
+  const char *want =
+      "{\"model_name\":\"mlp\",\"id\":\"x\",\"outputs\":[{\"name\":\"output\","
+      "\"datatype\":\"FP32\",\"shape\":[2,3],\"parameters\":{"
+      "\"shared_memory_region\":\"o\\\"ut\",\"shared_memory_byte_size\":24}}]}";
+  assert_int_equal(jl, strlen(want));
+  assert_int_equal(b.len, jl); /* no data after it */
+  assert_memory_equal(b.p, want, jl);
+
+  const mlpd_oip_shm_region_t regs[2] = {{"in", "/k1", 0, 4096},
+                                         {"\xc3\xa9", "k2", 16, 1ull << 40}};
+  assert_int_equal(mlpd_oip_shm_status(&b, regs, 2), 0);
+  want = "[{\"name\":\"in\",\"key\":\"/k1\",\"offset\":0,\"byte_size\":4096},"
+         "{\"name\":\"\xc3\xa9\",\"key\":\"k2\",\"offset\":16,\"byte_size\":"
+         "1099511627776}]";
+  assert_int_equal(b.len, strlen(want));
+  assert_memory_equal(b.p, want, b.len);
+  assert_int_equal(mlpd_oip_shm_status(&b, regs, 0), 0);
+  assert_int_equal(b.len, 2);
+  assert_memory_equal(b.p, "[]", 2);
+  mlpd_oip_buf_free(&b);
+
+  char key[MLPD_OIP_KEY_MAX];
+  uint64_t off = 99, size = 99;
+  mlpd_err_t err = {0};
+  const char *ok = "{\"key\":\"/k\",\"offset\":8,\"byte_size\":4096,\"x\":1}";
+  assert_int_equal(
+      mlpd_oip_parse_shm_register(ok, strlen(ok), key, &off, &size, &err), 0);
+  assert_string_equal(key, "/k");
+  assert_int_equal(off, 8);
+  assert_int_equal(size, 4096);
+  const char *no_off = "{\"key\":\"k\",\"byte_size\":1}";
+  assert_int_equal(mlpd_oip_parse_shm_register(no_off, strlen(no_off), key,
+                                               &off, &size, &err),
+                   0);
+  assert_int_equal(off, 0);
+  static const bad_t bad[] = {
+      {"", MLPD_EINVAL, "register: not JSON"},
+      {"[1]", MLPD_EINVAL, "the body must be an object"},
+      {"{\"byte_size\":1}", MLPD_EINVAL, "'key' must be a string"},
+      {"{\"key\":7,\"byte_size\":1}", MLPD_EINVAL, "'key' must be a string"},
+      {"{\"key\":\"\",\"byte_size\":1}", MLPD_EINVAL, "'key' must take 1 to"},
+      {"{\"key\":\"a\\u0000b\",\"byte_size\":1}", MLPD_EINVAL, "\\u0000"},
+      {"{\"key\":\"k\"}", MLPD_EINVAL, "'byte_size' is missing"},
+      {"{\"key\":\"k\",\"byte_size\":1.0}", MLPD_EINVAL,
+       "'byte_size' must be a non-negative integer"},
+      {"{\"key\":\"k\",\"byte_size\":1,\"offset\":-1}", MLPD_EINVAL,
+       "'offset' must be a non-negative integer"},
+      {"{\"key\":\"k\",\"key\":\"j\",\"byte_size\":1}", MLPD_EINVAL,
+       "not JSON"},
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    mlpd_err_t e = {0};
+    int rc = mlpd_oip_parse_shm_register(bad[i].body, strlen(bad[i].body), key,
+                                         &off, &size, &e);
+    if (rc != bad[i].code || strstr(e.msg, bad[i].msg) == NULL)
+      fail_msg("case %zu: %s\n  rc %d, message: %s", i, bad[i].body, rc,
+               e.msg);
+    assert_string_equal(key, "");
+  }
+  /* The longest key passes, one more byte does not. */
+  char body[600], k[MLPD_OIP_KEY_MAX + 1];
+  memset(k, 'k', MLPD_OIP_KEY_MAX - 1);
+  k[MLPD_OIP_KEY_MAX - 1] = '\0';
+  snprintf(body, sizeof(body), "{\"key\":\"%s\",\"byte_size\":1}", k);
+  assert_int_equal(mlpd_oip_parse_shm_register(body, strlen(body), key, &off,
+                                               &size, &err),
+                   0);
+  assert_int_equal(strlen(key), MLPD_OIP_KEY_MAX - 1);
+  strcat(k, "k");
+  snprintf(body, sizeof(body), "{\"key\":\"%s\",\"byte_size\":1}", k);
+  assert_int_equal(mlpd_oip_parse_shm_register(body, strlen(body), key, &off,
+                                               &size, &err),
+                   MLPD_EINVAL);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_spec_request),
@@ -907,6 +1153,9 @@ int main(void) {
       cmocka_unit_test(test_buffer_bounds),
       cmocka_unit_test(test_error_body),
       cmocka_unit_test(test_metadata),
+      cmocka_unit_test(test_shared_memory_routes),
+      cmocka_unit_test(test_shared_memory_request),
+      cmocka_unit_test(test_shared_memory_bodies),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -27,10 +27,12 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -1330,6 +1332,228 @@ static void test_pipelined_large_bodies(void **state) {
   stop_own(&d, sock);
 }
 
+/* ---- system shared memory ---- */
+
+/* A POSIX shared memory object of `size` bytes, as a Triton client makes
+ * one (shm_open, ftruncate): its descriptor. */
+static int shm_object(const char *key, size_t size) {
+  int fd = shm_open(key, O_CREAT | O_RDWR | O_TRUNC, 0600);
+  assert_true(fd >= 0);
+  assert_int_equal(ftruncate(fd, (off_t)size), 0);
+  return fd;
+}
+
+static void shm_register(const char *sock, const char *region, const char *key,
+                         size_t offset, size_t size) {
+  char path[200], body[300];
+  snprintf(path, sizeof(path), "/v2/systemsharedmemory/region/%s/register",
+           region);
+  snprintf(body, sizeof(body),
+           "{\"key\":\"%s\",\"offset\":%zu,\"byte_size\":%zu}", key, offset,
+           size);
+  th_resp_t r;
+  if (do_req(sock, "POST", path, body, &r) != 200)
+    fail_msg("register %s: %d %s", region, r.status, r.body);
+  th_resp_free(&r);
+}
+
+/* An infer body for rows `n` of digits read from region `in` at `in_off`,
+ * the output to region `out` at `out_off` (NULL: in the answer). */
+static char *shm_infer_body(int n, const char *in, size_t in_off,
+                            const char *out, size_t out_off, size_t out_size) {
+  char *b = malloc(1024);
+  int k = snprintf(b, 1024,
+                   "{\"id\":\"shm\",\"inputs\":[{\"name\":\"input\","
+                   "\"datatype\":\"FP32\",\"shape\":[%d,64],\"parameters\":"
+                   "{\"shared_memory_region\":\"%s\",\"shared_memory_offset\":"
+                   "%zu,\"shared_memory_byte_size\":%d}}]",
+                   n, in, in_off, n * 64 * 4);
+  if (out != NULL)
+    k += snprintf(b + k, 1024 - (size_t)k,
+                  ",\"outputs\":[{\"name\":\"output\",\"parameters\":{"
+                  "\"shared_memory_region\":\"%s\",\"shared_memory_offset\":"
+                  "%zu,\"shared_memory_byte_size\":%zu}}]",
+                  out, out_off, out_size);
+  snprintf(b + k, 1024 - (size_t)k, "}");
+  return b;
+}
+
+/* Without --http-allow-shm (the suite's daemon) the extension is off: not
+ * listed, and its routes and parameters refused with the flag named. */
+static void test_system_shared_memory_off(void **state) {
+  (void)state;
+  th_resp_t r;
+  assert_int_equal(do_req(http_sock, "GET", "/v2", NULL, &r), 200);
+  assert_null(strstr(r.body, "system_shared_memory"));
+  th_resp_free(&r);
+  do_req(http_sock, "POST", "/v2/systemsharedmemory/region/x/register",
+         "{\"key\":\"/x\",\"byte_size\":1}", &r);
+  expect_error(&r, 403, "--http-allow-shm");
+  th_resp_free(&r);
+  do_req(http_sock, "GET", "/v2/systemsharedmemory/status", NULL, &r);
+  expect_error(&r, 403, "--http-allow-shm");
+  th_resp_free(&r);
+  char *body = shm_infer_body(1, "in", 0, NULL, 0, 0);
+  do_req(http_sock, "POST", "/v2/models/digits/infer", body, &r);
+  expect_error(&r, 403, "--http-allow-shm");
+  th_resp_free(&r);
+  free(body);
+}
+
+/* Triton's system shared memory extension, as a Triton client uses it:
+ * objects registered by key, an infer request whose input comes from one
+ * and whose output goes to another (bit-identical to the native answer to
+ * the same rows), the status list, the errors a client can cause (the
+ * daemon serving on after each, an object shrunk under its registration
+ * included), unregistering; and the extension off without the flag. */
+static void test_system_shared_memory(void **state) {
+  (void)state;
+  th_resp_t r;
+  char sock[400], in_key[64], out_key[64];
+  const char *extra[] = {"--http-allow-shm", NULL};
+  td_daemon_t d;
+  spawn_own(&d, sock, sizeof(sock), "s", "2", extra);
+  snprintf(in_key, sizeof(in_key), "/mlpd-test-in-%d", (int)getpid());
+  snprintf(out_key, sizeof(out_key), "/mlpd-test-out-%d", (int)getpid());
+  enum { N = 37 };
+  const size_t in_bytes = (size_t)N * 64 * 4, out_bytes = (size_t)N * 10 * 4;
+  /* The input region starts 32 bytes into its object and the request reads
+   * 64 bytes into the region; the output goes 16 bytes into its region. */
+  int in_fd = shm_object(in_key, 96 + in_bytes);
+  int out_fd = shm_object(out_key, 16 + out_bytes);
+  assert_int_equal(pwrite(in_fd, rows.data, in_bytes, 96), (ssize_t)in_bytes);
+  float *want = native_rows(d.sock, rows.data, N);
+
+  assert_int_equal(do_req(sock, "GET", "/v2", NULL, &r), 200);
+  assert_non_null(strstr(r.body, "\"system_shared_memory\""));
+  th_resp_free(&r);
+  shm_register(sock, "in", in_key, 32, 64 + in_bytes);
+  shm_register(sock, "out", out_key + 1, 0, 16 + out_bytes); /* no '/' */
+  assert_int_equal(
+      do_req(sock, "GET", "/v2/systemsharedmemory/status", NULL, &r), 200);
+  json_t *j = parse(&r);
+  assert_int_equal(json_array_size(j), 2);
+  json_t *e = json_array_get(j, 0);
+  assert_string_equal(json_string_value(json_object_get(e, "name")), "in");
+  assert_string_equal(json_string_value(json_object_get(e, "key")), in_key);
+  assert_int_equal(json_integer_value(json_object_get(e, "offset")), 32);
+  assert_int_equal(json_integer_value(json_object_get(e, "byte_size")),
+                   64 + in_bytes);
+  json_decref(j);
+  th_resp_free(&r);
+
+  /* In and out through regions: the answer names the region, the rows are
+   * there, bit for bit the native protocol's. */
+  char *body = shm_infer_body(N, "in", 64, "out", 16, out_bytes);
+  assert_int_equal(do_req(sock, "POST", "/v2/models/digits/infer", body, &r),
+                   200);
+  j = parse(&r);
+  json_t *o = json_array_get(json_object_get(j, "outputs"), 0);
+  assert_null(json_object_get(o, "data"));
+  json_t *p = json_object_get(o, "parameters");
+  assert_string_equal(
+      json_string_value(json_object_get(p, "shared_memory_region")), "out");
+  assert_int_equal(
+      json_integer_value(json_object_get(p, "shared_memory_byte_size")),
+      out_bytes);
+  assert_string_equal(json_string_value(json_object_get(j, "id")), "shm");
+  json_decref(j);
+  th_resp_free(&r);
+  free(body);
+  float *got = malloc(out_bytes);
+  assert_int_equal(pread(out_fd, got, out_bytes, 16), (ssize_t)out_bytes);
+  assert_memory_equal(got, want, out_bytes);
+
+  /* Input from a region, output in the answer. */
+  body = shm_infer_body(N, "in", 64, NULL, 0, 0);
+  assert_int_equal(do_req(sock, "POST", "/v2/models/digits/infer", body, &r),
+                   200);
+  expect_json_outputs(&r, want, N, 1);
+  th_resp_free(&r);
+  free(body);
+
+  /* What a client can get wrong, each a 400 naming it. */
+  static const struct {
+    const char *in;
+    size_t in_off;
+    const char *out;
+    size_t out_off;
+    int status;
+    const char *msg;
+  } bad[] = {
+      {"nope", 0, NULL, 0, 400, "no shared memory region 'nope'"},
+      {"in", 65, NULL, 0, 400, "region 'in': bytes 65.."},
+      {"in", 64, "nope", 0, 400, "no shared memory region 'nope'"},
+      {"in", 64, "out", 17, 400, "region 'out': bytes 17.."},
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    body = shm_infer_body(N, bad[i].in, bad[i].in_off, bad[i].out,
+                          bad[i].out_off, out_bytes);
+    do_req(sock, "POST", "/v2/models/digits/infer", body, &r);
+    expect_error(&r, bad[i].status, bad[i].msg);
+    th_resp_free(&r);
+    free(body);
+  }
+  shm_register(sock, "again", in_key, 0, 1);
+  do_req(sock, "POST", "/v2/systemsharedmemory/region/again/register",
+         "{\"key\":\"/mlpd-no-such-key\",\"byte_size\":1}", &r);
+  expect_error(&r, 400, "region 'again' is already registered");
+  th_resp_free(&r);
+  do_req(sock, "POST", "/v2/systemsharedmemory/region/z/register",
+         "{\"key\":\"/mlpd-no-such-key\",\"byte_size\":1}", &r);
+  expect_error(&r, 400, "cannot open shared memory key '/mlpd-no-such-key'");
+  th_resp_free(&r);
+  do_req(sock, "POST", "/v2/systemsharedmemory/region/z/register",
+         "{\"key\":\"/x\"}", &r);
+  expect_error(&r, 400, "'byte_size' is missing");
+  th_resp_free(&r);
+
+  /* The input's object shrinks under its registration: that request
+   * fails with a message (nothing is mapped, so no SIGBUS), the next one
+   * with rows still there is served. */
+  assert_int_equal(ftruncate(in_fd, 96 + in_bytes / 2), 0);
+  body = shm_infer_body(N, "in", 64, "out", 16, out_bytes);
+  do_req(sock, "POST", "/v2/models/digits/infer", body, &r);
+  expect_error(&r, 400, "shrank below the registered");
+  th_resp_free(&r);
+  free(body);
+  body = shm_infer_body(1, "in", 64, NULL, 0, 0);
+  assert_int_equal(do_req(sock, "POST", "/v2/models/digits/infer", body, &r),
+                   200);
+  th_resp_free(&r);
+  free(body);
+
+  /* Unregistering one, then all. */
+  assert_int_equal(do_req(sock, "POST",
+                          "/v2/systemsharedmemory/region/in/unregister", "",
+                          &r),
+                   200);
+  th_resp_free(&r);
+  do_req(sock, "GET", "/v2/systemsharedmemory/region/in/status", NULL, &r);
+  expect_error(&r, 404, "no shared memory region 'in'");
+  th_resp_free(&r);
+  body = shm_infer_body(1, "in", 64, NULL, 0, 0);
+  do_req(sock, "POST", "/v2/models/digits/infer", body, &r);
+  expect_error(&r, 400, "no shared memory region 'in'");
+  th_resp_free(&r);
+  free(body);
+  assert_int_equal(
+      do_req(sock, "POST", "/v2/systemsharedmemory/unregister", "", &r), 200);
+  th_resp_free(&r);
+  assert_int_equal(
+      do_req(sock, "GET", "/v2/systemsharedmemory/status", NULL, &r), 200);
+  assert_string_equal(r.body, "[]");
+  th_resp_free(&r);
+
+  free(got);
+  free(want);
+  close(in_fd);
+  close(out_fd);
+  shm_unlink(in_key);
+  shm_unlink(out_key);
+  stop_own(&d, sock);
+}
+
 int main(void) {
   mlpd_err_t err = {0};
   if (mlpd_rows_read(&rows, HELDOUT, &err) != 0) {
@@ -1341,12 +1565,14 @@ int main(void) {
       cmocka_unit_test(test_binary),    cmocka_unit_test(test_binary_half),
       cmocka_unit_test(test_pipeline),  cmocka_unit_test(test_statistics),
       cmocka_unit_test(test_malformed), cmocka_unit_test(test_deadline),
+      cmocka_unit_test(test_system_shared_memory_off),
   };
   const struct CMUnitTest alone[] = {
       cmocka_unit_test(test_remote), cmocka_unit_test(test_two_models),
       cmocka_unit_test(test_small_before_bulky_http),
       cmocka_unit_test(test_http_body_is_arriving_rows),
-      cmocka_unit_test(test_pipelined_large_bodies)};
+      cmocka_unit_test(test_pipelined_large_bodies),
+      cmocka_unit_test(test_system_shared_memory)};
   int rc = cmocka_run_group_tests(tests, setup, teardown);
   rc += cmocka_run_group_tests(alone, NULL, NULL);
   mlpd_rows_free(&rows);

@@ -10,8 +10,11 @@
  * the first newline is a request target, and everything after it the body.
  * Invariants: statuses from the documented set, one-line messages, a
  * parsed tensor lies inside the body or the scratch buffer with exactly
- * rows x cols x element size bytes and the model's width, and every body
- * written is JSON (jansson reads it back) of the length reported. */
+ * rows x cols x element size bytes and the model's width (or names a
+ * shared memory region of that many bytes), and every body written is
+ * JSON (jansson reads it back) of the length reported. A shared memory
+ * registration target's body goes through mlpd_oip_parse_shm_register
+ * too, and what parsed through the status list. */
 #include "fuzz.h"
 
 #include "oip.h"
@@ -53,6 +56,26 @@ static void check_error(int rc, const mlpd_err_t *err, mlpd_oip_buf_t *b) {
   check_json(b, b->len);
 }
 
+/* A shared memory region's registration body; what parsed comes back out
+ * in the status list as JSON. */
+static void check_register(const char *body, size_t blen, const char *region,
+                           mlpd_oip_buf_t *b) {
+  char key[MLPD_OIP_KEY_MAX];
+  uint64_t off = 0, size = 0;
+  mlpd_err_t err = {0};
+  int rc = mlpd_oip_parse_shm_register(body, blen, key, &off, &size, &err);
+  if (rc != 0) {
+    FUZZ_CHECK(key[0] == '\0');
+    check_error(rc, &err, b);
+    return;
+  }
+  FUZZ_CHECK(key[0] != '\0' && strlen(key) < MLPD_OIP_KEY_MAX);
+  FUZZ_CHECK(off <= INT64_MAX && size <= INT64_MAX);
+  const mlpd_oip_shm_region_t reg = {region, key, off, size};
+  FUZZ_CHECK(mlpd_oip_shm_status(b, &reg, 1) == 0);
+  check_json(b, b->len);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 3)
     return 0;
@@ -84,9 +107,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     r.model[0] = 'm';
   } else {
     FUZZ_CHECK(r.kind >= MLPD_OIP_HEALTH_LIVE &&
-               r.kind <= MLPD_OIP_MODEL_STATS);
+               r.kind <= MLPD_OIP_SHM_UNREGISTER);
     FUZZ_CHECK(strlen(r.model) < MLPD_OIP_NAME_MAX);
     FUZZ_CHECK(strlen(r.version) < MLPD_OIP_NAME_MAX);
+    FUZZ_CHECK(strlen(r.region) < MLPD_OIP_NAME_MAX);
+    if (r.kind == MLPD_OIP_SHM_REGISTER)
+      check_register(body, blen, r.region, &b);
     /* Names reach responses: they must come out as JSON. */
     FUZZ_CHECK(mlpd_oip_model_ready(&b, r.model, 1) == 0);
     check_json(&b, b.len);
@@ -120,13 +146,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   FUZZ_CHECK(q.cols == width && q.rows >= 1);
   FUZZ_CHECK(q.data_bytes == q.rows * q.cols * esz);
   const char *d = q.data;
-  if (q.data_binary) {
+  if (q.in_shm.region[0] != '\0') {
+    FUZZ_CHECK(d == NULL && !q.data_binary);
+    FUZZ_CHECK(q.in_shm.byte_size == q.data_bytes);
+    FUZZ_CHECK(strlen(q.in_shm.region) < MLPD_OIP_NAME_MAX);
+    d = (const char *)scratch; /* stand-in bytes for the writers below */
+    if (q.data_bytes > sizeof(scratch))
+      return 0;
+  } else if (q.data_binary) {
     FUZZ_CHECK(with_hdr && hv <= blen);
     FUZZ_CHECK(d == body + hv && q.data_bytes == blen - hv);
   } else {
     FUZZ_CHECK(d == (const char *)scratch && q.data_bytes <= scratch_len);
   }
   FUZZ_CHECK(strlen(q.id) < MLPD_OIP_ID_MAX && q.n_outputs <= 1);
+  if (q.out_shm.region[0] != '\0')
+    FUZZ_CHECK(!q.binary_output && q.out_shm.byte_size >= q.rows * 3 * esz);
 
   /* The input as if it were the output, both ways: the id and names the
    * request carried must come out as JSON. */
@@ -137,8 +172,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                               .rows = q.rows,
                               .cols = q.cols,
                               .dtype = q.dtype,
-                              .data = q.data};
+                              .data = d};
   size_t jl;
+  if (q.out_shm.region[0] != '\0') {
+    resp.shm_region = q.out_shm.region;
+    rc = mlpd_oip_encode_infer(&b, &resp, &jl);
+    FUZZ_CHECK(rc == 0 || rc == MLPD_ELIMIT);
+    if (rc == 0)
+      FUZZ_CHECK(jl == b.len);
+    if (rc == 0)
+      check_json(&b, jl);
+    resp.shm_region = NULL;
+  }
   for (int bin = 0; bin < 2; bin++) {
     resp.binary = bin;
     rc = mlpd_oip_encode_infer(&b, &resp, &jl);
