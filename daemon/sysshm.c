@@ -81,7 +81,7 @@ static int check_key(const char *key, const char **file, mlpd_err_t *err) {
 static int open_object(const mlpd_sysshm_t *t, const char *key,
                        uint64_t need, int *fd_out, int *writable,
                        mlpd_err_t *err) {
-  const char *file;
+  const char *file = NULL;
   int rc = check_key(key, &file, err);
   if (rc)
     return rc;
