@@ -261,6 +261,24 @@ static const char *oip_type(mlpd_dtype_t t) {
   return t == MLPD_DTYPE_F16 ? "FP16" : t == MLPD_DTYPE_BF16 ? "BF16" : "FP32";
 }
 
+/* head, json and `bytes` of data, one after the other, into a malloc'ed
+ * request; MLPD_EINVAL when snprintf cut the head or the JSON. */
+static int assemble(const char *head, int hn, size_t head_cap,
+                    const char *json, int jn, size_t json_cap,
+                    const void *data, size_t bytes, char **out, size_t *len) {
+  if (jn < 0 || hn < 0 || (size_t)jn >= json_cap || (size_t)hn >= head_cap)
+    return MLPD_EINVAL;
+  *len = (size_t)hn + (size_t)jn + bytes;
+  *out = malloc(*len);
+  if (*out == NULL)
+    return -ENOMEM;
+  memcpy(*out, head, (size_t)hn);
+  memcpy(*out + hn, json, (size_t)jn);
+  if (bytes > 0)
+    memcpy(*out + hn + jn, data, bytes);
+  return 0;
+}
+
 int bh_infer_request(const char *model, const void *data, mlpd_dtype_t dtype,
                      int rows, int cols, unsigned long long timeout_us,
                      char **out, size_t *len) {
@@ -281,17 +299,8 @@ int bh_infer_request(const char *model, const void *data, mlpd_dtype_t dtype,
                     "Inference-Header-Content-Length: %d\r\n"
                     "Content-Length: %zu\r\n\r\n",
                     model, jn, (size_t)jn + bytes);
-  if (jn < 0 || hn < 0 || (size_t)jn >= sizeof(json) ||
-      (size_t)hn >= sizeof(head))
-    return MLPD_EINVAL;
-  *len = (size_t)hn + (size_t)jn + bytes;
-  *out = malloc(*len);
-  if (*out == NULL)
-    return -ENOMEM;
-  memcpy(*out, head, (size_t)hn);
-  memcpy(*out + hn, json, (size_t)jn);
-  memcpy(*out + hn + jn, data, bytes);
-  return 0;
+  return assemble(head, hn, sizeof(head), json, jn, sizeof(json), data, bytes,
+                  out, len);
 }
 
 int bh_infer_request_shm(const char *model, const char *region, size_t in_off,
@@ -320,16 +329,8 @@ int bh_infer_request_shm(const char *model, const char *region, size_t in_off,
                     "Content-Type: application/json\r\n"
                     "Content-Length: %d\r\n\r\n",
                     model, jn);
-  if (jn < 0 || hn < 0 || (size_t)jn >= sizeof(json) ||
-      (size_t)hn >= sizeof(head))
-    return MLPD_EINVAL;
-  *len = (size_t)hn + (size_t)jn;
-  *out = malloc(*len);
-  if (*out == NULL)
-    return -ENOMEM;
-  memcpy(*out, head, (size_t)hn);
-  memcpy(*out + hn, json, (size_t)jn);
-  return 0;
+  return assemble(head, hn, sizeof(head), json, jn, sizeof(json), NULL, 0,
+                  out, len);
 }
 
 int bh_post(bh_conn_t *c, const char *path, const char *body,

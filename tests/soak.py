@@ -9,7 +9,8 @@ clients, with the daemon's memory and descriptors sampled throughout.
 
 What runs, each in its own thread until the time is up:
   loads    mlpd-bench in 5 s rounds: inline f32 and shared-memory bf16 on
-           "digits", OIP binary and OIP JSON on "wide", inline on "churn",
+           "digits", OIP binary, OIP system shared memory and OIP JSON on
+           "wide", inline on "churn",
            and 1 ms deadlines on "digits". A load may see only the statuses
            its line allows (churn: UNAVAILABLE while unloaded; deadlines:
            DEADLINE_EXCEEDED; every line: UNAVAILABLE for overload), and no
@@ -121,6 +122,7 @@ class Soak:
                 "--io-threads", "2", "--max-connections", "64",
                 "--frame-timeout", "2", "--max-frame", "4194304",
                 "--http-max-body", "4194304", "--max-regions", "8",
+                "--http-allow-shm",
                 "--max-batch", "64", "--log-level", "warn"]
         if self.a.device == "fake":
             plug = os.path.join(ROOT, self.a.build, "tests", "plugins")
@@ -493,6 +495,9 @@ class Soak:
              set()),
             ("wide OIP binary", ["-m", "wide", "--http", "unix:" + self.http,
                                  "-c", "2", "-d", "4", "-r", "4"], set()),
+            ("wide OIP system shm", ["-m", "wide", "--http",
+                                     "unix:" + self.http, "--shm", "-c", "1",
+                                     "-d", "4", "-r", "4"], set()),
             ("wide OIP JSON", ["-m", "wide", "--http", "unix:" + self.http,
                                "--http-json", "-c", "1", "-d", "2", "-r",
                                "2"], set()),
