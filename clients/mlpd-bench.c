@@ -19,6 +19,9 @@
  * the server's queue/compute split is not in HTTP answers: its means come
  * from the model's statistics (GET /v2/models/{name}/stats) before and
  * after the measured part, and the per-request split reads 0.
+ * With --http, --shm goes through Triton's system shared memory extension
+ * instead: one POSIX shared memory object a connection, registered by key,
+ * JSON requests naming its windows (the daemon needs --http-allow-shm).
  * --http-json sends the rows as JSON numbers instead and parses each JSON
  * answer (jansson) as a plain OIP client would: the protocol's JSON cost,
  * measured by the same C tool as the native line.
@@ -777,7 +780,8 @@ int main(int argc, char **argv) {
       {"shm", 0, MLPD_OPT_FLAG, &cfg.shm,
        .help = "shared memory: each connection registers one region\nwith "
                "depth x rows of input and output and every\nrequest names "
-               "windows of it (default: inline bytes)"},
+               "windows of it (default: inline bytes); with\n--http, "
+               "Triton's system shared memory (a POSIX\nobject a connection)"},
       {"timeout-ms", 't', MLPD_OPT_U64, &cfg.timeout_ms, 0, UINT32_MAX,
        .meta = "N", .help = "server-side deadline per request"},
       {"spin-us", 0, MLPD_OPT_INT, &cfg.spin_us, 0, 1000000, .meta = "US",

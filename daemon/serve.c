@@ -270,7 +270,7 @@ static int parse_command_line(mlpd_config_t *cfg, int argc, char **argv,
        .help = "Triton's system shared memory extension "
                "(/v2/systemsharedmemory):\nclients on this host register "
                "/dev/shm objects for inputs and outputs\n(default off, as "
-               "Triton's --allow-client-shm)"},
+               "in Triton)"},
       {"http-max-body", 0, MLPD_OPT_SIZE, &cfg->http_max_body, 1024,
        (double)(1u << 30), .meta = "BYTES",
        .help = "largest HTTP request body (default 64M; 413 beyond)"},

@@ -16,7 +16,7 @@
  * the request is queued from (one copy, as a binary body's receive copy).
  *
  * Who may use them: the table exists only when mlpd was started with
- * --http-allow-shm (Triton's --allow-client-shm; off by default, as
+ * --http-allow-shm (Triton's allow-client-shm; off by default, as
  * there); httpconn.c refuses peers that are not on this host. Objects are
  * opened with the daemon's credentials: a client's 0600 object is usable
  * only by a daemon of the same user (or root).
