@@ -703,7 +703,11 @@ static int handle_shm(mlpd_hconn_t *c, hresp_t *rs,
       rc = mlpd_sysshm_register(h->cfg.sysshm, rt->region, key, offset, size,
                                 &err);
   } else if (rt->kind == MLPD_OIP_SHM_UNREGISTER) {
+    /* As on Triton, unregistering a name that is not there succeeds: a
+     * client may clean up twice (perf_analyzer unregisters all first). */
     rc = mlpd_sysshm_unregister(h->cfg.sysshm, region, &err);
+    if (rc == -ENOENT)
+      rc = 0;
   } else {
     /* Not the hot path: a table's worth, off the stack. */
     mlpd_sysshm_info_t *info = malloc(MLPD_SYSSHM_REGIONS_MAX * sizeof(*info));
