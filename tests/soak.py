@@ -25,7 +25,9 @@ What runs, each in its own thread until the time is up:
            registered and the connection closed while its request runs,
            HTTP garbage, bad JSON, a huge Content-Length, half-sent headers,
            the checked-in fuzz corpora replayed onto both sockets, a client
-           that stalls mid-frame, and bursts of connections.
+           that stalls mid-frame, bursts of connections, and an OIP system
+           shared memory object shrunk under its registration (the next
+           request through it answered 400, the daemon unharmed).
   monitor  the daemon's RSS, threads and descriptors every second.
 
 At the end, once the clients are gone: the descriptors back to where they
@@ -339,7 +341,8 @@ class Soak:
             "bad message", "pipeline and leave", "region and leave",
             "http garbage", "http bad json", "http huge body",
             "http half headers", "corpus native", "corpus http", "stall",
-            "many connections"])
+            "many connections"] +
+            (["http shm shrink"] if os.access("/dev/shm", os.W_OK) else []))
         self.count(self.abuse, kind)
         if kind == "random bytes":
             with self.connect(self.sock) as s:
@@ -431,6 +434,48 @@ class Soak:
                     self.fail("%s: not closed in 8 s" % kind)
                 if r is not None and r.status == pb.OK:
                     self.fail("%s: answered OK" % kind)
+        elif kind == "http shm shrink":
+            # A registered object shrinks under the daemon: that request
+            # fails with a message, the daemon (which never maps it) lives.
+            name = "soak-%d-%d" % (os.getpid(), rng.randrange(1 << 30))
+            path = "/dev/shm/" + name
+            rows = 4
+            with open(path, "w+b") as f:
+                f.write(struct.pack("%df" % (rows * 256),
+                                    *([0.25] * (rows * 256))))
+                f.truncate(rows * 256 * 4 + rows * 16 * 4)
+            try:
+                reg = b"/v2/systemsharedmemory/region/%s" % name.encode()
+                code, body = self.http_req(
+                    b"POST", reg + b"/register",
+                    b'{"key":"/%s","byte_size":%d}'
+                    % (name.encode(), rows * 256 * 4 + rows * 16 * 4))
+                if code != 200:
+                    self.fail("%s: register %d %r" % (kind, code, body[:200]))
+                    return
+                req = (b'{"inputs":[{"name":"input","datatype":"FP32",'
+                       b'"shape":[%d,256],"parameters":{'
+                       b'"shared_memory_region":"%s",'
+                       b'"shared_memory_byte_size":%d}}],'
+                       b'"outputs":[{"name":"output","parameters":{'
+                       b'"shared_memory_region":"%s",'
+                       b'"shared_memory_offset":%d,'
+                       b'"shared_memory_byte_size":%d}}]}'
+                       % (rows, name.encode(), rows * 256 * 4, name.encode(),
+                          rows * 256 * 4, rows * 16 * 4))
+                code, body = self.http_req(b"POST", b"/v2/models/wide/infer",
+                                           req)
+                if code not in (200, 503):
+                    self.fail("%s: %d %r" % (kind, code, body[:200]))
+                os.truncate(path, 100)
+                code, body = self.http_req(b"POST", b"/v2/models/wide/infer",
+                                           req)
+                if code != 400 or b"shrank" not in body:
+                    self.fail("%s: after shrinking %d %r"
+                              % (kind, code, body[:200]))
+                self.http_req(b"POST", reg + b"/unregister")
+            finally:
+                os.unlink(path)
         elif kind == "many connections":
             # Below --max-connections with everything else (7 loads, 16
             # per abuser, the operator): the loads, which connect once at
@@ -495,9 +540,6 @@ class Soak:
              set()),
             ("wide OIP binary", ["-m", "wide", "--http", "unix:" + self.http,
                                  "-c", "2", "-d", "4", "-r", "4"], set()),
-            ("wide OIP system shm", ["-m", "wide", "--http",
-                                     "unix:" + self.http, "--shm", "-c", "1",
-                                     "-d", "4", "-r", "4"], set()),
             ("wide OIP JSON", ["-m", "wide", "--http", "unix:" + self.http,
                                "--http-json", "-c", "1", "-d", "2", "-r",
                                "2"], set()),
@@ -507,6 +549,10 @@ class Soak:
                                       "-d", "8", "-r", "1"],
              {"DEADLINE_EXCEEDED"}),
         ]
+        if os.access("/dev/shm", os.W_OK):  # shm_open's folder
+            loads.append(("wide OIP system shm",
+                          ["-m", "wide", "--http", "unix:" + self.http,
+                           "--shm", "-c", "1", "-d", "4", "-r", "4"], set()))
         threads = [threading.Thread(target=self.load_loop, args=l)
                    for l in loads]
         threads.append(threading.Thread(target=self.operator))
