@@ -31,6 +31,15 @@ int mlpd_bulk_leave(mlpd_bulk_t *q, mlpd_bulk_entry_t *e, unsigned what) {
   return 1;
 }
 
+void mlpd_bulk_again(mlpd_bulk_t *q, mlpd_bulk_entry_t *e, unsigned what) {
+  if (e->what == 0)
+    mlpd_list_push(&q->queue, &e->link);
+  e->what |= what;
+  /* The next poll must not block while it waits (a no-op when on). */
+  if (!uv_is_closing((uv_handle_t *)&q->wake))
+    uv_idle_start(&q->wake, on_wake);
+}
+
 unsigned mlpd_bulk_take(mlpd_bulk_t *q, mlpd_bulk_entry_t *e) {
   unsigned what = e->what;
   if (what == 0)

@@ -54,6 +54,13 @@ void mlpd_bulk_init(mlpd_bulk_t *q, uv_loop_t *loop);
  * the caller then copies now. */
 int mlpd_bulk_leave(mlpd_bulk_t *q, mlpd_bulk_entry_t *e, unsigned what);
 
+/* From e's own serve: leaves `what` of e's copies for later, one that is
+ * made in steps (a copy larger than one serve should make). It queues
+ * even while the phase runs, so the same phase serves e again once the
+ * entries before it were served and while its budget lasts; the next
+ * iteration's phase otherwise. */
+void mlpd_bulk_again(mlpd_bulk_t *q, mlpd_bulk_entry_t *e, unsigned what);
+
 /* Takes e off the queue; returns what it had left (0: it was not on it). */
 unsigned mlpd_bulk_take(mlpd_bulk_t *q, mlpd_bulk_entry_t *e);
 

@@ -39,6 +39,7 @@
 #define BULK_BYTES RBUF_SIZE
 
 typedef struct hresp_s hresp_t;
+typedef struct shm_copy_s shm_copy_t;
 
 /* One response, in request order. Freed once written (or when its
  * connection goes). */
@@ -56,6 +57,7 @@ struct hresp_s {
   int binary;
   int out_room; /* its rows go to the block the request hands back, at
                    HEAD_ROOM */
+  size_t out_bytes; /* those rows' bytes */
   int has_id;
   mlpd_dtype_t dtype;
   char id[MLPD_OIP_ID_MAX];
@@ -66,6 +68,8 @@ struct hresp_s {
   mlpd_sysshm_region_t *out_shm; /* held: the output's region, or NULL */
   uint64_t out_shm_off;
   char shm_region[MLPD_OIP_NAME_MAX];
+  shm_copy_t *shm_copy; /* owned: its input or output in shared memory,
+                          being copied in steps */
 };
 
 struct mlpd_hconn_s {
@@ -87,6 +91,9 @@ struct mlpd_hconn_s {
   uid_t uid; /* Unix peers */
   int have_uid;
   int local_peer; /* a Unix peer, or a TCP one on a loopback address */
+  shm_copy_t *shm_head, *shm_tail; /* shared memory copies made in
+                                      steps, oldest first (their responses
+                                      own them) */
   int open_handles;
   unsigned reading : 1, paused : 1, final : 1, lingering : 1, eof : 1,
       closing : 1;
@@ -127,8 +134,11 @@ static void maybe_done(mlpd_httpconn_t *h) {
  * server's, with the arena), so a steady load allocates nothing for them. */
 static mlpd_bufcache_t *cache_of(mlpd_httpconn_t *h) { return h->blocks; }
 
+static void shm_copy_free(mlpd_httpconn_t *h, shm_copy_t *p);
+
 static void resp_free(mlpd_httpconn_t *h, hresp_t *rs) {
   mlpd_sysshm_release(rs->out_shm);
+  shm_copy_free(h, rs->shm_copy);
   /* rs->bytes is a whole block, even with an offset (finish_in_place). */
   mlpd_bufcache_put(cache_of(h), rs->bytes);
   mlpd_bufcache_put(cache_of(h), rs);
@@ -146,6 +156,7 @@ static void free_resps(mlpd_hconn_t *c) {
     resp_free(h, rs);
   }
   c->tail = NULL;
+  c->shm_head = c->shm_tail = NULL; /* freed with their responses */
 }
 
 /* The model whose rows this connection's body brings (-1: none): while
@@ -210,7 +221,7 @@ static void read_stop(mlpd_hconn_t *c) {
 
 /* ---- the bulk phase (httpconn.h: small before bulky) ---------------------- */
 
-enum { BULK_READ = 1, BULK_WRITE = 2 };
+enum { BULK_READ = 1, BULK_WRITE = 2, BULK_SHM = 4 };
 
 static void serve_bulk(mlpd_bulk_entry_t *e, unsigned what);
 
@@ -502,23 +513,18 @@ static int finish_in_place(mlpd_hconn_t *c, hresp_t *rs, char *block,
   return 1;
 }
 
-/* An answer whose rows go to the output's shared memory region: written
- * there, and the JSON says where. */
-static int answer_in_shm(mlpd_hconn_t *c, hresp_t *rs, const mlpd_req_t *req,
-                         size_t rows_len) {
+/* An answer whose rows were written to the output's shared memory region:
+ * the JSON says where. */
+static int answer_in_shm(mlpd_hconn_t *c, hresp_t *rs, size_t rows,
+                         size_t cols, mlpd_dtype_t dtype) {
   mlpd_httpconn_t *h = c->srv;
-  mlpd_err_t err = {0};
-  int rc = mlpd_sysshm_write(rs->out_shm, rs->out_shm_off, req->out, rows_len,
-                             &err);
   mlpd_sysshm_release(rs->out_shm);
   rs->out_shm = NULL;
-  if (rc != 0)
-    return reply_error(c, rs, 400, err.msg);
   mlpd_oip_response_t r = {.model_name = rs->model,
                            .id = rs->has_id ? rs->id : NULL,
-                           .rows = (size_t)req->rows,
-                           .cols = (size_t)req->out_cols,
-                           .dtype = req->out_dtype,
+                           .rows = rows,
+                           .cols = cols,
+                           .dtype = dtype,
                            .shm_region = rs->shm_region};
   size_t jlen = 0;
   if (mlpd_oip_encode_infer(&h->out, &r, &jlen) != 0)
@@ -526,6 +532,10 @@ static int answer_in_shm(mlpd_hconn_t *c, hresp_t *rs, const mlpd_req_t *req,
   return finish_resp(c, rs, 200, JSON_TYPE, NULL, h->out.p, h->out.len,
                      SIZE_MAX);
 }
+
+static int defer_output_shm(mlpd_hconn_t *c, hresp_t *rs,
+                            const mlpd_req_t *req, void *block,
+                            size_t rows_len);
 
 /* The batch came back (mlpd_requests_done_fn). */
 static void on_infer_done(void *ud, const mlpd_req_t *req, mlpd_status_t status,
@@ -543,8 +553,17 @@ static void on_infer_done(void *ud, const mlpd_req_t *req, mlpd_status_t status,
   if (status != MLPD_STATUS_OK) {
     rc = reply_error(c, rs, http_status_of(status),
                      msg ? msg : mlpd_status_name(status));
+  } else if (rs->out_shm != NULL && block != NULL && rows_len > BULK_BYTES) {
+    /* Written in steps in the bulk phase, from the block it came in. */
+    rc = defer_output_shm(c, rs, req, block, rows_len);
+    block = NULL;
   } else if (rs->out_shm != NULL) {
-    rc = answer_in_shm(c, rs, req, rows_len);
+    mlpd_err_t err = {0};
+    rc = mlpd_sysshm_write(rs->out_shm, rs->out_shm_off, req->out, rows_len,
+                           &err);
+    rc = rc != 0 ? reply_error(c, rs, 400, err.msg)
+                 : answer_in_shm(c, rs, (size_t)req->rows,
+                                 (size_t)req->out_cols, req->out_dtype);
   } else {
     mlpd_oip_response_t r = {.model_name = rs->model,
                              .id = rs->has_id ? rs->id : NULL,
@@ -647,13 +666,16 @@ static int shm_refused(mlpd_hconn_t *c, hresp_t *rs, int *rc) {
 /* 1 for an answer queued, or the failure to queue it. */
 static int queued(int rc) { return rc != 0 ? rc : 1; }
 
-/* An input in a region: read whole into a block of the thread's cache
- * (from its pinned arena when large), which the request then owns as it
- * owns a binary body's. 0, 1 (an answer was queued) or -ENOMEM. */
-static int read_input_shm(mlpd_hconn_t *c, hresp_t *rs,
-                          const mlpd_oip_infer_t *inf, void **block) {
+/* An input in a region: its window held and a block of the thread's
+ * cache (from its pinned arena when large) to read it into, which the
+ * request then owns as it owns a binary body's. 0, 1 (an answer was
+ * queued) or -ENOMEM. */
+static int hold_input_shm(mlpd_hconn_t *c, hresp_t *rs,
+                          const mlpd_oip_infer_t *inf,
+                          mlpd_sysshm_region_t **reg, void **block) {
   mlpd_httpconn_t *h = c->srv;
   mlpd_err_t err = {0};
+  *reg = NULL;
   *block = NULL;
   if (inf->data_bytes > h->cfg.max_body) {
     char msg[160];
@@ -663,25 +685,172 @@ static int read_input_shm(mlpd_hconn_t *c, hresp_t *rs,
              inf->data_bytes, h->cfg.max_body);
     return queued(reply_error(c, rs, 413, msg));
   }
-  mlpd_sysshm_region_t *reg;
-  int rc = mlpd_sysshm_hold(h->cfg.sysshm, inf->in_shm.region,
-                            inf->in_shm.offset, inf->data_bytes, 0, &reg,
-                            &err);
-  if (rc == 0) {
-    *block = mlpd_bufcache_get(h->blocks, inf->data_bytes);
-    if (*block == NULL) {
-      mlpd_sysshm_release(reg);
-      return queued(reply_error(c, rs, 503, "out of memory for the tensor"));
-    }
-    rc = mlpd_sysshm_read(reg, inf->in_shm.offset, *block, inf->data_bytes,
-                          &err);
-    mlpd_sysshm_release(reg);
+  if (mlpd_sysshm_hold(h->cfg.sysshm, inf->in_shm.region, inf->in_shm.offset,
+                       inf->data_bytes, 0, reg, &err) != 0)
+    return queued(reply_error(c, rs, 400, err.msg));
+  *block = mlpd_bufcache_get(h->blocks, inf->data_bytes);
+  if (*block == NULL) {
+    mlpd_sysshm_release(*reg);
+    *reg = NULL;
+    return queued(reply_error(c, rs, 503, "out of memory for the tensor"));
   }
-  if (rc == 0)
-    return 0;
-  mlpd_bufcache_put(h->blocks, *block);
-  *block = NULL;
-  return queued(reply_error(c, rs, 400, err.msg));
+  return 0;
+}
+
+/* ---- shared memory copied in steps ---------------------------------------- */
+
+/* An input in a region larger than one read of the socket is read as a
+ * large body's rest is, and an output larger than that written as a
+ * large answer is: in the bulk phase, at most SHM_STEP bytes a serve
+ * (small before bulky, httpconn.h). The request is admitted once its
+ * input is all in; the answer goes once its output is all out. */
+#define SHM_STEP (4 * RBUF_SIZE)
+
+struct shm_copy_s {
+  shm_copy_t *next; /* the connection's, oldest first */
+  hresp_t *rs;
+  int write;                 /* an output (else an input) */
+  mlpd_sysshm_region_t *reg; /* held (an input's; an output's is rs's) */
+  uint64_t off;              /* the window's offset in the region */
+  uint8_t *bytes;            /* the rows, in `block` */
+  void *block;               /* owned until handed on */
+  size_t len, done;
+  /* An input: the request to admit once every byte is in. */
+  mlpd_requests_infer_t in;
+  char model[MLPD_OIP_NAME_MAX], version[MLPD_OIP_NAME_MAX];
+  /* An output: what the answer says. */
+  size_t rows, cols;
+  mlpd_dtype_t dtype;
+};
+
+static void shm_copy_free(mlpd_httpconn_t *h, shm_copy_t *p) {
+  if (p == NULL)
+    return;
+  mlpd_sysshm_release(p->reg);
+  mlpd_bufcache_put(h->blocks, p->block);
+  mlpd_bufcache_put(h->blocks, p);
+}
+
+static int submit_infer(mlpd_hconn_t *c, hresp_t *rs,
+                        mlpd_requests_infer_t *in);
+
+/* A copy made whole (or failed, rc != 0 with err): the request admitted
+ * or its answer queued. 0, or -ENOMEM. */
+static int shm_copy_done(mlpd_hconn_t *c, shm_copy_t *p, int rc,
+                         const mlpd_err_t *err) {
+  hresp_t *rs = p->rs;
+  rs->shm_copy = NULL;
+  if (rc != 0)
+    rc = reply_error(c, rs, 400, err->msg);
+  else if (p->write)
+    rc = answer_in_shm(c, rs, p->rows, p->cols, p->dtype);
+  else {
+    mlpd_requests_infer_t in = p->in; /* its block is the request's */
+    p->block = NULL;
+    rc = submit_infer(c, rs, &in);
+  }
+  shm_copy_free(c->srv, p);
+  return rc;
+}
+
+/* The connection's copies, oldest first, up to SHM_STEP bytes (all of
+ * them while the listener closes: no phase comes after); what is left
+ * waits for the phase again. */
+static void shm_copy_steps(mlpd_hconn_t *c) {
+  mlpd_httpconn_t *h = c->srv;
+  size_t budget = SHM_STEP;
+  while (c->shm_head != NULL && !c->closing && (budget > 0 || h->closing)) {
+    shm_copy_t *p = c->shm_head;
+    size_t n = p->len - p->done;
+    if (!h->closing && n > budget)
+      n = budget;
+    mlpd_err_t err = {0};
+    int rc = p->write ? mlpd_sysshm_write(p->rs->out_shm, p->off + p->done,
+                                          p->bytes + p->done, n, &err)
+                      : mlpd_sysshm_read(p->reg, p->off + p->done,
+                                         p->bytes + p->done, n, &err);
+    budget = budget > n ? budget - n : 0;
+    p->done += n;
+    if (rc == 0 && p->done < p->len)
+      continue;
+    c->shm_head = p->next;
+    if (c->shm_head == NULL)
+      c->shm_tail = NULL;
+    if (shm_copy_done(c, p, rc, &err) != 0) {
+      conn_close(c);
+      return;
+    }
+    flush(c);
+  }
+  if (c->shm_head != NULL && !c->closing)
+    mlpd_bulk_again(h->bulk, &c->bulk, BULK_SHM);
+}
+
+/* Queues p behind the connection's other copies, for the phase. 0. */
+static int shm_copy_queue(mlpd_hconn_t *c, shm_copy_t *p) {
+  mlpd_httpconn_t *h = c->srv;
+  p->rs->shm_copy = p;
+  if (c->shm_tail != NULL)
+    c->shm_tail->next = p;
+  else
+    c->shm_head = p;
+  c->shm_tail = p;
+  if (c->closing)
+    return 0; /* freed with its response */
+  if (h->closing)
+    shm_copy_steps(c); /* no phase after this one: copy it now */
+  else if (!leave_for_bulk(c, BULK_SHM))
+    mlpd_bulk_again(h->bulk, &c->bulk, BULK_SHM); /* from the phase */
+  return 0;
+}
+
+/* The input of `in` (its block, held in `reg`) read in steps; `in`'s
+ * strings are copied. 0, or -ENOMEM. */
+static int defer_input_shm(mlpd_hconn_t *c, hresp_t *rs,
+                           const mlpd_requests_infer_t *in,
+                           mlpd_sysshm_region_t *reg, uint64_t off) {
+  mlpd_httpconn_t *h = c->srv;
+  shm_copy_t *p = mlpd_bufcache_get(h->blocks, sizeof(*p));
+  if (p == NULL) {
+    mlpd_sysshm_release(reg);
+    mlpd_bufcache_put(h->blocks, in->in_block);
+    return reply_error(c, rs, 503, "out of memory for the tensor");
+  }
+  *p = (shm_copy_t){.rs = rs,
+                    .reg = reg,
+                    .off = off,
+                    .bytes = in->in_block,
+                    .block = in->in_block,
+                    .len = in->data_len,
+                    .in = *in};
+  snprintf(p->model, sizeof(p->model), "%s", in->model);
+  snprintf(p->version, sizeof(p->version), "%s", in->version);
+  p->in.model = p->model;
+  p->in.version = p->version;
+  return shm_copy_queue(c, p);
+}
+
+/* The answer's rows (at req->out, in `block`, now the copy's) written to
+ * the output's region in steps. 0, or -ENOMEM. */
+static int defer_output_shm(mlpd_hconn_t *c, hresp_t *rs,
+                            const mlpd_req_t *req, void *block,
+                            size_t rows_len) {
+  mlpd_httpconn_t *h = c->srv;
+  shm_copy_t *p = mlpd_bufcache_get(h->blocks, sizeof(*p));
+  if (p == NULL) {
+    mlpd_bufcache_put(h->blocks, block);
+    return reply_error(c, rs, 503, "out of memory writing the answer");
+  }
+  *p = (shm_copy_t){.rs = rs,
+                    .write = 1,
+                    .off = rs->out_shm_off,
+                    .bytes = req->out,
+                    .block = block,
+                    .len = rows_len,
+                    .rows = (size_t)req->rows,
+                    .cols = (size_t)req->out_cols,
+                    .dtype = req->out_dtype};
+  return shm_copy_queue(c, p);
 }
 
 /* GET .../status, POST .../register and .../unregister. */
@@ -784,13 +953,15 @@ static int handle_infer(mlpd_hconn_t *c, hresp_t *rs,
     return reply_error(c, rs, 413, msg);
   }
   void *in_block = NULL;
-  if (in_shm && (rc = read_input_shm(c, rs, &inf, &in_block)) != 0)
+  mlpd_sysshm_region_t *in_reg = NULL;
+  if (in_shm && (rc = hold_input_shm(c, rs, &inf, &in_reg, &in_block)) != 0)
     return rc < 0 ? rc : 0;
   if (out_shm) {
     rc = mlpd_sysshm_hold(h->cfg.sysshm, inf.out_shm.region,
                           inf.out_shm.offset, out_n * esz, 1, &rs->out_shm,
                           &err);
     if (rc != 0) {
+      mlpd_sysshm_release(in_reg);
       mlpd_bufcache_put(h->blocks, in_block);
       return reply_error(c, rs, 400, err.msg);
     }
@@ -802,6 +973,7 @@ static int handle_infer(mlpd_hconn_t *c, hresp_t *rs,
   rs->binary = inf.binary_output;
   rs->out_room = (inf.binary_output || out_shm) && !rs->head &&
                  out_bytes >= INPLACE_OUT_MIN;
+  rs->out_bytes = out_bytes;
   rs->has_id = inf.has_id;
   memcpy(rs->id, inf.id, sizeof(rs->id));
   snprintf(rs->model, sizeof(rs->model), "%s", m.name);
@@ -827,18 +999,37 @@ static int handle_infer(mlpd_hconn_t *c, hresp_t *rs,
                   : inf.data_binary ? mlpd_httpreq_take_body(r)
                                     : NULL,
   };
-  if (in_shm)
+  if (in_shm) {
     in.data = in_block;
+    if (inf.data_bytes > BULK_BYTES)
+      return defer_input_shm(c, rs, &in, in_reg, inf.in_shm.offset);
+    rc = mlpd_sysshm_read(in_reg, inf.in_shm.offset, in_block,
+                          inf.data_bytes, &err);
+    mlpd_sysshm_release(in_reg);
+    if (rc != 0) {
+      mlpd_bufcache_put(h->blocks, in_block);
+      return reply_error(c, rs, 400, err.msg);
+    }
+  }
+  return submit_infer(c, rs, &in);
+}
+
+/* Admits an infer request whose rows are all in (`in`'s blocks are the
+ * request's from here): its answer's block first, where it has one. 0, or
+ * -ENOMEM. */
+static int submit_infer(mlpd_hconn_t *c, hresp_t *rs,
+                        mlpd_requests_infer_t *in) {
+  mlpd_httpconn_t *h = c->srv;
   if (rs->out_room) {
-    in.out_block = mlpd_bufcache_get(h->blocks, HEAD_ROOM + out_bytes);
-    if (in.out_block != NULL)
-      in.out = (uint8_t *)in.out_block + HEAD_ROOM;
+    in->out_block = mlpd_bufcache_get(h->blocks, HEAD_ROOM + rs->out_bytes);
+    if (in->out_block != NULL)
+      in->out = (uint8_t *)in->out_block + HEAD_ROOM;
     else
       rs->out_room = 0; /* answered through a copy */
   }
   mlpd_status_t st;
   char msg[256];
-  rc = mlpd_requests_infer(h->reqs, &in, &rs->infer, &st, msg, sizeof(msg));
+  int rc = mlpd_requests_infer(h->reqs, in, &rs->infer, &st, msg, sizeof(msg));
   if (h->scratch_cap > SCRATCH_KEEP) {
     /* Admitted rows were staged or copied: one huge JSON request must not
      * pin its scratch for the thread's life. */
@@ -1336,6 +1527,8 @@ static void serve_bulk(mlpd_bulk_entry_t *e, unsigned what) {
     return;
   if (what & BULK_WRITE)
     flush(c);
+  if ((what & BULK_SHM) && !c->closing)
+    shm_copy_steps(c);
   if ((what & BULK_READ) && !c->closing)
     bulk_read(c);
 }

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* test_bulk.c - the bulk phase's queue (bulk.h): the order copies are
- * made in, what an entry left, taking one off, and the idle handle that
- * keeps the loop's poll from blocking while copies wait. */
+ * made in, what an entry left, taking one off, a copy made in steps, and
+ * the idle handle that keeps the loop's poll from blocking while copies
+ * wait. */
 /* cmocka.h wants these first. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,12 +18,14 @@
 typedef struct {
   mlpd_bulk_entry_t e; /* first */
   int id;
+  int steps; /* steps left (mlpd_bulk_again from serve) */
 } conn_t;
 
 static int order[8], norder;
 static unsigned got[8];
 static mlpd_bulk_t *leave_again; /* serve() tries to leave again */
 static uint64_t serve_ns;        /* serve() takes at least this long */
+static mlpd_bulk_t *steps_q;     /* serve() leaves c->steps more steps */
 
 static void serve(mlpd_bulk_entry_t *e, unsigned what) {
   conn_t *c = (conn_t *)e;
@@ -31,6 +34,10 @@ static void serve(mlpd_bulk_entry_t *e, unsigned what) {
   got[norder++] = what;
   if (leave_again != NULL)
     assert_int_equal(mlpd_bulk_leave(leave_again, e, 1), 0);
+  if (steps_q != NULL && c->steps > 0) {
+    c->steps--;
+    mlpd_bulk_again(steps_q, e, 8);
+  }
   for (uint64_t t0 = uv_hrtime(); uv_hrtime() - t0 < serve_ns;)
     ;
 }
@@ -65,6 +72,7 @@ static void setup_conns(conn_t *c, int n) {
   }
   norder = 0;
   leave_again = NULL;
+  steps_q = NULL;
   serve_ns = 0;
 }
 
@@ -158,6 +166,44 @@ static void test_budget(void **state) {
   assert_false(uv_is_active((uv_handle_t *)&q->wake));
 }
 
+/* A copy made in steps: each serve leaves the next step again, behind
+ * the entries already waiting; the same phase serves it again while its
+ * budget lasts, and once the budget is spent the rest waits, first in
+ * line, with the idle handle on. */
+static void test_again(void **state) {
+  fixture_t *f = *state;
+  mlpd_bulk_t *q = &f->q;
+  conn_t c[2];
+  setup_conns(c, 2);
+  steps_q = q;
+  c[0].steps = 2;
+  assert_int_equal(mlpd_bulk_leave(q, &c[0].e, 1), 1);
+  assert_int_equal(mlpd_bulk_leave(q, &c[1].e, 1), 1);
+  assert_int_equal(mlpd_bulk_run(q, 0), 4); /* c0, c1, c0, c0 */
+  assert_int_equal(norder, 4);
+  assert_int_equal(order[0], 0);
+  assert_int_equal(got[0], 1);
+  assert_int_equal(order[1], 1);
+  assert_int_equal(order[2], 0);
+  assert_int_equal(got[2], 8);
+  assert_int_equal(order[3], 0);
+  assert_null(q->queue.head);
+  assert_false(uv_is_active((uv_handle_t *)&q->wake));
+  /* With a budget one step outlasts: one step a phase. */
+  setup_conns(c, 1);
+  steps_q = q;
+  c[0].steps = 2;
+  serve_ns = 200000;
+  assert_int_equal(mlpd_bulk_leave(q, &c[0].e, 1), 1);
+  assert_int_equal(mlpd_bulk_run(q, 100000), 1);
+  assert_ptr_equal(q->queue.head, &c[0].e.link);
+  assert_true(uv_is_active((uv_handle_t *)&q->wake));
+  assert_int_equal(mlpd_bulk_run(q, 100000), 1);
+  assert_int_equal(mlpd_bulk_run(q, 100000), 1);
+  assert_null(q->queue.head);
+  assert_int_equal(norder, 3);
+}
+
 /* The idle handle is active exactly while copies wait, so that a copy
  * left after the poll (from a timer) does not wait for the poll's
  * timeout: a loop iteration with nothing else to do ends at once. */
@@ -195,6 +241,7 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(test_budget, setup, teardown),
       cmocka_unit_test_setup_teardown(test_wake, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_again, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1527,6 +1527,54 @@ static void test_system_shared_memory(void **state) {
   th_resp_free(&r);
   free(body);
 
+  /* An input larger than one read of the socket is read in steps in the
+   * bulk phase (several here: 1.25 MiB in 256 KiB steps), its answer
+   * the native protocol's, bit for bit (the same rows in the same
+   * batches). */
+  {
+    enum { BIG = 5000 };
+    const size_t big_in = (size_t)BIG * 64 * 4, big_out = (size_t)BIG * 40;
+    char big_key[64];
+    snprintf(big_key, sizeof(big_key), "/mlpd-test-big-%d", (int)getpid());
+    int big_fd = shm_object(big_key, big_in + big_out);
+    float *xb = repeated_rows(BIG);
+    assert_int_equal(pwrite(big_fd, xb, big_in, 0), (ssize_t)big_in);
+    float *wb = native_rows(d.sock, xb, BIG);
+    shm_register(sock, "big", big_key, 0, big_in + big_out);
+    char *bb = malloc(1024);
+    snprintf(bb, 1024,
+             "{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\","
+             "\"shape\":[%d,64],\"parameters\":{\"shared_memory_region\":"
+             "\"big\",\"shared_memory_byte_size\":%zu}}],\"outputs\":[{"
+             "\"name\":\"output\",\"parameters\":{\"shared_memory_region\":"
+             "\"big\",\"shared_memory_offset\":%zu,"
+             "\"shared_memory_byte_size\":%zu}}]}",
+             BIG, big_in, big_in, big_out);
+    assert_int_equal(
+        do_req(sock, "POST", "/v2/models/digits/infer", bb, &r), 200);
+    th_resp_free(&r);
+    float *gb = malloc(big_out);
+    assert_int_equal(pread(big_fd, gb, big_out, (off_t)big_in),
+                     (ssize_t)big_out);
+    assert_memory_equal(gb, wb, big_out);
+    /* Shrunk while registered, below the output (written in steps too:
+     * 195 KiB), then below the input: each request fails with a message. */
+    assert_int_equal(ftruncate(big_fd, (off_t)(big_in + big_out / 2)), 0);
+    do_req(sock, "POST", "/v2/models/digits/infer", bb, &r);
+    expect_error(&r, 400, "shrank below the registered");
+    th_resp_free(&r);
+    assert_int_equal(ftruncate(big_fd, (off_t)big_in / 2), 0);
+    do_req(sock, "POST", "/v2/models/digits/infer", bb, &r);
+    expect_error(&r, 400, "shrank below the registered");
+    th_resp_free(&r);
+    free(gb);
+    free(bb);
+    free(wb);
+    free(xb);
+    close(big_fd);
+    shm_unlink(big_key);
+  }
+
   /* Unregistering one, then all. */
   assert_int_equal(do_req(sock, "POST",
                           "/v2/systemsharedmemory/region/in/unregister", "",
@@ -1564,6 +1612,73 @@ static void test_system_shared_memory(void **state) {
   stop_own(&d, sock);
 }
 
+/* Small before bulky for system shared memory: an infer whose input is a
+ * large region (2000 rows, 500 KiB, read in steps in the bulk phase) and
+ * a 1-row native request in one loop iteration of the one I/O thread
+ * (the daemon frozen while both are sent). The native request is batched
+ * before the region's rows are in, so it is computed alone; were the
+ * region read where the request was parsed, both would share one batch
+ * of 2001 rows. Then the large request's answer. */
+static void test_small_before_bulky_shm(void **state) {
+  (void)state;
+  if (access("/dev/shm", W_OK) != 0) {
+    print_message("skipped: no writable /dev/shm for shm_open\n");
+    skip();
+  }
+  enum { BIG = 2000 };
+  char sock[400], key[64];
+  const char *extra[] = {"--max-delay-us", "0", "--cpu-threads", "1",
+                         "--http-allow-shm", NULL};
+  td_daemon_t d;
+  spawn_own(&d, sock, sizeof(sock), "q", "1", extra);
+  const size_t in_bytes = (size_t)BIG * 64 * 4;
+  snprintf(key, sizeof(key), "/mlpd-test-q-%d", (int)getpid());
+  int fd = shm_object(key, in_bytes);
+  float *x = repeated_rows(BIG);
+  assert_int_equal(pwrite(fd, x, in_bytes, 0), (ssize_t)in_bytes);
+  shm_register(sock, "q", key, 0, in_bytes);
+  char *body = shm_infer_body(BIG, "q", 0, NULL, 0, 0);
+  int small = td_connect(d.sock);
+  size_t len;
+  uint8_t *one = td_infer_frame(2, rows.data, MLPD_DTYPE_F32, 1, rows.cols, 1,
+                                0, &len);
+  /* Both connections accepted and served once first. */
+  td_response_t rs;
+  td_write_all(small, one, len);
+  assert_int_equal(td_recv(small, &rs, 20000), 1);
+  assert_int_equal(rs.status, 0);
+  td_response_free(&rs);
+  th_conn_t c;
+  th_open(&c, sock);
+  th_resp_t r;
+  th_send(&c, "GET", "/v2/health/ready", NULL, NULL, 0);
+  assert_int_equal(th_read(&c, &r), 0);
+  th_resp_free(&r);
+  for (int round = 0; round < 3; round++) {
+    td_freeze(&d, 1);
+    th_send(&c, "POST", "/v2/models/digits/infer", NULL, body, strlen(body));
+    td_write_all(small, one, len);
+    td_freeze(&d, 0);
+    assert_int_equal(td_recv(small, &rs, 20000), 1);
+    assert_int_equal(rs.status, 0);
+    print_message("round %d: the native request's batch %u rows\n", round,
+                  rs.batch_rows);
+    assert_int_equal(rs.batch_rows, 1);
+    td_response_free(&rs);
+    assert_int_equal(th_read(&c, &r), 0);
+    assert_int_equal(r.status, 200);
+    th_resp_free(&r);
+  }
+  th_close(&c);
+  close(small);
+  free(one);
+  free(body);
+  free(x);
+  close(fd);
+  shm_unlink(key);
+  stop_own(&d, sock);
+}
+
 int main(void) {
   mlpd_err_t err = {0};
   if (mlpd_rows_read(&rows, HELDOUT, &err) != 0) {
@@ -1582,7 +1697,8 @@ int main(void) {
       cmocka_unit_test(test_small_before_bulky_http),
       cmocka_unit_test(test_http_body_is_arriving_rows),
       cmocka_unit_test(test_pipelined_large_bodies),
-      cmocka_unit_test(test_system_shared_memory)};
+      cmocka_unit_test(test_system_shared_memory),
+      cmocka_unit_test(test_small_before_bulky_shm)};
   int rc = cmocka_run_group_tests(tests, setup, teardown);
   rc += cmocka_run_group_tests(alone, NULL, NULL);
   mlpd_rows_free(&rows);
