@@ -48,8 +48,12 @@
  * (--http-allow-shm), /v2/systemsharedmemory registers, lists and
  * unregisters regions, and an infer request may take its input from one
  * and put its output in one (read and written with pread/pwrite, never
- * mapped; an input is bounded by max_body as a body is). Refused (403)
- * without the table, and to TCP peers that are not on a loopback address.
+ * mapped; an input is bounded by max_body as a body is). A copy larger
+ * than one socket read is made in steps in the bulk phase, as a large
+ * body's read and a large answer's write are: the request is admitted
+ * once its input is in, the answer sent once its output is out. Refused
+ * (403) without the table, and to TCP peers that are not on a loopback
+ * address.
  *
  * Repository: POST /v2/repository/index lists the model table (models.h)
  * with states and versions; load/unload are refused over TCP unless
