@@ -715,17 +715,28 @@ struct shm_copy_s {
   uint8_t *bytes;            /* the rows, in `block` */
   void *block;               /* owned until handed on */
   size_t len, done;
-  /* An input: the request to admit once every byte is in. */
+  /* An input: the request to admit once every byte is in, and its model,
+   * whose partial batch may wait for these rows meanwhile (counted in
+   * srv->arriving, as a body on its way is), or -1. */
   mlpd_requests_infer_t in;
+  int arriving;
   char model[MLPD_OIP_NAME_MAX], version[MLPD_OIP_NAME_MAX];
   /* An output: what the answer says. */
   size_t rows, cols;
   mlpd_dtype_t dtype;
 };
 
+/* The input's rows are in (or will never be): no longer on their way. */
+static void shm_copy_arrived(mlpd_httpconn_t *h, shm_copy_t *p) {
+  if (p->arriving >= 0)
+    h->arriving[p->arriving]--;
+  p->arriving = -1;
+}
+
 static void shm_copy_free(mlpd_httpconn_t *h, shm_copy_t *p) {
   if (p == NULL)
     return;
+  shm_copy_arrived(h, p);
   mlpd_sysshm_release(p->reg);
   mlpd_bufcache_put(h->blocks, p->block);
   mlpd_bufcache_put(h->blocks, p);
@@ -740,6 +751,7 @@ static int shm_copy_done(mlpd_hconn_t *c, shm_copy_t *p, int rc,
                          const mlpd_err_t *err) {
   hresp_t *rs = p->rs;
   rs->shm_copy = NULL;
+  shm_copy_arrived(c->srv, p); /* before its batch can be formed */
   if (rc != 0)
     rc = reply_error(c, rs, 400, err->msg);
   else if (p->write)
@@ -808,7 +820,8 @@ static int shm_copy_queue(mlpd_hconn_t *c, shm_copy_t *p) {
  * strings are copied. 0, or -ENOMEM. */
 static int defer_input_shm(mlpd_hconn_t *c, hresp_t *rs,
                            const mlpd_requests_infer_t *in,
-                           mlpd_sysshm_region_t *reg, uint64_t off) {
+                           mlpd_sysshm_region_t *reg, uint64_t off,
+                           int model) {
   mlpd_httpconn_t *h = c->srv;
   shm_copy_t *p = mlpd_bufcache_get(h->blocks, sizeof(*p));
   if (p == NULL) {
@@ -822,7 +835,12 @@ static int defer_input_shm(mlpd_hconn_t *c, hresp_t *rs,
                     .bytes = in->in_block,
                     .block = in->in_block,
                     .len = in->data_len,
-                    .in = *in};
+                    .in = *in,
+                    .arriving = -1};
+  if (model >= 0 && model < MLPD_MAX_MODELS) {
+    h->arriving[model]++;
+    p->arriving = model;
+  }
   snprintf(p->model, sizeof(p->model), "%s", in->model);
   snprintf(p->version, sizeof(p->version), "%s", in->version);
   p->in.model = p->model;
@@ -849,7 +867,8 @@ static int defer_output_shm(mlpd_hconn_t *c, hresp_t *rs,
                     .len = rows_len,
                     .rows = (size_t)req->rows,
                     .cols = (size_t)req->out_cols,
-                    .dtype = req->out_dtype};
+                    .dtype = req->out_dtype,
+                    .arriving = -1};
   return shm_copy_queue(c, p);
 }
 
@@ -1002,7 +1021,7 @@ static int handle_infer(mlpd_hconn_t *c, hresp_t *rs,
   if (in_shm) {
     in.data = in_block;
     if (inf.data_bytes > BULK_BYTES)
-      return defer_input_shm(c, rs, &in, in_reg, inf.in_shm.offset);
+      return defer_input_shm(c, rs, &in, in_reg, inf.in_shm.offset, m.index);
     rc = mlpd_sysshm_read(in_reg, inf.in_shm.offset, in_block,
                           inf.data_bytes, &err);
     mlpd_sysshm_release(in_reg);
