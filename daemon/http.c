@@ -150,6 +150,17 @@ int mlpd_http_open(const char *listen, int allow_remote, mlpd_http_addr_t *a,
                          MLPD_LISTEN_BACKLOG, &a->fd, &a->port, err);
 }
 
+int mlpd_http_is_loopback(const struct sockaddr *sa, int mapped) {
+  if (sa->sa_family == AF_INET)
+    return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) ==
+           127;
+  if (sa->sa_family != AF_INET6)
+    return 0;
+  const struct in6_addr *a6 = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+  return IN6_IS_ADDR_LOOPBACK(a6) ||
+         (mapped && IN6_IS_ADDR_V4MAPPED(a6) && a6->s6_addr[12] == 127);
+}
+
 int mlpd_http_adopt_fd(int fd, int allow_remote, mlpd_http_addr_t *a,
                        mlpd_err_t *err) {
   memset(a, 0, sizeof(*a));
@@ -159,14 +170,9 @@ int mlpd_http_adopt_fd(int fd, int allow_remote, mlpd_http_addr_t *a,
   if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0)
     return mlpd_errf(err, -errno, "HTTP listener fd %d: %s", fd,
                      strerror(errno));
-  int loopback = 0;
-  if (ss.ss_family == AF_INET)
-    loopback =
-        (ntohl(((struct sockaddr_in *)&ss)->sin_addr.s_addr) >> 24) == 127;
-  else if (ss.ss_family == AF_INET6)
-    loopback = IN6_IS_ADDR_LOOPBACK(&((struct sockaddr_in6 *)&ss)->sin6_addr);
   a->is_unix = ss.ss_family == AF_UNIX;
-  a->remote = !a->is_unix && !loopback;
+  a->remote =
+      !a->is_unix && !mlpd_http_is_loopback((struct sockaddr *)&ss, 0);
   if (a->remote && !allow_remote)
     return mlpd_errf(err, MLPD_EINVAL,
                      "HTTP listener fd %d: not a Unix or loopback socket "

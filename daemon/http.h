@@ -21,6 +21,8 @@
 #include "listen.h"
 #include "mlpd.h"
 
+#include <sys/socket.h>
+
 typedef struct mlpd_http_addr_s {
   int fd;         /* the listening socket (the caller's) */
   int is_unix;    /* a Unix socket */
@@ -41,5 +43,11 @@ int mlpd_http_open(const char *listen, int allow_remote, mlpd_http_addr_t *a,
  * file, if any, is systemd's: a->path stays "". */
 int mlpd_http_adopt_fd(int fd, int allow_remote, mlpd_http_addr_t *a,
                        mlpd_err_t *err) MLPD_MUST_CHECK;
+
+/* 1 when sa is a loopback address, 127.0.0.0/8 or ::1 (0 for anything
+ * else, a Unix socket's included); with `mapped`, also an IPv4 one as a
+ * dual-stack socket shows its peers (::ffff:127.x.y.z). A listening
+ * address is judged without (as the listener's rules above), a peer with. */
+int mlpd_http_is_loopback(const struct sockaddr *sa, int mapped);
 
 #endif

@@ -5,14 +5,13 @@
  * response queue, and the choice of answer for each route. */
 #include "httpconn.h"
 
+#include "http.h"
 #include "httpreq.h"
 #include "log.h"
 #include "metrics.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <limits.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1595,23 +1594,12 @@ static void reject(mlpd_httpconn_t *h, uv_stream_t *server) {
   uv_close(&h->reject.handle, on_rejected);
 }
 
-/* 127.0.0.0/8, ::1, or ::ffff:127.0.0.0/104. */
+/* A TCP peer on this host (a loopback address). */
 static int tcp_peer_is_loopback(const uv_tcp_t *t) {
   struct sockaddr_storage ss;
   int len = sizeof(ss);
-  if (uv_tcp_getpeername(t, (struct sockaddr *)&ss, &len) != 0)
-    return 0;
-  if (ss.ss_family == AF_INET) {
-    const struct sockaddr_in *a = (const struct sockaddr_in *)&ss;
-    return (ntohl(a->sin_addr.s_addr) >> 24) == 127;
-  }
-  if (ss.ss_family == AF_INET6) {
-    const struct in6_addr *a = &((const struct sockaddr_in6 *)&ss)->sin6_addr;
-    if (IN6_IS_ADDR_LOOPBACK(a))
-      return 1;
-    return IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127;
-  }
-  return 0;
+  return uv_tcp_getpeername(t, (struct sockaddr *)&ss, &len) == 0 &&
+         mlpd_http_is_loopback((struct sockaddr *)&ss, 1);
 }
 
 static void on_connection(uv_stream_t *server, int status) {

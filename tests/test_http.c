@@ -907,6 +907,44 @@ static void test_address_checks(void **state) {
   close(a.fd);
 }
 
+/* The loopback rule for a listening address and for a peer: a peer of a
+ * dual-stack socket shows IPv4 loopback as ::ffff:127.x.y.z. */
+static void test_is_loopback(void **state) {
+  (void)state;
+  static const struct {
+    const char *addr;
+    int listening, peer;
+  } cases[] = {
+      {"127.0.0.1", 1, 1},        {"127.255.0.9", 1, 1},
+      {"128.0.0.1", 0, 0},        {"10.0.0.1", 0, 0},
+      {"0.0.0.0", 0, 0},          {"::1", 1, 1},
+      {"::", 0, 0},               {"::2", 0, 0},
+      {"::ffff:127.0.0.1", 0, 1}, {"::ffff:127.9.9.9", 0, 1},
+      {"::ffff:10.0.0.1", 0, 0},  {"2001:db8::1", 0, 0},
+  };
+  for (size_t i = 0; i < MLPD_ARRAY_SIZE(cases); i++) {
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof(ss));
+    struct sockaddr_in *in4 = (struct sockaddr_in *)&ss;
+    struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
+    if (inet_pton(AF_INET, cases[i].addr, &in4->sin_addr) == 1) {
+      in4->sin_family = AF_INET;
+    } else {
+      assert_int_equal(inet_pton(AF_INET6, cases[i].addr, &in6->sin6_addr),
+                       1);
+      in6->sin6_family = AF_INET6;
+    }
+    const struct sockaddr *sa = (const struct sockaddr *)&ss;
+    if (mlpd_http_is_loopback(sa, 0) != cases[i].listening ||
+        mlpd_http_is_loopback(sa, 1) != cases[i].peer)
+      fail_msg("%s: %d / %d, wanted %d / %d", cases[i].addr,
+               mlpd_http_is_loopback(sa, 0), mlpd_http_is_loopback(sa, 1),
+               cases[i].listening, cases[i].peer);
+  }
+  struct sockaddr_un un = {.sun_family = AF_UNIX};
+  assert_int_equal(mlpd_http_is_loopback((struct sockaddr *)&un, 1), 0);
+}
+
 static int socket_alive(const char *path) {
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   struct sockaddr_un sa = {.sun_family = AF_UNIX};
@@ -1045,6 +1083,7 @@ int main(void) {
       T(test_slow_clients),
       T(test_many_connections),
       T_OWN(test_address_checks),
+      cmocka_unit_test(test_is_loopback),
       T_OWN(test_unix_socket),
       T(test_stop_with_connections),
   };
