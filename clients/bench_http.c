@@ -165,23 +165,38 @@ static int width_after(const char *body, const char *key) {
   return p ? atoi(p + 12) : 0;
 }
 
+/* One request on c (a JSON body, or none when body is NULL) and its
+ * answer: 1 with *status and the answer's body (valid until the next
+ * read), or a negative code with a message naming the path. */
+static int exchange(bh_conn_t *c, const char *method, const char *path,
+                    const char *body, int *status, const char **ans,
+                    size_t *alen, mlpd_err_t *err) {
+  char req[1024];
+  int n = snprintf(req, sizeof(req),
+                   "%s %s HTTP/1.1\r\nHost: mlpd\r\n%s"
+                   "Content-Length: %zu\r\n\r\n%s",
+                   method, path,
+                   body != NULL ? "Content-Type: application/json\r\n" : "",
+                   body != NULL ? strlen(body) : 0, body != NULL ? body : "");
+  if (n < 0 || (size_t)n >= sizeof(req))
+    return mlpd_errf(err, MLPD_EINVAL, "request for %s too long", path);
+  int rc = bh_send(c, req, (size_t)n, err);
+  if (rc == 0 &&
+      (rc = bh_read(c, BH_ANSWER_TIMEOUT_US, status, ans, alen, err)) == 0)
+    rc = mlpd_errf(err, -ETIMEDOUT, "no answer to %s in %lld s", path,
+                   BH_ANSWER_TIMEOUT_US / 1000000);
+  return rc;
+}
+
 static int get(const char *spec, const char *method, const char *path,
                char *out, size_t cap, int *status, mlpd_err_t *err) {
   bh_conn_t c;
   int rc = bh_connect(spec, &c, err);
   if (rc != 0)
     return rc;
-  char req[512];
-  int n = snprintf(req, sizeof(req),
-                   "%s %s HTTP/1.1\r\nHost: mlpd\r\nContent-Length: 0\r\n\r\n",
-                   method, path);
   const char *body;
   size_t blen;
-  if ((rc = bh_send(&c, req, (size_t)n, err)) == 0 &&
-      (rc = bh_read(&c, BH_ANSWER_TIMEOUT_US, status, &body, &blen, err)) ==
-          0)
-    rc = mlpd_errf(err, -ETIMEDOUT, "%s: no answer to %s in %lld s", spec,
-                   path, BH_ANSWER_TIMEOUT_US / 1000000);
+  rc = exchange(&c, method, path, NULL, status, &body, &blen, err);
   if (rc == 1) {
     rc = 0;
     snprintf(out, cap, "%.*s", (int)blen, body);
@@ -335,24 +350,12 @@ int bh_infer_request_shm(const char *model, const char *region, size_t in_off,
 
 int bh_post(bh_conn_t *c, const char *path, const char *body,
             mlpd_err_t *err) {
-  char req[1024];
-  int n = snprintf(req, sizeof(req),
-                   "POST %s HTTP/1.1\r\nHost: mlpd\r\n"
-                   "Content-Type: application/json\r\n"
-                   "Content-Length: %zu\r\n\r\n%s",
-                   path, strlen(body), body);
-  if (n < 0 || (size_t)n >= sizeof(req))
-    return mlpd_errf(err, MLPD_EINVAL, "request for %s too long", path);
-  int status, rc;
+  int status;
   const char *ans;
   size_t alen;
-  if ((rc = bh_send(c, req, (size_t)n, err)) != 0)
-    return rc;
-  rc = bh_read(c, BH_ANSWER_TIMEOUT_US, &status, &ans, &alen, err);
+  int rc = exchange(c, "POST", path, body, &status, &ans, &alen, err);
   if (rc < 0)
     return rc;
-  if (rc == 0)
-    return mlpd_errf(err, -ETIMEDOUT, "no answer to %s", path);
   if (status != 200)
     return mlpd_errf(err, MLPD_EINVAL, "%s: %d %.*s", path, status,
                      (int)(alen > 300 ? 300 : alen), ans);

@@ -17,27 +17,28 @@ void mlpd_bulk_init(mlpd_bulk_t *q, uv_loop_t *loop) {
   q->wake.data = q;
 }
 
-int mlpd_bulk_leave(mlpd_bulk_t *q, mlpd_bulk_entry_t *e, unsigned what) {
-  if (q->running)
-    return 0;
+/* Queues e with `what` (a queued entry keeps its place). */
+static void enqueue(mlpd_bulk_t *q, mlpd_bulk_entry_t *e, unsigned what) {
   if (e->what == 0) {
     mlpd_list_push(&q->queue, &e->link);
-    /* Left from a phase after the poll (a timer, a turn, a close): the
-     * poll that comes before the bulk phase must not block. */
+    /* Left from outside a phase after the poll (a timer, a turn, a close),
+     * or a step left from the phase itself: the poll that comes before the
+     * next phase must not block. A no-op while the handle is on. */
     if (q->queue.head == &e->link)
       uv_idle_start(&q->wake, on_wake);
   }
   e->what |= what;
+}
+
+int mlpd_bulk_leave(mlpd_bulk_t *q, mlpd_bulk_entry_t *e, unsigned what) {
+  if (q->running)
+    return 0;
+  enqueue(q, e, what);
   return 1;
 }
 
 void mlpd_bulk_again(mlpd_bulk_t *q, mlpd_bulk_entry_t *e, unsigned what) {
-  if (e->what == 0)
-    mlpd_list_push(&q->queue, &e->link);
-  e->what |= what;
-  /* The next poll must not block while it waits (a no-op when on). */
-  if (!uv_is_closing((uv_handle_t *)&q->wake))
-    uv_idle_start(&q->wake, on_wake);
+  enqueue(q, e, what);
 }
 
 unsigned mlpd_bulk_take(mlpd_bulk_t *q, mlpd_bulk_entry_t *e) {

@@ -871,6 +871,33 @@ static int defer_output_shm(mlpd_hconn_t *c, hresp_t *rs,
   return shm_copy_queue(c, p);
 }
 
+/* GET .../status: every region, or `region` (404 when unknown). */
+static int shm_status(mlpd_hconn_t *c, hresp_t *rs, const char *region) {
+  mlpd_httpconn_t *h = c->srv;
+  mlpd_err_t err = {0};
+  /* Not the hot path: a table's worth, off the stack. */
+  mlpd_sysshm_info_t *info = malloc(MLPD_SYSSHM_REGIONS_MAX * sizeof(*info));
+  mlpd_oip_shm_region_t *e = malloc(MLPD_SYSSHM_REGIONS_MAX * sizeof(*e));
+  size_t n = 0;
+  int rc;
+  if (info == NULL || e == NULL)
+    rc = reply_error(c, rs, 503, "out of memory listing the regions");
+  else if (mlpd_sysshm_list(h->cfg.sysshm, region, info,
+                            MLPD_SYSSHM_REGIONS_MAX, &n, &err) != 0)
+    rc = reply_error(c, rs, 404, err.msg);
+  else {
+    for (size_t i = 0; i < n && i < MLPD_SYSSHM_REGIONS_MAX; i++)
+      e[i] = (mlpd_oip_shm_region_t){.name = info[i].name,
+                                     .key = info[i].key,
+                                     .offset = info[i].offset,
+                                     .byte_size = info[i].byte_size};
+    rc = reply_out(c, rs, 200, mlpd_oip_shm_status(&h->out, e, n));
+  }
+  free(info);
+  free(e);
+  return rc;
+}
+
 /* GET .../status, POST .../register and .../unregister. */
 static int handle_shm(mlpd_hconn_t *c, hresp_t *rs,
                       const mlpd_oip_route_t *rt) {
@@ -878,8 +905,10 @@ static int handle_shm(mlpd_hconn_t *c, hresp_t *rs,
   int rc;
   if (shm_refused(c, rs, &rc))
     return rc;
-  mlpd_err_t err = {0};
   const char *region = rt->region[0] ? rt->region : NULL;
+  if (rt->kind == MLPD_OIP_SHM_STATUS)
+    return shm_status(c, rs, region);
+  mlpd_err_t err = {0};
   if (rt->kind == MLPD_OIP_SHM_REGISTER) {
     char key[MLPD_OIP_KEY_MAX];
     uint64_t offset, size;
@@ -889,39 +918,16 @@ static int handle_shm(mlpd_hconn_t *c, hresp_t *rs,
     if (rc == 0)
       rc = mlpd_sysshm_register(h->cfg.sysshm, rt->region, key, offset, size,
                                 &err);
-  } else if (rt->kind == MLPD_OIP_SHM_UNREGISTER) {
+  } else {
     /* As on Triton, unregistering a name that is not there succeeds: a
      * client may clean up twice (perf_analyzer unregisters all first). */
     rc = mlpd_sysshm_unregister(h->cfg.sysshm, region, &err);
     if (rc == -ENOENT)
       rc = 0;
-  } else {
-    /* Not the hot path: a table's worth, off the stack. */
-    mlpd_sysshm_info_t *info = malloc(MLPD_SYSSHM_REGIONS_MAX * sizeof(*info));
-    mlpd_oip_shm_region_t *e = malloc(MLPD_SYSSHM_REGIONS_MAX * sizeof(*e));
-    size_t n = 0;
-    rc = info && e ? mlpd_sysshm_list(h->cfg.sysshm, region, info,
-                                      MLPD_SYSSHM_REGIONS_MAX, &n, &err)
-                   : -ENOMEM;
-    if (rc == 0) {
-      n = n < MLPD_SYSSHM_REGIONS_MAX ? n : MLPD_SYSSHM_REGIONS_MAX;
-      for (size_t i = 0; i < n; i++)
-        e[i] = (mlpd_oip_shm_region_t){.name = info[i].name,
-                                       .key = info[i].key,
-                                       .offset = info[i].offset,
-                                       .byte_size = info[i].byte_size};
-      rc = reply_out(c, rs, 200, mlpd_oip_shm_status(&h->out, e, n));
-    } else if (rc == -ENOMEM) {
-      rc = reply_error(c, rs, 503, "out of memory listing the regions");
-    }
-    free(info);
-    free(e);
-    if (rc == 0 || rc == -ENOMEM)
-      return rc;
   }
   if (rc == 0)
     return finish_resp(c, rs, 200, JSON_TYPE, NULL, "{}", 2, SIZE_MAX);
-  return reply_error(c, rs, rc == -ENOENT ? 404 : mlpd_oip_http_status(rc),
+  return reply_error(c, rs, mlpd_oip_http_status(rc),
                      err.msg[0] ? err.msg : mlpd_strerror(rc));
 }
 
@@ -1640,7 +1646,9 @@ static void on_connection(uv_stream_t *server, int status) {
     conn_close(c);
     return;
   }
-  c->local_peer = h->cfg.is_unix || tcp_peer_is_loopback(&c->io.tcp);
+  /* Asked only where it matters: the shared memory routes' check. */
+  c->local_peer = h->cfg.is_unix ||
+                  (h->cfg.sysshm != NULL && tcp_peer_is_loopback(&c->io.tcp));
   uv_os_fd_t fd;
   if (h->cfg.is_unix && uv_fileno(&c->io.handle, &fd) == 0) {
     struct ucred cr;
