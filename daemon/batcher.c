@@ -133,6 +133,30 @@ static int direct_bits(const mlpd_batcher_t *b, const mlpd_slot_t *sl,
   return bits;
 }
 
+int mlpd_batcher_direct_dtypes(const mlpd_batcher_shape_t *sh,
+                               mlpd_dtype_t in_dtype, mlpd_dtype_t out_dtype) {
+  if (!sh->direct_io)
+    return 0;
+  int bits = 0;
+  if (slot_dtype(sh, sh->in_dtypes, in_dtype) == in_dtype)
+    bits |= MLPD_REQ_DIRECT_IN;
+  if (slot_dtype(sh, sh->out_dtypes, out_dtype) == out_dtype)
+    bits |= MLPD_REQ_DIRECT_OUT;
+  return bits;
+}
+
+/* The slot req's next rows go to: the filling one, unless it would stage
+ * rows no CPU may touch (another dtype); then a new one, whose dtypes are
+ * req's (open_slot closes the other). -1 while no slot is free. */
+static int slot_for(mlpd_batcher_t *b, const mlpd_req_t *req) {
+  int s = filling_slot(b);
+  if (s >= 0 && req->direct_only != 0 &&
+      (direct_bits(b, &b->slots[s], req) & req->direct_only) !=
+          req->direct_only)
+    s = -1;
+  return s >= 0 ? s : open_slot(b, req);
+}
+
 /* Copies rows [req_row, req_row + n) of req into slot s at its end,
  * converting to the slot's dtype and zeroing each row's padding columns
  * (the engines compute on them, and a slot reused in another dtype has
@@ -177,8 +201,8 @@ static void stage(mlpd_batcher_t *b) {
    * continue, so no request mixes the outputs of two models. */
   while (b->pend_head != NULL && (!b->hold || b->pend_head->staged > 0)) {
     mlpd_req_t *req = b->pend_head;
-    int s = filling_slot(b);
-    if (s < 0 && (s = open_slot(b, req)) < 0)
+    int s = slot_for(b, req);
+    if (s < 0)
       return;
     int room = b->shape.max_batch - b->slots[s].rows;
     int n = req->rows - req->staged;

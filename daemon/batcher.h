@@ -87,6 +87,12 @@ struct mlpd_req_s {
                                 requests in one range that follow each other
                                 in the slot and in memory move as one
                                 segment (one copy instead of several) */
+  int direct_only;           /* (caller) the direct bits whose memory no
+                                CPU may touch (an object another process
+                                may shrink under its mapping): those rows
+                                always move by DMA, a slot in other dtypes
+                                is closed rather than staging them. Only
+                                bits mlpd_batcher_direct_dtypes allows. */
 
   /* batcher state */
   int staged;                /* rows copied into slots so far */
@@ -134,6 +140,12 @@ typedef struct mlpd_batcher_shape_s {
   mlpd_dtype_t compute_dtype;
   int direct_io;              /* every engine takes direct segments */
 } mlpd_batcher_shape_t;
+
+/* The MLPD_REQ_DIRECT_* bits that rows of a request in these dtypes can
+ * always move by DMA (in a slot of their own dtypes): what a request may
+ * set in direct_only. 0 when the engines take no direct segments. */
+int mlpd_batcher_direct_dtypes(const mlpd_batcher_shape_t *s,
+                               mlpd_dtype_t in_dtype, mlpd_dtype_t out_dtype);
 
 /* Bytes one slot's input and output buffers need: rows of 4-byte
  * elements, the widest dtype. */

@@ -1151,6 +1151,9 @@ int mlpd_daemon_run(const mlpd_config_t *cfg) {
       if ((rc = mlpd_sysshm_create(NULL, MLPD_SYSSHM_REGIONS_MAX, &d->sysshm,
                                    &err)) != 0)
         goto fail;
+      /* Pinned regions count in the native regions' bound and gauge. */
+      mlpd_sysshm_pinning(d->sysshm, cfg->max_shm_bytes,
+                          &d->board.shm_mapped);
       MLPD_LOGW("http: system shared memory on (--http-allow-shm): a client "
                 "on this host may register any /dev/shm object this "
                 "daemon's user can open, and have outputs written there");
@@ -1220,6 +1223,9 @@ fail:
 
 cleanup:;
   int code = d->exit_code;
+  /* Pinned regions are undone while their engines are still open. */
+  mlpd_sysshm_destroy(d->sysshm); /* no thread holds a region now */
+  d->sysshm = NULL;
   for (int m = 0; m < d->nmodels; m++) {
     mlpd_pool_close(d->models[m].next_pool);
     mlpd_pool_close(d->models[m].pool);
@@ -1227,7 +1233,6 @@ cleanup:;
   if (uv_loop_close(&d->loop) != 0)
     MLPD_LOGW("loop closed with handles still open");
   free(d->shards);
-  mlpd_sysshm_destroy(d->sysshm); /* no thread holds a region now */
   mlpd_board_free(&d->board);
   mlpd_access_free(&d->access);
   free(d);

@@ -66,6 +66,7 @@ struct hresp_s {
   size_t len;
   mlpd_sysshm_region_t *out_shm; /* held: the output's region, or NULL */
   uint64_t out_shm_off;
+  int out_pinned; /* the rows went there by DMA (the request held it) */
   char shm_region[MLPD_OIP_NAME_MAX];
   shm_copy_t *shm_copy; /* owned: its input or output in shared memory,
                           being copied in steps */
@@ -552,6 +553,9 @@ static void on_infer_done(void *ud, const mlpd_req_t *req, mlpd_status_t status,
   if (status != MLPD_STATUS_OK) {
     rc = reply_error(c, rs, http_status_of(status),
                      msg ? msg : mlpd_status_name(status));
+  } else if (rs->out_pinned) {
+    rc = answer_in_shm(c, rs, (size_t)req->rows, (size_t)req->out_cols,
+                       req->out_dtype);
   } else if (rs->out_shm != NULL && block != NULL && rows_len > BULK_BYTES) {
     /* Written in steps in the bulk phase, from the block it came in. */
     rc = defer_output_shm(c, rs, req, block, rows_len);
@@ -665,16 +669,26 @@ static int shm_refused(mlpd_hconn_t *c, hresp_t *rs, int *rc) {
 /* 1 for an answer queued, or the failure to queue it. */
 static int queued(int rc) { return rc != 0 ? rc : 1; }
 
-/* An input in a region: its window held and a block of the thread's
- * cache (from its pinned arena when large) to read it into, which the
- * request then owns as it owns a binary body's. 0, 1 (an answer was
- * queued) or -ENOMEM. */
+/* A pinned window's reference, given back by the request
+ * (mlpd_requests_infer_t unpin). */
+static void unpin_region(const void *range) {
+  mlpd_sysshm_release((mlpd_sysshm_region_t *)range);
+}
+
+/* An input in a region: its window held and either pinned (*pinned: the
+ * rows go to the device by DMA from there, zero copy) or a block of the
+ * thread's cache (from its pinned arena when large) to read it into,
+ * which the request then owns as it owns a binary body's. 0, 1 (an answer
+ * was queued) or -ENOMEM. */
 static int hold_input_shm(mlpd_hconn_t *c, hresp_t *rs,
                           const mlpd_oip_infer_t *inf,
-                          mlpd_sysshm_region_t **reg, void **block) {
+                          const mlpd_engine_ops_t *dops,
+                          mlpd_sysshm_region_t **reg, uint8_t **pinned,
+                          void **block) {
   mlpd_httpconn_t *h = c->srv;
   mlpd_err_t err = {0};
   *reg = NULL;
+  *pinned = NULL;
   *block = NULL;
   if (inf->data_bytes > h->cfg.max_body) {
     char msg[160];
@@ -687,6 +701,15 @@ static int hold_input_shm(mlpd_hconn_t *c, hresp_t *rs,
   if (mlpd_sysshm_hold(h->cfg.sysshm, inf->in_shm.region, inf->in_shm.offset,
                        inf->data_bytes, 0, reg, &err) != 0)
     return queued(reply_error(c, rs, 400, err.msg));
+  int rc = mlpd_sysshm_pinned(*reg, inf->in_shm.offset, inf->data_bytes, dops,
+                              pinned, &err);
+  if (rc < 0) {
+    mlpd_sysshm_release(*reg);
+    *reg = NULL;
+    return queued(reply_error(c, rs, 400, err.msg));
+  }
+  if (rc == 1)
+    return 0; /* the request takes the hold */
   *block = mlpd_bufcache_get(h->blocks, inf->data_bytes);
   if (*block == NULL) {
     mlpd_sysshm_release(*reg);
@@ -976,14 +999,30 @@ static int handle_infer(mlpd_hconn_t *c, hresp_t *rs,
              inf.binary_output ? "" : " or ask for binary output");
     return reply_error(c, rs, 413, msg);
   }
+  /* Zero copy where the model's engines can take rows straight from a
+   * pinned region (sysshm.h). */
+  int dbits = 0;
+  const mlpd_engine_ops_t *dops =
+      in_shm || out_shm ? mlpd_requests_direct_ops(h->reqs, m.index, inf.dtype,
+                                                   inf.dtype, &dbits)
+                        : NULL;
   void *in_block = NULL;
+  uint8_t *in_pinned = NULL, *out_pinned = NULL;
   mlpd_sysshm_region_t *in_reg = NULL;
-  if (in_shm && (rc = hold_input_shm(c, rs, &inf, &in_reg, &in_block)) != 0)
+  if (in_shm &&
+      (rc = hold_input_shm(c, rs, &inf,
+                           dbits & MLPD_REQ_DIRECT_IN ? dops : NULL, &in_reg,
+                           &in_pinned, &in_block)) != 0)
     return rc < 0 ? rc : 0;
   if (out_shm) {
     rc = mlpd_sysshm_hold(h->cfg.sysshm, inf.out_shm.region,
                           inf.out_shm.offset, out_n * esz, 1, &rs->out_shm,
                           &err);
+    if (rc == 0 && (rc = mlpd_sysshm_pinned(
+                        rs->out_shm, inf.out_shm.offset, out_n * esz,
+                        dbits & MLPD_REQ_DIRECT_OUT ? dops : NULL,
+                        &out_pinned, &err)) > 0)
+      rc = 0;
     if (rc != 0) {
       mlpd_sysshm_release(in_reg);
       mlpd_bufcache_put(h->blocks, in_block);
@@ -995,7 +1034,7 @@ static int handle_infer(mlpd_hconn_t *c, hresp_t *rs,
     out_bytes = out_n * esz; /* into a block of its own, as binary */
   }
   rs->binary = inf.binary_output;
-  rs->out_room = (inf.binary_output || out_shm) && !rs->head &&
+  rs->out_room = (inf.binary_output || out_shm) && !out_pinned && !rs->head &&
                  out_bytes >= INPLACE_OUT_MIN;
   rs->out_bytes = out_bytes;
   rs->has_id = inf.has_id;
@@ -1022,8 +1061,20 @@ static int handle_infer(mlpd_hconn_t *c, hresp_t *rs,
       .in_block = in_shm            ? in_block
                   : inf.data_binary ? mlpd_httpreq_take_body(r)
                                     : NULL,
+      .shm = in_shm || out_shm,
+      .unpin = unpin_region,
   };
-  if (in_shm) {
+  if (out_pinned != NULL) {
+    /* The request takes the output's hold; the answer only names it. */
+    in.out = out_pinned;
+    in.out_pinned = rs->out_shm;
+    rs->out_shm = NULL;
+    rs->out_pinned = 1;
+  }
+  if (in_pinned != NULL) {
+    in.data = in_pinned;
+    in.in_pinned = in_reg;
+  } else if (in_shm) {
     in.data = in_block;
     if (inf.data_bytes > BULK_BYTES)
       return defer_input_shm(c, rs, &in, in_reg, inf.in_shm.offset, m.index);

@@ -36,6 +36,9 @@ typedef struct {
   void *ext_in_block;          /* owned: its rows arrived in it */
   void *ext_out_block;         /* owned until taken: its answer's rows */
   size_t win_bytes; /* counted in its connection's window */
+  int ext_shm;      /* its rows are in shared memory (metrics) */
+  const void *ext_pinned[2];         /* references owned: in, out */
+  void (*ext_unpin)(const void *range);
 } dreq_t;
 
 /* Per connection: its requests in flight, its regions and its place in
@@ -236,14 +239,14 @@ static void count_done(mlpd_requests_t *r, const dreq_t *q,
                         (double)(now - req->arrival_ns) / 1e9);
     }
     if (status == MLPD_STATUS_OK) {
-      if (q->in_region != NULL || q->out_region != NULL) {
+      if (q->in_region != NULL || q->out_region != NULL || q->ext_shm) {
         m->shm_rows_direct += (uint64_t)req->direct_rows;
         m->shm_rows_copied += (uint64_t)(req->rows - req->direct_rows);
       } else {
         m->inline_rows_direct += (uint64_t)req->direct_rows;
         m->inline_rows_copied += (uint64_t)(req->rows - req->direct_rows);
       }
-      if (q->out_region != NULL)
+      if (q->out_region != NULL || q->ext_shm)
         m->shm_out_bytes += out_bytes;
       else
         m->inline_out_bytes += out_bytes;
@@ -265,6 +268,9 @@ static void free_req(mlpd_requests_t *r, dreq_t *q) {
     mlpd_bufcache_put(q->ext_blocks, q->ext_in_block);
     mlpd_bufcache_put(q->ext_blocks, q->ext_out_block);
   }
+  for (int k = 0; k < 2; k++)
+    if (q->ext_pinned[k] != NULL)
+      q->ext_unpin(q->ext_pinned[k]);
   mlpd_bufcache_put(&r->cache, q->src_copy);
   mlpd_bufcache_put(&r->cache, q);
 }
@@ -1096,6 +1102,46 @@ static void ext_direct(mlpd_requests_t *r, dreq_t *d,
   }
 }
 
+const mlpd_engine_ops_t *mlpd_requests_direct_ops(mlpd_requests_t *r,
+                                                  int index,
+                                                  mlpd_dtype_t in_dtype,
+                                                  mlpd_dtype_t out_dtype,
+                                                  int *bits) {
+  *bits = 0;
+  mlpd_pool_t *p = mlpd_scheduler_pool(r->sched, index);
+  const mlpd_engine_ops_t *ops = p != NULL ? mlpd_pool_direct_ops(p) : NULL;
+  if (ops != NULL)
+    *bits = mlpd_batcher_direct_dtypes(mlpd_pool_shape(p), in_dtype,
+                                       out_dtype);
+  return *bits != 0 ? ops : NULL;
+}
+
+/* Rows in pinned memory no CPU may touch (mlpd_requests_infer_t
+ * in_pinned): DMA only, or not admitted. */
+static int pinned_direct(dreq_t *d, const mlpd_requests_infer_t *in,
+                         const mlpd_batcher_shape_t *sh, char *msg,
+                         size_t cap) {
+  int want = (in->in_pinned != NULL ? MLPD_REQ_DIRECT_IN : 0) |
+             (in->out_pinned != NULL ? MLPD_REQ_DIRECT_OUT : 0);
+  if (want == 0)
+    return 0;
+  if ((mlpd_batcher_direct_dtypes(sh, in->in_dtype, in->out_dtype) & want) !=
+      want) {
+    snprintf(msg, cap, "the model's engines cannot move these rows by DMA "
+                       "alone now; retry");
+    return MLPD_EBUSY;
+  }
+  d->r.direct |= want;
+  d->r.direct_only = want;
+  if (in->in_pinned != NULL) {
+    d->r.direct_in_id = in->in_pinned;
+    d->r.src_stable = 1;
+  }
+  if (in->out_pinned != NULL)
+    d->r.direct_out_id = in->out_pinned;
+  return 0;
+}
+
 void *mlpd_requests_take_out(const mlpd_req_t *req) {
   dreq_t *d = (dreq_t *)req; /* this module's own record */
   void *b = d->ext_out_block;
@@ -1149,7 +1195,16 @@ static int infer_ext(mlpd_requests_t *r, const mlpd_requests_infer_t *in,
   d->r.out = in->out != NULL ? in->out : (uint8_t *)(d + 1);
   d->r.arrival_ns = in->arrival_ns;
   d->r.deadline_ns = in->deadline_ns;
+  d->ext_shm = in->shm;
+  d->ext_pinned[0] = in->in_pinned;
+  d->ext_pinned[1] = in->out_pinned;
+  d->ext_unpin = in->unpin;
   ext_direct(r, d, in, sh);
+  if ((rc = pinned_direct(d, in, sh, msg, cap)) != 0) {
+    *status = MLPD_STATUS_UNAVAILABLE;
+    free_req(r, d);
+    return rc;
+  }
   rc = mlpd_scheduler_admit(r->sched, &d->r, in->arrival_ns);
   if (rc != 0) {
     if (rc == MLPD_EBUSY) {
@@ -1169,7 +1224,10 @@ static int infer_ext(mlpd_requests_t *r, const mlpd_requests_infer_t *in,
   r->inflight++;
   STATS(r, {
     m->inflight_requests++;
-    m->inline_in_bytes += in->data_len;
+    if (in->shm)
+      m->shm_in_bytes += in->data_len;
+    else
+      m->inline_in_bytes += in->data_len;
   });
   *handle = d;
   if (keep_src(r, d, in->data, in->data_len) != 0) {
@@ -1192,6 +1250,10 @@ int mlpd_requests_infer(mlpd_requests_t *r, const mlpd_requests_infer_t *in,
     mlpd_bufcache_put(in->blocks, in->in_block);
     mlpd_bufcache_put(in->blocks, in->out_block);
   }
+  if (!held && in->in_pinned != NULL)
+    in->unpin(in->in_pinned);
+  if (!held && in->out_pinned != NULL)
+    in->unpin(in->out_pinned);
   if (rc != 0 && *handle == NULL)
     STATS(r, mlpd_metrics_count_uid(m, in->uid_slot, *status));
   return rc;

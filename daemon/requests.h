@@ -185,12 +185,36 @@ typedef struct mlpd_requests_infer_s {
   void *in_block;
   uint8_t *out;
   void *out_block;
+  /* Memory no CPU may touch (sysshm.h: an object another process may
+   * shrink under its mapping), registered with the model's engines' kind
+   * (mlpd_requests_direct_ops): with in_pinned set, data lies in it and
+   * moves to the device by DMA alone; with out_pinned, out does and the
+   * rows come back the same way. Only the halves direct_ops allowed, in
+   * the same turn of the loop. Each names its registered range (batcher.h
+   * direct_in_id); NULL = not pinned. The request owns one reference on
+   * each from the call on, admitted or refused, and gives it back with
+   * unpin(range) once no batch can use it any more (a cancelled request's
+   * last batch may still be on the device). */
+  const void *in_pinned, *out_pinned;
+  void (*unpin)(const void *range);
+  int shm;              /* a shared memory transport's rows (metrics) */
   uint64_t arrival_ns;
   uint64_t deadline_ns; /* 0 = none */
   int uid_slot;         /* metrics label, -1 = none */
   mlpd_requests_done_fn done;
   void *done_ud;
 } mlpd_requests_infer_t;
+
+/* Zero copy for another front end's shared memory: the kind of model
+ * `index`'s engines (whose host_register makes memory reachable by them)
+ * and, in *bits, the MLPD_REQ_DIRECT_* halves that rows in these dtypes
+ * move by DMA alone (mlpd_batcher_direct_dtypes); NULL, *bits 0, when its
+ * engines take no direct segments or it has none now. */
+const mlpd_engine_ops_t *mlpd_requests_direct_ops(mlpd_requests_t *r,
+                                                  int index,
+                                                  mlpd_dtype_t in_dtype,
+                                                  mlpd_dtype_t out_dtype,
+                                                  int *bits);
 
 /* During the done callback of an OK answer: the infer's out_block, with
  * the output rows at its `out`, now the caller's; NULL when it had none. */

@@ -2,6 +2,8 @@
 /* sysshm.c - see sysshm.h. */
 #include "sysshm.h"
 
+#include "log.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -10,14 +12,26 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+/* Where a region has got with zero copy. */
+enum { PIN_NONE, PIN_PINNING, PIN_PINNED, PIN_OFF /* copied for good */ };
 
 struct mlpd_sysshm_region_s {
   mlpd_sysshm_info_t info;
   int fd;
   atomic_int refs;            /* the table's (while registered) + holders' */
   mlpd_sysshm_region_t *next; /* the table's list, while registered */
+  mlpd_sysshm_t *t;
+  atomic_int pin;             /* PIN_*; PINNED publishes the fields below */
+  const mlpd_engine_ops_t *ops; /* the kind it is (to be) pinned for */
+  uint8_t *map;               /* the pinned mapping, set by the pin thread */
+  size_t map_len;
+  uint64_t map_at;            /* the object's offset of map[0] */
+  mlpd_sysshm_region_t *job_next; /* the pin thread's queue */
+  int job_unpin;              /* queued to be undone and freed */
 };
 
 struct mlpd_sysshm_s {
@@ -25,6 +39,15 @@ struct mlpd_sysshm_s {
   mlpd_sysshm_region_t *head; /* in registration order */
   int count, max;
   char dir[PATH_MAX - MLPD_SYSSHM_KEY_MAX];
+  /* Zero copy: the pin thread, started by the first region to pin. */
+  uint64_t max_pinned;           /* 0: no pinning */
+  atomic_uint_fast64_t *mapped;  /* pinned bytes, with the native ones */
+  atomic_uint_fast64_t own_mapped;
+  pthread_mutex_t jlock;         /* the queue, started, stopping */
+  pthread_cond_t jcond;
+  mlpd_sysshm_region_t *jhead, *jtail;
+  pthread_t thread;
+  int started, stopping;
 };
 
 int mlpd_sysshm_create(const char *dir, int max_regions, mlpd_sysshm_t **out,
@@ -41,16 +64,187 @@ int mlpd_sysshm_create(const char *dir, int max_regions, mlpd_sysshm_t **out,
   }
   snprintf(t->dir, sizeof(t->dir), "%s", dir);
   t->max = max_regions;
+  t->mapped = &t->own_mapped;
   pthread_mutex_init(&t->lock, NULL);
+  pthread_mutex_init(&t->jlock, NULL);
+  pthread_cond_init(&t->jcond, NULL);
   *out = t;
   return 0;
 }
 
-void mlpd_sysshm_release(mlpd_sysshm_region_t *r) {
-  if (r != NULL && atomic_fetch_sub(&r->refs, 1) == 1) {
-    close(r->fd);
-    free(r);
+void mlpd_sysshm_pinning(mlpd_sysshm_t *t, uint64_t max_bytes,
+                         atomic_uint_fast64_t *mapped) {
+  t->max_pinned = max_bytes;
+  if (mapped != NULL)
+    t->mapped = mapped;
+}
+
+/* The object's bytes [at, at + len) exist (it may have shrunk since it was
+ * registered). */
+static int still_holds(const mlpd_sysshm_region_t *r, uint64_t at, size_t len,
+                       mlpd_err_t *err) {
+  struct stat st;
+  if (fstat(r->fd, &st) == 0 && (uint64_t)st.st_size >= at + len)
+    return 0;
+  return mlpd_errf(err, MLPD_EINVAL,
+                   "region '%s': shared memory key '%s' shrank below the "
+                   "registered %llu bytes",
+                   r->info.name, r->info.key,
+                   (unsigned long long)(r->info.offset + r->info.byte_size));
+}
+
+/* ---- the pin thread ------------------------------------------------------ */
+
+/* Queues r for the pin thread; 0, or -1 when there is no thread. */
+static int enqueue(mlpd_sysshm_t *t, mlpd_sysshm_region_t *r, int unpin) {
+  pthread_mutex_lock(&t->jlock);
+  int ok = t->started;
+  if (ok) {
+    r->job_unpin = unpin;
+    r->job_next = NULL;
+    if (t->jtail != NULL)
+      t->jtail->job_next = r;
+    else
+      t->jhead = r;
+    t->jtail = r;
+    pthread_cond_signal(&t->jcond);
   }
+  pthread_mutex_unlock(&t->jlock);
+  return ok ? 0 : -1;
+}
+
+static void free_region(mlpd_sysshm_region_t *r) {
+  if (r->map != NULL) {
+    r->ops->host_unregister(r->map);
+    munmap(r->map, r->map_len);
+    atomic_fetch_sub(r->t->mapped, r->map_len);
+  }
+  close(r->fd);
+  free(r);
+}
+
+void mlpd_sysshm_release(mlpd_sysshm_region_t *r) {
+  if (r == NULL || atomic_fetch_sub(&r->refs, 1) != 1)
+    return;
+  /* Only the pin thread maps, so a mapped region has one to undo it in
+   * (cudaHostUnregister takes milliseconds; I/O threads release here). */
+  if (r->map == NULL || enqueue(r->t, r, 1) != 0)
+    free_region(r);
+}
+
+/* Maps r's window of its object and registers it with r->ops: PINNED, or
+ * OFF with one line in the log for the daemon. */
+static void pin_one(mlpd_sysshm_t *t, mlpd_sysshm_region_t *r) {
+  static atomic_int logged;
+  const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+  const uint64_t end = r->info.offset + r->info.byte_size;
+  const uint64_t at = r->info.offset / page * page;
+  const size_t len = (size_t)((end - at + page - 1) / page * page);
+  char why[200] = "";
+  struct stat st;
+  uint64_t was = atomic_fetch_add(t->mapped, len);
+  if (was + len > t->max_pinned || was + len < was)
+    snprintf(why, sizeof(why),
+             "pinning %zu bytes would pass the %llu bytes of client shared "
+             "memory allowed (--max-shm-bytes)",
+             len, (unsigned long long)t->max_pinned);
+  else if (fstat(r->fd, &st) != 0 || (uint64_t)st.st_size < end)
+    snprintf(why, sizeof(why), "the object shrank");
+  uint8_t *map = MAP_FAILED;
+  if (why[0] == '\0') {
+    int prot = PROT_READ | (r->info.writable ? PROT_WRITE : 0);
+    map = mmap(NULL, len, prot, MAP_SHARED, r->fd, (off_t)at);
+    if (map == MAP_FAILED)
+      snprintf(why, sizeof(why), "mmap: %s", strerror(errno));
+  }
+  mlpd_err_t err = {0};
+  int rc;
+  if (why[0] == '\0' &&
+      (rc = r->ops->host_register(map, len, !r->info.writable, &err)) != 0)
+    snprintf(why, sizeof(why), "%s", mlpd_err_msg(&err, rc));
+  if (why[0] != '\0') {
+    if (map != MAP_FAILED)
+      munmap(map, len);
+    atomic_fetch_sub(t->mapped, len);
+    atomic_store(&r->pin, PIN_OFF);
+    if (atomic_exchange(&logged, 1) == 0)
+      MLPD_LOGW("system shared memory region '%s' (%llu bytes) is served by "
+                "copying: it cannot be pinned for the %s devices (%s) "
+                "(logged once)",
+                r->info.name, (unsigned long long)r->info.byte_size,
+                r->ops->name, why);
+    return;
+  }
+  r->map = map;
+  r->map_len = len;
+  r->map_at = at;
+  atomic_store_explicit(&r->pin, PIN_PINNED, memory_order_release);
+}
+
+static void *pin_main(void *arg) {
+  mlpd_sysshm_t *t = arg;
+  pthread_mutex_lock(&t->jlock);
+  for (;;) {
+    while (t->jhead == NULL && !t->stopping)
+      pthread_cond_wait(&t->jcond, &t->jlock);
+    mlpd_sysshm_region_t *r = t->jhead;
+    if (r == NULL)
+      break; /* stopping, and nothing left to undo */
+    if ((t->jhead = r->job_next) == NULL)
+      t->jtail = NULL;
+    pthread_mutex_unlock(&t->jlock);
+    if (r->job_unpin) {
+      free_region(r);
+    } else {
+      pin_one(t, r);
+      mlpd_sysshm_release(r); /* the job's; the last queues its undoing */
+    }
+    pthread_mutex_lock(&t->jlock);
+  }
+  pthread_mutex_unlock(&t->jlock);
+  return NULL;
+}
+
+/* Starts pinning r (PINNING, a reference held by the job). */
+static void start_pin(mlpd_sysshm_region_t *r, const mlpd_engine_ops_t *ops) {
+  mlpd_sysshm_t *t = r->t;
+  r->ops = ops;
+  atomic_fetch_add(&r->refs, 1);
+  pthread_mutex_lock(&t->jlock);
+  if (!t->started && !t->stopping &&
+      pthread_create(&t->thread, NULL, pin_main, t) == 0)
+    t->started = 1;
+  pthread_mutex_unlock(&t->jlock);
+  if (enqueue(t, r, 0) != 0) {
+    atomic_store(&r->pin, PIN_OFF);
+    mlpd_sysshm_release(r);
+  }
+}
+
+int mlpd_sysshm_pinned(mlpd_sysshm_region_t *r, uint64_t offset, size_t len,
+                       const mlpd_engine_ops_t *ops, uint8_t **p,
+                       mlpd_err_t *err) {
+  *p = NULL;
+  if (ops == NULL || ops->host_register == NULL || r->t->max_pinned == 0)
+    return 0;
+  int st = atomic_load_explicit(&r->pin, memory_order_acquire);
+  if (st == PIN_NONE) {
+    if (atomic_compare_exchange_strong(&r->pin, &st, PIN_PINNING))
+      start_pin(r, ops);
+    return 0;
+  }
+  if (st != PIN_PINNED || r->ops != ops)
+    return 0;
+  uint64_t at = r->info.offset + offset;
+  int rc = still_holds(r, at, len, err);
+  if (rc) {
+    /* Its pages may be gone from the object while still pinned here: a
+     * regrown object would not be seen. */
+    atomic_store(&r->pin, PIN_OFF);
+    return rc;
+  }
+  *p = r->map + (at - r->map_at);
+  return 1;
 }
 
 void mlpd_sysshm_destroy(mlpd_sysshm_t *t) {
@@ -58,6 +252,15 @@ void mlpd_sysshm_destroy(mlpd_sysshm_t *t) {
     return;
   int rc = mlpd_sysshm_unregister(t, NULL, NULL); /* all: never fails */
   (void)rc;
+  pthread_mutex_lock(&t->jlock);
+  t->stopping = 1;
+  int started = t->started;
+  pthread_cond_signal(&t->jcond);
+  pthread_mutex_unlock(&t->jlock);
+  if (started)
+    pthread_join(t->thread, NULL); /* after it undid every pin */
+  pthread_cond_destroy(&t->jcond);
+  pthread_mutex_destroy(&t->jlock);
   pthread_mutex_destroy(&t->lock);
   free(t);
 }
@@ -159,6 +362,8 @@ int mlpd_sysshm_register(mlpd_sysshm_t *t, const char *name, const char *key,
   r->info.offset = offset;
   r->info.byte_size = byte_size;
   atomic_init(&r->refs, 1);
+  atomic_init(&r->pin, PIN_NONE);
+  r->t = t;
   pthread_mutex_lock(&t->lock);
   if (find(t, name) != NULL)
     rc = mlpd_errf(err, MLPD_EINVAL, "region '%s' is already registered",
@@ -251,20 +456,6 @@ int mlpd_sysshm_hold(mlpd_sysshm_t *t, const char *name, uint64_t offset,
   if (rc == 0)
     *out = r;
   return rc;
-}
-
-/* The object's bytes [at, at + len) exist (it may have shrunk since it was
- * registered). */
-static int still_holds(const mlpd_sysshm_region_t *r, uint64_t at, size_t len,
-                       mlpd_err_t *err) {
-  struct stat st;
-  if (fstat(r->fd, &st) == 0 && (uint64_t)st.st_size >= at + len)
-    return 0;
-  return mlpd_errf(err, MLPD_EINVAL,
-                   "region '%s': shared memory key '%s' shrank below the "
-                   "registered %llu bytes",
-                   r->info.name, r->info.key,
-                   (unsigned long long)(r->info.offset + r->info.byte_size));
 }
 
 int mlpd_sysshm_read(mlpd_sysshm_region_t *r, uint64_t offset, void *dst,

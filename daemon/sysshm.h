@@ -25,13 +25,32 @@
  * registered on one connection and used on any): a mutex guards the
  * names, and each region is reference-counted so that one unregistered
  * while a request reads or writes it stays open until that request is
- * done with it. */
+ * done with it.
+ *
+ * Zero copy. Where the model's engines can reach host memory (the CUDA
+ * engines' host_register: cudaHostRegister), a region is mapped and pinned
+ * once, the first time a request could use it that way, and from then on
+ * its rows move by DMA between the object and the device, with no host
+ * copy at all. The daemon's CPU still never touches that mapping: only
+ * the devices' copy engines do (the batcher never stages such rows:
+ * batcher.h direct_only), and pinned pages stay the daemon's when the
+ * object shrinks (truncated pages leave the file, not the pin), so a
+ * shrink costs the client what it truncated and the daemon nothing.
+ * Every request checks the object's size first: one that shrank below
+ * its window gets the error above, and the region is copied (pread and
+ * pwrite) for good from then on. Pinning takes milliseconds, so it runs
+ * in a thread of the table's own; requests are copied meanwhile. The
+ * pinned bytes of all regions are bounded (mlpd_sysshm_pinning); a region
+ * past the bound, or one the driver refuses, is copied. Its registration
+ * is undone in that thread too, after the last request using it. */
 #ifndef MLPD_SYSSHM_H
 #define MLPD_SYSSHM_H
 
+#include "engine.h"
 #include "error.h"
 #include "mlpd.h"
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -55,7 +74,15 @@ typedef struct mlpd_sysshm_info_s {
 int mlpd_sysshm_create(const char *dir, int max_regions, mlpd_sysshm_t **out,
                        mlpd_err_t *err) MLPD_MUST_CHECK;
 
-/* Closes every region; none may be held (the I/O threads have stopped). */
+/* Allows pinning (zero copy): at most max_bytes pinned at once, counted
+ * in *mapped too (borrowed: the native regions' count, so that one bound
+ * covers both kinds of client memory the daemon maps). Before the table is
+ * shared. */
+void mlpd_sysshm_pinning(mlpd_sysshm_t *t, uint64_t max_bytes,
+                         atomic_uint_fast64_t *mapped);
+
+/* Closes every region; none may be held (the I/O threads have stopped).
+ * Pinned ones are unregistered first (with the engines still open). */
 void mlpd_sysshm_destroy(mlpd_sysshm_t *t);
 
 /* Registers object `key` ("/name" or "name", as shm_open takes it) as
@@ -95,6 +122,16 @@ int mlpd_sysshm_read(mlpd_sysshm_region_t *r, uint64_t offset, void *dst,
 int mlpd_sysshm_write(mlpd_sysshm_region_t *r, uint64_t offset,
                       const void *src, size_t len,
                       mlpd_err_t *err) MLPD_MUST_CHECK;
+
+/* The window at `offset` (as given to hold) of held region r, pinned for
+ * ops' kind of engines: 1 with *p pointing at it (memory for the devices'
+ * DMA only; the hold keeps it pinned); 0 when r is not pinned (yet): the
+ * caller copies (pinning starts the first time, when allowed); MLPD_EINVAL
+ * when the object shrank below the window (err says so; r is copied from
+ * then on). Any thread. */
+int mlpd_sysshm_pinned(mlpd_sysshm_region_t *r, uint64_t offset, size_t len,
+                       const mlpd_engine_ops_t *ops, uint8_t **p,
+                       mlpd_err_t *err) MLPD_MUST_CHECK;
 
 /* Gives a reference back; the last one closes the object. Any thread. */
 void mlpd_sysshm_release(mlpd_sysshm_region_t *r);

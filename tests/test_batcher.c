@@ -8,7 +8,8 @@
  * deadline checked again at hand-off; a failed batch is retried on another
  * engine once; slots complete in any order; slot dtypes follow the first
  * request and padding is zeroed; direct (zero-copy) rows are not staged
- * and not delivered; and every computed row is right. */
+ * and not delivered, and rows no CPU may touch are never staged; and
+ * every computed row is right. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -23,6 +24,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #define IN 13
 #define OUT 5
@@ -830,6 +833,120 @@ static void test_direct_segments(void **state) {
   free(out[0]);
 }
 
+/* Rows no CPU may touch (req->direct_only: a shared memory object that
+ * may shrink under its mapping) always move by DMA: a request in other
+ * dtypes than the filling slot's closes it and opens one of its own,
+ * where a plain direct request would have been converted into it; and
+ * completion leaves its output alone. Its memory here is PROT_NONE, so any
+ * CPU access would end the test. */
+static void test_direct_only(void **state) {
+  (void)state;
+  enum { STRIDE = 16, OSTRIDE = 8, MAXB = 16 };
+  mlpd_batcher_shape_t sh = {
+      .in_features = IN, .out_features = OUT, .in_stride = STRIDE,
+      .out_stride = OSTRIDE, .max_batch = MAXB,
+      .in_dtypes = MLPD_DTYPE_BIT(MLPD_DTYPE_F32) |
+                   MLPD_DTYPE_BIT(MLPD_DTYPE_BF16),
+      .out_dtypes = MLPD_DTYPE_BIT(MLPD_DTYPE_F32) |
+                    MLPD_DTYPE_BIT(MLPD_DTYPE_BF16),
+      .compute_dtype = MLPD_DTYPE_BF16, .direct_io = 1};
+  /* Which halves may be direct_only: the dtypes a slot takes as they are. */
+  assert_int_equal(
+      mlpd_batcher_direct_dtypes(&sh, MLPD_DTYPE_F32, MLPD_DTYPE_BF16),
+      MLPD_REQ_DIRECT_IN | MLPD_REQ_DIRECT_OUT);
+  assert_int_equal(
+      mlpd_batcher_direct_dtypes(&sh, MLPD_DTYPE_F16, MLPD_DTYPE_F32),
+      MLPD_REQ_DIRECT_OUT);
+  mlpd_batcher_shape_t tf32 = sh;
+  tf32.compute_dtype = MLPD_DTYPE_F32; /* every slot f32 */
+  assert_int_equal(
+      mlpd_batcher_direct_dtypes(&tf32, MLPD_DTYPE_BF16, MLPD_DTYPE_F32),
+      MLPD_REQ_DIRECT_OUT);
+  mlpd_batcher_shape_t nodirect = sh;
+  nodirect.direct_io = 0;
+  assert_int_equal(
+      mlpd_batcher_direct_dtypes(&nodirect, MLPD_DTYPE_F32, MLPD_DTYPE_F32),
+      0);
+
+  void *in[2], *out[2];
+  for (int s = 0; s < 2; s++) {
+    in[s] = calloc(1, mlpd_batcher_in_bytes(&sh));
+    out[s] = calloc(1, mlpd_batcher_out_bytes(&sh));
+  }
+  mlpd_batcher_config_t bc = {.max_delay_ns = 0, .max_queue = 64,
+                              .nslots = 2, .max_attempts = 1};
+  fx_t f = {0};
+  mlpd_err_t err = {0};
+  assert_int_equal(
+      mlpd_batcher_init(&f.b, &sh, &bc, in, out, on_done, &f, &err), 0);
+  long page = sysconf(_SC_PAGESIZE);
+  uint8_t *guard = mmap(NULL, (size_t)page, PROT_NONE,
+                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  assert_true(guard != MAP_FAILED);
+  mlpd_req_t *a = req_new(1, 2, 0, 0), *z = req_new(2, 3, 0, 0),
+             *c = req_new(3, 1, 0, 0);
+  uint16_t abf[2 * IN], cbf[IN];
+  mlpd_dtype_convert(abf, MLPD_DTYPE_BF16, a->src, MLPD_DTYPE_F32, 2 * IN);
+  mlpd_dtype_convert(cbf, MLPD_DTYPE_BF16, c->src, MLPD_DTYPE_F32, IN);
+  const uint8_t *a_f32 = a->src, *c_f32 = c->src;
+  a->src = (const uint8_t *)abf;
+  a->in_dtype = MLPD_DTYPE_BF16;
+  c->src = (const uint8_t *)cbf;
+  c->in_dtype = MLPD_DTYPE_BF16;
+  const uint8_t *z_src = z->src;
+  uint8_t *z_out = z->out;
+  z->src = guard;
+  z->out = guard;
+  z->direct = z->direct_only = MLPD_REQ_DIRECT_IN | MLPD_REQ_DIRECT_OUT;
+  z->direct_in_id = z->direct_out_id = guard;
+  assert_int_equal(mlpd_batcher_admit(&f.b, a, 0), 0);
+  assert_int_equal(mlpd_batcher_admit(&f.b, z, 0), 0);
+  assert_int_equal(mlpd_batcher_admit(&f.b, c, 0), 0); /* joins z's slot */
+  assert_int_equal(f.b.norder, 2);
+  const mlpd_slot_t *s0 = &f.b.slots[f.b.order[0]];
+  const mlpd_slot_t *s1 = &f.b.slots[f.b.order[1]];
+  assert_int_equal(s0->in_dtype, MLPD_DTYPE_BF16);
+  assert_int_equal(s0->state, MLPD_SLOT_CLOSED);
+  assert_int_equal(s0->rows, 2);
+  assert_int_equal(s1->in_dtype, MLPD_DTYPE_F32);
+  assert_int_equal(s1->rows, 4);
+  mlpd_batcher_set_flush(&f.b, 1);
+  for (int k = 0; k < 2; k++) {
+    int s = f.b.order[0];
+    void *pi, *po;
+    mlpd_dtype_t idt, odt;
+    assert_int_equal(mlpd_batcher_start(&f.b, s, 0, 0, &pi, &idt, &po, &odt),
+                     k == 0 ? 2 : 4);
+    const mlpd_engine_seg_t *sg;
+    assert_int_equal(mlpd_batcher_direct(&f.b, s, &sg), k);
+    if (k == 1) {
+      assert_int_equal(sg[0].slot_row, 0);
+      assert_int_equal(sg[0].rows, 3);
+      assert_ptr_equal(sg[0].in, guard);
+      assert_ptr_equal(sg[0].out, guard);
+    }
+    memset(po, 0, mlpd_batcher_out_bytes(&sh));
+    assert_int_equal(mlpd_batcher_complete(&f.b, s, 0, NULL, 0, 0, 1), 0);
+  }
+  assert_int_equal(f.ndone, 3);
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(f.done_status[i], MLPD_STATUS_OK);
+  assert_int_equal(z->direct_rows, 3);
+  mlpd_batcher_free(&f.b);
+  a->src = a_f32;
+  c->src = c_f32;
+  z->src = z_src;
+  z->out = z_out;
+  req_free(a);
+  req_free(z);
+  req_free(c);
+  munmap(guard, (size_t)page);
+  for (int s = 0; s < 2; s++) {
+    free(in[s]);
+    free(out[s]);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_full_batch_goes_at_once),
@@ -847,6 +964,7 @@ int main(void) {
       cmocka_unit_test(test_hold_for_engine_switch),
       cmocka_unit_test(test_slot_dtypes_and_padding),
       cmocka_unit_test(test_direct_segments),
+      cmocka_unit_test(test_direct_only),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -3,7 +3,7 @@
  * files of a folder of the test's own in place of /dev/shm: registering,
  * windows, reads and writes, an object that shrinks, references that
  * outlive an unregister, and threads using regions while others come and
- * go. */
+ * go; zero copy's pinning. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -306,6 +306,149 @@ static void test_threads(void **state) {
   mlpd_sysshm_destroy(t);
 }
 
+/* ---- zero copy: pinning ---- */
+
+static struct {
+  pthread_mutex_t mu;
+  int registers, unregisters, refuse;
+  void *base;
+  size_t size;
+  int readonly;
+} pins = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static int pin_register(void *base, size_t size, int readonly,
+                        mlpd_err_t *err) {
+  pthread_mutex_lock(&pins.mu);
+  int refuse = pins.refuse;
+  if (!refuse) {
+    pins.registers++;
+    pins.base = base;
+    pins.size = size;
+    pins.readonly = readonly;
+  }
+  pthread_mutex_unlock(&pins.mu);
+  return refuse ? mlpd_errf(err, MLPD_ECUDA, "refused") : 0;
+}
+
+static void pin_unregister(void *base) {
+  pthread_mutex_lock(&pins.mu);
+  assert_ptr_equal(base, pins.base);
+  pins.unregisters++;
+  pthread_mutex_unlock(&pins.mu);
+}
+
+static const mlpd_engine_ops_t pin_ops = {
+    .name = "test", .host_register = pin_register,
+    .host_unregister = pin_unregister};
+
+static void pins_reset(int refuse) {
+  pthread_mutex_lock(&pins.mu);
+  pins.registers = pins.unregisters = 0;
+  pins.refuse = refuse;
+  pins.base = NULL;
+  pthread_mutex_unlock(&pins.mu);
+}
+
+/* Polls mlpd_sysshm_pinned until the region is pinned: 1, or 0 after 10 s
+ * (the pin thread answers in microseconds here). */
+static int wait_pinned(mlpd_sysshm_region_t *r, uint64_t off, size_t len,
+                       uint8_t **p) {
+  mlpd_err_t err = {0};
+  for (int i = 0; i < 10000; i++) {
+    int rc = mlpd_sysshm_pinned(r, off, len, &pin_ops, p, &err);
+    assert_true(rc >= 0);
+    if (rc == 1)
+      return 1;
+    usleep(1000);
+  }
+  return 0;
+}
+
+/* A region is mapped (page-aligned around its window) and registered by
+ * the table's thread the first time a request could use it, counted in
+ * the shared bytes, and the pointer given is its bytes; without ops, or
+ * without pinning allowed, nothing is pinned; unregistered, it is undone
+ * once its last hold goes; an object that shrank fails the next request
+ * and leaves the region copied for good; past the byte bound or refused by
+ * the driver, it is never pinned; a table destroyed undoes what it
+ * pinned. */
+static void test_pinning(void **state) {
+  (void)state;
+  enum { PAGE = 4096 };
+  make_object("p", 3 * PAGE + 100, 7);
+  atomic_uint_fast64_t mapped;
+  atomic_init(&mapped, 0);
+  mlpd_err_t err = {0};
+  uint8_t *p = NULL;
+  mlpd_sysshm_region_t *r;
+
+  /* No pinning allowed: copied. */
+  pins_reset(0);
+  mlpd_sysshm_t *t = table(8);
+  assert_int_equal(mlpd_sysshm_register(t, "p", "p", 5000, 6000, &err), 0);
+  assert_int_equal(mlpd_sysshm_hold(t, "p", 100, 50, 0, &r, &err), 0);
+  assert_int_equal(mlpd_sysshm_pinned(r, 100, 50, &pin_ops, &p, &err), 0);
+  mlpd_sysshm_release(r);
+  mlpd_sysshm_destroy(t);
+  assert_int_equal(pins.registers, 0);
+
+  /* Pinned: [4096, 12288) of the object around [5000, 11000). */
+  t = table(8);
+  mlpd_sysshm_pinning(t, 1 << 20, &mapped);
+  assert_int_equal(mlpd_sysshm_register(t, "p", "p", 5000, 6000, &err), 0);
+  assert_int_equal(mlpd_sysshm_hold(t, "p", 100, 50, 0, &r, &err), 0);
+  assert_int_equal(mlpd_sysshm_pinned(r, 100, 50, NULL, &p, &err), 0);
+  assert_int_equal(pins.registers, 0);
+  assert_int_equal(wait_pinned(r, 100, 50, &p), 1);
+  assert_int_equal(pins.registers, 1);
+  assert_int_equal(pins.size, 2 * PAGE);
+  assert_int_equal(pins.readonly, 0);
+  assert_int_equal(atomic_load(&mapped), 2 * PAGE);
+  assert_ptr_equal(p, (uint8_t *)pins.base + 5100 - PAGE);
+  assert_int_equal(p[0], (uint8_t)(7 + 5100));
+  /* Unregistered while held: undone only after the hold goes. */
+  assert_int_equal(mlpd_sysshm_unregister(t, "p", &err), 0);
+  assert_int_equal(pins.unregisters, 0);
+  mlpd_sysshm_release(r);
+  for (int i = 0; i < 10000 && atomic_load(&mapped) != 0; i++)
+    usleep(1000);
+  assert_int_equal(atomic_load(&mapped), 0);
+  assert_int_equal(pins.unregisters, 1);
+
+  /* Shrunk: the next request fails, and the region is copied from then
+   * on, even once the object is back to its size. */
+  assert_int_equal(mlpd_sysshm_register(t, "s", "p", 0, 2 * PAGE, &err), 0);
+  assert_int_equal(mlpd_sysshm_hold(t, "s", 0, 2 * PAGE, 0, &r, &err), 0);
+  assert_int_equal(wait_pinned(r, 0, 2 * PAGE, &p), 1);
+  resize_object("p", PAGE);
+  expect(mlpd_sysshm_pinned(r, 0, 2 * PAGE, &pin_ops, &p, &err), MLPD_EINVAL,
+         &err, "shrank below the registered");
+  resize_object("p", 3 * PAGE + 100);
+  assert_int_equal(mlpd_sysshm_pinned(r, 0, 2 * PAGE, &pin_ops, &p, &err), 0);
+  mlpd_sysshm_release(r);
+  /* Still registered (and pinned) at the end: destroy undoes it. */
+  mlpd_sysshm_destroy(t);
+  assert_int_equal(pins.registers, 2);
+  assert_int_equal(pins.unregisters, 2);
+  assert_int_equal(atomic_load(&mapped), 0);
+
+  /* Past the bound, or refused: never pinned (destroy waits for the
+   * thread, so the outcome is in). */
+  for (int refuse = 0; refuse < 2; refuse++) {
+    pins_reset(refuse);
+    t = table(8);
+    mlpd_sysshm_pinning(t, refuse ? 1 << 20 : PAGE, &mapped);
+    assert_int_equal(mlpd_sysshm_register(t, "p", "p", 5000, 6000, &err), 0);
+    assert_int_equal(mlpd_sysshm_hold(t, "p", 0, 10, 0, &r, &err), 0);
+    assert_int_equal(mlpd_sysshm_pinned(r, 0, 10, &pin_ops, &p, &err), 0);
+    mlpd_sysshm_release(r);
+    mlpd_sysshm_destroy(t);
+    assert_int_equal(pins.registers, 0);
+    assert_int_equal(atomic_load(&mapped), 0);
+  }
+  pins_reset(0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_register_and_list),
@@ -313,6 +456,7 @@ int main(void) {
       cmocka_unit_test(test_read_only_object),
       cmocka_unit_test(test_hold_outlives_unregister),
       cmocka_unit_test(test_threads),
+      cmocka_unit_test(test_pinning),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

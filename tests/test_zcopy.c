@@ -38,6 +38,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -56,6 +58,7 @@ static struct {
   int real;         /* the real plugin on cuda:0 */
   mlpd_rows_t rows; /* held-out digits, f32 [n][IN] */
   char http[400];   /* spawn_ex adds this HTTP listener when set */
+  int http_shm;     /* ... with --http-allow-shm */
   const char *fake_dtype; /* spawn_ex sets MLPD_FAKE_CUDA_DTYPE to it */
 } g;
 
@@ -81,7 +84,7 @@ static void spawn_ex(td_daemon_t *d, const char *delay_ms, int refuse_register,
    * the sanitizers (test_inline_arena's 2000-row request was refused at
    * 562 ms under ThreadSanitizer beside another suite); refusing what would
    * wait long is test_flow's subject, not this suite's. */
-  const char *args[16] = {"--io-arena-bytes",
+  const char *args[18] = {"--io-arena-bytes",
                           arena != NULL ? arena : "64M",
                           "--device",
                           g.real ? "cuda:0" : "cuda:0,cuda:1",
@@ -99,6 +102,8 @@ static void spawn_ex(td_daemon_t *d, const char *delay_ms, int refuse_register,
   if (g.http[0] != '\0') {
     args[na++] = "--http-listen";
     args[na++] = g.http;
+    if (g.http_shm)
+      args[na++] = "--http-allow-shm";
   }
   args[na] = NULL;
   const char *env[8];
@@ -1117,6 +1122,208 @@ static void test_http_arena(void **state) {
     free(want[k]);
 }
 
+/* ---- the Open Inference Protocol's system shared memory ---- */
+
+/* One request/answer on c: the answer's status, its body in r. */
+static int http_call(th_conn_t *c, const char *method, const char *path,
+                     const char *body, th_resp_t *r) {
+  th_send(c, method, path, NULL, body, body != NULL ? strlen(body) : 0);
+  assert_int_equal(th_read(c, r), 0);
+  return r->status;
+}
+
+/* An infer body: `rows` rows of dtype dt from region "zc" at 0, the output
+ * to it at out_off. */
+static char *sysshm_body(int rows, mlpd_dtype_t dt, size_t out_off) {
+  const char *name = dt == MLPD_DTYPE_F32 ? "FP32" : "BF16";
+  size_t esz = mlpd_dtype_size(dt);
+  char *b = malloc(1024);
+  snprintf(b, 1024,
+           "{\"inputs\":[{\"name\":\"input\",\"datatype\":\"%s\",\"shape\":"
+           "[%d,%d],\"parameters\":{\"shared_memory_region\":\"zc\","
+           "\"shared_memory_byte_size\":%zu}}],\"outputs\":[{\"name\":"
+           "\"output\",\"parameters\":{\"shared_memory_region\":\"zc\","
+           "\"shared_memory_offset\":%zu,\"shared_memory_byte_size\":%zu}}]}",
+           name, rows, IN, (size_t)rows * IN * esz, out_off,
+           (size_t)rows * OUT * esz);
+  return b;
+}
+
+/* Triton's system shared memory on the HTTP listener, zero copy: a
+ * registered POSIX object is mapped and pinned off the loop by the first
+ * request that can use it (copied until then), after which its rows move
+ * by DMA alone, both ways (mlpd_shm_rows_total{path="direct"} counts
+ * them, mlpd_shm_mapped_bytes the pinned window), answers bit for bit the
+ * native protocol's. Rows the engines do not take as they are (bf16 on
+ * the fake) are copied. An object shrunk under its registration fails
+ * the next request with 400 and is copied from then on, regrown or not
+ * (its pinned pages are no longer the object's). On a GPU, an object
+ * truncated while a pipeline of requests reads it by DMA leaves the daemon
+ * serving (no SIGBUS: its CPU never touches the mapping). Unregistering
+ * undoes the pinning once no request holds the region. */
+static void test_http_system_shm(void **state) {
+  (void)state;
+  if (access("/dev/shm", W_OK) != 0) {
+    print_message("skipped: no writable /dev/shm for shm_open\n");
+    skip();
+  }
+  snprintf(g.http, sizeof(g.http), "/tmp/mlpd-zcopy-shm-%d.sock",
+           (int)getpid());
+  unlink(g.http);
+  g.http_shm = 1;
+  td_daemon_t d;
+  spawn_ex(&d, NULL, 0, NULL, 1, "64M");
+  enum { N = 37 };
+  const size_t in_b = (size_t)N * IN * 4, out_b = (size_t)N * OUT * 4;
+  const size_t size = in_b + out_b;
+  char key[64];
+  snprintf(key, sizeof(key), "/mlpd-zcopy-%d", (int)getpid());
+  int fd = shm_open(key, O_CREAT | O_RDWR | O_TRUNC, 0600);
+  assert_true(fd >= 0);
+  assert_int_equal(ftruncate(fd, (off_t)size), 0);
+  float *x = rows_as(0, N, MLPD_DTYPE_F32);
+  assert_int_equal(pwrite(fd, x, in_b, 0), (ssize_t)in_b);
+  mlpd_client_t *nc = tc_connect(d.sock, TIMEOUT);
+  size_t nwant;
+  void *want = tc_inline_answer(nc, x, MLPD_DTYPE_F32, N, IN,
+                                MLPD_DTYPE_F32, &nwant);
+  assert_int_equal(nwant, out_b);
+  void *xb = rows_as(0, N, MLPD_DTYPE_BF16);
+  size_t nwant_bf;
+  void *want_bf = tc_inline_answer(nc, xb, MLPD_DTYPE_BF16, N, IN,
+                                   MLPD_DTYPE_BF16, &nwant_bf);
+  mlpd_client_close(nc);
+
+  th_conn_t c;
+  th_open(&c, g.http);
+  th_resp_t r;
+  char body[300];
+  snprintf(body, sizeof(body), "{\"key\":\"%s\",\"byte_size\":%zu}", key,
+           size);
+  if (http_call(&c, "POST", "/v2/systemsharedmemory/region/zc/register", body,
+                &r) != 200)
+    fail_msg("register: %d %s", r.status, r.body);
+  th_resp_free(&r);
+  char *req = sysshm_body(N, MLPD_DTYPE_F32, in_b);
+  uint8_t *got = malloc(out_b);
+  /* Copied until pinned: the answer right either way. */
+  uint64_t t0 = now_ms();
+  for (;;) {
+    double before = metric(&d, DIRECT);
+    assert_int_equal(pwrite(fd, (const uint8_t[4]){0xA5, 0xA5, 0xA5, 0xA5},
+                            4, (off_t)in_b),
+                     4);
+    if (http_call(&c, "POST", "/v2/models/digits/infer", req, &r) != 200)
+      fail_msg("infer: %d %s", r.status, r.body);
+    th_resp_free(&r);
+    assert_int_equal(pread(fd, got, out_b, (off_t)in_b), (ssize_t)out_b);
+    assert_memory_equal(got, want, out_b);
+    if (metric(&d, DIRECT) > before)
+      break;
+    if (now_ms() - t0 > TIMEOUT)
+      fail_msg("region 'zc' was never pinned");
+    usleep(2000);
+  }
+  assert_true(metric(&d, "mlpd_shm_mapped_bytes") >= (double)size);
+  /* Pinned: every row direct, none copied. */
+  double direct0 = metric(&d, DIRECT), copied0 = metric(&d, COPIED);
+  for (int k = 0; k < 5; k++) {
+    memset(got, 0x5A, out_b);
+    assert_int_equal(pwrite(fd, got, out_b, (off_t)in_b), (ssize_t)out_b);
+    assert_int_equal(http_call(&c, "POST", "/v2/models/digits/infer", req, &r),
+                     200);
+    assert_non_null(strstr(r.body, "\"shared_memory_region\":\"zc\""));
+    th_resp_free(&r);
+    assert_int_equal(pread(fd, got, out_b, (off_t)in_b), (ssize_t)out_b);
+    assert_memory_equal(got, want, out_b);
+  }
+  assert_true(metric(&d, DIRECT) - direct0 == 5 * N);
+  assert_true(metric(&d, COPIED) == copied0);
+  /* bf16 rows: direct on a GPU (its compute dtype), copied on the fake. */
+  {
+    const size_t bin = (size_t)N * IN * 2, bout = (size_t)N * OUT * 2;
+    assert_int_equal(pwrite(fd, xb, bin, 0), (ssize_t)bin);
+    char *rb = sysshm_body(N, MLPD_DTYPE_BF16, bin);
+    direct0 = metric(&d, DIRECT);
+    copied0 = metric(&d, COPIED);
+    assert_int_equal(http_call(&c, "POST", "/v2/models/digits/infer", rb, &r),
+                     200);
+    th_resp_free(&r);
+    assert_int_equal(pread(fd, got, bout, (off_t)bin), (ssize_t)bout);
+    assert_memory_equal(got, want_bf, bout);
+    int direct = goes_direct(MLPD_DTYPE_BF16, MLPD_DTYPE_BF16);
+    assert_true(metric(&d, DIRECT) - direct0 == (direct ? N : 0));
+    assert_true(metric(&d, COPIED) - copied0 == (direct ? 0 : N));
+    free(rb);
+    assert_int_equal(pwrite(fd, x, in_b, 0), (ssize_t)in_b);
+  }
+  if (g.real) {
+    /* Truncated under a pipeline the GPU is reading: answers 200 or 400,
+     * the daemon serving on. */
+    enum { PIPE = 64 };
+    for (int k = 0; k < PIPE; k++)
+      th_send(&c, "POST", "/v2/models/digits/infer", NULL, req, strlen(req));
+    usleep(200);
+    assert_int_equal(ftruncate(fd, 0), 0);
+    int ok = 0, shrank = 0;
+    for (int k = 0; k < PIPE; k++) {
+      assert_int_equal(th_read(&c, &r), 0);
+      if (r.status == 200)
+        ok++;
+      else if (r.status == 400 && strstr(r.body, "shrank") != NULL)
+        shrank++;
+      else
+        fail_msg("answer %d: %d %s", k, r.status, r.body);
+      th_resp_free(&r);
+    }
+    print_message("truncated under a pipeline: %d answered 200, %d 400\n",
+                  ok, shrank);
+    assert_int_equal(ftruncate(fd, (off_t)size), 0);
+    assert_int_equal(pwrite(fd, x, in_b, 0), (ssize_t)in_b);
+  }
+  /* Shrunk below the window: 400; then copied for good, regrown or not. */
+  assert_int_equal(ftruncate(fd, (off_t)(in_b / 2)), 0);
+  assert_int_equal(http_call(&c, "POST", "/v2/models/digits/infer", req, &r),
+                   400);
+  assert_non_null(strstr(r.body, "shrank below the registered"));
+  th_resp_free(&r);
+  assert_int_equal(ftruncate(fd, (off_t)size), 0);
+  assert_int_equal(pwrite(fd, x, in_b, 0), (ssize_t)in_b);
+  direct0 = metric(&d, DIRECT);
+  copied0 = metric(&d, COPIED);
+  assert_int_equal(http_call(&c, "POST", "/v2/models/digits/infer", req, &r),
+                   200);
+  th_resp_free(&r);
+  assert_int_equal(pread(fd, got, out_b, (off_t)in_b), (ssize_t)out_b);
+  assert_memory_equal(got, want, out_b);
+  assert_true(metric(&d, DIRECT) == direct0);
+  assert_true(metric(&d, COPIED) - copied0 == N);
+  /* Unregistered: the pinning is undone (the mapped bytes go back). */
+  assert_int_equal(
+      http_call(&c, "POST", "/v2/systemsharedmemory/region/zc/unregister",
+                "", &r),
+      200);
+  th_resp_free(&r);
+  for (t0 = now_ms();
+       metric(&d, "mlpd_shm_mapped_bytes") != 0 && now_ms() - t0 < TIMEOUT;)
+    usleep(2000);
+  assert_true(metric(&d, "mlpd_shm_mapped_bytes") == 0);
+  assert_false(td_log_contains(&d, "outside every registered"));
+  th_close(&c);
+  stop(&d);
+  free(req);
+  free(got);
+  free(want);
+  free(want_bf);
+  free(x);
+  free(xb);
+  close(fd);
+  shm_unlink(key);
+  unlink(g.http);
+  g.http[0] = '\0';
+  g.http_shm = 0;
+}
+
 static int setup(void **state) {
   (void)state;
   mlpd_err_t err = {0};
@@ -1153,6 +1360,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_f32_rows_as_bf16),
       cmocka_unit_test(test_inline_arena),
       cmocka_unit_test(test_http_arena),
+      cmocka_unit_test(test_http_system_shm),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
