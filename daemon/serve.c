@@ -242,8 +242,8 @@ static int parse_command_line(mlpd_config_t *cfg, int argc, char **argv,
        .help = "shared-memory regions per connection (default 64)"},
       {"max-shm-bytes", 0, MLPD_OPT_SIZE, &max_shm, 0,
        (double)(1ull << 46), .meta = "B",
-       .help = "bytes of regions mapped at once, all connections (default "
-               "16 GiB)"},
+       .help = "bytes of regions mapped (or pinned) at once, all "
+               "connections (default 16 GiB)"},
       {"io-threads", 0, MLPD_OPT_INT, &cfg->io_threads, 0, 16, .meta = "N",
        .help = "I/O threads (default: 1, 2 from 8 cores, 4 from 16)"},
       {"io-arena-bytes", 0, MLPD_OPT_SIZE, &io_arena, 0,

@@ -9,11 +9,13 @@
  * that anyone who knows the key could open, and nothing stops it (or
  * another process) from shrinking that object later. A mapping of a file
  * that shrank turns every access past its new end into SIGBUS, which would
- * take the daemon and every other client down with it. So the daemon never
- * maps these objects: it keeps a descriptor and reads inputs with pread()
- * and writes outputs with pwrite(), and an object that shrank makes that
- * one request fail with a message. The read lands straight in the block
- * the request is queued from (one copy, as a binary body's receive copy).
+ * take the daemon and every other client down with it. So the daemon's
+ * CPU never touches a mapping of these objects: it keeps a descriptor and
+ * reads inputs with pread() and writes outputs with pwrite(), and an
+ * object that shrank makes that one request fail with a message. The read
+ * lands straight in the block the request is queued from (one copy, as a
+ * binary body's receive copy). On a GPU the copies go too (zero copy,
+ * below).
  *
  * Who may use them: the table exists only when mlpd was started with
  * --http-allow-shm (Triton's allow-client-shm; off by default, as
