@@ -3,6 +3,7 @@
 #include "sysshm.h"
 
 #include "log.h"
+#include "lostpages.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -30,6 +31,7 @@ struct mlpd_sysshm_region_s {
   uint8_t *map;               /* the pinned mapping, set by the pin thread */
   size_t map_len;
   uint64_t map_at;            /* the object's offset of map[0] */
+  int watch;                  /* its lostpages.h slot, while mapped */
   mlpd_sysshm_region_t *job_next; /* the pin thread's queue */
   int job_unpin;              /* queued to be undone and freed */
 };
@@ -116,6 +118,13 @@ static int enqueue(mlpd_sysshm_t *t, mlpd_sysshm_region_t *r, int unpin) {
 static void free_region(mlpd_sysshm_region_t *r) {
   if (r->map != NULL) {
     r->ops->host_unregister(r->map);
+    uint64_t lost = mlpd_lostpages_unwatch(r->watch);
+    if (lost > 0)
+      MLPD_LOGW("region '%s': %llu page(s) of shared memory key '%s' were "
+                "touched after the object shrank under its pinned mapping; "
+                "they read as zeros (the requests using them computed on "
+                "zeros)",
+                r->info.name, (unsigned long long)lost, r->info.key);
     munmap(r->map, r->map_len);
     atomic_fetch_sub(r->t->mapped, r->map_len);
   }
@@ -157,12 +166,19 @@ static void pin_one(mlpd_sysshm_t *t, mlpd_sysshm_region_t *r) {
     if (map == MAP_FAILED)
       snprintf(why, sizeof(why), "mmap: %s", strerror(errno));
   }
+  /* Watched before anything may touch it: the driver reads small copies
+   * with the CPU (lostpages.h). */
+  int watch = -1;
+  if (why[0] == '\0' && (watch = mlpd_lostpages_watch(map, len)) < 0)
+    snprintf(why, sizeof(why), "no SIGBUS guard for it");
   mlpd_err_t err = {0};
   int rc;
   if (why[0] == '\0' &&
       (rc = r->ops->host_register(map, len, !r->info.writable, &err)) != 0)
     snprintf(why, sizeof(why), "%s", mlpd_err_msg(&err, rc));
   if (why[0] != '\0') {
+    if (watch >= 0)
+      (void)mlpd_lostpages_unwatch(watch);
     if (map != MAP_FAILED)
       munmap(map, len);
     atomic_fetch_sub(t->mapped, len);
@@ -176,6 +192,7 @@ static void pin_one(mlpd_sysshm_t *t, mlpd_sysshm_region_t *r) {
     return;
   }
   r->map = map;
+  r->watch = watch;
   r->map_len = len;
   r->map_at = at;
   atomic_store_explicit(&r->pin, PIN_PINNED, memory_order_release);

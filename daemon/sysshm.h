@@ -33,11 +33,14 @@
  * engines' host_register: cudaHostRegister), a region is mapped and pinned
  * once, the first time a request could use it that way, and from then on
  * its rows move by DMA between the object and the device, with no host
- * copy at all. The daemon's CPU still never touches that mapping: only
- * the devices' copy engines do (the batcher never stages such rows:
- * batcher.h direct_only), and pinned pages stay the daemon's when the
- * object shrinks (truncated pages leave the file, not the pin), so a
- * shrink costs the client what it truncated and the daemon nothing.
+ * copy at all. The daemon's own code never touches that mapping (the
+ * batcher never stages such rows: batcher.h direct_only), and pinned pages
+ * stay the daemon's when the object shrinks (truncated pages leave the
+ * file, not the pin), so the GPUs' DMA is safe; the CUDA driver itself
+ * reads small copies with the CPU, though, so the mapping is watched
+ * (lostpages.h): a page the object lost reads as zeros instead of raising
+ * SIGBUS. A shrink costs the client what it truncated, the daemon
+ * nothing.
  * Every request checks the object's size first: one that shrank below
  * its window gets the error above, and the region is copied (pread and
  * pwrite) for good from then on. Pinning takes milliseconds, so it runs

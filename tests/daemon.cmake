@@ -49,3 +49,4 @@ set_tests_properties(test_soak PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300
   RUN_SERIAL TRUE ENVIRONMENT "${MLPD_TEST_ENV}")
 # The OIP's system shared memory regions (sysshm.c), on a folder of its own.
 mlpd_test(test_sysshm)
+mlpd_test(test_lostpages)
