@@ -708,6 +708,19 @@ static void test_slot_dtypes_and_padding(void **state) {
   req_free(c);
 }
 
+/* Engines that take direct segments, f32 and bf16 rows both ways, bf16
+ * compute, padded rows. */
+static mlpd_batcher_shape_t direct_shape(int stride, int ostride, int maxb) {
+  return (mlpd_batcher_shape_t){
+      .in_features = IN, .out_features = OUT, .in_stride = stride,
+      .out_stride = ostride, .max_batch = maxb,
+      .in_dtypes = MLPD_DTYPE_BIT(MLPD_DTYPE_F32) |
+                   MLPD_DTYPE_BIT(MLPD_DTYPE_BF16),
+      .out_dtypes = MLPD_DTYPE_BIT(MLPD_DTYPE_F32) |
+                    MLPD_DTYPE_BIT(MLPD_DTYPE_BF16),
+      .compute_dtype = MLPD_DTYPE_BF16, .direct_io = 1};
+}
+
 /* Zero copy (batcher.h): with an engine that takes direct segments, rows
  * of requests in registered memory keep their place in the slot unwritten
  * and go to the engine as segments (consecutive windows of one range as
@@ -716,14 +729,7 @@ static void test_slot_dtypes_and_padding(void **state) {
 static void test_direct_segments(void **state) {
   (void)state;
   enum { STRIDE = 16, OSTRIDE = 8, MAXB = 16 };
-  mlpd_batcher_shape_t sh = {
-      .in_features = IN, .out_features = OUT, .in_stride = STRIDE,
-      .out_stride = OSTRIDE, .max_batch = MAXB,
-      .in_dtypes = MLPD_DTYPE_BIT(MLPD_DTYPE_F32) |
-                   MLPD_DTYPE_BIT(MLPD_DTYPE_BF16),
-      .out_dtypes = MLPD_DTYPE_BIT(MLPD_DTYPE_F32) |
-                    MLPD_DTYPE_BIT(MLPD_DTYPE_BF16),
-      .compute_dtype = MLPD_DTYPE_BF16, .direct_io = 1};
+  mlpd_batcher_shape_t sh = direct_shape(STRIDE, OSTRIDE, MAXB);
   void *in[1], *out[1];
   in[0] = malloc(mlpd_batcher_in_bytes(&sh));
   out[0] = malloc(mlpd_batcher_out_bytes(&sh));
@@ -842,14 +848,7 @@ static void test_direct_segments(void **state) {
 static void test_direct_only(void **state) {
   (void)state;
   enum { STRIDE = 16, OSTRIDE = 8, MAXB = 16 };
-  mlpd_batcher_shape_t sh = {
-      .in_features = IN, .out_features = OUT, .in_stride = STRIDE,
-      .out_stride = OSTRIDE, .max_batch = MAXB,
-      .in_dtypes = MLPD_DTYPE_BIT(MLPD_DTYPE_F32) |
-                   MLPD_DTYPE_BIT(MLPD_DTYPE_BF16),
-      .out_dtypes = MLPD_DTYPE_BIT(MLPD_DTYPE_F32) |
-                    MLPD_DTYPE_BIT(MLPD_DTYPE_BF16),
-      .compute_dtype = MLPD_DTYPE_BF16, .direct_io = 1};
+  mlpd_batcher_shape_t sh = direct_shape(STRIDE, OSTRIDE, MAXB);
   /* Which halves may be direct_only: the dtypes a slot takes as they are. */
   assert_int_equal(
       mlpd_batcher_direct_dtypes(&sh, MLPD_DTYPE_F32, MLPD_DTYPE_BF16),

@@ -1152,6 +1152,28 @@ static char *sysshm_body(int rows, mlpd_dtype_t dt, size_t out_off) {
   return b;
 }
 
+/* One infer through region "zc" (body): answered 200 naming the region,
+ * want (len bytes) in its output window at out_off (poisoned before), and
+ * `direct` of its `rows` counted as moved direct, the rest as copied. */
+static void sysshm_infer(const td_daemon_t *d, th_conn_t *c, const char *body,
+                         int fd, size_t out_off, const void *want, size_t len,
+                         int rows, int direct) {
+  uint8_t *got = malloc(len);
+  memset(got, 0x5A, len);
+  assert_int_equal(pwrite(fd, got, len, (off_t)out_off), (ssize_t)len);
+  double direct0 = metric(d, DIRECT), copied0 = metric(d, COPIED);
+  th_resp_t r;
+  if (http_call(c, "POST", "/v2/models/digits/infer", body, &r) != 200)
+    fail_msg("infer: %d %s", r.status, r.body);
+  assert_non_null(strstr(r.body, "\"shared_memory_region\":\"zc\""));
+  th_resp_free(&r);
+  assert_int_equal(pread(fd, got, len, (off_t)out_off), (ssize_t)len);
+  assert_memory_equal(got, want, len);
+  assert_true(metric(d, DIRECT) - direct0 == direct);
+  assert_true(metric(d, COPIED) - copied0 == rows - direct);
+  free(got);
+}
+
 /* Triton's system shared memory on the HTTP listener, zero copy: a
  * registered POSIX object is mapped and pinned off the loop by the first
  * request that can use it (copied until then), after which its rows move
@@ -1234,34 +1256,15 @@ static void test_http_system_shm(void **state) {
   }
   assert_true(metric(&d, "mlpd_shm_mapped_bytes") >= (double)size);
   /* Pinned: every row direct, none copied. */
-  double direct0 = metric(&d, DIRECT), copied0 = metric(&d, COPIED);
-  for (int k = 0; k < 5; k++) {
-    memset(got, 0x5A, out_b);
-    assert_int_equal(pwrite(fd, got, out_b, (off_t)in_b), (ssize_t)out_b);
-    assert_int_equal(http_call(&c, "POST", "/v2/models/digits/infer", req, &r),
-                     200);
-    assert_non_null(strstr(r.body, "\"shared_memory_region\":\"zc\""));
-    th_resp_free(&r);
-    assert_int_equal(pread(fd, got, out_b, (off_t)in_b), (ssize_t)out_b);
-    assert_memory_equal(got, want, out_b);
-  }
-  assert_true(metric(&d, DIRECT) - direct0 == 5 * N);
-  assert_true(metric(&d, COPIED) == copied0);
+  for (int k = 0; k < 5; k++)
+    sysshm_infer(&d, &c, req, fd, in_b, want, out_b, N, N);
   /* bf16 rows: direct on a GPU (its compute dtype), copied on the fake. */
   {
     const size_t bin = (size_t)N * IN * 2, bout = (size_t)N * OUT * 2;
     assert_int_equal(pwrite(fd, xb, bin, 0), (ssize_t)bin);
     char *rb = sysshm_body(N, MLPD_DTYPE_BF16, bin);
-    direct0 = metric(&d, DIRECT);
-    copied0 = metric(&d, COPIED);
-    assert_int_equal(http_call(&c, "POST", "/v2/models/digits/infer", rb, &r),
-                     200);
-    th_resp_free(&r);
-    assert_int_equal(pread(fd, got, bout, (off_t)bin), (ssize_t)bout);
-    assert_memory_equal(got, want_bf, bout);
-    int direct = goes_direct(MLPD_DTYPE_BF16, MLPD_DTYPE_BF16);
-    assert_true(metric(&d, DIRECT) - direct0 == (direct ? N : 0));
-    assert_true(metric(&d, COPIED) - copied0 == (direct ? 0 : N));
+    sysshm_infer(&d, &c, rb, fd, bin, want_bf, bout, N,
+                 goes_direct(MLPD_DTYPE_BF16, MLPD_DTYPE_BF16) ? N : 0);
     free(rb);
     assert_int_equal(pwrite(fd, x, in_b, 0), (ssize_t)in_b);
   }
@@ -1315,15 +1318,7 @@ static void test_http_system_shm(void **state) {
   th_resp_free(&r);
   assert_int_equal(ftruncate(fd, (off_t)size), 0);
   assert_int_equal(pwrite(fd, x, in_b, 0), (ssize_t)in_b);
-  direct0 = metric(&d, DIRECT);
-  copied0 = metric(&d, COPIED);
-  assert_int_equal(http_call(&c, "POST", "/v2/models/digits/infer", req, &r),
-                   200);
-  th_resp_free(&r);
-  assert_int_equal(pread(fd, got, out_b, (off_t)in_b), (ssize_t)out_b);
-  assert_memory_equal(got, want, out_b);
-  assert_true(metric(&d, DIRECT) == direct0);
-  assert_true(metric(&d, COPIED) - copied0 == N);
+  sysshm_infer(&d, &c, req, fd, in_b, want, out_b, N, 0);
   /* Unregistered: the pinning is undone (the mapped bytes go back). */
   assert_int_equal(
       http_call(&c, "POST", "/v2/systemsharedmemory/region/zc/unregister",
