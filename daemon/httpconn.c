@@ -2,8 +2,10 @@
 /* httpconn.c - see httpconn.h. libuv streams on the I/O thread's loop;
  * HTTP parsed by httpreq.h (libhttp-parser), the OIP by oip.h (yajl);
  * inference through requests.h. What is here: connections, the in-order
- * response queue, and the choice of answer for each route. */
+ * response queue, and the choice of answer for each route; system shared
+ * memory's routes and copies are httpconn_shm.c's (httpconn_priv.h). */
 #include "httpconn.h"
+#include "httpconn_priv.h"
 
 #include "http.h"
 #include "httpreq.h"
@@ -19,7 +21,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define RBUF_SIZE (64 * 1024)
 #define PIPELINE_MAX 64 /* requests in flight per connection */
 #define MAX_CONNS 256   /* per I/O thread */
 #define IDLE_MS_DEFAULT 30000
@@ -33,86 +34,11 @@
 #define HEAD_ROOM 4096
 /* Binary answers of this many bytes or more are written in place. */
 #define INPLACE_OUT_MIN MLPD_SERVER_ARENA_MIN
-/* A copy larger than one read waits for the bulk phase (httpconn.h: small
- * before bulky), as on the protocol socket. */
-#define BULK_BYTES RBUF_SIZE
 
-typedef struct hresp_s hresp_t;
-typedef struct shm_copy_s shm_copy_t;
-
-/* One response, in request order. Freed once written (or when its
- * connection goes). */
-struct hresp_s {
-  uv_write_t wr; /* first; data = the connection */
-  hresp_t *next;
-  mlpd_hconn_t *c;
-  int ready;   /* bytes hold the whole response */
-  int close;   /* the connection closes after it */
-  int head;    /* HEAD: no body */
-  int http10;  /* the request was HTTP/1.0 */
-  int interim; /* 100 Continue: not a request of its own */
-  void *infer; /* the request in flight (requests.h), or NULL */
-  /* What an inference answer needs. */
-  int binary;
-  int out_room; /* its rows go to the block the request hands back, at
-                   HEAD_ROOM */
-  size_t out_bytes; /* those rows' bytes */
-  int has_id;
-  mlpd_dtype_t dtype;
-  char id[MLPD_OIP_ID_MAX];
-  char model[MLPD_OIP_NAME_MAX];
-  char *bytes; /* owned: a block of the thread's cache */
-  size_t off;  /* the response starts at bytes + off */
-  size_t len;
-  mlpd_sysshm_region_t *out_shm; /* held: the output's region, or NULL */
-  uint64_t out_shm_off;
-  int out_pinned; /* the rows went there by DMA (the request held it) */
-  char shm_region[MLPD_OIP_NAME_MAX];
-  shm_copy_t *shm_copy; /* owned: its input or output in shared memory,
-                          being copied in steps */
-};
-
-struct mlpd_hconn_s {
-  union {
-    uv_handle_t handle;
-    uv_stream_t stream;
-    uv_tcp_t tcp;
-    uv_pipe_t pipe;
-  } io;             /* first; data = this */
-  uv_timer_t timer; /* idle, then linger */
-  uv_shutdown_t shut;
-  mlpd_httpconn_t *srv;
-  mlpd_link_t link; /* in srv->conns */
-  mlpd_httpreq_t req;
-  hresp_t *head, *tail; /* not yet written, in order */
-  int npending;         /* requests in the queue (interim ones not) */
-  int nwrites;
-  size_t unsent;
-  uid_t uid; /* Unix peers */
-  int have_uid;
-  int local_peer; /* a Unix peer, or a TCP one on a loopback address */
-  shm_copy_t *shm_head, *shm_tail; /* shared memory copies made in
-                                      steps, oldest first (their responses
-                                      own them) */
-  int open_handles;
-  unsigned reading : 1, paused : 1, final : 1, lingering : 1, eof : 1,
-      closing : 1;
-  mlpd_bulk_entry_t bulk; /* BULK_READ, BULK_WRITE left for the phase */
-  int arriving;           /* the model whose infer body is being received
-                             (counted in srv->arriving), or -1 */
-  int routed;             /* route* hold the request being parsed's */
-  int route_rc;           /* mlpd_oip_route's */
-  mlpd_oip_route_t route;
-  mlpd_err_t route_err;
-  size_t rlen;
-  char *inplace; /* the read in progress goes straight into the body */
-  char rbuf[RBUF_SIZE];
-};
 
 static void conn_parse_at(mlpd_hconn_t *c, const char *buf, size_t len);
 
 static void conn_parse(mlpd_hconn_t *c) { conn_parse_at(c, c->rbuf, c->rlen); }
-static void flush(mlpd_hconn_t *c);
 
 /* ---- life cycle ---------------------------------------------------------- */
 
@@ -134,11 +60,9 @@ static void maybe_done(mlpd_httpconn_t *h) {
  * server's, with the arena), so a steady load allocates nothing for them. */
 static mlpd_bufcache_t *cache_of(mlpd_httpconn_t *h) { return h->blocks; }
 
-static void shm_copy_free(mlpd_httpconn_t *h, shm_copy_t *p);
-
 static void resp_free(mlpd_httpconn_t *h, hresp_t *rs) {
   mlpd_sysshm_release(rs->out_shm);
-  shm_copy_free(h, rs->shm_copy);
+  mlpd__hconn_shm_copy_free(h, rs->shm_copy);
   /* rs->bytes is a whole block, even with an offset (finish_in_place). */
   mlpd_bufcache_put(cache_of(h), rs->bytes);
   mlpd_bufcache_put(cache_of(h), rs);
@@ -189,7 +113,7 @@ static void on_conn_closed(uv_handle_t *handle) {
   maybe_done(h);
 }
 
-static void conn_close(mlpd_hconn_t *c) {
+void mlpd__hconn_close(mlpd_hconn_t *c) {
   if (c->closing)
     return;
   c->closing = 1;
@@ -204,7 +128,7 @@ static void on_timer(uv_timer_t *t) {
     uv_timer_start(&c->timer, on_timer, c->srv->cfg.idle_timeout_ms, 0);
     return;
   }
-  conn_close(c);
+  mlpd__hconn_close(c);
 }
 
 static void touch(mlpd_hconn_t *c) {
@@ -221,14 +145,12 @@ static void read_stop(mlpd_hconn_t *c) {
 
 /* ---- the bulk phase (httpconn.h: small before bulky) ---------------------- */
 
-enum { BULK_READ = 1, BULK_WRITE = 2, BULK_SHM = 4 };
-
 static void serve_bulk(mlpd_bulk_entry_t *e, unsigned what);
 
 /* Leaves the connection's read or its writes (`what`) to the thread's
  * bulk phase (bulk.h); 0 when it cannot (that phase running, or
  * closing), and the caller copies now. */
-static int leave_for_bulk(mlpd_hconn_t *c, unsigned what) {
+int mlpd__hconn_leave_for_bulk(mlpd_hconn_t *c, unsigned what) {
   mlpd_httpconn_t *h = c->srv;
   if (h->closing || c->closing)
     return 0;
@@ -249,7 +171,7 @@ static void on_alloc(uv_handle_t *handle, size_t hint, uv_buf_t *buf) {
       room >= INPLACE_MIN) {
     /* A large body's rest is copied in the bulk phase: an empty buffer
      * tells libuv to read nothing now (on_read hears UV_ENOBUFS). */
-    if (leave_for_bulk(c, BULK_READ)) {
+    if (mlpd__hconn_leave_for_bulk(c, BULK_READ)) {
       buf->base = NULL;
       buf->len = 0;
       return;
@@ -271,7 +193,7 @@ static void read_start(mlpd_hconn_t *c) {
   if (c->reading || c->closing)
     return;
   if (uv_read_start(&c->io.stream, on_alloc, on_read) != 0) {
-    conn_close(c);
+    mlpd__hconn_close(c);
     return;
   }
   c->reading = 1;
@@ -280,7 +202,7 @@ static void read_start(mlpd_hconn_t *c) {
 static void on_shutdown(uv_shutdown_t *req, int status) {
   mlpd_hconn_t *c = req->data;
   if (status < 0 && !c->closing)
-    conn_close(c);
+    mlpd__hconn_close(c);
 }
 
 /* The last response is out: FIN, then discard input until the client
@@ -291,12 +213,12 @@ static void start_linger(mlpd_hconn_t *c) {
     return;
   c->lingering = 1;
   if (c->eof) {
-    conn_close(c);
+    mlpd__hconn_close(c);
     return;
   }
   c->shut.data = c;
   if (uv_shutdown(&c->shut, &c->io.stream, on_shutdown) != 0) {
-    conn_close(c);
+    mlpd__hconn_close(c);
     return;
   }
   uv_timer_start(&c->timer, on_timer, LINGER_MS, 0);
@@ -333,7 +255,7 @@ static void on_write(uv_write_t *wr, int status) {
   if (c->closing)
     return;
   if (status < 0) {
-    conn_close(c);
+    mlpd__hconn_close(c);
     return;
   }
   touch(c);
@@ -345,10 +267,10 @@ static void on_write(uv_write_t *wr, int status) {
 
 /* Writes every response at the head of the queue that is ready: answers
  * leave in request order. */
-static void flush(mlpd_hconn_t *c) {
+void mlpd__hconn_flush(mlpd_hconn_t *c) {
   while (!c->closing && c->head != NULL && c->head->ready) {
     hresp_t *rs = c->head;
-    if (rs->len > BULK_BYTES && leave_for_bulk(c, BULK_WRITE))
+    if (rs->len > BULK_BYTES && mlpd__hconn_leave_for_bulk(c, BULK_WRITE))
       break;
     c->head = rs->next;
     if (c->head == NULL)
@@ -359,7 +281,7 @@ static void flush(mlpd_hconn_t *c) {
     uv_buf_t b = uv_buf_init(rs->bytes + rs->off, (unsigned)rs->len);
     if (uv_write(&rs->wr, &c->io.stream, &b, 1, on_write) != 0) {
       resp_free(c->srv, rs);
-      conn_close(c);
+      mlpd__hconn_close(c);
       return;
     }
     c->nwrites++;
@@ -425,14 +347,12 @@ static int finish_resp2(mlpd_hconn_t *c, hresp_t *rs, int status,
   return 0;
 }
 
-static int finish_resp(mlpd_hconn_t *c, hresp_t *rs, int status,
+int mlpd__hconn_finish_resp(mlpd_hconn_t *c, hresp_t *rs, int status,
                        const char *ctype, const char *extra, const void *body,
                        size_t blen, size_t ihcl) {
   return finish_resp2(c, rs, status, ctype, extra, body, blen, NULL, 0, ihcl);
 }
 
-#define JSON_TYPE "application/json"
-#define BINARY_TYPE "application/octet-stream"
 
 /* {"error": msg} with `status` (and extra header lines). */
 static int reply_error_ex(mlpd_hconn_t *c, hresp_t *rs, int status,
@@ -442,19 +362,19 @@ static int reply_error_ex(mlpd_hconn_t *c, hresp_t *rs, int status,
   mlpd_oip_buf_fixed(&b, mem, sizeof(mem));
   if (mlpd_oip_error_body(&b, msg) != 0)
     b.len = 0;
-  return finish_resp(c, rs, status, JSON_TYPE, extra, b.p, b.len, SIZE_MAX);
+  return mlpd__hconn_finish_resp(c, rs, status, JSON_TYPE, extra, b.p, b.len, SIZE_MAX);
 }
 
-static int reply_error(mlpd_hconn_t *c, hresp_t *rs, int status,
+int mlpd__hconn_reply_error(mlpd_hconn_t *c, hresp_t *rs, int status,
                        const char *msg) {
   return reply_error_ex(c, rs, status, NULL, msg);
 }
 
-static int reply_out(mlpd_hconn_t *c, hresp_t *rs, int status, int rc) {
+int mlpd__hconn_reply_out(mlpd_hconn_t *c, hresp_t *rs, int status, int rc) {
   mlpd_httpconn_t *h = c->srv;
   if (rc != 0)
-    return reply_error(c, rs, 500, "cannot encode the response");
-  return finish_resp(c, rs, status, JSON_TYPE, NULL, h->out.p, h->out.len,
+    return mlpd__hconn_reply_error(c, rs, 500, "cannot encode the response");
+  return mlpd__hconn_finish_resp(c, rs, status, JSON_TYPE, NULL, h->out.p, h->out.len,
                      SIZE_MAX);
 }
 
@@ -515,7 +435,7 @@ static int finish_in_place(mlpd_hconn_t *c, hresp_t *rs, char *block,
 
 /* An answer whose rows were written to the output's shared memory region:
  * the JSON says where. */
-static int answer_in_shm(mlpd_hconn_t *c, hresp_t *rs, size_t rows,
+int mlpd__hconn_answer_in_shm(mlpd_hconn_t *c, hresp_t *rs, size_t rows,
                          size_t cols, mlpd_dtype_t dtype) {
   mlpd_httpconn_t *h = c->srv;
   mlpd_sysshm_release(rs->out_shm);
@@ -528,14 +448,10 @@ static int answer_in_shm(mlpd_hconn_t *c, hresp_t *rs, size_t rows,
                            .shm_region = rs->shm_region};
   size_t jlen = 0;
   if (mlpd_oip_encode_infer(&h->out, &r, &jlen) != 0)
-    return reply_error(c, rs, 500, "the response does not fit");
-  return finish_resp(c, rs, 200, JSON_TYPE, NULL, h->out.p, h->out.len,
+    return mlpd__hconn_reply_error(c, rs, 500, "the response does not fit");
+  return mlpd__hconn_finish_resp(c, rs, 200, JSON_TYPE, NULL, h->out.p, h->out.len,
                      SIZE_MAX);
 }
-
-static int defer_output_shm(mlpd_hconn_t *c, hresp_t *rs,
-                            const mlpd_req_t *req, void *block,
-                            size_t rows_len);
 
 /* The batch came back (mlpd_requests_done_fn). */
 static void on_infer_done(void *ud, const mlpd_req_t *req, mlpd_status_t status,
@@ -551,21 +467,21 @@ static void on_infer_done(void *ud, const mlpd_req_t *req, mlpd_status_t status,
                     ? mlpd_requests_take_out(req)
                     : NULL;
   if (status != MLPD_STATUS_OK) {
-    rc = reply_error(c, rs, http_status_of(status),
+    rc = mlpd__hconn_reply_error(c, rs, http_status_of(status),
                      msg ? msg : mlpd_status_name(status));
   } else if (rs->out_pinned) {
-    rc = answer_in_shm(c, rs, (size_t)req->rows, (size_t)req->out_cols,
+    rc = mlpd__hconn_answer_in_shm(c, rs, (size_t)req->rows, (size_t)req->out_cols,
                        req->out_dtype);
   } else if (rs->out_shm != NULL && block != NULL && rows_len > BULK_BYTES) {
     /* Written in steps in the bulk phase, from the block it came in. */
-    rc = defer_output_shm(c, rs, req, block, rows_len);
+    rc = mlpd__hconn_defer_output_shm(c, rs, req, block, rows_len);
     block = NULL;
   } else if (rs->out_shm != NULL) {
     mlpd_err_t err = {0};
     rc = mlpd_sysshm_write(rs->out_shm, rs->out_shm_off, req->out, rows_len,
                            &err);
-    rc = rc != 0 ? reply_error(c, rs, 400, err.msg)
-                 : answer_in_shm(c, rs, (size_t)req->rows,
+    rc = rc != 0 ? mlpd__hconn_reply_error(c, rs, 400, err.msg)
+                 : mlpd__hconn_answer_in_shm(c, rs, (size_t)req->rows,
                                  (size_t)req->out_cols, req->out_dtype);
   } else {
     mlpd_oip_response_t r = {.model_name = rs->model,
@@ -579,7 +495,7 @@ static void on_infer_done(void *ud, const mlpd_req_t *req, mlpd_status_t status,
     size_t jlen = 0;
     rc = mlpd_oip_encode_infer(&h->out, &r, &jlen);
     if (rc != 0)
-      rc = reply_error(c, rs, 500,
+      rc = mlpd__hconn_reply_error(c, rs, 500,
                        "the response does not fit the response buffer; ask "
                        "for binary output");
     else if (block != NULL && finish_in_place(c, rs, block, rows_len, jlen))
@@ -590,7 +506,7 @@ static void on_infer_done(void *ud, const mlpd_req_t *req, mlpd_status_t status,
       rc = finish_resp2(c, rs, 200, BINARY_TYPE, NULL, h->out.p,
                         h->out.len, req->out, rows_len, jlen);
     else
-      rc = finish_resp(c, rs, 200, JSON_TYPE, NULL, h->out.p, h->out.len,
+      rc = mlpd__hconn_finish_resp(c, rs, 200, JSON_TYPE, NULL, h->out.p, h->out.len,
                        SIZE_MAX);
   }
   mlpd_bufcache_put(cache_of(h), block);
@@ -602,10 +518,10 @@ static void on_infer_done(void *ud, const mlpd_req_t *req, mlpd_status_t status,
       rc = -ENOMEM;
   }
   if (rc != 0) {
-    conn_close(c);
+    mlpd__hconn_close(c);
     return;
   }
-  flush(c);
+  mlpd__hconn_flush(c);
 }
 
 static int oip_lookup(void *ud, const char *name, const char *version,
@@ -645,313 +561,9 @@ static int find_model(mlpd_hconn_t *c, hresp_t *rs, const mlpd_oip_route_t *rt,
              rt->version);
   else
     snprintf(msg, sizeof(msg), "unknown model '%s'", rt->model);
-  if (reply_error(c, rs, status, msg) != 0)
+  if (mlpd__hconn_reply_error(c, rs, status, msg) != 0)
     return -ENOMEM;
   return 1;
-}
-
-/* ---- system shared memory ---------------------------------------------- */
-
-/* Whether this peer may use system shared memory. 0, or an answer was
- * queued. */
-static int shm_refused(mlpd_hconn_t *c, hresp_t *rs, int *rc) {
-  const char *why = NULL;
-  if (c->srv->cfg.sysshm == NULL)
-    why = "system shared memory is off (--http-allow-shm turns it on)";
-  else if (!c->local_peer)
-    why = "system shared memory is for clients on this host";
-  if (why == NULL)
-    return 0;
-  *rc = reply_error(c, rs, 403, why);
-  return 1;
-}
-
-/* 1 for an answer queued, or the failure to queue it. */
-static int queued(int rc) { return rc != 0 ? rc : 1; }
-
-/* A pinned window's reference, given back by the request
- * (mlpd_requests_infer_t unpin). */
-static void unpin_region(const void *range) {
-  mlpd_sysshm_release((mlpd_sysshm_region_t *)range);
-}
-
-/* An input in a region: its window held and either pinned (*pinned: the
- * rows go to the device by DMA from there, zero copy) or a block of the
- * thread's cache (from its pinned arena when large) to read it into,
- * which the request then owns as it owns a binary body's. 0, 1 (an answer
- * was queued) or -ENOMEM. */
-static int hold_input_shm(mlpd_hconn_t *c, hresp_t *rs,
-                          const mlpd_oip_infer_t *inf,
-                          const mlpd_engine_ops_t *dops,
-                          mlpd_sysshm_region_t **reg, uint8_t **pinned,
-                          void **block) {
-  mlpd_httpconn_t *h = c->srv;
-  mlpd_err_t err = {0};
-  *reg = NULL;
-  *pinned = NULL;
-  *block = NULL;
-  if (inf->data_bytes > h->cfg.max_body) {
-    char msg[160];
-    snprintf(msg, sizeof(msg),
-             "the input in shared memory takes %zu bytes, over the %zu-byte "
-             "bound (--http-max-body)",
-             inf->data_bytes, h->cfg.max_body);
-    return queued(reply_error(c, rs, 413, msg));
-  }
-  if (mlpd_sysshm_hold(h->cfg.sysshm, inf->in_shm.region, inf->in_shm.offset,
-                       inf->data_bytes, 0, reg, &err) != 0)
-    return queued(reply_error(c, rs, 400, err.msg));
-  int rc = mlpd_sysshm_pinned(*reg, inf->in_shm.offset, inf->data_bytes, dops,
-                              pinned, &err);
-  if (rc < 0) {
-    mlpd_sysshm_release(*reg);
-    *reg = NULL;
-    return queued(reply_error(c, rs, 400, err.msg));
-  }
-  if (rc == 1)
-    return 0; /* the request takes the hold */
-  *block = mlpd_bufcache_get(h->blocks, inf->data_bytes);
-  if (*block == NULL) {
-    mlpd_sysshm_release(*reg);
-    *reg = NULL;
-    return queued(reply_error(c, rs, 503, "out of memory for the tensor"));
-  }
-  return 0;
-}
-
-/* ---- shared memory copied in steps ---------------------------------------- */
-
-/* An input in a region larger than one read of the socket is read as a
- * large body's rest is, and an output larger than that written as a
- * large answer is: in the bulk phase, at most SHM_STEP bytes a serve
- * (small before bulky, httpconn.h). The request is admitted once its
- * input is all in; the answer goes once its output is all out. */
-#define SHM_STEP (4 * RBUF_SIZE)
-
-struct shm_copy_s {
-  shm_copy_t *next; /* the connection's, oldest first */
-  hresp_t *rs;
-  int write;                 /* an output (else an input) */
-  mlpd_sysshm_region_t *reg; /* held (an input's; an output's is rs's) */
-  uint64_t off;              /* the window's offset in the region */
-  uint8_t *bytes;            /* the rows, in `block` */
-  void *block;               /* owned until handed on */
-  size_t len, done;
-  /* An input: the request to admit once every byte is in, and its model,
-   * whose partial batch may wait for these rows meanwhile (counted in
-   * srv->arriving, as a body on its way is), or -1. */
-  mlpd_requests_infer_t in;
-  int arriving;
-  char model[MLPD_OIP_NAME_MAX], version[MLPD_OIP_NAME_MAX];
-  /* An output: what the answer says. */
-  size_t rows, cols;
-  mlpd_dtype_t dtype;
-};
-
-/* The input's rows are in (or will never be): no longer on their way. */
-static void shm_copy_arrived(mlpd_httpconn_t *h, shm_copy_t *p) {
-  if (p->arriving >= 0)
-    h->arriving[p->arriving]--;
-  p->arriving = -1;
-}
-
-static void shm_copy_free(mlpd_httpconn_t *h, shm_copy_t *p) {
-  if (p == NULL)
-    return;
-  shm_copy_arrived(h, p);
-  mlpd_sysshm_release(p->reg);
-  mlpd_bufcache_put(h->blocks, p->block);
-  mlpd_bufcache_put(h->blocks, p);
-}
-
-static int submit_infer(mlpd_hconn_t *c, hresp_t *rs,
-                        mlpd_requests_infer_t *in);
-
-/* A copy made whole (or failed, rc != 0 with err): the request admitted
- * or its answer queued. 0, or -ENOMEM. */
-static int shm_copy_done(mlpd_hconn_t *c, shm_copy_t *p, int rc,
-                         const mlpd_err_t *err) {
-  hresp_t *rs = p->rs;
-  rs->shm_copy = NULL;
-  shm_copy_arrived(c->srv, p); /* before its batch can be formed */
-  if (rc != 0)
-    rc = reply_error(c, rs, 400, err->msg);
-  else if (p->write)
-    rc = answer_in_shm(c, rs, p->rows, p->cols, p->dtype);
-  else {
-    mlpd_requests_infer_t in = p->in; /* its block is the request's */
-    p->block = NULL;
-    rc = submit_infer(c, rs, &in);
-  }
-  shm_copy_free(c->srv, p);
-  return rc;
-}
-
-/* The connection's copies, oldest first, up to SHM_STEP bytes (all of
- * them while the listener closes: no phase comes after); what is left
- * waits for the phase again. */
-static void shm_copy_steps(mlpd_hconn_t *c) {
-  mlpd_httpconn_t *h = c->srv;
-  size_t budget = SHM_STEP;
-  while (c->shm_head != NULL && !c->closing && (budget > 0 || h->closing)) {
-    shm_copy_t *p = c->shm_head;
-    size_t n = p->len - p->done;
-    if (!h->closing && n > budget)
-      n = budget;
-    mlpd_err_t err = {0};
-    int rc = p->write ? mlpd_sysshm_write(p->rs->out_shm, p->off + p->done,
-                                          p->bytes + p->done, n, &err)
-                      : mlpd_sysshm_read(p->reg, p->off + p->done,
-                                         p->bytes + p->done, n, &err);
-    budget = budget > n ? budget - n : 0;
-    p->done += n;
-    if (rc == 0 && p->done < p->len)
-      continue;
-    c->shm_head = p->next;
-    if (c->shm_head == NULL)
-      c->shm_tail = NULL;
-    if (shm_copy_done(c, p, rc, &err) != 0) {
-      conn_close(c);
-      return;
-    }
-    flush(c);
-  }
-  if (c->shm_head != NULL && !c->closing)
-    mlpd_bulk_again(h->bulk, &c->bulk, BULK_SHM);
-}
-
-/* Queues p behind the connection's other copies, for the phase. 0. */
-static int shm_copy_queue(mlpd_hconn_t *c, shm_copy_t *p) {
-  mlpd_httpconn_t *h = c->srv;
-  p->rs->shm_copy = p;
-  if (c->shm_tail != NULL)
-    c->shm_tail->next = p;
-  else
-    c->shm_head = p;
-  c->shm_tail = p;
-  if (c->closing)
-    return 0; /* freed with its response */
-  if (h->closing)
-    shm_copy_steps(c); /* no phase after this one: copy it now */
-  else if (!leave_for_bulk(c, BULK_SHM))
-    mlpd_bulk_again(h->bulk, &c->bulk, BULK_SHM); /* from the phase */
-  return 0;
-}
-
-/* The input of `in` (its block, held in `reg`) read in steps; `in`'s
- * strings are copied. 0, or -ENOMEM. */
-static int defer_input_shm(mlpd_hconn_t *c, hresp_t *rs,
-                           const mlpd_requests_infer_t *in,
-                           mlpd_sysshm_region_t *reg, uint64_t off,
-                           int model) {
-  mlpd_httpconn_t *h = c->srv;
-  shm_copy_t *p = mlpd_bufcache_get(h->blocks, sizeof(*p));
-  if (p == NULL) {
-    mlpd_sysshm_release(reg);
-    mlpd_bufcache_put(h->blocks, in->in_block);
-    return reply_error(c, rs, 503, "out of memory for the tensor");
-  }
-  *p = (shm_copy_t){.rs = rs,
-                    .reg = reg,
-                    .off = off,
-                    .bytes = in->in_block,
-                    .block = in->in_block,
-                    .len = in->data_len,
-                    .in = *in,
-                    .arriving = -1};
-  if (model >= 0 && model < MLPD_MAX_MODELS) {
-    h->arriving[model]++;
-    p->arriving = model;
-  }
-  snprintf(p->model, sizeof(p->model), "%s", in->model);
-  snprintf(p->version, sizeof(p->version), "%s", in->version);
-  p->in.model = p->model;
-  p->in.version = p->version;
-  return shm_copy_queue(c, p);
-}
-
-/* The answer's rows (at req->out, in `block`, now the copy's) written to
- * the output's region in steps. 0, or -ENOMEM. */
-static int defer_output_shm(mlpd_hconn_t *c, hresp_t *rs,
-                            const mlpd_req_t *req, void *block,
-                            size_t rows_len) {
-  mlpd_httpconn_t *h = c->srv;
-  shm_copy_t *p = mlpd_bufcache_get(h->blocks, sizeof(*p));
-  if (p == NULL) {
-    mlpd_bufcache_put(h->blocks, block);
-    return reply_error(c, rs, 503, "out of memory writing the answer");
-  }
-  *p = (shm_copy_t){.rs = rs,
-                    .write = 1,
-                    .off = rs->out_shm_off,
-                    .bytes = req->out,
-                    .block = block,
-                    .len = rows_len,
-                    .rows = (size_t)req->rows,
-                    .cols = (size_t)req->out_cols,
-                    .dtype = req->out_dtype,
-                    .arriving = -1};
-  return shm_copy_queue(c, p);
-}
-
-/* GET .../status: every region, or `region` (404 when unknown). */
-static int shm_status(mlpd_hconn_t *c, hresp_t *rs, const char *region) {
-  mlpd_httpconn_t *h = c->srv;
-  mlpd_err_t err = {0};
-  /* Not the hot path: a table's worth, off the stack. */
-  mlpd_sysshm_info_t *info = malloc(MLPD_SYSSHM_REGIONS_MAX * sizeof(*info));
-  mlpd_oip_shm_region_t *e = malloc(MLPD_SYSSHM_REGIONS_MAX * sizeof(*e));
-  size_t n = 0;
-  int rc;
-  if (info == NULL || e == NULL)
-    rc = reply_error(c, rs, 503, "out of memory listing the regions");
-  else if (mlpd_sysshm_list(h->cfg.sysshm, region, info,
-                            MLPD_SYSSHM_REGIONS_MAX, &n, &err) != 0)
-    rc = reply_error(c, rs, 404, err.msg);
-  else {
-    for (size_t i = 0; i < n && i < MLPD_SYSSHM_REGIONS_MAX; i++)
-      e[i] = (mlpd_oip_shm_region_t){.name = info[i].name,
-                                     .key = info[i].key,
-                                     .offset = info[i].offset,
-                                     .byte_size = info[i].byte_size};
-    rc = reply_out(c, rs, 200, mlpd_oip_shm_status(&h->out, e, n));
-  }
-  free(info);
-  free(e);
-  return rc;
-}
-
-/* GET .../status, POST .../register and .../unregister. */
-static int handle_shm(mlpd_hconn_t *c, hresp_t *rs,
-                      const mlpd_oip_route_t *rt) {
-  mlpd_httpconn_t *h = c->srv;
-  int rc;
-  if (shm_refused(c, rs, &rc))
-    return rc;
-  const char *region = rt->region[0] ? rt->region : NULL;
-  if (rt->kind == MLPD_OIP_SHM_STATUS)
-    return shm_status(c, rs, region);
-  mlpd_err_t err = {0};
-  if (rt->kind == MLPD_OIP_SHM_REGISTER) {
-    char key[MLPD_OIP_KEY_MAX];
-    uint64_t offset, size;
-    const mlpd_httpreq_t *r = &c->req;
-    rc = mlpd_oip_parse_shm_register(r->body ? r->body : "", r->body_len, key,
-                                     &offset, &size, &err);
-    if (rc == 0)
-      rc = mlpd_sysshm_register(h->cfg.sysshm, rt->region, key, offset, size,
-                                &err);
-  } else {
-    /* As on Triton, unregistering a name that is not there succeeds: a
-     * client may clean up twice (perf_analyzer unregisters all first). */
-    rc = mlpd_sysshm_unregister(h->cfg.sysshm, region, &err);
-    if (rc == -ENOENT)
-      rc = 0;
-  }
-  if (rc == 0)
-    return finish_resp(c, rs, 200, JSON_TYPE, NULL, "{}", 2, SIZE_MAX);
-  return reply_error(c, rs, mlpd_oip_http_status(rc),
-                     err.msg[0] ? err.msg : mlpd_strerror(rc));
 }
 
 static int handle_infer(mlpd_hconn_t *c, hresp_t *rs,
@@ -968,7 +580,7 @@ static int handle_infer(mlpd_hconn_t *c, hresp_t *rs,
   if (need > h->scratch_cap) {
     void *p = realloc(h->scratch, need);
     if (p == NULL)
-      return reply_error(c, rs, 503, "out of memory for the tensor");
+      return mlpd__hconn_reply_error(c, rs, 503, "out of memory for the tensor");
     h->scratch = p;
     h->scratch_cap = need;
   }
@@ -978,10 +590,10 @@ static int handle_infer(mlpd_hconn_t *c, hresp_t *rs,
       r->body ? r->body : "", r->body_len, r->has_ihcl ? r->ihcl : NULL,
       r->ihcl_len, rt, oip_lookup, h, h->scratch, h->scratch_cap, &inf, &err);
   if (rc != 0)
-    return reply_error(c, rs, mlpd_oip_http_status(rc), err.msg);
+    return mlpd__hconn_reply_error(c, rs, mlpd_oip_http_status(rc), err.msg);
   const int in_shm = inf.in_shm.region[0] != '\0';
   const int out_shm = inf.out_shm.region[0] != '\0';
-  if ((in_shm || out_shm) && shm_refused(c, rs, &rc))
+  if ((in_shm || out_shm) && mlpd__hconn_shm_refused(c, rs, &rc))
     return rc;
   size_t esz = mlpd_dtype_size(inf.dtype);
   size_t out_n = inf.rows * m.out_features;
@@ -997,7 +609,7 @@ static int handle_infer(mlpd_hconn_t *c, hresp_t *rs,
              "bound (4 x --http-max-body); send fewer rows%s",
              inf.rows, out_bytes, h->out.max,
              inf.binary_output ? "" : " or ask for binary output");
-    return reply_error(c, rs, 413, msg);
+    return mlpd__hconn_reply_error(c, rs, 413, msg);
   }
   /* Zero copy where the model's engines can take rows straight from a
    * pinned region (sysshm.h). */
@@ -1010,7 +622,7 @@ static int handle_infer(mlpd_hconn_t *c, hresp_t *rs,
   uint8_t *in_pinned = NULL, *out_pinned = NULL;
   mlpd_sysshm_region_t *in_reg = NULL;
   if (in_shm &&
-      (rc = hold_input_shm(c, rs, &inf,
+      (rc = mlpd__hconn_hold_input_shm(c, rs, &inf,
                            dbits & MLPD_REQ_DIRECT_IN ? dops : NULL, &in_reg,
                            &in_pinned, &in_block)) != 0)
     return rc < 0 ? rc : 0;
@@ -1026,7 +638,7 @@ static int handle_infer(mlpd_hconn_t *c, hresp_t *rs,
     if (rc != 0) {
       mlpd_sysshm_release(in_reg);
       mlpd_bufcache_put(h->blocks, in_block);
-      return reply_error(c, rs, 400, err.msg);
+      return mlpd__hconn_reply_error(c, rs, 400, err.msg);
     }
     rs->out_shm_off = inf.out_shm.offset;
     snprintf(rs->shm_region, sizeof(rs->shm_region), "%s",
@@ -1062,7 +674,7 @@ static int handle_infer(mlpd_hconn_t *c, hresp_t *rs,
                   : inf.data_binary ? mlpd_httpreq_take_body(r)
                                     : NULL,
       .shm = in_shm || out_shm,
-      .unpin = unpin_region,
+      .unpin = mlpd__hconn_unpin_region,
   };
   if (out_pinned != NULL) {
     /* The request takes the output's hold; the answer only names it. */
@@ -1077,22 +689,22 @@ static int handle_infer(mlpd_hconn_t *c, hresp_t *rs,
   } else if (in_shm) {
     in.data = in_block;
     if (inf.data_bytes > BULK_BYTES)
-      return defer_input_shm(c, rs, &in, in_reg, inf.in_shm.offset, m.index);
+      return mlpd__hconn_defer_input_shm(c, rs, &in, in_reg, inf.in_shm.offset, m.index);
     rc = mlpd_sysshm_read(in_reg, inf.in_shm.offset, in_block,
                           inf.data_bytes, &err);
     mlpd_sysshm_release(in_reg);
     if (rc != 0) {
       mlpd_bufcache_put(h->blocks, in_block);
-      return reply_error(c, rs, 400, err.msg);
+      return mlpd__hconn_reply_error(c, rs, 400, err.msg);
     }
   }
-  return submit_infer(c, rs, &in);
+  return mlpd__hconn_submit_infer(c, rs, &in);
 }
 
 /* Admits an infer request whose rows are all in (`in`'s blocks are the
  * request's from here): its answer's block first, where it has one. 0, or
  * -ENOMEM. */
-static int submit_infer(mlpd_hconn_t *c, hresp_t *rs,
+int mlpd__hconn_submit_infer(mlpd_hconn_t *c, hresp_t *rs,
                         mlpd_requests_infer_t *in) {
   mlpd_httpconn_t *h = c->srv;
   if (rs->out_room) {
@@ -1113,7 +725,7 @@ static int submit_infer(mlpd_hconn_t *c, hresp_t *rs,
     h->scratch_cap = 0;
   }
   if (rc != 0)
-    return reply_error(c, rs, rc == MLPD_ENOENT ? 404 : http_status_of(st),
+    return mlpd__hconn_reply_error(c, rs, rc == MLPD_ENOENT ? 404 : http_status_of(st),
                        msg);
   return 0;
 }
@@ -1128,7 +740,7 @@ static int handle_health(mlpd_hconn_t *c, hresp_t *rs, int ready_probe) {
   char body[64];
   snprintf(body, sizeof(body), "{\"%s\":%s}", ready_probe ? "ready" : "live",
            ok ? "true" : "false");
-  return finish_resp(c, rs, ok ? 200 : 503, JSON_TYPE, NULL, body, strlen(body),
+  return mlpd__hconn_finish_resp(c, rs, ok ? 200 : 503, JSON_TYPE, NULL, body, strlen(body),
                      SIZE_MAX);
 }
 
@@ -1146,7 +758,7 @@ static int repo_refused(mlpd_hconn_t *c, hresp_t *rs, int *rc) {
   }
   if (why == NULL)
     return 0;
-  *rc = reply_error(c, rs, 403, why);
+  *rc = mlpd__hconn_reply_error(c, rs, 403, why);
   return 1;
 }
 
@@ -1160,15 +772,15 @@ static int repo_load(mlpd_hconn_t *c, hresp_t *rs, const mlpd_oip_route_t *rt,
                      int load) {
   mlpd_err_t err = {0};
   if (rt->version[0] != '\0')
-    return reply_error(c, rs, 400,
+    return mlpd__hconn_reply_error(c, rs, 400,
                        "load and unload take a model name, not a version");
   int rc = mlpd_models_request(&c->srv->board->models,
                                load ? MLPD_MODELS_LOAD : MLPD_MODELS_UNLOAD,
                                rt->model, &err);
   if (rc == 0)
-    return finish_resp(c, rs, 200, JSON_TYPE, NULL, "{}", 2, SIZE_MAX);
+    return mlpd__hconn_finish_resp(c, rs, 200, JSON_TYPE, NULL, "{}", 2, SIZE_MAX);
   int status = rc == MLPD_ENOENT ? 404 : rc == MLPD_EINVAL ? 400 : 503;
-  return reply_error(c, rs, status, err.msg[0] ? err.msg : mlpd_strerror(rc));
+  return mlpd__hconn_reply_error(c, rs, status, err.msg[0] ? err.msg : mlpd_strerror(rc));
 }
 
 /* The OIP spelling of a model's state in the repository index. */
@@ -1191,7 +803,7 @@ static int repo_index(mlpd_hconn_t *c, hresp_t *rs) {
   /* Not the hot path; the table's entries are too big for the stack. */
   mlpd_models_status_t *m = malloc(INDEX_MAX * sizeof(*m));
   if (m == NULL)
-    return reply_error(c, rs, 503, "out of memory listing the models");
+    return mlpd__hconn_reply_error(c, rs, 503, "out of memory listing the models");
   mlpd_oip_index_entry_t e[INDEX_MAX];
   int n = mlpd_requests_models(h->reqs, m, INDEX_MAX);
   for (int i = 0; i < n; i++) {
@@ -1206,7 +818,7 @@ static int repo_index(mlpd_hconn_t *c, hresp_t *rs) {
                   : m[i].state == MLPD_MODEL_UNLOADED ? "unloaded"
                                                       : NULL};
   }
-  int rc = reply_out(c, rs, 200, mlpd_oip_repo_index(&h->out, e, (size_t)n));
+  int rc = mlpd__hconn_reply_out(c, rs, 200, mlpd_oip_repo_index(&h->out, e, (size_t)n));
   free(m);
   return rc;
 }
@@ -1263,7 +875,7 @@ static int model_stats(mlpd_hconn_t *c, hresp_t *rs,
   if (mm == NULL || (rt->model[0] == '\0' && ms == NULL)) {
     free(mm);
     free(ms);
-    return reply_error(c, rs, 503, "out of memory gathering statistics");
+    return mlpd__hconn_reply_error(c, rs, 503, "out of memory gathering statistics");
   }
   mlpd_oip_model_stats_t e[INDEX_MAX];
   int n = 0;
@@ -1276,7 +888,7 @@ static int model_stats(mlpd_hconn_t *c, hresp_t *rs,
       if (ms[i].index < MLPD_METRICS_MAX_MODELS)
         fill_stats(&e[n++], mm, ms[i].index, ms[i].name, ms[i].version);
   }
-  int rc = reply_out(c, rs, 200, mlpd_oip_model_stats(&h->out, e, (size_t)n));
+  int rc = mlpd__hconn_reply_out(c, rs, 200, mlpd_oip_model_stats(&h->out, e, (size_t)n));
   free(ms);
   free(mm);
   return rc;
@@ -1293,7 +905,7 @@ static int handle_oip(mlpd_hconn_t *c, hresp_t *rs,
   case MLPD_OIP_HEALTH_READY:
     return handle_health(c, rs, 1);
   case MLPD_OIP_SERVER_META:
-    return reply_out(c, rs, 200,
+    return mlpd__hconn_reply_out(c, rs, 200,
                      mlpd_oip_server_meta(&h->out, "mlpd", MLPD_VERSION, 0,
                                           h->cfg.sysshm != NULL));
   case MLPD_OIP_MODEL_META:
@@ -1303,7 +915,7 @@ static int handle_oip(mlpd_hconn_t *c, hresp_t *rs,
       /* A known model that is not served is "not ready", not unknown. */
       rc = mlpd_requests_model(h->reqs, rt->model, rt->version, &m);
       if (rc == 0 || rc == MLPD_EBUSY)
-        return reply_out(c, rs, m.ready ? 200 : 503,
+        return mlpd__hconn_reply_out(c, rs, m.ready ? 200 : 503,
                          mlpd_oip_model_ready(&h->out, m.name, m.ready));
     }
     if ((rc = find_model(c, rs, rt, &m)) != 0)
@@ -1317,10 +929,10 @@ static int handle_oip(mlpd_hconn_t *c, hresp_t *rs,
                            .max_batch = m.max_batch,
                            .max_delay_us = m.max_delay_us};
     if (rt->kind == MLPD_OIP_MODEL_META)
-      return reply_out(c, rs, 200, mlpd_oip_model_meta(&h->out, &om, NULL, 0));
+      return mlpd__hconn_reply_out(c, rs, 200, mlpd_oip_model_meta(&h->out, &om, NULL, 0));
     if (rt->kind == MLPD_OIP_MODEL_CONFIG)
-      return reply_out(c, rs, 200, mlpd_oip_model_config(&h->out, &om));
-    return reply_out(c, rs, m.ready ? 200 : 503,
+      return mlpd__hconn_reply_out(c, rs, 200, mlpd_oip_model_config(&h->out, &om));
+    return mlpd__hconn_reply_out(c, rs, m.ready ? 200 : 503,
                      mlpd_oip_model_ready(&h->out, m.name, m.ready));
   }
   case MLPD_OIP_INFER:
@@ -1337,9 +949,9 @@ static int handle_oip(mlpd_hconn_t *c, hresp_t *rs,
   case MLPD_OIP_SHM_STATUS:
   case MLPD_OIP_SHM_REGISTER:
   case MLPD_OIP_SHM_UNREGISTER:
-    return handle_shm(c, rs, rt);
+    return mlpd__hconn_handle_shm(c, rs, rt);
   }
-  return reply_error(c, rs, 404, "not a v2 route");
+  return mlpd__hconn_reply_error(c, rs, 404, "not a v2 route");
 }
 
 static int handle_probe(mlpd_hconn_t *c, hresp_t *rs) {
@@ -1347,15 +959,15 @@ static int handle_probe(mlpd_hconn_t *c, hresp_t *rs) {
   mlpd_http_reply_t rep;
   mlpd_httpreq_route(&c->req, 1, mlpd_board_health, h->board, &rep);
   if (!rep.metrics)
-    return finish_resp(c, rs, rep.status, rep.ctype, rep.extra, rep.body,
+    return mlpd__hconn_finish_resp(c, rs, rep.status, rep.ctype, rep.extra, rep.body,
                        rep.body_len, SIZE_MAX);
   size_t need = 0;
   int rc = mlpd_metrics_render_into(mlpd_board_render, h->board, &h->mbuf,
                                     &h->mcap, &need);
   if (rc != 0)
-    return finish_resp(c, rs, 500, MLPD_HTTP_TEXT, NULL,
+    return mlpd__hconn_finish_resp(c, rs, 500, MLPD_HTTP_TEXT, NULL,
                        "cannot render metrics\n", 22, SIZE_MAX);
-  return finish_resp(c, rs, 200, MLPD_HTTP_METRICS_TYPE, NULL, h->mbuf, need,
+  return mlpd__hconn_finish_resp(c, rs, 200, MLPD_HTTP_METRICS_TYPE, NULL, h->mbuf, need,
                      SIZE_MAX);
 }
 
@@ -1422,14 +1034,14 @@ static int on_headers(mlpd_httpreq_t *r, void *ud) {
   static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
   if (rs == NULL || (rs->bytes = mlpd_bufcache_get(cache_of(c->srv),
                                                    sizeof(cont) - 1)) == NULL) {
-    conn_close(c);
+    mlpd__hconn_close(c);
     return -1;
   }
   memcpy(rs->bytes, cont, sizeof(cont) - 1);
   rs->len = sizeof(cont) - 1;
   rs->ready = 1;
   rs->interim = 1;
-  flush(c);
+  mlpd__hconn_flush(c);
   return c->closing ? -1 : 0;
 }
 
@@ -1441,7 +1053,7 @@ static int on_request(mlpd_httpreq_t *r, void *ud) {
     return -1;
   hresp_t *rs = resp_push(c);
   if (rs == NULL) {
-    conn_close(c);
+    mlpd__hconn_close(c);
     return -1;
   }
   c->npending++;
@@ -1451,10 +1063,10 @@ static int on_request(mlpd_httpreq_t *r, void *ud) {
   int rc = handle(c, rs);
   c->routed = 0; /* the next request routes anew */
   if (rc != 0) {
-    conn_close(c);
+    mlpd__hconn_close(c);
     return -1;
   }
-  flush(c);
+  mlpd__hconn_flush(c);
   if (c->closing)
     return -1;
   touch(c);
@@ -1477,7 +1089,7 @@ static void respond_error(mlpd_hconn_t *c) {
   c->final = 1;
   read_stop(c);
   if (rs == NULL) {
-    conn_close(c);
+    mlpd__hconn_close(c);
     return;
   }
   c->npending++;
@@ -1485,11 +1097,11 @@ static void respond_error(mlpd_hconn_t *c) {
   char msg[160];
   snprintf(msg, sizeof(msg), "%s: %s", mlpd_httpreq_reason(status),
            mlpd_httpreq_error_message(&c->req));
-  if (reply_error(c, rs, status, msg) != 0) {
-    conn_close(c);
+  if (mlpd__hconn_reply_error(c, rs, status, msg) != 0) {
+    mlpd__hconn_close(c);
     return;
   }
-  flush(c);
+  mlpd__hconn_flush(c);
 }
 
 /* Parses len bytes at buf: the read buffer's, or a body's read in place
@@ -1509,7 +1121,7 @@ static void conn_parse_at(mlpd_hconn_t *c, const char *buf, size_t len) {
     size_t rest = len - n;
     if (rest > sizeof(c->rbuf)) { /* cannot happen: reads in place stop at
                                      the body's end, where the parser pauses */
-      conn_close(c);
+      mlpd__hconn_close(c);
       return;
     }
     memmove(c->rbuf, buf + n, rest);
@@ -1533,7 +1145,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     return; /* left for the bulk phase (on_alloc) */
   if (nread < 0) {
     if (nread != UV_EOF || c->lingering) {
-      conn_close(c);
+      mlpd__hconn_close(c);
       return;
     }
     /* The client is done sending (it may still read): answer what it
@@ -1601,9 +1213,9 @@ static void serve_bulk(mlpd_bulk_entry_t *e, unsigned what) {
   if (c->closing)
     return;
   if (what & BULK_WRITE)
-    flush(c);
+    mlpd__hconn_flush(c);
   if ((what & BULK_SHM) && !c->closing)
-    shm_copy_steps(c);
+    mlpd__hconn_shm_copy_steps(c);
   if ((what & BULK_READ) && !c->closing)
     bulk_read(c);
 }
@@ -1685,7 +1297,7 @@ static void on_connection(uv_stream_t *server, int status) {
   mlpd_list_push(&h->conns, &c->link);
   h->nconns++;
   if (uv_accept(server, &c->io.stream) != 0 || h->closing) {
-    conn_close(c);
+    mlpd__hconn_close(c);
     return;
   }
   if (h->nconns > MAX_CONNS) {
@@ -1694,7 +1306,7 @@ static void on_connection(uv_stream_t *server, int status) {
                 "more",
                 MAX_CONNS);
     h->full_logged = 1;
-    conn_close(c);
+    mlpd__hconn_close(c);
     return;
   }
   /* Asked only where it matters: the shared memory routes' check. */
@@ -1811,6 +1423,6 @@ void mlpd_httpconn_abort(mlpd_httpconn_t *h) {
   for (mlpd_link_t *l = h->conns.head, *next; l != NULL; l = next) {
     next = l->next;
     mlpd_hconn_t *c = MLPD_CONTAINER_OF(l, mlpd_hconn_t, link);
-    conn_close(c);
+    mlpd__hconn_close(c);
   }
 }
