@@ -18,6 +18,8 @@
  * there before, or kills the process as it would have.
  *
  * The handler is installed the first time a mapping is watched and stays.
+ * No thread may block SIGBUS (Linux kills a process whose fault raises a
+ * blocked SIGBUS); mlpd blocks no signal in any thread.
  * Slots are a fixed table read lock-free by the handler; watch and unwatch
  * must come from one thread at a time (sysshm.c's pin thread), while the
  * mapping is in place (unwatch before munmap). */
