@@ -1152,8 +1152,7 @@ int mlpd_daemon_run(const mlpd_config_t *cfg) {
                                    &err)) != 0)
         goto fail;
       /* Pinned regions count in the native regions' bound and gauge. */
-      mlpd_sysshm_pinning(d->sysshm, cfg->max_shm_bytes,
-                          &d->board.shm_mapped);
+      mlpd_sysshm_pinning(d->sysshm, cfg->max_shm_bytes, &d->board.shm_mapped);
       MLPD_LOGW("http: system shared memory on (--http-allow-shm): a client "
                 "on this host may register any /dev/shm object this "
                 "daemon's user can open, and have outputs written there");

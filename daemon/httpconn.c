@@ -35,7 +35,6 @@
 /* Binary answers of this many bytes or more are written in place. */
 #define INPLACE_OUT_MIN MLPD_SERVER_ARENA_MIN
 
-
 static void conn_parse_at(mlpd_hconn_t *c, const char *buf, size_t len);
 
 static void conn_parse(mlpd_hconn_t *c) { conn_parse_at(c, c->rbuf, c->rlen); }
@@ -348,11 +347,10 @@ static int finish_resp2(mlpd_hconn_t *c, hresp_t *rs, int status,
 }
 
 int mlpd__hconn_finish_resp(mlpd_hconn_t *c, hresp_t *rs, int status,
-                       const char *ctype, const char *extra, const void *body,
-                       size_t blen, size_t ihcl) {
+                            const char *ctype, const char *extra,
+                            const void *body, size_t blen, size_t ihcl) {
   return finish_resp2(c, rs, status, ctype, extra, body, blen, NULL, 0, ihcl);
 }
-
 
 /* {"error": msg} with `status` (and extra header lines). */
 static int reply_error_ex(mlpd_hconn_t *c, hresp_t *rs, int status,
@@ -362,11 +360,12 @@ static int reply_error_ex(mlpd_hconn_t *c, hresp_t *rs, int status,
   mlpd_oip_buf_fixed(&b, mem, sizeof(mem));
   if (mlpd_oip_error_body(&b, msg) != 0)
     b.len = 0;
-  return mlpd__hconn_finish_resp(c, rs, status, JSON_TYPE, extra, b.p, b.len, SIZE_MAX);
+  return mlpd__hconn_finish_resp(c, rs, status, JSON_TYPE, extra, b.p, b.len,
+                                 SIZE_MAX);
 }
 
 int mlpd__hconn_reply_error(mlpd_hconn_t *c, hresp_t *rs, int status,
-                       const char *msg) {
+                            const char *msg) {
   return reply_error_ex(c, rs, status, NULL, msg);
 }
 
@@ -374,8 +373,8 @@ int mlpd__hconn_reply_out(mlpd_hconn_t *c, hresp_t *rs, int status, int rc) {
   mlpd_httpconn_t *h = c->srv;
   if (rc != 0)
     return mlpd__hconn_reply_error(c, rs, 500, "cannot encode the response");
-  return mlpd__hconn_finish_resp(c, rs, status, JSON_TYPE, NULL, h->out.p, h->out.len,
-                     SIZE_MAX);
+  return mlpd__hconn_finish_resp(c, rs, status, JSON_TYPE, NULL, h->out.p,
+                                 h->out.len, SIZE_MAX);
 }
 
 static hresp_t *resp_push(mlpd_hconn_t *c) {
@@ -436,7 +435,7 @@ static int finish_in_place(mlpd_hconn_t *c, hresp_t *rs, char *block,
 /* An answer whose rows were written to the output's shared memory region:
  * the JSON says where. */
 int mlpd__hconn_answer_in_shm(mlpd_hconn_t *c, hresp_t *rs, size_t rows,
-                         size_t cols, mlpd_dtype_t dtype) {
+                              size_t cols, mlpd_dtype_t dtype) {
   mlpd_httpconn_t *h = c->srv;
   mlpd_sysshm_release(rs->out_shm);
   rs->out_shm = NULL;
@@ -449,8 +448,8 @@ int mlpd__hconn_answer_in_shm(mlpd_hconn_t *c, hresp_t *rs, size_t rows,
   size_t jlen = 0;
   if (mlpd_oip_encode_infer(&h->out, &r, &jlen) != 0)
     return mlpd__hconn_reply_error(c, rs, 500, "the response does not fit");
-  return mlpd__hconn_finish_resp(c, rs, 200, JSON_TYPE, NULL, h->out.p, h->out.len,
-                     SIZE_MAX);
+  return mlpd__hconn_finish_resp(c, rs, 200, JSON_TYPE, NULL, h->out.p,
+                                 h->out.len, SIZE_MAX);
 }
 
 /* The batch came back (mlpd_requests_done_fn). */
@@ -468,10 +467,10 @@ static void on_infer_done(void *ud, const mlpd_req_t *req, mlpd_status_t status,
                     : NULL;
   if (status != MLPD_STATUS_OK) {
     rc = mlpd__hconn_reply_error(c, rs, http_status_of(status),
-                     msg ? msg : mlpd_status_name(status));
+                                 msg ? msg : mlpd_status_name(status));
   } else if (rs->out_pinned) {
-    rc = mlpd__hconn_answer_in_shm(c, rs, (size_t)req->rows, (size_t)req->out_cols,
-                       req->out_dtype);
+    rc = mlpd__hconn_answer_in_shm(c, rs, (size_t)req->rows,
+                                   (size_t)req->out_cols, req->out_dtype);
   } else if (rs->out_shm != NULL && block != NULL && rows_len > BULK_BYTES) {
     /* Written in steps in the bulk phase, from the block it came in. */
     rc = mlpd__hconn_defer_output_shm(c, rs, req, block, rows_len);
@@ -480,9 +479,10 @@ static void on_infer_done(void *ud, const mlpd_req_t *req, mlpd_status_t status,
     mlpd_err_t err = {0};
     rc = mlpd_sysshm_write(rs->out_shm, rs->out_shm_off, req->out, rows_len,
                            &err);
-    rc = rc != 0 ? mlpd__hconn_reply_error(c, rs, 400, err.msg)
-                 : mlpd__hconn_answer_in_shm(c, rs, (size_t)req->rows,
-                                 (size_t)req->out_cols, req->out_dtype);
+    rc = rc != 0
+             ? mlpd__hconn_reply_error(c, rs, 400, err.msg)
+             : mlpd__hconn_answer_in_shm(c, rs, (size_t)req->rows,
+                                         (size_t)req->out_cols, req->out_dtype);
   } else {
     mlpd_oip_response_t r = {.model_name = rs->model,
                              .id = rs->has_id ? rs->id : NULL,
@@ -495,9 +495,10 @@ static void on_infer_done(void *ud, const mlpd_req_t *req, mlpd_status_t status,
     size_t jlen = 0;
     rc = mlpd_oip_encode_infer(&h->out, &r, &jlen);
     if (rc != 0)
-      rc = mlpd__hconn_reply_error(c, rs, 500,
-                       "the response does not fit the response buffer; ask "
-                       "for binary output");
+      rc = mlpd__hconn_reply_error(
+          c, rs, 500,
+          "the response does not fit the response buffer; ask "
+          "for binary output");
     else if (block != NULL && finish_in_place(c, rs, block, rows_len, jlen))
       block = NULL; /* the response's now */
     else if (rs->binary)
@@ -506,8 +507,8 @@ static void on_infer_done(void *ud, const mlpd_req_t *req, mlpd_status_t status,
       rc = finish_resp2(c, rs, 200, BINARY_TYPE, NULL, h->out.p,
                         h->out.len, req->out, rows_len, jlen);
     else
-      rc = mlpd__hconn_finish_resp(c, rs, 200, JSON_TYPE, NULL, h->out.p, h->out.len,
-                       SIZE_MAX);
+      rc = mlpd__hconn_finish_resp(c, rs, 200, JSON_TYPE, NULL, h->out.p,
+                                   h->out.len, SIZE_MAX);
   }
   mlpd_bufcache_put(cache_of(h), block);
   if (h->out.cap > 4 * OUT_INITIAL && h->out.owned) {
@@ -580,7 +581,8 @@ static int handle_infer(mlpd_hconn_t *c, hresp_t *rs,
   if (need > h->scratch_cap) {
     void *p = realloc(h->scratch, need);
     if (p == NULL)
-      return mlpd__hconn_reply_error(c, rs, 503, "out of memory for the tensor");
+      return mlpd__hconn_reply_error(c, rs, 503,
+                                     "out of memory for the tensor");
     h->scratch = p;
     h->scratch_cap = need;
   }
@@ -621,19 +623,18 @@ static int handle_infer(mlpd_hconn_t *c, hresp_t *rs,
   void *in_block = NULL;
   uint8_t *in_pinned = NULL, *out_pinned = NULL;
   mlpd_sysshm_region_t *in_reg = NULL;
-  if (in_shm &&
-      (rc = mlpd__hconn_hold_input_shm(c, rs, &inf,
-                           dbits & MLPD_REQ_DIRECT_IN ? dops : NULL, &in_reg,
-                           &in_pinned, &in_block)) != 0)
+  if (in_shm && (rc = mlpd__hconn_hold_input_shm(
+                     c, rs, &inf, dbits & MLPD_REQ_DIRECT_IN ? dops : NULL,
+                     &in_reg, &in_pinned, &in_block)) != 0)
     return rc < 0 ? rc : 0;
   if (out_shm) {
     rc = mlpd_sysshm_hold(h->cfg.sysshm, inf.out_shm.region,
                           inf.out_shm.offset, out_n * esz, 1, &rs->out_shm,
                           &err);
-    if (rc == 0 && (rc = mlpd_sysshm_pinned(
-                        rs->out_shm, inf.out_shm.offset, out_n * esz,
-                        dbits & MLPD_REQ_DIRECT_OUT ? dops : NULL,
-                        &out_pinned, &err)) > 0)
+    if (rc == 0 &&
+        (rc = mlpd_sysshm_pinned(rs->out_shm, inf.out_shm.offset, out_n * esz,
+                                 dbits & MLPD_REQ_DIRECT_OUT ? dops : NULL,
+                                 &out_pinned, &err)) > 0)
       rc = 0;
     if (rc != 0) {
       mlpd_sysshm_release(in_reg);
@@ -689,7 +690,8 @@ static int handle_infer(mlpd_hconn_t *c, hresp_t *rs,
   } else if (in_shm) {
     in.data = in_block;
     if (inf.data_bytes > BULK_BYTES)
-      return mlpd__hconn_defer_input_shm(c, rs, &in, in_reg, inf.in_shm.offset, m.index);
+      return mlpd__hconn_defer_input_shm(c, rs, &in, in_reg, inf.in_shm.offset,
+                                         m.index);
     rc = mlpd_sysshm_read(in_reg, inf.in_shm.offset, in_block,
                           inf.data_bytes, &err);
     mlpd_sysshm_release(in_reg);
@@ -705,7 +707,7 @@ static int handle_infer(mlpd_hconn_t *c, hresp_t *rs,
  * request's from here): its answer's block first, where it has one. 0, or
  * -ENOMEM. */
 int mlpd__hconn_submit_infer(mlpd_hconn_t *c, hresp_t *rs,
-                        mlpd_requests_infer_t *in) {
+                             mlpd_requests_infer_t *in) {
   mlpd_httpconn_t *h = c->srv;
   if (rs->out_room) {
     in->out_block = mlpd_bufcache_get(h->blocks, HEAD_ROOM + rs->out_bytes);
@@ -725,8 +727,8 @@ int mlpd__hconn_submit_infer(mlpd_hconn_t *c, hresp_t *rs,
     h->scratch_cap = 0;
   }
   if (rc != 0)
-    return mlpd__hconn_reply_error(c, rs, rc == MLPD_ENOENT ? 404 : http_status_of(st),
-                       msg);
+    return mlpd__hconn_reply_error(
+        c, rs, rc == MLPD_ENOENT ? 404 : http_status_of(st), msg);
   return 0;
 }
 
@@ -740,8 +742,8 @@ static int handle_health(mlpd_hconn_t *c, hresp_t *rs, int ready_probe) {
   char body[64];
   snprintf(body, sizeof(body), "{\"%s\":%s}", ready_probe ? "ready" : "live",
            ok ? "true" : "false");
-  return mlpd__hconn_finish_resp(c, rs, ok ? 200 : 503, JSON_TYPE, NULL, body, strlen(body),
-                     SIZE_MAX);
+  return mlpd__hconn_finish_resp(c, rs, ok ? 200 : 503, JSON_TYPE, NULL, body,
+                                 strlen(body), SIZE_MAX);
 }
 
 /* Repository load/unload: who may ask. 0, or an answer was queued. */
@@ -772,15 +774,17 @@ static int repo_load(mlpd_hconn_t *c, hresp_t *rs, const mlpd_oip_route_t *rt,
                      int load) {
   mlpd_err_t err = {0};
   if (rt->version[0] != '\0')
-    return mlpd__hconn_reply_error(c, rs, 400,
-                       "load and unload take a model name, not a version");
+    return mlpd__hconn_reply_error(
+        c, rs, 400, "load and unload take a model name, not a version");
   int rc = mlpd_models_request(&c->srv->board->models,
                                load ? MLPD_MODELS_LOAD : MLPD_MODELS_UNLOAD,
                                rt->model, &err);
   if (rc == 0)
-    return mlpd__hconn_finish_resp(c, rs, 200, JSON_TYPE, NULL, "{}", 2, SIZE_MAX);
+    return mlpd__hconn_finish_resp(c, rs, 200, JSON_TYPE, NULL, "{}", 2,
+                                   SIZE_MAX);
   int status = rc == MLPD_ENOENT ? 404 : rc == MLPD_EINVAL ? 400 : 503;
-  return mlpd__hconn_reply_error(c, rs, status, err.msg[0] ? err.msg : mlpd_strerror(rc));
+  return mlpd__hconn_reply_error(c, rs, status,
+                                 err.msg[0] ? err.msg : mlpd_strerror(rc));
 }
 
 /* The OIP spelling of a model's state in the repository index. */
@@ -803,7 +807,8 @@ static int repo_index(mlpd_hconn_t *c, hresp_t *rs) {
   /* Not the hot path; the table's entries are too big for the stack. */
   mlpd_models_status_t *m = malloc(INDEX_MAX * sizeof(*m));
   if (m == NULL)
-    return mlpd__hconn_reply_error(c, rs, 503, "out of memory listing the models");
+    return mlpd__hconn_reply_error(c, rs, 503,
+                                   "out of memory listing the models");
   mlpd_oip_index_entry_t e[INDEX_MAX];
   int n = mlpd_requests_models(h->reqs, m, INDEX_MAX);
   for (int i = 0; i < n; i++) {
@@ -818,7 +823,8 @@ static int repo_index(mlpd_hconn_t *c, hresp_t *rs) {
                   : m[i].state == MLPD_MODEL_UNLOADED ? "unloaded"
                                                       : NULL};
   }
-  int rc = mlpd__hconn_reply_out(c, rs, 200, mlpd_oip_repo_index(&h->out, e, (size_t)n));
+  int rc = mlpd__hconn_reply_out(c, rs, 200,
+                                 mlpd_oip_repo_index(&h->out, e, (size_t)n));
   free(m);
   return rc;
 }
@@ -875,7 +881,8 @@ static int model_stats(mlpd_hconn_t *c, hresp_t *rs,
   if (mm == NULL || (rt->model[0] == '\0' && ms == NULL)) {
     free(mm);
     free(ms);
-    return mlpd__hconn_reply_error(c, rs, 503, "out of memory gathering statistics");
+    return mlpd__hconn_reply_error(c, rs, 503,
+                                   "out of memory gathering statistics");
   }
   mlpd_oip_model_stats_t e[INDEX_MAX];
   int n = 0;
@@ -888,7 +895,8 @@ static int model_stats(mlpd_hconn_t *c, hresp_t *rs,
       if (ms[i].index < MLPD_METRICS_MAX_MODELS)
         fill_stats(&e[n++], mm, ms[i].index, ms[i].name, ms[i].version);
   }
-  int rc = mlpd__hconn_reply_out(c, rs, 200, mlpd_oip_model_stats(&h->out, e, (size_t)n));
+  int rc = mlpd__hconn_reply_out(c, rs, 200,
+                                 mlpd_oip_model_stats(&h->out, e, (size_t)n));
   free(ms);
   free(mm);
   return rc;
@@ -906,8 +914,9 @@ static int handle_oip(mlpd_hconn_t *c, hresp_t *rs,
     return handle_health(c, rs, 1);
   case MLPD_OIP_SERVER_META:
     return mlpd__hconn_reply_out(c, rs, 200,
-                     mlpd_oip_server_meta(&h->out, "mlpd", MLPD_VERSION, 0,
-                                          h->cfg.sysshm != NULL));
+                                 mlpd_oip_server_meta(&h->out, "mlpd",
+                                                      MLPD_VERSION, 0,
+                                                      h->cfg.sysshm != NULL));
   case MLPD_OIP_MODEL_META:
   case MLPD_OIP_MODEL_CONFIG:
   case MLPD_OIP_MODEL_READY: {
@@ -915,8 +924,9 @@ static int handle_oip(mlpd_hconn_t *c, hresp_t *rs,
       /* A known model that is not served is "not ready", not unknown. */
       rc = mlpd_requests_model(h->reqs, rt->model, rt->version, &m);
       if (rc == 0 || rc == MLPD_EBUSY)
-        return mlpd__hconn_reply_out(c, rs, m.ready ? 200 : 503,
-                         mlpd_oip_model_ready(&h->out, m.name, m.ready));
+        return mlpd__hconn_reply_out(
+            c, rs, m.ready ? 200 : 503,
+            mlpd_oip_model_ready(&h->out, m.name, m.ready));
     }
     if ((rc = find_model(c, rs, rt, &m)) != 0)
       return rc < 0 ? rc : 0;
@@ -929,11 +939,14 @@ static int handle_oip(mlpd_hconn_t *c, hresp_t *rs,
                            .max_batch = m.max_batch,
                            .max_delay_us = m.max_delay_us};
     if (rt->kind == MLPD_OIP_MODEL_META)
-      return mlpd__hconn_reply_out(c, rs, 200, mlpd_oip_model_meta(&h->out, &om, NULL, 0));
+      return mlpd__hconn_reply_out(c, rs, 200,
+                                   mlpd_oip_model_meta(&h->out, &om, NULL, 0));
     if (rt->kind == MLPD_OIP_MODEL_CONFIG)
-      return mlpd__hconn_reply_out(c, rs, 200, mlpd_oip_model_config(&h->out, &om));
-    return mlpd__hconn_reply_out(c, rs, m.ready ? 200 : 503,
-                     mlpd_oip_model_ready(&h->out, m.name, m.ready));
+      return mlpd__hconn_reply_out(c, rs, 200,
+                                   mlpd_oip_model_config(&h->out, &om));
+    return mlpd__hconn_reply_out(
+        c, rs, m.ready ? 200 : 503,
+        mlpd_oip_model_ready(&h->out, m.name, m.ready));
   }
   case MLPD_OIP_INFER:
     return handle_infer(c, rs, rt);
@@ -959,16 +972,16 @@ static int handle_probe(mlpd_hconn_t *c, hresp_t *rs) {
   mlpd_http_reply_t rep;
   mlpd_httpreq_route(&c->req, 1, mlpd_board_health, h->board, &rep);
   if (!rep.metrics)
-    return mlpd__hconn_finish_resp(c, rs, rep.status, rep.ctype, rep.extra, rep.body,
-                       rep.body_len, SIZE_MAX);
+    return mlpd__hconn_finish_resp(c, rs, rep.status, rep.ctype, rep.extra,
+                                   rep.body, rep.body_len, SIZE_MAX);
   size_t need = 0;
   int rc = mlpd_metrics_render_into(mlpd_board_render, h->board, &h->mbuf,
                                     &h->mcap, &need);
   if (rc != 0)
     return mlpd__hconn_finish_resp(c, rs, 500, MLPD_HTTP_TEXT, NULL,
-                       "cannot render metrics\n", 22, SIZE_MAX);
-  return mlpd__hconn_finish_resp(c, rs, 200, MLPD_HTTP_METRICS_TYPE, NULL, h->mbuf, need,
-                     SIZE_MAX);
+                                   "cannot render metrics\n", 22, SIZE_MAX);
+  return mlpd__hconn_finish_resp(c, rs, 200, MLPD_HTTP_METRICS_TYPE, NULL,
+                                 h->mbuf, need, SIZE_MAX);
 }
 
 /* Routes the request being parsed, once: from its headers on (a request

@@ -44,8 +44,8 @@ struct hresp_s {
   void *infer; /* the request in flight (requests.h), or NULL */
   /* What an inference answer needs. */
   int binary;
-  int out_room; /* its rows go to the block the request hands back, at
-                   HEAD_ROOM */
+  int out_room;     /* its rows go to the block the request hands back, at
+                       HEAD_ROOM */
   size_t out_bytes; /* those rows' bytes */
   int has_id;
   mlpd_dtype_t dtype;

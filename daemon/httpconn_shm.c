@@ -36,10 +36,10 @@ void mlpd__hconn_unpin_region(const void *range) {
  * which the request then owns as it owns a binary body's. 0, 1 (an answer
  * was queued) or -ENOMEM. */
 int mlpd__hconn_hold_input_shm(mlpd_hconn_t *c, hresp_t *rs,
-                          const mlpd_oip_infer_t *inf,
-                          const mlpd_engine_ops_t *dops,
-                          mlpd_sysshm_region_t **reg, uint8_t **pinned,
-                          void **block) {
+                               const mlpd_oip_infer_t *inf,
+                               const mlpd_engine_ops_t *dops,
+                               mlpd_sysshm_region_t **reg, uint8_t **pinned,
+                               void **block) {
   mlpd_httpconn_t *h = c->srv;
   mlpd_err_t err = {0};
   *reg = NULL;
@@ -69,12 +69,14 @@ int mlpd__hconn_hold_input_shm(mlpd_hconn_t *c, hresp_t *rs,
   if (*block == NULL) {
     mlpd_sysshm_release(*reg);
     *reg = NULL;
-    return queued(mlpd__hconn_reply_error(c, rs, 503, "out of memory for the tensor"));
+    return queued(
+        mlpd__hconn_reply_error(c, rs, 503, "out of memory for the tensor"));
   }
   return 0;
 }
 
-/* ---- shared memory copied in steps ---------------------------------------- */
+/* ---- shared memory copied in steps ----------------------------------------
+ */
 
 /* An input in a region larger than one read of the socket is read as a
  * large body's rest is, and an output larger than that written as a
@@ -193,9 +195,9 @@ static int shm_copy_queue(mlpd_hconn_t *c, shm_copy_t *p) {
 /* The input of `in` (its block, held in `reg`) read in steps; `in`'s
  * strings are copied. 0, or -ENOMEM. */
 int mlpd__hconn_defer_input_shm(mlpd_hconn_t *c, hresp_t *rs,
-                           const mlpd_requests_infer_t *in,
-                           mlpd_sysshm_region_t *reg, uint64_t off,
-                           int model) {
+                                const mlpd_requests_infer_t *in,
+                                mlpd_sysshm_region_t *reg, uint64_t off,
+                                int model) {
   mlpd_httpconn_t *h = c->srv;
   shm_copy_t *p = mlpd_bufcache_get(h->blocks, sizeof(*p));
   if (p == NULL) {
@@ -225,13 +227,14 @@ int mlpd__hconn_defer_input_shm(mlpd_hconn_t *c, hresp_t *rs,
 /* The answer's rows (at req->out, in `block`, now the copy's) written to
  * the output's region in steps. 0, or -ENOMEM. */
 int mlpd__hconn_defer_output_shm(mlpd_hconn_t *c, hresp_t *rs,
-                            const mlpd_req_t *req, void *block,
-                            size_t rows_len) {
+                                 const mlpd_req_t *req, void *block,
+                                 size_t rows_len) {
   mlpd_httpconn_t *h = c->srv;
   shm_copy_t *p = mlpd_bufcache_get(h->blocks, sizeof(*p));
   if (p == NULL) {
     mlpd_bufcache_put(h->blocks, block);
-    return mlpd__hconn_reply_error(c, rs, 503, "out of memory writing the answer");
+    return mlpd__hconn_reply_error(c, rs, 503,
+                                   "out of memory writing the answer");
   }
   *p = (shm_copy_t){.rs = rs,
                     .write = 1,
@@ -256,7 +259,8 @@ static int shm_status(mlpd_hconn_t *c, hresp_t *rs, const char *region) {
   size_t n = 0;
   int rc;
   if (info == NULL || e == NULL)
-    rc = mlpd__hconn_reply_error(c, rs, 503, "out of memory listing the regions");
+    rc = mlpd__hconn_reply_error(c, rs, 503,
+                                 "out of memory listing the regions");
   else if (mlpd_sysshm_list(h->cfg.sysshm, region, info,
                             MLPD_SYSSHM_REGIONS_MAX, &n, &err) != 0)
     rc = mlpd__hconn_reply_error(c, rs, 404, err.msg);
@@ -275,7 +279,7 @@ static int shm_status(mlpd_hconn_t *c, hresp_t *rs, const char *region) {
 
 /* GET .../status, POST .../register and .../unregister. */
 int mlpd__hconn_handle_shm(mlpd_hconn_t *c, hresp_t *rs,
-                      const mlpd_oip_route_t *rt) {
+                           const mlpd_oip_route_t *rt) {
   mlpd_httpconn_t *h = c->srv;
   int rc;
   if (mlpd__hconn_shm_refused(c, rs, &rc))
@@ -301,8 +305,8 @@ int mlpd__hconn_handle_shm(mlpd_hconn_t *c, hresp_t *rs,
       rc = 0;
   }
   if (rc == 0)
-    return mlpd__hconn_finish_resp(c, rs, 200, JSON_TYPE, NULL, "{}", 2, SIZE_MAX);
+    return mlpd__hconn_finish_resp(c, rs, 200, JSON_TYPE, NULL, "{}", 2,
+                                   SIZE_MAX);
   return mlpd__hconn_reply_error(c, rs, mlpd_oip_http_status(rc),
-                     err.msg[0] ? err.msg : mlpd_strerror(rc));
+                                 err.msg[0] ? err.msg : mlpd_strerror(rc));
 }
-

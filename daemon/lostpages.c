@@ -35,8 +35,7 @@ static void on_sigbus(int sig, siginfo_t *si, void *uc) {
   }
   if ((previous.sa_flags & SA_SIGINFO) && previous.sa_sigaction != NULL) {
     previous.sa_sigaction(sig, si, uc);
-  } else if (previous.sa_handler != SIG_DFL &&
-             previous.sa_handler != SIG_IGN) {
+  } else if (previous.sa_handler != SIG_DFL && previous.sa_handler != SIG_IGN) {
     previous.sa_handler(sig);
   } else {
     /* Returning retries the access, which now kills as it would have. */

@@ -37,7 +37,7 @@ typedef struct {
   void *ext_out_block;         /* owned until taken: its answer's rows */
   size_t win_bytes; /* counted in its connection's window */
   int ext_shm;      /* its rows are in shared memory (metrics) */
-  const void *ext_pinned[2];         /* references owned: in, out */
+  const void *ext_pinned[2]; /* references owned: in, out */
   void (*ext_unpin)(const void *range);
 } dreq_t;
 
@@ -1102,8 +1102,7 @@ static void ext_direct(mlpd_requests_t *r, dreq_t *d,
   }
 }
 
-const mlpd_engine_ops_t *mlpd_requests_direct_ops(mlpd_requests_t *r,
-                                                  int index,
+const mlpd_engine_ops_t *mlpd_requests_direct_ops(mlpd_requests_t *r, int index,
                                                   mlpd_dtype_t in_dtype,
                                                   mlpd_dtype_t out_dtype,
                                                   int *bits) {
@@ -1111,8 +1110,7 @@ const mlpd_engine_ops_t *mlpd_requests_direct_ops(mlpd_requests_t *r,
   mlpd_pool_t *p = mlpd_scheduler_pool(r->sched, index);
   const mlpd_engine_ops_t *ops = p != NULL ? mlpd_pool_direct_ops(p) : NULL;
   if (ops != NULL)
-    *bits = mlpd_batcher_direct_dtypes(mlpd_pool_shape(p), in_dtype,
-                                       out_dtype);
+    *bits = mlpd_batcher_direct_dtypes(mlpd_pool_shape(p), in_dtype, out_dtype);
   return *bits != 0 ? ops : NULL;
 }
 
@@ -1127,8 +1125,9 @@ static int pinned_direct(dreq_t *d, const mlpd_requests_infer_t *in,
     return 0;
   if ((mlpd_batcher_direct_dtypes(sh, in->in_dtype, in->out_dtype) & want) !=
       want) {
-    snprintf(msg, cap, "the model's engines cannot move these rows by DMA "
-                       "alone now; retry");
+    snprintf(msg, cap,
+             "the model's engines cannot move these rows by DMA "
+             "alone now; retry");
     return MLPD_EBUSY;
   }
   d->r.direct |= want;

@@ -197,7 +197,7 @@ typedef struct mlpd_requests_infer_s {
    * last batch may still be on the device). */
   const void *in_pinned, *out_pinned;
   void (*unpin)(const void *range);
-  int shm;              /* a shared memory transport's rows (metrics) */
+  int shm; /* a shared memory transport's rows (metrics) */
   uint64_t arrival_ns;
   uint64_t deadline_ns; /* 0 = none */
   int uid_slot;         /* metrics label, -1 = none */
@@ -210,8 +210,7 @@ typedef struct mlpd_requests_infer_s {
  * and, in *bits, the MLPD_REQ_DIRECT_* halves that rows in these dtypes
  * move by DMA alone (mlpd_batcher_direct_dtypes); NULL, *bits 0, when its
  * engines take no direct segments or it has none now. */
-const mlpd_engine_ops_t *mlpd_requests_direct_ops(mlpd_requests_t *r,
-                                                  int index,
+const mlpd_engine_ops_t *mlpd_requests_direct_ops(mlpd_requests_t *r, int index,
                                                   mlpd_dtype_t in_dtype,
                                                   mlpd_dtype_t out_dtype,
                                                   int *bits);

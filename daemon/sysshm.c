@@ -26,14 +26,14 @@ struct mlpd_sysshm_region_s {
   atomic_int refs;            /* the table's (while registered) + holders' */
   mlpd_sysshm_region_t *next; /* the table's list, while registered */
   mlpd_sysshm_t *t;
-  atomic_int pin;             /* PIN_*; PINNED publishes the fields below */
+  atomic_int pin;               /* PIN_*; PINNED publishes the fields below */
   const mlpd_engine_ops_t *ops; /* the kind it is (to be) pinned for */
-  uint8_t *map;               /* the pinned mapping, set by the pin thread */
+  uint8_t *map;                 /* the pinned mapping, set by the pin thread */
   size_t map_len;
-  uint64_t map_at;            /* the object's offset of map[0] */
-  int watch;                  /* its lostpages.h slot, while mapped */
+  uint64_t map_at;                /* the object's offset of map[0] */
+  int watch;                      /* its lostpages.h slot, while mapped */
   mlpd_sysshm_region_t *job_next; /* the pin thread's queue */
-  int job_unpin;              /* queued to be undone and freed */
+  int job_unpin;                  /* queued to be undone and freed */
 };
 
 struct mlpd_sysshm_s {
@@ -42,10 +42,10 @@ struct mlpd_sysshm_s {
   int count, max;
   char dir[PATH_MAX - MLPD_SYSSHM_KEY_MAX];
   /* Zero copy: the pin thread, started by the first region to pin. */
-  uint64_t max_pinned;           /* 0: no pinning */
-  atomic_uint_fast64_t *mapped;  /* pinned bytes, with the native ones */
+  uint64_t max_pinned;          /* 0: no pinning */
+  atomic_uint_fast64_t *mapped; /* pinned bytes, with the native ones */
   atomic_uint_fast64_t own_mapped;
-  pthread_mutex_t jlock;         /* the queue, started, stopping */
+  pthread_mutex_t jlock; /* the queue, started, stopping */
   pthread_cond_t jcond;
   mlpd_sysshm_region_t *jhead, *jtail;
   pthread_t thread;

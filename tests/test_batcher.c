@@ -711,14 +711,17 @@ static void test_slot_dtypes_and_padding(void **state) {
 /* Engines that take direct segments, f32 and bf16 rows both ways, bf16
  * compute, padded rows. */
 static mlpd_batcher_shape_t direct_shape(int stride, int ostride, int maxb) {
-  return (mlpd_batcher_shape_t){
-      .in_features = IN, .out_features = OUT, .in_stride = stride,
-      .out_stride = ostride, .max_batch = maxb,
-      .in_dtypes = MLPD_DTYPE_BIT(MLPD_DTYPE_F32) |
-                   MLPD_DTYPE_BIT(MLPD_DTYPE_BF16),
-      .out_dtypes = MLPD_DTYPE_BIT(MLPD_DTYPE_F32) |
-                    MLPD_DTYPE_BIT(MLPD_DTYPE_BF16),
-      .compute_dtype = MLPD_DTYPE_BF16, .direct_io = 1};
+  return (mlpd_batcher_shape_t){.in_features = IN,
+                                .out_features = OUT,
+                                .in_stride = stride,
+                                .out_stride = ostride,
+                                .max_batch = maxb,
+                                .in_dtypes = MLPD_DTYPE_BIT(MLPD_DTYPE_F32) |
+                                             MLPD_DTYPE_BIT(MLPD_DTYPE_BF16),
+                                .out_dtypes = MLPD_DTYPE_BIT(MLPD_DTYPE_F32) |
+                                              MLPD_DTYPE_BIT(MLPD_DTYPE_BF16),
+                                .compute_dtype = MLPD_DTYPE_BF16,
+                                .direct_io = 1};
 }
 
 /* Zero copy (batcher.h): with an engine that takes direct segments, rows
@@ -864,23 +867,22 @@ static void test_direct_only(void **state) {
   mlpd_batcher_shape_t nodirect = sh;
   nodirect.direct_io = 0;
   assert_int_equal(
-      mlpd_batcher_direct_dtypes(&nodirect, MLPD_DTYPE_F32, MLPD_DTYPE_F32),
-      0);
+      mlpd_batcher_direct_dtypes(&nodirect, MLPD_DTYPE_F32, MLPD_DTYPE_F32), 0);
 
   void *in[2], *out[2];
   for (int s = 0; s < 2; s++) {
     in[s] = calloc(1, mlpd_batcher_in_bytes(&sh));
     out[s] = calloc(1, mlpd_batcher_out_bytes(&sh));
   }
-  mlpd_batcher_config_t bc = {.max_delay_ns = 0, .max_queue = 64,
-                              .nslots = 2, .max_attempts = 1};
+  mlpd_batcher_config_t bc = {
+      .max_delay_ns = 0, .max_queue = 64, .nslots = 2, .max_attempts = 1};
   fx_t f = {0};
   mlpd_err_t err = {0};
   assert_int_equal(
       mlpd_batcher_init(&f.b, &sh, &bc, in, out, on_done, &f, &err), 0);
   long page = sysconf(_SC_PAGESIZE);
-  uint8_t *guard = mmap(NULL, (size_t)page, PROT_NONE,
-                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  uint8_t *guard =
+      mmap(NULL, (size_t)page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   assert_true(guard != MAP_FAILED);
   mlpd_req_t *a = req_new(1, 2, 0, 0), *z = req_new(2, 3, 0, 0),
              *c = req_new(3, 1, 0, 0);

@@ -8,11 +8,11 @@
  * Each scenario runs in a child process of its own (this program run
  * again with the scenario's name), outside cmocka, which installs a SIGBUS
  * handler of its own around every test. */
+#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <cmocka.h>
 
 #include "lostpages.h"
 
@@ -47,12 +47,12 @@ static uint8_t *mapped_file(int pages, int *fd) {
 
 /* The scenarios: exit 0 when everything held; a failed check exits with
  * its line's number below 256, or the process dies of the access. */
-#define CHECK(c)                                                           \
-  do {                                                                     \
-    if (!(c)) {                                                            \
-      fprintf(stderr, "line %d: %s\n", __LINE__, #c);                      \
-      _exit(1);                                                            \
-    }                                                                      \
+#define CHECK(c)                                                               \
+  do {                                                                         \
+    if (!(c)) {                                                                \
+      fprintf(stderr, "line %d: %s\n", __LINE__, #c);                          \
+      _exit(1);                                                                \
+    }                                                                          \
   } while (0)
 
 static int zeros(void) {

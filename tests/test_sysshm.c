@@ -337,9 +337,9 @@ static void pin_unregister(void *base) {
   pthread_mutex_unlock(&pins.mu);
 }
 
-static const mlpd_engine_ops_t pin_ops = {
-    .name = "test", .host_register = pin_register,
-    .host_unregister = pin_unregister};
+static const mlpd_engine_ops_t pin_ops = {.name = "test",
+                                          .host_register = pin_register,
+                                          .host_unregister = pin_unregister};
 
 static void pins_reset(int refuse) {
   pthread_mutex_lock(&pins.mu);

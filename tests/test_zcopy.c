@@ -28,6 +28,7 @@
 #include "rowsfile.h"
 #include "testutil.h"
 
+#include <fcntl.h>
 #include <math.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -37,10 +38,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -89,8 +89,7 @@ static void spawn_ex(td_daemon_t *d, const char *delay_ms, int refuse_register,
   const char *args[18] = {"--io-arena-bytes",
                           arena != NULL ? arena : "64M",
                           "--device",
-                          g.real || g.one_device ? "cuda:0"
-                                                 : "cuda:0,cuda:1",
+                          g.real || g.one_device ? "cuda:0" : "cuda:0,cuda:1",
                           "--max-batch",
                           "64",
                           "--max-delay-us",
@@ -1215,8 +1214,8 @@ static void test_http_system_shm(void **state) {
   assert_int_equal(pwrite(fd, x, in_b, 0), (ssize_t)in_b);
   mlpd_client_t *nc = tc_connect(d.sock, TIMEOUT);
   size_t nwant;
-  void *want = tc_inline_answer(nc, x, MLPD_DTYPE_F32, N, IN,
-                                MLPD_DTYPE_F32, &nwant);
+  void *want =
+      tc_inline_answer(nc, x, MLPD_DTYPE_F32, N, IN, MLPD_DTYPE_F32, &nwant);
   assert_int_equal(nwant, out_b);
   void *xb = rows_as(0, N, MLPD_DTYPE_BF16);
   size_t nwant_bf;
@@ -1228,8 +1227,7 @@ static void test_http_system_shm(void **state) {
   th_open(&c, g.http);
   th_resp_t r;
   char body[300];
-  snprintf(body, sizeof(body), "{\"key\":\"%s\",\"byte_size\":%zu}", key,
-           size);
+  snprintf(body, sizeof(body), "{\"key\":\"%s\",\"byte_size\":%zu}", key, size);
   if (http_call(&c, "POST", "/v2/systemsharedmemory/region/zc/register", body,
                 &r) != 200)
     fail_msg("register: %d %s", r.status, r.body);
@@ -1240,9 +1238,9 @@ static void test_http_system_shm(void **state) {
   uint64_t t0 = now_ms();
   for (;;) {
     double before = metric(&d, DIRECT);
-    assert_int_equal(pwrite(fd, (const uint8_t[4]){0xA5, 0xA5, 0xA5, 0xA5},
-                            4, (off_t)in_b),
-                     4);
+    assert_int_equal(
+        pwrite(fd, (const uint8_t[4]){0xA5, 0xA5, 0xA5, 0xA5}, 4, (off_t)in_b),
+        4);
     if (http_call(&c, "POST", "/v2/models/digits/infer", req, &r) != 200)
       fail_msg("infer: %d %s", r.status, r.body);
     th_resp_free(&r);
@@ -1272,8 +1270,8 @@ static void test_http_system_shm(void **state) {
     /* Truncated under a pipeline of requests admitted while it was whole
      * (the daemon frozen while they are sent, so that one read admits
      * them all), most of them still queued on the fake: answered 200 or
-     * 400, the daemon serving on. On the fake, whose batches read and write their
-     * rows with the CPU as the CUDA driver does small copies, the lost
+     * 400, the daemon serving on. On the fake, whose batches read and write
+     * their rows with the CPU as the CUDA driver does small copies, the lost
      * pages read as zeros (lostpages.h) and the log says so. */
     enum { PIPE = 64 };
     td_freeze(&d, 1);
@@ -1283,8 +1281,7 @@ static void test_http_system_shm(void **state) {
     /* The fake's 20 ms batches keep most of it queued; a GPU may have
      * answered it all by now (then this checks less, not wrongly). */
     for (t0 = now_ms();
-         !g.real && metric(&d, "mlpd_queue_rows") < (PIPE / 2) * N;
-         usleep(200))
+         !g.real && metric(&d, "mlpd_queue_rows") < (PIPE / 2) * N; usleep(200))
       if (now_ms() - t0 > TIMEOUT)
         fail_msg("the pipeline was never queued");
     assert_int_equal(ftruncate(fd, 0), 0);
@@ -1307,8 +1304,8 @@ static void test_http_system_shm(void **state) {
         fail_msg("answer %d: %d %s", k, r.status, r.body);
       th_resp_free(&r);
     }
-    print_message("truncated under a pipeline: %d answered 200, %d 400\n",
-                  ok, shrank);
+    print_message("truncated under a pipeline: %d answered 200, %d 400\n", ok,
+                  shrank);
     if (!g.real)
       assert_true(ok >= PIPE / 2);
     assert_int_equal(ftruncate(fd, (off_t)size), 0);
@@ -1324,10 +1321,10 @@ static void test_http_system_shm(void **state) {
   assert_int_equal(pwrite(fd, x, in_b, 0), (ssize_t)in_b);
   sysshm_infer(&d, &c, req, fd, in_b, want, out_b, N, 0);
   /* Unregistered: the pinning is undone (the mapped bytes go back). */
-  assert_int_equal(
-      http_call(&c, "POST", "/v2/systemsharedmemory/region/zc/unregister",
-                "", &r),
-      200);
+  assert_int_equal(http_call(&c, "POST",
+                             "/v2/systemsharedmemory/region/zc/unregister", "",
+                             &r),
+                   200);
   th_resp_free(&r);
   for (t0 = now_ms();
        metric(&d, "mlpd_shm_mapped_bytes") != 0 && now_ms() - t0 < TIMEOUT;)
