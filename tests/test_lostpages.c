@@ -8,11 +8,11 @@
  * Each scenario runs in a child process of its own (this program run
  * again with the scenario's name), outside cmocka, which installs a SIGBUS
  * handler of its own around every test. */
-#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <cmocka.h>
 
 #include "lostpages.h"
 
