@@ -4,8 +4,10 @@
  * calls in the other.
  *
  * httpconn.c owns connections, the in-order response queue, parsing and
- * the routes; httpconn_shm.c holds Triton's system shared memory routes
- * and the copies to and from regions made in steps in the bulk phase.
+ * infer; httpconn_routes.c answers the routes that read the daemon's state
+ * (health, metadata, statistics, the repository); httpconn_shm.c holds
+ * Triton's system shared memory routes and the copies to and from regions
+ * made in steps in the bulk phase.
  * Everything here runs on the listener's I/O thread. Nothing outside
  * these two files includes it. */
 #ifndef MLPD_HTTPCONN_PRIV_H
@@ -126,6 +128,18 @@ int mlpd__hconn_submit_infer(mlpd_hconn_t *c, hresp_t *rs,
 int mlpd__hconn_leave_for_bulk(mlpd_hconn_t *c, unsigned what);
 void mlpd__hconn_close(mlpd_hconn_t *c);
 void mlpd__hconn_flush(mlpd_hconn_t *c);
+/* The route's model (*m), or an answer queued (404, 503): 0, 1 or
+ * -ENOMEM. */
+int mlpd__hconn_find_model(mlpd_hconn_t *c, hresp_t *rs,
+                           const mlpd_oip_route_t *rt,
+                           mlpd_requests_model_t *m);
+
+/* ---- httpconn_routes.c ------------------------------------------------- */
+
+/* Every v2 route but infer and system shared memory: health, metadata,
+ * readiness, statistics, the repository (404 for anything else). */
+int mlpd__hconn_handle_meta(mlpd_hconn_t *c, hresp_t *rs,
+                            const mlpd_oip_route_t *rt);
 
 /* ---- httpconn_shm.c ---------------------------------------------------- */
 
