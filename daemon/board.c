@@ -2,6 +2,7 @@
 /* board.c - see board.h. */
 #include "board.h"
 
+#include "lostpages.h"
 #include "procmetrics.h"
 
 #include <stdio.h>
@@ -152,6 +153,7 @@ mlpd_metrics_t *mlpd_board_merge(mlpd_board_t *b) {
                          sizeof(m->uid_names[u]));
   m->ready = mlpd_board_state(b) == MLPD_STATE_READY;
   m->shm_mapped_bytes = atomic_load(&b->shm_mapped);
+  m->shm_lost_pages = mlpd_lostpages_total();
   m->queue_max_rows = (uint64_t)mlpd_board_max_queue(b);
   m->queue_peak_rows = (uint64_t)atomic_load(&b->queued_peak);
   m->extra = mlpd_procmetrics_render; /* process_*: client_golang's names */

@@ -14,6 +14,7 @@ static struct {
   atomic_uint_fast64_t lost;
 } slots[MLPD_LOSTPAGES_SLOTS];
 
+static atomic_uint_fast64_t total;
 static uintptr_t page_size;
 static struct sigaction previous;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -31,6 +32,7 @@ static void on_sigbus(int sig, siginfo_t *si, void *uc) {
              MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) == MAP_FAILED)
       break;
     atomic_fetch_add(&slots[i].lost, 1);
+    atomic_fetch_add(&total, 1);
     return; /* the access is retried, on zeros */
   }
   if ((previous.sa_flags & SA_SIGINFO) && previous.sa_sigaction != NULL) {
@@ -70,6 +72,8 @@ int mlpd_lostpages_watch(void *base, size_t len) {
   }
   return -1;
 }
+
+uint64_t mlpd_lostpages_total(void) { return atomic_load(&total); }
 
 uint64_t mlpd_lostpages_unwatch(int s) {
   atomic_store(&slots[s].start, 0);

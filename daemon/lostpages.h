@@ -42,4 +42,8 @@ int mlpd_lostpages_watch(void *base, size_t len) MLPD_MUST_CHECK;
  * by zero pages in it. */
 uint64_t mlpd_lostpages_unwatch(int s);
 
+/* Lost pages replaced by zero pages since the process started, in every
+ * slot (mlpd_shm_lost_pages_total). Any thread. */
+uint64_t mlpd_lostpages_total(void);
+
 #endif

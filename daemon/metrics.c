@@ -714,6 +714,10 @@ size_t mlpd_metrics_render(const mlpd_metrics_t *m, char *buf, size_t cap) {
              m->shm_mapped_bytes);
   scalar_u64(&w, "mlpd_shm_regions", "gauge",
              "Shared-memory regions registered.", m->shm_regions);
+  scalar_u64(&w, "mlpd_shm_lost_pages_total", "counter",
+             "Pages of pinned system shared memory objects touched after "
+             "the object shrank under the daemon; they read as zeros.",
+             m->shm_lost_pages);
   rows_by_path(&w, "mlpd_shm_rows_total",
                "Rows of answered shared-memory requests, moved between the "
                "region and the device directly (zero copy) or copied "

@@ -52,6 +52,9 @@
  *                                     out, "inline" (in frames) or "shm"
  *   shm_mapped_bytes                  gauge, bytes of client regions mapped
  *   shm_regions                       gauge, regions registered
+ *   shm_lost_pages_total              counter, pages of pinned system
+ *                                     shared memory objects touched after
+ *                                     the object shrank (read as zeros)
  *   shm_rows_total{path}              counter, rows of answered shared-
  *                                     memory requests: "direct" (moved
  *                                     between the region and the device,
@@ -150,6 +153,7 @@ typedef struct mlpd_metrics_s {
   uint64_t shm_rows_direct, shm_rows_copied;
   uint64_t inline_rows_direct, inline_rows_copied; /* native frames */
   uint64_t shm_mapped_bytes;
+  uint64_t shm_lost_pages; /* lostpages.h, process-wide */
   uint64_t shm_regions;
   uint64_t batches_retried;
   uint64_t refused[MLPD_REFUSED_REASONS]; /* infer refused, by reason */

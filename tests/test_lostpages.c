@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* test_lostpages.c - mappings whose file shrinks under them
  * (daemon/lostpages.h): a watched mapping's lost pages read as zeros and
- * take writes, each page counted once, while the pages the file kept keep
- * their bytes; a mapping no longer watched still dies of SIGBUS, as does
- * one never watched; every slot taken refuses the next.
+ * take writes, each page counted once (and in the process's total), while
+ * the pages the file kept keep their bytes; a mapping no longer watched
+ * still dies of SIGBUS, as does one never watched; every slot taken
+ * refuses the next.
  *
  * Each scenario runs in a child process of its own (this program run
  * again with the scenario's name), outside cmocka, which installs a SIGBUS
@@ -67,6 +68,7 @@ static int zeros(void) {
   m[3 * page + 1] = 9;     /* a write lands in the zero page */
   CHECK(m[3 * page + 1] == 9);
   CHECK(mlpd_lostpages_unwatch(s) == 2);
+  CHECK(mlpd_lostpages_total() == 2);
   return 0;
 }
 
