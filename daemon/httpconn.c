@@ -629,22 +629,13 @@ static int handle_infer(mlpd_hconn_t *c, hresp_t *rs,
                      &in_reg, &in_pinned, &in_block)) != 0)
     return rc < 0 ? rc : 0;
   if (out_shm) {
-    rc = mlpd_sysshm_hold(h->cfg.sysshm, inf.out_shm.region,
-                          inf.out_shm.offset, out_n * esz, 1, &rs->out_shm,
-                          &err);
-    if (rc == 0 &&
-        (rc = mlpd_sysshm_pinned(rs->out_shm, inf.out_shm.offset, out_n * esz,
-                                 dbits & MLPD_REQ_DIRECT_OUT ? dops : NULL,
-                                 &out_pinned, &err)) > 0)
-      rc = 0;
-    if (rc != 0) {
+    if (mlpd__hconn_hold_output_shm(c, rs, &inf, out_n * esz,
+                                    dbits & MLPD_REQ_DIRECT_OUT ? dops : NULL,
+                                    &out_pinned, &err) != 0) {
       mlpd_sysshm_release(in_reg);
       mlpd_bufcache_put(h->blocks, in_block);
       return mlpd__hconn_reply_error(c, rs, 400, err.msg);
     }
-    rs->out_shm_off = inf.out_shm.offset;
-    snprintf(rs->shm_region, sizeof(rs->shm_region), "%s",
-             inf.out_shm.region);
     out_bytes = out_n * esz; /* into a block of its own, as binary */
   }
   rs->binary = inf.binary_output;
@@ -688,18 +679,10 @@ static int handle_infer(mlpd_hconn_t *c, hresp_t *rs,
   if (in_pinned != NULL) {
     in.data = in_pinned;
     in.in_pinned = in_reg;
-  } else if (in_shm) {
-    in.data = in_block;
-    if (inf.data_bytes > BULK_BYTES)
-      return mlpd__hconn_defer_input_shm(c, rs, &in, in_reg, inf.in_shm.offset,
-                                         m.index);
-    rc = mlpd_sysshm_read(in_reg, inf.in_shm.offset, in_block,
-                          inf.data_bytes, &err);
-    mlpd_sysshm_release(in_reg);
-    if (rc != 0) {
-      mlpd_bufcache_put(h->blocks, in_block);
-      return mlpd__hconn_reply_error(c, rs, 400, err.msg);
-    }
+  } else if (in_shm &&
+             (rc = mlpd__hconn_read_input_shm(
+                  c, rs, &in, in_reg, inf.in_shm.offset, m.index)) != 0) {
+    return rc < 0 ? rc : 0;
   }
   return mlpd__hconn_submit_infer(c, rs, &in);
 }

@@ -156,6 +156,21 @@ int mlpd__hconn_hold_input_shm(mlpd_hconn_t *c, hresp_t *rs,
                                const mlpd_engine_ops_t *dops,
                                mlpd_sysshm_region_t **reg, uint8_t **pinned,
                                void **block);
+/* An infer output of `bytes` in a region: held in rs->out_shm (its offset
+ * and name noted for the answer), and pinned (*pinned: the rows come back
+ * by DMA) where dops allows. 0, or MLPD_EINVAL with err (nothing held). */
+int mlpd__hconn_hold_output_shm(mlpd_hconn_t *c, hresp_t *rs,
+                                const mlpd_oip_infer_t *inf, size_t bytes,
+                                const mlpd_engine_ops_t *dops, uint8_t **pinned,
+                                mlpd_err_t *err);
+/* A held input not pinned: its rows read into in->in_block (reg given
+ * back), now (0: the caller admits it) or in steps in the bulk phase (1,
+ * admitted once in); 1 with a 400 queued when the object shrank, or
+ * -ENOMEM. */
+int mlpd__hconn_read_input_shm(mlpd_hconn_t *c, hresp_t *rs,
+                               mlpd_requests_infer_t *in,
+                               mlpd_sysshm_region_t *reg, uint64_t off,
+                               int model);
 /* mlpd_requests_infer_t's unpin for a pinned region's hold. */
 void mlpd__hconn_unpin_region(const void *range);
 /* Copies larger than BULK_BYTES, in steps in the bulk phase: an input

@@ -75,6 +75,27 @@ int mlpd__hconn_hold_input_shm(mlpd_hconn_t *c, hresp_t *rs,
   return 0;
 }
 
+/* An infer output of `bytes` in a region: held in rs->out_shm, and pinned
+ * (*pinned) where dops allows. 0, or MLPD_EINVAL with err (nothing held). */
+int mlpd__hconn_hold_output_shm(mlpd_hconn_t *c, hresp_t *rs,
+                                const mlpd_oip_infer_t *inf, size_t bytes,
+                                const mlpd_engine_ops_t *dops, uint8_t **pinned,
+                                mlpd_err_t *err) {
+  *pinned = NULL;
+  if (mlpd_sysshm_hold(c->srv->cfg.sysshm, inf->out_shm.region,
+                       inf->out_shm.offset, bytes, 1, &rs->out_shm, err) != 0)
+    return MLPD_EINVAL;
+  if (mlpd_sysshm_pinned(rs->out_shm, inf->out_shm.offset, bytes, dops, pinned,
+                         err) < 0) {
+    mlpd_sysshm_release(rs->out_shm);
+    rs->out_shm = NULL;
+    return MLPD_EINVAL;
+  }
+  rs->out_shm_off = inf->out_shm.offset;
+  snprintf(rs->shm_region, sizeof(rs->shm_region), "%s", inf->out_shm.region);
+  return 0;
+}
+
 /* ---- shared memory copied in steps ----------------------------------------
  */
 
@@ -222,6 +243,24 @@ int mlpd__hconn_defer_input_shm(mlpd_hconn_t *c, hresp_t *rs,
   p->in.model = p->model;
   p->in.version = p->version;
   return shm_copy_queue(c, p);
+}
+
+int mlpd__hconn_read_input_shm(mlpd_hconn_t *c, hresp_t *rs,
+                               mlpd_requests_infer_t *in,
+                               mlpd_sysshm_region_t *reg, uint64_t off,
+                               int model) {
+  in->data = in->in_block;
+  if (in->data_len > BULK_BYTES) {
+    int rc = mlpd__hconn_defer_input_shm(c, rs, in, reg, off, model);
+    return rc < 0 ? rc : 1;
+  }
+  mlpd_err_t err = {0};
+  int rc = mlpd_sysshm_read(reg, off, in->in_block, in->data_len, &err);
+  mlpd_sysshm_release(reg);
+  if (rc == 0)
+    return 0;
+  mlpd_bufcache_put(c->srv->blocks, in->in_block);
+  return queued(mlpd__hconn_reply_error(c, rs, 400, err.msg));
 }
 
 /* The answer's rows (at req->out, in `block`, now the copy's) written to
