@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -971,12 +972,23 @@ static void on_tick(uv_timer_t *t) {
 
 /* ---- run ------------------------------------------------------------------------ */
 
+/* By default half the cores the daemon may run on (its affinity: a
+ * cpuset, CPUAffinity=, a container's pinned CPUs), at most 8 (Triton's
+ * HTTP threads): inline rows are bound by the sockets' kernel copies,
+ * which only more threads spread, and clients on the same host need the
+ * other half. On a 16-core H100 host 8 threads carried 22-32% more inline
+ * f32 rows than 4, the lone request's p50 and the shared-memory loads
+ * unchanged (bench/io-ab.sh, bench/RESULTS.md 2026-12-07). */
 static int io_threads(const mlpd_config_t *c) {
   if (c->io_threads > 0)
     return c->io_threads < MLPD_MAX_IO_THREADS ? c->io_threads
                                                : MLPD_MAX_IO_THREADS;
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  return cores >= 16 ? 4 : cores >= 8 ? 2 : 1;
+  cpu_set_t set;
+  long cores = sched_getaffinity(0, sizeof(set), &set) == 0
+                   ? CPU_COUNT(&set)
+                   : sysconf(_SC_NPROCESSORS_ONLN);
+  long half = cores / 2;
+  return half < 1 ? 1 : half > 8 ? 8 : (int)half;
 }
 
 /* The kernel caps SO_SNDBUF at net.core.wmem_max without a word; an
