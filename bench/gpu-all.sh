@@ -121,7 +121,7 @@ cp "$LOGS/models-oip.log" "$OUT/" 2>/dev/null
 
 OUTDIR=/tmp/mlpd-serve MODEL=${M4K:-} DEVICE=cuda:0 SAT=16:8:32 DTYPE=f32 \
   DURATION=${SERVE_DURATION:-1.5} PYTHON=python3 \
-  timeout "$(left 70)" bench/serve.sh $B >"$LOGS/serve.log" 2>&1
+  timeout "$(left 100)" bench/serve.sh $B >"$LOGS/serve.log" 2>&1
 echo "serve rc=$? after $(el)"
 cat "$LOGS/serve.log" | tail -30
 cp /tmp/mlpd-serve/serve.json "$OUT/" 2>/dev/null
