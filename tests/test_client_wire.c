@@ -929,6 +929,57 @@ static void test_no_send_deadlock(void **state) {
   srv_join(&s);
 }
 
+/* A client that keeps DEPTH requests in flight, taking one answer and
+ * sending one more, against a daemon that answers at once: each send waits
+ * for room while the answers pile up in the receive buffer, which is
+ * consumed from the front between sends (its backlog grows, is moved to
+ * the front, grows again: rbuf_room). Every answer must come whole, in
+ * order, with its own request's bytes. */
+static void test_pipelined_backlog(void **state) {
+  (void)state;
+  enum { DEPTH = 32, TOTAL = 400, ROWS = 256, COLS = 128 }; /* 128 KiB */
+  srv_t s;
+  srv_start(&s, script_eager, 0);
+  mlpd_client_t *c = connect_ok(&s);
+  mlpd_err_t err = {0};
+  float *x = malloc(sizeof(float) * ROWS * COLS);
+  float *y = malloc(sizeof(float) * ROWS * COLS);
+  assert_true(x != NULL && y != NULL);
+  for (int i = 0; i < ROWS * COLS; i++)
+    x[i] = (float)i;
+  mlpd_client_infer_t req;
+  mlpd_client_infer_init(&req);
+  req.data = x;
+  req.rows = ROWS;
+  req.cols = COLS;
+  mlpd_client_result_t res;
+  mlpd_client_result_init(&res);
+  int sent = 0;
+  for (int got = 0; got < TOTAL; got++) {
+    while (sent < TOTAL && sent - got < DEPTH) {
+      x[0] = x[ROWS * COLS - 1] = (float)sent; /* whose answer it is */
+      int rc = mlpd_client_send_infer(c, (uint64_t)sent, &req, &err);
+      if (rc != 0)
+        fail_msg("send %d: %s", sent, mlpd_err_msg(&err, rc));
+      sent++;
+    }
+    assert_int_equal(mlpd_client_recv(c, &res, &err), 0);
+    assert_int_equal(res.id, (uint64_t)got);
+    assert_int_equal(res.nbytes, sizeof(float) * ROWS * COLS);
+    /* The tensor bytes may sit at any offset of the receive buffer. */
+    memcpy(y, res.data, res.nbytes);
+    assert_true(y[0] == (float)got && y[ROWS * COLS - 1] == (float)got);
+    for (int i = 1; i < ROWS * COLS - 1; i++)
+      if (y[i] != (float)i)
+        fail_msg("answer %d: value %d is %g", got, i, (double)y[i]);
+  }
+  mlpd_client_result_free(&res);
+  free(x);
+  free(y);
+  mlpd_client_close(c);
+  srv_join(&s);
+}
+
 static void test_frame_limits(void **state) {
   (void)state;
   srv_t s;
@@ -1218,6 +1269,7 @@ int main(void) {
       cmocka_unit_test(test_timeouts),
       cmocka_unit_test(test_spin),
       cmocka_unit_test(test_no_send_deadlock),
+      cmocka_unit_test(test_pipelined_backlog),
       cmocka_unit_test(test_frame_limits),
       cmocka_unit_test(test_connect_errors),
       cmocka_unit_test(test_regions_on_the_wire),
