@@ -972,13 +972,13 @@ static void on_tick(uv_timer_t *t) {
 
 /* ---- run ------------------------------------------------------------------------ */
 
-/* By default half the cores the daemon may run on (its affinity: a
- * cpuset, CPUAffinity=, a container's pinned CPUs), at most 8 (Triton's
- * HTTP threads): inline rows are bound by the sockets' kernel copies,
- * which only more threads spread, and clients on the same host need the
- * other half. On a 16-core H100 host 8 threads carried 22-32% more inline
- * f32 rows than 4, the lone request's p50 and the shared-memory loads
- * unchanged (bench/io-ab.sh, bench/RESULTS.md 2026-12-07). */
+/* By default a quarter of the cores the daemon may run on (its affinity:
+ * a cpuset, CPUAffinity=, a container's pinned CPUs), 1 to 8: the I/O
+ * threads poll while their batches run, and clients on the same host need
+ * the rest. Half (8 on a 16-core H100 host) carried 22-32% more inline f32
+ * rows, but kept 89-91% of the peak in an open loop at 150% against
+ * 93-95% with 4 (bench/io-ab.sh, bench/RESULTS.md 2026-12-07), so a host
+ * that serves bulky inline rows says so with --io-threads. */
 static int io_threads(const mlpd_config_t *c) {
   if (c->io_threads > 0)
     return c->io_threads < MLPD_MAX_IO_THREADS ? c->io_threads
@@ -987,8 +987,8 @@ static int io_threads(const mlpd_config_t *c) {
   long cores = sched_getaffinity(0, sizeof(set), &set) == 0
                    ? CPU_COUNT(&set)
                    : sysconf(_SC_NPROCESSORS_ONLN);
-  long half = cores / 2;
-  return half < 1 ? 1 : half > 8 ? 8 : (int)half;
+  long quarter = cores / 4;
+  return quarter < 1 ? 1 : quarter > 8 ? 8 : (int)quarter;
 }
 
 /* The kernel caps SO_SNDBUF at net.core.wmem_max without a word; an

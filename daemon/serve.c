@@ -245,7 +245,7 @@ static int parse_command_line(mlpd_config_t *cfg, int argc, char **argv,
        .help = "bytes of regions mapped (or pinned) at once, all "
                "connections (default 16 GiB)"},
       {"io-threads", 0, MLPD_OPT_INT, &cfg->io_threads, 0, 16, .meta = "N",
-       .help = "I/O threads (default: half the cores, 1 to 8)"},
+       .help = "I/O threads (default: a quarter of the cores, 1 to 8)"},
       {"io-arena-bytes", 0, MLPD_OPT_SIZE, &io_arena, 0,
        (double)(1ull << 36), .meta = "B",
        .help = "memory of each I/O thread pinned for the GPUs, that large "
