@@ -18,6 +18,9 @@
 # Environment: COUNTS ("4 8"), ROUNDS (2), DURATION (1.5 s a point), OUT
 # (/tmp/io-ab), MODEL (mlp-4k, written when absent), DEVICE (cuda:0; cpu
 # rehearses the script on a machine without a GPU).
+# CLIENT_OLD: another build's mlpd-bench (carried in an ignored path);
+# each round then runs the inline loads with it too, after this build's
+# (an A/B of the client library on the same daemon).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 COUNTS=${COUNTS:-4 8}
@@ -100,6 +103,14 @@ for r in $(seq 1 "$ROUNDS"); do
       DAEMON_ARGS="--io-threads $n --plan-cache $cache" \
       bench/sweep.sh "$B" >"$OUT/inline-$n-$r.log" 2>&1
     summary "$OUT/inline-$n-$r/sweep.jsonl"
+    if [ -n "${CLIENT_OLD:-}" ]; then
+      echo " inline f32, closed loop, the other client ($CLIENT_OLD)"
+      OUTDIR=$OUT/inline-old-$n-$r MODEL=$MODEL DEVICE=$DEVICE DTYPE=f32 \
+        OPEN="" DURATION=$DURATION WARMUP=0.5 PYTHON=$PY BENCH=$CLIENT_OLD \
+        DAEMON_ARGS="--io-threads $n --plan-cache $cache" \
+        bench/sweep.sh "$B" >"$OUT/inline-old-$n-$r.log" 2>&1
+      summary "$OUT/inline-old-$n-$r/sweep.jsonl"
+    fi
     echo " shared memory bf16, closed loop, then open 150% (2 ms bound)"
     OUTDIR=$OUT/shm-$n-$r MODEL=$MODEL DEVICE=$DEVICE DTYPE=bf16 SHM=1 \
       OPEN=150 OPEN_DEPTH=32 OPEN_CONNS=32 DURATION=$DURATION WARMUP=0.5 \

@@ -37,6 +37,8 @@
 #   OUTDIR     (BUILD/sweep-out)
 #   MLPD       the daemon to run (BUILD's; another build's for an A/B on
 #              the same client, bench/ab-gpu.sh)
+#   BENCH      the mlpd-bench to drive it (BUILD's; another build's for an
+#              A/B of the client on the same daemon, bench/io-ab.sh)
 # Builds BUILD_DIR (Release, no tests; no CUDA on cpu) when it has no mlpd.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -74,7 +76,7 @@ if [ -z "${MODEL:-}" ]; then
   fi
 fi
 sock=$OUTDIR/mlpd.sock
-bench=$BUILD/clients/mlpd-bench
+bench=${BENCH:-$BUILD/clients/mlpd-bench}
 pid=""
 start_daemon() { # extra flags
   [ -n "$pid" ] && { kill $pid; wait $pid 2>/dev/null; }
