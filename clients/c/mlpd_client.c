@@ -289,9 +289,10 @@ size_t mlpd_client_inflight(const mlpd_client_t *c) {
  * surplus answers while its sends wait (send_frame), and moving that
  * backlog each time one answer was consumed moved 3.9 bytes for every
  * byte received (2-core machine, 8 x 16 requests of 32 rows of 16 KiB,
- * bench/RESULTS.md 2026-12-07); so it is at most one. Never grows past
- * `limit` in total. Returns 0, or 1 when there is no room within the
- * limit, or -ENOMEM. */
+ * bench/RESULTS.md 2026-12-07); moved only where it frees as much, at
+ * most one byte is moved a byte consumed (0.65 there), for a buffer up to
+ * about twice the backlog. Never grows past `limit` in total. Returns 0,
+ * or 1 when there is no room within the limit, or -ENOMEM. */
 static int rbuf_room(mlpd_client_t *c, size_t need, size_t limit) {
   if (c->rcap - c->rlen >= need)
     return 0;
