@@ -894,6 +894,20 @@ static void script_eager(srv_t *s) {
                    req.kind.infer.input.shape[1], s->data, s->data_len);
 }
 
+/* A request of rows x cols f32 values 0, 1, 2, ...; returns its data
+ * (the caller frees it). */
+static float *ramp_request(mlpd_client_infer_t *req, int rows, int cols) {
+  float *x = malloc(sizeof(float) * (size_t)rows * (size_t)cols);
+  assert_non_null(x);
+  for (int i = 0; i < rows * cols; i++)
+    x[i] = (float)i;
+  mlpd_client_infer_init(req);
+  req->data = x;
+  req->rows = rows;
+  req->cols = cols;
+  return x;
+}
+
 static void test_no_send_deadlock(void **state) {
   (void)state;
   enum { N = 96, ROWS = 256, COLS = 128 }; /* 128 KiB per request */
@@ -901,15 +915,8 @@ static void test_no_send_deadlock(void **state) {
   srv_start(&s, script_eager, 0);
   mlpd_client_t *c = connect_ok(&s);
   mlpd_err_t err = {0};
-  float *x = malloc(sizeof(float) * ROWS * COLS);
-  assert_non_null(x);
-  for (int i = 0; i < ROWS * COLS; i++)
-    x[i] = (float)i;
   mlpd_client_infer_t req;
-  mlpd_client_infer_init(&req);
-  req.data = x;
-  req.rows = ROWS;
-  req.cols = COLS;
+  float *x = ramp_request(&req, ROWS, COLS);
   for (int i = 0; i < N; i++) {
     int rc = mlpd_client_send_infer(c, (uint64_t)i, &req, &err);
     if (rc != 0)
@@ -942,16 +949,10 @@ static void test_pipelined_backlog(void **state) {
   srv_start(&s, script_eager, 0);
   mlpd_client_t *c = connect_ok(&s);
   mlpd_err_t err = {0};
-  float *x = malloc(sizeof(float) * ROWS * COLS);
-  float *y = malloc(sizeof(float) * ROWS * COLS);
-  assert_true(x != NULL && y != NULL);
-  for (int i = 0; i < ROWS * COLS; i++)
-    x[i] = (float)i;
   mlpd_client_infer_t req;
-  mlpd_client_infer_init(&req);
-  req.data = x;
-  req.rows = ROWS;
-  req.cols = COLS;
+  float *x = ramp_request(&req, ROWS, COLS);
+  float *y = malloc(sizeof(float) * ROWS * COLS);
+  assert_non_null(y);
   mlpd_client_result_t res;
   mlpd_client_result_init(&res);
   int sent = 0;
