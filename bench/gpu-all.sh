@@ -151,17 +151,14 @@ if [ -f "$A4K" ] && [ -z "${SKIP_IO_AB:-}" ]; then
 fi
 
 # BENCH_OLD=FILE (an mlpd-bench of another build, carried in an ignored
-# path): the same inline f32 loads (CLIENT_LOADS, connections:depth:rows,
-# default the 1x point) with it and with this build's client,
+# path): the same inline f32 load with it and with this build's client,
 # alternating, 4 I/O threads: what the client's own CPU costs the host.
 if [ -f "$A4K" ] && [ -n "${BENCH_OLD:-}" ]; then
   for r in 1 2; do
-    for load in ${CLIENT_LOADS:-16:8:32}; do
-      for b in "$BENCH_OLD" "$B/clients/mlpd-bench"; do
-        echo "client $b, $load"
-        inline_f32 20 ROUNDS=1 VARIANTS=--io-threads=4 BENCH="$b" \
-          LOAD="$load" OUTDIR=/tmp/mlpd-clab 2>&1 | grep round
-      done
+    for b in "$BENCH_OLD" "$B/clients/mlpd-bench"; do
+      echo "client $b"
+      inline_f32 20 ROUNDS=1 VARIANTS=--io-threads=4 BENCH="$b" \
+        OUTDIR=/tmp/mlpd-clab 2>&1 | grep round
     done
   done >"$LOGS/client-old-new.log"
   echo "client old/new rc=$? after $(el)"

@@ -97,20 +97,17 @@ for r in $(seq 1 "$ROUNDS"); do
   for n in $COUNTS; do
     echo "== round $r, --io-threads $n (after $(el))"
     lone "$n"
-    echo " inline f32, closed loop"
-    OUTDIR=$OUT/inline-$n-$r MODEL=$MODEL DEVICE=$DEVICE DTYPE=f32 OPEN="" \
-      DURATION=$DURATION WARMUP=0.5 PYTHON=$PY \
-      DAEMON_ARGS="--io-threads $n --plan-cache $cache" \
-      bench/sweep.sh "$B" >"$OUT/inline-$n-$r.log" 2>&1
-    summary "$OUT/inline-$n-$r/sweep.jsonl"
-    if [ -n "${CLIENT_OLD:-}" ]; then
-      echo " inline f32, closed loop, the other client ($CLIENT_OLD)"
-      OUTDIR=$OUT/inline-old-$n-$r MODEL=$MODEL DEVICE=$DEVICE DTYPE=f32 \
-        OPEN="" DURATION=$DURATION WARMUP=0.5 PYTHON=$PY BENCH=$CLIENT_OLD \
+    # This build's client, then CLIENT_OLD's when given.
+    for client in "$bench" ${CLIENT_OLD:+"$CLIENT_OLD"}; do
+      tag=inline-$n-$r
+      [ "$client" = "$bench" ] || tag=inline-old-$n-$r
+      echo " inline f32, closed loop, client $client"
+      OUTDIR=$OUT/$tag MODEL=$MODEL DEVICE=$DEVICE DTYPE=f32 OPEN="" \
+        DURATION=$DURATION WARMUP=0.5 PYTHON=$PY BENCH=$client \
         DAEMON_ARGS="--io-threads $n --plan-cache $cache" \
-        bench/sweep.sh "$B" >"$OUT/inline-old-$n-$r.log" 2>&1
-      summary "$OUT/inline-old-$n-$r/sweep.jsonl"
-    fi
+        bench/sweep.sh "$B" >"$OUT/$tag.log" 2>&1
+      summary "$OUT/$tag/sweep.jsonl"
+    done
     echo " shared memory bf16, closed loop, then open 150% (2 ms bound)"
     OUTDIR=$OUT/shm-$n-$r MODEL=$MODEL DEVICE=$DEVICE DTYPE=bf16 SHM=1 \
       OPEN=150 OPEN_DEPTH=32 OPEN_CONNS=32 DURATION=$DURATION WARMUP=0.5 \
