@@ -18,9 +18,10 @@
 # Environment: COUNTS ("4 8"), ROUNDS (2), DURATION (1.5 s a point), OUT
 # (/tmp/io-ab), MODEL (mlp-4k, written when absent), DEVICE (cuda:0; cpu
 # rehearses the script on a machine without a GPU).
-# CLIENT_OLD: another build's mlpd-bench (carried in an ignored path);
-# each round then runs the inline loads with it too, after this build's
-# (an A/B of the client library on the same daemon).
+# CLIENT_OLD: other builds' mlpd-bench, space-separated (carried in an
+# ignored path); each round then runs the inline loads with each of them
+# too, after this build's (an A/B of the client library on the same
+# daemon; logged as inline-old1, inline-old2, ...).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 COUNTS=${COUNTS:-4 8}
@@ -97,10 +98,12 @@ for r in $(seq 1 "$ROUNDS"); do
   for n in $COUNTS; do
     echo "== round $r, --io-threads $n (after $(el))"
     lone "$n"
-    # This build's client, then CLIENT_OLD's when given.
-    for client in "$bench" ${CLIENT_OLD:+"$CLIENT_OLD"}; do
+    # This build's client, then each of CLIENT_OLD's.
+    k=0
+    for client in "$bench" ${CLIENT_OLD:-}; do
       tag=inline-$n-$r
-      [ "$client" = "$bench" ] || tag=inline-old-$n-$r
+      [ "$k" = 0 ] || tag=inline-old$k-$n-$r
+      k=$((k + 1))
       echo " inline f32, closed loop, client $client"
       OUTDIR=$OUT/$tag MODEL=$MODEL DEVICE=$DEVICE DTYPE=f32 OPEN="" \
         DURATION=$DURATION WARMUP=0.5 PYTHON=$PY BENCH=$client \

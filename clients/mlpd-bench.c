@@ -502,13 +502,63 @@ static void nc_close(nconn_t *n) {
   n->due = NULL;
 }
 
-/* Sends what is due at `now` while slots are free. */
+/* The response just received into n->res, read at `now`: its slot is
+ * free again, and a measured one is counted. */
+static int nc_account(worker_t *w, nconn_t *n, uint64_t now) {
+  const mlpd_client_result_t *res = &n->res;
+  int slot = (int)(res->id & ((1u << SLOT_BITS) - 1));
+  if (slot >= n->depth)
+    return mlpd_errf(&w->err, MLPD_EPROTO, "unknown response id %llu",
+                     (unsigned long long)res->id);
+  n->freeslots[n->nfree++] = slot;
+  if (n->due[slot] < w->t_measure)
+    return 0;
+  int rc = push_lat(
+      w, (double)(now - n->due[slot]) / 1e3, res->status == MLPD_STATUS_OK,
+      (double)res->queue_us + (double)res->compute_us, (double)res->queue_us);
+  if (rc != 0)
+    return rc;
+  w->last_done = now;
+  if (res->status == MLPD_STATUS_OK) {
+    w->ok++;
+    w->rows_ok += (uint64_t)res->rows;
+    w->queue_sum += (double)res->queue_us;
+    w->compute_sum += (double)res->compute_us;
+    w->batch_sum += res->batch_rows;
+  } else {
+    w->by_status[res->status >= 0 && res->status < 16 ? res->status : 2]++;
+  }
+  return 0;
+}
+
+/* Takes the answers that are already in, without waiting. */
+static int nc_take_ready(worker_t *w, nconn_t *n) {
+  int rc;
+  while ((rc = mlpd_client_wait(n->c, 0, &w->err)) > 0)
+    if ((rc = mlpd_client_recv(n->c, &n->res, &w->err)) != 0 ||
+        (rc = nc_account(w, n, mlpd_now_ns())) != 0)
+      return rc;
+  return rc;
+}
+
+/* Sends what is due at `now` while slots are free. In open loop the
+ * answers already in are taken before each send: a sender behind its
+ * schedule would otherwise send on and leave them unread, their latency
+ * growing and the client library buffering them (bench/RESULTS.md,
+ * 2026-12-07: 2 GB and 12.8k rows/s where 64k were offered). */
 static int nc_send(worker_t *w, nconn_t *n, uint64_t now) {
   const cfg_t *cfg = w->cfg;
   while (!n->stopped && n->nfree > 0) {
     uint64_t d = pace_due(&n->pace, now);
     if (d > now)
       break;
+    if (n->pace.interval_ns > 0) {
+      int rc = nc_take_ready(w, n);
+      if (rc != 0)
+        return rc;
+      if (n->nfree == 0)
+        break;
+    }
     if (!may_send(w, d)) {
       n->stopped = 1;
       break;
@@ -542,36 +592,6 @@ static int nc_send(worker_t *w, nconn_t *n, uint64_t now) {
       return rc;
     pace_sent(&n->pace, w, d, now);
     now = mlpd_now_ns();
-  }
-  return 0;
-}
-
-/* The response just received into n->res, read at `now`: its slot is
- * free again, and a measured one is counted. */
-static int nc_account(worker_t *w, nconn_t *n, uint64_t now) {
-  const mlpd_client_result_t *res = &n->res;
-  int slot = (int)(res->id & ((1u << SLOT_BITS) - 1));
-  if (slot >= n->depth)
-    return mlpd_errf(&w->err, MLPD_EPROTO, "unknown response id %llu",
-                     (unsigned long long)res->id);
-  n->freeslots[n->nfree++] = slot;
-  if (n->due[slot] < w->t_measure)
-    return 0;
-  int rc = push_lat(w, (double)(now - n->due[slot]) / 1e3,
-                    res->status == MLPD_STATUS_OK,
-                    (double)res->queue_us + (double)res->compute_us,
-                    (double)res->queue_us);
-  if (rc != 0)
-    return rc;
-  w->last_done = now;
-  if (res->status == MLPD_STATUS_OK) {
-    w->ok++;
-    w->rows_ok += (uint64_t)res->rows;
-    w->queue_sum += (double)res->queue_us;
-    w->compute_sum += (double)res->compute_us;
-    w->batch_sum += res->batch_rows;
-  } else {
-    w->by_status[res->status >= 0 && res->status < 16 ? res->status : 2]++;
   }
   return 0;
 }

@@ -908,12 +908,21 @@ static float *ramp_request(mlpd_client_infer_t *req, int rows, int cols) {
   return x;
 }
 
+/* N requests sent before any answer is taken, against a daemon that
+ * answers each before it reads the next: its writes fill the socket, it
+ * stops reading, and the client's sends go on only as it reads the answers
+ * meanwhile, however many there are. With a 512 KiB frame limit, 12 MiB
+ * of answers pile up: a reader that stopped at one frame beyond what it
+ * had buffered would leave both sides waiting (here until the 20 s
+ * timeout). */
 static void test_no_send_deadlock(void **state) {
   (void)state;
   enum { N = 96, ROWS = 256, COLS = 128 }; /* 128 KiB per request */
   srv_t s;
   srv_start(&s, script_eager, 0);
   mlpd_client_t *c = connect_ok(&s);
+  mlpd_client_set_max_frame(c, 0, (size_t)4 * ROWS * COLS * sizeof(float));
+  mlpd_client_set_timeout(c, 20000);
   mlpd_err_t err = {0};
   mlpd_client_infer_t req;
   float *x = ramp_request(&req, ROWS, COLS);
@@ -936,47 +945,115 @@ static void test_no_send_deadlock(void **state) {
   srv_join(&s);
 }
 
+/* Whether `res` holds the echo of request `id`, n values of the ramp 0, 1,
+ * 2, ... with id at both ends. The tensor bytes may sit at any offset of
+ * their buffer. */
+static int marked_answer_ok(const mlpd_client_result_t *res, int id, int n) {
+  if (res->id != (uint64_t)id || res->nbytes != sizeof(float) * (size_t)n)
+    return 0;
+  for (int i = 0; i < n; i++) {
+    float v;
+    memcpy(&v, (const uint8_t *)res->data + sizeof(float) * (size_t)i,
+           sizeof(v));
+    float want = i == 0 || i == n - 1 ? (float)id : (float)i;
+    if (v != want)
+      return 0;
+  }
+  return 1;
+}
+
 /* A client that keeps DEPTH requests in flight, taking one answer and
  * sending one more, against a daemon that answers at once: each send waits
- * for room while the answers pile up in the receive buffer, which is
- * consumed from the front between sends (its backlog grows, is moved to
- * the front, grows again: rbuf_room). Every answer must come whole, in
- * order, with its own request's bytes. */
+ * for room while the answers pile up in the receive queue (rchunk_t), large
+ * answers (two in three) each ending a chunk, small ones between them.
+ * Every answer must come whole, in order, with its own request's bytes,
+ * and stay so in its result while NRES results are held and more answers
+ * come in. The large answers' bytes must change hands, not be copied: a
+ * result's data then lies in a different buffer from one answer to the
+ * next, where a copy would reuse the result's own. */
 static void test_pipelined_backlog(void **state) {
   (void)state;
-  enum { DEPTH = 32, TOTAL = 400, ROWS = 256, COLS = 128 }; /* 128 KiB */
+  enum { DEPTH = 32, TOTAL = 400, ROWS = 256, COLS = 128, NRES = 3 };
   srv_t s;
   srv_start(&s, script_eager, 0);
   mlpd_client_t *c = connect_ok(&s);
   mlpd_err_t err = {0};
-  mlpd_client_infer_t req;
-  float *x = ramp_request(&req, ROWS, COLS);
-  float *y = malloc(sizeof(float) * ROWS * COLS);
-  assert_non_null(y);
-  mlpd_client_result_t res;
-  mlpd_client_result_init(&res);
-  int sent = 0;
+  mlpd_client_infer_t big, small;
+  float *x = ramp_request(&big, ROWS, COLS); /* 128 KiB */
+  float *xs = ramp_request(&small, 1, 4);
+  mlpd_client_result_t res[NRES];
+  const void *last_data[NRES] = {0};
+  for (int r = 0; r < NRES; r++)
+    mlpd_client_result_init(&res[r]);
+  int sent = 0, moved = 0, large = 0;
   for (int got = 0; got < TOTAL; got++) {
     while (sent < TOTAL && sent - got < DEPTH) {
-      x[0] = x[ROWS * COLS - 1] = (float)sent; /* whose answer it is */
-      int rc = mlpd_client_send_infer(c, (uint64_t)sent, &req, &err);
+      float *m = sent % 3 == 0 ? xs : x;
+      int n = sent % 3 == 0 ? 4 : ROWS * COLS;
+      m[0] = m[n - 1] = (float)sent; /* whose answer it is */
+      int rc = mlpd_client_send_infer(c, (uint64_t)sent,
+                                      sent % 3 == 0 ? &small : &big, &err);
       if (rc != 0)
         fail_msg("send %d: %s", sent, mlpd_err_msg(&err, rc));
       sent++;
     }
-    assert_int_equal(mlpd_client_recv(c, &res, &err), 0);
-    assert_int_equal(res.id, (uint64_t)got);
-    assert_int_equal(res.nbytes, sizeof(float) * ROWS * COLS);
-    /* The tensor bytes may sit at any offset of the receive buffer. */
-    memcpy(y, res.data, res.nbytes);
-    assert_true(y[0] == (float)got && y[ROWS * COLS - 1] == (float)got);
-    for (int i = 1; i < ROWS * COLS - 1; i++)
-      if (y[i] != (float)i)
-        fail_msg("answer %d: value %d is %g", got, i, (double)y[i]);
+    mlpd_client_result_t *ri = &res[got % NRES];
+    assert_int_equal(mlpd_client_recv(c, ri, &err), 0);
+    if (got % 3 != 0) {
+      large++;
+      moved += ri->data != last_data[got % NRES];
+      last_data[got % NRES] = ri->data;
+    }
+    for (int j = got; j >= 0 && j > got - NRES; j--)
+      if (!marked_answer_ok(&res[j % NRES], j, j % 3 == 0 ? 4 : ROWS * COLS))
+        fail_msg("answer %d, held while %d came, is not its own", j, got);
   }
-  mlpd_client_result_free(&res);
+  assert_true(moved > large / 2);
+  for (int r = 0; r < NRES; r++)
+    mlpd_client_result_free(&res[r]);
   free(x);
-  free(y);
+  free(xs);
+  mlpd_client_close(c);
+  srv_join(&s);
+}
+
+/* More small answers buffered than a read's look-ahead walks (64 frames)
+ * before a large one: the reads then run past the large answer's end into
+ * the next, which shares its chunk, so that answer's bytes are copied out,
+ * not handed over with the chunk (take_data). All come whole and in
+ * order. */
+static void test_large_after_many_small(void **state) {
+  (void)state;
+  enum { SMALL = 100, LARGE = 6, ROWS = 256, COLS = 128 };
+  srv_t s;
+  srv_start(&s, script_eager, 0);
+  mlpd_client_t *c = connect_ok(&s);
+  mlpd_err_t err = {0};
+  mlpd_client_infer_t big, small;
+  float *x = ramp_request(&big, ROWS, COLS);
+  float *xs = ramp_request(&small, 1, 4);
+  for (int i = 0; i < SMALL + LARGE; i++) {
+    float *m = i < SMALL ? xs : x;
+    int n = i < SMALL ? 4 : ROWS * COLS;
+    m[0] = m[n - 1] = (float)i;
+    int rc =
+        mlpd_client_send_infer(c, (uint64_t)i, i < SMALL ? &small : &big, &err);
+    if (rc != 0)
+      fail_msg("send %d: %s", i, mlpd_err_msg(&err, rc));
+  }
+  mlpd_client_result_t res[2];
+  mlpd_client_result_init(&res[0]);
+  mlpd_client_result_init(&res[1]);
+  for (int i = 0; i < SMALL + LARGE; i++) {
+    assert_int_equal(mlpd_client_recv(c, &res[i % 2], &err), 0);
+    for (int j = i; j >= 0 && j > i - 2; j--)
+      if (!marked_answer_ok(&res[j % 2], j, j < SMALL ? 4 : ROWS * COLS))
+        fail_msg("answer %d, held while %d came, is not its own", j, i);
+  }
+  mlpd_client_result_free(&res[0]);
+  mlpd_client_result_free(&res[1]);
+  free(x);
+  free(xs);
   mlpd_client_close(c);
   srv_join(&s);
 }
@@ -1271,6 +1348,7 @@ int main(void) {
       cmocka_unit_test(test_spin),
       cmocka_unit_test(test_no_send_deadlock),
       cmocka_unit_test(test_pipelined_backlog),
+      cmocka_unit_test(test_large_after_many_small),
       cmocka_unit_test(test_frame_limits),
       cmocka_unit_test(test_connect_errors),
       cmocka_unit_test(test_regions_on_the_wire),

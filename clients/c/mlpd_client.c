@@ -91,6 +91,23 @@ _Static_assert(sizeof(((mlpd_v1_RegionRef *)0)->region) ==
  * lengths, all bounded well below this. */
 #define HEAD_MAX ((size_t)1024)
 
+/* Received bytes wait in a queue of chunks. A chunk ends at a frame's
+ * end or at the tail's last byte, so frames never straddle two; once the
+ * tail ends with a whole frame of at least TAKE_MIN bytes, what follows
+ * goes to a new chunk. A large answer is so alone at the end of its chunk
+ * when it is consumed, and the chunk's memory can become the result's
+ * (take_data) however many answers wait behind it. */
+typedef struct rchunk_s {
+  struct rchunk_s *next;
+  uint8_t *mem;         /* owned */
+  size_t pos, len, cap; /* [pos, len) unconsumed; pos is 0 but at the head */
+} rchunk_t;
+/* Consumed chunks kept for reuse, their pages already mapped: as many as
+ * a backlog turns over at once, within a bound on their memory. */
+#define RSPARE_MAX 16
+#define RSPARE_BYTES ((size_t)16 << 20)
+static rchunk_t *chunk_get(mlpd_client_t *c, size_t need);
+
 struct mlpd_client_s {
   int fd;               /* owned: the connected socket */
   int timeout_ms;       /* patience of one call, 0 = forever */
@@ -103,15 +120,21 @@ struct mlpd_client_s {
   size_t abandoned;     /* of those, blocking calls that timed out */
   uint64_t next_id;     /* for blocking calls, without BLOCKING_ID_BIT */
   mlpd_err_t broken;    /* code != 0: the stream is unusable, and why */
-  void *rmem;           /* owned: received bytes, [rpos, rlen) unconsumed */
-  size_t rpos, rlen, rcap;
+  /* owned: received bytes, a queue of chunks (rchunk_t), oldest first,
+   * never empty; reads append to the tail. */
+  rchunk_t *rhead, *rtail;
+  rchunk_t *rspare; /* owned: consumed chunks kept for reuse */
+  int nspare;
+  size_t spare_bytes;   /* their memory */
+  size_t rbytes;        /* unconsumed bytes in the queue */
+  rchunk_t *rtaken;     /* the chunk of the frame just consumed, until the
+                           next parse (take_data) */
   void *smem;           /* owned: the frame being sent */
   size_t scap;
   char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
   char model[sizeof(((mlpd_v1_InferRequest *)0)->model)]; /* "" = default */
 };
 
-#define RBUF(c) ((uint8_t *)(c)->rmem)
 #define SBUF(c) ((uint8_t *)(c)->smem)
 
 /* The protocol's DType (0 = unspecified) and mlpd_dtype_t differ by one. */
@@ -216,9 +239,8 @@ int mlpd_client_connect(const char *socket_path, mlpd_client_t **out,
   c->max_recv = MLPD_CLIENT_DEFAULT_MAX_FRAME;
   c->next_id = 1;
   memcpy(c->path, socket_path, len + 1);
-  c->rcap = RBUF_INITIAL;
-  c->rmem = malloc(c->rcap);
-  if (c->rmem == NULL) {
+  c->rhead = c->rtail = chunk_get(c, RBUF_INITIAL);
+  if (c->rhead == NULL) {
     rc = mlpd_errf(err, -ENOMEM, "out of memory");
     goto err_free;
   }
@@ -253,7 +275,15 @@ void mlpd_client_close(mlpd_client_t *c) {
     return;
   if (c->fd >= 0)
     close(c->fd);
-  free(c->rmem);
+  for (int list = 0; list < 2; list++) {
+    rchunk_t *k = list == 0 ? c->rhead : c->rspare;
+    while (k != NULL) {
+      rchunk_t *next = k->next;
+      free(k->mem);
+      free(k);
+      k = next;
+    }
+  }
   free(c->smem);
   free(c);
 }
@@ -282,39 +312,141 @@ size_t mlpd_client_inflight(const mlpd_client_t *c) {
 
 /* ---- receiving ---- */
 
-/* Makes room for at least `need` more bytes after rlen. The unconsumed
- * bytes move to the front only where that moves no more bytes than it
- * frees (or the buffer would otherwise pass `limit`); else the buffer
- * grows. A client that pipelines past the daemon's window buffers the
- * surplus answers while its sends wait (send_frame), and moving that
- * backlog each time one answer was consumed moved 3.9 bytes for every
- * byte received (2-core machine, 8 x 16 requests of 32 rows of 16 KiB,
- * bench/RESULTS.md 2026-12-07); moved only where it frees as much, at
- * most one byte is moved a byte consumed (0.65 there), for a buffer up to
- * about twice the backlog. Never grows past `limit` in total. Returns 0,
- * or 1 when there is no room within the limit, or -ENOMEM. */
-static int rbuf_room(mlpd_client_t *c, size_t need, size_t limit) {
-  if (c->rcap - c->rlen >= need)
-    return 0;
-  size_t unread = c->rlen - c->rpos;
-  if (c->rpos > 0 && (unread <= c->rpos || c->rlen + need > limit)) {
-    memmove(RBUF(c), RBUF(c) + c->rpos, unread);
-    c->rlen = unread;
-    c->rpos = 0;
-    if (c->rcap - c->rlen >= need)
-      return 0;
+/* A chunk for the queue's tail with room for `need` bytes: a spare when
+ * there is one (grown if need be), else a new one. NULL when out of
+ * memory. */
+static rchunk_t *chunk_get(mlpd_client_t *c, size_t need) {
+  rchunk_t *k = c->rspare;
+  if (k != NULL) {
+    c->rspare = k->next;
+    c->nspare--;
+    c->spare_bytes -= k->cap;
+  } else if ((k = calloc(1, sizeof(*k))) == NULL) {
+    return NULL;
   }
-  if (c->rlen + need > limit)
-    return 1;
-  return grow(&c->rmem, &c->rcap, c->rlen + need);
+  k->next = NULL;
+  k->pos = k->len = 0;
+  size_t want = need < RBUF_INITIAL ? RBUF_INITIAL : need;
+  if (k->cap < want) { /* nothing in it to keep */
+    free(k->mem);
+    k->mem = NULL;
+    k->cap = 0;
+  }
+  void *mem = k->mem;
+  if (grow(&mem, &k->cap, want) != 0) {
+    free(k->mem);
+    free(k);
+    return NULL;
+  }
+  k->mem = mem;
+  return k;
 }
 
-/* Is a whole frame buffered? 1 yes (*hlen, *blen set), 0 not yet, < 0 the
- * stream is broken. */
+static void chunk_put(mlpd_client_t *c, rchunk_t *k) {
+  if (c->nspare >= RSPARE_MAX || k->cap > RSPARE_BYTES - c->spare_bytes) {
+    free(k->mem);
+    free(k);
+    return;
+  }
+  k->next = c->rspare;
+  c->rspare = k;
+  c->nspare++;
+  c->spare_bytes += k->cap;
+}
+
+/* The chunk the next frame is parsed from: consumed chunks before the
+ * tail go back to the spares. */
+static rchunk_t *rfront(mlpd_client_t *c) {
+  while (c->rhead != c->rtail && c->rhead->pos == c->rhead->len) {
+    rchunk_t *k = c->rhead;
+    c->rhead = k->next;
+    if (c->rtaken == k)
+      c->rtaken = NULL;
+    chunk_put(c, k);
+  }
+  return c->rhead;
+}
+
+/* Walks the whole frames of the tail chunk (at most 64: a sender's reads
+ * while it waits for room can have buffered thousands of small answers).
+ * Returns how many bytes the next read may take: up to the end of a large
+ * frame whose head is buffered (nothing of the frame after it, see
+ * TAKE_MIN), else RBUF_INITIAL, which holds many small frames. *closed:
+ * the size of the whole frame of at least TAKE_MIN bytes the chunk ends
+ * with, after which what follows goes to a new chunk; else 0. */
+static size_t tail_scan(const mlpd_client_t *c, size_t *closed) {
+  const rchunk_t *t = c->rtail;
+  size_t pos = t->pos, hlen;
+  uint64_t blen;
+  *closed = 0;
+  for (int k = 0;
+       k < 64 && mlpd_frame_parse_header(t->mem + pos, t->len - pos, SIZE_MAX,
+                                         &hlen, &blen) == 1;
+       k++) {
+    if (t->len - pos - hlen < blen) {
+      uint64_t rest = hlen + blen - (t->len - pos);
+      return hlen + blen >= TAKE_MIN && rest < SIZE_MAX ? (size_t)rest
+                                                        : RBUF_INITIAL;
+    }
+    pos += hlen + (size_t)blen;
+    *closed = pos == t->len && hlen + blen >= TAKE_MIN ? hlen + blen : 0;
+  }
+  return RBUF_INITIAL;
+}
+
+/* Makes room for at least `need` more bytes at the tail: in a new chunk
+ * when the tail is closed (tail_scan); else the tail's unconsumed bytes
+ * move to its front only where that moves no more bytes than it frees
+ * (or the queue would otherwise pass `limit`), and the tail grows
+ * otherwise. A client that pipelines past the daemon's window buffers the
+ * surplus answers while its sends wait (send_frame); moving that backlog
+ * each time one answer was consumed moved 3.9 bytes for every byte
+ * received (2-core machine, 8 x 16 requests of 32 rows of 16 KiB,
+ * bench/RESULTS.md 2026-12-07). With large answers each in a chunk of its
+ * own, nothing large moves. The unconsumed bytes never pass `limit` in
+ * total. Returns 0, or 1 when there is no room within the limit, or
+ * -ENOMEM. */
+static int rbuf_room(mlpd_client_t *c, size_t need, size_t limit) {
+  rchunk_t *t = c->rtail;
+  size_t closed;
+  (void)tail_scan(c, &closed);
+  if (closed) {
+    if (c->rbytes + need > limit)
+      return 1;
+    /* Sized for an answer like the last, which it likely is. */
+    rchunk_t *k = chunk_get(c, need > closed ? need : closed);
+    if (k == NULL)
+      return -ENOMEM;
+    t->next = k;
+    c->rtail = k;
+    return 0;
+  }
+  if (t->cap - t->len >= need)
+    return 0;
+  size_t unread = t->len - t->pos;
+  if (t->pos > 0 && (unread <= t->pos || c->rbytes + need > limit)) {
+    memmove(t->mem, t->mem + t->pos, unread);
+    t->len = unread;
+    t->pos = 0;
+    if (t->cap - t->len >= need)
+      return 0;
+  }
+  if (c->rbytes + need > limit)
+    return 1;
+  void *mem = t->mem;
+  if (grow(&mem, &t->cap, t->len + need) != 0)
+    return -ENOMEM;
+  t->mem = mem;
+  return 0;
+}
+
+/* Is a whole frame buffered? 1 yes (*hlen, *blen set; it is at the
+ * front chunk's pos), 0 not yet, < 0 the stream is broken. */
 static int frame_ready(mlpd_client_t *c, size_t *hlen, uint64_t *blen,
                        mlpd_err_t *err) {
-  int r = mlpd_frame_parse_header(RBUF(c) + c->rpos, c->rlen - c->rpos,
-                                  c->max_recv, hlen, blen);
+  rchunk_t *h = rfront(c);
+  int r = mlpd_frame_parse_header(h->mem + h->pos, h->len - h->pos, c->max_recv,
+                                  hlen, blen);
   if (r == MLPD_EMSGSIZE)
     return breakf(c, err, MLPD_EMSGSIZE,
                   "response frame of %llu bytes exceeds the client's limit "
@@ -325,15 +457,16 @@ static int frame_ready(mlpd_client_t *c, size_t *hlen, uint64_t *blen,
                   "response frame length prefix is not a valid varint");
   if (r == 0)
     return 0;
-  return c->rlen - c->rpos - *hlen >= *blen ? 1 : 0;
+  return h->len - h->pos - *hlen >= *blen ? 1 : 0;
 }
 
 static int on_eof(mlpd_client_t *c, mlpd_err_t *err) {
-  size_t have = c->rlen - c->rpos;
+  const rchunk_t *h = rfront(c);
+  size_t have = h->len - h->pos;
   if (have > 0) {
     size_t hlen;
     uint64_t blen;
-    if (mlpd_frame_parse_header(RBUF(c) + c->rpos, have, SIZE_MAX, &hlen,
+    if (mlpd_frame_parse_header(h->mem + h->pos, have, SIZE_MAX, &hlen,
                                 &blen) == 1)
       return breakf(c, err, -ECONNRESET,
                     "daemon at %s closed the connection in the middle of a "
@@ -346,28 +479,6 @@ static int on_eof(mlpd_client_t *c, mlpd_err_t *err) {
   return breakf(c, err, -ECONNRESET,
                 "daemon at %s closed the connection with %zu request(s) "
                 "unanswered", c->path, c->inflight - c->abandoned);
-}
-
-/* How many bytes the next read may take: up to the end of a large frame
- * whose head is buffered (nothing of the frame after it, see TAKE_MIN),
- * else RBUF_INITIAL, which holds many small frames. The walk over frames
- * already whole is bounded: a sender's reads while it waits for room can
- * have buffered thousands of small answers. */
-static size_t read_limit(const mlpd_client_t *c) {
-  size_t pos = c->rpos, hlen;
-  uint64_t blen;
-  for (int k = 0; k < 64 && mlpd_frame_parse_header(RBUF(c) + pos,
-                                                    c->rlen - pos, SIZE_MAX,
-                                                    &hlen, &blen) == 1;
-       k++) {
-    if (c->rlen - pos - hlen < blen) {
-      uint64_t rest = hlen + blen - (c->rlen - pos);
-      return hlen + blen >= TAKE_MIN && rest < SIZE_MAX ? (size_t)rest
-                                                        : RBUF_INITIAL;
-    }
-    pos += hlen + (size_t)blen;
-  }
-  return RBUF_INITIAL;
 }
 
 /* Reads what the socket has into rbuf. `wait_ms` as poll(): -1 forever,
@@ -385,7 +496,9 @@ static int read_some(mlpd_client_t *c, int wait_ms, int *eof,
     spin_ns = (uint64_t)wait_ms * 1000000u;
   const uint64_t spin_from = spin_ns != 0 ? mlpd_now_ns() : 0;
   /* What is buffered does not change until a read returns bytes. */
-  const size_t room = c->rcap - c->rlen, limit = read_limit(c);
+  rchunk_t *t = c->rtail;
+  size_t closed;
+  const size_t room = t->cap - t->len, limit = tail_scan(c, &closed);
   uint64_t spin_until = wait_ms != 0 && spin_ns != 0 ? spin_from + spin_ns
                                                       : 0;
   for (;;) {
@@ -401,10 +514,11 @@ static int read_some(mlpd_client_t *c, int wait_ms, int *eof,
       if (n == 0)
         return 0;
     }
-    ssize_t n = recv(c->fd, RBUF(c) + c->rlen, room < limit ? room : limit,
+    ssize_t n = recv(c->fd, t->mem + t->len, room < limit ? room : limit,
                      wait_ms >= 0 || spinning ? MSG_DONTWAIT : 0);
     if (n > 0) {
-      c->rlen += (size_t)n;
+      t->len += (size_t)n;
+      c->rbytes += (size_t)n;
       return 1;
     }
     if (n == 0 || (n < 0 && errno == ECONNRESET)) {
@@ -451,15 +565,16 @@ static int wait_frame(mlpd_client_t *c, uint64_t deadline, size_t *hlen,
       return r;
     /* Room for the rest of this frame when its length is known, else for
      * a header and whatever follows. */
-    size_t have = c->rlen - c->rpos;
+    const rchunk_t *t = c->rtail; /* the front, as it has no whole frame */
+    size_t have = t->len - t->pos;
     size_t want = RBUF_INITIAL;
     size_t h;
     uint64_t b;
-    if (mlpd_frame_parse_header(RBUF(c) + c->rpos, have, c->max_recv, &h,
-                                &b) == 1 &&
+    if (mlpd_frame_parse_header(t->mem + t->pos, have, c->max_recv, &h, &b) ==
+            1 &&
         h + b - have > want)
       want = (size_t)(h + b - have);
-    if (c->rcap - c->rlen < want) {
+    if (t->cap - t->len < want) {
       r = rbuf_room(c, want, SIZE_MAX);
       if (r < 0)
         return mlpd_errf(err, r, "out of memory for a %zu-byte response",
@@ -612,7 +727,8 @@ static int next_response(mlpd_client_t *c, uint64_t deadline,
       return mlpd_errf(err, -ETIMEDOUT,
                        "no response from %s within %d ms", c->path,
                        c->timeout_ms);
-    const uint8_t *body = RBUF(c) + c->rpos + hlen;
+    rchunk_t *k = c->rhead; /* frame_ready made it the front */
+    const uint8_t *body = k->mem + k->pos + hlen;
     memset(r, 0, sizeof(*r));
     r->cb_kind.funcs.decode = on_kind;
     r->cb_kind.arg = d;
@@ -638,9 +754,11 @@ static int next_response(mlpd_client_t *c, uint64_t deadline,
                "response of %llu bytes: its tensor data lies outside it",
                (unsigned long long)blen);
     }
-    c->rpos += hlen + (size_t)blen;
-    if (c->rpos == c->rlen)
-      c->rpos = c->rlen = 0;
+    k->pos += hlen + (size_t)blen;
+    c->rbytes -= hlen + (size_t)blen;
+    c->rtaken = k;
+    if (k == c->rtail && k->pos == k->len)
+      k->pos = k->len = 0; /* the bytes stay, for take_data */
     if (c->inflight > 0)
       c->inflight--;
     if (!ok) {
@@ -733,6 +851,20 @@ static int refusal_code(int status) {
   }
 }
 
+/* The most bytes of answers the daemon can owe: one largest frame for
+ * each request in flight and one for a refusal of the connection. A
+ * sender reads up to this while its send waits (send_frame): stopping
+ * sooner could leave both sides waiting for the other, as a client that
+ * pipelines past the daemon's window and reads nothing meanwhile would
+ * until the daemon's --frame-timeout (bench/RESULTS.md, 2026-12-07); a
+ * daemon sending more than it owes still cannot make it buffer without
+ * bound. */
+static size_t owed_bytes(const mlpd_client_t *c) {
+  size_t frame = c->max_recv + MLPD_FRAME_HEADER_MAX;
+  size_t frames = c->inflight + 1;
+  return frames > SIZE_MAX / frame ? SIZE_MAX : frames * frame;
+}
+
 /* After the daemon hung up on a request being sent: its reason, when it
  * sent one first (RESOURCE_EXHAUSTED for a frame over its --max-frame),
  * formatted into buf; "" otherwise. Reads what is left on the socket. */
@@ -741,26 +873,33 @@ static void last_word(mlpd_client_t *c, char *buf, size_t cap,
   buf[0] = '\0';
   *refusal = -1;
   for (;;) {
-    if (rbuf_room(c, 4096, c->max_recv + MLPD_FRAME_HEADER_MAX +
-                               RBUF_INITIAL) != 0)
+    if (rbuf_room(c, 4096, owed_bytes(c)) != 0)
       break;
-    ssize_t n = recv(c->fd, RBUF(c) + c->rlen, c->rcap - c->rlen,
-                     MSG_DONTWAIT);
+    rchunk_t *t = c->rtail;
+    ssize_t n = recv(c->fd, t->mem + t->len, t->cap - t->len, MSG_DONTWAIT);
     if (n <= 0)
       break;
-    c->rlen += (size_t)n;
+    t->len += (size_t)n;
+    c->rbytes += (size_t)n;
   }
-  size_t pos = c->rpos;
-  while (pos < c->rlen) {
+  /* Frames never straddle chunks. */
+  const rchunk_t *k = rfront(c);
+  size_t pos = k->pos;
+  while (k != NULL) {
     size_t hlen;
     uint64_t blen;
-    if (mlpd_frame_parse_header(RBUF(c) + pos, c->rlen - pos, c->max_recv,
-                                &hlen, &blen) != 1 ||
-        c->rlen - pos - hlen < blen)
+    if (pos == k->len) {
+      k = k->next;
+      pos = 0;
+      continue;
+    }
+    if (mlpd_frame_parse_header(k->mem + pos, k->len - pos, c->max_recv, &hlen,
+                                &blen) != 1 ||
+        k->len - pos - hlen < blen)
       break;
     mlpd_v1_Response r;
     memset(&r, 0, sizeof(r));
-    const uint8_t *body = RBUF(c) + pos + hlen;
+    const uint8_t *body = k->mem + pos + hlen;
     pb_istream_t is = pb_istream_from_buffer(body, (size_t)blen);
     /* Only a response that passes the strict pass is quoted. */
     if (mlpd_pbcheck(body, (size_t)blen, mlpd_v1_Response_fields, &r,
@@ -879,10 +1018,10 @@ static int send_frame(mlpd_client_t *c, size_t head, const void *tail,
                          pass_fd, c->path, strerror(e));
       return breakf(c, err, -e, "write to %s: %s", c->path, strerror(e));
     }
-    /* Full: wait for room, taking in responses meanwhile (up to one
-     * maximum frame's worth beyond what is buffered). */
-    int rr = rbuf_room(c, 4096, c->max_recv + MLPD_FRAME_HEADER_MAX +
-                                    RBUF_INITIAL);
+    /* Full: wait for room, taking in responses meanwhile, however many
+     * the requests in flight have coming (owed_bytes): the daemon may be
+     * waiting for them to be read before it reads more of this one. */
+    int rr = rbuf_room(c, 4096, owed_bytes(c));
     if (rr < 0)
       return mlpd_errf(err, rr, "out of memory");
     struct pollfd p = {.fd = c->fd,
@@ -1024,22 +1163,24 @@ void mlpd_client_result_free(mlpd_client_result_t *r) {
 }
 
 /* Gives the result the tensor bytes of the response just consumed, which
- * are still in the receive buffer. When that frame was the last thing
- * buffered and its tensor is large, the receive buffer becomes the
- * result's memory and the result's old memory the receive buffer: the
- * bytes are not copied, and the two buffers alternate from call to call.
- * Otherwise they are copied. Returns 0 or -ENOMEM. */
+ * are still in its chunk (c->rtaken). When that frame was the last thing
+ * in its chunk and its tensor is large, the chunk's memory becomes the
+ * result's and the result's old memory the chunk's: the bytes are not
+ * copied, however many answers wait behind it (a large answer ends its
+ * chunk, rchunk_t). Otherwise they are copied. Returns 0 or -ENOMEM. */
 static int take_data(mlpd_client_t *c, const dec_t *d,
                      mlpd_client_result_t *res) {
   if (store_get(res) != 0)
     return -ENOMEM;
   struct mlpd_client_store_s *st = res->store;
-  if (d->data_len >= TAKE_MIN && c->rlen == 0 &&
+  rchunk_t *k = c->rtaken;
+  if (d->data_len >= TAKE_MIN && k != NULL && k->pos == k->len &&
       grow(&st->wire, &st->wire_cap, RBUF_INITIAL) == 0) {
-    void *mem = c->rmem;
-    size_t cap = c->rcap;
-    c->rmem = st->wire;
-    c->rcap = st->wire_cap;
+    uint8_t *mem = k->mem;
+    size_t cap = k->cap;
+    k->mem = st->wire;
+    k->cap = st->wire_cap;
+    k->pos = k->len = 0;
     st->wire = mem;
     st->wire_cap = cap;
     res->data = (void *)d->data_at;

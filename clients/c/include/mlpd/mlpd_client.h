@@ -152,7 +152,8 @@ typedef struct mlpd_client_result_s {
   int64_t rows;          /* output shape [rows, cols]; 0 x 0 without output */
   int64_t cols;
   void *data;            /* owned by the result; valid until the next call
-                            with this result or result_free */
+                            with this result or result_free; not
+                            necessarily aligned to its element type */
   size_t nbytes;         /* bytes of data: rows * cols * element size */
   uint64_t queue_us;     /* server: arrival to the start of its batch */
   uint64_t compute_us;   /* server: its batch's engine time */
