@@ -556,8 +556,6 @@ static int nc_send(worker_t *w, nconn_t *n, uint64_t now) {
       int rc = nc_take_ready(w, n);
       if (rc != 0)
         return rc;
-      if (n->nfree == 0)
-        break;
     }
     if (!may_send(w, d)) {
       n->stopped = 1;
