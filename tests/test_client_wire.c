@@ -15,6 +15,7 @@
 #include "testutil.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pb_decode.h>
 #include <pb_encode.h>
 #include <pthread.h>
@@ -24,7 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <fcntl.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -1058,6 +1059,111 @@ static void test_large_after_many_small(void **state) {
   srv_join(&s);
 }
 
+/* Requests of sizes around the hand-over threshold (64 KiB of tensor) and
+ * far from it, in a fixed pseudo-random order, kept a varying depth
+ * deep, with looks at the socket in between (mlpd_client_wait with no
+ * wait) and three results held in turn: the receive queue's chunks open,
+ * grow, move, are handed over and reused in every order, and every answer
+ * must stay whole and its own. The first third are small only, so that
+ * the first chunk, still 64 KiB, fills and moves its unread bytes to its
+ * front. */
+static void test_mixed_pipelining(void **state) {
+  (void)state;
+  enum { TOTAL = 600, NRES = 3, MAXN = 40000 };
+  static const int sizes[] = {4, 1000, 16383, 16384, 16390, MAXN};
+  srv_t s;
+  srv_start(&s, script_eager, 0);
+  mlpd_client_t *c = connect_ok(&s);
+  mlpd_err_t err = {0};
+  float *x = malloc(sizeof(float) * MAXN);
+  int *n_of = malloc(sizeof(int) * TOTAL);
+  assert_non_null(x);
+  assert_non_null(n_of);
+  for (int i = 0; i < MAXN; i++)
+    x[i] = (float)i;
+  mlpd_client_result_t res[NRES];
+  for (int r = 0; r < NRES; r++)
+    mlpd_client_result_init(&res[r]);
+  uint32_t rng = 12345;
+  int sent = 0;
+  for (int got = 0; got < TOTAL; got++) {
+    rng = rng * 1664525u + 1013904223u;
+    int depth = 1 + (int)((rng >> 8) % 40);
+    while (sent < TOTAL && sent - got < depth) {
+      rng = rng * 1664525u + 1013904223u;
+      int kinds =
+          sent < TOTAL / 3 ? 2 : (int)(sizeof(sizes) / sizeof(sizes[0]));
+      int n = sizes[(rng >> 8) % (uint32_t)kinds];
+      n_of[sent] = n;
+      x[0] = x[n - 1] = (float)sent;
+      mlpd_client_infer_t req;
+      mlpd_client_infer_init(&req);
+      req.data = x;
+      req.rows = 1;
+      req.cols = n;
+      int rc = mlpd_client_send_infer(c, (uint64_t)sent, &req, &err);
+      if (rc != 0)
+        fail_msg("send %d: %s", sent, mlpd_err_msg(&err, rc));
+      x[0] = 0.0f;
+      x[n - 1] = (float)(n - 1);
+      sent++;
+    }
+    if ((rng >> 20) % 3 == 0)
+      assert_true(mlpd_client_wait(c, 0, &err) >= 0);
+    assert_int_equal(mlpd_client_recv(c, &res[got % NRES], &err), 0);
+    for (int j = got; j >= 0 && j > got - NRES; j--)
+      if (!marked_answer_ok(&res[j % NRES], j, n_of[j]))
+        fail_msg("answer %d (%d values), held while %d came, is not its own", j,
+                 n_of[j], got);
+  }
+  for (int r = 0; r < NRES; r++)
+    mlpd_client_result_free(&res[r]);
+  free(n_of);
+  free(x);
+  mlpd_client_close(c);
+  srv_join(&s);
+}
+
+/* Small answers that fill more than the first chunk (64 KiB) before the
+ * client reads: its first read ends inside an answer, the whole ones are
+ * taken, and the rest of the cut one needs room, which the chunk makes by
+ * moving that part to its front (rbuf_room) rather than growing. The
+ * answers are all in the socket before the first read (FIONREAD). */
+static void test_small_answers_move_forward(void **state) {
+  (void)state;
+  enum { N = 24, COLS = 1000 }; /* 96 KB of answers: within a socket buffer */
+  srv_t s;
+  srv_start(&s, script_eager, 0);
+  mlpd_client_t *c = connect_ok(&s);
+  mlpd_err_t err = {0};
+  mlpd_client_infer_t req;
+  float *x = ramp_request(&req, 1, COLS);
+  for (int i = 0; i < N; i++) {
+    x[0] = x[COLS - 1] = (float)i;
+    int rc = mlpd_client_send_infer(c, (uint64_t)i, &req, &err);
+    if (rc != 0)
+      fail_msg("send %d: %s", i, mlpd_err_msg(&err, rc));
+  }
+  int have = 0;
+  for (int t = 0; t < 5000 && have < N * COLS * (int)sizeof(float); t++) {
+    assert_int_equal(ioctl(mlpd_client_fd(c), FIONREAD, &have), 0);
+    if (have < N * COLS * (int)sizeof(float))
+      usleep(1000);
+  }
+  assert_true(have >= N * COLS * (int)sizeof(float));
+  mlpd_client_result_t res;
+  mlpd_client_result_init(&res);
+  for (int i = 0; i < N; i++) {
+    assert_int_equal(mlpd_client_recv(c, &res, &err), 0);
+    if (!marked_answer_ok(&res, i, COLS))
+      fail_msg("answer %d is not its own", i);
+  }
+  mlpd_client_result_free(&res);
+  free(x);
+  mlpd_client_close(c);
+  srv_join(&s);
+}
+
 static void test_frame_limits(void **state) {
   (void)state;
   srv_t s;
@@ -1349,6 +1455,8 @@ int main(void) {
       cmocka_unit_test(test_no_send_deadlock),
       cmocka_unit_test(test_pipelined_backlog),
       cmocka_unit_test(test_large_after_many_small),
+      cmocka_unit_test(test_mixed_pipelining),
+      cmocka_unit_test(test_small_answers_move_forward),
       cmocka_unit_test(test_frame_limits),
       cmocka_unit_test(test_connect_errors),
       cmocka_unit_test(test_regions_on_the_wire),
