@@ -895,13 +895,19 @@ static void script_eager(srv_t *s) {
                    req.kind.infer.input.shape[1], s->data, s->data_len);
 }
 
+/* A ramp of n floats, 0, 1, 2, ... (the caller frees it). */
+static float *ramp(int n) {
+  float *x = malloc(sizeof(float) * (size_t)n);
+  assert_non_null(x);
+  for (int i = 0; i < n; i++)
+    x[i] = (float)i;
+  return x;
+}
+
 /* A request of rows x cols f32 values 0, 1, 2, ...; returns its data
  * (the caller frees it). */
 static float *ramp_request(mlpd_client_infer_t *req, int rows, int cols) {
-  float *x = malloc(sizeof(float) * (size_t)rows * (size_t)cols);
-  assert_non_null(x);
-  for (int i = 0; i < rows * cols; i++)
-    x[i] = (float)i;
+  float *x = ramp(rows * cols);
   mlpd_client_infer_init(req);
   req->data = x;
   req->rows = rows;
@@ -963,6 +969,42 @@ static int marked_answer_ok(const mlpd_client_result_t *res, int id, int n) {
   return 1;
 }
 
+/* Sends request `id`: the first n values of the ramp x (0, 1, 2, ...) as
+ * one row, with id at both ends (marked_answer_ok), leaving x a ramp
+ * again. */
+static void send_marked(mlpd_client_t *c, int id, float *x, int n) {
+  mlpd_err_t err = {0};
+  mlpd_client_infer_t req;
+  mlpd_client_infer_init(&req);
+  req.data = x;
+  req.rows = 1;
+  req.cols = n;
+  x[0] = x[n - 1] = (float)id;
+  int rc = mlpd_client_send_infer(c, (uint64_t)id, &req, &err);
+  if (rc != 0)
+    fail_msg("send %d: %s", id, mlpd_err_msg(&err, rc));
+  x[0] = 0.0f;
+  x[n - 1] = (float)(n - 1);
+}
+
+/* Receives answer `got` into res[got % nres] and checks that it and the
+ * ones before it still held are each their own request's echo (n_of: the
+ * values of each request, by id). Returns the result received into. */
+static mlpd_client_result_t *recv_held(mlpd_client_t *c,
+                                       mlpd_client_result_t *res, int nres,
+                                       int got, const int *n_of) {
+  mlpd_err_t err = {0};
+  mlpd_client_result_t *r = &res[got % nres];
+  int rc = mlpd_client_recv(c, r, &err);
+  if (rc != 0)
+    fail_msg("recv %d: %s", got, mlpd_err_msg(&err, rc));
+  for (int j = got; j >= 0 && j > got - nres; j--)
+    if (!marked_answer_ok(&res[j % nres], j, n_of[j]))
+      fail_msg("answer %d (%d values), held while %d came, is not its own", j,
+               n_of[j], got);
+  return r;
+}
+
 /* A client that keeps DEPTH requests in flight, taking one answer and
  * sending one more, against a daemon that answers at once: each send waits
  * for room while the answers pile up in the receive queue (rchunk_t), large
@@ -974,46 +1016,33 @@ static int marked_answer_ok(const mlpd_client_result_t *res, int id, int n) {
  * next, where a copy would reuse the result's own. */
 static void test_pipelined_backlog(void **state) {
   (void)state;
-  enum { DEPTH = 32, TOTAL = 400, ROWS = 256, COLS = 128, NRES = 3 };
+  enum { DEPTH = 32, TOTAL = 400, BIG = 256 * 128, NRES = 3 }; /* 128 KiB */
   srv_t s;
   srv_start(&s, script_eager, 0);
   mlpd_client_t *c = connect_ok(&s);
-  mlpd_err_t err = {0};
-  mlpd_client_infer_t big, small;
-  float *x = ramp_request(&big, ROWS, COLS); /* 128 KiB */
-  float *xs = ramp_request(&small, 1, 4);
+  float *x = ramp(BIG);
+  int n_of[TOTAL];
+  for (int i = 0; i < TOTAL; i++)
+    n_of[i] = i % 3 == 0 ? 4 : BIG;
   mlpd_client_result_t res[NRES];
   const void *last_data[NRES] = {0};
   for (int r = 0; r < NRES; r++)
     mlpd_client_result_init(&res[r]);
   int sent = 0, moved = 0, large = 0;
   for (int got = 0; got < TOTAL; got++) {
-    while (sent < TOTAL && sent - got < DEPTH) {
-      float *m = sent % 3 == 0 ? xs : x;
-      int n = sent % 3 == 0 ? 4 : ROWS * COLS;
-      m[0] = m[n - 1] = (float)sent; /* whose answer it is */
-      int rc = mlpd_client_send_infer(c, (uint64_t)sent,
-                                      sent % 3 == 0 ? &small : &big, &err);
-      if (rc != 0)
-        fail_msg("send %d: %s", sent, mlpd_err_msg(&err, rc));
-      sent++;
-    }
-    mlpd_client_result_t *ri = &res[got % NRES];
-    assert_int_equal(mlpd_client_recv(c, ri, &err), 0);
-    if (got % 3 != 0) {
+    for (; sent < TOTAL && sent - got < DEPTH; sent++)
+      send_marked(c, sent, x, n_of[sent]);
+    mlpd_client_result_t *ri = recv_held(c, res, NRES, got, n_of);
+    if (n_of[got] == BIG) {
       large++;
       moved += ri->data != last_data[got % NRES];
       last_data[got % NRES] = ri->data;
     }
-    for (int j = got; j >= 0 && j > got - NRES; j--)
-      if (!marked_answer_ok(&res[j % NRES], j, j % 3 == 0 ? 4 : ROWS * COLS))
-        fail_msg("answer %d, held while %d came, is not its own", j, got);
   }
   assert_true(moved > large / 2);
   for (int r = 0; r < NRES; r++)
     mlpd_client_result_free(&res[r]);
   free(x);
-  free(xs);
   mlpd_client_close(c);
   srv_join(&s);
 }
@@ -1025,36 +1054,24 @@ static void test_pipelined_backlog(void **state) {
  * order. */
 static void test_large_after_many_small(void **state) {
   (void)state;
-  enum { SMALL = 100, LARGE = 6, ROWS = 256, COLS = 128 };
+  enum { SMALL = 100, LARGE = 6, BIG = 256 * 128, NRES = 2 };
   srv_t s;
   srv_start(&s, script_eager, 0);
   mlpd_client_t *c = connect_ok(&s);
-  mlpd_err_t err = {0};
-  mlpd_client_infer_t big, small;
-  float *x = ramp_request(&big, ROWS, COLS);
-  float *xs = ramp_request(&small, 1, 4);
+  float *x = ramp(BIG);
+  int n_of[SMALL + LARGE];
   for (int i = 0; i < SMALL + LARGE; i++) {
-    float *m = i < SMALL ? xs : x;
-    int n = i < SMALL ? 4 : ROWS * COLS;
-    m[0] = m[n - 1] = (float)i;
-    int rc =
-        mlpd_client_send_infer(c, (uint64_t)i, i < SMALL ? &small : &big, &err);
-    if (rc != 0)
-      fail_msg("send %d: %s", i, mlpd_err_msg(&err, rc));
+    n_of[i] = i < SMALL ? 4 : BIG;
+    send_marked(c, i, x, n_of[i]);
   }
-  mlpd_client_result_t res[2];
-  mlpd_client_result_init(&res[0]);
-  mlpd_client_result_init(&res[1]);
-  for (int i = 0; i < SMALL + LARGE; i++) {
-    assert_int_equal(mlpd_client_recv(c, &res[i % 2], &err), 0);
-    for (int j = i; j >= 0 && j > i - 2; j--)
-      if (!marked_answer_ok(&res[j % 2], j, j < SMALL ? 4 : ROWS * COLS))
-        fail_msg("answer %d, held while %d came, is not its own", j, i);
-  }
-  mlpd_client_result_free(&res[0]);
-  mlpd_client_result_free(&res[1]);
+  mlpd_client_result_t res[NRES];
+  for (int r = 0; r < NRES; r++)
+    mlpd_client_result_init(&res[r]);
+  for (int i = 0; i < SMALL + LARGE; i++)
+    recv_held(c, res, NRES, i, n_of);
+  for (int r = 0; r < NRES; r++)
+    mlpd_client_result_free(&res[r]);
   free(x);
-  free(xs);
   mlpd_client_close(c);
   srv_join(&s);
 }
@@ -1075,12 +1092,8 @@ static void test_mixed_pipelining(void **state) {
   srv_start(&s, script_eager, 0);
   mlpd_client_t *c = connect_ok(&s);
   mlpd_err_t err = {0};
-  float *x = malloc(sizeof(float) * MAXN);
-  int *n_of = malloc(sizeof(int) * TOTAL);
-  assert_non_null(x);
-  assert_non_null(n_of);
-  for (int i = 0; i < MAXN; i++)
-    x[i] = (float)i;
+  float *x = ramp(MAXN);
+  int n_of[TOTAL];
   mlpd_client_result_t res[NRES];
   for (int r = 0; r < NRES; r++)
     mlpd_client_result_init(&res[r]);
@@ -1089,36 +1102,19 @@ static void test_mixed_pipelining(void **state) {
   for (int got = 0; got < TOTAL; got++) {
     rng = rng * 1664525u + 1013904223u;
     int depth = 1 + (int)((rng >> 8) % 40);
-    while (sent < TOTAL && sent - got < depth) {
+    for (; sent < TOTAL && sent - got < depth; sent++) {
       rng = rng * 1664525u + 1013904223u;
       int kinds =
           sent < TOTAL / 3 ? 2 : (int)(sizeof(sizes) / sizeof(sizes[0]));
-      int n = sizes[(rng >> 8) % (uint32_t)kinds];
-      n_of[sent] = n;
-      x[0] = x[n - 1] = (float)sent;
-      mlpd_client_infer_t req;
-      mlpd_client_infer_init(&req);
-      req.data = x;
-      req.rows = 1;
-      req.cols = n;
-      int rc = mlpd_client_send_infer(c, (uint64_t)sent, &req, &err);
-      if (rc != 0)
-        fail_msg("send %d: %s", sent, mlpd_err_msg(&err, rc));
-      x[0] = 0.0f;
-      x[n - 1] = (float)(n - 1);
-      sent++;
+      n_of[sent] = sizes[(rng >> 8) % (uint32_t)kinds];
+      send_marked(c, sent, x, n_of[sent]);
     }
     if ((rng >> 20) % 3 == 0)
       assert_true(mlpd_client_wait(c, 0, &err) >= 0);
-    assert_int_equal(mlpd_client_recv(c, &res[got % NRES], &err), 0);
-    for (int j = got; j >= 0 && j > got - NRES; j--)
-      if (!marked_answer_ok(&res[j % NRES], j, n_of[j]))
-        fail_msg("answer %d (%d values), held while %d came, is not its own", j,
-                 n_of[j], got);
+    recv_held(c, res, NRES, got, n_of);
   }
   for (int r = 0; r < NRES; r++)
     mlpd_client_result_free(&res[r]);
-  free(n_of);
   free(x);
   mlpd_client_close(c);
   srv_join(&s);
@@ -1135,14 +1131,11 @@ static void test_small_answers_move_forward(void **state) {
   srv_t s;
   srv_start(&s, script_eager, 0);
   mlpd_client_t *c = connect_ok(&s);
-  mlpd_err_t err = {0};
-  mlpd_client_infer_t req;
-  float *x = ramp_request(&req, 1, COLS);
+  float *x = ramp(COLS);
+  int n_of[N];
   for (int i = 0; i < N; i++) {
-    x[0] = x[COLS - 1] = (float)i;
-    int rc = mlpd_client_send_infer(c, (uint64_t)i, &req, &err);
-    if (rc != 0)
-      fail_msg("send %d: %s", i, mlpd_err_msg(&err, rc));
+    n_of[i] = COLS;
+    send_marked(c, i, x, COLS);
   }
   int have = 0;
   for (int t = 0; t < 5000 && have < N * COLS * (int)sizeof(float); t++) {
@@ -1153,11 +1146,8 @@ static void test_small_answers_move_forward(void **state) {
   assert_true(have >= N * COLS * (int)sizeof(float));
   mlpd_client_result_t res;
   mlpd_client_result_init(&res);
-  for (int i = 0; i < N; i++) {
-    assert_int_equal(mlpd_client_recv(c, &res, &err), 0);
-    if (!marked_answer_ok(&res, i, COLS))
-      fail_msg("answer %d is not its own", i);
-  }
+  for (int i = 0; i < N; i++)
+    recv_held(c, &res, 1, i, n_of);
   mlpd_client_result_free(&res);
   free(x);
   mlpd_client_close(c);
