@@ -725,6 +725,10 @@ static int handle_oip(mlpd_hconn_t *c, hresp_t *rs,
   case MLPD_OIP_SHM_REGISTER:
   case MLPD_OIP_SHM_UNREGISTER:
     return mlpd__hconn_handle_shm(c, rs, rt);
+  case MLPD_OIP_CUDA_SHM_STATUS:
+  case MLPD_OIP_CUDA_SHM_REGISTER:
+  case MLPD_OIP_CUDA_SHM_UNREGISTER:
+    return mlpd__hconn_handle_cuda_shm(c, rs, rt);
   default:
     return mlpd__hconn_handle_meta(c, rs, rt);
   }

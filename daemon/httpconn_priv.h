@@ -149,6 +149,10 @@ int mlpd__hconn_shm_refused(mlpd_hconn_t *c, hresp_t *rs, int *rc);
 /* GET .../status, POST .../register and .../unregister. */
 int mlpd__hconn_handle_shm(mlpd_hconn_t *c, hresp_t *rs,
                            const mlpd_oip_route_t *rt);
+/* The same routes of Triton's CUDA shared memory extension, which mlpd
+ * does not offer: none registered, registering refused (501). */
+int mlpd__hconn_handle_cuda_shm(mlpd_hconn_t *c, hresp_t *rs,
+                                const mlpd_oip_route_t *rt);
 /* An infer input in a region: held, and either pinned (*pinned) or a block
  * to read it into. 0, 1 (an answer was queued) or -ENOMEM. */
 int mlpd__hconn_hold_input_shm(mlpd_hconn_t *c, hresp_t *rs,

@@ -349,3 +349,35 @@ int mlpd__hconn_handle_shm(mlpd_hconn_t *c, hresp_t *rs,
   return mlpd__hconn_reply_error(c, rs, mlpd_oip_http_status(rc),
                                  err.msg[0] ? err.msg : mlpd_strerror(rc));
 }
+
+/* CUDA shared memory (device buffers passed as CUDA IPC handles) would need
+ * the engines to take rows from another process's device memory; until
+ * they do, a Triton client is told so in words. Status and unregister
+ * answer as for a table that is empty, which it is: perf_analyzer
+ * unregisters every region of both kinds before it starts, and a client
+ * cleaning up must not fail. Not behind --http-allow-shm: nothing here
+ * touches memory. */
+int mlpd__hconn_handle_cuda_shm(mlpd_hconn_t *c, hresp_t *rs,
+                                const mlpd_oip_route_t *rt) {
+  char msg[MLPD_OIP_NAME_MAX + 256];
+  if (rt->kind == MLPD_OIP_CUDA_SHM_REGISTER) {
+    snprintf(msg, sizeof(msg),
+             "CUDA shared memory is not supported by mlpd (region %s not "
+             "registered): register the buffer as system shared memory "
+             "(/v2/systemsharedmemory), or send the tensor in the request",
+             rt->region);
+    return mlpd__hconn_reply_error(c, rs, 501, msg);
+  }
+  if (rt->kind == MLPD_OIP_CUDA_SHM_STATUS && rt->region[0] != '\0') {
+    snprintf(msg, sizeof(msg),
+             "no CUDA shared memory region %s: mlpd does not support CUDA "
+             "shared memory",
+             rt->region);
+    return mlpd__hconn_reply_error(c, rs, 404, msg);
+  }
+  if (rt->kind == MLPD_OIP_CUDA_SHM_STATUS)
+    return mlpd__hconn_finish_resp(c, rs, 200, JSON_TYPE, NULL, "[]", 2,
+                                   SIZE_MAX);
+  return mlpd__hconn_finish_resp(c, rs, 200, JSON_TYPE, NULL, "{}", 2,
+                                 SIZE_MAX);
+}

@@ -232,7 +232,8 @@ int mlpd_oip_route(const char *method, const char *target, size_t len,
       return rc;
     return check_method(method, 1, err);
   }
-  if (ns >= 2 && seg_is(seg[0], sl[0], "systemsharedmemory")) {
+  int cuda = ns >= 2 && seg_is(seg[0], sl[0], "cudasharedmemory");
+  if (cuda || (ns >= 2 && seg_is(seg[0], sl[0], "systemsharedmemory"))) {
     size_t k = 1;
     if (ns == 4 && seg_is(seg[1], sl[1], "region")) {
       if ((rc = decode_segment(seg[2], sl[2], out->region, "region name",
@@ -243,15 +244,15 @@ int mlpd_oip_route(const char *method, const char *target, size_t len,
     if (ns != k + 1)
       return mlpd_errf(err, -ENOENT, "not a v2 route");
     if (seg_is(seg[k], sl[k], "status")) {
-      out->kind = MLPD_OIP_SHM_STATUS;
+      out->kind = cuda ? MLPD_OIP_CUDA_SHM_STATUS : MLPD_OIP_SHM_STATUS;
       return check_method(method, 0, err);
     }
     if (seg_is(seg[k], sl[k], "unregister")) {
-      out->kind = MLPD_OIP_SHM_UNREGISTER;
+      out->kind = cuda ? MLPD_OIP_CUDA_SHM_UNREGISTER : MLPD_OIP_SHM_UNREGISTER;
       return check_method(method, 1, err);
     }
     if (k == 3 && seg_is(seg[k], sl[k], "register")) {
-      out->kind = MLPD_OIP_SHM_REGISTER;
+      out->kind = cuda ? MLPD_OIP_CUDA_SHM_REGISTER : MLPD_OIP_SHM_REGISTER;
       return check_method(method, 1, err);
     }
     return mlpd_errf(err, -ENOENT, "not a v2 route");

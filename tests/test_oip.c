@@ -925,6 +925,19 @@ static void test_shared_memory_routes(void **state) {
       {"GET", "/v2/systemsharedmemory/region//status", -ENOENT, 0, ""},
       {"GET", "/v2/systemsharedmemory/regions/in/status", -ENOENT, 0, ""},
       {"GET", "/v2/systemsharedmemory/region/a%00/status", MLPD_EINVAL, 0, ""},
+      /* The CUDA sibling's routes, the same shapes (answered, not served) */
+      {"GET", "/v2/cudasharedmemory/status", 0, MLPD_OIP_CUDA_SHM_STATUS, ""},
+      {"GET", "/v2/cudasharedmemory/region/g%201/status", 0,
+       MLPD_OIP_CUDA_SHM_STATUS, "g 1"},
+      {"POST", "/v2/cudasharedmemory/region/g/register", 0,
+       MLPD_OIP_CUDA_SHM_REGISTER, "g"},
+      {"POST", "/v2/cudasharedmemory/region/g/unregister", 0,
+       MLPD_OIP_CUDA_SHM_UNREGISTER, "g"},
+      {"POST", "/v2/cudasharedmemory/unregister", 0,
+       MLPD_OIP_CUDA_SHM_UNREGISTER, ""},
+      {"GET", "/v2/cudasharedmemory/region/g/register", -EOPNOTSUPP, 0, ""},
+      {"POST", "/v2/cudasharedmemory/register", -ENOENT, 0, ""},
+      {"GET", "/v2/cudasharedmemory/region/a%00/status", MLPD_EINVAL, 0, ""},
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     mlpd_oip_route_t r;

@@ -1378,6 +1378,43 @@ static char *shm_infer_body(int n, const char *in, size_t in_off,
   return b;
 }
 
+/* Triton's CUDA shared memory extension is not offered: not listed, a
+ * register refused (501) with what to use instead, and the calls a
+ * Triton client makes to clean up (status, unregister all or one)
+ * answered as for an empty table, not with 404. */
+static void test_cuda_shared_memory_refused(void **state) {
+  (void)state;
+  th_resp_t r;
+  assert_int_equal(do_req(http_sock, "GET", "/v2", NULL, &r), 200);
+  assert_null(strstr(r.body, "cuda_shared_memory"));
+  th_resp_free(&r);
+  do_req(http_sock, "POST", "/v2/cudasharedmemory/region/g0/register",
+         "{\"raw_handle\":{\"b64\":\"AAAA\"},\"device_id\":0,"
+         "\"byte_size\":64}",
+         &r);
+  expect_error(&r, 501, "/v2/systemsharedmemory");
+  assert_non_null(strstr(r.body, "g0"));
+  th_resp_free(&r);
+  assert_int_equal(
+      do_req(http_sock, "GET", "/v2/cudasharedmemory/status", NULL, &r), 200);
+  json_t *j = parse(&r);
+  assert_true(json_is_array(j));
+  assert_int_equal(json_array_size(j), 0);
+  json_decref(j);
+  th_resp_free(&r);
+  do_req(http_sock, "GET", "/v2/cudasharedmemory/region/g0/status", NULL, &r);
+  expect_error(&r, 404, "CUDA shared memory");
+  th_resp_free(&r);
+  assert_int_equal(
+      do_req(http_sock, "POST", "/v2/cudasharedmemory/unregister", "", &r),
+      200);
+  th_resp_free(&r);
+  assert_int_equal(do_req(http_sock, "POST",
+                          "/v2/cudasharedmemory/region/g0/unregister", "", &r),
+                   200);
+  th_resp_free(&r);
+}
+
 /* Without --http-allow-shm (the suite's daemon) the extension is off: not
  * listed, and its routes and parameters refused with the flag named. */
 static void test_system_shared_memory_off(void **state) {
@@ -1686,11 +1723,16 @@ int main(void) {
     return 1;
   }
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_endpoints), cmocka_unit_test(test_json_digits),
-      cmocka_unit_test(test_binary),    cmocka_unit_test(test_binary_half),
-      cmocka_unit_test(test_pipeline),  cmocka_unit_test(test_statistics),
-      cmocka_unit_test(test_malformed), cmocka_unit_test(test_deadline),
+      cmocka_unit_test(test_endpoints),
+      cmocka_unit_test(test_json_digits),
+      cmocka_unit_test(test_binary),
+      cmocka_unit_test(test_binary_half),
+      cmocka_unit_test(test_pipeline),
+      cmocka_unit_test(test_statistics),
+      cmocka_unit_test(test_malformed),
+      cmocka_unit_test(test_deadline),
       cmocka_unit_test(test_system_shared_memory_off),
+      cmocka_unit_test(test_cuda_shared_memory_refused),
   };
   const struct CMUnitTest alone[] = {
       cmocka_unit_test(test_remote), cmocka_unit_test(test_two_models),
