@@ -107,7 +107,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     r.model[0] = 'm';
   } else {
     FUZZ_CHECK(r.kind >= MLPD_OIP_HEALTH_LIVE &&
-               r.kind <= MLPD_OIP_SHM_UNREGISTER);
+               r.kind <= MLPD_OIP_CUDA_SHM_UNREGISTER);
     FUZZ_CHECK(strlen(r.model) < MLPD_OIP_NAME_MAX);
     FUZZ_CHECK(strlen(r.version) < MLPD_OIP_NAME_MAX);
     FUZZ_CHECK(strlen(r.region) < MLPD_OIP_NAME_MAX);
