@@ -72,19 +72,19 @@ typedef enum {
   MLPD_OIP_MODEL_CONFIG,    /* GET  /v2/models/{name}[/versions/{v}]/config */
   MLPD_OIP_MODEL_STATS,     /* GET  /v2/models[/{name}[/versions/{v}]]/stats
                                (model "": every model) */
-  /* Triton's system shared memory extension (region "": every region) */
-  MLPD_OIP_SHM_STATUS,     /* GET  /v2/systemsharedmemory[/region/{r}]/status */
-  MLPD_OIP_SHM_REGISTER,   /* POST /v2/systemsharedmemory/region/{r}/register */
-  MLPD_OIP_SHM_UNREGISTER, /* POST
-                              /v2/systemsharedmemory[/region/{r}]/unregister */
-  /* Its CUDA sibling, which mlpd does not offer: answered so that a Triton
-   * client learns that from the error, not from a 404 */
-  MLPD_OIP_CUDA_SHM_STATUS, /* GET  /v2/cudasharedmemory[/region/{r}]/status */
-  MLPD_OIP_CUDA_SHM_REGISTER,   /* POST /v2/cudasharedmemory/region/{r}/register
-                                 */
-  MLPD_OIP_CUDA_SHM_UNREGISTER, /* POST
-                                   /v2/cudasharedmemory[/region/{r}]/unregister
-                                 */
+  /* Triton's system shared memory extension (region "": every region):
+   * GET  /v2/systemsharedmemory[/region/{r}]/status,
+   * POST /v2/systemsharedmemory/region/{r}/register,
+   * POST /v2/systemsharedmemory[/region/{r}]/unregister */
+  MLPD_OIP_SHM_STATUS,
+  MLPD_OIP_SHM_REGISTER,
+  MLPD_OIP_SHM_UNREGISTER,
+  /* The same three under /v2/cudasharedmemory: Triton's CUDA shared memory
+   * extension, which mlpd does not offer; answered so that a Triton client
+   * learns that from the error, not from a 404 */
+  MLPD_OIP_CUDA_SHM_STATUS,
+  MLPD_OIP_CUDA_SHM_REGISTER,
+  MLPD_OIP_CUDA_SHM_UNREGISTER,
 } mlpd_oip_route_kind_t;
 
 typedef struct mlpd_oip_route_s {
