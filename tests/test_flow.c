@@ -672,8 +672,7 @@ static void flood(const char *max_queue, int bound_ms, const char *reason,
    * without waiting in line, not how fast a starved thread copies. */
   uint16_t *xb = malloc(64 * 256 * sizeof(*xb));
   assert_non_null(xb);
-  for (int i = 0; i < 64 * 256; i++)
-    xb[i] = mlpd_f32_to_bf16(x[i]);
+  mlpd_dtype_convert(xb, MLPD_DTYPE_BF16, x, MLPD_DTYPE_F32, 64 * 256);
   size_t probe_len;
   uint8_t *probe_frame =
       td_infer_frame(2, xb, MLPD_DTYPE_BF16, 64, 256, 0, 0, &probe_len);
