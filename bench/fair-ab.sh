@@ -15,7 +15,8 @@
 # load, e.g. --shm: its rows through shared memory, as models-oip.sh's shm
 # line), DTYPE (the load's rows, f32), DURATION (the
 # lone line, s, 3), LONE_WARMUP (its unmeasured start, s, 0.5), ROUNDS (2), DAEMON_ARGS (more flags, e.g. --plan-cache
-# FILE), FAKE (1: the fake CUDA plugin of BUILD's tests, DELAY_US a batch,
+# FILE), ALONE (1: the lone line first without the load, its p50 / p99
+# printed last, the baseline of the rise), FAKE (1: the fake CUDA plugin of BUILD's tests, DELAY_US a batch,
 # for a rehearsal on a machine without a GPU), OUTDIR.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -53,6 +54,13 @@ for round in $(seq "$ROUNDS"); do
     pid=$!
     wait_ready "$BUILD/clients/mlpctl" "$sock" $pid "$OUTDIR/daemon.log" ||
       exit 1
+    alone=""
+    if [ "${ALONE:-0}" = 1 ]; then
+      "$bench" -s "$sock" --model digits -c 1 -d 1 -r 1 --dtype f32 \
+        -D "$DURATION" -w "$LONE_WARMUP" >"$OUTDIR/alone.out" 2>&1
+      alone=$(field latency "$OUTDIR/alone.out" | awk '{print $3, $9}')
+      alone="  alone ${alone/ / \/ } ms"
+    fi
     "$bench" -s "$sock" --model big -c "$conns" -d "$depth" -r "$rows" \
       --dtype "$DTYPE" -D "$(awk -v d="$DURATION" 'BEGIN { print d + 2 }')" \
       -w 0 ${LOAD_ARGS:-} >"$OUTDIR/load.out" 2>&1 &
@@ -67,7 +75,7 @@ for round in $(seq "$ROUNDS"); do
     lat=$(field latency "$OUTDIR/lone.out" | awk '{print $3, $9}')
     inside=$(field split "$OUTDIR/lone.out" | sed -E 's/.*in the daemon p50 [0-9.]+ ms  p99 ([0-9.]+) ms.*/\1/')
     rps=$(field throughput "$OUTDIR/load.out" | awk '{print $4}')
-    printf "round %d  %-40s lone p50 / p99 %s ms (p99 in the daemon %s)  load %s rows/s\n" \
-      "$round" "$d" "${lat/ / \/ }" "$inside" "$rps"
+    printf "round %d  %-40s lone p50 / p99 %s ms (p99 in the daemon %s)  load %s rows/s%s\n" \
+      "$round" "$d" "${lat/ / \/ }" "$inside" "$rps" "$alone"
   done
 done
