@@ -375,9 +375,7 @@ int mlpd__hconn_handle_cuda_shm(mlpd_hconn_t *c, hresp_t *rs,
              rt->region);
     return mlpd__hconn_reply_error(c, rs, 404, msg);
   }
-  if (rt->kind == MLPD_OIP_CUDA_SHM_STATUS)
-    return mlpd__hconn_finish_resp(c, rs, 200, JSON_TYPE, NULL, "[]", 2,
-                                   SIZE_MAX);
-  return mlpd__hconn_finish_resp(c, rs, 200, JSON_TYPE, NULL, "{}", 2,
+  const char *empty = rt->kind == MLPD_OIP_CUDA_SHM_STATUS ? "[]" : "{}";
+  return mlpd__hconn_finish_resp(c, rs, 200, JSON_TYPE, NULL, empty, 2,
                                  SIZE_MAX);
 }

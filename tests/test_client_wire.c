@@ -253,6 +253,17 @@ static void srv_join(srv_t *s) {
   tu_rmtree(s->dir);
 }
 
+/* n results, for tests that hold several at once. */
+static void results_init(mlpd_client_result_t *res, int n) {
+  for (int r = 0; r < n; r++)
+    mlpd_client_result_init(&res[r]);
+}
+
+static void results_free(mlpd_client_result_t *res, int n) {
+  for (int r = 0; r < n; r++)
+    mlpd_client_result_free(&res[r]);
+}
+
 static mlpd_client_t *connect_ok(srv_t *s) {
   mlpd_client_t *c = NULL;
   mlpd_err_t err = {0};
@@ -565,8 +576,7 @@ static void test_large_answers(void **state) {
     assert_int_equal(mlpd_client_send_infer(c, (uint64_t)i, &req, &err), 0);
   }
   mlpd_client_result_t res[NRES];
-  for (int r = 0; r < NRES; r++)
-    mlpd_client_result_init(&res[r]);
+  results_init(res, NRES);
   for (int i = 0; i < N; i++) {
     mlpd_client_result_t *ri = &res[i % NRES];
     int rc = mlpd_client_recv(c, ri, &err);
@@ -582,8 +592,7 @@ static void test_large_answers(void **state) {
       assert_memory_equal(res[j % NRES].data, x[j], n);
     }
   }
-  for (int r = 0; r < NRES; r++)
-    mlpd_client_result_free(&res[r]);
+  results_free(res, NRES);
   for (int i = 0; i < N; i++)
     free(x[i]);
   mlpd_client_close(c);
@@ -1026,8 +1035,7 @@ static void test_pipelined_backlog(void **state) {
     n_of[i] = i % 3 == 0 ? 4 : BIG;
   mlpd_client_result_t res[NRES];
   const void *last_data[NRES] = {0};
-  for (int r = 0; r < NRES; r++)
-    mlpd_client_result_init(&res[r]);
+  results_init(res, NRES);
   int sent = 0, moved = 0, large = 0;
   for (int got = 0; got < TOTAL; got++) {
     for (; sent < TOTAL && sent - got < DEPTH; sent++)
@@ -1040,8 +1048,7 @@ static void test_pipelined_backlog(void **state) {
     }
   }
   assert_true(moved > large / 2);
-  for (int r = 0; r < NRES; r++)
-    mlpd_client_result_free(&res[r]);
+  results_free(res, NRES);
   free(x);
   mlpd_client_close(c);
   srv_join(&s);
@@ -1065,12 +1072,10 @@ static void test_large_after_many_small(void **state) {
     send_marked(c, i, x, n_of[i]);
   }
   mlpd_client_result_t res[NRES];
-  for (int r = 0; r < NRES; r++)
-    mlpd_client_result_init(&res[r]);
+  results_init(res, NRES);
   for (int i = 0; i < SMALL + LARGE; i++)
     recv_held(c, res, NRES, i, n_of);
-  for (int r = 0; r < NRES; r++)
-    mlpd_client_result_free(&res[r]);
+  results_free(res, NRES);
   free(x);
   mlpd_client_close(c);
   srv_join(&s);
@@ -1095,8 +1100,7 @@ static void test_mixed_pipelining(void **state) {
   float *x = ramp(MAXN);
   int n_of[TOTAL];
   mlpd_client_result_t res[NRES];
-  for (int r = 0; r < NRES; r++)
-    mlpd_client_result_init(&res[r]);
+  results_init(res, NRES);
   uint32_t rng = 12345;
   int sent = 0;
   for (int got = 0; got < TOTAL; got++) {
@@ -1113,8 +1117,7 @@ static void test_mixed_pipelining(void **state) {
       assert_true(mlpd_client_wait(c, 0, &err) >= 0);
     recv_held(c, res, NRES, got, n_of);
   }
-  for (int r = 0; r < NRES; r++)
-    mlpd_client_result_free(&res[r]);
+  results_free(res, NRES);
   free(x);
   mlpd_client_close(c);
   srv_join(&s);

@@ -108,6 +108,16 @@ static void expect_error(const th_resp_t *r, int status, const char *needle) {
   json_decref(j);
 }
 
+/* A request that must fail: its status and, with needle, its message. */
+static void expect_req_error(const char *sock, const char *method,
+                             const char *path, const char *body, int status,
+                             const char *needle) {
+  th_resp_t r;
+  do_req(sock, method, path, body, &r);
+  expect_error(&r, status, needle);
+  th_resp_free(&r);
+}
+
 /* ---- endpoints ---- */
 
 static void test_endpoints(void **state) {
@@ -169,12 +179,10 @@ static void test_endpoints(void **state) {
                    200);
   json_decref(j);
   th_resp_free(&r);
-  do_req(http_sock, "GET", "/v2/models/nope/config", NULL, &r);
-  expect_error(&r, 404, "unknown model 'nope'");
-  th_resp_free(&r);
-  do_req(http_sock, "POST", "/v2/models/digits/config", "{}", &r);
-  expect_error(&r, 405, NULL);
-  th_resp_free(&r);
+  expect_req_error(http_sock, "GET", "/v2/models/nope/config", NULL, 404,
+                   "unknown model 'nope'");
+  expect_req_error(http_sock, "POST", "/v2/models/digits/config", "{}", 405,
+                   NULL);
 
   assert_int_equal(do_req(http_sock, "GET", "/v2/models/digits", NULL, &r),
                    200);
@@ -207,21 +215,15 @@ static void test_endpoints(void **state) {
   json_decref(j);
   th_resp_free(&r);
 
-  do_req(http_sock, "GET", "/v2/models/nope", NULL, &r);
-  expect_error(&r, 404, "unknown model 'nope'");
-  th_resp_free(&r);
-  do_req(http_sock, "GET", "/v2/models/digits/versions/7/ready", NULL, &r);
-  expect_error(&r, 404, "no version '7'");
-  th_resp_free(&r);
-  do_req(http_sock, "POST", "/v2/models/nope/infer", "{}", &r);
-  expect_error(&r, 404, "unknown model");
-  th_resp_free(&r);
-  do_req(http_sock, "GET", "/v2/models/digits/infer", NULL, &r);
-  expect_error(&r, 405, "POST");
-  th_resp_free(&r);
-  do_req(http_sock, "GET", "/v2/nothing", NULL, &r);
-  expect_error(&r, 404, NULL);
-  th_resp_free(&r);
+  expect_req_error(http_sock, "GET", "/v2/models/nope", NULL, 404,
+                   "unknown model 'nope'");
+  expect_req_error(http_sock, "GET", "/v2/models/digits/versions/7/ready", NULL,
+                   404, "no version '7'");
+  expect_req_error(http_sock, "POST", "/v2/models/nope/infer", "{}", 404,
+                   "unknown model");
+  expect_req_error(http_sock, "GET", "/v2/models/digits/infer", NULL, 405,
+                   "POST");
+  expect_req_error(http_sock, "GET", "/v2/nothing", NULL, 404, NULL);
 
   /* The probes share the listener. */
   assert_int_equal(do_req(http_sock, "GET", "/healthz", NULL, &r), 200);
@@ -246,12 +248,10 @@ static void test_endpoints(void **state) {
       "READY");
   json_decref(j);
   th_resp_free(&r);
-  do_req(http_sock, "POST", "/v2/repository/models/nope/load", "", &r);
-  expect_error(&r, 404, "nope");
-  th_resp_free(&r);
-  do_req(http_sock, "POST", "/v2/repository/models/nope/unload", "", &r);
-  expect_error(&r, 404, "nope");
-  th_resp_free(&r);
+  expect_req_error(http_sock, "POST", "/v2/repository/models/nope/load", "",
+                   404, "nope");
+  expect_req_error(http_sock, "POST", "/v2/repository/models/nope/unload", "",
+                   404, "nope");
 
   /* The spec's own inference example: a UINT32 tensor, refused by name. */
   do_req(http_sock, "POST", "/v2/models/digits/infer",
@@ -649,12 +649,10 @@ static void test_statistics(void **state) {
   assert_int_equal(all.inferences, s1.inferences);
 
   th_resp_t r;
-  do_req(http_sock, "GET", "/v2/models/nope/stats", NULL, &r);
-  expect_error(&r, 404, "unknown model 'nope'");
-  th_resp_free(&r);
-  do_req(http_sock, "GET", "/v2/models/digits/versions/7/stats", NULL, &r);
-  expect_error(&r, 404, "no version '7'");
-  th_resp_free(&r);
+  expect_req_error(http_sock, "GET", "/v2/models/nope/stats", NULL, 404,
+                   "unknown model 'nope'");
+  expect_req_error(http_sock, "GET", "/v2/models/digits/versions/7/stats", NULL,
+                   404, "no version '7'");
   assert_int_equal(do_req(http_sock, "GET", "/v2", NULL, &r), 200);
   assert_non_null(strstr(r.body, "\"statistics\""));
   th_resp_free(&r);
@@ -857,9 +855,8 @@ static void test_deadline(void **state) {
   char body[4096];
   th_resp_t r;
   snprintf(body, sizeof(body), "{\"parameters\":{\"timeout\":1},%s", p);
-  do_req(http_sock, "POST", "/v2/models/digits/infer", body, &r);
-  expect_error(&r, 504, "deadline");
-  th_resp_free(&r);
+  expect_req_error(http_sock, "POST", "/v2/models/digits/infer", body, 504,
+                   "deadline");
   snprintf(body, sizeof(body),
            "{\"id\":\"late\",\"parameters\":{\"timeout\":30000000},%s", p);
   do_req(http_sock, "POST", "/v2/models/digits/infer", body, &r);
@@ -1038,15 +1035,10 @@ static void test_two_models(void **state) {
   do_req(sock, "POST", "/v2/models/digits/infer", b64, &r);
   check_row_answer(&r, "d");
   th_resp_free(&r);
-  do_req(sock, "POST", "/v2/models/digits/infer", b8, &r);
-  expect_error(&r, 400, "takes");
-  th_resp_free(&r);
-  do_req(sock, "POST", "/v2/models/narrow/infer", b64, &r);
-  expect_error(&r, 400, "takes");
-  th_resp_free(&r);
-  do_req(sock, "POST", "/v2/models/nope/infer", b8, &r);
-  expect_error(&r, 404, "unknown model 'nope'");
-  th_resp_free(&r);
+  expect_req_error(sock, "POST", "/v2/models/digits/infer", b8, 400, "takes");
+  expect_req_error(sock, "POST", "/v2/models/narrow/infer", b64, 400, "takes");
+  expect_req_error(sock, "POST", "/v2/models/nope/infer", b8, 404,
+                   "unknown model 'nope'");
 
   /* Unload over the Unix-path listener (our own uid): 200 once accepted;
    * when it has settled the model is listed, unavailable, and refused. */
@@ -1057,9 +1049,7 @@ static void test_two_models(void **state) {
   wait_state(sock, "narrow", "UNAVAILABLE");
   assert_int_equal(index_state_of(sock, "digits", st, sizeof(st)), 2);
   assert_string_equal(st, "READY");
-  do_req(sock, "POST", "/v2/models/narrow/infer", b8, &r);
-  expect_error(&r, 503, "narrow");
-  th_resp_free(&r);
+  expect_req_error(sock, "POST", "/v2/models/narrow/infer", b8, 503, "narrow");
   do_req(sock, "GET", "/v2/models/narrow/ready", NULL, &r);
   assert_int_equal(r.status, 503);
   j = parse(&r);
@@ -1402,9 +1392,8 @@ static void test_cuda_shared_memory_refused(void **state) {
   assert_int_equal(json_array_size(j), 0);
   json_decref(j);
   th_resp_free(&r);
-  do_req(http_sock, "GET", "/v2/cudasharedmemory/region/g0/status", NULL, &r);
-  expect_error(&r, 404, "CUDA shared memory");
-  th_resp_free(&r);
+  expect_req_error(http_sock, "GET", "/v2/cudasharedmemory/region/g0/status",
+                   NULL, 404, "CUDA shared memory");
   assert_int_equal(
       do_req(http_sock, "POST", "/v2/cudasharedmemory/unregister", "", &r),
       200);
@@ -1423,17 +1412,14 @@ static void test_system_shared_memory_off(void **state) {
   assert_int_equal(do_req(http_sock, "GET", "/v2", NULL, &r), 200);
   assert_null(strstr(r.body, "system_shared_memory"));
   th_resp_free(&r);
-  do_req(http_sock, "POST", "/v2/systemsharedmemory/region/x/register",
-         "{\"key\":\"/x\",\"byte_size\":1}", &r);
-  expect_error(&r, 403, "--http-allow-shm");
-  th_resp_free(&r);
-  do_req(http_sock, "GET", "/v2/systemsharedmemory/status", NULL, &r);
-  expect_error(&r, 403, "--http-allow-shm");
-  th_resp_free(&r);
+  expect_req_error(http_sock, "POST",
+                   "/v2/systemsharedmemory/region/x/register",
+                   "{\"key\":\"/x\",\"byte_size\":1}", 403, "--http-allow-shm");
+  expect_req_error(http_sock, "GET", "/v2/systemsharedmemory/status", NULL, 403,
+                   "--http-allow-shm");
   char *body = shm_infer_body(1, "in", 0, NULL, 0, 0);
-  do_req(http_sock, "POST", "/v2/models/digits/infer", body, &r);
-  expect_error(&r, 403, "--http-allow-shm");
-  th_resp_free(&r);
+  expect_req_error(http_sock, "POST", "/v2/models/digits/infer", body, 403,
+                   "--http-allow-shm");
   free(body);
 }
 
@@ -1530,33 +1516,27 @@ static void test_system_shared_memory(void **state) {
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     body = shm_infer_body(N, bad[i].in, bad[i].in_off, bad[i].out,
                           bad[i].out_off, out_bytes);
-    do_req(sock, "POST", "/v2/models/digits/infer", body, &r);
-    expect_error(&r, bad[i].status, bad[i].msg);
-    th_resp_free(&r);
+    expect_req_error(sock, "POST", "/v2/models/digits/infer", body,
+                     bad[i].status, bad[i].msg);
     free(body);
   }
   shm_register(sock, "again", in_key, 0, 1);
-  do_req(sock, "POST", "/v2/systemsharedmemory/region/again/register",
-         "{\"key\":\"/mlpd-no-such-key\",\"byte_size\":1}", &r);
-  expect_error(&r, 400, "region 'again' is already registered");
-  th_resp_free(&r);
-  do_req(sock, "POST", "/v2/systemsharedmemory/region/z/register",
-         "{\"key\":\"/mlpd-no-such-key\",\"byte_size\":1}", &r);
-  expect_error(&r, 400, "cannot open shared memory key '/mlpd-no-such-key'");
-  th_resp_free(&r);
-  do_req(sock, "POST", "/v2/systemsharedmemory/region/z/register",
-         "{\"key\":\"/x\"}", &r);
-  expect_error(&r, 400, "'byte_size' is missing");
-  th_resp_free(&r);
+  expect_req_error(sock, "POST", "/v2/systemsharedmemory/region/again/register",
+                   "{\"key\":\"/mlpd-no-such-key\",\"byte_size\":1}", 400,
+                   "region 'again' is already registered");
+  expect_req_error(sock, "POST", "/v2/systemsharedmemory/region/z/register",
+                   "{\"key\":\"/mlpd-no-such-key\",\"byte_size\":1}", 400,
+                   "cannot open shared memory key '/mlpd-no-such-key'");
+  expect_req_error(sock, "POST", "/v2/systemsharedmemory/region/z/register",
+                   "{\"key\":\"/x\"}", 400, "'byte_size' is missing");
 
   /* The input's object shrinks under its registration: that request
    * fails with a message (nothing is mapped, so no SIGBUS), the next one
    * with rows still there is served. */
   assert_int_equal(ftruncate(in_fd, 96 + in_bytes / 2), 0);
   body = shm_infer_body(N, "in", 64, "out", 16, out_bytes);
-  do_req(sock, "POST", "/v2/models/digits/infer", body, &r);
-  expect_error(&r, 400, "shrank below the registered");
-  th_resp_free(&r);
+  expect_req_error(sock, "POST", "/v2/models/digits/infer", body, 400,
+                   "shrank below the registered");
   free(body);
   body = shm_infer_body(1, "in", 64, NULL, 0, 0);
   assert_int_equal(do_req(sock, "POST", "/v2/models/digits/infer", body, &r),
@@ -1597,13 +1577,11 @@ static void test_system_shared_memory(void **state) {
     /* Shrunk while registered, below the output (written in steps too:
      * 195 KiB), then below the input: each request fails with a message. */
     assert_int_equal(ftruncate(big_fd, (off_t)(big_in + big_out / 2)), 0);
-    do_req(sock, "POST", "/v2/models/digits/infer", bb, &r);
-    expect_error(&r, 400, "shrank below the registered");
-    th_resp_free(&r);
+    expect_req_error(sock, "POST", "/v2/models/digits/infer", bb, 400,
+                     "shrank below the registered");
     assert_int_equal(ftruncate(big_fd, (off_t)big_in / 2), 0);
-    do_req(sock, "POST", "/v2/models/digits/infer", bb, &r);
-    expect_error(&r, 400, "shrank below the registered");
-    th_resp_free(&r);
+    expect_req_error(sock, "POST", "/v2/models/digits/infer", bb, 400,
+                     "shrank below the registered");
     free(gb);
     free(bb);
     free(wb);
@@ -1618,9 +1596,8 @@ static void test_system_shared_memory(void **state) {
                           &r),
                    200);
   th_resp_free(&r);
-  do_req(sock, "GET", "/v2/systemsharedmemory/region/in/status", NULL, &r);
-  expect_error(&r, 404, "no shared memory region 'in'");
-  th_resp_free(&r);
+  expect_req_error(sock, "GET", "/v2/systemsharedmemory/region/in/status", NULL,
+                   404, "no shared memory region 'in'");
   /* Again: as on Triton, unregistering what is not there succeeds. */
   assert_int_equal(do_req(sock, "POST",
                           "/v2/systemsharedmemory/region/in/unregister", "",
@@ -1628,9 +1605,8 @@ static void test_system_shared_memory(void **state) {
                    200);
   th_resp_free(&r);
   body = shm_infer_body(1, "in", 64, NULL, 0, 0);
-  do_req(sock, "POST", "/v2/models/digits/infer", body, &r);
-  expect_error(&r, 400, "no shared memory region 'in'");
-  th_resp_free(&r);
+  expect_req_error(sock, "POST", "/v2/models/digits/infer", body, 400,
+                   "no shared memory region 'in'");
   free(body);
   assert_int_equal(
       do_req(sock, "POST", "/v2/systemsharedmemory/unregister", "", &r), 200);
