@@ -13,10 +13,11 @@
 # MODEL (the large model; required), DEVICE (cuda:0), LOAD
 # (CONNS:DEPTH:ROWS, 16:8:32), LOAD_ARGS (more mlpd-bench flags for the
 # load, e.g. --shm: its rows through shared memory, as models-oip.sh's shm
-# line), DTYPE (the load's rows, f32), DURATION (the
-# lone line, s, 3), LONE_WARMUP (its unmeasured start, s, 0.5), ROUNDS (2), DAEMON_ARGS (more flags, e.g. --plan-cache
-# FILE), ALONE (1: the lone line first without the load, its p50 / p99
-# printed last, the baseline of the rise), FAKE (1: the fake CUDA plugin of BUILD's tests, DELAY_US a batch,
+# line), DTYPE (the load's rows, f32), DURATION (the lone line, s, 3),
+# LONE_WARMUP (its unmeasured start, s, 0.5), ROUNDS (2), DAEMON_ARGS
+# (more flags, e.g. --plan-cache FILE), ALONE (1: the lone line first
+# without the load, its p50 / p99 printed last, the baseline of the
+# rise), FAKE (1: the fake CUDA plugin of BUILD's tests, DELAY_US a batch,
 # for a rehearsal on a machine without a GPU), OUTDIR.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -45,6 +46,11 @@ sock=$OUTDIR/mlpd.sock
 pid=
 trap '[ -n "$pid" ] && kill $pid 2>/dev/null' EXIT
 field() { grep -E "^$1" "$2" | head -1; }
+# lone_line OUTFILE: the lone 1-row digits client for DURATION.
+lone_line() {
+  "$bench" -s "$sock" --model digits -c 1 -d 1 -r 1 --dtype f32 \
+    -D "$DURATION" -w "$LONE_WARMUP" >"$1" 2>&1
+}
 for round in $(seq "$ROUNDS"); do
   for d in $DAEMONS; do
     rm -f "$sock"
@@ -56,8 +62,7 @@ for round in $(seq "$ROUNDS"); do
       exit 1
     alone=""
     if [ "${ALONE:-0}" = 1 ]; then
-      "$bench" -s "$sock" --model digits -c 1 -d 1 -r 1 --dtype f32 \
-        -D "$DURATION" -w "$LONE_WARMUP" >"$OUTDIR/alone.out" 2>&1
+      lone_line "$OUTDIR/alone.out"
       alone=$(field latency "$OUTDIR/alone.out" | awk '{print $3, $9}')
       alone="  alone ${alone/ / \/ } ms"
     fi
@@ -66,8 +71,7 @@ for round in $(seq "$ROUNDS"); do
       -w 0 ${LOAD_ARGS:-} >"$OUTDIR/load.out" 2>&1 &
     bg=$!
     sleep 1
-    "$bench" -s "$sock" --model digits -c 1 -d 1 -r 1 --dtype f32 \
-      -D "$DURATION" -w "$LONE_WARMUP" >"$OUTDIR/lone.out" 2>&1
+    lone_line "$OUTDIR/lone.out"
     wait $bg
     kill $pid
     wait $pid 2>/dev/null
